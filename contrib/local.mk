@@ -1,0 +1,1 @@
+EXTRA_DIST += contrib/plugstack.conf.d/resihp.conf contrib/dev/ensure-deps.sh

@@ -1,0 +1,36 @@
+# libresihp. Three layers:
+#  - libresihp-core.la: errors, logging, settings; small, no threads of its
+#    own, safe inside slurmstepd (the SPANK plugin links only this);
+#  - libresihp-internal.la: core + every module; unit tests link this to
+#    reach internal (resihp__) functions;
+#  - libresihp.la: the installed library, exporting only public resihp_*.
+noinst_LTLIBRARIES += libresihp/libresihp-core.la libresihp/libresihp-internal.la
+libresihp_libresihp_core_la_SOURCES = \
+	libresihp/core/error.c \
+	libresihp/core/log.c \
+	libresihp/core/settings.c \
+	libresihp/core/version.c
+
+libresihp_libresihp_internal_la_SOURCES =
+libresihp_libresihp_internal_la_LIBADD = libresihp/libresihp-core.la
+
+lib_LTLIBRARIES += libresihp/libresihp.la
+libresihp_libresihp_la_SOURCES =
+libresihp_libresihp_la_LIBADD = libresihp/libresihp-internal.la
+libresihp_libresihp_la_LDFLAGS = -version-info $(RESIHP_LT_VERSION) \
+	-export-symbols-regex '^resihp_[a-z]'
+
+include_HEADERS = libresihp/include/resihp.h
+resihpincludedir = $(includedir)/resihp
+resihpinclude_HEADERS = \
+	libresihp/include/resihp/error.h \
+	libresihp/include/resihp/log.h \
+	libresihp/include/resihp/settings.h
+
+pkgconfig_DATA = libresihp/libresihp.pc
+DISTCLEANFILES += libresihp/libresihp.pc
+EXTRA_DIST += libresihp/libresihp.pc.in
+
+# Modules add their sources here (one local.mk per concern).
+# (libresihp.la has no sources of its own; this makes libtool link it as C.)
+nodist_EXTRA_libresihp_libresihp_la_SOURCES = dummy.c

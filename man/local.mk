@@ -1,0 +1,1 @@
+dist_man_MANS += man/resihp.8 man/libresihp.3

@@ -1,0 +1,153 @@
+/* The plugin's options (--resilient[=OPTS] and friends) and its strict
+ * plugstack.conf arguments. Every value goes through libresihp's settings
+ * registry, so srun rejects exactly what the library would reject. */
+#include "config.h"
+
+#include "plugin.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int set_or_complain(resihp_settings_t *s, const char *what,
+                           const char *key, const char *value) {
+  char err[512];
+  if (resihp_settings_set(s, key, value, RESIHP_SOURCE_OPTION, err,
+                          sizeof(err)) == 0)
+    return 0;
+  slurm_error("%s: %s: %s", PLUGIN_NAME, what, err);
+  return -1;
+}
+
+int resihp__plugstack_parse(int argc, char **argv) {
+  for (int i = 0; i < argc; i++) {
+    const char *arg = argv[i];
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg) {
+      slurm_error("%s: plugstack.conf: argument '%.80s' is not key=value; "
+                  "see resihp(8) for valid arguments",
+                  PLUGIN_NAME, arg);
+      return -1;
+    }
+    char key[64];
+    size_t kl = (size_t)(eq - arg);
+    if (kl >= sizeof(key)) {
+      slurm_error("%s: plugstack.conf: key too long in '%.80s'", PLUGIN_NAME,
+                  arg);
+      return -1;
+    }
+    memcpy(key, arg, kl);
+    key[kl] = '\0';
+    const char *value = eq + 1;
+    if (!strcmp(key, "drain")) {
+      if (!strcmp(value, "yes") || !strcmp(value, "no")) {
+        resihp_plugin.drain_on_probe_failure = !strcmp(value, "yes");
+        continue;
+      }
+      slurm_error("%s: plugstack.conf: drain=%.40s: use drain=yes or drain=no",
+                  PLUGIN_NAME, value);
+      return -1;
+    }
+    /* Any setting key sets the site default that users' options override. */
+    if (resihp_setting_lookup(key) < 0 || strncmp(key, "RESIHP_", 7) == 0) {
+      slurm_error("%s: plugstack.conf: unknown argument '%s'; valid are "
+                  "drain=yes|no and the setting keys of resihp(8) "
+                  "(e.g. detect-timeout=1000)",
+                  PLUGIN_NAME, key);
+      return -1;
+    }
+    if (set_or_complain(&resihp_plugin.admin, "plugstack.conf", key, value))
+      return -1;
+  }
+  return 0;
+}
+
+/* --resilient[=OPTS]: enable; OPTS are key=value settings. */
+static int opt_resilient(int val, const char *optarg, int remote) {
+  resihp_settings_t tmp = resihp_plugin.settings;
+  char err[512];
+  /* The remote side may see this callback twice; parsing into a copy of the
+   * current settings and then replacing them is idempotent. */
+  if (resihp_settings_parse_opts(&tmp, optarg, err, sizeof(err))) {
+    slurm_error("%s: invalid --resilient option: %s (see 'man resihp')",
+                PLUGIN_NAME, err);
+    return -1;
+  }
+  for (int i = 0; i < RESIHP_SETTING__COUNT; i++)
+    if (tmp.source[i] == RESIHP_SOURCE_OPTION &&
+        resihp_plugin.admin.source[i] != RESIHP_SOURCE_OPTION)
+      resihp_plugin.user_set[i] = 1;
+  resihp_plugin.settings = tmp;
+  resihp_plugin.enabled = 1;
+  return 0;
+}
+
+/* Friends: --resilient-KEY=VALUE for the settings resihp-run passes per step.
+ * Each one implies --resilient. */
+static const struct {
+  const char *name;
+  resihp_setting_id_t id;
+  const char *arginfo;
+  const char *usage;
+} friends[] = {
+    {"resilient-replica", RESIHP_SETTING_REPLICA, "N",
+     "data-parallel replica index of this step (implies --resilient)"},
+    {"resilient-role", RESIHP_SETTING_ROLE, "replica|spare",
+     "what this step is for (implies --resilient)"},
+    {"resilient-coordinator", RESIHP_SETTING_COORDINATOR, "HOST:PORT",
+     "resihp coordinator of the job (implies --resilient)"},
+    {"resilient-probes", RESIHP_SETTING_PROBES, "LIST",
+     "health checks: all, none or check:check:... (implies --resilient)"},
+};
+
+static int opt_friend(int val, const char *optarg, int remote) {
+  if ((unsigned)val >= sizeof(friends) / sizeof(friends[0]))
+    return -1;
+  char what[64];
+  snprintf(what, sizeof(what), "--%s", friends[val].name);
+  if (!optarg || !*optarg) {
+    slurm_error("%s: %s needs a value (%s)", PLUGIN_NAME, what,
+                friends[val].arginfo);
+    return -1;
+  }
+  const resihp_setting_desc_t *d = resihp_setting_desc(friends[val].id);
+  if (set_or_complain(&resihp_plugin.settings, what, d->key, optarg))
+    return -1;
+  resihp_plugin.user_set[friends[val].id] = 1;
+  resihp_plugin.enabled = 1;
+  return 0;
+}
+
+int resihp__options_register(spank_t sp) {
+  struct spank_option main_opt = {
+      .name = "resilient",
+      .arginfo = "[OPTS]",
+      .usage = "run this step under resihp fault tolerance; OPTS is "
+               "key=value[,key=value...] (see 'man resihp')",
+      .has_arg = 2,
+      .val = 0,
+      .cb = opt_resilient,
+  };
+  spank_err_t rc = spank_option_register(sp, &main_opt);
+  if (rc != ESPANK_SUCCESS) {
+    slurm_error("%s: cannot register --resilient: %s", PLUGIN_NAME,
+                spank_strerror(rc));
+    return -1;
+  }
+  for (size_t i = 0; i < sizeof(friends) / sizeof(friends[0]); i++) {
+    struct spank_option o = {
+        .name = (char *)friends[i].name,
+        .arginfo = (char *)friends[i].arginfo,
+        .usage = (char *)friends[i].usage,
+        .has_arg = 1,
+        .val = (int)i,
+        .cb = opt_friend,
+    };
+    rc = spank_option_register(sp, &o);
+    if (rc != ESPANK_SUCCESS) {
+      slurm_error("%s: cannot register --%s: %s", PLUGIN_NAME, friends[i].name,
+                  spank_strerror(rc));
+      return -1;
+    }
+  }
+  return 0;
+}

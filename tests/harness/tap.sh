@@ -1,0 +1,64 @@
+# Sourced by integration tests (*.test): TAP output, a watchdog, and a real
+# Slurm cluster with the freshly built plugin that is always stopped on exit.
+# Needs top_srcdir/top_builddir (set by `make check`).
+set -u
+top_srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
+top_builddir=${top_builddir:-$top_srcdir}
+HARNESS=$top_srcdir/tests/harness
+PLUGIN_SO=$top_builddir/spank/.libs/resihp.so
+tap_n=0
+tap_failed=0
+
+plan() { echo "1..$1"; }
+skip_all() { echo "1..0 # SKIP $*"; exit 0; }
+ok() { tap_n=$((tap_n + 1)); echo "ok $tap_n - $*"; }
+not_ok() { tap_n=$((tap_n + 1)); tap_failed=$((tap_failed + 1)); echo "not ok $tap_n - $*"; }
+diag() { echo "# $*" | sed '2,$s/^/# /'; }
+# check DESCRIPTION COMMAND...: one TAP line from a command's status
+check() { local d=$1; shift; if "$@"; then ok "$d"; else not_ok "$d"; fi; }
+
+# Abort the whole file if it runs past TEST_TIMEOUT seconds (default 300).
+start_watchdog() {
+  local me=$$
+  ( sleep "${TEST_TIMEOUT:-300}"; echo "Bail out! timed out after ${TEST_TIMEOUT:-300} s"; kill -TERM "$me" ) &
+  watchdog_pid=$!
+}
+
+cluster() { LAB=$lab "$HARNESS/lab-cluster.sh" "$@"; }
+
+cleanup() {
+  local rc=$?
+  [ -n "${lab:-}" ] && cluster stop >/dev/null 2>&1
+  # the watchdog's sleep holds our stdout open: kill it too, or the TAP
+  # driver waits for it
+  [ -n "${watchdog_pid:-}" ] && { pkill -P "$watchdog_pid" 2>/dev/null; kill "$watchdog_pid" 2>/dev/null; }
+  [ -n "${lab:-}" ] && [ -z "${KEEP_LAB:-}" ] && rm -rf "$lab"
+  exit $rc
+}
+
+# require_cluster_tools: skip (not fail) where a real cluster cannot run.
+require_cluster_tools() {
+  [ "$(id -u)" = 0 ] || skip_all "needs root to run slurmd"
+  local t
+  for t in slurmctld slurmd munged srun sinfo; do
+    command -v "$t" >/dev/null || skip_all "$t not installed"
+  done
+  [ -f "$PLUGIN_SO" ] || skip_all "plugin not built at $PLUGIN_SO"
+}
+
+# start_cluster [PLUGSTACK ARGS...]: one cluster at a time on this machine
+# (they share ports), serialised with a lock held until this test exits.
+start_cluster() {
+  exec 9>"${TMPDIR:-/tmp}/resihp-lab.lock"
+  flock -w 600 9 || { echo "Bail out! cannot lock the lab cluster"; exit 1; }
+  lab=$(mktemp -d "${TMPDIR:-/tmp}/resihp-lab.XXXXXX")
+  chmod 755 "$lab"
+  trap cleanup EXIT INT TERM
+  PLUGSTACK_LINE="required $PLUGIN_SO $*" cluster start || {
+    echo "Bail out! Slurm lab cluster did not start"; cat "$lab"/log/*.log >&2; exit 1; }
+  eval "$(cluster env)"
+}
+
+restart_cluster() { cluster stop >/dev/null 2>&1; PLUGSTACK_LINE="required $PLUGIN_SO $*" cluster start; }
+
+finish() { [ "$tap_failed" = 0 ]; }

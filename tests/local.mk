@@ -1,0 +1,23 @@
+# Tests: Check unit tests per module (tests/unit), and TAP integration tests
+# that start a real Slurm cluster (tests/integration, tests/harness).
+TEST_EXTENSIONS = .test
+TEST_LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
+AM_TESTS_ENVIRONMENT = \
+	top_srcdir='$(abs_top_srcdir)'; top_builddir='$(abs_top_builddir)'; \
+	export top_srcdir top_builddir;
+
+if HAVE_CHECK
+UNIT_LDADD = libresihp/libresihp-internal.la $(CHECK_LIBS)
+UNIT_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+
+check_PROGRAMS += tests/unit/test_core
+tests_unit_test_core_SOURCES = tests/unit/test_core.c
+tests_unit_test_core_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_core_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_core
+endif
+
+dist_check_SCRIPTS += tests/integration/spank-options.test
+TESTS += tests/integration/spank-options.test
+
+EXTRA_DIST += tests/harness/lab-cluster.sh tests/harness/tap.sh tests/run-tests.sh

@@ -1,0 +1,4 @@
+# Command-line tools. They link the installed library (public API only).
+bin_PROGRAMS += tools/resihp-info
+tools_resihp_info_SOURCES = tools/resihp-info.c
+tools_resihp_info_LDADD = libresihp/libresihp.la

@@ -1,1 +1,2 @@
-EXTRA_DIST += contrib/plugstack.conf.d/resihp.conf contrib/dev/ensure-deps.sh
+EXTRA_DIST += contrib/plugstack.conf.d/resihp.conf contrib/dev/ensure-deps.sh \
+	contrib/demo/run-demo.sh

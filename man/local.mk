@@ -1,1 +1,1 @@
-dist_man_MANS += man/resihp.8 man/libresihp.3
+dist_man_MANS += man/resihp.8 man/libresihp.3 man/resihp-info.1

@@ -9,3 +9,13 @@ spank_resihp_la_LDFLAGS = -module -avoid-version -shared \
 	-Wl,--version-script=$(srcdir)/spank/resihp.map -Wl,-z,relro -Wl,-z,now
 EXTRA_DIST += spank/resihp.map
 slurmplugindir = $(slurm_plugindir)
+
+# Slurm loads resihp.so directly: the libtool archive would only clutter the
+# plugin directory.
+install-exec-hook: install-exec-hook-spank
+install-exec-hook-spank:
+	rm -f $(DESTDIR)$(slurmplugindir)/resihp.la
+uninstall-hook: uninstall-hook-spank
+uninstall-hook-spank:
+	rm -f $(DESTDIR)$(slurmplugindir)/resihp.so
+.PHONY: install-exec-hook-spank uninstall-hook-spank

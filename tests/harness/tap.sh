@@ -20,7 +20,8 @@ check() { local d=$1; shift; if "$@"; then ok "$d"; else not_ok "$d"; fi; }
 # Abort the whole file if it runs past TEST_TIMEOUT seconds (default 300).
 start_watchdog() {
   local me=$$
-  ( sleep "${TEST_TIMEOUT:-300}"; echo "Bail out! timed out after ${TEST_TIMEOUT:-300} s"; kill -TERM "$me" ) &
+  # "&&": a sleep killed by cleanup must not fire the alarm
+  ( sleep "${TEST_TIMEOUT:-300}" && { echo "Bail out! timed out after ${TEST_TIMEOUT:-300} s"; kill -TERM "$me"; } ) &
   watchdog_pid=$!
 }
 

@@ -54,7 +54,8 @@ struct resihp__rank {
   /* Fail-slow. z is log(measured / own prediction); z_rel the same less
    * the mean z of the peers, so that swings every peer sees cancel. */
   enum resihp__fs fs;
-  double mad;        /* exponentially weighted mean |z_rel| of normal samples */
+  double mad;        /* exponentially weighted mean |z_rel - bias| */
+  double bias;       /* exponentially weighted mean z_rel of fitted samples */
   double cusum;      /* upper CUSUM of z_rel */
   double down;       /* while SLOW: CUSUM towards recovery */
   double zlast;      /* last z, the rank's contribution to its peers */
@@ -96,6 +97,8 @@ struct resihp_detector {
   double s_min;  /* log(1 + min_slow) */
   struct resihp__rank *ranks;
   struct resihp__stage *stages; /* cfg.n_ranks slots */
+  int count;  /* ranks contributing to sum, over all stages */
+  double sum; /* sum of their zlast */
 };
 
 /* Add/remove a rank's zlast to/from its stage sum. */

@@ -127,14 +127,21 @@ void resihp__contrib_set(resihp_detector_t *d, int rank, int on) {
   if (r->contrib) {
     s->sum -= r->zlast;
     s->count--;
+    d->sum -= r->zlast;
+    d->count--;
   }
-  r->contrib = on;
+  r->contrib = on ? 1 : 0;
   if (on) {
     s->sum += r->zlast;
     s->count++;
+    d->sum += r->zlast;
+    d->count++;
   }
+  /* no rounding residue carried into a new set of members */
   if (s->count == 0)
-    s->sum = 0; /* no rounding residue carried into a new set of members */
+    s->sum = 0;
+  if (d->count == 0)
+    d->sum = 0;
 }
 
 static void unlink_rank(resihp_detector_t *d, int rank) {

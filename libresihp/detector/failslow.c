@@ -5,24 +5,30 @@
  * z = log(measured / predicted). Sequence-length swings are what the
  * predictor explains, so z stays within the timing noise (about 1 %) on a
  * healthy device however much the raw times swing. What the predictor cannot
- * explain but every peer sees at once (a slow shared filesystem during a
- * checkpoint, a cluster-wide network hiccup, a clock change) is removed by
- * subtracting the mean z of the rank's peers, the ranks that do the same
- * work in the other replicas: z_rel = z - mean(z of peers).
+ * explain but other ranks see at the same moment (a slow shared filesystem
+ * during a checkpoint, a cluster-wide network hiccup, a clock change) is
+ * removed by comparing with two references: the mean z of the rank's peers
+ * (the ranks that do the same work in the other replicas) and the mean z of
+ * all ranks. The statistic is the smallest of the three excesses,
+ *   y = min(z, z - mean z of peers, z - mean z of all ranks),
+ * so a rank only looks slow if it is slower than its own model AND than the
+ * others: a common swing cancels, and a peer whose model went stale (it was
+ * frozen during a long slowdown) cannot make a healthy rank look slow.
  *
- * A one-sided CUSUM accumulates z_rel in excess of an allowance k (the
- * larger of 0.8*log(1+min_slow) and three noise deviations), each sample's
- * contribution capped so that no single hiccup can reach the threshold. At
- * half the threshold the rank is SUSPECT and stops feeding its predictor (a
- * slowdown must not be learnt as the new normal). At the threshold
- * log(1 + slow_margin) -- the paper's 25 % margin, here reached by
+ * A one-sided CUSUM accumulates y in excess of an allowance k (the larger
+ * of 0.8*log(1+min_slow) and three noise deviations, at most half the
+ * threshold), each sample's contribution capped so that no single hiccup can
+ * go far. At half the threshold the rank is SUSPECT and stops feeding its
+ * predictor (a slowdown must not be learnt as the new normal). At the
+ * threshold log(1 + slow_margin) -- the paper's 25 % margin, here reached by
  * accumulation so that a steady 1.1x shows up in a handful of microbatches
  * while a lone 1.3x spike does not -- and after at least RUN_MIN samples,
- * the excess is validated: the lower median of the recent z_rel must exceed
+ * the excess is validated: the lower median of the recent y must exceed
  * log(1 + min_slow). A few spikes among normal samples fail that test; a
  * real slowdown passes it and its median is the speed factor. A validated
- * rank is SLOW; its factor follows the measured excess while a second CUSUM
- * watches for the return to normal speed, which makes it HEALTHY again.
+ * rank is SLOW and leaves the references; its factor follows its excess
+ * over its peers while a second CUSUM watches for the return to normal
+ * speed, which makes it HEALTHY again.
  *
  * A device that is slow from its first sample, or degrades slowly enough
  * for the predictor to follow, has z ~ 0. For those, every peer_check
@@ -30,9 +36,9 @@
  * workload; a model that predicts more than the slow margin above the peers'
  * median twice in a row is a slow device too.
  *
- * Samples are fitted with Huber weights on z_rel (full weight within 2.5
- * noise deviations, decreasing beyond), so the rare outlier that does not
- * trigger the detector does not bend the model either.
+ * Samples are fitted with Huber weights on y (full weight up to 2.5 noise
+ * deviations above the prediction, decreasing beyond), so the rare outlier
+ * that does not trigger the detector does not bend the model either.
  */
 #include "config.h"
 
@@ -45,7 +51,7 @@
 
 #define RUN_MIN 4
 #define HUBER 2.5
-#define CLIP 0.6         /* cap of one sample's CUSUM step, x threshold */
+#define CLIP 0.45        /* cap of one sample's CUSUM step, x threshold */
 #define MAD_ALPHA 0.02   /* memory of the noise estimate: ~50 samples */
 #define FACTOR_ALPHA 0.2 /* smoothing of a SLOW rank's factor */
 #define MAX_PEERS 64     /* peers looked at by the model check */
@@ -56,6 +62,7 @@ void resihp__failslow_reset(resihp_detector_t *d, int rank) {
   resihp__pred_init(&r->pred, d->cfg.forget);
   r->fs = RESIHP__FS_OK;
   r->mad = 0;
+  r->bias = 0;
   r->cusum = 0;
   r->down = 0;
   r->zlast = 0;
@@ -75,19 +82,28 @@ static double sigma(const struct resihp__rank *r) {
   return s > 0.003 ? s : 0.003;
 }
 
+/* Huber weights on the slow side only: a slowdown must not be learnt, but
+ * a model that predicts too much (it was fitted during a cluster-wide swing,
+ * or the device got faster) must catch up at once. The noise is measured
+ * around the running bias, so that a bias does not pass for noise, widen
+ * the CUSUM allowance and hide the next slowdown. */
 static void fit(struct resihp__rank *r, const resihp_workload_t *w, double t,
-                double z_rel) {
+                double y) {
   double s = sigma(r);
-  double u = fabs(z_rel) / s;
+  double u = y / s;
   resihp__pred_update(&r->pred, w, t, u <= HUBER ? 1.0 : HUBER / u);
-  double a = fabs(z_rel) < 4 * s ? fabs(z_rel) : 4 * s;
-  r->mad += MAD_ALPHA * (a - r->mad);
+  double dev = fabs(y - r->bias);
+  if (dev > 4 * s)
+    dev = 4 * s;
+  r->mad += MAD_ALPHA * (dev - r->mad);
+  double zb = y > 4 * s ? 4 * s : y < -4 * s ? -4 * s : y;
+  r->bias += MAD_ALPHA * (zb - r->bias);
 }
 
-static void ring_push(struct resihp__rank *r, double z_rel,
+static void ring_push(struct resihp__rank *r, double y,
                       const resihp_workload_t *w, double t) {
   unsigned i = r->ring_head;
-  r->ring_z[i] = z_rel;
+  r->ring_z[i] = y;
   r->ring_w[i] = *w;
   r->ring_t[i] = t;
   r->ring_head = (i + 1) % RESIHP__RING;
@@ -187,15 +203,17 @@ static void model_check(resihp_detector_t *d, int rank, uint64_t iter,
 }
 
 static void ok_step(resihp_detector_t *d, int rank, uint64_t iter,
-                    const resihp_workload_t *w, double t, double z_rel) {
+                    const resihp_workload_t *w, double t, double y) {
   struct resihp__rank *r = &d->ranks[rank];
   double s = sigma(r);
   double k = 3 * s > d->k_min ? 3 * s : d->k_min;
-  double step = z_rel - k;
+  if (k > 0.5 * d->h)
+    k = 0.5 * d->h; /* however noisy, a slowdown past the margin adds up */
+  double step = y - k;
   if (step > CLIP * d->h)
     step = CLIP * d->h;
   r->cusum += step;
-  ring_push(r, z_rel, w, t);
+  ring_push(r, y, w, t);
   if (r->cusum <= 0) {
     unsigned held = r->run;
     r->cusum = 0;
@@ -210,7 +228,7 @@ static void ok_step(resihp_detector_t *d, int rank, uint64_t iter,
     r->run++;
   }
   if (r->fs == RESIHP__FS_OK && r->cusum < 0.5 * d->h) {
-    fit(r, w, t, z_rel);
+    fit(r, w, t, y);
     if (d->cfg.peer_check && --r->check_countdown == 0) {
       r->check_countdown = d->cfg.peer_check;
       model_check(d, rank, iter, w);
@@ -279,14 +297,25 @@ void resihp__failslow_record(resihp_detector_t *d, int rank, uint64_t iter,
   }
   double z = log(t / p);
 
+  /* References: the mean z of the other ranks of the stage (same work)
+   * and of all other ranks (what the whole job sees at this moment). */
   struct resihp__stage *s = &d->stages[r->slot];
-  int others = s->count - (r->contrib ? 1 : 0);
-  double z_rel = z;
-  if (others > 0)
-    z_rel -= (s->sum - (r->contrib ? r->zlast : 0)) / others;
-
-  if (r->contrib)
+  double own = r->contrib ? r->zlast : 0;
+  int others = s->count - r->contrib;
+  int everyone = d->count - r->contrib;
+  double z_rel = z, y = z;
+  if (others > 0) {
+    z_rel = z - (s->sum - own) / others;
+    y = z_rel < y ? z_rel : y;
+  }
+  if (everyone > 0) {
+    double z_all = z - (d->sum - own) / everyone;
+    y = z_all < y ? z_all : y;
+  }
+  if (r->contrib) {
     s->sum += z - r->zlast;
+    d->sum += z - r->zlast;
+  }
   r->zlast = z;
   if (r->fs == RESIHP__FS_SLOW) {
     slow_step(d, rank, iter, z_rel);
@@ -294,5 +323,5 @@ void resihp__failslow_record(resihp_detector_t *d, int rank, uint64_t iter,
   }
   if (!r->contrib)
     resihp__contrib_set(d, rank, 1);
-  ok_step(d, rank, iter, w, t, z_rel);
+  ok_step(d, rank, iter, w, t, y);
 }

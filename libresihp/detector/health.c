@@ -33,6 +33,20 @@ const char *resihp_health_state_name(resihp_health_state_t s) {
              : "?";
 }
 
+static const char *why_text(unsigned why) {
+  if (why & RESIHP_WHY_PROBE)
+    return "health probe failed";
+  if ((why & RESIHP_WHY_SOCKET) && (why & RESIHP_WHY_HEARTBEAT))
+    return "socket error and missed heartbeats";
+  if (why & RESIHP_WHY_SOCKET)
+    return "socket error";
+  if (why & RESIHP_WHY_HEARTBEAT)
+    return "missed heartbeats";
+  if (why & RESIHP_WHY_SLOW)
+    return "microbatches slower than predicted";
+  return "recovered";
+}
+
 void resihp__publish(resihp_detector_t *d, int rank, uint64_t iter) {
   struct resihp__rank *r = &d->ranks[rank];
   unsigned why = 0;
@@ -86,14 +100,9 @@ void resihp__publish(resihp_detector_t *d, int rank, uint64_t iter) {
                (why & RESIHP_WHY_PEERS) ? "its peers" : "its own history");
   else
     resihp_log(st == RESIHP_HEALTH_FAILED ? RESIHP_LOG_WARN : RESIHP_LOG_INFO,
-               "detector",
-               "rank %d: %s -> %s at iteration %llu (%s%s%s%s%s)", rank,
+               "detector", "rank %d: %s -> %s at iteration %llu (%s)", rank,
                resihp_health_state_name(prev), resihp_health_state_name(st),
-               (unsigned long long)iter, why ? "" : "recovered",
-               (why & RESIHP_WHY_SLOW) ? "slow microbatches " : "",
-               (why & RESIHP_WHY_HEARTBEAT) ? "missed heartbeats " : "",
-               (why & RESIHP_WHY_SOCKET) ? "socket error " : "",
-               (why & RESIHP_WHY_PROBE) ? "probe failed" : "");
+               (unsigned long long)iter, why_text(why));
   if (d->cfg.on_event) {
     resihp_rank_health_t now = {.state = st,
                                 .slow_factor = factor,

@@ -9,6 +9,18 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/detector/detector.c
 resihpinclude_HEADERS += libresihp/include/resihp/detector.h
 
+# resihp-detect-eval: synthetic traces (or the user's own) replayed through
+# the detector and two naive baselines.
+bin_PROGRAMS += tools/resihp-detect-eval
+tools_resihp_detect_eval_SOURCES = \
+	tools/detect-eval/eval.h \
+	tools/detect-eval/tracegen.c \
+	tools/detect-eval/traceio.c \
+	tools/detect-eval/baseline.c \
+	tools/resihp-detect-eval.c
+tools_resihp_detect_eval_LDADD = libresihp/libresihp.la
+dist_man_MANS += man/resihp-detect-eval.1
+
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_detector
 tests_unit_test_detector_SOURCES = tests/unit/test_detector.c
@@ -16,3 +28,6 @@ tests_unit_test_detector_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_detector_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_detector
 endif
+
+dist_check_SCRIPTS += tests/unit/detect-eval.test
+TESTS += tests/unit/detect-eval.test

@@ -75,6 +75,7 @@ struct resihp__rank {
   unsigned misses;
   int socket_err;
   int probe_failed;
+  unsigned refused; /* samples refused since it FAILED */
   /* Published health. */
   resihp_health_state_t state;
   double slow_factor;

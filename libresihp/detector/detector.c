@@ -217,11 +217,13 @@ int resihp_detector_record(resihp_detector_t *d, int rank, uint64_t iter,
   rc = resihp__check_sample("resihp_detector_record", w, time_us);
   if (rc)
     return rc;
-  if (d->ranks[rank].state == RESIHP_HEALTH_FAILED) {
-    resihp_log(RESIHP_LOG_WARN, "detector",
-               "rank %d is marked failed; its sample is ignored (call "
-               "resihp_detector_reset_rank once it has rejoined)",
-               rank);
+  struct resihp__rank *r = &d->ranks[rank];
+  if (r->state == RESIHP_HEALTH_FAILED) {
+    if (!r->refused++) /* once per failure, not once per microbatch */
+      resihp_log(RESIHP_LOG_WARN, "detector",
+                 "rank %d is marked failed; its samples are ignored (call "
+                 "resihp_detector_reset_rank once it has rejoined)",
+                 rank);
     return RESIHP_ESTATE;
   }
   resihp__failslow_record(d, rank, iter, w, time_us);
@@ -257,6 +259,7 @@ int resihp_detector_reset_rank(resihp_detector_t *d, int rank,
   r->misses = 0;
   r->socket_err = 0;
   r->probe_failed = 0;
+  r->refused = 0;
   resihp__failslow_reset(d, rank);
   resihp__publish(d, rank, iter);
   return 0;

@@ -244,9 +244,9 @@ static void ok_step(resihp_detector_t *d, int rank, uint64_t iter,
 }
 
 static void slow_step(resihp_detector_t *d, int rank, uint64_t iter,
-                      double z_rel) {
+                      double z_ref) {
   struct resihp__rank *r = &d->ranks[rank];
-  double zs = z_rel + r->base;
+  double zs = z_ref + r->base;
   r->factor_log += FACTOR_ALPHA * (zs - r->factor_log);
   double hr = 0.5 * d->h;
   double step = d->s_min - zs;
@@ -303,13 +303,13 @@ void resihp__failslow_record(resihp_detector_t *d, int rank, uint64_t iter,
   double own = r->contrib ? r->zlast : 0;
   int others = s->count - r->contrib;
   int everyone = d->count - r->contrib;
-  double z_rel = z, y = z;
+  double z_rel = z, z_all = z, y = z;
   if (others > 0) {
     z_rel = z - (s->sum - own) / others;
     y = z_rel < y ? z_rel : y;
   }
   if (everyone > 0) {
-    double z_all = z - (d->sum - own) / everyone;
+    z_all = z - (d->sum - own) / everyone;
     y = z_all < y ? z_all : y;
   }
   if (r->contrib) {
@@ -318,7 +318,9 @@ void resihp__failslow_record(resihp_detector_t *d, int rank, uint64_t iter,
   }
   r->zlast = z;
   if (r->fs == RESIHP__FS_SLOW) {
-    slow_step(d, rank, iter, z_rel);
+    /* How slow, for the planner: relative to the ranks it could hand work
+     * to, its peers first. */
+    slow_step(d, rank, iter, others > 0 ? z_rel : z_all);
     return;
   }
   if (!r->contrib)

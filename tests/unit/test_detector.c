@@ -281,6 +281,38 @@ START_TEST(persistent_slowdown_detected_and_recovered) {
 }
 END_TEST
 
+/* A cluster-wide swing that starts together with a real fault: the swing
+ * cancels against the peers and the rest of the job, the fault does not,
+ * and the factor reported is the fault's alone. */
+START_TEST(fault_during_global_swing) {
+  struct events e = {0};
+  resihp_detector_t *d = make_detector(&e);
+  double slow[NRANKS];
+  for (int r = 0; r < NRANKS; r++)
+    slow[r] = 1;
+  uint64_t it = 0;
+  for (; it < 200; it++)
+    run_iteration(d, it, slow, 1);
+  slow[6] = 1.3;
+  for (; it < 240; it++)
+    run_iteration(d, it, slow, 1.15);
+  ck_assert_int_eq(e.n_slow, 1);
+  ck_assert_int_eq(e.rank_slow[6], 1);
+  ck_assert_uint_le(e.first_slow_iter[6], 202);
+  resihp_rank_health_t h;
+  ck_assert_int_eq(resihp_detector_health(d, 6, &h), 0);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_SLOW);
+  ck_assert_double_eq_tol(h.slow_factor, 1.3, 0.06);
+  /* the swing ends, the fault stays: still slow, nobody else */
+  for (; it < 300; it++)
+    run_iteration(d, it, slow, 1);
+  ck_assert_int_eq(resihp_detector_health(d, 6, &h), 0);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_SLOW);
+  ck_assert_int_eq(e.n_slow, 1);
+  resihp_detector_destroy(d);
+}
+END_TEST
+
 /* A device slow from its first microbatch teaches its own predictor that
  * slowness; the comparison with its peers' models must still catch it. */
 START_TEST(slow_from_start_caught_by_peers) {
@@ -473,6 +505,7 @@ static Suite *detector_suite(void) {
   tcase_add_checked_fixture(t, quiet_setup, quiet_teardown);
   tcase_add_test(t, variability_only_no_alarm);
   tcase_add_test(t, persistent_slowdown_detected_and_recovered);
+  tcase_add_test(t, fault_during_global_swing);
   tcase_add_test(t, slow_from_start_caught_by_peers);
   tcase_add_test(t, heartbeats_suspect_then_failed);
   tcase_add_test(t, state_names);

@@ -477,7 +477,25 @@ static void report(struct run *run) {
     score_free(&sc[k]);
 }
 
-static int evaluate(ev_source_t *src) {
+static void header(int ntraces) {
+  static int done;
+  if (done++)
+    return;
+  if (ntraces)
+    printf("resihp-detect-eval: %d trace file(s), slow margin %.0f %%\n",
+           ntraces, opt.margin_pct);
+  else
+    printf("resihp-detect-eval: seed %llu, %d replicas x %d stages, %d "
+           "microbatches/iteration, context %d, slow margin %.0f %%\n",
+           (unsigned long long)opt.seed, opt.replicas, opt.stages, opt.mb,
+           opt.context, opt.margin_pct);
+  printf("%-18s %7s %-15s %6s %7s %8s %9s %6s %9s\n", "trace", "iters",
+         "detector", "alarms", "prec%", "recall%", "FA/1e4it", "MAPE%",
+         "ns/update");
+}
+
+static int evaluate(ev_source_t *src, int ntraces) {
+  header(ntraces);
   struct run run = {.src = src};
   snprintf(run.det[DET_RESIHP].name, 32, "resihp");
   snprintf(run.det[DET_KMEDIAN].name, 32, "k*median(%.2g)", opt.k_median);
@@ -682,17 +700,6 @@ int main(int argc, char **argv) {
     return rc ? 1 : 0;
   }
 
-  if (ntraces)
-    printf("resihp-detect-eval: %d trace file(s), slow margin %.0f %%\n",
-           ntraces, opt.margin_pct);
-  else
-    printf("resihp-detect-eval: seed %llu, %d replicas x %d stages, %d "
-           "microbatches/iteration, context %d, slow margin %.0f %%\n",
-           (unsigned long long)opt.seed, opt.replicas, opt.stages, opt.mb,
-           opt.context, opt.margin_pct);
-  printf("%-18s %7s %-15s %6s %7s %8s %9s %6s %9s\n", "trace", "iters",
-         "detector", "alarms", "prec%", "recall%", "FA/1e4it", "MAPE%",
-         "ns/update");
   int rc = 0;
   if (ntraces) {
     for (int i = 0; i < ntraces && !rc; i++) {
@@ -703,7 +710,7 @@ int main(int argc, char **argv) {
         rc = -1;
         break;
       }
-      rc = evaluate(s);
+      rc = evaluate(s, ntraces);
       ev_source_destroy(s);
     }
   } else {
@@ -711,7 +718,7 @@ int main(int argc, char **argv) {
       if (sel >= 0 && i != sel)
         continue;
       ev_source_t *s = make_scenario(i);
-      rc = evaluate(s);
+      rc = evaluate(s, 0);
       ev_source_destroy(s);
     }
   }

@@ -246,7 +246,8 @@ ev_source_t *ev_file_open(const char *path, char *err, size_t errlen) {
   f->src.next = file_next;
   f->src.destroy = file_destroy;
   const char *base = strrchr(path, '/');
-  snprintf(f->src.name, sizeof(f->src.name), "%s", base ? base + 1 : path);
+  snprintf(f->src.name, sizeof(f->src.name), "%s",
+           !strcmp(path, "-") ? "stdin" : base ? base + 1 : path);
   char line[LINE_MAX_LEN + 2];
   char where[300];
   long lineno = 0;

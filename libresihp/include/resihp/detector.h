@@ -9,14 +9,19 @@
  *
  * (N tokens, l_i the lengths of the packed sequences: the attention term,
  * nseq the number of sequences), and watches the ratio measured/predicted.
- * A sustained excess (CUSUM on the log-ratio, relative to the peers that do
- * the same work) makes the rank SUSPECT; once the accumulated excess passes
- * the slow margin (setting slow-margin, default 25 %) the excess is validated
- * against those peers and the rank becomes SLOW with a speed factor f (the
- * rank needs f times as long as a healthy peer for the same work), which the
- * planner can use to move work. It returns to HEALTHY when the device
- * recovers. Missed heartbeats, socket errors and failed probes fold into the
- * same per-rank health state (FAILED).
+ * A sustained excess (CUSUM on the log-ratio, net of what the peers that do
+ * the same work and the rest of the job see at the same moment) makes the
+ * rank SUSPECT; once the accumulated excess passes the slow margin (setting
+ * slow-margin, default 25 %) it is validated on the median of the recent
+ * samples and the rank becomes SLOW with a speed factor f (the rank needs f
+ * times as long as a healthy peer for the same work), which the planner can
+ * use to move work. It returns to HEALTHY when the device recovers. Missed
+ * heartbeats, socket errors and failed probes fold into the same per-rank
+ * health state (SUSPECT, then FAILED). SUSPECT is a passing state (a
+ * suspicion being checked, a late heartbeat): act on SLOW and FAILED.
+ *
+ * With a single rank there is nothing to compare with: a slowdown of the
+ * whole job (a slow filesystem) is then reported as that rank being slow.
  *
  * Ownership: resihp_detector_create and resihp_predictor_create allocate the
  * handle; the caller frees it with the matching _destroy (NULL is fine).

@@ -135,7 +135,8 @@ static int replay(struct run *run) {
   if (resihp_detector_create(&d, &cfg))
     return -1;
   ev_baseline_t *km = ev_baseline_create(EV_KMEDIAN, nr, opt.k_median);
-  ev_baseline_t *fx = ev_baseline_create(EV_FIXED, nr, 1 + opt.margin_pct / 100);
+  ev_baseline_t *fx =
+      ev_baseline_create(EV_FIXED, nr, 1 + opt.margin_pct / 100);
   int *stage = malloc((size_t)nr * sizeof(int));
   int *count = calloc((size_t)nr, sizeof(int));
   int64_t *last_seen = malloc((size_t)nr * sizeof(int64_t));
@@ -258,9 +259,8 @@ enum {
   N_CLASS
 };
 static const char *const class_name[N_CLASS] = {
-    "compute >=1.2x persistent", "compute >=1.2x transient",
-    "compute 1.1x", "comm, effective >=1.05x", "comm, effective <1.05x",
-    "fail-stop"};
+    "compute >=1.2x persistent", "compute >=1.2x transient", "compute 1.1x",
+    "comm, effective >=1.05x",   "comm, effective <1.05x",   "fail-stop"};
 
 static int class_of(const ev_episode_t *e) {
   if (e->kind == EV_STOP)
@@ -310,8 +310,7 @@ static void score_alarms(const ev_source_t *src, const struct alarms *al,
     if (match == SIZE_MAX) {
       if (opt.verbose && al->n < 1000)
         printf("  false %s alarm: rank %d iteration %u factor %.2f\n",
-               stops ? "fail-stop" : "fail-slow", a->rank, a->iter,
-               a->factor);
+               stops ? "fail-stop" : "fail-slow", a->rank, a->iter, a->factor);
       if (stops)
         sc->stop_fp++;
       else
@@ -420,10 +419,9 @@ static void report(struct run *run) {
       snprintf(fa, sizeof(fa), "%.2f", sc[k].fp * fa_norm);
     else
       snprintf(fa, sizeof(fa), "n/a");
-    printf("%-18s %7s %-15s %6zu %7s %8s %9s %6s %9.0f\n",
-           k ? "" : src->name, iters, D->name, run->det[k].slow.n, buf[0],
-           buf[1], fa, k == DET_RESIHP ? mape : "-",
-           D->updates ? D->ns / D->updates : 0.0);
+    printf("%-18s %7s %-15s %6zu %7s %8s %9s %6s %9.0f\n", k ? "" : src->name,
+           iters, D->name, run->det[k].slow.n, buf[0], buf[1], fa,
+           k == DET_RESIHP ? mape : "-", D->updates ? D->ns / D->updates : 0.0);
   }
   if (src->nep) {
     printf("  %-27s %5s  %-15s %8s %8s %8s %5s %5s\n", "fault class", "n",
@@ -461,8 +459,7 @@ static void report(struct run *run) {
       target(run->det[0].slow.n == 0 && run->det[0].failed.n == 0, src->name,
              "zero false alarms on variability-only trace");
     if (sc[0].n[C_PERSIST])
-      target(sc[0].hit3[C_PERSIST] * 100 >= sc[0].n[C_PERSIST] * 99,
-             src->name,
+      target(sc[0].hit3[C_PERSIST] * 100 >= sc[0].n[C_PERSIST] * 99, src->name,
              "recall >= 99 % within 3 iterations for >= 1.2x persistent");
     if (run->ape_n)
       target(run->ape_sum / run->ape_n <= 0.02, src->name, "MAPE <= 2 %");
@@ -540,30 +537,30 @@ static ev_source_t *make_scenario(int i) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: resihp-detect-eval [options] [--trace FILE]...\n"
-          "Replay training traces through resihp's fail-slow/fail-stop "
-          "detector and\n"
-          "two naive baselines; print precision, recall, false alarms, "
-          "latency, MAPE\n"
-          "and cost. Without --trace, generated traces are used.\n"
-          "  --seed N            random seed (default 1)\n"
-          "  --iters N           iterations per generated trace (10000)\n"
-          "  --replicas N        data-parallel replicas (4)\n"
-          "  --stages N          pipeline stages (4)\n"
-          "  --microbatches N    microbatches per rank per iteration (8)\n"
-          "  --context N         context window in tokens (8192)\n"
-          "  --scenario NAME     all, var-packed, var-unpacked, faults-packed,\n"
-          "                      faults-unpacked (default all)\n"
-          "  --trace FILE        replay FILE (text format, see the man "
-          "page; - = stdin)\n"
-          "  --write-trace FILE  write the generated --scenario to FILE and "
-          "exit\n"
-          "  --slow-margin PCT   resihp's slow margin (25)\n"
-          "  --k K               k of the k*median baseline (1.2)\n"
-          "  --check             exit 1 unless the detector meets its "
-          "targets\n"
-          "  --verbose           list every alarm\n");
+  fprintf(
+      f, "usage: resihp-detect-eval [options] [--trace FILE]...\n"
+         "Replay training traces through resihp's fail-slow/fail-stop "
+         "detector and\n"
+         "two naive baselines; print precision, recall, false alarms, "
+         "latency, MAPE\n"
+         "and cost. Without --trace, generated traces are used.\n"
+         "  --seed N            random seed (default 1)\n"
+         "  --iters N           iterations per generated trace (10000)\n"
+         "  --replicas N        data-parallel replicas (4)\n"
+         "  --stages N          pipeline stages (4)\n"
+         "  --microbatches N    microbatches per rank per iteration (8)\n"
+         "  --context N         context window in tokens (8192)\n"
+         "  --scenario NAME     all, var-packed, var-unpacked, faults-packed,\n"
+         "                      faults-unpacked (default all)\n"
+         "  --trace FILE        replay FILE (text format, see the man "
+         "page; - = stdin)\n"
+         "  --write-trace FILE  write the generated --scenario to FILE and "
+         "exit\n"
+         "  --slow-margin PCT   resihp's slow margin (25)\n"
+         "  --k K               k of the k*median baseline (1.2)\n"
+         "  --check             exit 1 unless the detector meets its "
+         "targets\n"
+         "  --verbose           list every alarm\n");
 }
 
 static int parse_num(const char *arg, const char *name, double lo, double hi,

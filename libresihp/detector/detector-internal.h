@@ -48,23 +48,23 @@ enum resihp__fs { RESIHP__FS_OK, RESIHP__FS_SUSPECT, RESIHP__FS_SLOW };
 
 struct resihp__rank {
   struct resihp__pred pred;
-  int slot;       /* index of its stage in the detector's stage table */
-  int next_peer;  /* next rank of the same stage, -1 at the end */
-  int stage;      /* the caller's stage id */
+  int slot;      /* index of its stage in the detector's stage table */
+  int next_peer; /* next rank of the same stage, -1 at the end */
+  int stage;     /* the caller's stage id */
   /* Fail-slow. z is log(measured / own prediction); z_rel the same less
    * the mean z of the peers, so that swings every peer sees cancel. */
   enum resihp__fs fs;
-  double mad;        /* exponentially weighted mean |z_rel - bias| */
-  double bias;       /* exponentially weighted mean z_rel of fitted samples */
-  double cusum;      /* upper CUSUM of z_rel */
-  double down;       /* while SLOW: CUSUM towards recovery */
-  double zlast;      /* last z, the rank's contribution to its peers */
-  double factor_log; /* while SLOW: smoothed log slowdown */
-  double base;       /* while SLOW: own model's excess over the peers' */
-  double reported;   /* factor in the last event */
-  int contrib;       /* counted in its stage's sum of z */
+  double mad;         /* exponentially weighted mean |z_rel - bias| */
+  double bias;        /* exponentially weighted mean z_rel of fitted samples */
+  double cusum;       /* upper CUSUM of z_rel */
+  double down;        /* while SLOW: CUSUM towards recovery */
+  double zlast;       /* last z, the rank's contribution to its peers */
+  double factor_log;  /* while SLOW: smoothed log slowdown */
+  double base;        /* while SLOW: own model's excess over the peers' */
+  double reported;    /* factor in the last event */
+  int contrib;        /* counted in its stage's sum of z */
   int model_gap_hits; /* consecutive peer checks finding a slow model */
-  unsigned run;      /* samples since the CUSUM left zero */
+  unsigned run;       /* samples since the CUSUM left zero */
   unsigned ring_n, ring_head;
   double ring_z[RESIHP__RING];
   double ring_t[RESIHP__RING];
@@ -85,21 +85,21 @@ struct resihp__rank {
 
 struct resihp__stage {
   int id;
-  int members;  /* ranks in this stage (0: slot free) */
-  int head;     /* first member, -1 if none */
-  int count;    /* members contributing to sum */
-  double sum;   /* sum of their zlast */
+  int members; /* ranks in this stage (0: slot free) */
+  int head;    /* first member, -1 if none */
+  int count;   /* members contributing to sum */
+  double sum;  /* sum of their zlast */
 };
 
 struct resihp_detector {
   resihp_detector_config_t cfg;
-  double h;      /* log(1 + slow margin): CUSUM threshold */
-  double k_min;  /* smallest CUSUM allowance per sample */
-  double s_min;  /* log(1 + min_slow) */
+  double h;     /* log(1 + slow margin): CUSUM threshold */
+  double k_min; /* smallest CUSUM allowance per sample */
+  double s_min; /* log(1 + min_slow) */
   struct resihp__rank *ranks;
   struct resihp__stage *stages; /* cfg.n_ranks slots */
-  int count;  /* ranks contributing to sum, over all stages */
-  double sum; /* sum of their zlast */
+  int count;                    /* ranks contributing to sum, over all stages */
+  double sum;                   /* sum of their zlast */
 };
 
 /* Add/remove a rank's zlast to/from its stage sum. */

@@ -55,8 +55,9 @@ int resihp_detector_create(resihp_detector_t **out,
     return bad_config("slow_margin", cfg->slow_margin,
                       "use a fraction 0.01..10 (0.25 = 25 %)");
   if (!(cfg->min_slow > 0 && cfg->min_slow <= cfg->slow_margin))
-    return bad_config("min_slow", cfg->min_slow, "use 0 < min_slow <= "
-                                                 "slow_margin");
+    return bad_config("min_slow", cfg->min_slow,
+                      "use 0 < min_slow <= "
+                      "slow_margin");
   if (!(cfg->forget >= 0.9 && cfg->forget <= 1))
     return bad_config("forget", cfg->forget, "use 0.9..1");
   if (cfg->warmup < 4)
@@ -250,8 +251,7 @@ int resihp_detector_health(const resihp_detector_t *d, int rank,
   return 0;
 }
 
-int resihp_detector_reset_rank(resihp_detector_t *d, int rank,
-                               uint64_t iter) {
+int resihp_detector_reset_rank(resihp_detector_t *d, int rank, uint64_t iter) {
   int rc = check_rank(d, rank, "resihp_detector_reset_rank");
   if (rc)
     return rc;

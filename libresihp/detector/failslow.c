@@ -138,8 +138,8 @@ static void absorb(struct resihp__rank *r, unsigned n) {
   }
 }
 
-static void become_slow(resihp_detector_t *d, int rank, uint64_t iter,
-                        double f, double base) {
+static void become_slow(resihp_detector_t *d, int rank, uint64_t iter, double f,
+                        double base) {
   struct resihp__rank *r = &d->ranks[rank];
   r->fs = RESIHP__FS_SLOW;
   r->factor_log = f;

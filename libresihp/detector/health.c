@@ -181,8 +181,7 @@ int resihp_detector_probe_report(resihp_detector_t *d, int rank, uint64_t iter,
   if (r->state == RESIHP_HEALTH_FAILED)
     return 0;
   resihp_log(RESIHP_LOG_WARN, "detector",
-             "rank %d: node health probe '%s' failed", rank,
-             what ? what : "?");
+             "rank %d: node health probe '%s' failed", rank, what ? what : "?");
   r->probe_failed = 1;
   resihp__publish(d, rank, iter);
   return 0;

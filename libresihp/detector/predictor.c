@@ -32,7 +32,7 @@
 #define NF RESIHP__PRED_NF
 
 /* Index of (i, j), i <= j, in the packed upper triangle. */
-#define UT(i, j) ((i) * NF - (i) * ((i) + 1) / 2 + (j))
+#define UT(i, j) ((i)*NF - (i) * ((i) + 1) / 2 + (j))
 
 void resihp__pred_init(struct resihp__pred *p, double forget) {
   memset(p, 0, sizeof(*p));
@@ -197,7 +197,9 @@ int resihp_predictor_create(resihp_predictor_t **out, double forget) {
   return 0;
 }
 
-void resihp_predictor_destroy(resihp_predictor_t *p) { free(p); }
+void resihp_predictor_destroy(resihp_predictor_t *p) {
+  free(p);
+}
 
 int resihp_predictor_update(resihp_predictor_t *p, const resihp_workload_t *w,
                             double time, double weight) {

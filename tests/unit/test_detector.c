@@ -75,7 +75,9 @@ static void quiet_setup(void) {
   rng_state = 42;
 }
 
-static void quiet_teardown(void) { resihp_log_set_handler(NULL, NULL); }
+static void quiet_teardown(void) {
+  resihp_log_set_handler(NULL, NULL);
+}
 
 /* ---- predictor ---- */
 
@@ -169,8 +171,7 @@ struct events {
 };
 
 static void on_event(int rank, resihp_health_state_t prev,
-                     const resihp_rank_health_t *now, uint64_t iter,
-                     void *ud) {
+                     const resihp_rank_health_t *now, uint64_t iter, void *ud) {
   struct events *e = ud;
   (void)prev;
   if (now->state == RESIHP_HEALTH_SLOW && prev != RESIHP_HEALTH_SLOW) {
@@ -514,8 +515,7 @@ static Suite *detector_suite(void) {
   t = tcase_create("bad-input");
   tcase_set_timeout(t, 10);
   tcase_add_checked_fixture(t, quiet_setup, quiet_teardown);
-  tcase_add_loop_test(t, bad_samples_rejected, 0,
-                      sizeof(bad) / sizeof(bad[0]));
+  tcase_add_loop_test(t, bad_samples_rejected, 0, sizeof(bad) / sizeof(bad[0]));
   tcase_add_test(t, bad_arguments_rejected);
   suite_add_tcase(s, t);
   return s;

@@ -50,7 +50,9 @@ ev_baseline_t *ev_baseline_create(enum ev_baseline_kind kind, int n_ranks,
   return b;
 }
 
-void ev_baseline_destroy(ev_baseline_t *b) { free(b); }
+void ev_baseline_destroy(ev_baseline_t *b) {
+  free(b);
+}
 
 void ev_baseline_reset_rank(ev_baseline_t *b, int rank) {
   memset(&b->r[rank], 0, sizeof(b->r[rank]));

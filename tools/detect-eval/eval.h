@@ -45,9 +45,9 @@ struct ev_source {
   void (*destroy)(ev_source_t *s);
   char name[64];
   int n_ranks;
-  int mb;            /* microbatches per rank per iteration (heartbeats) */
-  uint32_t n_iters;  /* iterations covered (last + 1) */
-  int labelled;      /* episodes below are the complete ground truth */
+  int mb;           /* microbatches per rank per iteration (heartbeats) */
+  uint32_t n_iters; /* iterations covered (last + 1) */
+  int labelled;     /* episodes below are the complete ground truth */
   ev_episode_t *ep;
   size_t nep, ep_cap;
   char err[512];
@@ -60,9 +60,9 @@ void ev_source_destroy(ev_source_t *s);
 typedef struct {
   int replicas, stages, mb;
   uint32_t iters;
-  int packed;       /* 1: documents packed into full context windows */
-  int faults;       /* 1: inject fail-slow episodes and fail-stops */
-  int context;      /* context window (tokens) */
+  int packed;  /* 1: documents packed into full context windows */
+  int faults;  /* 1: inject fail-slow episodes and fail-stops */
+  int context; /* context window (tokens) */
   uint64_t seed;
 } ev_gen_params_t;
 
@@ -90,7 +90,7 @@ typedef struct {
   uint64_t s;
 } ev_rng_t;
 uint64_t ev_rng_next(ev_rng_t *r);
-double ev_uniform(ev_rng_t *r);      /* (0, 1) */
-double ev_normal(ev_rng_t *r);       /* N(0, 1) */
+double ev_uniform(ev_rng_t *r); /* (0, 1) */
+double ev_normal(ev_rng_t *r);  /* N(0, 1) */
 
 #endif /* RESIHP_DETECT_EVAL_H */

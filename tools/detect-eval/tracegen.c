@@ -166,8 +166,8 @@ static ev_episode_t *active(struct gen *g, int r, uint32_t it) {
   return NULL;
 }
 
-static int gen_next(ev_source_t *s, uint32_t *iter,
-                    const ev_sample_t **samples, size_t *n) {
+static int gen_next(ev_source_t *s, uint32_t *iter, const ev_sample_t **samples,
+                    size_t *n) {
   struct gen *g = (struct gen *)s;
   if (g->it >= g->p.iters)
     return 0;
@@ -190,11 +190,10 @@ static int gen_next(ev_source_t *s, uint32_t *iter,
         if (e && e->kind == EV_STOP)
           continue;
         const struct cost *c = &g->cost[st];
-        double drift =
-            1 + 0.02 * sin(2 * M_PI * it / 3000.0 + g->phase[r]);
-        double comp = (c->a * w.tokens + c->b * w.sum_l2 + c->e * w.nseq +
-                       c->c) *
-                      g->speed[r] * drift;
+        double drift = 1 + 0.02 * sin(2 * M_PI * it / 3000.0 + g->phase[r]);
+        double comp =
+            (c->a * w.tokens + c->b * w.sum_l2 + c->e * w.nseq + c->c) *
+            g->speed[r] * drift;
         double comm = c->g * w.tokens + c->h;
         double healthy = comp + comm, t = healthy;
         if (e) {
@@ -206,8 +205,8 @@ static int gen_next(ev_source_t *s, uint32_t *iter,
         t *= global * g->jit[r] * exp(0.01 * ev_normal(&g->rng));
         if (ev_uniform(&g->rng) < 1.0 / 2000)
           t *= 1.1 + 0.5 * ev_uniform(&g->rng);
-        g->buf[k++] = (ev_sample_t){
-            .iter = it, .rank = r, .stage = st, .w = w, .t = t};
+        g->buf[k++] =
+            (ev_sample_t){.iter = it, .rank = r, .stage = st, .w = w, .t = t};
       }
     }
   *iter = it;
@@ -299,8 +298,8 @@ ev_source_t *ev_gen_create(const ev_gen_params_t *p, const char *name) {
   g->rank_end = calloc(nr, sizeof(size_t));
   g->src.next = gen_next;
   g->src.destroy = gen_destroy;
-  if (!g->buf || !g->speed || !g->phase || !g->jit || !g->carry ||
-      !g->cost || !g->cursor || !g->rank_end) {
+  if (!g->buf || !g->speed || !g->phase || !g->jit || !g->carry || !g->cost ||
+      !g->cursor || !g->rank_end) {
     gen_destroy(&g->src);
     return NULL;
   }

@@ -176,8 +176,7 @@ static int sample_line(struct file_src *f, char **tok, int nt,
     return -1;
   }
   if (whole(tok[2], 0, INT_MAX, &stage)) {
-    say(err, errlen, "%s: stage '%.32s' is not an integer >= 0", where,
-        tok[2]);
+    say(err, errlen, "%s: stage '%.32s' is not an integer >= 0", where, tok[2]);
     return -1;
   }
   for (int i = 0; i < 4; i++)
@@ -247,7 +246,9 @@ ev_source_t *ev_file_open(const char *path, char *err, size_t errlen) {
   f->src.destroy = file_destroy;
   const char *base = strrchr(path, '/');
   snprintf(f->src.name, sizeof(f->src.name), "%s",
-           !strcmp(path, "-") ? "stdin" : base ? base + 1 : path);
+           !strcmp(path, "-") ? "stdin"
+           : base             ? base + 1
+                              : path);
   char line[LINE_MAX_LEN + 2];
   char where[300];
   long lineno = 0;
@@ -289,8 +290,10 @@ ev_source_t *ev_file_open(const char *path, char *err, size_t errlen) {
   if (fp != stdin)
     fclose(fp);
   if (!rc && f->n == 0) {
-    say(err, errlen, "%s: no sample lines (expected 'iter rank stage tokens "
-                     "sum_l2 nseq time_us')", path);
+    say(err, errlen,
+        "%s: no sample lines (expected 'iter rank stage tokens "
+        "sum_l2 nseq time_us')",
+        path);
     rc = -1;
   }
   if (rc) {
@@ -359,8 +362,7 @@ int ev_write_trace(ev_source_t *src, const char *path, const char *comment,
   while ((rc = src->next(src, &it, &s, &n)) > 0)
     for (size_t i = 0; i < n; i++)
       fprintf(fp, "%u %d %d %.0f %.0f %.0f %.3f\n", s[i].iter, s[i].rank,
-              s[i].stage, s[i].w.tokens, s[i].w.sum_l2, s[i].w.nseq,
-              s[i].t);
+              s[i].stage, s[i].w.tokens, s[i].w.sum_l2, s[i].w.nseq, s[i].t);
   int bad = ferror(fp);
   if (fp != stdout)
     bad |= fclose(fp) != 0;

@@ -121,16 +121,16 @@ typedef void (*resihp_detector_event_fn)(int rank, resihp_health_state_t prev,
                                          uint64_t iter, void *userdata);
 
 typedef struct {
-  int n_ranks;           /* ranks 0..n_ranks-1 (required, >= 1) */
-  double slow_margin;    /* fraction (0.25 = 25 %) */
-  double min_slow;       /* smallest validated slowdown reported (0.05) */
-  double forget;         /* predictor forgetting factor (0.998) */
-  unsigned warmup;       /* samples per rank before judging it (32) */
+  int n_ranks;             /* ranks 0..n_ranks-1 (required, >= 1) */
+  double slow_margin;      /* fraction (0.25 = 25 %) */
+  double min_slow;         /* smallest validated slowdown reported (0.05) */
+  double forget;           /* predictor forgetting factor (0.998) */
+  unsigned warmup;         /* samples per rank before judging it (32) */
   unsigned suspect_misses; /* consecutive heartbeat misses -> SUSPECT (2) */
   unsigned failed_misses;  /* consecutive misses -> FAILED
                               (detect-timeout / heartbeat, i.e. 10) */
-  unsigned peer_check;   /* compare a rank's model with its peers' every
-                            this many samples (32; 0 = never) */
+  unsigned peer_check;     /* compare a rank's model with its peers' every
+                              this many samples (32; 0 = never) */
   resihp_detector_event_fn on_event; /* optional */
   void *userdata;
 } resihp_detector_config_t;

@@ -536,6 +536,40 @@ static ev_source_t *make_scenario(int i) {
   return s;
 }
 
+/* The predictor alone, on the microbatches of a generated trace: the cost
+ * the hot path pays per microbatch before any detection logic. */
+static void predictor_cost(void) {
+  ev_gen_params_t p = {.replicas = 4,
+                       .stages = 1,
+                       .mb = 8,
+                       .iters = 500,
+                       .packed = 0,
+                       .context = opt.context,
+                       .seed = opt.seed};
+  ev_source_t *src = ev_gen_create(&p, "cost");
+  resihp_predictor_t *pr = NULL;
+  if (!src || resihp_predictor_create(&pr, 0)) {
+    ev_source_destroy(src);
+    return;
+  }
+  uint32_t it;
+  const ev_sample_t *s;
+  size_t n;
+  double ns = 0;
+  uint64_t updates = 0;
+  while (src->next(src, &it, &s, &n) > 0) {
+    double t0 = now_ns();
+    for (size_t i = 0; i < n; i++)
+      resihp_predictor_update(pr, &s[i].w, s[i].t, 1.0);
+    ns += now_ns() - t0;
+    updates += n;
+  }
+  printf("resihp predictor alone: %.0f ns/update (%llu updates)\n",
+         ns / (double)updates, (unsigned long long)updates);
+  resihp_predictor_destroy(pr);
+  ev_source_destroy(src);
+}
+
 static void usage(FILE *f) {
   fprintf(
       f, "usage: resihp-detect-eval [options] [--trace FILE]...\n"
@@ -718,6 +752,8 @@ int main(int argc, char **argv) {
       rc = evaluate(s, 0);
       ev_source_destroy(s);
     }
+    if (!rc)
+      predictor_cost();
   }
   free(traces);
   if (rc)

@@ -34,6 +34,9 @@ void resihp__pred_coef(const struct resihp__pred *p,
 
 /* 0 if w and time describe a possible microbatch; otherwise logs what is
  * wrong (naming who called) and returns RESIHP_EINVAL. */
+/* 0, or logs why (naming the API call `who`) and returns EINVAL/ERANGE. */
+int resihp__detector_check_rank(const resihp_detector_t *d, int rank,
+                                const char *who);
 int resihp__check_sample(const char *who, const resihp_workload_t *w,
                          double time);
 

@@ -107,7 +107,8 @@ void resihp_detector_destroy(resihp_detector_t *d) {
   free(d);
 }
 
-static int check_rank(const resihp_detector_t *d, int rank, const char *who) {
+int resihp__detector_check_rank(const resihp_detector_t *d, int rank,
+                                const char *who) {
   if (!d) {
     resihp_log(RESIHP_LOG_ERROR, "detector", "%s: detector is NULL", who);
     return RESIHP_EINVAL;
@@ -158,7 +159,7 @@ static void unlink_rank(resihp_detector_t *d, int rank) {
 }
 
 int resihp_detector_set_stage(resihp_detector_t *d, int rank, int stage) {
-  int rc = check_rank(d, rank, "resihp_detector_set_stage");
+  int rc = resihp__detector_check_rank(d, rank, "resihp_detector_set_stage");
   if (rc)
     return rc;
   if (stage < 0) {
@@ -212,7 +213,7 @@ int resihp_detector_set_stage(resihp_detector_t *d, int rank, int stage) {
 
 int resihp_detector_record(resihp_detector_t *d, int rank, uint64_t iter,
                            const resihp_workload_t *w, double time_us) {
-  int rc = check_rank(d, rank, "resihp_detector_record");
+  int rc = resihp__detector_check_rank(d, rank, "resihp_detector_record");
   if (rc)
     return rc;
   rc = resihp__check_sample("resihp_detector_record", w, time_us);
@@ -233,7 +234,7 @@ int resihp_detector_record(resihp_detector_t *d, int rank, uint64_t iter,
 
 int resihp_detector_health(const resihp_detector_t *d, int rank,
                            resihp_rank_health_t *out) {
-  int rc = check_rank(d, rank, "resihp_detector_health");
+  int rc = resihp__detector_check_rank(d, rank, "resihp_detector_health");
   if (rc)
     return rc;
   if (!out) {
@@ -252,7 +253,7 @@ int resihp_detector_health(const resihp_detector_t *d, int rank,
 }
 
 int resihp_detector_reset_rank(resihp_detector_t *d, int rank, uint64_t iter) {
-  int rc = check_rank(d, rank, "resihp_detector_reset_rank");
+  int rc = resihp__detector_check_rank(d, rank, "resihp_detector_reset_rank");
   if (rc)
     return rc;
   struct resihp__rank *r = &d->ranks[rank];
@@ -267,7 +268,7 @@ int resihp_detector_reset_rank(resihp_detector_t *d, int rank, uint64_t iter) {
 
 int resihp_detector_predict(const resihp_detector_t *d, int rank,
                             const resihp_workload_t *w, double *time_us) {
-  int rc = check_rank(d, rank, "resihp_detector_predict");
+  int rc = resihp__detector_check_rank(d, rank, "resihp_detector_predict");
   if (rc)
     return rc;
   if (!time_us) {

@@ -114,24 +114,9 @@ void resihp__publish(resihp_detector_t *d, int rank, uint64_t iter) {
   }
 }
 
-static int check(resihp_detector_t *d, int rank, const char *who) {
-  if (!d) {
-    resihp_log(RESIHP_LOG_ERROR, "detector", "%s: detector is NULL", who);
-    return RESIHP_EINVAL;
-  }
-  if (rank < 0 || rank >= d->cfg.n_ranks) {
-    resihp_log(RESIHP_LOG_ERROR, "detector",
-               "%s: rank %d out of range; the detector was created for ranks "
-               "0..%d",
-               who, rank, d->cfg.n_ranks - 1);
-    return RESIHP_ERANGE;
-  }
-  return 0;
-}
-
 int resihp_detector_heartbeat(resihp_detector_t *d, int rank, uint64_t iter,
                               int received) {
-  int rc = check(d, rank, "resihp_detector_heartbeat");
+  int rc = resihp__detector_check_rank(d, rank, "resihp_detector_heartbeat");
   if (rc)
     return rc;
   struct resihp__rank *r = &d->ranks[rank];
@@ -150,7 +135,7 @@ int resihp_detector_heartbeat(resihp_detector_t *d, int rank, uint64_t iter,
 
 int resihp_detector_socket_error(resihp_detector_t *d, int rank, uint64_t iter,
                                  int err) {
-  int rc = check(d, rank, "resihp_detector_socket_error");
+  int rc = resihp__detector_check_rank(d, rank, "resihp_detector_socket_error");
   if (rc)
     return rc;
   if (err >= 0) {
@@ -172,7 +157,7 @@ int resihp_detector_socket_error(resihp_detector_t *d, int rank, uint64_t iter,
 
 int resihp_detector_probe_report(resihp_detector_t *d, int rank, uint64_t iter,
                                  int ok, const char *what) {
-  int rc = check(d, rank, "resihp_detector_probe_report");
+  int rc = resihp__detector_check_rank(d, rank, "resihp_detector_probe_report");
   if (rc)
     return rc;
   if (ok)

@@ -2,8 +2,9 @@
 # CUDA/NCCL, and exports only slurm_spank_*/plugin_* symbols.
 slurmplugin_LTLIBRARIES = spank/resihp.la
 spank_resihp_la_SOURCES = spank/plugin.c spank/plugin.h spank/options.c \
-	spank/srun.c spank/stepd.c
-spank_resihp_la_CPPFLAGS = $(AM_CPPFLAGS) $(SLURM_CPPFLAGS)
+	spank/srun.c spank/stepd.c spank/probe.c
+spank_resihp_la_CPPFLAGS = $(AM_CPPFLAGS) $(SLURM_CPPFLAGS) \
+	-I$(top_srcdir)/libresihp/probe
 spank_resihp_la_LIBADD = libresihp/libresihp-core.la
 spank_resihp_la_LDFLAGS = -module -avoid-version -shared \
 	-Wl,--version-script=$(srcdir)/spank/resihp.map -Wl,-z,relro -Wl,-z,now

@@ -5,8 +5,39 @@
 
 #include "plugin.h"
 
+#include "probe.h"
+
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Settings that name files the privileged probe helper writes as root:
+ * only the site may choose them. */
+static int admin_only(int id) {
+  return id == RESIHP_SETTING_PROBE_METRICS ||
+         id == RESIHP_SETTING_PROBE_RUN_DIR;
+}
+
+/* test-delay=CHECK:MS */
+static int parse_test_delay(const char *value) {
+  char check[32];
+  const char *colon = strchr(value, ':');
+  size_t l = colon ? (size_t)(colon - value) : 0;
+  if (!colon || l == 0 || l >= sizeof(check))
+    return -1;
+  memcpy(check, value, l);
+  check[l] = '\0';
+  int k = resihp__probe_check_lookup(check);
+  char *end;
+  errno = 0;
+  long ms = strtol(colon + 1, &end, 10);
+  if (k < 0 || end == colon + 1 || *end || errno || ms < 1 || ms > 600000)
+    return -1;
+  resihp_plugin.test_delay_check = k;
+  resihp_plugin.test_delay_ms = ms;
+  return 0;
+}
 
 static int set_or_complain(resihp_settings_t *s, const char *what,
                            const char *key, const char *value) {
@@ -47,10 +78,37 @@ int resihp__plugstack_parse(int argc, char **argv) {
                   PLUGIN_NAME, value);
       return -1;
     }
+    if (strnlen(value, RESIHP_SETTING_STR_MAX) >= RESIHP_SETTING_STR_MAX) {
+      slurm_error("%s: plugstack.conf: value of %s longer than %d characters",
+                  PLUGIN_NAME, key, RESIHP_SETTING_STR_MAX - 1);
+      return -1;
+    }
+    /* Test hook for the site's own validation of the plugin: forced
+     * failures and delays of named checks. Admin-only by construction. */
+    if (!strcmp(key, "test-fail")) {
+      char err[256];
+      if (resihp__probe_parse_list(value, &resihp_plugin.test_fail, err,
+                                   sizeof(err))) {
+        slurm_error("%s: plugstack.conf: test-fail=%.40s: %s", PLUGIN_NAME,
+                    value, err);
+        return -1;
+      }
+      continue;
+    }
+    if (!strcmp(key, "test-delay")) {
+      if (parse_test_delay(value)) {
+        slurm_error("%s: plugstack.conf: test-delay=%.40s: use "
+                    "test-delay=CHECK:MS (MS 1..600000)",
+                    PLUGIN_NAME, value);
+        return -1;
+      }
+      continue;
+    }
     /* Any setting key sets the site default that users' options override. */
     if (resihp_setting_lookup(key) < 0 || strncmp(key, "RESIHP_", 7) == 0) {
       slurm_error("%s: plugstack.conf: unknown argument '%s'; valid are "
-                  "drain=yes|no and the setting keys of resihp(8) "
+                  "drain=yes|no, test-fail=, test-delay= and the setting "
+                  "keys of resihp(8) "
                   "(e.g. detect-timeout=1000)",
                   PLUGIN_NAME, key);
       return -1;
@@ -69,6 +127,26 @@ static int opt_resilient(int val, const char *optarg, int remote) {
    * current settings and then replacing them is idempotent. */
   if (resihp_settings_parse_opts(&tmp, optarg, err, sizeof(err))) {
     slurm_error("%s: invalid --resilient option: %s (see 'man resihp')",
+                PLUGIN_NAME, err);
+    return -1;
+  }
+  /* Which keys did the user write? Parse alone into defaults to know. */
+  resihp_settings_t mine;
+  resihp_settings_init(&mine);
+  (void)resihp_settings_parse_opts(&mine, optarg, NULL, 0);
+  for (int i = 0; i < RESIHP_SETTING__COUNT; i++)
+    if (mine.source[i] == RESIHP_SOURCE_OPTION && admin_only(i)) {
+      slurm_error("%s: invalid --resilient option: %s can only be set by the "
+                  "administrator in plugstack.conf (see 'man resihp')",
+                  PLUGIN_NAME, resihp_setting_desc((resihp_setting_id_t)i)->key);
+      return -1;
+    }
+  unsigned probes;
+  if (resihp__probe_parse_list(
+          resihp_settings_get_str(&tmp, RESIHP_SETTING_PROBES), &probes, err,
+          sizeof(err))) {
+    slurm_error("%s: invalid --resilient option: probes: %s (see 'man "
+                "resihp')",
                 PLUGIN_NAME, err);
     return -1;
   }
@@ -110,8 +188,18 @@ static int opt_friend(int val, const char *optarg, int remote) {
     return -1;
   }
   const resihp_setting_desc_t *d = resihp_setting_desc(friends[val].id);
-  if (set_or_complain(&resihp_plugin.settings, what, d->key, optarg))
+  resihp_settings_t tmp = resihp_plugin.settings;
+  if (set_or_complain(&tmp, what, d->key, optarg))
     return -1;
+  if (friends[val].id == RESIHP_SETTING_PROBES) {
+    char err[256];
+    unsigned probes;
+    if (resihp__probe_parse_list(optarg, &probes, err, sizeof(err))) {
+      slurm_error("%s: %s: %s", PLUGIN_NAME, what, err);
+      return -1;
+    }
+  }
+  resihp_plugin.settings = tmp;
   resihp_plugin.user_set[friends[val].id] = 1;
   resihp_plugin.enabled = 1;
   return 0;

@@ -12,6 +12,8 @@ SPANK_PLUGIN(resihp, 1);
 struct resihp_plugin resihp_plugin = {
     .enabled = 0,
     .drain_on_probe_failure = 0,
+    .test_delay_check = -1,
+    .periodic_pid = -1,
 };
 
 int slurm_spank_init(spank_t sp, int argc, char **argv) {
@@ -40,4 +42,22 @@ int slurm_spank_user_init(spank_t sp, int argc, char **argv) {
   if (!resihp_plugin.enabled || spank_context() != S_CTX_REMOTE)
     return 0;
   return resihp__stepd_user_init(sp);
+}
+
+int slurm_spank_task_init(spank_t sp, int argc, char **argv) {
+  if (!resihp_plugin.enabled || spank_context() != S_CTX_REMOTE)
+    return 0;
+  return resihp__probe_task_init(sp);
+}
+
+int slurm_spank_task_exit(spank_t sp, int argc, char **argv) {
+  if (resihp_plugin.enabled && spank_context() == S_CTX_REMOTE)
+    resihp__probe_task_exit(sp);
+  return 0;
+}
+
+int slurm_spank_exit(spank_t sp, int argc, char **argv) {
+  if (resihp_plugin.enabled && spank_context() == S_CTX_REMOTE)
+    resihp__probe_step_end(sp);
+  return 0;
 }

@@ -10,6 +10,9 @@
 
 #include <resihp/settings.h>
 
+#include <stdint.h>
+#include <sys/types.h>
+
 #define PLUGIN_NAME "resihp"
 
 struct resihp_plugin {
@@ -18,6 +21,22 @@ struct resihp_plugin {
   resihp_settings_t admin;      /* defaults + plugstack.conf arguments */
   resihp_settings_t settings;   /* admin + the user's options */
   unsigned char user_set[RESIHP_SETTING__COUNT]; /* set by the user's options */
+
+  /* Admin-only test hook (plugstack test-fail=, test-delay=): forces a
+   * check to fail or to be slow. Never taken from a job's environment. */
+  unsigned test_fail;
+  int test_delay_check; /* -1: none */
+  long test_delay_ms;
+
+  /* slurmstepd side, per step on this node. */
+  int probe_ran;               /* the step-start probe ran */
+  int probe_failed;            /* ... and found this node unhealthy */
+  char probe_summary[512];     /* what failed, for task_init's message */
+  char node[128];              /* this node's Slurm name */
+  char run_dir[320];           /* per-step directory (results file) */
+  pid_t periodic_pid;          /* periodic probe helper, -1: none */
+  uint32_t local_tasks;
+  uint32_t tasks_exited;
 };
 
 extern struct resihp_plugin resihp_plugin;
@@ -29,5 +48,12 @@ int resihp__options_register(spank_t sp);
 /* srun.c (local context) and stepd.c (remote context). */
 int resihp__srun_post_opt(spank_t sp);
 int resihp__stepd_user_init(spank_t sp);
+
+/* probe.c (remote context): step-start probe, its verdict in each task,
+ * the periodic probe helper and clean-up. */
+int resihp__probe_step_start(spank_t sp);
+int resihp__probe_task_init(spank_t sp);
+void resihp__probe_task_exit(spank_t sp);
+void resihp__probe_step_end(spank_t sp);
 
 #endif

@@ -31,5 +31,5 @@ int resihp__stepd_user_init(spank_t sp) {
     if (export(sp, resihp_setting_desc((resihp_setting_id_t)i)->env, v))
       return -1;
   }
-  return 0;
+  return resihp__probe_step_start(sp);
 }

@@ -54,7 +54,18 @@ extern "C" {
   XX(COORDINATOR, "coordinator", "RESIHP_COORDINATOR", STR, 0, 0, 0, "",       \
      "host:port of the resihp coordinator (set by resihp-run)")                \
   XX(SECRET_FILE, "secret-file", "RESIHP_SECRET_FILE", STR, 0, 0, 0, "",       \
-     "file holding the per-job secret that authenticates peers")
+     "file holding the per-job secret that authenticates peers")              \
+  XX(PROBE_MIN_FREE_MEM, "probe-min-free-mem", "RESIHP_PROBE_MIN_FREE_MEM",    \
+     INT, 268435456L, 0, 1125899906842624L, "",                                \
+     "memory a node must have available for a probe to pass (bytes, K/M/G)")  \
+  XX(PROBE_SCRATCH, "probe-scratch", "RESIHP_PROBE_SCRATCH", STR, 0, 0, 0, "", \
+     "directory the scratch check writes to (default: job's TMPDIR, /tmp)")   \
+  XX(PROBE_MIN_LINK, "probe-min-link", "RESIHP_PROBE_MIN_LINK_MBPS", INT, 0,   \
+     0, 10000000, "", "slowest acceptable NIC/IB link rate (Mb/s, 0 = any)")  \
+  XX(PROBE_METRICS, "probe-metrics", "RESIHP_PROBE_METRICS", STR, 0, 0, 0, "", \
+     "Prometheus textfile the probes update (plugstack.conf only)")           \
+  XX(PROBE_RUN_DIR, "probe-run-dir", "RESIHP_PROBE_RUN_DIR", STR, 0, 0, 0,     \
+     "/tmp", "where per-step probe results go (plugstack.conf only)")
 
 typedef enum {
 #define RESIHP__SETTING_ENUM(id, ...) RESIHP_SETTING_##id,

@@ -1,0 +1,64 @@
+# Node health probes (issue #7): shared by the SPANK plugin and
+# tools/resihp-probe. A convenience library without threads, CUDA or NCCL
+# (NVML is dlopen()ed inside the probe helper only), so that it can be linked
+# into the plugin that slurmstepd loads.
+noinst_LTLIBRARIES += libresihp/libresihp-metrics.la libresihp/libresihp-probe.la
+
+# The Prometheus textfile writer, reusable by every libresihp module.
+libresihp_libresihp_metrics_la_SOURCES = \
+	libresihp/metrics/metrics.c libresihp/metrics/metrics.h
+
+libresihp_libresihp_probe_la_SOURCES = \
+	libresihp/probe/probe.h libresihp/probe/probe.c \
+	libresihp/probe/checks.h libresihp/probe/checks.c \
+	libresihp/probe/nvml.c libresihp/probe/helper.c \
+	libresihp/probe/report.c
+libresihp_libresihp_probe_la_CFLAGS = $(AM_CFLAGS) $(HWLOC_CFLAGS)
+libresihp_libresihp_probe_la_LIBADD = libresihp/libresihp-metrics.la \
+	$(HWLOC_LIBS)
+
+# The plugin runs the probes in its remote (slurmstepd) context.
+spank_resihp_la_LIBADD += libresihp/libresihp-probe.la
+
+# resihp-probe: the same checks from a shell, for admins and health scripts.
+sbin_PROGRAMS += tools/resihp-probe
+tools_resihp_probe_SOURCES = tools/resihp-probe.c
+tools_resihp_probe_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libresihp/probe
+tools_resihp_probe_LDADD = libresihp/libresihp-probe.la \
+	libresihp/libresihp-core.la
+
+dist_man_MANS += man/resihp-probe.8
+
+# Packaging for sysadmins (built from the `make dist` tarball).
+EXTRA_DIST += contrib/rpm/resihp.spec \
+	contrib/debian/changelog contrib/debian/control \
+	contrib/debian/copyright contrib/debian/rules \
+	contrib/debian/source/format contrib/debian/resihp.install \
+	contrib/debian/libresihp0.install contrib/debian/libresihp-dev.install \
+	contrib/debian/resihp.README.Debian
+
+# Tests: probe unit tests, the fuzz target of the option parser (also run as
+# a regular test through its standalone driver), the exported-symbols check,
+# resihp-probe's CLI and the probes on the real lab cluster.
+if HAVE_CHECK
+check_PROGRAMS += tests/unit/test_probe
+tests_unit_test_probe_SOURCES = tests/unit/test_probe.c
+tests_unit_test_probe_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libresihp/probe
+tests_unit_test_probe_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_probe_LDADD = libresihp/libresihp-probe.la $(UNIT_LDADD)
+TESTS += tests/unit/test_probe
+endif
+
+check_PROGRAMS += tests/fuzz/fuzz_options
+tests_fuzz_fuzz_options_SOURCES = tests/fuzz/fuzz_options.c
+tests_fuzz_fuzz_options_LDADD = libresihp/libresihp-core.la
+TESTS += tests/fuzz/fuzz_options
+EXTRA_DIST += tests/fuzz/corpus/plain tests/fuzz/corpus/many \
+	tests/fuzz/corpus/bad tests/fuzz/README
+
+dist_check_SCRIPTS += tests/integration/plugin-exports.test \
+	tests/integration/resihp-probe.test \
+	tests/integration/spank-probes.test
+TESTS += tests/integration/plugin-exports.test \
+	tests/integration/resihp-probe.test \
+	tests/integration/spank-probes.test

@@ -1,0 +1,155 @@
+/* Node health probes, shared by the SPANK plugin (step start and periodic)
+ * and tools/resihp-probe. Private to resihp: internal names (resihp__).
+ *
+ * Each check runs in a helper process forked with the hygiene slurmstepd
+ * needs (see resihp__helper_sanitize) and is bounded by a hard deadline:
+ * a check that hangs (dead NFS scratch, wedged driver) is SIGKILLed with its
+ * helper and reported as a timeout naming the check. Nothing here starts a
+ * thread or loads CUDA; NVML is dlopen()ed inside the helper only.
+ *
+ * Results are plain structs; the report functions render them as the
+ * key=value file handed to ranks (format v1, see resihp-probe(8)), as JSON
+ * and as a text table. A future coordinator reads the same formats.
+ */
+#ifndef RESIHP_PROBE_H
+#define RESIHP_PROBE_H
+
+#include <resihp/settings.h>
+
+#include <stdio.h>
+#include <sys/types.h>
+
+/* XX(ID, name, what it checks) */
+#define RESIHP_PROBE_CHECKS(XX)                                                \
+  XX(TOPO, "topo", "hwloc topology: PUs/cores/NUMA (and GPUs) vs the step")   \
+  XX(MEM, "mem", "available memory vs probe-min-free-mem")                    \
+  XX(SCRATCH, "scratch", "create+write+fsync+unlink a file in the scratch dir") \
+  XX(NET, "net", "NIC and InfiniBand link state and rate (sysfs)")            \
+  XX(GPU, "gpu", "NVML: uncorrected ECC, pending retired/remapped rows, "     \
+                 "hardware throttling")
+
+typedef enum {
+#define RESIHP__PROBE_ENUM(id, name, help) RESIHP_PROBE_##id,
+  RESIHP_PROBE_CHECKS(RESIHP__PROBE_ENUM)
+#undef RESIHP__PROBE_ENUM
+  RESIHP_PROBE__COUNT
+} resihp_probe_check_t;
+
+#define RESIHP_PROBE_ALL ((1u << RESIHP_PROBE__COUNT) - 1)
+
+typedef enum {
+  RESIHP_PROBE_NOTRUN = 0, /* not selected, or never reached (timeout) */
+  RESIHP_PROBE_PASS,
+  RESIHP_PROBE_FAIL,
+  RESIHP_PROBE_SKIP,    /* nothing to check here (no GPU library, no IB) */
+  RESIHP_PROBE_TIMEOUT, /* the deadline expired while this check ran */
+} resihp_probe_status_t;
+
+#define RESIHP_PROBE_DETAIL_MAX 200
+#define RESIHP_PROBE_PATH_MAX 256
+
+typedef struct {
+  unsigned checks;           /* bit per resihp_probe_check_t */
+  long timeout_ms;           /* hard deadline of one probe run */
+  long min_free_mem;         /* bytes */
+  long min_link_mbps;        /* 0 = any rate */
+  int expect_cpus;           /* PUs the step uses on this node (0 = none) */
+  int expect_gpus;           /* GPUs the step asked for (0 = none) */
+  char scratch_dir[RESIHP_PROBE_PATH_MAX];
+  char sysfs_root[RESIHP_PROBE_PATH_MAX]; /* "/sys"; tests point elsewhere */
+  char proc_root[RESIHP_PROBE_PATH_MAX];  /* "/proc" */
+  char nvml_lib[RESIHP_PROBE_PATH_MAX];   /* "libnvidia-ml.so.1" */
+  /* Admin/test hook: never set from a job's environment. */
+  unsigned test_fail;        /* checks forced to fail */
+  int test_delay_check;      /* check to slow down, -1 none */
+  long test_delay_ms;
+} resihp_probe_config_t;
+
+typedef struct {
+  int status; /* resihp_probe_status_t */
+  long usec;  /* wall time of the check */
+  char detail[RESIHP_PROBE_DETAIL_MAX];
+} resihp_probe_result_t;
+
+typedef struct {
+  resihp_probe_result_t r[RESIHP_PROBE__COUNT];
+  unsigned checks;  /* what was asked */
+  int healthy;      /* no FAIL and no TIMEOUT */
+  int timed_out;    /* the deadline expired */
+  long usec;        /* wall time of the whole run */
+  long long time;   /* unix time of the start */
+} resihp_probe_report_t;
+
+const char *resihp__probe_check_name(int check);
+const char *resihp__probe_status_name(int status);
+int resihp__probe_check_lookup(const char *name);
+
+/* "all", "none" or "name:name..." -> mask. Bounded; rejects unknown names,
+ * empty items and duplicates with a sentence in err. */
+int resihp__probe_parse_list(const char *list, unsigned *mask, char *err,
+                             size_t errlen);
+
+/* Defaults, then the probe settings of s (probes, probe-timeout, ...).
+ * scratch_fallback is used when probe-scratch is empty (the plugin passes
+ * the job's TMPDIR; NULL means /tmp). */
+void resihp__probe_config_init(resihp_probe_config_t *c);
+int resihp__probe_config_from_settings(resihp_probe_config_t *c,
+                                       const resihp_settings_t *s,
+                                       const char *scratch_fallback,
+                                       char *err, size_t errlen);
+
+/* A directory given to the probes: absolute, bounded, printable, no "..". */
+int resihp__probe_valid_dir(const char *dir);
+
+/* Run one check in this process (no deadline). */
+void resihp__probe_run_check(const resihp_probe_config_t *c, int check,
+                             resihp_probe_result_t *out);
+
+/* Run every selected check in a sanitised helper under c->timeout_ms.
+ * Returns 0 when a report was produced (healthy or not), a negative
+ * RESIHP_E* code when no helper could be started. */
+int resihp__probe_run(const resihp_probe_config_t *c,
+                      resihp_probe_report_t *rep);
+
+/* "mem: available 100 MiB < 256 MiB; net: ..." for the failed checks
+ * (bounded, printable). Returns the number of failed checks. */
+int resihp__probe_failure_summary(const resihp_probe_report_t *rep, char *buf,
+                                  size_t len);
+
+/* Renderers. kind is "start", "periodic" or "manual". */
+int resihp__probe_format_kv(const resihp_probe_report_t *rep, const char *kind,
+                            char *buf, size_t len);
+int resihp__probe_write_kv(const resihp_probe_report_t *rep, const char *kind,
+                           const char *path, int append);
+void resihp__probe_print_json(const resihp_probe_report_t *rep,
+                              const char *kind, FILE *f);
+void resihp__probe_print_text(const resihp_probe_report_t *rep, FILE *f);
+
+/* Update the Prometheus textfile at path (locked read-modify-write, atomic
+ * replace): resihp_probe_runs_total, resihp_probe_failures_total{check},
+ * resihp_probe_duration_seconds{check}, ... */
+int resihp__probe_update_metrics(const resihp_probe_report_t *rep,
+                                 const char *kind, const char *path);
+
+/* Fork hygiene for helpers of slurmstepd: default signal dispositions and an
+ * empty mask, stdio on /dev/null, every fd >= 3 closed except keep_fd (which
+ * is moved to a high number and returned), PR_SET_PDEATHSIG(SIGKILL) against
+ * parent_pid, a minimal fixed environment, cwd "/", and comm set to name.
+ * Call only in the child, first thing after fork(). Returns the new keep_fd
+ * (or -1 when keep_fd was -1); _exit()s if the parent is already gone. */
+int resihp__helper_sanitize(int keep_fd, pid_t parent_pid, const char *name);
+
+/* Run argv (argv[0] an absolute path or a name found in the helper PATH)
+ * in a sanitised child, bounded by timeout_ms. env_extra: NULL or a
+ * NULL-terminated list of "NAME=value" added to the clean environment.
+ * Returns the exit status, or a negative RESIHP_E* code (ETIMEDOUT after
+ * SIGKILL). */
+int resihp__run_command(char *const argv[], char *const env_extra[],
+                        long timeout_ms);
+
+/* Drain node with reason "resihp: <summary>" through scontrol. slurm_conf
+ * may be NULL (scontrol's default). Returns 0 or a negative code. */
+int resihp__probe_drain(const char *node, const char *summary,
+                        const char *slurm_conf, long timeout_ms);
+
+#endif

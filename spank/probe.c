@@ -1,0 +1,341 @@
+/* slurmstepd side of the node health probes (S_CTX_REMOTE).
+ *
+ * user_init (once per step and node, privileges temporarily dropped to the
+ * job's user, before any task is forked): run the selected checks in a
+ * sanitised helper under probe-timeout, write the results file into a fresh
+ * per-step directory, export its path to the tasks, log the verdict, and do
+ * the root-only follow-ups (metrics textfile, drain) in a short-lived child
+ * that regains root. The verdict is acted on in task_init: a task that
+ * fails there exits 1, so srun reports the failure and exits non-zero,
+ * whereas a failing user_init only makes srun print "launch failed" and
+ * exit 0 (measured on Slurm 22.05).
+ *
+ * When probe-interval > 0 a periodic helper re-runs the checks and appends
+ * to the results file; it is killed when the last local task exits and at
+ * the latest in slurm_spank_exit, and PR_SET_PDEATHSIG covers a dying
+ * slurmstepd.
+ *
+ * Trust: the job's environment is read only for TMPDIR (the default scratch
+ * directory, written with the user's own credentials) and for the GPU list
+ * Slurm set (a count compared with what the node has; a forged value can
+ * only fail the user's own step). Everything that runs as root uses
+ * plugstack.conf values and slurmstepd's own environment. */
+#include "config.h"
+
+#include "plugin.h"
+
+#include "probe.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RESULTS_FILE "probe.kv"
+#define ROOT_ACTIONS_TIMEOUT_MS 15000
+#define DRAIN_TIMEOUT_MS 10000
+
+/* Copy a value from the job's environment, bounded; "" when absent. */
+static void job_getenv(spank_t sp, const char *name, char *buf, size_t len) {
+  buf[0] = '\0';
+  if (spank_getenv(sp, name, buf, (int)len) != ESPANK_SUCCESS)
+    buf[0] = '\0';
+}
+
+/* Number of entries in a comma-separated GPU list ("0,1,3"), at most 64. */
+static int count_list(const char *s) {
+  if (!*s)
+    return 0;
+  int n = 1;
+  for (; *s; s++)
+    if (*s == ',')
+      n++;
+  return n > 64 ? 64 : n;
+}
+
+/* This node's name as slurmd knows it: slurmd exports SLURMD_NODENAME into
+ * its own (trusted) environment, which slurmstepd inherits. */
+static void node_name(char *buf, size_t len) {
+  const char *n = getenv("SLURMD_NODENAME");
+  if (n && *n && strnlen(n, len) < len) {
+    snprintf(buf, len, "%s", n);
+    return;
+  }
+  if (gethostname(buf, len) != 0)
+    snprintf(buf, len, "unknown");
+  buf[len - 1] = '\0';
+}
+
+static int build_config(spank_t sp, resihp_probe_config_t *c) {
+  char tmpdir[RESIHP_PROBE_PATH_MAX], gpus[256];
+  job_getenv(sp, "TMPDIR", tmpdir, sizeof(tmpdir));
+  if (!resihp__probe_valid_dir(tmpdir))
+    tmpdir[0] = '\0';
+  resihp__probe_config_init(c);
+  char err[512];
+  if (resihp__probe_config_from_settings(c, &resihp_plugin.settings, tmpdir,
+                                         err, sizeof(err))) {
+    slurm_error("%s: probe configuration: %s", PLUGIN_NAME, err);
+    return -1;
+  }
+  uint32_t ntasks = 0, cpt = 0;
+  if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &ntasks) == ESPANK_SUCCESS &&
+      spank_get_item(sp, S_STEP_CPUS_PER_TASK, &cpt) == ESPANK_SUCCESS &&
+      ntasks < 100000 && cpt < 100000)
+    c->expect_cpus = (int)(ntasks * (cpt ? cpt : 1));
+  resihp_plugin.local_tasks = ntasks;
+  job_getenv(sp, "SLURM_STEP_GPUS", gpus, sizeof(gpus));
+  if (!gpus[0])
+    job_getenv(sp, "SLURM_JOB_GPUS", gpus, sizeof(gpus));
+  c->expect_gpus = count_list(gpus);
+  c->test_fail = resihp_plugin.test_fail;
+  c->test_delay_check = resihp_plugin.test_delay_check;
+  c->test_delay_ms = resihp_plugin.test_delay_ms;
+  return 0;
+}
+
+/* A fresh, unpredictable per-step directory created with the user's
+ * credentials (mkdtemp: no pre-planted name can be reused). */
+static int make_run_dir(spank_t sp) {
+  uint32_t job = 0, step = 0;
+  spank_get_item(sp, S_JOB_ID, &job);
+  spank_get_item(sp, S_JOB_STEPID, &step);
+  const char *base =
+      resihp_settings_get_str(&resihp_plugin.settings, RESIHP_SETTING_PROBE_RUN_DIR);
+  if (!resihp__probe_valid_dir(base)) {
+    slurm_error("%s: probe-run-dir '%.80s' is not a usable absolute path",
+                PLUGIN_NAME, base);
+    return -1;
+  }
+  char tmpl[sizeof(resihp_plugin.run_dir)];
+  snprintf(tmpl, sizeof(tmpl), "%s/resihp.%u.%u.XXXXXX", base, job, step);
+  if (!mkdtemp(tmpl)) {
+    slurm_error("%s: cannot create a probe directory under %s: %s",
+                PLUGIN_NAME, base, strerror(errno));
+    return -1;
+  }
+  chmod(tmpl, 0755);
+  snprintf(resihp_plugin.run_dir, sizeof(resihp_plugin.run_dir), "%s", tmpl);
+  return 0;
+}
+
+static void results_path(char *buf, size_t len) {
+  snprintf(buf, len, "%s/" RESULTS_FILE, resihp_plugin.run_dir);
+}
+
+/* Regain root in a helper child of slurmstepd (the real and saved uid are
+ * still root while user_init runs with the job's euid). */
+static void become_root(void) {
+  if (geteuid() != 0 && seteuid(0) != 0)
+    return;
+  (void)setgroups(0, NULL);
+  (void)setresgid(0, 0, 0);
+  (void)setresuid(0, 0, 0);
+}
+
+/* Root-only follow-ups of a probe run: Prometheus metrics and, when the
+ * site asked for it, draining the node. Bounded; errors are logged by the
+ * caller from the exit status (bit 0: metrics, bit 1: drain). */
+static int root_actions(const resihp_probe_report_t *rep, const char *kind,
+                        const char *slurm_conf) {
+  const char *metrics =
+      resihp_settings_get_str(&resihp_plugin.settings, RESIHP_SETTING_PROBE_METRICS);
+  int drain = !rep->healthy && resihp_plugin.drain_on_probe_failure;
+  if (!*metrics && !drain)
+    return 0;
+  char summary[400];
+  resihp__probe_failure_summary(rep, summary, sizeof(summary));
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0)
+    return -1;
+  if (pid == 0) {
+    resihp__helper_sanitize(-1, parent, "resihp-root");
+    become_root();
+    int st = 0;
+    if (*metrics && resihp__probe_update_metrics(rep, kind, metrics) != 0)
+      st |= 1;
+    if (drain && resihp__probe_drain(resihp_plugin.node, summary, slurm_conf,
+                                     DRAIN_TIMEOUT_MS) != 0)
+      st |= 2;
+    _exit(st);
+  }
+  struct timespec step = {0, 5 * 1000 * 1000};
+  for (int waited = 0; waited < ROOT_ACTIONS_TIMEOUT_MS; waited += 5) {
+    int st;
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid)
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 4;
+    if (r < 0 && errno != EINTR)
+      return 4;
+    nanosleep(&step, NULL);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return 4;
+}
+
+static void log_verdict(const resihp_probe_report_t *rep, const char *kind) {
+  char per[300] = "";
+  size_t off = 0;
+  for (int i = 0; i < RESIHP_PROBE__COUNT && off < sizeof(per); i++) {
+    if (!(rep->checks & (1u << i)))
+      continue;
+    int w = snprintf(per + off, sizeof(per) - off, "%s%s=%s/%.1fms",
+                     off ? " " : "", resihp__probe_check_name(i),
+                     resihp__probe_status_name(rep->r[i].status),
+                     rep->r[i].usec / 1000.0);
+    if (w > 0)
+      off += (size_t)w;
+  }
+  if (rep->healthy)
+    slurm_info("%s: %s probe passed on %s in %.1f ms (%s)", PLUGIN_NAME, kind,
+               resihp_plugin.node, rep->usec / 1000.0, per);
+  else
+    slurm_error("%s: %s probe FAILED on %s in %.1f ms: %s (%s)", PLUGIN_NAME,
+                kind, resihp_plugin.node, rep->usec / 1000.0,
+                resihp_plugin.probe_summary, per);
+}
+
+/* The periodic helper: never returns. */
+static void periodic_loop(const resihp_probe_config_t *c, long interval_s,
+                          pid_t stepd, const char *slurm_conf) {
+  char path[sizeof(resihp_plugin.run_dir) + 16];
+  results_path(path, sizeof(path));
+  for (;;) {
+    for (long s = 0; s < interval_s; s++) {
+      sleep(1);
+      if (getppid() != stepd)
+        _exit(0);
+    }
+    resihp_probe_report_t rep;
+    if (resihp__probe_run(c, &rep) != 0)
+      continue;
+    (void)resihp__probe_write_kv(&rep, "periodic", path, 1);
+    (void)root_actions(&rep, "periodic", slurm_conf);
+  }
+}
+
+static void start_periodic(const resihp_probe_config_t *c,
+                           const char *slurm_conf) {
+  long interval =
+      resihp_settings_get(&resihp_plugin.settings, RESIHP_SETTING_PROBE_INTERVAL);
+  if (interval <= 0)
+    return;
+  pid_t stepd = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    slurm_error("%s: cannot start the periodic probe: %s", PLUGIN_NAME,
+                strerror(errno));
+    return;
+  }
+  if (pid == 0) {
+    resihp__helper_sanitize(-1, stepd, "resihp-periodic");
+    periodic_loop(c, interval, stepd, slurm_conf);
+    _exit(0);
+  }
+  resihp_plugin.periodic_pid = pid;
+  slurm_info("%s: periodic probe every %ld s on %s (pid %d)", PLUGIN_NAME,
+             interval, resihp_plugin.node, (int)pid);
+}
+
+int resihp__probe_step_start(spank_t sp) {
+  resihp_probe_config_t c;
+  if (resihp_plugin.probe_ran)
+    return 0;
+  node_name(resihp_plugin.node, sizeof(resihp_plugin.node));
+  if (build_config(sp, &c))
+    return -1;
+  if (!c.checks)
+    return 0; /* probes=none: no helper, no directory, nothing exported */
+  resihp_plugin.probe_ran = 1;
+
+  /* slurmstepd's own environment (from slurmd), never the job's. */
+  char slurm_conf[256] = "";
+  const char *sc = getenv("SLURM_CONF");
+  if (sc && sc[0] == '/' && strnlen(sc, sizeof(slurm_conf)) < sizeof(slurm_conf))
+    snprintf(slurm_conf, sizeof(slurm_conf), "%s", sc);
+
+  resihp_probe_report_t rep;
+  int rc = resihp__probe_run(&c, &rep);
+  if (rc) {
+    snprintf(resihp_plugin.probe_summary, sizeof(resihp_plugin.probe_summary),
+             "probe helper could not start (%s)", strerror(errno));
+    resihp_plugin.probe_failed = 1;
+    slurm_error("%s: %s", PLUGIN_NAME, resihp_plugin.probe_summary);
+    return 0;
+  }
+  resihp__probe_failure_summary(&rep, resihp_plugin.probe_summary,
+                                sizeof(resihp_plugin.probe_summary));
+  resihp_plugin.probe_failed = !rep.healthy;
+  log_verdict(&rep, "step-start");
+
+  if (make_run_dir(sp) == 0) {
+    char path[sizeof(resihp_plugin.run_dir) + 16];
+    results_path(path, sizeof(path));
+    if (resihp__probe_write_kv(&rep, "start", path, 0) != 0)
+      slurm_error("%s: cannot write probe results %s: %s", PLUGIN_NAME, path,
+                  strerror(errno));
+    else if (spank_setenv(sp, "RESIHP_PROBE_RESULTS", path, 1) !=
+             ESPANK_SUCCESS)
+      slurm_error("%s: cannot export RESIHP_PROBE_RESULTS", PLUGIN_NAME);
+  }
+  spank_setenv(sp, "RESIHP_PROBE_STATUS", rep.healthy ? "pass" : "fail", 1);
+
+  int st = root_actions(&rep, "start", slurm_conf);
+  if (st & 1)
+    slurm_error("%s: could not update the probe metrics file", PLUGIN_NAME);
+  if (st & 2)
+    slurm_error("%s: could not drain %s with scontrol", PLUGIN_NAME,
+                resihp_plugin.node);
+  else if (!rep.healthy && resihp_plugin.drain_on_probe_failure && st < 4)
+    slurm_error("%s: drained %s (drain=yes)", PLUGIN_NAME, resihp_plugin.node);
+
+  if (rep.healthy)
+    start_periodic(&c, slurm_conf);
+  return 0;
+}
+
+int resihp__probe_task_init(spank_t sp) {
+  if (!resihp_plugin.probe_failed)
+    return 0;
+  /* This runs in the task just before exec: its stderr is the user's. */
+  dprintf(STDERR_FILENO,
+          "%s: node %s failed its health probe, not starting the task: %s\n",
+          PLUGIN_NAME, resihp_plugin.node, resihp_plugin.probe_summary);
+  return -1;
+}
+
+static void stop_periodic(void) {
+  pid_t pid = resihp_plugin.periodic_pid;
+  if (pid <= 0)
+    return;
+  resihp_plugin.periodic_pid = -1;
+  kill(pid, SIGKILL);
+  /* slurmstepd may have reaped it already (it waits for any child). */
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+    ;
+}
+
+void resihp__probe_task_exit(spank_t sp) {
+  if (++resihp_plugin.tasks_exited >= resihp_plugin.local_tasks)
+    stop_periodic();
+}
+
+void resihp__probe_step_end(spank_t sp) {
+  stop_periodic();
+  if (!resihp_plugin.run_dir[0])
+    return;
+  char path[sizeof(resihp_plugin.run_dir) + 16];
+  results_path(path, sizeof(path));
+  unlink(path);
+  rmdir(resihp_plugin.run_dir);
+  resihp_plugin.run_dir[0] = '\0';
+}

@@ -1,0 +1,342 @@
+/* Unit tests of the probe library: selection lists, the bounded helper
+ * (deadline, blame, hygiene), renderers and the metrics writer. */
+#include "config.h"
+
+#include "probe.h"
+
+#include "../../libresihp/metrics/metrics.h"
+
+#include <resihp.h>
+
+#include <check.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+START_TEST(parse_lists) {
+  unsigned m = 0;
+  char err[256];
+  ck_assert_int_eq(resihp__probe_parse_list("all", &m, err, sizeof(err)), 0);
+  ck_assert_uint_eq(m, RESIHP_PROBE_ALL);
+  ck_assert_int_eq(resihp__probe_parse_list("none", &m, err, sizeof(err)), 0);
+  ck_assert_uint_eq(m, 0);
+  ck_assert_int_eq(resihp__probe_parse_list("mem:net", &m, err, sizeof(err)),
+                   0);
+  ck_assert_uint_eq(m, (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_NET));
+  m = 77;
+  ck_assert_int_eq(resihp__probe_parse_list("mem:disk", &m, err, sizeof(err)),
+                   RESIHP_EINVAL);
+  ck_assert_uint_eq(m, 77); /* unchanged on failure */
+  ck_assert_ptr_nonnull(strstr(err, "unknown probe 'disk'"));
+  ck_assert_int_eq(resihp__probe_parse_list("mem::net", &m, err, sizeof(err)),
+                   RESIHP_EINVAL);
+  ck_assert_int_eq(resihp__probe_parse_list("mem:mem", &m, err, sizeof(err)),
+                   RESIHP_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "twice"));
+  ck_assert_int_eq(resihp__probe_parse_list("", &m, err, sizeof(err)),
+                   RESIHP_EINVAL);
+  char longlist[400];
+  memset(longlist, 'a', sizeof(longlist) - 1);
+  longlist[sizeof(longlist) - 1] = '\0';
+  ck_assert_int_eq(resihp__probe_parse_list(longlist, &m, err, sizeof(err)),
+                   RESIHP_ERANGE);
+}
+END_TEST
+
+START_TEST(valid_dirs) {
+  ck_assert(resihp__probe_valid_dir("/tmp"));
+  ck_assert(resihp__probe_valid_dir("/scratch/job.1"));
+  ck_assert(!resihp__probe_valid_dir("tmp"));
+  ck_assert(!resihp__probe_valid_dir(""));
+  ck_assert(!resihp__probe_valid_dir(NULL));
+  ck_assert(!resihp__probe_valid_dir("/tmp/../etc"));
+  ck_assert(!resihp__probe_valid_dir("/tmp/.."));
+  ck_assert(!resihp__probe_valid_dir("/tmp/a\nb"));
+}
+END_TEST
+
+START_TEST(config_from_settings) {
+  resihp_settings_t s;
+  resihp_settings_init(&s);
+  char err[256];
+  ck_assert_int_eq(resihp_settings_parse_opts(
+                       &s, "probes=mem:scratch,probe-timeout=2s,"
+                           "probe-min-free-mem=1G,probe-min-link=1000",
+                       err, sizeof(err)),
+                   0);
+  resihp_probe_config_t c;
+  resihp__probe_config_init(&c);
+  ck_assert_int_eq(
+      resihp__probe_config_from_settings(&c, &s, "/job/tmp", err, sizeof(err)),
+      0);
+  ck_assert_uint_eq(c.checks,
+                    (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_SCRATCH));
+  ck_assert_int_eq(c.timeout_ms, 2000);
+  ck_assert_int_eq(c.min_free_mem, 1L << 30);
+  ck_assert_int_eq(c.min_link_mbps, 1000);
+  ck_assert_str_eq(c.scratch_dir, "/job/tmp");
+  /* An explicit probe-scratch wins over the job's TMPDIR. */
+  ck_assert_int_eq(resihp_settings_set(&s, "probe-scratch", "/scratch",
+                                       RESIHP_SOURCE_OPTION, NULL, 0),
+                   0);
+  ck_assert_int_eq(
+      resihp__probe_config_from_settings(&c, &s, "/job/tmp", err, sizeof(err)),
+      0);
+  ck_assert_str_eq(c.scratch_dir, "/scratch");
+  ck_assert_int_eq(resihp_settings_set(&s, "probe-scratch", "rel/dir",
+                                       RESIHP_SOURCE_OPTION, NULL, 0),
+                   0);
+  ck_assert_int_eq(
+      resihp__probe_config_from_settings(&c, &s, NULL, err, sizeof(err)),
+      RESIHP_EINVAL);
+}
+END_TEST
+
+static void config_only(resihp_probe_config_t *c, unsigned checks) {
+  resihp__probe_config_init(c);
+  c->checks = checks;
+  c->min_free_mem = 0;
+}
+
+START_TEST(run_healthy_and_forced_failure) {
+  resihp_probe_config_t c;
+  config_only(&c, (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_SCRATCH));
+  resihp_probe_report_t rep;
+  ck_assert_int_eq(resihp__probe_run(&c, &rep), 0);
+  ck_assert_int_eq(rep.healthy, 1);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_MEM].status, RESIHP_PROBE_PASS);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_SCRATCH].status, RESIHP_PROBE_PASS);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_NET].status, RESIHP_PROBE_NOTRUN);
+
+  c.test_fail = 1u << RESIHP_PROBE_SCRATCH;
+  ck_assert_int_eq(resihp__probe_run(&c, &rep), 0);
+  ck_assert_int_eq(rep.healthy, 0);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_SCRATCH].status, RESIHP_PROBE_FAIL);
+  char sum[256];
+  ck_assert_int_eq(resihp__probe_failure_summary(&rep, sum, sizeof(sum)), 1);
+  ck_assert_ptr_nonnull(strstr(sum, "scratch: "));
+}
+END_TEST
+
+START_TEST(run_deadline_blames_the_slow_check) {
+  resihp_probe_config_t c;
+  config_only(&c, (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_SCRATCH) |
+                      (1u << RESIHP_PROBE_NET));
+  c.timeout_ms = 200;
+  c.test_delay_check = RESIHP_PROBE_SCRATCH;
+  c.test_delay_ms = 10000;
+  resihp_probe_report_t rep;
+  ck_assert_int_eq(resihp__probe_run(&c, &rep), 0);
+  ck_assert_int_eq(rep.healthy, 0);
+  ck_assert_int_eq(rep.timed_out, 1);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_MEM].status, RESIHP_PROBE_PASS);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_SCRATCH].status, RESIHP_PROBE_TIMEOUT);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_NET].status, RESIHP_PROBE_NOTRUN);
+  /* The helper was killed, not waited out. */
+  ck_assert_int_lt(rep.usec, 5000000);
+}
+END_TEST
+
+START_TEST(mem_threshold_and_fake_proc) {
+  char dir[] = "/tmp/resihp-unit-proc.XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[128];
+  snprintf(path, sizeof(path), "%s/meminfo", dir);
+  FILE *f = fopen(path, "w");
+  fprintf(f, "MemTotal:       1000000 kB\nMemAvailable:     102400 kB\n");
+  fclose(f);
+  resihp_probe_config_t c;
+  config_only(&c, 1u << RESIHP_PROBE_MEM);
+  snprintf(c.proc_root, sizeof(c.proc_root), "%s", dir);
+  resihp_probe_result_t r;
+  c.min_free_mem = 100L << 20;
+  resihp__probe_run_check(&c, RESIHP_PROBE_MEM, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_PASS);
+  c.min_free_mem = 101L << 20;
+  resihp__probe_run_check(&c, RESIHP_PROBE_MEM, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_FAIL);
+  ck_assert_ptr_nonnull(strstr(r.detail, "available 100 MiB < required 101"));
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
+START_TEST(scratch_unwritable) {
+  resihp_probe_config_t c;
+  config_only(&c, 1u << RESIHP_PROBE_SCRATCH);
+  snprintf(c.scratch_dir, sizeof(c.scratch_dir), "/nonexistent-resihp-dir");
+  resihp_probe_result_t r;
+  resihp__probe_run_check(&c, RESIHP_PROBE_SCRATCH, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_FAIL);
+  ck_assert_ptr_nonnull(strstr(r.detail, "cannot create"));
+}
+END_TEST
+
+START_TEST(kv_and_json_render) {
+  resihp_probe_config_t c;
+  config_only(&c, (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_GPU));
+  snprintf(c.nvml_lib, sizeof(c.nvml_lib), "/nonexistent/libnvidia-ml.so.1");
+  c.test_fail = 1u << RESIHP_PROBE_MEM;
+  resihp_probe_report_t rep;
+  ck_assert_int_eq(resihp__probe_run(&c, &rep), 0);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_GPU].status, RESIHP_PROBE_SKIP);
+  char buf[4096];
+  ck_assert_int_gt(resihp__probe_format_kv(&rep, "start", buf, sizeof(buf)), 0);
+  ck_assert_ptr_nonnull(strstr(buf, "format=resihp-probe-v1\nkind=start\n"));
+  ck_assert_ptr_nonnull(strstr(buf, "\nhealthy=0\n"));
+  ck_assert_ptr_nonnull(strstr(buf, "\nfailed=mem\n"));
+  ck_assert_ptr_nonnull(strstr(buf, "\ncheck.gpu.status=skip\n"));
+  ck_assert_ptr_null(strstr(buf, "check.net."));
+  ck_assert_int_eq(resihp__probe_format_kv(&rep, "start", buf, 40),
+                   RESIHP_ERANGE);
+
+  char *json = NULL;
+  size_t jl = 0;
+  FILE *f = open_memstream(&json, &jl);
+  resihp__probe_print_json(&rep, "manual", f);
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(json, "\"healthy\":false"));
+  ck_assert_ptr_nonnull(strstr(json, "\"name\":\"mem\",\"status\":\"fail\""));
+  free(json);
+
+  char path[] = "/tmp/resihp-unit-kv.XXXXXX";
+  int fd = mkstemp(path);
+  close(fd);
+  ck_assert_int_eq(resihp__probe_write_kv(&rep, "start", path, 0), 0);
+  ck_assert_int_eq(resihp__probe_write_kv(&rep, "periodic", path, 1), 0);
+  f = fopen(path, "r");
+  int blocks = 0;
+  char line[512];
+  while (fgets(line, sizeof(line), f))
+    blocks += !strncmp(line, "format=", 7);
+  fclose(f);
+  ck_assert_int_eq(blocks, 2);
+  unlink(path);
+}
+END_TEST
+
+START_TEST(metrics_roundtrip_atomic) {
+  char dir[] = "/tmp/resihp-unit-metrics.XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[128];
+  snprintf(path, sizeof(path), "%s/x.prom", dir);
+  for (int round = 0; round < 3; round++) {
+    resihp_metrics_t *m = resihp__metrics_create();
+    ck_assert_int_eq(resihp__metrics_declare(m, "resihp_test_total",
+                                             RESIHP_METRIC_COUNTER, "A test."),
+                     0);
+    ck_assert_int_eq(resihp__metrics_declare(m, "resihp_test_gauge",
+                                             RESIHP_METRIC_GAUGE, "G."),
+                     0);
+    ck_assert_int_eq(resihp__metrics_load(m, path), 0);
+    ck_assert_int_eq(resihp__metrics_add(m, "resihp_test_total", "k=\"a\"", 1),
+                     0);
+    ck_assert_int_eq(resihp__metrics_set(m, "resihp_test_gauge", NULL, 0.5), 0);
+    ck_assert_int_eq(resihp__metrics_add(m, "undeclared", NULL, 1),
+                     RESIHP_EINVAL);
+    ck_assert_int_eq(resihp__metrics_add(m, "resihp_test_total", "a\nb", 1),
+                     RESIHP_EINVAL);
+    ck_assert_int_eq(resihp__metrics_write(m, path), 0);
+    ck_assert(resihp__metrics_get(m, "resihp_test_total", "k=\"a\"", -1) ==
+              round + 1);
+    resihp__metrics_destroy(m);
+  }
+  resihp__metrics_destroy(NULL);
+  ck_assert_int_eq(resihp__metrics_declare(NULL, "x", RESIHP_METRIC_GAUGE, ""),
+                   RESIHP_EINVAL);
+  FILE *f = fopen(path, "r");
+  char text[1024] = "";
+  size_t n = fread(text, 1, sizeof(text) - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(text, "# TYPE resihp_test_total counter\n"));
+  ck_assert_ptr_nonnull(strstr(text, "resihp_test_total{k=\"a\"} 3\n"));
+  ck_assert_ptr_nonnull(strstr(text, "resihp_test_gauge 0.5\n"));
+  /* No temporary file left behind. */
+  char tmp[160];
+  snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+  ck_assert_int_ne(access(tmp, F_OK), 0);
+  int lk = resihp__metrics_lock(path);
+  ck_assert_int_ge(lk, 0);
+  close(lk);
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(helper_hygiene) {
+  /* A command run through the helper sees a clean environment, no
+   * inherited fds beyond stdio, default signal mask and no pending
+   * inheritance of our ignored signals. */
+  setenv("RESIHP_UNIT_SECRET", "leak", 1);
+  int leak = open("/dev/null", O_RDONLY); /* not O_CLOEXEC on purpose */
+  ck_assert_int_ge(leak, 3);
+  signal(SIGTERM, SIG_IGN);
+  sigset_t usr1, old;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &usr1, &old);
+  char script[] =
+      "test -z \"$RESIHP_UNIT_SECRET\" || exit 3; "
+      "test \"$PATH\" = /usr/sbin:/usr/bin:/sbin:/bin || exit 4; "
+      "n=$(ls /proc/self/fd | wc -l); test $n -le 4 || exit 5; "
+      /* 32 and 33 are glibc's own (SIGCANCEL/SIGSETXID): libc cannot
+       * change them, and a helper that runs NVML must keep them. */
+      "v=$(awk '/^SigIgn/ {print $2}' /proc/self/status); "
+      "test $(( 0x$v & ~0x180000000 )) = 0 || exit 6; "
+      "grep -q '^SigBlk:[[:space:]]*0*$' /proc/self/status || exit 7; "
+      "exit 0";
+  char *argv[] = {"/bin/sh", "-c", script, NULL};
+  ck_assert_int_eq(resihp__run_command(argv, NULL, 10000), 0);
+  char *slow[] = {"/bin/sleep", "10", NULL};
+  ck_assert_int_eq(resihp__run_command(slow, NULL, 100), RESIHP_ETIMEDOUT);
+  char *env[] = {"RESIHP_UNIT_X=1", NULL};
+  char *show[] = {"/bin/sh", "-c", "test \"$RESIHP_UNIT_X\" = 1", NULL};
+  ck_assert_int_eq(resihp__run_command(show, env, 10000), 0);
+  signal(SIGTERM, SIG_DFL);
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  close(leak);
+}
+END_TEST
+
+START_TEST(new_settings_registered) {
+  resihp_settings_t s;
+  resihp_settings_init(&s);
+  ck_assert_int_eq(resihp_settings_get(&s, RESIHP_SETTING_PROBE_MIN_FREE_MEM),
+                   256L << 20);
+  ck_assert_str_eq(resihp_settings_get_str(&s, RESIHP_SETTING_PROBE_RUN_DIR),
+                   "/tmp");
+  ck_assert_str_eq(resihp_settings_get_str(&s, RESIHP_SETTING_PROBE_METRICS),
+                   "");
+  ck_assert_int_eq(resihp_setting_lookup("RESIHP_PROBE_MIN_LINK_MBPS"),
+                   RESIHP_SETTING_PROBE_MIN_LINK);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("probe");
+  TCase *tc = tcase_create("probe");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, parse_lists);
+  tcase_add_test(tc, valid_dirs);
+  tcase_add_test(tc, config_from_settings);
+  tcase_add_test(tc, run_healthy_and_forced_failure);
+  tcase_add_test(tc, run_deadline_blames_the_slow_check);
+  tcase_add_test(tc, mem_threshold_and_fake_proc);
+  tcase_add_test(tc, scratch_unwritable);
+  tcase_add_test(tc, kv_and_json_render);
+  tcase_add_test(tc, metrics_roundtrip_atomic);
+  tcase_add_test(tc, helper_hygiene);
+  tcase_add_test(tc, new_settings_registered);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -115,6 +115,14 @@ int resihp__plugstack_parse(int argc, char **argv) {
     }
     if (set_or_complain(&resihp_plugin.admin, "plugstack.conf", key, value))
       return -1;
+    if (!strcmp(key, "probes")) {
+      char err[256];
+      unsigned probes;
+      if (resihp__probe_parse_list(value, &probes, err, sizeof(err))) {
+        slurm_error("%s: plugstack.conf: probes: %s", PLUGIN_NAME, err);
+        return -1;
+      }
+    }
   }
   return 0;
 }

@@ -178,7 +178,7 @@ static int root_actions(const resihp_probe_report_t *rep, const char *kind,
     nanosleep(&step, NULL);
   }
   kill(pid, SIGKILL);
-  waitpid(pid, NULL, 0);
+  resihp__reap_bounded(pid, NULL, 1000);
   return 4;
 }
 
@@ -251,8 +251,13 @@ int resihp__probe_step_start(spank_t sp) {
   if (resihp_plugin.probe_ran)
     return 0;
   node_name(resihp_plugin.node, sizeof(resihp_plugin.node));
-  if (build_config(sp, &c))
-    return -1;
+  if (build_config(sp, &c)) {
+    /* Fail the tasks (task_init), not user_init: see the top comment. */
+    resihp_plugin.probe_failed = 1;
+    snprintf(resihp_plugin.probe_summary, sizeof(resihp_plugin.probe_summary),
+             "invalid probe configuration (see the slurmd log)");
+    return 0;
+  }
   if (!c.checks)
     return 0; /* probes=none: no helper, no directory, nothing exported */
   resihp_plugin.probe_ran = 1;
@@ -320,8 +325,7 @@ static void stop_periodic(void) {
   resihp_plugin.periodic_pid = -1;
   kill(pid, SIGKILL);
   /* slurmstepd may have reaped it already (it waits for any child). */
-  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-    ;
+  resihp__reap_bounded(pid, NULL, 1000);
 }
 
 void resihp__probe_task_exit(spank_t sp) {
@@ -329,13 +333,24 @@ void resihp__probe_task_exit(spank_t sp) {
     stop_periodic();
 }
 
+/* slurm_spank_exit runs as root while the directory belongs to the user,
+ * who may have swapped it for a symlink: open it without following links,
+ * check it is still the user's, and remove only our names inside it. */
 void resihp__probe_step_end(spank_t sp) {
   stop_periodic();
   if (!resihp_plugin.run_dir[0])
     return;
-  char path[sizeof(resihp_plugin.run_dir) + 16];
-  results_path(path, sizeof(path));
-  unlink(path);
-  rmdir(resihp_plugin.run_dir);
+  uid_t uid = 0;
+  spank_get_item(sp, S_JOB_UID, &uid);
+  int dfd = open(resihp_plugin.run_dir,
+                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (dfd >= 0 && fstat(dfd, &st) == 0 && st.st_uid == uid) {
+    unlinkat(dfd, RESULTS_FILE, 0);
+    unlinkat(dfd, RESULTS_FILE ".tmp", 0);
+    rmdir(resihp_plugin.run_dir); /* fails harmlessly on a symlink */
+  }
+  if (dfd >= 0)
+    close(dfd);
   resihp_plugin.run_dir[0] = '\0';
 }

@@ -126,11 +126,11 @@ void resihp__probe_check_mem(const resihp_probe_config_t *c,
         avail >> 20, total_kb >> 10, need >> 20);
 }
 
-/* ---- scratch ------------------------------------------------------------- */
+/* ---- disk (scratch dir) -------------------------------------------------------- */
 
 #define SCRATCH_BYTES 65536
 
-void resihp__probe_check_scratch(const resihp_probe_config_t *c,
+void resihp__probe_check_disk(const resihp_probe_config_t *c,
                                  resihp_probe_result_t *r) {
   const char *dir = c->scratch_dir;
   if (!resihp__probe_valid_dir(dir)) {

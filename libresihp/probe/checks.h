@@ -11,7 +11,7 @@ void resihp__probe_check_topo(const resihp_probe_config_t *c,
                               resihp_probe_result_t *r);
 void resihp__probe_check_mem(const resihp_probe_config_t *c,
                              resihp_probe_result_t *r);
-void resihp__probe_check_scratch(const resihp_probe_config_t *c,
+void resihp__probe_check_disk(const resihp_probe_config_t *c,
                                  resihp_probe_result_t *r);
 void resihp__probe_check_net(const resihp_probe_config_t *c,
                              resihp_probe_result_t *r);

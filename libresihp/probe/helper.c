@@ -97,6 +97,25 @@ static long long now_ms(void) {
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int resihp__reap_bounded(pid_t pid, int *status, long timeout_ms) {
+  long long deadline = now_ms() + timeout_ms;
+  for (;;) {
+    int st = 0;
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) {
+      if (status)
+        *status = st;
+      return 0;
+    }
+    if (r < 0 && errno != EINTR)
+      return RESIHP_ESYS; /* already reaped (slurmstepd waits for any child) */
+    if (now_ms() >= deadline)
+      return RESIHP_ETIMEDOUT;
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* Wait for pid until deadline (monotonic ms); SIGKILL it after. Returns
  * the wait status or RESIHP_ETIMEDOUT. */
 static int wait_bounded(pid_t pid, long long deadline) {
@@ -109,8 +128,7 @@ static int wait_bounded(pid_t pid, long long deadline) {
       return RESIHP_ESYS;
     if (now_ms() >= deadline) {
       kill(pid, SIGKILL);
-      while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
+      resihp__reap_bounded(pid, NULL, 1000);
       return RESIHP_ETIMEDOUT;
     }
     struct timespec ts = {0, 5 * 1000 * 1000};

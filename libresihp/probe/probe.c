@@ -201,8 +201,8 @@ void resihp__probe_run_check(const resihp_probe_config_t *c, int check,
   case RESIHP_PROBE_MEM:
     resihp__probe_check_mem(c, out);
     break;
-  case RESIHP_PROBE_SCRATCH:
-    resihp__probe_check_scratch(c, out);
+  case RESIHP_PROBE_DISK:
+    resihp__probe_check_disk(c, out);
     break;
   case RESIHP_PROBE_NET:
     resihp__probe_check_net(c, out);
@@ -300,8 +300,10 @@ int resihp__probe_run(const resihp_probe_config_t *c,
   if (rep->timed_out)
     kill(pid, SIGKILL);
   int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-    ;
+  /* A helper that finished is reaped at once; a killed one normally within
+   * milliseconds. The bound keeps the deadline hard even for a helper stuck
+   * in the kernel. */
+  (void)resihp__reap_bounded(pid, &st, rep->timed_out ? 1000 : 5000);
   /* The first selected check without a result is the one that was running
    * when the deadline hit (or the helper died). */
   int blamed = 0;

@@ -23,7 +23,7 @@
 #define RESIHP_PROBE_CHECKS(XX)                                                \
   XX(TOPO, "topo", "hwloc topology: PUs/cores/NUMA (and GPUs) vs the step")   \
   XX(MEM, "mem", "available memory vs probe-min-free-mem")                    \
-  XX(SCRATCH, "scratch", "create+write+fsync+unlink a file in the scratch dir") \
+  XX(DISK, "disk", "create+write+fsync+unlink a file in the scratch dir")     \
   XX(NET, "net", "NIC and InfiniBand link state and rate (sysfs)")            \
   XX(GPU, "gpu", "NVML: uncorrected ECC, pending retired/remapped rows, "     \
                  "hardware throttling")
@@ -138,6 +138,13 @@ int resihp__probe_update_metrics(const resihp_probe_report_t *rep,
  * Call only in the child, first thing after fork(). Returns the new keep_fd
  * (or -1 when keep_fd was -1); _exit()s if the parent is already gone. */
 int resihp__helper_sanitize(int keep_fd, pid_t parent_pid, const char *name);
+
+/* Reap a child within timeout_ms. A child killed with SIGKILL while in an
+ * uninterruptible sleep (dead NFS server) cannot be reaped until the I/O
+ * ends: rather than block the step, give up and let it become slurmstepd's
+ * zombie. Returns 0 (status filled when not NULL), RESIHP_ETIMEDOUT or
+ * RESIHP_ESYS (no such child). */
+int resihp__reap_bounded(pid_t pid, int *status, long timeout_ms);
 
 /* Run argv (argv[0] an absolute path or a name found in the helper PATH)
  * in a sanitised child, bounded by timeout_ms. env_extra: NULL or a

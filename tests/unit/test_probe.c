@@ -28,10 +28,10 @@ START_TEST(parse_lists) {
                    0);
   ck_assert_uint_eq(m, (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_NET));
   m = 77;
-  ck_assert_int_eq(resihp__probe_parse_list("mem:disk", &m, err, sizeof(err)),
+  ck_assert_int_eq(resihp__probe_parse_list("mem:scratch", &m, err, sizeof(err)),
                    RESIHP_EINVAL);
   ck_assert_uint_eq(m, 77); /* unchanged on failure */
-  ck_assert_ptr_nonnull(strstr(err, "unknown probe 'disk'"));
+  ck_assert_ptr_nonnull(strstr(err, "unknown probe 'scratch'"));
   ck_assert_int_eq(resihp__probe_parse_list("mem::net", &m, err, sizeof(err)),
                    RESIHP_EINVAL);
   ck_assert_int_eq(resihp__probe_parse_list("mem:mem", &m, err, sizeof(err)),
@@ -64,7 +64,7 @@ START_TEST(config_from_settings) {
   resihp_settings_init(&s);
   char err[256];
   ck_assert_int_eq(resihp_settings_parse_opts(
-                       &s, "probes=mem:scratch,probe-timeout=2s,"
+                       &s, "probes=mem:disk,probe-timeout=2s,"
                            "probe-min-free-mem=1G,probe-min-link=1000",
                        err, sizeof(err)),
                    0);
@@ -74,7 +74,7 @@ START_TEST(config_from_settings) {
       resihp__probe_config_from_settings(&c, &s, "/job/tmp", err, sizeof(err)),
       0);
   ck_assert_uint_eq(c.checks,
-                    (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_SCRATCH));
+                    (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_DISK));
   ck_assert_int_eq(c.timeout_ms, 2000);
   ck_assert_int_eq(c.min_free_mem, 1L << 30);
   ck_assert_int_eq(c.min_link_mbps, 1000);
@@ -104,37 +104,37 @@ static void config_only(resihp_probe_config_t *c, unsigned checks) {
 
 START_TEST(run_healthy_and_forced_failure) {
   resihp_probe_config_t c;
-  config_only(&c, (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_SCRATCH));
+  config_only(&c, (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_DISK));
   resihp_probe_report_t rep;
   ck_assert_int_eq(resihp__probe_run(&c, &rep), 0);
   ck_assert_int_eq(rep.healthy, 1);
   ck_assert_int_eq(rep.r[RESIHP_PROBE_MEM].status, RESIHP_PROBE_PASS);
-  ck_assert_int_eq(rep.r[RESIHP_PROBE_SCRATCH].status, RESIHP_PROBE_PASS);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_DISK].status, RESIHP_PROBE_PASS);
   ck_assert_int_eq(rep.r[RESIHP_PROBE_NET].status, RESIHP_PROBE_NOTRUN);
 
-  c.test_fail = 1u << RESIHP_PROBE_SCRATCH;
+  c.test_fail = 1u << RESIHP_PROBE_DISK;
   ck_assert_int_eq(resihp__probe_run(&c, &rep), 0);
   ck_assert_int_eq(rep.healthy, 0);
-  ck_assert_int_eq(rep.r[RESIHP_PROBE_SCRATCH].status, RESIHP_PROBE_FAIL);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_DISK].status, RESIHP_PROBE_FAIL);
   char sum[256];
   ck_assert_int_eq(resihp__probe_failure_summary(&rep, sum, sizeof(sum)), 1);
-  ck_assert_ptr_nonnull(strstr(sum, "scratch: "));
+  ck_assert_ptr_nonnull(strstr(sum, "disk: "));
 }
 END_TEST
 
 START_TEST(run_deadline_blames_the_slow_check) {
   resihp_probe_config_t c;
-  config_only(&c, (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_SCRATCH) |
+  config_only(&c, (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_DISK) |
                       (1u << RESIHP_PROBE_NET));
   c.timeout_ms = 200;
-  c.test_delay_check = RESIHP_PROBE_SCRATCH;
+  c.test_delay_check = RESIHP_PROBE_DISK;
   c.test_delay_ms = 10000;
   resihp_probe_report_t rep;
   ck_assert_int_eq(resihp__probe_run(&c, &rep), 0);
   ck_assert_int_eq(rep.healthy, 0);
   ck_assert_int_eq(rep.timed_out, 1);
   ck_assert_int_eq(rep.r[RESIHP_PROBE_MEM].status, RESIHP_PROBE_PASS);
-  ck_assert_int_eq(rep.r[RESIHP_PROBE_SCRATCH].status, RESIHP_PROBE_TIMEOUT);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_DISK].status, RESIHP_PROBE_TIMEOUT);
   ck_assert_int_eq(rep.r[RESIHP_PROBE_NET].status, RESIHP_PROBE_NOTRUN);
   /* The helper was killed, not waited out. */
   ck_assert_int_lt(rep.usec, 5000000);
@@ -167,10 +167,10 @@ END_TEST
 
 START_TEST(scratch_unwritable) {
   resihp_probe_config_t c;
-  config_only(&c, 1u << RESIHP_PROBE_SCRATCH);
+  config_only(&c, 1u << RESIHP_PROBE_DISK);
   snprintf(c.scratch_dir, sizeof(c.scratch_dir), "/nonexistent-resihp-dir");
   resihp_probe_result_t r;
-  resihp__probe_run_check(&c, RESIHP_PROBE_SCRATCH, &r);
+  resihp__probe_run_check(&c, RESIHP_PROBE_DISK, &r);
   ck_assert_int_eq(r.status, RESIHP_PROBE_FAIL);
   ck_assert_ptr_nonnull(strstr(r.detail, "cannot create"));
 }

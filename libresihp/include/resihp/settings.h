@@ -59,7 +59,7 @@ extern "C" {
      INT, 268435456L, 0, 1125899906842624L, "",                                \
      "memory a node must have available for a probe to pass (bytes, K/M/G)")  \
   XX(PROBE_SCRATCH, "probe-scratch", "RESIHP_PROBE_SCRATCH", STR, 0, 0, 0, "", \
-     "directory the scratch check writes to (default: job's TMPDIR, /tmp)")   \
+     "directory the disk check writes to (default: job's TMPDIR, /tmp)")      \
   XX(PROBE_MIN_LINK, "probe-min-link", "RESIHP_PROBE_MIN_LINK_MBPS", INT, 0,   \
      0, 10000000, "", "slowest acceptable NIC/IB link rate (Mb/s, 0 = any)")  \
   XX(PROBE_METRICS, "probe-metrics", "RESIHP_PROBE_METRICS", STR, 0, 0, 0, "", \

@@ -56,6 +56,12 @@ TESTS += tests/fuzz/fuzz_options
 EXTRA_DIST += tests/fuzz/corpus/plain tests/fuzz/corpus/many \
 	tests/fuzz/corpus/bad tests/fuzz/README
 
+# A fake libnvidia-ml for the gpu check's NVML path on GPU-less machines.
+check_LTLIBRARIES = tests/fake/libfake-nvml.la
+tests_fake_libfake_nvml_la_SOURCES = tests/fake/fake-nvml.c
+tests_fake_libfake_nvml_la_LDFLAGS = -module -avoid-version -shared \
+	-rpath /nowhere
+
 dist_check_SCRIPTS += tests/integration/plugin-exports.test \
 	tests/integration/resihp-probe.test \
 	tests/integration/spank-probes.test

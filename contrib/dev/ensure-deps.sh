@@ -5,7 +5,8 @@ RESIHP_DEBS="gcc make autoconf automake libtool pkg-config
   libslurm-dev libpmix-dev libhwloc-dev check
   slurm-wlm slurmctld slurmd slurm-client munge
   openmpi-bin libopenmpi-dev
-  bc iproute2 procps util-linux psmisc"
+  bc iproute2 procps util-linux psmisc
+  python3"
 
 ensure_deps() {
   local missing=() p

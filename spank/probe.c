@@ -132,12 +132,13 @@ static void results_path(char *buf, size_t len) {
 
 /* Regain root in a helper child of slurmstepd (the real and saved uid are
  * still root while user_init runs with the job's euid). */
-static void become_root(void) {
+static int become_root(void) {
   if (geteuid() != 0 && seteuid(0) != 0)
-    return;
-  (void)setgroups(0, NULL);
-  (void)setresgid(0, 0, 0);
-  (void)setresuid(0, 0, 0);
+    return -1;
+  if (setgroups(0, NULL) != 0 || setresgid(0, 0, 0) != 0 ||
+      setresuid(0, 0, 0) != 0)
+    return -1;
+  return 0;
 }
 
 /* Root-only follow-ups of a probe run: Prometheus metrics and, when the
@@ -158,7 +159,9 @@ static int root_actions(const resihp_probe_report_t *rep, const char *kind,
     return -1;
   if (pid == 0) {
     resihp__helper_sanitize(-1, parent, "resihp-root");
-    become_root();
+    /* Without root, writing a root-owned metrics file or talking to
+     * slurmctld as SlurmUser fails below and is reported by the caller. */
+    (void)become_root();
     int st = 0;
     if (*metrics && resihp__probe_update_metrics(rep, kind, metrics) != 0)
       st |= 1;

@@ -6,6 +6,7 @@
 #  - libresihp.la: the installed library, exporting only public resihp_*.
 noinst_LTLIBRARIES += libresihp/libresihp-core.la libresihp/libresihp-internal.la
 libresihp_libresihp_core_la_SOURCES = \
+	libresihp/core/errbuf.c libresihp/core/errbuf.h \
 	libresihp/core/error.c \
 	libresihp/core/log.c \
 	libresihp/core/settings.c \

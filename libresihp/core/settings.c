@@ -4,6 +4,8 @@
  * bounded and every value is checked against its type and range. */
 #include "config.h"
 
+#include "errbuf.h"
+
 #include <resihp/error.h>
 #include <resihp/log.h>
 #include <resihp/settings.h>
@@ -47,17 +49,6 @@ void resihp_settings_init(resihp_settings_t *s) {
       snprintf(s->str[i], sizeof(s->str[i]), "%s", table[i].extra);
     s->source[i] = RESIHP_SOURCE_DEFAULT;
   }
-}
-
-static void say(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
 }
 
 /* Index of word in a '|'-separated list, or -1. */
@@ -132,24 +123,24 @@ static int parse_value(int i, const char *value, long *num, char *str,
       *num = 0;
       return 0;
     }
-    say(err, errlen, "%s=%s: not a boolean; use yes or no", d->key, value);
+    resihp__errf(err, errlen, "%s=%s: not a boolean; use yes or no", d->key, value);
     return RESIHP_EINVAL;
   case RESIHP_STYPE_INT:
   case RESIHP_STYPE_MS: {
     int ms = d->type == RESIHP_STYPE_MS;
     if (parse_scaled(value, ms ? time_units : size_units, num) < 0) {
       if (ms)
-        say(err, errlen,
+        resihp__errf(err, errlen,
             "%s=%s: not a duration; give milliseconds (e.g. %ld) or a unit "
             "(500ms, 2s, 1m)",
             d->key, value, d->def);
       else
-        say(err, errlen, "%s=%s: not an integer; give a number such as %ld",
+        resihp__errf(err, errlen, "%s=%s: not an integer; give a number such as %ld",
             d->key, value, d->def);
       return RESIHP_EINVAL;
     }
     if (*num < d->min || *num > d->max) {
-      say(err, errlen, "%s=%s: out of range; allowed %ld..%ld%s", d->key,
+      resihp__errf(err, errlen, "%s=%s: out of range; allowed %ld..%ld%s", d->key,
           value, d->min, d->max, ms ? " ms" : "");
       return RESIHP_ERANGE;
     }
@@ -161,7 +152,7 @@ static int parse_value(int i, const char *value, long *num, char *str,
         value[0] <= '9' && value[1] == '\0' && value[0] - '0' <= d->max)
       k = value[0] - '0';
     if (k < 0) {
-      say(err, errlen, "%s=%s: unknown value; choose one of %s", d->key,
+      resihp__errf(err, errlen, "%s=%s: unknown value; choose one of %s", d->key,
           value, d->extra);
       return RESIHP_EINVAL;
     }
@@ -171,14 +162,14 @@ static int parse_value(int i, const char *value, long *num, char *str,
   case RESIHP_STYPE_STR: {
     size_t l = strnlen(value, RESIHP_SETTING_STR_MAX);
     if (l >= RESIHP_SETTING_STR_MAX) {
-      say(err, errlen, "%s: value longer than %d characters", d->key,
+      resihp__errf(err, errlen, "%s: value longer than %d characters", d->key,
           RESIHP_SETTING_STR_MAX - 1);
       return RESIHP_ERANGE;
     }
     for (size_t k = 0; k < l; k++) {
       unsigned char c = (unsigned char)value[k];
       if (c <= ' ' || c >= 0x7f || c == ',' || c == '=') {
-        say(err, errlen,
+        resihp__errf(err, errlen,
             "%s: value has a forbidden character (position %zu); use "
             "printable ASCII without spaces, ',' or '='",
             d->key, k + 1);
@@ -207,14 +198,14 @@ int resihp_settings_set(resihp_settings_t *s, const char *key,
                         const char *value, resihp_setting_source_t source,
                         char *err, size_t errlen) {
   if (!s || !key || !value) {
-    say(err, errlen, "internal error: NULL argument");
+    resihp__errf(err, errlen, "internal error: NULL argument");
     return RESIHP_EINVAL;
   }
   int i = resihp_setting_lookup(key);
   if (i < 0) {
     char keys[512];
     list_keys(keys, sizeof(keys));
-    say(err, errlen, "unknown setting '%.64s'; valid keys are: %s", key, keys);
+    resihp__errf(err, errlen, "unknown setting '%.64s'; valid keys are: %s", key, keys);
     return RESIHP_EINVAL;
   }
   long num = 0;
@@ -233,14 +224,14 @@ int resihp_settings_set(resihp_settings_t *s, const char *key,
 int resihp_settings_parse_opts(resihp_settings_t *s, const char *opts,
                                char *err, size_t errlen) {
   if (!s) {
-    say(err, errlen, "internal error: NULL settings");
+    resihp__errf(err, errlen, "internal error: NULL settings");
     return RESIHP_EINVAL;
   }
   if (!opts || !*opts)
     return 0;
   size_t len = strnlen(opts, RESIHP_OPTS_MAX);
   if (len >= RESIHP_OPTS_MAX) {
-    say(err, errlen, "option string longer than %d characters",
+    resihp__errf(err, errlen, "option string longer than %d characters",
         RESIHP_OPTS_MAX - 1);
     return RESIHP_ERANGE;
   }
@@ -250,7 +241,7 @@ int resihp_settings_parse_opts(resihp_settings_t *s, const char *opts,
   unsigned char seen[RESIHP_SETTING__COUNT] = {0};
   char *save = NULL;
   if (buf[0] == ',' || buf[len - 1] == ',' || strstr(buf, ",,")) {
-    say(err, errlen, "empty item in '%.200s'; write key=value[,key=value...]",
+    resihp__errf(err, errlen, "empty item in '%.200s'; write key=value[,key=value...]",
         opts);
     return RESIHP_EINVAL;
   }
@@ -264,11 +255,11 @@ int resihp_settings_parse_opts(resihp_settings_t *s, const char *opts,
     }
     int i = resihp_setting_lookup(item);
     if (i >= 0 && !eq && table[i].type != RESIHP_STYPE_BOOL) {
-      say(err, errlen, "'%s' needs a value; write %s=VALUE", item, item);
+      resihp__errf(err, errlen, "'%s' needs a value; write %s=VALUE", item, item);
       return RESIHP_EINVAL;
     }
     if (i >= 0 && seen[i]) {
-      say(err, errlen, "'%s' given twice", item);
+      resihp__errf(err, errlen, "'%s' given twice", item);
       return RESIHP_EINVAL;
     }
     int rc = resihp_settings_set(&tmp, item, value, RESIHP_SOURCE_OPTION, err,
@@ -291,7 +282,7 @@ int resihp_settings_load_env(resihp_settings_t *s, char *err, size_t errlen) {
     int rc = resihp_settings_set(&tmp, table[i].key, v, RESIHP_SOURCE_ENV, why,
                                  sizeof(why));
     if (rc) {
-      say(err, errlen, "%s: %s", table[i].env, why);
+      resihp__errf(err, errlen, "%s: %s", table[i].env, why);
       return rc;
     }
   }

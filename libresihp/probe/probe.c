@@ -10,6 +10,8 @@
  * smaller than PIPE_BUF, so each arrives whole. */
 #include "config.h"
 
+#include "../core/errbuf.h"
+
 #include "checks.h"
 
 #include <resihp/error.h>
@@ -58,17 +60,6 @@ int resihp__probe_check_lookup(const char *name) {
   return -1;
 }
 
-static void say(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 static void list_names(char *buf, size_t len) {
   buf[0] = '\0';
   for (int i = 0; i < RESIHP_PROBE__COUNT; i++) {
@@ -82,12 +73,12 @@ int resihp__probe_parse_list(const char *list, unsigned *mask, char *err,
   char valid[128];
   list_names(valid, sizeof(valid));
   if (!list || !mask) {
-    say(err, errlen, "internal error: NULL argument");
+    resihp__errf(err, errlen, "internal error: NULL argument");
     return RESIHP_EINVAL;
   }
   size_t len = strnlen(list, RESIHP_SETTING_STR_MAX);
   if (len >= RESIHP_SETTING_STR_MAX) {
-    say(err, errlen, "probe list longer than %d characters",
+    resihp__errf(err, errlen, "probe list longer than %d characters",
         RESIHP_SETTING_STR_MAX - 1);
     return RESIHP_ERANGE;
   }
@@ -105,7 +96,7 @@ int resihp__probe_parse_list(const char *list, unsigned *mask, char *err,
     size_t l = strcspn(p, ":");
     char word[32];
     if (l == 0 || l >= sizeof(word)) {
-      say(err, errlen, "bad probe list '%.80s': use all, none or names "
+      resihp__errf(err, errlen, "bad probe list '%.80s': use all, none or names "
                        "separated by ':' from %s", list, valid);
       return RESIHP_EINVAL;
     }
@@ -113,12 +104,12 @@ int resihp__probe_parse_list(const char *list, unsigned *mask, char *err,
     word[l] = '\0';
     int k = resihp__probe_check_lookup(word);
     if (k < 0) {
-      say(err, errlen, "unknown probe '%s'; valid are all, none, %s", word,
+      resihp__errf(err, errlen, "unknown probe '%s'; valid are all, none, %s", word,
           valid);
       return RESIHP_EINVAL;
     }
     if (m & (1u << k)) {
-      say(err, errlen, "probe '%s' given twice", word);
+      resihp__errf(err, errlen, "probe '%s' given twice", word);
       return RESIHP_EINVAL;
     }
     m |= 1u << k;
@@ -170,7 +161,7 @@ int resihp__probe_config_from_settings(resihp_probe_config_t *c,
   if (!*dir)
     dir = scratch_fallback && *scratch_fallback ? scratch_fallback : "/tmp";
   if (!resihp__probe_valid_dir(dir)) {
-    say(err, errlen, "scratch dir '%.80s' is not an absolute path of "
+    resihp__errf(err, errlen, "scratch dir '%.80s' is not an absolute path of "
                      "printable characters without '..'", dir);
     return RESIHP_EINVAL;
   }

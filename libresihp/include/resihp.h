@@ -10,6 +10,7 @@
 
 #include <resihp/error.h>
 #include <resihp/log.h>
+#include <resihp/planner.h>
 #include <resihp/settings.h>
 
 #ifdef __cplusplus

@@ -26,3 +26,11 @@ endif
 dist_man_MANS += man/resihp-plan.1
 EXTRA_DIST += contrib/plans/small-slow.plan contrib/plans/mixed-64.plan \
 	contrib/plans/large-4096.plan
+
+bin_PROGRAMS += tools/resihp-sim
+tools_resihp_sim_SOURCES = tools/resihp-sim.c
+tools_resihp_sim_LDADD = libresihp/libresihp.la -lm
+
+dist_check_SCRIPTS += tests/tools/plan-sim.test
+TESTS += tests/tools/plan-sim.test
+dist_man_MANS += man/resihp-sim.1

@@ -436,23 +436,22 @@ static int replica_of(const job_t *J, int dev, int *stage) {
   return r;
 }
 
-static void take_offline(sim_t *S, int r, double until, double now) {
+static void take_offline(sim_t *S, int r, double until) {
   replica_t *x = &S->rep[r];
   x->state = R_OFF;
   x->slow = S_NONE;
   mark(S, r);
   if (isfinite(until))
     heap_push(S, (pev_t){until, E_BACK, r, 0, 0});
-  (void)now;
 }
 
 /* resihp: bring a replica back on a spare, or queue it for one. */
 static void want_spare(sim_t *S, int r, double now) {
   if (S->spares > 0) {
     S->spares--;
-    take_offline(S, r, now + S->P->spare_swap_s, now);
+    take_offline(S, r, now + S->P->spare_swap_s);
   } else {
-    take_offline(S, r, INFINITY, now);
+    take_offline(S, r, INFINITY);
     S->rep[r].waiting_spare = 1;
     S->waiting++;
   }
@@ -483,7 +482,7 @@ static void fail_stop(sim_t *S, const fault_t *f, double now) {
     break;
   case POL_FT:
     stall(S, now, P->ft_stall_min * 60);
-    take_offline(S, r, now + P->replica_restart_min * 60, now);
+    take_offline(S, r, now + P->replica_restart_min * 60);
     break;
   case POL_RECOVER:
     stall(S, now, P->recover_s);
@@ -510,7 +509,7 @@ static void fail_stop(sim_t *S, const fault_t *f, double now) {
       heap_push(S, (pev_t){now + P->repair_h * 3600, E_SPARE_RETURN, -1, 0,
                            0});
     } else
-      take_offline(S, r, now + P->relaunch_s, now);
+      take_offline(S, r, now + P->relaunch_s);
     break;
   }
 }
@@ -575,11 +574,11 @@ static void detected(sim_t *S, int r, const fault_t *f, double now) {
   case RESIHP_ESC_SPARE:
     /* the slow node goes back to the pool when its episode ends */
     S->spares--;
-    take_offline(S, r, now + P->spare_swap_s, now);
+    take_offline(S, r, now + P->spare_swap_s);
     heap_push(S, (pev_t){fmax(f->t + f->dur, now), E_SPARE_RETURN, -1, 0, 0});
     break;
   case RESIHP_ESC_RELAUNCH:
-    take_offline(S, r, now + P->relaunch_s, now);
+    take_offline(S, r, now + P->relaunch_s);
     /* a relaunch that does not cure brings the replica back slow */
     x->back_slow = f->cure >= P->relaunch_cure;
     break;
@@ -946,6 +945,7 @@ int main(int argc, char **argv) {
            mtbf_s / 60, Q.ckpt_min, ntr);
     printf("  %-20s %8s %12s %10s %8s %8s\n", "policy", "ETTR", "throughput",
            "restarts", "stops", "slows");
+    result_t all[POL__N];
     for (int p = 0; p < POL__N; p++) {
       result_t R;
       if (simulate(p, &J, &Q, tr, ntr, &R, series[p])) {
@@ -962,7 +962,14 @@ int main(int argc, char **argv) {
                  R.esc[e]);
       }
       printf("\n");
+      all[p] = R;
     }
+    if (!rc && all[POL_CR].thr > 0)
+      printf("  vs checkpoint-restart: ETTR %.0f%% -> drop-replica %.0f%%; "
+             "throughput x%.2f recover, x%.2f resihp\n",
+             100 * all[POL_CR].ettr, 100 * all[POL_FT].ettr,
+             all[POL_RECOVER].thr / all[POL_CR].thr,
+             all[POL_RESIHP].thr / all[POL_CR].thr);
     free(tr);
     job_free(&J);
     if (k == ns - 1 && !rc) {

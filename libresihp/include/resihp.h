@@ -8,6 +8,7 @@
 #ifndef RESIHP_H
 #define RESIHP_H
 
+#include <resihp/detector.h>
 #include <resihp/error.h>
 #include <resihp/log.h>
 #include <resihp/planner.h>

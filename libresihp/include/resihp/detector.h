@@ -1,0 +1,191 @@
+/* resihp detector: workload-aware fail-slow and fail-stop detection.
+ *
+ * Microbatch times swing with the sequence lengths packed into each
+ * microbatch, so "slower than usual" means nothing by itself. The detector
+ * keeps, for every rank, an online predictor of the microbatch time from its
+ * workload,
+ *
+ *     T ~ a*N + b*sum(l_i^2) + e*nseq + c
+ *
+ * (N tokens, l_i the lengths of the packed sequences: the attention term,
+ * nseq the number of sequences), and watches the ratio measured/predicted.
+ * A sustained excess (CUSUM on the log-ratio, net of what the peers that do
+ * the same work and the rest of the job see at the same moment) makes the
+ * rank SUSPECT; once the accumulated excess passes the slow margin (setting
+ * slow-margin, default 25 %) it is validated on the median of the recent
+ * samples and the rank becomes SLOW with a speed factor f (the rank needs f
+ * times as long as a healthy peer for the same work), which the planner can
+ * use to move work. It returns to HEALTHY when the device recovers. Missed
+ * heartbeats, socket errors and failed probes fold into the same per-rank
+ * health state (SUSPECT, then FAILED). SUSPECT is a passing state (a
+ * suspicion being checked, a late heartbeat): act on SLOW and FAILED.
+ *
+ * With a single rank there is nothing to compare with: a slowdown of the
+ * whole job (a slow filesystem) is then reported as that rank being slow.
+ *
+ * Ownership: resihp_detector_create and resihp_predictor_create allocate the
+ * handle; the caller frees it with the matching _destroy (NULL is fine).
+ * Nothing else is allocated after creation: recording a sample never
+ * allocates. A detector is not thread-safe: call it from one thread or hold a
+ * lock around it. Every int-returning call returns 0 or a negative RESIHP_E*
+ * code and has logged why (subsystem "detector").
+ */
+#ifndef RESIHP_DETECTOR_H
+#define RESIHP_DETECTOR_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Workload of one microbatch on one rank. tokens >= 1, 1 <= nseq <= tokens,
+ * tokens^2/nseq <= sum_l2 <= tokens^2 (what any set of lengths gives). */
+typedef struct {
+  double tokens; /* N: tokens processed (no padding) */
+  double sum_l2; /* sum of squared sequence lengths */
+  double nseq;   /* number of (packed) sequences */
+} resihp_workload_t;
+
+/* ---- Predictor: online weighted least squares with forgetting. ---- */
+
+typedef struct resihp_predictor resihp_predictor_t;
+
+/* Indices into the coefficient vector (time in the caller's unit, usually
+ * microseconds). */
+enum {
+  RESIHP_COEF_TOKEN = 0, /* a: per token */
+  RESIHP_COEF_ATTN = 1,  /* b: per squared token of a sequence */
+  RESIHP_COEF_SEQ = 2,   /* e: per sequence */
+  RESIHP_COEF_CONST = 3, /* c: fixed cost per microbatch */
+  RESIHP_COEF__COUNT = 4
+};
+
+/* forget in [0.9, 1]: weight kept by a sample per newer sample (effective
+ * memory 1/(1-forget) samples); 0 chooses the default 0.998. */
+int resihp_predictor_create(resihp_predictor_t **out, double forget);
+void resihp_predictor_destroy(resihp_predictor_t *p);
+
+/* Fit one measured sample. weight in (0, 1] scales its influence (Huber
+ * weights of outliers); 1 for a normal sample. time > 0, finite. */
+int resihp_predictor_update(resihp_predictor_t *p, const resihp_workload_t *w,
+                            double time, double weight);
+
+/* Predicted time of workload w; RESIHP_ESTATE before the first sample. */
+int resihp_predictor_predict(const resihp_predictor_t *p,
+                             const resihp_workload_t *w, double *time);
+
+/* Current coefficients (RESIHP_COEF_*) in the caller's units. */
+int resihp_predictor_coef(const resihp_predictor_t *p,
+                          double coef[RESIHP_COEF__COUNT]);
+
+/* Samples fitted so far. */
+uint64_t resihp_predictor_samples(const resihp_predictor_t *p);
+
+/* ---- Detector ---- */
+
+typedef struct resihp_detector resihp_detector_t;
+
+typedef enum {
+  RESIHP_HEALTH_HEALTHY = 0,
+  RESIHP_HEALTH_SUSPECT = 1, /* excess being validated, or heartbeats late */
+  RESIHP_HEALTH_SLOW = 2,    /* validated fail-slow, see slow_factor */
+  RESIHP_HEALTH_FAILED = 3,  /* fail-stop; sticky until reset_rank */
+} resihp_health_state_t;
+
+/* "healthy", "suspect", "slow", "failed"; "?" for anything else. */
+const char *resihp_health_state_name(resihp_health_state_t s);
+
+/* Why a rank is not healthy (bit set in resihp_rank_health_t.why). */
+enum {
+  RESIHP_WHY_SLOW = 1 << 0,      /* microbatches slower than predicted */
+  RESIHP_WHY_PEERS = 1 << 1,     /* ... and than its peers (validated) */
+  RESIHP_WHY_HEARTBEAT = 1 << 2, /* missed heartbeats */
+  RESIHP_WHY_SOCKET = 1 << 3,    /* a socket to it failed */
+  RESIHP_WHY_PROBE = 1 << 4,     /* a health probe failed on its node */
+};
+
+typedef struct {
+  resihp_health_state_t state;
+  double slow_factor;         /* >= 1 when SLOW (time multiplier), else 1 */
+  unsigned why;               /* RESIHP_WHY_* bits */
+  unsigned missed_heartbeats; /* consecutive */
+  uint64_t since_iter;        /* iteration at which this state began */
+  uint64_t samples;           /* microbatch samples recorded */
+} resihp_rank_health_t;
+
+/* Called on every state change of a rank, and when the factor of a SLOW
+ * rank moves by more than 10 %, from inside the call that caused it. */
+typedef void (*resihp_detector_event_fn)(int rank, resihp_health_state_t prev,
+                                         const resihp_rank_health_t *now,
+                                         uint64_t iter, void *userdata);
+
+typedef struct {
+  int n_ranks;             /* ranks 0..n_ranks-1 (required, >= 1) */
+  double slow_margin;      /* fraction (0.25 = 25 %) */
+  double min_slow;         /* smallest validated slowdown reported (0.05) */
+  double forget;           /* predictor forgetting factor (0.998) */
+  unsigned warmup;         /* samples per rank before judging it (32) */
+  unsigned suspect_misses; /* consecutive heartbeat misses -> SUSPECT (2) */
+  unsigned failed_misses;  /* consecutive misses -> FAILED
+                              (detect-timeout / heartbeat, i.e. 10) */
+  unsigned peer_check;     /* compare a rank's model with its peers' every
+                              this many samples (32; 0 = never) */
+  resihp_detector_event_fn on_event; /* optional */
+  void *userdata;
+} resihp_detector_config_t;
+
+/* Defaults, taken from resihp_settings_global() where a setting exists
+ * (slow-margin, detect-timeout, heartbeat). */
+void resihp_detector_config_init(resihp_detector_config_t *cfg, int n_ranks);
+
+int resihp_detector_create(resihp_detector_t **out,
+                           const resihp_detector_config_t *cfg);
+void resihp_detector_destroy(resihp_detector_t *d);
+
+/* Declare which work a rank does: ranks with the same stage id run the same
+ * model slice (the same pipeline stage in every data-parallel replica) and
+ * are each other's peers for validation. Default: every rank its own stage
+ * (no peers; validation then uses the rank's own history only). Changing a
+ * rank's stage (layers moved by the planner) restarts its predictor. */
+int resihp_detector_set_stage(resihp_detector_t *d, int rank, int stage);
+
+/* One microbatch measured on rank: time_us is the rank's own execution time
+ * of the microbatch (forward+backward with its own collectives, not waits for
+ * other pipeline stages). RESIHP_EINVAL on a bad workload or time (nothing
+ * recorded), RESIHP_ESTATE for a FAILED rank. */
+int resihp_detector_record(resihp_detector_t *d, int rank, uint64_t iter,
+                           const resihp_workload_t *w, double time_us);
+
+/* Heartbeat bookkeeping, called once per heartbeat period per rank:
+ * received = 1 when the rank's heartbeat arrived in this period, 0 when it
+ * was missed. */
+int resihp_detector_heartbeat(resihp_detector_t *d, int rank, uint64_t iter,
+                              int received);
+
+/* A send/receive to rank failed with RESIHP_E* err (EPEER, ECLOSED, ...).
+ * The rank becomes SUSPECT and FAILED after suspect_misses further missed
+ * heartbeats instead of failed_misses. */
+int resihp_detector_socket_error(resihp_detector_t *d, int rank, uint64_t iter,
+                                 int err);
+
+/* Result of a node health probe covering rank (ok = 0: failed; what names
+ * the check, e.g. "gpu"). A failed probe makes the rank FAILED at once. */
+int resihp_detector_probe_report(resihp_detector_t *d, int rank, uint64_t iter,
+                                 int ok, const char *what);
+
+int resihp_detector_health(const resihp_detector_t *d, int rank,
+                           resihp_rank_health_t *out);
+
+/* The rank was replaced or rejoined: forget everything about it (state
+ * HEALTHY, predictor restarted with a new warm-up). */
+int resihp_detector_reset_rank(resihp_detector_t *d, int rank, uint64_t iter);
+
+/* The rank's current prediction for w (RESIHP_ESTATE while warming up). */
+int resihp_detector_predict(const resihp_detector_t *d, int rank,
+                            const resihp_workload_t *w, double *time_us);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RESIHP_DETECTOR_H */

@@ -1,0 +1,530 @@
+/* Unit tests of the detector: the predictor's fit, fail-slow decisions on
+ * crafted traces, fail-stop inputs, and rejection of bad input. */
+#include "config.h"
+
+#include <resihp.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a small deterministic workload generator ---- */
+
+static uint64_t rng_state;
+
+static uint64_t rng_next(void) {
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+static double uniform(void) {
+  return ((double)(rng_next() >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static double normal(void) {
+  return sqrt(-2 * log(uniform())) * cos(2 * M_PI * uniform());
+}
+
+/* 1..6 documents of log-normal length (median 600, capped at 8192), not
+ * packed: tokens and attention cost both swing by an order of magnitude. */
+static resihp_workload_t random_workload(void) {
+  resihp_workload_t w = {0, 0, 0};
+  int n = 1 + (int)(uniform() * 6);
+  for (int i = 0; i < n; i++) {
+    double l = floor(exp(log(600) + 1.1 * normal()));
+    if (l < 16)
+      l = 16;
+    if (l > 8192)
+      l = 8192;
+    w.tokens += l;
+    w.sum_l2 += l * l;
+    w.nseq += 1;
+  }
+  return w;
+}
+
+static const double A = 8.0, B = 4e-4, E = 40.0, C = 1500.0;
+
+static double true_time(const resihp_workload_t *w) {
+  return A * w->tokens + B * w->sum_l2 + E * w->nseq + C;
+}
+
+/* ---- log capture ---- */
+
+static char last_error[512];
+static int n_errors;
+
+static void capture(resihp_log_level_t l, const char *sub, const char *msg,
+                    void *ud) {
+  (void)ud;
+  if (l == RESIHP_LOG_ERROR) {
+    snprintf(last_error, sizeof(last_error), "%s: %s", sub, msg);
+    n_errors++;
+  }
+}
+
+static void quiet_setup(void) {
+  resihp_log_set_handler(capture, NULL);
+  resihp_log_set_level(RESIHP_LOG_WARN);
+  last_error[0] = '\0';
+  n_errors = 0;
+  rng_state = 42;
+}
+
+static void quiet_teardown(void) {
+  resihp_log_set_handler(NULL, NULL);
+}
+
+/* ---- predictor ---- */
+
+START_TEST(predictor_recovers_coefficients) {
+  resihp_predictor_t *p = NULL;
+  ck_assert_int_eq(resihp_predictor_create(&p, 0), 0);
+  double coef[RESIHP_COEF__COUNT], t;
+  resihp_workload_t w = random_workload();
+  ck_assert_int_eq(resihp_predictor_predict(p, &w, &t), RESIHP_ESTATE);
+  for (int i = 0; i < 2000; i++) {
+    w = random_workload();
+    ck_assert_int_eq(resihp_predictor_update(p, &w, true_time(&w), 1.0), 0);
+  }
+  ck_assert_uint_eq(resihp_predictor_samples(p), 2000);
+  ck_assert_int_eq(resihp_predictor_coef(p, coef), 0);
+  ck_assert_double_eq_tol(coef[RESIHP_COEF_TOKEN], A, A * 1e-3);
+  ck_assert_double_eq_tol(coef[RESIHP_COEF_ATTN], B, B * 1e-3);
+  ck_assert_double_eq_tol(coef[RESIHP_COEF_SEQ], E, E * 1e-2);
+  ck_assert_double_eq_tol(coef[RESIHP_COEF_CONST], C, C * 1e-2);
+  resihp_predictor_destroy(p);
+}
+END_TEST
+
+START_TEST(predictor_noisy_fit_and_error) {
+  resihp_predictor_t *p = NULL;
+  ck_assert_int_eq(resihp_predictor_create(&p, 0.998), 0);
+  double err = 0;
+  int n = 0;
+  for (int i = 0; i < 4000; i++) {
+    resihp_workload_t w = random_workload();
+    double t = true_time(&w) * exp(0.01 * normal());
+    double pred;
+    if (i >= 500 && resihp_predictor_predict(p, &w, &pred) == 0) {
+      err += fabs(pred - t) / t;
+      n++;
+    }
+    ck_assert_int_eq(resihp_predictor_update(p, &w, t, 1.0), 0);
+  }
+  double coef[RESIHP_COEF__COUNT];
+  resihp_predictor_coef(p, coef);
+  ck_assert_double_eq_tol(coef[RESIHP_COEF_TOKEN], A, A * 0.03);
+  ck_assert_double_eq_tol(coef[RESIHP_COEF_ATTN], B, B * 0.05);
+  /* Out-of-sample error close to the 1 % noise (mean |N(0,1%)| = 0.8 %). */
+  ck_assert_double_lt(err / n, 0.012);
+  resihp_predictor_destroy(p);
+}
+END_TEST
+
+/* Packed microbatches all have the same token count, which is collinear
+ * with the constant: the fit must stay finite and predict well anyway. */
+START_TEST(predictor_packed_collinear) {
+  resihp_predictor_t *p = NULL;
+  ck_assert_int_eq(resihp_predictor_create(&p, 0), 0);
+  double worst = 0;
+  for (int i = 0; i < 3000; i++) {
+    resihp_workload_t w = {8192, 0, 0};
+    double left = 8192;
+    while (left > 0) {
+      double l = floor(exp(log(600) + 1.1 * normal()));
+      l = l < 16 ? 16 : l > left ? left : l;
+      w.sum_l2 += l * l;
+      w.nseq += 1;
+      left -= l;
+    }
+    double t = true_time(&w), pred;
+    if (i >= 100) {
+      ck_assert_int_eq(resihp_predictor_predict(p, &w, &pred), 0);
+      ck_assert(isfinite(pred));
+      if (fabs(pred - t) / t > worst)
+        worst = fabs(pred - t) / t;
+    }
+    ck_assert_int_eq(resihp_predictor_update(p, &w, t, 1.0), 0);
+  }
+  ck_assert_double_lt(worst, 1e-3);
+  resihp_predictor_destroy(p);
+}
+END_TEST
+
+/* ---- detector on crafted traces ---- */
+
+#define REPLICAS 4
+#define STAGES 2
+#define NRANKS (REPLICAS * STAGES)
+#define MB 4 /* microbatches per rank per iteration */
+
+struct events {
+  int n_slow, n_failed, n_suspect;
+  int rank_slow[NRANKS];
+  uint64_t first_slow_iter[NRANKS];
+  double factor[NRANKS];
+};
+
+static void on_event(int rank, resihp_health_state_t prev,
+                     const resihp_rank_health_t *now, uint64_t iter, void *ud) {
+  struct events *e = ud;
+  (void)prev;
+  if (now->state == RESIHP_HEALTH_SLOW && prev != RESIHP_HEALTH_SLOW) {
+    e->n_slow++;
+    if (!e->rank_slow[rank]++)
+      e->first_slow_iter[rank] = iter;
+  }
+  if (now->state == RESIHP_HEALTH_SLOW)
+    e->factor[rank] = now->slow_factor;
+  if (now->state == RESIHP_HEALTH_FAILED)
+    e->n_failed++;
+  if (now->state == RESIHP_HEALTH_SUSPECT)
+    e->n_suspect++;
+}
+
+static resihp_detector_t *make_detector(struct events *e) {
+  resihp_detector_config_t cfg;
+  resihp_detector_config_init(&cfg, NRANKS);
+  ck_assert_double_eq_tol(cfg.slow_margin, 0.25, 1e-12);
+  cfg.on_event = on_event;
+  cfg.userdata = e;
+  resihp_detector_t *d = NULL;
+  ck_assert_int_eq(resihp_detector_create(&d, &cfg), 0);
+  for (int r = 0; r < NRANKS; r++)
+    ck_assert_int_eq(resihp_detector_set_stage(d, r, r % STAGES), 0);
+  return d;
+}
+
+/* One iteration: every replica draws MB microbatches, every stage of the
+ * replica runs them (stage s costs 1 + 0.1 s times the base model). slow[r]
+ * multiplies rank r's times; global multiplies everyone's. */
+static void run_iteration(resihp_detector_t *d, uint64_t it,
+                          const double slow[NRANKS], double global) {
+  for (int m = 0; m < MB; m++)
+    for (int rep = 0; rep < REPLICAS; rep++) {
+      resihp_workload_t w = random_workload();
+      for (int s = 0; s < STAGES; s++) {
+        int r = rep * STAGES + s;
+        double t = true_time(&w) * (1 + 0.1 * s) * exp(0.01 * normal()) *
+                   slow[r] * global;
+        ck_assert_int_eq(resihp_detector_record(d, r, it, &w, t), 0);
+      }
+    }
+}
+
+START_TEST(variability_only_no_alarm) {
+  struct events e = {0};
+  resihp_detector_t *d = make_detector(&e);
+  double slow[NRANKS];
+  for (int r = 0; r < NRANKS; r++)
+    slow[r] = 1;
+  for (uint64_t it = 0; it < 3000; it++) {
+    /* everyone 15 % slower for a while (e.g. a checkpoint being written) */
+    double global = (it % 700 >= 300 && it % 700 < 330) ? 1.15 : 1.0;
+    run_iteration(d, it, slow, global);
+  }
+  ck_assert_int_eq(e.n_slow, 0);
+  ck_assert_int_eq(e.n_failed, 0);
+  for (int r = 0; r < NRANKS; r++) {
+    resihp_rank_health_t h;
+    ck_assert_int_eq(resihp_detector_health(d, r, &h), 0);
+    ck_assert_int_eq(h.state, RESIHP_HEALTH_HEALTHY);
+    ck_assert_uint_eq(h.samples, 3000 * MB);
+  }
+  resihp_detector_destroy(d);
+}
+END_TEST
+
+START_TEST(persistent_slowdown_detected_and_recovered) {
+  struct events e = {0};
+  resihp_detector_t *d = make_detector(&e);
+  double slow[NRANKS];
+  for (int r = 0; r < NRANKS; r++)
+    slow[r] = 1;
+  const int victim = 5;
+  resihp_rank_health_t h;
+  uint64_t it = 0;
+  for (; it < 200; it++)
+    run_iteration(d, it, slow, 1);
+  ck_assert_int_eq(e.n_slow, 0);
+  slow[victim] = 1.3;
+  for (; it < 203; it++)
+    run_iteration(d, it, slow, 1);
+  /* Within 3 iterations: SLOW, with the factor the planner needs. */
+  ck_assert_int_eq(resihp_detector_health(d, victim, &h), 0);
+  ck_assert_str_eq(resihp_health_state_name(h.state), "slow");
+  ck_assert_int_eq(e.rank_slow[victim], 1);
+  ck_assert_uint_ge(e.first_slow_iter[victim], 200);
+  ck_assert(h.why & RESIHP_WHY_SLOW);
+  ck_assert(h.why & RESIHP_WHY_PEERS);
+  for (; it < 400; it++)
+    run_iteration(d, it, slow, 1);
+  ck_assert_int_eq(resihp_detector_health(d, victim, &h), 0);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_SLOW);
+  ck_assert_double_eq_tol(h.slow_factor, 1.3, 0.05);
+  ck_assert_int_eq(e.n_slow, 1); /* nobody else, no flapping */
+  /* The device recovers. */
+  slow[victim] = 1;
+  for (; it < 403; it++)
+    run_iteration(d, it, slow, 1);
+  ck_assert_int_eq(resihp_detector_health(d, victim, &h), 0);
+  ck_assert_str_eq(resihp_health_state_name(h.state), "healthy");
+  ck_assert_double_eq(h.slow_factor, 1.0);
+  for (; it < 1000; it++)
+    run_iteration(d, it, slow, 1);
+  ck_assert_int_eq(e.n_slow, 1);
+  resihp_detector_destroy(d);
+}
+END_TEST
+
+/* A cluster-wide swing that starts together with a real fault: the swing
+ * cancels against the peers and the rest of the job, the fault does not,
+ * and the factor reported is the fault's alone. */
+START_TEST(fault_during_global_swing) {
+  struct events e = {0};
+  resihp_detector_t *d = make_detector(&e);
+  double slow[NRANKS];
+  for (int r = 0; r < NRANKS; r++)
+    slow[r] = 1;
+  uint64_t it = 0;
+  for (; it < 200; it++)
+    run_iteration(d, it, slow, 1);
+  slow[6] = 1.3;
+  for (; it < 240; it++)
+    run_iteration(d, it, slow, 1.15);
+  ck_assert_int_eq(e.n_slow, 1);
+  ck_assert_int_eq(e.rank_slow[6], 1);
+  ck_assert_uint_le(e.first_slow_iter[6], 202);
+  resihp_rank_health_t h;
+  ck_assert_int_eq(resihp_detector_health(d, 6, &h), 0);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_SLOW);
+  ck_assert_double_eq_tol(h.slow_factor, 1.3, 0.06);
+  /* the swing ends, the fault stays: still slow, nobody else */
+  for (; it < 300; it++)
+    run_iteration(d, it, slow, 1);
+  ck_assert_int_eq(resihp_detector_health(d, 6, &h), 0);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_SLOW);
+  ck_assert_int_eq(e.n_slow, 1);
+  resihp_detector_destroy(d);
+}
+END_TEST
+
+/* A device slow from its first microbatch teaches its own predictor that
+ * slowness; the comparison with its peers' models must still catch it. */
+START_TEST(slow_from_start_caught_by_peers) {
+  struct events e = {0};
+  resihp_detector_t *d = make_detector(&e);
+  double slow[NRANKS];
+  for (int r = 0; r < NRANKS; r++)
+    slow[r] = 1;
+  slow[2] = 1.5;
+  for (uint64_t it = 0; it < 100; it++)
+    run_iteration(d, it, slow, 1);
+  resihp_rank_health_t h;
+  ck_assert_int_eq(resihp_detector_health(d, 2, &h), 0);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_SLOW);
+  ck_assert_double_eq_tol(h.slow_factor, 1.5, 0.08);
+  ck_assert_int_eq(e.n_slow, 1);
+  /* ... and when it is repaired it is healthy again. */
+  slow[2] = 1;
+  for (uint64_t it = 100; it < 104; it++)
+    run_iteration(d, it, slow, 1);
+  ck_assert_int_eq(resihp_detector_health(d, 2, &h), 0);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_HEALTHY);
+  resihp_detector_destroy(d);
+}
+END_TEST
+
+START_TEST(heartbeats_suspect_then_failed) {
+  struct events e = {0};
+  resihp_detector_t *d = make_detector(&e);
+  resihp_rank_health_t h;
+  ck_assert_int_eq(resihp_detector_heartbeat(d, 1, 0, 0), 0);
+  ck_assert_int_eq(resihp_detector_health(d, 1, &h), 0);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_HEALTHY); /* one late beat */
+  ck_assert_int_eq(resihp_detector_heartbeat(d, 1, 0, 0), 0);
+  resihp_detector_health(d, 1, &h);
+  ck_assert_str_eq(resihp_health_state_name(h.state), "suspect");
+  ck_assert(h.why & RESIHP_WHY_HEARTBEAT);
+  ck_assert_uint_eq(h.missed_heartbeats, 2);
+  /* a heartbeat clears the suspicion */
+  resihp_detector_heartbeat(d, 1, 1, 1);
+  resihp_detector_health(d, 1, &h);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_HEALTHY);
+  /* failed_misses (detect-timeout 1000 ms / heartbeat 100 ms = 10) */
+  for (int i = 0; i < 9; i++)
+    resihp_detector_heartbeat(d, 1, 2, 0);
+  resihp_detector_health(d, 1, &h);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_SUSPECT);
+  resihp_detector_heartbeat(d, 1, 3, 0);
+  resihp_detector_health(d, 1, &h);
+  ck_assert_str_eq(resihp_health_state_name(h.state), "failed");
+  ck_assert_uint_eq(h.since_iter, 3);
+  /* sticky: a late heartbeat does not revive it, samples are refused */
+  resihp_detector_heartbeat(d, 1, 4, 1);
+  resihp_detector_health(d, 1, &h);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_FAILED);
+  resihp_workload_t w = {100, 10000, 1};
+  ck_assert_int_eq(resihp_detector_record(d, 1, 4, &w, 10), RESIHP_ESTATE);
+  ck_assert_int_eq(resihp_detector_reset_rank(d, 1, 5), 0);
+  resihp_detector_health(d, 1, &h);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_HEALTHY);
+  ck_assert_int_eq(resihp_detector_record(d, 1, 5, &w, 10), 0);
+
+  /* socket error: suspect at once, failed after suspect_misses misses */
+  ck_assert_int_eq(resihp_detector_socket_error(d, 3, 7, RESIHP_EPEER), 0);
+  resihp_detector_health(d, 3, &h);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_SUSPECT);
+  ck_assert(h.why & RESIHP_WHY_SOCKET);
+  resihp_detector_heartbeat(d, 3, 7, 0);
+  resihp_detector_heartbeat(d, 3, 7, 0);
+  resihp_detector_health(d, 3, &h);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_FAILED);
+
+  /* failed probe: failed at once; a passing one changes nothing */
+  ck_assert_int_eq(resihp_detector_probe_report(d, 4, 8, 1, "gpu"), 0);
+  resihp_detector_health(d, 4, &h);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_HEALTHY);
+  ck_assert_int_eq(resihp_detector_probe_report(d, 4, 8, 0, "gpu"), 0);
+  resihp_detector_health(d, 4, &h);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_FAILED);
+  ck_assert(h.why & RESIHP_WHY_PROBE);
+  ck_assert_int_eq(e.n_failed, 3);
+  resihp_detector_destroy(d);
+}
+END_TEST
+
+START_TEST(state_names) {
+  ck_assert_str_eq(resihp_health_state_name(RESIHP_HEALTH_HEALTHY), "healthy");
+  ck_assert_str_eq(resihp_health_state_name(RESIHP_HEALTH_SUSPECT), "suspect");
+  ck_assert_str_eq(resihp_health_state_name(RESIHP_HEALTH_SLOW), "slow");
+  ck_assert_str_eq(resihp_health_state_name(RESIHP_HEALTH_FAILED), "failed");
+  ck_assert_str_eq(resihp_health_state_name((resihp_health_state_t)7), "?");
+}
+END_TEST
+
+/* ---- bad input ---- */
+
+static const struct {
+  resihp_workload_t w;
+  double t;
+  const char *needle;
+} bad[] = {
+    {{100, 10000, 1}, NAN, "time nan rejected"},
+    {{100, 10000, 1}, -5, "time -5 rejected"},
+    {{100, 10000, 1}, 0, "time 0 rejected"},
+    {{100, 10000, 1}, INFINITY, "time inf rejected"},
+    {{0, 0, 0}, 10, "empty or invalid batch"},
+    {{100, 10000, 0}, 10, "empty or invalid batch"},
+    {{NAN, 10000, 1}, 10, "empty or invalid batch"},
+    {{100, 20000, 1}, 10, "inconsistent workload"},
+    {{100, 1000, 2}, 10, "inconsistent workload"},
+    {{100, 10000, 200}, 10, "inconsistent workload"},
+};
+
+START_TEST(bad_samples_rejected) {
+  resihp_detector_config_t cfg;
+  resihp_detector_config_init(&cfg, 2);
+  resihp_detector_t *d = NULL;
+  ck_assert_int_eq(resihp_detector_create(&d, &cfg), 0);
+  resihp_predictor_t *p = NULL;
+  ck_assert_int_eq(resihp_predictor_create(&p, 0), 0);
+
+  ck_assert_int_eq(resihp_detector_record(d, 0, 0, &bad[_i].w, bad[_i].t),
+                   RESIHP_EINVAL);
+  ck_assert_msg(strstr(last_error, bad[_i].needle), "logged '%s'", last_error);
+  ck_assert_int_eq(n_errors, 1);
+  last_error[0] = '\0';
+  ck_assert_int_eq(resihp_predictor_update(p, &bad[_i].w, bad[_i].t, 1),
+                   RESIHP_EINVAL);
+  ck_assert_msg(strstr(last_error, bad[_i].needle), "logged '%s'", last_error);
+  /* nothing was recorded */
+  resihp_rank_health_t h;
+  ck_assert_int_eq(resihp_detector_health(d, 0, &h), 0);
+  ck_assert_uint_eq(h.samples, 0);
+  ck_assert_uint_eq(resihp_predictor_samples(p), 0);
+  resihp_predictor_destroy(p);
+  resihp_detector_destroy(d);
+}
+END_TEST
+
+START_TEST(bad_arguments_rejected) {
+  resihp_detector_config_t cfg;
+  resihp_detector_config_init(&cfg, 2);
+  resihp_detector_t *d = NULL;
+  resihp_workload_t w = {100, 10000, 1};
+  ck_assert_int_eq(resihp_detector_create(&d, NULL), RESIHP_EINVAL);
+  cfg.n_ranks = 0;
+  ck_assert_int_eq(resihp_detector_create(&d, &cfg), RESIHP_EINVAL);
+  ck_assert_ptr_null(d);
+  ck_assert_ptr_nonnull(strstr(last_error, "n_ranks"));
+  resihp_detector_config_init(&cfg, 2);
+  cfg.slow_margin = NAN;
+  ck_assert_int_eq(resihp_detector_create(&d, &cfg), RESIHP_EINVAL);
+  resihp_detector_config_init(&cfg, 2);
+  ck_assert_int_eq(resihp_detector_create(&d, &cfg), 0);
+  ck_assert_int_eq(resihp_detector_record(d, 2, 0, &w, 1), RESIHP_ERANGE);
+  ck_assert_ptr_nonnull(strstr(last_error, "out of range"));
+  ck_assert_int_eq(resihp_detector_record(d, -1, 0, &w, 1), RESIHP_ERANGE);
+  ck_assert_int_eq(resihp_detector_record(d, 0, 0, NULL, 1), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp_detector_record(NULL, 0, 0, &w, 1), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp_detector_set_stage(d, 0, -3), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp_detector_socket_error(d, 0, 0, 5), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp_detector_health(d, 0, NULL), RESIHP_EINVAL);
+  double t;
+  ck_assert_int_eq(resihp_detector_predict(d, 0, &w, &t), RESIHP_ESTATE);
+  resihp_predictor_t *p = NULL;
+  ck_assert_int_eq(resihp_predictor_create(&p, 0.5), RESIHP_EINVAL);
+  ck_assert_ptr_null(p);
+  ck_assert_int_eq(resihp_predictor_create(&p, 0), 0);
+  ck_assert_int_eq(resihp_predictor_update(p, &w, 10, 0), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp_predictor_update(p, &w, 10, 2), RESIHP_EINVAL);
+  resihp_predictor_destroy(p);
+  resihp_predictor_destroy(NULL);
+  resihp_detector_destroy(d);
+  resihp_detector_destroy(NULL);
+}
+END_TEST
+
+static Suite *detector_suite(void) {
+  Suite *s = suite_create("detector");
+  TCase *t = tcase_create("predictor");
+  tcase_set_timeout(t, 30);
+  tcase_add_checked_fixture(t, quiet_setup, quiet_teardown);
+  tcase_add_test(t, predictor_recovers_coefficients);
+  tcase_add_test(t, predictor_noisy_fit_and_error);
+  tcase_add_test(t, predictor_packed_collinear);
+  suite_add_tcase(s, t);
+
+  t = tcase_create("decisions");
+  tcase_set_timeout(t, 60);
+  tcase_add_checked_fixture(t, quiet_setup, quiet_teardown);
+  tcase_add_test(t, variability_only_no_alarm);
+  tcase_add_test(t, persistent_slowdown_detected_and_recovered);
+  tcase_add_test(t, fault_during_global_swing);
+  tcase_add_test(t, slow_from_start_caught_by_peers);
+  tcase_add_test(t, heartbeats_suspect_then_failed);
+  tcase_add_test(t, state_names);
+  suite_add_tcase(s, t);
+
+  t = tcase_create("bad-input");
+  tcase_set_timeout(t, 10);
+  tcase_add_checked_fixture(t, quiet_setup, quiet_teardown);
+  tcase_add_loop_test(t, bad_samples_rejected, 0, sizeof(bad) / sizeof(bad[0]));
+  tcase_add_test(t, bad_arguments_rejected);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(detector_suite());
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

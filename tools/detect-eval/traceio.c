@@ -1,0 +1,376 @@
+/* Trace files for resihp-detect-eval: reading users' own logs and writing
+ * generated traces, in one line-oriented text format (see
+ * man/resihp-detect-eval.1):
+ *
+ *   # comment
+ *   #! mb M                            microbatches per rank per iteration
+ *   #! slow RANK START END FACTOR compute|comm    ground truth (optional)
+ *   #! stop RANK START REJOIN
+ *   iter rank stage tokens sum_l2 nseq time_us
+ *
+ * Iterations must not decrease from one sample line to the next. Every
+ * line is checked as it is read, and the first bad one stops the replay with
+ * its line number: a detector evaluated on half-parsed input would report
+ * figures about nothing.
+ */
+#include "config.h"
+
+#include "eval.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LINE_MAX_LEN 4096
+#define RANK_MAX (1 << 20)
+
+struct file_src {
+  ev_source_t src;
+  ev_sample_t *s;
+  size_t n, cap, pos;
+};
+
+static void say(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(char *err, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, len, fmt, ap);
+  va_end(ap);
+}
+
+static int file_next(ev_source_t *s, uint32_t *iter,
+                     const ev_sample_t **samples, size_t *n) {
+  struct file_src *f = (struct file_src *)s;
+  if (f->pos >= f->n)
+    return 0;
+  size_t b = f->pos, e = b;
+  while (e < f->n && f->s[e].iter == f->s[b].iter)
+    e++;
+  f->pos = e;
+  *iter = f->s[b].iter;
+  *samples = f->s + b;
+  *n = e - b;
+  return 1;
+}
+
+static void file_destroy(ev_source_t *s) {
+  struct file_src *f = (struct file_src *)s;
+  free(f->s);
+  free(f->src.ep);
+  free(f);
+}
+
+/* Strict number parsing: the whole token, finite. */
+static int num(const char *tok, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(tok, &end);
+  if (end == tok || *end || errno == ERANGE || !isfinite(v))
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static int whole(const char *tok, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(tok, &end, 10);
+  if (end == tok || *end || errno == ERANGE || v < lo || v > hi)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static int split(char *line, char **tok, int max) {
+  int n = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(line, " \t\r\n", &save); t;
+       t = strtok_r(NULL, " \t\r\n", &save)) {
+    if (n == max)
+      return max + 1;
+    tok[n++] = t;
+  }
+  return n;
+}
+
+static int directive(struct file_src *f, char **tok, int nt, const char *where,
+                     char *err, size_t errlen) {
+  long v[3];
+  double factor;
+  if (!strcmp(tok[0], "mb")) {
+    if (nt != 2 || whole(tok[1], 1, 1 << 16, &v[0])) {
+      say(err, errlen, "%s: expected '#! mb M' with 1 <= M <= 65536", where);
+      return -1;
+    }
+    f->src.mb = (int)v[0];
+    return 0;
+  }
+  if (!strcmp(tok[0], "slow")) {
+    ev_episode_t e = {0};
+    if (nt != 6 || whole(tok[1], 0, RANK_MAX - 1, &v[0]) ||
+        whole(tok[2], 0, UINT32_MAX - 1, &v[1]) ||
+        whole(tok[3], 0, UINT32_MAX - 1, &v[2]) || v[2] <= v[1] ||
+        num(tok[4], &factor) || factor < 1 ||
+        (strcmp(tok[5], "compute") && strcmp(tok[5], "comm"))) {
+      say(err, errlen,
+          "%s: expected '#! slow RANK START END FACTOR compute|comm' with "
+          "START < END and FACTOR >= 1",
+          where);
+      return -1;
+    }
+    e.rank = (int)v[0];
+    e.start = (uint32_t)v[1];
+    e.end = (uint32_t)v[2];
+    e.factor = factor;
+    e.kind = strcmp(tok[5], "comm") ? EV_COMPUTE : EV_COMM;
+    f->src.labelled = 1;
+    return ev_add_episode(&f->src, &e);
+  }
+  if (!strcmp(tok[0], "stop")) {
+    ev_episode_t e = {0};
+    if (nt != 4 || whole(tok[1], 0, RANK_MAX - 1, &v[0]) ||
+        whole(tok[2], 0, UINT32_MAX - 1, &v[1]) ||
+        whole(tok[3], 0, UINT32_MAX, &v[2]) || v[2] <= v[1]) {
+      say(err, errlen,
+          "%s: expected '#! stop RANK START REJOIN' with START < REJOIN",
+          where);
+      return -1;
+    }
+    e.rank = (int)v[0];
+    e.start = (uint32_t)v[1];
+    e.end = (uint32_t)v[2];
+    e.kind = EV_STOP;
+    f->src.labelled = 1;
+    return ev_add_episode(&f->src, &e);
+  }
+  say(err, errlen, "%s: unknown directive '#! %.32s' (known: mb, slow, stop)",
+      where, tok[0]);
+  return -1;
+}
+
+static int sample_line(struct file_src *f, char **tok, int nt,
+                       const char *where, char *err, size_t errlen) {
+  static const char *const names[] = {"iter",   "rank", "stage",  "tokens",
+                                      "sum_l2", "nseq", "time_us"};
+  if (nt != 7) {
+    say(err, errlen,
+        "%s: expected 7 fields 'iter rank stage tokens sum_l2 nseq "
+        "time_us', got %d",
+        where, nt > 7 ? 8 : nt);
+    return -1;
+  }
+  long it, rank, stage;
+  double v[4];
+  if (whole(tok[0], 0, UINT32_MAX - 1, &it)) {
+    say(err, errlen, "%s: iter '%.32s' is not an integer in 0..%u", where,
+        tok[0], UINT32_MAX - 1);
+    return -1;
+  }
+  if (whole(tok[1], 0, RANK_MAX - 1, &rank)) {
+    say(err, errlen, "%s: rank '%.32s' is not an integer in 0..%d", where,
+        tok[1], RANK_MAX - 1);
+    return -1;
+  }
+  if (whole(tok[2], 0, INT_MAX, &stage)) {
+    say(err, errlen, "%s: stage '%.32s' is not an integer >= 0", where, tok[2]);
+    return -1;
+  }
+  for (int i = 0; i < 4; i++)
+    if (num(tok[3 + i], &v[i])) {
+      say(err, errlen, "%s: %s '%.32s' is not a finite number", where,
+          names[3 + i], tok[3 + i]);
+      return -1;
+    }
+  if (v[3] <= 0) {
+    say(err, errlen, "%s: time_us %g must be > 0", where, v[3]);
+    return -1;
+  }
+  double N = v[0], S = v[1], K = v[2];
+  if (N < 1 || K < 1 || K > N) {
+    say(err, errlen,
+        "%s: empty or impossible batch (tokens %g, nseq %g): need 1 <= nseq "
+        "<= tokens",
+        where, N, K);
+    return -1;
+  }
+  if (S > N * N * (1 + 1e-9) || S < N * N / K * (1 - 1e-9)) {
+    say(err, errlen,
+        "%s: sum_l2 %g impossible for %g tokens in %g sequences (must lie "
+        "in tokens^2/nseq..tokens^2 = %g..%g)",
+        where, S, N, K, N * N / K, N * N);
+    return -1;
+  }
+  if (f->n && (uint32_t)it < f->s[f->n - 1].iter) {
+    say(err, errlen,
+        "%s: iteration %ld after %u; sample lines must be in "
+        "non-decreasing iteration order",
+        where, it, f->s[f->n - 1].iter);
+    return -1;
+  }
+  if (f->n == f->cap) {
+    size_t cap = f->cap ? 2 * f->cap : 4096;
+    ev_sample_t *p = realloc(f->s, cap * sizeof(*p));
+    if (!p) {
+      say(err, errlen, "%s: out of memory", where);
+      return -1;
+    }
+    f->s = p;
+    f->cap = cap;
+  }
+  f->s[f->n++] = (ev_sample_t){.iter = (uint32_t)it,
+                               .rank = (int)rank,
+                               .stage = (int)stage,
+                               .w = {N, S, K},
+                               .t = v[3]};
+  return 0;
+}
+
+ev_source_t *ev_file_open(const char *path, char *err, size_t errlen) {
+  FILE *fp = strcmp(path, "-") ? fopen(path, "r") : stdin;
+  if (!fp) {
+    say(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    return NULL;
+  }
+  struct file_src *f = calloc(1, sizeof(*f));
+  if (!f) {
+    say(err, errlen, "%s: out of memory", path);
+    if (fp != stdin)
+      fclose(fp);
+    return NULL;
+  }
+  f->src.next = file_next;
+  f->src.destroy = file_destroy;
+  const char *base = strrchr(path, '/');
+  snprintf(f->src.name, sizeof(f->src.name), "%s",
+           !strcmp(path, "-") ? "stdin"
+           : base             ? base + 1
+                              : path);
+  char line[LINE_MAX_LEN + 2];
+  char where[300];
+  long lineno = 0;
+  int rc = 0, mb_given = 0;
+  while (!rc && fgets(line, sizeof(line), fp)) {
+    lineno++;
+    snprintf(where, sizeof(where), "%.250s:%ld", path, lineno);
+    size_t len = strlen(line);
+    if (len > LINE_MAX_LEN && line[len - 1] != '\n') {
+      say(err, errlen, "%s: line longer than %d characters", where,
+          LINE_MAX_LEN);
+      rc = -1;
+      break;
+    }
+    char *tok[9];
+    if (!strncmp(line, "#!", 2)) {
+      int nt = split(line + 2, tok, 8);
+      if (nt == 0) {
+        say(err, errlen, "%s: empty directive", where);
+        rc = -1;
+      } else {
+        mb_given |= !strcmp(tok[0], "mb");
+        rc = directive(f, tok, nt, where, err, errlen);
+      }
+      continue;
+    }
+    char *hash = strchr(line, '#');
+    if (hash)
+      *hash = '\0';
+    int nt = split(line, tok, 8);
+    if (nt == 0)
+      continue;
+    rc = sample_line(f, tok, nt, where, err, errlen);
+  }
+  if (!rc && ferror(fp)) {
+    say(err, errlen, "%s: read error: %s", path, strerror(errno));
+    rc = -1;
+  }
+  if (fp != stdin)
+    fclose(fp);
+  if (!rc && f->n == 0) {
+    say(err, errlen,
+        "%s: no sample lines (expected 'iter rank stage tokens "
+        "sum_l2 nseq time_us')",
+        path);
+    rc = -1;
+  }
+  if (rc) {
+    file_destroy(&f->src);
+    return NULL;
+  }
+  /* Ranks and microbatches per iteration follow from the samples. */
+  int max_rank = 0, mb = 1;
+  size_t run = 0;
+  for (size_t i = 0; i < f->n; i++)
+    if (f->s[i].rank > max_rank)
+      max_rank = f->s[i].rank;
+  int *count = calloc((size_t)max_rank + 1, sizeof(int));
+  if (!count) {
+    say(err, errlen, "%s: out of memory", path);
+    file_destroy(&f->src);
+    return NULL;
+  }
+  for (size_t i = 0; i < f->n; i = run) {
+    for (run = i; run < f->n && f->s[run].iter == f->s[i].iter; run++)
+      if (++count[f->s[run].rank] > mb)
+        mb = count[f->s[run].rank];
+    for (size_t j = i; j < run; j++)
+      count[f->s[j].rank] = 0;
+  }
+  free(count);
+  for (size_t i = 0; i < f->src.nep; i++)
+    if (f->src.ep[i].rank > max_rank) {
+      say(err, errlen, "%s: a '#!' label names rank %d, which has no samples",
+          path, f->src.ep[i].rank);
+      file_destroy(&f->src);
+      return NULL;
+    }
+  f->src.n_ranks = max_rank + 1;
+  if (!mb_given)
+    f->src.mb = mb;
+  f->src.n_iters = f->s[f->n - 1].iter + 1;
+  return &f->src;
+}
+
+int ev_write_trace(ev_source_t *src, const char *path, const char *comment,
+                   char *err, size_t errlen) {
+  FILE *fp = strcmp(path, "-") ? fopen(path, "w") : stdout;
+  if (!fp) {
+    say(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+    return -1;
+  }
+  fprintf(fp,
+          "# resihp detector trace (resihp-detect-eval(1))\n"
+          "# %s\n"
+          "# iter rank stage tokens sum_l2 nseq time_us\n"
+          "#! mb %d\n",
+          comment, src->mb);
+  for (size_t i = 0; i < src->nep; i++) {
+    const ev_episode_t *e = &src->ep[i];
+    if (e->kind == EV_STOP)
+      fprintf(fp, "#! stop %d %u %u\n", e->rank, e->start, e->end);
+    else
+      fprintf(fp, "#! slow %d %u %u %g %s\n", e->rank, e->start, e->end,
+              e->factor, e->kind == EV_COMM ? "comm" : "compute");
+  }
+  uint32_t it;
+  const ev_sample_t *s;
+  size_t n;
+  int rc;
+  while ((rc = src->next(src, &it, &s, &n)) > 0)
+    for (size_t i = 0; i < n; i++)
+      fprintf(fp, "%u %d %d %.0f %.0f %.0f %.3f\n", s[i].iter, s[i].rank,
+              s[i].stage, s[i].w.tokens, s[i].w.sum_l2, s[i].w.nseq, s[i].t);
+  int bad = ferror(fp);
+  if (fp != stdout)
+    bad |= fclose(fp) != 0;
+  else
+    bad |= fflush(fp) != 0;
+  if (rc < 0 || bad) {
+    say(err, errlen, "%s: write failed", path);
+    return -1;
+  }
+  return 0;
+}

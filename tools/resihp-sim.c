@@ -19,7 +19,8 @@
  *    of a failed replica.
  *  - Fail-slow detection (ResiHP, arXiv 2605.06374): validation when the
  *    measured iteration exceeds the prediction by 25 % (setting
- *    slow-margin).
+ *    slow-margin); by default the simulator runs resihp's real detector
+ *    (see detect_slow_delay_s).
  *  Assumptions without a public per-GPU figure, all options: fail-slow
  *  episodes (rate 1e-5 per GPU-hour, mean 2 h, speed 0.3-0.9), node
  *  repair time (24 h), checkpoint write (30 s), in-step recovery (30 s),
@@ -221,22 +222,88 @@ static void slow_cost(const job_t *J, int s, double v, double cap_scale,
 }
 
 /* ---- fail-slow detection: the adapter for resihp's detector ----
- * Delay (s) between the start of an episode that makes a replica
- * `ratio` times slower and its validation as fail-slow, for a job iterating
- * every iter_ms. This models the detector (libresihp/detector, issue #5)
- * as the paper describes it: an iteration is flagged when it exceeds the
- * workload-aware prediction by the slow margin (setting slow-margin,
- * 25 %), then validated against peers over validate_iters iterations;
- * below the margin an episode goes unnoticed. The real detector can be
- * wired in here without touching the policies. */
-static double detect_slow_delay_s(const params_t *P, double ratio,
-                                  double iter_ms) {
+ * detect_slow_delay_s() says how long after the start of an episode that
+ * makes one GPU `factor` times slower (its stage's compute takes factor
+ * times as long) resihp validates it as fail-slow; INFINITY when it never
+ * does (below the slow margin). Two implementations:
+ *  - "real" (default): resihp's detector itself (resihp/detector.h). A
+ *    detector watches 8 ranks of one pipeline stage (peers doing the same
+ *    work on different data) fed with packed 8192-token microbatches whose
+ *    document lengths vary (log-normal, median 600 tokens) and whose time
+ *    follows a*N + b*sum(l^2) + e*nseq + c with 1 % noise; after a warm-up,
+ *    rank 0 slows by `factor` and we count microbatches until the detector
+ *    reports it SLOW. Results are cached per 1 % of factor.
+ *  - "model": the paper's rule as a formula: validated after
+ *    1 + validate_iters iterations when factor exceeds 1 + slow-margin. */
+enum { DET_REAL, DET_MODEL };
+static int det_impl = DET_REAL;
+
+static double lognormal(double median, double sigma) {
+  double u1 = urand(), u2 = urand();
+  return median * exp(sigma * sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
+}
+
+/* One packed microbatch: documents cut to an 8192-token window. */
+static void draw_workload(resihp_workload_t *w) {
+  const double ctx = 8192;
+  double left = ctx, l2 = 0, n = 0;
+  while (left > 0) {
+    double l = fmin(left, fmax(16, floor(lognormal(600, 1.1))));
+    l2 += l * l;
+    n++;
+    left -= l;
+  }
+  *w = (resihp_workload_t){ctx, l2, n};
+}
+
+/* Microbatches until the real detector flags a rank slowed by factor. */
+static double real_detect_mb(double factor, int mb_per_iter) {
+  enum { RANKS = 8, WARM_ITERS = 64, MAX_ITERS = 2000 };
+  resihp_detector_config_t cfg;
+  resihp_detector_config_init(&cfg, RANKS);
+  resihp_detector_t *d = NULL;
+  if (resihp_detector_create(&d, &cfg))
+    return INFINITY;
+  uint64_t saved = rng_s;
+  rng_s = 0x5eed0000ULL + (uint64_t)(factor * 1000);
+  double found = INFINITY;
+  for (int it = 0; it < WARM_ITERS + MAX_ITERS && !isfinite(found); it++) {
+    for (int k = 0; k < mb_per_iter; k++)
+      for (int r = 0; r < RANKS; r++) {
+        resihp_workload_t w;
+        draw_workload(&w);
+        double t = 1.0 * w.tokens + 5e-5 * w.sum_l2 + 5 * w.nseq + 150;
+        t *= 8 * exp(0.01 * sqrt(-2 * log(urand())) * cos(2 * M_PI * urand()));
+        if (r == 0 && it >= WARM_ITERS)
+          t *= factor;
+        resihp_detector_record(d, r, (uint64_t)it, &w, t);
+      }
+    resihp_rank_health_t h;
+    if (it >= WARM_ITERS && !resihp_detector_health(d, 0, &h) &&
+        h.state == RESIHP_HEALTH_SLOW)
+      found = (double)(it - WARM_ITERS + 1) * mb_per_iter;
+  }
+  resihp_detector_destroy(d);
+  rng_s = saved;
+  return found;
+}
+
+static double detect_slow_delay_s(const params_t *P, double factor,
+                                  double iter_ms, int mb_per_iter) {
   double margin =
       resihp_settings_get(resihp_settings_global(),
                           RESIHP_SETTING_SLOW_MARGIN) / 100.0;
-  if (ratio < 1 + margin)
-    return INFINITY;
-  return (1 + P->validate_iters) * iter_ms / 1000;
+  if (det_impl == DET_MODEL)
+    return factor < 1 + margin ? INFINITY
+                               : (1 + P->validate_iters) * iter_ms / 1000;
+  static double cache[1001];
+  static int cached_mb[1001];
+  int key = (int)lround(fmin(factor, 10) * 100);
+  if (cached_mb[key] != mb_per_iter) {
+    cache[key] = real_detect_mb(key / 100.0, mb_per_iter);
+    cached_mb[key] = mb_per_iter;
+  }
+  return cache[key] / mb_per_iter * iter_ms / 1000;
 }
 
 /* ---- policies ---- */
@@ -533,7 +600,8 @@ static void slow_start(sim_t *S, const fault_t *f, int ep, double now) {
   if (S->pol == POL_RESIHP) {
     double ratio = (x->fill + (J->q0 - 1) * x->step) /
                    (J->fill0 + (J->q0 - 1) * J->step0);
-    double delay = detect_slow_delay_s(S->P, ratio, J->iter0 * ratio);
+    double delay =
+        detect_slow_delay_s(S->P, 1 / f->speed, J->iter0 * ratio, J->q0);
     if (isfinite(delay))
       heap_push(S, (pev_t){now + delay, E_DETECT, r, ep, 0});
   }
@@ -852,6 +920,16 @@ int main(int argc, char **argv) {
       png = v;
     else if (!strcmp(a, "--gpus"))
       gpus_arg = v;
+    else if (!strcmp(a, "--detector")) {
+      if (!strcmp(v, "real"))
+        det_impl = DET_REAL;
+      else if (!strcmp(v, "model"))
+        det_impl = DET_MODEL;
+      else {
+        fprintf(stderr, "resihp-sim: --detector '%s': real or model\n", v);
+        return 2;
+      }
+    }
     else if (!strcmp(a, "--seed")) {
       errno = 0;
       P.seed = strtoull(v, &end, 10);
@@ -914,9 +992,9 @@ int main(int argc, char **argv) {
   }
   free(copy);
   printf("resihp-sim: seed %llu, %.1f days; fail-stop %.3g/GPU-h (%.0f %% "
-         "hardware), fail-slow %.3g/GPU-h\n",
+         "hardware), fail-slow %.3g/GPU-h; %s detector\n",
          (unsigned long long)P.seed, P.days, P.stop_rate, P.hw_frac * 100,
-         P.slow_rate);
+         P.slow_rate, det_impl == DET_REAL ? "real" : "modelled");
   static double series[POL__N][NB];
   int rc = 0;
   for (int k = 0; k < ns && !rc; k++) {
@@ -943,6 +1021,18 @@ int main(int argc, char **argv) {
     printf("  job MTBF %.1f min, checkpoint every %.1f min; trace: %d "
            "events\n",
            mtbf_s / 60, Q.ckpt_min, ntr);
+    printf("  fail-slow detection delay (%s):", det_impl == DET_REAL
+                                                 ? "real detector"
+                                                 : "model");
+    static const double show[] = {1.0, 1.05, 1.1, 1.25, 2, 3};
+    for (size_t k2 = 0; k2 < sizeof(show) / sizeof(show[0]); k2++) {
+      double dl = detect_slow_delay_s(&Q, show[k2], J.iter0, J.q0);
+      if (isfinite(dl))
+        printf(" %gx %.0f s", show[k2], dl);
+      else
+        printf(" %gx never", show[k2]);
+    }
+    printf("\n");
     printf("  %-20s %8s %12s %10s %8s %8s\n", "policy", "ETTR", "throughput",
            "restarts", "stops", "slows");
     result_t all[POL__N];

@@ -156,8 +156,11 @@ int resihp_planner_partition(const resihp_plan_cluster_t *cluster,
                              double *step_ms) {
   if (!cluster || !model || !model->layer_ms || !model->layer_mem_gb ||
       model->layers < 1 || !stage_speed || !stage_cap_gb || !layers_out ||
-      !fill_ms || !step_ms || tp < 1 || pp < 1)
+      !fill_ms || !step_ms || tp < 1 || pp < 1) {
+    resihp_log(RESIHP_LOG_ERROR, "planner",
+               "resihp_planner_partition: missing argument or tp/pp < 1");
     return RESIHP_EINVAL;
+  }
   resihp__prefix_t px;
   int rc = resihp__prefix_init(&px, model);
   if (rc)
@@ -166,5 +169,10 @@ int resihp_planner_partition(const resihp_plan_cluster_t *cluster,
                          stage_cap_gb, microbatches, layers_out, fill_ms,
                          step_ms);
   resihp__prefix_free(&px);
+  if (rc == RESIHP_EINFEASIBLE)
+    resihp_log(RESIHP_LOG_INFO, "planner",
+               "no partition of %d layers over %d stages fits (a stage is "
+               "failed, or memory is too small)",
+               model->layers, pp);
   return rc;
 }

@@ -550,8 +550,10 @@ static int copy_inputs(resihp_plan_t *P, const resihp_plan_cluster_t *c,
 int resihp_plan_create(const resihp_plan_cluster_t *cluster,
                        const resihp_plan_model_t *model,
                        const resihp_plan_opts_t *opts, resihp_plan_t **out) {
-  if (!out)
+  if (!out) {
+    resihp_log(RESIHP_LOG_ERROR, "planner", "resihp_plan_create: out is NULL");
     return RESIHP_EINVAL;
+  }
   *out = NULL;
   int rc = resihp__check_inputs(cluster, model);
   if (rc)

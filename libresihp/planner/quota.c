@@ -44,15 +44,23 @@ static int by_last_desc(const void *a, const void *b) {
 
 int resihp_planner_quotas(resihp_replica_class_t *classes, int nclasses,
                           int microbatches, double *time_ms) {
-  if (!classes || nclasses < 0 || microbatches < 0 || !time_ms)
+  if (!classes || nclasses < 0 || microbatches < 0 || !time_ms) {
+    resihp_log(RESIHP_LOG_ERROR, "planner",
+               "resihp_planner_quotas: missing argument or negative count");
     return RESIHP_EINVAL;
+  }
   long live = 0;
   double hi = INFINITY;
   for (int i = 0; i < nclasses; i++) {
     resihp_replica_class_t *c = &classes[i];
     c->quota = c->n_extra = 0;
-    if (c->count < 0 || !(c->step_ms > 0) || !(c->fill_ms >= 0))
+    if (c->count < 0 || !(c->step_ms > 0) || !(c->fill_ms >= 0)) {
+      resihp_log(RESIHP_LOG_ERROR, "planner",
+                 "resihp_planner_quotas: class %d needs count >= 0, "
+                 "step > 0 and fill >= 0",
+                 i);
       return RESIHP_EINVAL;
+    }
     if (c->count == 0 || !isfinite(c->fill_ms) || !isfinite(c->step_ms))
       continue;
     live += c->count;
@@ -62,8 +70,11 @@ int resihp_planner_quotas(resihp_replica_class_t *classes, int nclasses,
       hi = t;
   }
   *time_ms = 0;
-  if (live == 0)
+  if (live == 0) {
+    resihp_log(RESIHP_LOG_INFO, "planner",
+               "no live replica to give %d microbatches to", microbatches);
     return RESIHP_EINFEASIBLE;
+  }
   if (microbatches == 0)
     return 0;
   double lo = 0;

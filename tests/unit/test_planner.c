@@ -164,19 +164,8 @@ static void evaluate(ex_t *x) {
     memcpy(f, g, sizeof(f));
   }
   double t = f[M] + resihp_planner_dp_ms(&k->c, &k->m, x->t, p, d);
-  if (t < x->best) {
+  if (t < x->best)
     x->best = t;
-    if (getenv("EX_DEBUG")) {
-      printf("ex best %.4f t%d p%d d%d:", t, x->t, p, d);
-      for (int sl = 0; sl < d * p; sl++) {
-        printf(" [");
-        for (int q = 0; q < x->t; q++)
-          printf("%d ", x->slot_dev[sl][q]);
-        printf("]");
-      }
-      printf("\n");
-    }
-  }
 }
 
 /* Fill slot `sl` with t unused healthy devices of one node (as a set);
@@ -266,12 +255,6 @@ START_TEST(planner_matches_exhaustive) {
     ck_assert_msg(rc == 0, "seed %u: planner failed (%d) but optimum %.3f",
                   seed, rc, opt);
     double got = resihp_plan_iter_ms(p);
-    if (getenv("EX_DEBUG")) {
-      printf("seed %u: planner %.4f t%d p%d d%d\n", seed, got, resihp_plan_tp(p), resihp_plan_pp(p), resihp_plan_dp(p));
-      for (int i = 0; i < k.c.ndevices; i++) printf(" dev%d n%d s%.2f m%.1f\n", i, k.dev[i].node, k.dev[i].speed, k.dev[i].mem_gb);
-      printf(" L%d M%d act %.2f\n", k.m.layers, k.m.microbatches, k.m.act_gb);
-      for (int r = 0; r < resihp_plan_dp(p); r++) { printf(" r%d q%d:", r, resihp_plan_quota(p, r)); for (int s2 = 0; s2 < resihp_plan_pp(p); s2++) printf(" %d@%.2f", resihp_plan_stage_layers(p, r, s2), resihp_plan_stage_speed(p, r, s2)); printf("\n"); }
-    }
     ck_assert_msg(got >= opt * (1 - 1e-9),
                   "seed %u: planner %.6f beats the optimum %.6f", seed, got,
                   opt);
@@ -610,6 +593,17 @@ END_TEST
 
 /* ---- bad input ---- */
 
+/* Every failing call must have logged why (error contract). */
+static int logged;
+static void count_log(resihp_log_level_t level, const char *subsystem,
+                      const char *message, void *userdata) {
+  (void)level;
+  (void)message;
+  (void)userdata;
+  if (!strcmp(subsystem, "planner"))
+    logged++;
+}
+
 START_TEST(bad_input) {
   resihp_plan_device_t dev[8];
   grid(dev, 2, 4, 80);
@@ -626,6 +620,8 @@ START_TEST(bad_input) {
   m.microbatches = 8;
   resihp_plan_t *p = (resihp_plan_t *)&c;
   resihp_log_set_level(RESIHP_LOG_ERROR);
+  resihp_log_set_handler(count_log, NULL);
+  logged = 0;
   ck_assert_int_eq(resihp_plan_create(NULL, &m, NULL, &p), RESIHP_EINVAL);
   ck_assert_ptr_null(p);
   ck_assert_int_eq(resihp_plan_create(&c, &m, NULL, NULL), RESIHP_EINVAL);
@@ -678,6 +674,8 @@ START_TEST(bad_input) {
   ck_assert_int_eq(resihp_plan_quota(p, 0), 8);
   ck_assert_int_eq(resihp_plan_quota(p, 1), -1);
   ck_assert_int_eq(resihp_plan_stage_layers(p, 0, 1), -1);
+  ck_assert_int_ge(logged, 12); /* one message per failed create */
+  resihp_log_set_handler(NULL, NULL);
   resihp_plan_destroy(p);
   resihp_plan_destroy(NULL);
   ck_assert_int_eq(resihp_plan_tp(NULL), 0);

@@ -79,19 +79,6 @@ void resihp__prefix_free(resihp__prefix_t *px) {
   px->ms = px->mem = NULL;
 }
 
-double resihp__stage_ms(const resihp__prefix_t *px, double tpc, int tp,
-                        double speed, int a, int b) {
-  if (speed <= 0)
-    return INFINITY;
-  return (px->ms[b] - px->ms[a]) / (tp * speed) + (b - a) * tpc;
-}
-
-double resihp__stage_mem(const resihp__prefix_t *px,
-                         const resihp_plan_model_t *m, int tp, int pp, int s,
-                         int a, int b) {
-  return (px->mem[b] - px->mem[a] + (b - a) * m->act_gb * (pp - s)) / tp;
-}
-
 void resihp__replica_cost(const resihp_plan_cluster_t *c,
                           const resihp_plan_model_t *m,
                           const resihp__prefix_t *px, int tp, int pp,

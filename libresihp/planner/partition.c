@@ -33,7 +33,8 @@ typedef struct {
   const double *speed, *cap;
 } part_ctx_t;
 
-static int fits(const part_ctx_t *x, int s, int a, int b, double bound) {
+static inline int fits(const part_ctx_t *x, int s, int a, int b,
+                       double bound) {
   if (resihp__stage_ms(x->px, x->tpc, x->tp, x->speed[s], a, b) > bound)
     return 0;
   return resihp__stage_mem(x->px, x->m, x->tp, x->pp, s, a, b) <=
@@ -99,7 +100,11 @@ int resihp__partition(const resihp_plan_cluster_t *c,
       return RESIHP_EINFEASIBLE;
   if (!greedy(&x, INFINITY, layers))
     return RESIHP_EINFEASIBLE; /* memory: no partition fits */
-  double hi = 0, lo = 0;
+  /* lo: every stage equally busy (no partition beats it) */
+  double hi = 0, lo, sum_speed = 0;
+  for (int s = 0; s < pp; s++)
+    sum_speed += speed[s];
+  lo = px->ms[m->layers] / (tp * sum_speed);
   {
     int a = 0;
     for (int s = 0; s < pp; s++) {
@@ -109,7 +114,8 @@ int resihp__partition(const resihp_plan_cluster_t *c,
       a += layers[s];
     }
   }
-  for (int it = 0; it < 64 && hi - lo > 1e-12 * hi; it++) {
+  /* 1e-7 relative: finer bounds change no partition's cost noticeably */
+  for (int it = 0; it < 64 && hi - lo > 1e-7 * hi; it++) {
     double mid = 0.5 * (lo + hi);
     if (greedy(&x, mid, layers))
       hi = mid;

@@ -29,7 +29,8 @@
 
 typedef struct {
   double speed, cap;
-  int first; /* index into the node-sorted device order */
+  double key; /* speed the search uses: exact, or rounded down (below) */
+  int first;  /* index into the node-sorted device order */
 } group_t;
 
 /* Replicas [first, first + count) all have these stages. */
@@ -48,6 +49,8 @@ typedef struct {
   int *order;      /* devices sorted by node, speed desc */
   group_t *groups; /* sorted by speed desc */
   int ngroups;
+  double max_speed, max_cap; /* over the groups */
+  int coarse;                /* keys are rounded speeds */
   int *run_end;    /* per group: end (exclusive) of its run of equals */
   /* per configuration */
   cls_t *cls;
@@ -98,8 +101,13 @@ static int by_group_speed(const void *a, const void *b) {
   return x->first - y->first;
 }
 
-/* Cut every node's healthy devices into TP groups of t. */
-static void make_groups(search_t *S, int t) {
+/* Cut every node's healthy devices into TP groups of t. With `coarse`,
+ * when the groups have more than 64 distinct speeds (say 1 % of 100,000
+ * GPUs each slow in its own way), the search sees speeds rounded down to
+ * steps of 0.02: classes of identical replicas stay few, and the estimate
+ * stays on the safe side. The chosen layout is then re-evaluated with the
+ * exact speeds. */
+static void make_groups(search_t *S, int t, int coarse) {
   const resihp_plan_cluster_t *c = S->c;
   int n = c->ndevices, g = 0;
   for (int i = 0; i < n;) {
@@ -116,15 +124,29 @@ static void make_groups(search_t *S, int t) {
         if (mem < cap)
           cap = mem;
       }
-      S->groups[g++] = (group_t){c->devices[S->order[i + k + t - 1]].speed,
-                                 cap, i + k};
+      double v = c->devices[S->order[i + k + t - 1]].speed;
+      S->groups[g++] = (group_t){v, cap, v, i + k};
     }
     i = j;
   }
   S->ngroups = g;
   qsort(S->groups, (size_t)g, sizeof(group_t), by_group_speed);
+  S->max_speed = S->max_cap = 0;
+  for (int i = 0; i < g; i++) {
+    S->max_speed = fmax(S->max_speed, S->groups[i].speed);
+    S->max_cap = fmax(S->max_cap, S->groups[i].cap);
+  }
+  int distinct = g > 0;
+  for (int i = 1; i < g && distinct <= 64; i++)
+    distinct += S->groups[i].speed != S->groups[i - 1].speed ||
+                S->groups[i].cap != S->groups[i - 1].cap;
+  S->coarse = coarse && distinct > 64;
+  if (S->coarse)
+    for (int i = 0; i < g; i++)
+      S->groups[i].key = floor(S->groups[i].speed * 50 + 1e-9) / 50;
+  /* (keys fall with the exact speeds, so equal keys are adjacent) */
   for (int i = g - 1; i >= 0; i--)
-    S->run_end[i] = (i + 1 < g && S->groups[i + 1].speed == S->groups[i].speed &&
+    S->run_end[i] = (i + 1 < g && S->groups[i + 1].key == S->groups[i].key &&
                      S->groups[i + 1].cap == S->groups[i].cap)
                         ? S->run_end[i + 1]
                         : i + 1;
@@ -187,7 +209,7 @@ static int add_class(search_t *S, int r, int count, int p, int d) {
   S->cls[S->ncls] = (cls_t){r, count, 0, 0};
   for (int s = 0; s < p; s++) {
     const group_t *g = &S->groups[group_of(S, r, s, p, d)];
-    S->cspeed[(size_t)S->ncls * p + s] = g->speed;
+    S->cspeed[(size_t)S->ncls * p + s] = g->key;
     S->ccap[(size_t)S->ncls * p + s] = g->cap;
     S->cperm[(size_t)S->ncls * p + s] = s;
   }
@@ -304,8 +326,10 @@ static int stage_order(const search_t *S, const double *sp, int p, int k) {
   return 1;
 }
 
-/* Partition class i for mb microbatches, choosing its stage order. */
-static int place_class(search_t *S, int i, int t, int p, int mb) {
+/* Partition class i for mb microbatches, choosing its stage order (or,
+ * without `explore`, keeping the order it has). */
+static int place_class(search_t *S, int i, int t, int p, int mb,
+                       int explore) {
   double *sp = &S->cspeed[(size_t)i * p], *cp = &S->ccap[(size_t)i * p];
   int *ly = &S->clayers[(size_t)i * p], *pm = &S->cperm[(size_t)i * p];
   int uniform = 1;
@@ -353,10 +377,10 @@ static int place_class(search_t *S, int i, int t, int p, int mb) {
   S->all_orders = fact * S->m->layers <= 5000;
   S->ksp = sp;
   S->kcp = cp;
-  if (S->all_orders) {
+  for (int a = 0; a < p; a++)
+    S->cand[a] = a;
+  if (S->all_orders && explore) {
     /* start from the smallest arrangement so next_order visits all */
-    for (int a = 0; a < p; a++)
-      S->cand[a] = a;
     for (int a = 1; a < p; a++)
       for (int b = a; b > 0 && key_lt(S, S->cand[b], S->cand[b - 1]); b--) {
         int tmp = S->cand[b];
@@ -364,7 +388,7 @@ static int place_class(search_t *S, int i, int t, int p, int mb) {
         S->cand[b - 1] = tmp;
       }
   }
-  for (int k = 0; stage_order(S, sp, p, k); k++) {
+  for (int k = 0; (k == 0 || explore) && stage_order(S, sp, p, k); k++) {
     double fill, step;
     for (int s = 0; s < p; s++) {
       S->tspeed[s] = sp[S->cand[s]];
@@ -402,11 +426,7 @@ static int place_class(search_t *S, int i, int t, int p, int mb) {
 
 /* See the caller; NAN when out of memory. */
 static double lower_bound(search_t *S, int t, int p, int d) {
-  double sp = 0, cap = 0;
-  for (int g = 0; g < S->ngroups; g++) {
-    sp = fmax(sp, S->groups[g].speed);
-    cap = fmax(cap, S->groups[g].cap);
-  }
+  double sp = S->max_speed, cap = S->max_cap;
   if (reserve(S, 1, p))
     return NAN;
   for (int s = 0; s < p; s++) {
@@ -416,7 +436,7 @@ static double lower_bound(search_t *S, int t, int p, int d) {
   int mb = (S->m->microbatches + d - 1) / d;
   S->ncls = 1;
   S->cls[0] = (cls_t){0, d, 0, 0};
-  if (place_class(S, 0, t, p, mb))
+  if (place_class(S, 0, t, p, mb, 1))
     return INFINITY;
   double lb = S->cls[0].fill + (mb - 1) * S->cls[0].step +
               resihp_planner_dp_ms(S->c, S->m, t, p, d);
@@ -436,7 +456,8 @@ static double eval_config(search_t *S, int t, int p, int d) {
       int mb = round ? S->rc[i].quota + (S->rc[i].n_extra > 0) : guess;
       if (round && mb < 1)
         mb = 1;
-      if (place_class(S, i, t, p, mb))
+      /* the second round keeps the stage order the first one chose */
+      if (place_class(S, i, t, p, mb, !round))
         return INFINITY;
       S->rc[i] = (resihp_replica_class_t){S->cls[i].fill, S->cls[i].step,
                                           S->cls[i].count, 0, 0};
@@ -603,7 +624,7 @@ int resihp_plan_create(const resihp_plan_cluster_t *cluster,
   for (int t = 1; t <= max_tp; t *= 2) {
     if (o.tp && t != o.tp)
       continue;
-    make_groups(&S, t);
+    make_groups(&S, t, 1);
     for (int p = 1; p <= max_pp && p <= S.ngroups; p++) {
       if (o.pp && p != o.pp)
         continue;
@@ -665,7 +686,7 @@ int resihp_plan_create(const resihp_plan_cluster_t *cluster,
     rc = RESIHP_EINFEASIBLE;
     goto fail;
   }
-  make_groups(&S, bt);
+  make_groups(&S, bt, 0);
   S.striped = bs;
   double again = eval_config(&S, bt, bp, bd);
   rc = materialize(P, &S, bt, bp, bd, again);

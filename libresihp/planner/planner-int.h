@@ -5,6 +5,8 @@
 
 #include <resihp/planner.h>
 
+#include <math.h>
+
 /* Per-layer TP all-reduce cost and per-boundary pipeline transfer (ms). */
 double resihp__tp_comm_ms(const resihp_plan_cluster_t *c,
                           const resihp_plan_model_t *m, int tp);
@@ -21,13 +23,21 @@ typedef struct resihp__prefix {
 int resihp__prefix_init(resihp__prefix_t *px, const resihp_plan_model_t *m);
 void resihp__prefix_free(resihp__prefix_t *px);
 
-/* Time of stage holding layers [a, b) on a group of speed `speed`. */
-double resihp__stage_ms(const resihp__prefix_t *px, double tpc, int tp,
-                        double speed, int a, int b);
+/* Time of stage holding layers [a, b) on a group of speed `speed` (inline:
+ * the partition search calls these millions of times). */
+static inline double resihp__stage_ms(const resihp__prefix_t *px, double tpc,
+                                      int tp, double speed, int a, int b) {
+  if (speed <= 0)
+    return INFINITY;
+  return (px->ms[b] - px->ms[a]) / (tp * speed) + (b - a) * tpc;
+}
+
 /* Per-device memory of stage `s` of `pp` holding layers [a, b). */
-double resihp__stage_mem(const resihp__prefix_t *px,
-                         const resihp_plan_model_t *m, int tp, int pp, int s,
-                         int a, int b);
+static inline double resihp__stage_mem(const resihp__prefix_t *px,
+                                       const resihp_plan_model_t *m, int tp,
+                                       int pp, int s, int a, int b) {
+  return (px->mem[b] - px->mem[a] + (b - a) * m->act_gb * (pp - s)) / tp;
+}
 
 /* resihp_planner_partition with precomputed prefix sums. */
 int resihp__partition(const resihp_plan_cluster_t *c,

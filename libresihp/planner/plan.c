@@ -142,6 +142,11 @@ static void make_groups(search_t *S, int t, int coarse) {
                 S->groups[i].cap != S->groups[i - 1].cap;
   S->coarse = coarse && distinct > 64;
   if (S->coarse)
+    resihp_log(RESIHP_LOG_DEBUG, "planner",
+               "tp %d: more than 64 distinct group speeds; the search rounds "
+               "them down to steps of 0.02",
+               t);
+  if (S->coarse)
     for (int i = 0; i < g; i++)
       S->groups[i].key = floor(S->groups[i].speed * 50 + 1e-9) / 50;
   /* (keys fall with the exact speeds, so equal keys are adjacent) */

@@ -94,10 +94,12 @@ static int by_node_speed(const void *a, const void *b, void *arg) {
 
 static int by_group_speed(const void *a, const void *b) {
   const group_t *x = a, *y = b;
-  if (x->speed != y->speed)
-    return x->speed > y->speed ? -1 : 1;
+  if (x->key != y->key)
+    return x->key > y->key ? -1 : 1;
   if (x->cap != y->cap)
     return x->cap > y->cap ? -1 : 1;
+  if (x->speed != y->speed)
+    return x->speed > y->speed ? -1 : 1;
   return x->first - y->first;
 }
 
@@ -146,10 +148,12 @@ static void make_groups(search_t *S, int t, int coarse) {
                "tp %d: more than 64 distinct group speeds; the search rounds "
                "them down to steps of 0.02",
                t);
-  if (S->coarse)
+  if (S->coarse) {
     for (int i = 0; i < g; i++)
       S->groups[i].key = floor(S->groups[i].speed * 50 + 1e-9) / 50;
-  /* (keys fall with the exact speeds, so equal keys are adjacent) */
+    /* equal keys and capacities adjacent, so that they form one run */
+    qsort(S->groups, (size_t)g, sizeof(group_t), by_group_speed);
+  }
   for (int i = g - 1; i >= 0; i--)
     S->run_end[i] = (i + 1 < g && S->groups[i + 1].key == S->groups[i].key &&
                      S->groups[i + 1].cap == S->groups[i].cap)

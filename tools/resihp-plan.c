@@ -119,8 +119,8 @@ static char *trim(char *s) {
   while (*s == ' ' || *s == '\t')
     s++;
   char *e = s + strlen(s);
-  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' ||
-                   e[-1] == '\r'))
+  while (e > s &&
+         (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
     *--e = 0;
   return s;
 }
@@ -134,11 +134,14 @@ typedef struct {
   int which; /* 0 model, 1 cluster, 2 opts, 3 costs */
 } keydef_t;
 
-#define KM(k, i, lo, hi) {#k, i, lo, hi, offsetof(resihp_plan_model_t, k), 0}
-#define KC(k, i, lo, hi) {#k, i, lo, hi, offsetof(resihp_plan_cluster_t, k), 1}
-#define KO(k, i, lo, hi) {#k, i, lo, hi, offsetof(resihp_plan_opts_t, k), 2}
+#define KM(k, i, lo, hi)                                                       \
+  { #k, i, lo, hi, offsetof(resihp_plan_model_t, k), 0 }
+#define KC(k, i, lo, hi)                                                       \
+  { #k, i, lo, hi, offsetof(resihp_plan_cluster_t, k), 1 }
+#define KO(k, i, lo, hi)                                                       \
+  { #k, i, lo, hi, offsetof(resihp_plan_opts_t, k), 2 }
 #define KE(k, i, lo, hi)                                                       \
-  {#k, i, lo, hi, offsetof(resihp_escalation_costs_t, k), 3}
+  { #k, i, lo, hi, offsetof(resihp_escalation_costs_t, k), 3 }
 static const keydef_t keys[] = {
     KM(layers, 1, 1, 100000),
     KM(microbatches, 1, 1, 100000000),
@@ -238,7 +241,8 @@ static int index_node(input_t *in, int k) {
         index_node(in, old[i]);
     free(old);
   }
-  unsigned long i = name_hash(in->nodes[k].name) & (unsigned long)(in->cap_names - 1);
+  unsigned long i =
+      name_hash(in->nodes[k].name) & (unsigned long)(in->cap_names - 1);
   while (in->names[i] >= 0)
     i = (i + 1) & (unsigned long)(in->cap_names - 1);
   in->names[i] = k;
@@ -387,8 +391,7 @@ static int parse_degrade(input_t *in, char *rest) {
   return 0;
 }
 
-static int resolve_list(input_t *in, list_t *l, const char *key,
-                        double **out) {
+static int resolve_list(input_t *in, list_t *l, const char *key, double **out) {
   int L = in->model.layers;
   *out = malloc((size_t)L * sizeof(double));
   if (!*out)
@@ -427,8 +430,9 @@ static int read_input(input_t *in, FILE *f, double **lms, double **lmem) {
     } else {
       char *eq = strchr(s, '=');
       if (!eq)
-        return fail(in, "expected 'key = value', 'node ...', 'nodes ...' or "
-                        "'degrade ...', got '%s'",
+        return fail(in,
+                    "expected 'key = value', 'node ...', 'nodes ...' or "
+                    "'degrade ...', got '%s'",
                     s);
       *eq = 0;
       char *k = trim(s), *v = trim(eq + 1);
@@ -499,8 +503,8 @@ static int replica_degraded(const resihp_plan_t *p, int r) {
   return 0;
 }
 
-static void print_plan(const input_t *in, const resihp_plan_t *p,
-                       int devices, double plan_ms) {
+static void print_plan(const input_t *in, const resihp_plan_t *p, int devices,
+                       double plan_ms) {
   int failed = 0, slow = 0, used = 0;
   for (int i = 0; i < in->ndev; i++) {
     failed += in->dev[i].speed == 0;
@@ -510,8 +514,8 @@ static void print_plan(const input_t *in, const resihp_plan_t *p,
   printf("cluster: %d devices on %d nodes (%d failed, %d slow), %d spare "
          "node(s)\n",
          in->ndev, in->nnodes, failed, slow, in->cluster.spare_nodes);
-  printf("model: %d layers, %d microbatches per iteration\n",
-         in->model.layers, in->model.microbatches);
+  printf("model: %d layers, %d microbatches per iteration\n", in->model.layers,
+         in->model.microbatches);
   printf("layout: dp %d pp %d tp %d (%d devices used, %d idle)\n",
          resihp_plan_dp(p), resihp_plan_pp(p), resihp_plan_tp(p), used,
          in->ndev - used);
@@ -554,9 +558,9 @@ static void print_escalation(const input_t *in, const resihp_plan_t *p) {
     return;
   int r = -1, s = -1;
   resihp_plan_device_slot(p, in->deg_dev, &r, &s, NULL);
-  printf("escalation: device %s speed %g -> %g", dev_name(in, in->deg_dev, nb,
-                                                          sizeof(nb)),
-         in->dev[in->deg_dev].speed, in->deg_speed);
+  printf("escalation: device %s speed %g -> %g",
+         dev_name(in, in->deg_dev, nb, sizeof(nb)), in->dev[in->deg_dev].speed,
+         in->deg_speed);
   if (r >= 0)
     printf(" (replica %d stage %d)", r, s);
   else
@@ -585,8 +589,8 @@ static int bench(void) {
   enum { L = 80 };
   double lms[L], lmem[L];
   for (int l = 0; l < L; l++) {
-    lms[l] = 107;   /* 6 * 0.875e9 params * 8192 tokens at 400 TFLOP/s */
-    lmem[l] = 14;   /* 0.875e9 params * 16 bytes */
+    lms[l] = 107; /* 6 * 0.875e9 params * 8192 tokens at 400 TFLOP/s */
+    lmem[l] = 14; /* 0.875e9 params * 16 bytes */
   }
   printf("%8s %-10s %8s %6s %4s %4s %12s %10s\n", "gpus", "degraded", "mb",
          "dp", "pp", "tp", "iter_ms", "plan_ms");
@@ -639,9 +643,9 @@ static int bench(void) {
         best = t1 - t0;
     }
     printf("%8d %-10s %8d %6d %4d %4d %12.1f %10.2f\n", n,
-           random ? "random" : "few speeds", m.microbatches,
-           resihp_plan_dp(p), resihp_plan_pp(p), resihp_plan_tp(p),
-           resihp_plan_iter_ms(p), best * 1000);
+           random ? "random" : "few speeds", m.microbatches, resihp_plan_dp(p),
+           resihp_plan_pp(p), resihp_plan_tp(p), resihp_plan_iter_ms(p),
+           best * 1000);
     resihp_plan_destroy(p);
     free(dev);
   }
@@ -682,8 +686,7 @@ int main(int argc, char **argv) {
   }
   FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
   if (!f) {
-    fprintf(stderr, "resihp-plan: cannot open %s: %s\n", path,
-            strerror(errno));
+    fprintf(stderr, "resihp-plan: cannot open %s: %s\n", path, strerror(errno));
     return 2;
   }
   input_t in = {.file = strcmp(path, "-") ? path : "<stdin>"};

@@ -39,16 +39,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define GPN 8 /* GPUs per node */
+#define GPN 8  /* GPUs per node */
 #define NB 400 /* time-series buckets */
 
 typedef struct {
-  double days, stop_rate, hw_frac, slow_rate, slow_mean_h, slow_min,
-      slow_max;
-  double restart_min, ckpt_min, ckpt_write_s, ft_stall_min,
-      replica_restart_min, recover_s, relaunch_s, spare_swap_s, repair_h,
-      relaunch_cure, recover_restart_frac, detect_s, validate_iters,
-      mb_per_gpu;
+  double days, stop_rate, hw_frac, slow_rate, slow_mean_h, slow_min, slow_max;
+  double restart_min, ckpt_min, ckpt_write_s, ft_stall_min, replica_restart_min,
+      recover_s, relaunch_s, spare_swap_s, repair_h, relaunch_cure,
+      recover_restart_frac, detect_s, validate_iters, mb_per_gpu;
   int spares; /* -1: 1 % of nodes, at least 1 */
   uint64_t seed;
 } params_t;
@@ -62,12 +60,14 @@ static double urand(void) {
   z ^= z >> 31;
   return ((z >> 11) + 0.5) / 9007199254740992.0;
 }
-static double exp_rand(double mean) { return -mean * log(urand()); }
+static double exp_rand(double mean) {
+  return -mean * log(urand());
+}
 
 /* ---- failure trace ---- */
 enum { EV_STOP, EV_SLOW };
 typedef struct {
-  double t;     /* seconds */
+  double t; /* seconds */
   int kind, dev, hw;
   double speed, dur, cure; /* cure: uniform draw for relaunch outcome */
 } fault_t;
@@ -91,9 +91,8 @@ static fault_t *make_trace(int ngpus, const params_t *P, int *n_out) {
     fault_t *e = &f[n++];
     e->t = t;
     e->dev = (int)(urand() * ngpus);
-    e->kind = urand() * (P->stop_rate + P->slow_rate) < P->stop_rate
-                  ? EV_STOP
-                  : EV_SLOW;
+    e->kind = urand() * (P->stop_rate + P->slow_rate) < P->stop_rate ? EV_STOP
+                                                                     : EV_SLOW;
     e->hw = urand() < P->hw_frac;
     e->speed = P->slow_min + (P->slow_max - P->slow_min) * urand();
     e->dur = exp_rand(P->slow_mean_h * 3600);
@@ -111,7 +110,7 @@ typedef struct {
   double lms[80], lmem[80];
   resihp_plan_t *plan, *plan_nospare;
   int t, p, d, q0, M;
-  int *layers0;   /* healthy partition (replica 0) */
+  int *layers0; /* healthy partition (replica 0) */
   double fill0, step0, dp_ms, iter0;
   double plan_ms; /* time the planner took */
 } job_t;
@@ -211,8 +210,8 @@ static void slow_cost(const job_t *J, int s, double v, double cap_scale,
     if (fixed)
       resihp_planner_replica_cost(&J->c, &J->m, J->t, J->p, sp, J->layers0,
                                   fill, step);
-    else if (resihp_planner_partition(&J->c, &J->m, J->t, J->p, sp, cp,
-                                      J->q0, ly, fill, step))
+    else if (resihp_planner_partition(&J->c, &J->m, J->t, J->p, sp, cp, J->q0,
+                                      ly, fill, step))
       resihp_planner_replica_cost(&J->c, &J->m, J->t, J->p, sp, J->layers0,
                                   fill, step);
   }
@@ -290,9 +289,9 @@ static double real_detect_mb(double factor, int mb_per_iter) {
 
 static double detect_slow_delay_s(const params_t *P, double factor,
                                   double iter_ms, int mb_per_iter) {
-  double margin =
-      resihp_settings_get(resihp_settings_global(),
-                          RESIHP_SETTING_SLOW_MARGIN) / 100.0;
+  double margin = resihp_settings_get(resihp_settings_global(),
+                                      RESIHP_SETTING_SLOW_MARGIN) /
+                  100.0;
   if (det_impl == DET_MODEL)
     return factor < 1 + margin ? INFINITY
                                : (1 + P->validate_iters) * iter_ms / 1000;
@@ -316,7 +315,7 @@ enum { S_NONE, S_UNDETECTED, S_ABSORB, S_PARTITION }; /* slow handling */
 
 typedef struct {
   int state, slow, episode, waiting_spare;
-  int back_slow; /* comes back still slow (a relaunch that did not cure) */
+  int back_slow;     /* comes back still slow (a relaunch that did not cure) */
   double fill, step; /* when slow */
   int stage;
   double speed;
@@ -573,8 +572,7 @@ static void fail_stop(sim_t *S, const fault_t *f, double now) {
     stall(S, now, P->detect_s + P->recover_s);
     if (f->hw) {
       want_spare(S, r, now);
-      heap_push(S, (pev_t){now + P->repair_h * 3600, E_SPARE_RETURN, -1, 0,
-                           0});
+      heap_push(S, (pev_t){now + P->repair_h * 3600, E_SPARE_RETURN, -1, 0, 0});
     } else
       take_offline(S, r, now + P->relaunch_s);
     break;
@@ -598,8 +596,8 @@ static void slow_start(sim_t *S, const fault_t *f, int ep, double now) {
   mark(S, r);
   heap_push(S, (pev_t){now + f->dur, E_SLOW_END, r, ep, 0});
   if (S->pol == POL_RESIHP) {
-    double ratio = (x->fill + (J->q0 - 1) * x->step) /
-                   (J->fill0 + (J->q0 - 1) * J->step0);
+    double ratio =
+        (x->fill + (J->q0 - 1) * x->step) / (J->fill0 + (J->q0 - 1) * J->step0);
     double delay =
         detect_slow_delay_s(S->P, 1 / f->speed, J->iter0 * ratio, J->q0);
     if (isfinite(delay))
@@ -661,8 +659,7 @@ typedef struct {
 } result_t;
 
 static int simulate(int pol, const job_t *J, const params_t *P,
-                    const fault_t *tr, int ntr, result_t *res,
-                    double *series) {
+                    const fault_t *tr, int ntr, result_t *res, double *series) {
   sim_t S = {.pol = pol, .J = J, .P = P};
   S.horizon = P->days * 86400;
   S.rep = calloc((size_t)J->d, sizeof(*S.rep));
@@ -714,8 +711,8 @@ static int simulate(int pol, const job_t *J, const params_t *P,
               w->waiting_spare = 0;
               S.waiting--;
               S.spares--;
-              heap_push(&S, (pev_t){now + P->spare_swap_s, E_BACK,
-                                    S.special[k], 0, 0});
+              heap_push(&S, (pev_t){now + P->spare_swap_s, E_BACK, S.special[k],
+                                    0, 0});
               break;
             }
           }
@@ -726,8 +723,8 @@ static int simulate(int pol, const job_t *J, const params_t *P,
           stall(&S, now, P->ckpt_write_s);
           S.ckpt_progress = S.progress;
           S.ckpt_productive = S.productive;
-          heap_push(&S, (pev_t){S.stall_until + ckpt_s, E_CKPT, -1, 0,
-                                S.ckpt_gen});
+          heap_push(&S,
+                    (pev_t){S.stall_until + ckpt_s, E_CKPT, -1, 0, S.ckpt_gen});
         }
         break;
       case E_RESTART_DONE:
@@ -793,8 +790,7 @@ static int write_csv(const char *file, double horizon,
                      double series[POL__N][NB]) {
   FILE *f = fopen(file, "w");
   if (!f) {
-    fprintf(stderr, "resihp-sim: cannot write %s: %s\n", file,
-            strerror(errno));
+    fprintf(stderr, "resihp-sim: cannot write %s: %s\n", file, strerror(errno));
     return -1;
   }
   fprintf(f, "hours");
@@ -929,8 +925,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "resihp-sim: --detector '%s': real or model\n", v);
         return 2;
       }
-    }
-    else if (!strcmp(a, "--seed")) {
+    } else if (!strcmp(a, "--seed")) {
       errno = 0;
       P.seed = strtoull(v, &end, 10);
       if (*end || end == v || errno) {
@@ -956,8 +951,8 @@ int main(int argc, char **argv) {
       }
       double x = strtod(v, &end);
       if (*end || end == v || !(x >= opts[k].lo && x <= opts[k].hi)) {
-        fprintf(stderr, "resihp-sim: %s '%s': need a number in [%g, %g]\n",
-                a, v, opts[k].lo, opts[k].hi);
+        fprintf(stderr, "resihp-sim: %s '%s': need a number in [%g, %g]\n", a,
+                v, opts[k].lo, opts[k].hi);
         return 2;
       }
       *opts[k].v = x;
@@ -999,7 +994,8 @@ int main(int argc, char **argv) {
   int rc = 0;
   for (int k = 0; k < ns && !rc; k++) {
     int n = scales[k];
-    int spares = P.spares >= 0 ? P.spares : (n / GPN / 100 > 0 ? n / GPN / 100 : 1);
+    int spares =
+        P.spares >= 0 ? P.spares : (n / GPN / 100 > 0 ? n / GPN / 100 : 1);
     job_t J;
     if (job_init(&J, n, spares, P.mb_per_gpu)) {
       job_free(&J);
@@ -1021,9 +1017,8 @@ int main(int argc, char **argv) {
     printf("  job MTBF %.1f min, checkpoint every %.1f min; trace: %d "
            "events\n",
            mtbf_s / 60, Q.ckpt_min, ntr);
-    printf("  fail-slow detection delay (%s):", det_impl == DET_REAL
-                                                 ? "real detector"
-                                                 : "model");
+    printf("  fail-slow detection delay (%s):",
+           det_impl == DET_REAL ? "real detector" : "model");
     static const double show[] = {1.0, 1.05, 1.1, 1.25, 2, 3};
     for (size_t k2 = 0; k2 < sizeof(show) / sizeof(show[0]); k2++) {
       double dl = detect_slow_delay_s(&Q, show[k2], J.iter0, J.q0);

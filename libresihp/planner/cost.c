@@ -84,7 +84,8 @@ void resihp__replica_cost(const resihp_plan_cluster_t *c,
                           const resihp__prefix_t *px, int tp, int pp,
                           const double *speed, const int *layers, double *fill,
                           double *step) {
-  double tpc = resihp__tp_comm_ms(c, m, tp), ppc = resihp__pp_comm_ms(c, m, tp, pp);
+  double tpc = resihp__tp_comm_ms(c, m, tp),
+         ppc = resihp__pp_comm_ms(c, m, tp, pp);
   double sum = 0, mx = 0;
   int a = 0;
   for (int s = 0; s < pp; s++) {
@@ -130,8 +131,7 @@ int resihp__check_inputs(const resihp_plan_cluster_t *c,
   }
   for (int i = 0; i < c->ndevices; i++) {
     const resihp_plan_device_t *d = &c->devices[i];
-    if (d->node < 0 || !(d->speed >= 0) || d->speed > 100 ||
-        !(d->mem_gb > 0)) {
+    if (d->node < 0 || !(d->speed >= 0) || d->speed > 100 || !(d->mem_gb > 0)) {
       resihp_log(RESIHP_LOG_ERROR, "planner",
                  "device %d: node must be >= 0, speed in [0, 100], memory > 0",
                  i);

@@ -100,8 +100,7 @@ out:
 
 /* Time for K iterations when the replica is offline for `off` seconds at
  * `during` ms per iteration, then `after` ms. */
-static double offline_total(double K, double off, double during,
-                            double after) {
+static double offline_total(double K, double off, double during, double after) {
   if (!isfinite(during))
     return off + K * after / 1000;
   double n = off * 1000 / during;
@@ -136,7 +135,7 @@ int resihp_plan_escalate(const resihp_plan_t *P, int device, double new_speed,
   int r, s, q;
   if (resihp_plan_device_slot(P, device, &r, &s, &q)) {
     out[RESIHP_ESC_ABSORB] = (resihp_escalation_option_t){
-        RESIHP_ESC_ABSORB, 1, 0, 0, P->iter_ms, P->iter_ms,
+        RESIHP_ESC_ABSORB,    1, 0, 0, P->iter_ms, P->iter_ms,
         K * P->iter_ms / 1000};
     return 0;
   }
@@ -175,9 +174,14 @@ int resihp_plan_escalate(const resihp_plan_t *P, int device, double new_speed,
     }
   }
   if (isfinite(absorb))
-    out[RESIHP_ESC_ABSORB] = (resihp_escalation_option_t){
-        RESIHP_ESC_ABSORB, 1, C.quota_switch_s, 0, absorb, absorb,
-        C.quota_switch_s + K * absorb / 1000};
+    out[RESIHP_ESC_ABSORB] =
+        (resihp_escalation_option_t){RESIHP_ESC_ABSORB,
+                                     1,
+                                     C.quota_switch_s,
+                                     0,
+                                     absorb,
+                                     absorb,
+                                     C.quota_switch_s + K * absorb / 1000};
 
   if (g > 0) {
     double it = with_partition(P, cls, r, s, g, cap, &moved);
@@ -214,7 +218,12 @@ int resihp_plan_escalate(const resihp_plan_t *P, int device, double new_speed,
     double uncured = isfinite(absorb) ? absorb : healed;
     double after = C.relaunch_cure * healed + (1 - C.relaunch_cure) * uncured;
     out[RESIHP_ESC_RELAUNCH] = (resihp_escalation_option_t){
-        RESIHP_ESC_RELAUNCH, 1,     0, C.relaunch_s, dropped, after,
+        RESIHP_ESC_RELAUNCH,
+        1,
+        0,
+        C.relaunch_s,
+        dropped,
+        after,
         offline_total(K, C.relaunch_s, dropped, after)};
   }
 

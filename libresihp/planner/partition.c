@@ -33,8 +33,7 @@ typedef struct {
   const double *speed, *cap;
 } part_ctx_t;
 
-static inline int fits(const part_ctx_t *x, int s, int a, int b,
-                       double bound) {
+static inline int fits(const part_ctx_t *x, int s, int a, int b, double bound) {
   if (resihp__stage_ms(x->px, x->tpc, x->tp, x->speed[s], a, b) > bound)
     return 0;
   return resihp__stage_mem(x->px, x->m, x->tp, x->pp, s, a, b) <=
@@ -72,8 +71,8 @@ static int greedy(const part_ctx_t *x, double bound, int *layers) {
 
 static double objective(const part_ctx_t *x, const int *layers, int mb) {
   double fill, step;
-  resihp__replica_cost(x->c, x->m, x->px, x->tp, x->pp, x->speed, layers,
-                       &fill, &step);
+  resihp__replica_cost(x->c, x->m, x->px, x->tp, x->pp, x->speed, layers, &fill,
+                       &step);
   return fill + (mb > 1 ? mb - 1 : 0) * step;
 }
 
@@ -171,9 +170,8 @@ int resihp_planner_partition(const resihp_plan_cluster_t *cluster,
   int rc = resihp__prefix_init(&px, model);
   if (rc)
     return rc;
-  rc = resihp__partition(cluster, model, &px, tp, pp, stage_speed,
-                         stage_cap_gb, microbatches, layers_out, fill_ms,
-                         step_ms);
+  rc = resihp__partition(cluster, model, &px, tp, pp, stage_speed, stage_cap_gb,
+                         microbatches, layers_out, fill_ms, step_ms);
   resihp__prefix_free(&px);
   if (rc == RESIHP_EINFEASIBLE)
     resihp_log(RESIHP_LOG_INFO, "planner",

@@ -13,9 +13,9 @@
  * (capped by the microbatch count) and, when that is 16 or less, every
  * smaller one; otherwise three smaller candidates: the smallest d with the
  * same microbatches per replica (less all-reduce), d - 1 (drops the slowest
- * replica), and the number of replicas the quota solver gives work to. Replicas dealt from one run of
- * identical groups are identical, so each configuration costs
- * O(distinct replicas), which keeps 100,000 GPUs well under a second. */
+ * replica), and the number of replicas the quota solver gives work to. Replicas
+ * dealt from one run of identical groups are identical, so each configuration
+ * costs O(distinct replicas), which keeps 100,000 GPUs well under a second. */
 #include "config.h"
 
 #include "planner-int.h"
@@ -39,8 +39,6 @@ typedef struct {
   double fill, step;
 } cls_t;
 
-
-
 /* Scratch for one TP degree and one configuration. */
 typedef struct {
   const resihp_plan_cluster_t *c;
@@ -51,7 +49,7 @@ typedef struct {
   int ngroups;
   double max_speed, max_cap; /* over the groups */
   int coarse;                /* keys are rounded speeds */
-  int *run_end;    /* per group: end (exclusive) of its run of equals */
+  int *run_end; /* per group: end (exclusive) of its run of equals */
   /* per configuration */
   cls_t *cls;
   resihp_replica_class_t *rc;
@@ -114,7 +112,8 @@ static void make_groups(search_t *S, int t, int coarse) {
   int n = c->ndevices, g = 0;
   for (int i = 0; i < n;) {
     int j = i, healthy = 0;
-    while (j < n && c->devices[S->order[j]].node == c->devices[S->order[i]].node) {
+    while (j < n &&
+           c->devices[S->order[j]].node == c->devices[S->order[i]].node) {
       if (c->devices[S->order[j]].speed > 0)
         healthy++;
       j++;
@@ -199,8 +198,7 @@ static int reserve(search_t *S, int ncls, int pp) {
   int *cd = realloc(S->cand, (size_t)np * sizeof(int));
   if (cd)
     S->cand = cd;
-  if (!cl || !rc || !sp || !cp || !ly || !pm || !ts || !tc || !tl || !tp ||
-      !cd)
+  if (!cl || !rc || !sp || !cp || !ly || !pm || !ts || !tc || !tl || !tp || !cd)
     return RESIHP_ENOMEM;
   S->cap_cls = nc;
   S->cap_pp = np;
@@ -337,8 +335,7 @@ static int stage_order(const search_t *S, const double *sp, int p, int k) {
 
 /* Partition class i for mb microbatches, choosing its stage order (or,
  * without `explore`, keeping the order it has). */
-static int place_class(search_t *S, int i, int t, int p, int mb,
-                       int explore) {
+static int place_class(search_t *S, int i, int t, int p, int mb, int explore) {
   double *sp = &S->cspeed[(size_t)i * p], *cp = &S->ccap[(size_t)i * p];
   int *ly = &S->clayers[(size_t)i * p], *pm = &S->cperm[(size_t)i * p];
   int uniform = 1;
@@ -529,8 +526,8 @@ static int materialize(resihp_plan_t *P, search_t *S, int t, int p, int d,
   P->fill = calloc(dp, sizeof(double));
   P->step = calloc(dp, sizeof(double));
   P->slot = malloc((size_t)P->cluster.ndevices * sizeof(int));
-  if (!P->quota || !P->layers || !P->speed || !P->cap || !P->mem ||
-      !P->fill || !P->step || !P->slot)
+  if (!P->quota || !P->layers || !P->speed || !P->cap || !P->mem || !P->fill ||
+      !P->step || !P->slot)
     return RESIHP_ENOMEM;
   for (int i = 0; i < P->cluster.ndevices; i++)
     P->slot[i] = -1;
@@ -546,8 +543,8 @@ static int materialize(resihp_plan_t *P, search_t *S, int t, int p, int d,
         P->layers[o] = S->clayers[(size_t)i * p + s];
         P->speed[o] = S->cspeed[(size_t)i * p + s];
         P->cap[o] = S->ccap[(size_t)i * p + s];
-        P->mem[o] = resihp__stage_mem(&P->px, &P->model, t, p, s, a,
-                                      a + P->layers[o]);
+        P->mem[o] =
+            resihp__stage_mem(&P->px, &P->model, t, p, s, a, a + P->layers[o]);
         a += P->layers[o];
         const group_t *g =
             &S->groups[group_of(S, r, S->cperm[(size_t)i * p + s], p, d)];
@@ -648,10 +645,10 @@ int resihp_plan_create(const resihp_plan_cluster_t *cluster,
       int ncand = dmax <= 16 ? dmax : 4;
       for (int k = 0; k < ncand; k++) {
         int d = dmax <= 16 ? dmax - k : cand[k];
-        if (d < 1 || (dmax > 16 && ((k == 1 && d == dmax) ||
-                                    (k == 2 && d == cand[1]) ||
-                                    (k == 3 && (d == dmax || d == cand[1] ||
-                                                d == cand[2])))))
+        if (d < 1 ||
+            (dmax > 16 &&
+             ((k == 1 && d == dmax) || (k == 2 && d == cand[1]) ||
+              (k == 3 && (d == dmax || d == cand[1] || d == cand[2])))))
           continue;
         /* Striping only differs when the groups are not all equal. */
         int deals = S.run_end[0] < S.ngroups ? 2 : 1;
@@ -733,13 +730,21 @@ void resihp_plan_destroy(resihp_plan_t *P) {
   free(P);
 }
 
-int resihp_plan_tp(const resihp_plan_t *P) { return P ? P->tp : 0; }
-int resihp_plan_pp(const resihp_plan_t *P) { return P ? P->pp : 0; }
-int resihp_plan_dp(const resihp_plan_t *P) { return P ? P->dp : 0; }
+int resihp_plan_tp(const resihp_plan_t *P) {
+  return P ? P->tp : 0;
+}
+int resihp_plan_pp(const resihp_plan_t *P) {
+  return P ? P->pp : 0;
+}
+int resihp_plan_dp(const resihp_plan_t *P) {
+  return P ? P->dp : 0;
+}
 double resihp_plan_iter_ms(const resihp_plan_t *P) {
   return P ? P->iter_ms : -1;
 }
-double resihp_plan_dp_ms(const resihp_plan_t *P) { return P ? P->dp_ms : -1; }
+double resihp_plan_dp_ms(const resihp_plan_t *P) {
+  return P ? P->dp_ms : -1;
+}
 
 static int rs_ok(const resihp_plan_t *P, int r, int s) {
   return P && r >= 0 && r < P->dp && s >= 0 && s < P->pp;
@@ -782,4 +787,3 @@ int resihp_plan_device_slot(const resihp_plan_t *P, int device, int *replica,
     *replica = v / P->pp;
   return 0;
 }
-

@@ -62,11 +62,11 @@ struct resihp_plan {
   resihp__prefix_t px;
   int tp, pp, dp;
   double iter_ms, dp_ms;
-  int *quota;         /* dp */
-  int *layers;        /* dp * pp */
+  int *quota;                /* dp */
+  int *layers;               /* dp * pp */
   double *speed, *cap, *mem; /* dp * pp */
   double *fill, *step;       /* dp */
-  int *slot;          /* ndevices: r*pp*tp + s*tp + k, or -1 */
+  int *slot;                 /* ndevices: r*pp*tp + s*tp + k, or -1 */
 };
 
 /* Checks shared by the public entry points; logs what is wrong. */

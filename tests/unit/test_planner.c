@@ -22,7 +22,9 @@ static double rnd(void) {
   rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
   return (double)(rng_state >> 11) / (double)(1ULL << 53);
 }
-static int rnd_int(int lo, int hi) { return lo + (int)(rnd() * (hi - lo + 1)); }
+static int rnd_int(int lo, int hi) {
+  return lo + (int)(rnd() * (hi - lo + 1));
+}
 
 typedef struct {
   resihp_plan_device_t dev[16];
@@ -42,7 +44,11 @@ static void make_small(small_case_t *k, unsigned seed) {
   for (int i = 0; i < nodes; i++)
     for (int j = 0; j < g; j++) {
       double u = rnd();
-      double s = u < 0.6 ? 1.0 : u < 0.75 ? 0.7 : u < 0.85 ? 0.5 : u < 0.93 ? 0.3 : 0;
+      double s = u < 0.6    ? 1.0
+                 : u < 0.75 ? 0.7
+                 : u < 0.85 ? 0.5
+                 : u < 0.93 ? 0.3
+                            : 0;
       k->dev[n++] = (resihp_plan_device_t){i, s, mem};
     }
   resihp_plan_cluster_init(&k->c);
@@ -100,8 +106,7 @@ static void replica_best(ex_t *x, const double *sp, const double *cap,
     }
     if (ok) {
       double fill, step;
-      resihp__replica_cost(&x->k->c, m, &x->px, x->t, p, sp, ly, &fill,
-                           &step);
+      resihp__replica_cost(&x->k->c, m, &x->px, x->t, p, sp, ly, &fill, &step);
       for (int q = 1; q <= M; q++)
         if (fill + (q - 1) * step < out[q])
           out[q] = fill + (q - 1) * step;
@@ -262,8 +267,8 @@ START_TEST(planner_matches_exhaustive) {
     if (gap > worst_gap)
       worst_gap = gap;
     ck_assert_msg(gap <= 0.01,
-                  "seed %u: planner %.4f ms vs optimum %.4f ms (%.2f %%)",
-                  seed, got, opt, 100 * gap);
+                  "seed %u: planner %.4f ms vs optimum %.4f ms (%.2f %%)", seed,
+                  got, opt, 100 * gap);
     resihp_plan_destroy(p);
   }
   printf("planner vs exhaustive: %d feasible cases of 150, worst gap %.4f %%\n",
@@ -356,9 +361,11 @@ START_TEST(plan_invariants_random) {
     resihp_plan_device_t *dev = malloc((size_t)n * sizeof(*dev));
     for (int i = 0; i < n; i++) {
       double u = rnd();
-      dev[i] = (resihp_plan_device_t){
-          i / g, u < 0.9 ? 1.0 : u < 0.95 ? 0.3 + 0.6 * rnd() : 0.0,
-          40 + 40 * (i / g % 2)};
+      dev[i] = (resihp_plan_device_t){i / g,
+                                      u < 0.9    ? 1.0
+                                      : u < 0.95 ? 0.3 + 0.6 * rnd()
+                                                 : 0.0,
+                                      40 + 40 * (i / g % 2)};
     }
     int L = rnd_int(4, 48);
     double *lms = malloc((size_t)L * sizeof(double)),
@@ -403,8 +410,8 @@ START_TEST(quotas_match_brute_force) {
     for (int i = 0; i < n; i++) {
       cnt[i] = rnd_int(0, 2);
       double step = 1 + 9 * rnd();
-      cl[i] = (resihp_replica_class_t){step * (1 + 3 * rnd()), step, cnt[i],
-                                       0, 0};
+      cl[i] =
+          (resihp_replica_class_t){step * (1 + 3 * rnd()), step, cnt[i], 0, 0};
     }
     int live = cnt[0] + (n > 1 ? cnt[1] : 0) + (n > 2 ? cnt[2] : 0);
     double got;
@@ -454,8 +461,8 @@ START_TEST(quotas_match_brute_force) {
       if (r == R)
         break;
     }
-    ck_assert_msg(fabs(best - got) < 1e-9, "seed %u: %.6f vs brute %.6f",
-                  seed, got, best);
+    ck_assert_msg(fabs(best - got) < 1e-9, "seed %u: %.6f vs brute %.6f", seed,
+                  got, best);
   }
 }
 END_TEST
@@ -487,24 +494,24 @@ START_TEST(slow_stage_gets_fewer_layers) {
   ck_assert_int_eq(ly[1], 4);
   ck_assert_int_eq(ly[2], 4);
   double slow[3] = {1, 0.5, 1};
-  ck_assert_int_eq(resihp_planner_partition(&c, &m, 1, 3, slow, cap, 64, ly,
-                                            &fill, &step),
-                   0);
+  ck_assert_int_eq(
+      resihp_planner_partition(&c, &m, 1, 3, slow, cap, 64, ly, &fill, &step),
+      0);
   ck_assert_int_eq(ly[0], 5);
   ck_assert_int_eq(ly[1], 2);
   ck_assert_int_eq(ly[2], 5);
   ck_assert(fabs(step - 50) < 1e-9);
   /* memory caps bind: stage 0 can hold only 3 layers */
   double tight[3] = {3.5, 80, 80};
-  ck_assert_int_eq(resihp_planner_partition(&c, &m, 1, 3, slow, tight, 64, ly,
-                                            &fill, &step),
-                   0);
+  ck_assert_int_eq(
+      resihp_planner_partition(&c, &m, 1, 3, slow, tight, 64, ly, &fill, &step),
+      0);
   ck_assert_int_le(ly[0], 3);
   ck_assert_int_eq(ly[0] + ly[1] + ly[2], 12);
   double none[3] = {1, 1, 1};
-  ck_assert_int_eq(resihp_planner_partition(&c, &m, 1, 3, slow, none, 64, ly,
-                                            &fill, &step),
-                   RESIHP_EINFEASIBLE);
+  ck_assert_int_eq(
+      resihp_planner_partition(&c, &m, 1, 3, slow, none, 64, ly, &fill, &step),
+      RESIHP_EINFEASIBLE);
 }
 END_TEST
 

@@ -46,9 +46,9 @@ typedef struct resihp_plan_device {
 typedef struct resihp_plan_cluster {
   int ndevices;
   const resihp_plan_device_t *devices; /* ndevices entries */
-  int spare_nodes;     /* healthy hot-spare nodes outside the plan */
-  double nvlink_gbs;   /* per-GPU bandwidth inside a node (TP) */
-  double net_gbs;      /* per-GPU bandwidth between nodes (PP, DP) */
+  int spare_nodes;   /* healthy hot-spare nodes outside the plan */
+  double nvlink_gbs; /* per-GPU bandwidth inside a node (TP) */
+  double net_gbs;    /* per-GPU bandwidth between nodes (PP, DP) */
   double nvlink_lat_us;
   double net_lat_us;
 } resihp_plan_cluster_t;
@@ -57,11 +57,11 @@ typedef struct resihp_plan_model {
   int layers;
   const double *layer_ms;     /* fwd+bwd of one microbatch, t=1, speed 1 */
   const double *layer_mem_gb; /* weights + grads + optimizer state, t=1 */
-  double act_gb;       /* activations kept per layer per in-flight microbatch */
-  double boundary_mb;  /* activation crossing a stage boundary, per microbatch */
-  double tp_mb;        /* bytes all-reduced inside TP per layer and microbatch */
-  double grad_fraction; /* gradient bytes / layer_mem bytes (bf16 + Adam: 1/8) */
-  int microbatches;    /* global microbatches per iteration (kept constant) */
+  double act_gb;      /* activations kept per layer per in-flight microbatch */
+  double boundary_mb; /* activation crossing a stage boundary, per microbatch */
+  double tp_mb;       /* bytes all-reduced inside TP per layer and microbatch */
+  double grad_fraction; /* gradient / layer_mem bytes (bf16, Adam: 1/8) */
+  int microbatches;     /* global microbatches per iteration (kept constant) */
 } resihp_plan_model_t;
 
 typedef struct resihp_plan_opts {
@@ -97,8 +97,7 @@ double resihp_plan_dp_ms(const resihp_plan_t *plan);
 int resihp_plan_quota(const resihp_plan_t *plan, int replica);
 /* Layers of stage s of replica r (stages hold consecutive layers in stage
  * order); -1 if out of range. */
-int resihp_plan_stage_layers(const resihp_plan_t *plan, int replica,
-                             int stage);
+int resihp_plan_stage_layers(const resihp_plan_t *plan, int replica, int stage);
 /* Speed of the TP group running a stage (minimum of its members); memory it
  * uses and its capacity per device (GB). Negative if out of range. */
 double resihp_plan_stage_speed(const resihp_plan_t *plan, int replica,
@@ -111,8 +110,8 @@ double resihp_plan_stage_cap_gb(const resihp_plan_t *plan, int replica,
 double resihp_plan_replica_ms(const resihp_plan_t *plan, int replica);
 /* Where device i runs. RESIHP_ENOENT when the plan leaves it idle (failed,
  * or left over); any out pointer may be NULL. */
-int resihp_plan_device_slot(const resihp_plan_t *plan, int device,
-                            int *replica, int *stage, int *tp_rank);
+int resihp_plan_device_slot(const resihp_plan_t *plan, int device, int *replica,
+                            int *stage, int *tp_rank);
 
 /* --- Building blocks (used by the planner, resihp-sim and tests) --- */
 
@@ -125,8 +124,7 @@ int resihp_planner_partition(const resihp_plan_cluster_t *cluster,
                              const resihp_plan_model_t *model, int tp, int pp,
                              const double *stage_speed,
                              const double *stage_cap_gb, int microbatches,
-                             int *layers_out, double *fill_ms,
-                             double *step_ms);
+                             int *layers_out, double *fill_ms, double *step_ms);
 
 /* Fill/step of a replica with a given partition (no memory check). */
 void resihp_planner_replica_cost(const resihp_plan_cluster_t *cluster,

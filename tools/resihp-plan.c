@@ -260,6 +260,8 @@ static int add_node(input_t *in, const char *name, int gpus, double mem,
     in->nodes = n;
     in->cap_nodes = nc;
   }
+  if (gpus > 10000000 - in->ndev)
+    return fail(in, "more than 10,000,000 GPUs in all");
   if (in->ndev + gpus > in->cap_dev) {
     int nc = in->cap_dev ? 2 * in->cap_dev : 512;
     while (nc < in->ndev + gpus)

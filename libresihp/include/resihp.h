@@ -11,6 +11,7 @@
 #include <resihp/detector.h>
 #include <resihp/error.h>
 #include <resihp/log.h>
+#include <resihp/planner.h>
 #include <resihp/settings.h>
 
 #ifdef __cplusplus

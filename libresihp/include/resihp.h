@@ -8,6 +8,7 @@
 #ifndef RESIHP_H
 #define RESIHP_H
 
+#include <resihp/allreduce.h>
 #include <resihp/error.h>
 #include <resihp/log.h>
 #include <resihp/settings.h>

@@ -54,7 +54,9 @@ extern "C" {
   XX(COORDINATOR, "coordinator", "RESIHP_COORDINATOR", STR, 0, 0, 0, "",       \
      "host:port of the resihp coordinator (set by resihp-run)")                \
   XX(SECRET_FILE, "secret-file", "RESIHP_SECRET_FILE", STR, 0, 0, 0, "",       \
-     "file holding the per-job secret that authenticates peers")
+     "file holding the per-job secret that authenticates peers")             \
+  XX(FIXED_FRAC_BITS, "fixed-frac-bits", "RESIHP_FIXED_FRAC_BITS", INT, 32,    \
+     0, 62, "", "fraction bits of the deterministic int64 fixed point")
 
 typedef enum {
 #define RESIHP__SETTING_ENUM(id, ...) RESIHP_SETTING_##id,

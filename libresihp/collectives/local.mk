@@ -1,0 +1,23 @@
+# Fault-tolerant all-reduce (issue #3): transports (TCP mesh with HMAC
+# authentication; NCCL when found), communicator membership and the ring.
+libresihp_libresihp_internal_la_SOURCES += \
+	libresihp/transport/transport.h \
+	libresihp/transport/sha256.h \
+	libresihp/transport/sha256.c \
+	libresihp/transport/mesh.h \
+	libresihp/transport/mesh.c \
+	libresihp/transport/tcp.c \
+	libresihp/collectives/comm_internal.h \
+	libresihp/collectives/comm.c \
+	libresihp/collectives/ring_allreduce.c \
+	libresihp/collectives/allreduce.c \
+	libresihp/collectives/reduce.c
+resihpinclude_HEADERS += libresihp/include/resihp/allreduce.h
+
+if HAVE_CHECK
+check_PROGRAMS += tests/unit/test_allreduce
+tests_unit_test_allreduce_SOURCES = tests/unit/test_allreduce.c
+tests_unit_test_allreduce_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_allreduce_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_allreduce
+endif

@@ -10,6 +10,7 @@
 
 #include <resihp/allreduce.h>
 #include <resihp/error.h>
+#include <resihp/job.h>
 #include <resihp/log.h>
 #include <resihp/settings.h>
 

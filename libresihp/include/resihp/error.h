@@ -37,7 +37,8 @@ extern "C" {
   XX(EINFEASIBLE, -18, "no feasible plan")                                     \
   XX(EPROBE, -19, "node health probe failed")                                  \
   XX(ESTATE, -20, "call not valid in the current state")                      \
-  XX(EEXCLUDED, -21, "this rank was excluded from the membership by its peers")
+  XX(EEXCLUDED, -21, "this rank was excluded from the membership by its peers") \
+  XX(EREASSIGNED, -22, "peers failed: compute the reassigned microbatches and retry")
 
 typedef enum {
   RESIHP_OK = 0,

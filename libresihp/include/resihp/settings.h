@@ -56,7 +56,9 @@ extern "C" {
   XX(SECRET_FILE, "secret-file", "RESIHP_SECRET_FILE", STR, 0, 0, 0, "",       \
      "file holding the per-job secret that authenticates peers")             \
   XX(FIXED_FRAC_BITS, "fixed-frac-bits", "RESIHP_FIXED_FRAC_BITS", INT, 32,    \
-     0, 62, "", "fraction bits of the deterministic int64 fixed point")
+     0, 62, "", "fraction bits of the deterministic int64 fixed point")       \
+  XX(COORD_TIMEOUT, "coord-timeout", "RESIHP_COORD_TIMEOUT_MS", MS, 3000, 100, \
+     600000, "", "coordinator: silence after which a replica is failed (ms)")
 
 typedef enum {
 #define RESIHP__SETTING_ENUM(id, ...) RESIHP_SETTING_##id,

@@ -109,9 +109,20 @@ static void usage(FILE *f) {
           "nodes while the others keep training. See resihp-run(1).\n");
 }
 
-/* Run a shell command in the background (reaped by the main loop). */
+/* Run a shell command in the background (reaped by the main loop, killed
+ * at exit if still running). */
+static pid_t helpers[256];
+
 static void spawn_sh(const char *cmd) {
   pid_t p = fork();
+  if (p > 0) {
+    for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
+      if (!helpers[i]) {
+        helpers[i] = p;
+        break;
+      }
+    return;
+  }
   if (p == 0) {
     int fd = open("/dev/null", O_RDWR);
     if (fd >= 0) {
@@ -321,7 +332,8 @@ static void cancel_step(long jobid, long stepid, pid_t srun) {
   if (jobid >= 0 && stepid >= 0) {
     char cmd[256];
     snprintf(cmd, sizeof(cmd),
-             "scancel --quiet --signal=KILL %ld.%ld; scancel --quiet %ld.%ld",
+             "scancel --quiet --signal=KILL %ld.%ld 2>/dev/null; "
+             "scancel --quiet %ld.%ld 2>/dev/null",
              jobid, stepid, jobid, stepid);
     spawn_sh(cmd);
   }
@@ -381,6 +393,9 @@ static void reap(void) {
   int st;
   pid_t pid;
   while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+    for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
+      if (helpers[i] == pid)
+        helpers[i] = 0;
     for (int r = 0; r < g.R; r++) {
       replica_t *p = &g.reps[r];
       if (p->pid != pid)
@@ -625,6 +640,19 @@ int main(int argc, char **argv) {
   fflush(stdout);
   if (ret == EXIT_OK && agree != 0)
     ret = EXIT_DISAGREE;
+  /* helpers (scancel, kill-node commands) get a moment, then go */
+  for (int i = 0; i < 20; i++) {
+    reap();
+    int left = 0;
+    for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
+      left += helpers[k] != 0;
+    if (!left)
+      break;
+    usleep(100000);
+  }
+  for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
+    if (helpers[k])
+      kill(helpers[k], SIGKILL);
   while (waitpid(-1, NULL, WNOHANG) > 0)
     ;
   resihp__coord_destroy(g.coord);

@@ -91,7 +91,7 @@ static void init_model(model_t *m) {
   uint64_t r = c->seed ^ 0x1234;
   for (size_t i = 0; i < m->P; i++) {
     double u = (double)(splitmix(&r) >> 11) / 9007199254740992.0;
-    m->state[i] = (float)((u - 0.5) * 0.2);
+    m->state[i] = (float)((u - 0.5) * 1.0);
   }
 }
 
@@ -412,7 +412,10 @@ static int run_checkpointed(model_t *m) {
       resihp_comm_destroy(comm);
       return 1;
     }
-    apply(m, fb);
+    double loss = apply(m, fb);
+    if (rank == 0 && !c->quiet && c->print_every > 0 &&
+        (s % c->print_every == 0 || s == c->steps - 1))
+      printf("step %ld loss %.4f\n", s, loss);
     if (rank == 0 && c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0 &&
         save_ckpt(m, s + 1))
       fprintf(stderr, "trainer: cannot write a checkpoint\n");
@@ -442,7 +445,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   model_t m = {.c = {.V = 64, .D = 16, .H = 32, .C = 8, .B = 8, .M = 12,
-                     .steps = 40, .lr = 0.5, .momentum = 0.9, .seed = 1,
+                     .steps = 40, .lr = 0.2, .momentum = 0.9, .seed = 1,
                      .mb_ms = 2, .print_every = 10, .die_at = -1}};
   static const struct option lo[] = {
       {"steps", 1, 0, 's'},  {"microbatches", 1, 0, 'M'},

@@ -242,9 +242,15 @@ static int run_resilient(model_t *m) {
   int me = resihp_job_replica(job);
   resihp_job_set_state(job, m->state, 2 * m->P * sizeof(float));
   resihp_job_step_t st;
-  double t0 = now_s();
+  double t0 = now_s(), t_begin = 0, t_comp = 0, t_ar = 0, t;
   long done_steps = 0;
-  while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
+  for (;;) {
+    t = now_s();
+    rc = resihp_job_begin_step(job, &st);
+    t_begin += now_s() - t;
+    if (rc || st.done)
+      break;
+    t = now_s();
     memset(m->acc, 0, (m->P + 1) * sizeof(int64_t));
     if (st.catching_up && !c->quiet)
       printf("[replica %d] caught up at step %ld; training again from the "
@@ -252,6 +258,8 @@ static int run_resilient(model_t *m) {
              me, st.step);
     for (int i = 0; i < st.nmbs; i++)
       add_microbatch(m, job, st.step, st.mbs[i], fb);
+    t_comp += now_s() - t;
+    t = now_s();
     while ((rc = resihp_job_allreduce(job, m->acc, m->P + 1)) ==
            RESIHP_EREASSIGNED) {
       if (!c->quiet)
@@ -267,6 +275,7 @@ static int run_resilient(model_t *m) {
       resihp_job_destroy(job);
       return 1;
     }
+    t_ar += now_s() - t;
     double loss = apply(m, fb);
     resihp_job_end_step(job);
     done_steps++;
@@ -286,9 +295,10 @@ static int run_resilient(model_t *m) {
   char sum[32];
   snprintf(sum, sizeof(sum), "%016llx",
            (unsigned long long)fnv1a(m->state, 2 * m->P * sizeof(float)));
-  printf("[replica %d] training done: %ld steps here in %.2f s; final "
+  printf("[replica %d] training done: %ld steps here in %.2f s (step "
+         "boundaries %.2f s, microbatches %.2f s, all-reduce %.2f s); final "
          "checksum %s\n",
-         me, done_steps, now_s() - t0, sum);
+         me, done_steps, now_s() - t0, t_begin, t_comp, t_ar, sum);
   fflush(stdout);
   resihp_job_finish(job, sum);
   resihp_job_destroy(job);

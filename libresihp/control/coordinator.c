@@ -38,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -84,6 +86,7 @@ typedef struct {
   char kind[16];
   char why[64];
   long step;
+  int catchup; /* the fault hit during a catch-up transfer */
   int64_t t_fault, t_detect, t_admit, t_train;
 } fail_t;
 
@@ -190,6 +193,9 @@ static void fail_replica(resihp__coord_t *c, int r, const char *why) {
     snprintf(f->why, sizeof(f->why), "%s", why);
     f->t_fault = announced ? p->fault_ms : f->t_detect;
     f->step = announced ? p->fault_step : c->step;
+    f->catchup = announced && p->fault_step < 0;
+    if (f->step < 0)
+      f->step = c->step;
     p->open_fail = c->nfails++;
   }
   p->fault_kind[0] = '\0';
@@ -640,7 +646,7 @@ static void on_line(resihp__coord_t *c, int k, const char *msg) {
       v = c->step;
     snprintf(p->fault_kind, sizeof(p->fault_kind), "%s", kind);
     p->fault_ms = resihp__now_ms();
-    p->fault_step = c->step;
+    p->fault_step = v < 0 ? -1 : c->step;
     logc(RESIHP_LOG_INFO, "replica %d: injected %s fires (step %ld)", r, kind,
          c->step);
     if (c->o.on_fault)
@@ -662,6 +668,10 @@ static void accept_conn(resihp__coord_t *c) {
     int fd = accept4(c->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
       return;
+    /* GO and START leave back to back: Nagle would hold START for the
+     * peer's delayed ACK (~40 ms a step) */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     resihp__wire_t w;
     resihp__wire_init(&w, fd);
     int rc = resihp__wire_auth_server(&w, c->secret, c->o.secret_len, "coord",
@@ -888,9 +898,10 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
     else
       snprintf(rj, sizeof(rj), "not replaced");
     fprintf(f,
-            "  failure %d: replica %d, %s at step %ld (%s); detected after "
+            "  failure %d: replica %d, %s%s at step %ld (%s); detected after "
             "%lld ms; survivors' stall %.0f ms; %s\n",
-            i + 1, x->replica, x->kind, s, x->why,
+            i + 1, x->replica, x->kind, x->catchup ? " during catch-up" : "",
+            s, x->why,
             (long long)(x->t_detect - x->t_fault), stall, rj);
   }
   if (c->nfails)

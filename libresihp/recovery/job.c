@@ -32,6 +32,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -455,6 +456,8 @@ static int receive_state(resihp_job_t *j) {
     fd = accept4(j->slfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
       continue;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     resihp__wire_t w;
     resihp__wire_init(&w, fd);
     rc = resihp__wire_auth_server(&w, j->secret, j->secret_len, "state",

@@ -53,7 +53,7 @@ typedef struct {
   int print_every;
   const char *ckpt_dir;
   int ckpt_every;
-  long die_at;
+  const char *die_at; /* steps ("15,30,45") at which the last rank dies once */
 } cfg_t;
 
 typedef struct {
@@ -340,6 +340,20 @@ static long load_ckpt(model_t *m) {
   return s;
 }
 
+static int dies_at(const char *list, long s) {
+  const char *p = list;
+  while (*p) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p)
+      return 0;
+    if (v == s)
+      return 1;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return 0;
+}
+
 static int run_checkpointed(model_t *m) {
   cfg_t *c = &m->c;
   int fb = resihp_fixed_frac_bits();
@@ -401,7 +415,7 @@ static int run_checkpointed(model_t *m) {
     return 1;
   }
   for (long s = start; s < c->steps; s++) {
-    if (c->die_at >= 0 && s == c->die_at && rank == n - 1) {
+    if (c->die_at && rank == n - 1 && dies_at(c->die_at, s)) {
       char mark[4096];
       snprintf(mark, sizeof(mark), "%s/died.%ld", c->ckpt_dir, s);
       int fd = open(mark, O_CREAT | O_EXCL | O_WRONLY, 0600);
@@ -448,7 +462,7 @@ static void usage(FILE *f) {
           "usage: resihp-trainer [--steps N] [--microbatches M] [--batch B]\n"
           "       [--hidden H] [--embed D] [--vocab V] [--classes C] [--lr X]\n"
           "       [--momentum X] [--seed S] [--mb-ms MS] [--print-every N]\n"
-          "       [--quiet] [--checkpoint DIR --checkpoint-every K [--die-at S]]\n"
+          "       [--quiet] [--checkpoint DIR --checkpoint-every K [--die-at S,S..]]\n"
           "Run under resihp-run (see resihp-run(1)); prints the checksum of the\n"
           "final parameters.\n");
 }
@@ -456,7 +470,7 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   model_t m = {.c = {.V = 64, .D = 16, .H = 32, .C = 8, .B = 8, .M = 12,
                      .steps = 40, .lr = 0.2, .momentum = 0.9, .seed = 1,
-                     .mb_ms = 2, .print_every = 10, .die_at = -1}};
+                     .mb_ms = 2, .print_every = 10}};
   static const struct option lo[] = {
       {"steps", 1, 0, 's'},  {"microbatches", 1, 0, 'M'},
       {"batch", 1, 0, 'B'},  {"hidden", 1, 0, 'H'},
@@ -485,7 +499,7 @@ int main(int argc, char **argv) {
     case 'q': m.c.quiet = 1; break;
     case 'k': m.c.ckpt_dir = optarg; break;
     case 'K': m.c.ckpt_every = atoi(optarg); break;
-    case 'd': m.c.die_at = atol(optarg); break;
+    case 'd': m.c.die_at = optarg; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }

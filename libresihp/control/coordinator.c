@@ -104,6 +104,7 @@ struct resihp__coord {
   uint32_t epoch;
   int members[MAXR], nmembers;
   int last_list[MAXR], nlast; /* members of the last started epoch */
+  int changed; /* a member left or joined since (same ids, new process) */
   int *owner;
   round_t rounds[MAX_ROUNDS];
   int nrounds;
@@ -142,6 +143,7 @@ static int is_member(const resihp__coord_t *c, int r) {
 
 static void remove_member(resihp__coord_t *c, int r) {
   int k = 0;
+  c->changed |= is_member(c, r);
   for (int i = 0; i < c->nmembers; i++)
     if (c->members[i] != r)
       c->members[k++] = c->members[i];
@@ -150,6 +152,7 @@ static void remove_member(resihp__coord_t *c, int r) {
 
 static void add_member(resihp__coord_t *c, int r) {
   int i = c->nmembers++;
+  c->changed = 1;
   while (i > 0 && c->members[i - 1] > r) {
     c->members[i] = c->members[i - 1];
     i--;
@@ -246,7 +249,8 @@ static void send_go(resihp__coord_t *c) {
     c->phase = P_BARRIER;
     return;
   }
-  int same = c->nmembers == c->nlast;
+  int same = c->nmembers == c->nlast && !c->changed;
+  c->changed = 0;
   for (int i = 0; same && i < c->nmembers; i++)
     same = c->members[i] == c->last_list[i];
   if (!same || c->phase == P_SETUP)

@@ -97,7 +97,7 @@ END_TEST
 /* ---- a job of forked ranks -------------------------------------------- */
 
 #define M 6
-#define STEPS 12
+#define STEPS 30
 #define NSTATE 4
 
 static char secret_path[256];
@@ -128,6 +128,7 @@ static int rank_main(int replica, int die_at) {
   int rc;
   while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
     memset(acc, 0, sizeof(acc));
+    usleep(10000); /* a step takes time: a replacement can join */
     for (int i = 0; i < st.nmbs; i++)
       for (int k = 0; k < NSTATE; k++)
         acc[k] += (st.step + 1) * 1000 + st.mbs[i] * (k + 1);

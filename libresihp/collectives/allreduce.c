@@ -68,41 +68,55 @@ static int fail(resihp_comm_t *c, int ring_rc, int bad_peer) {
   return code;
 }
 
-/* Ring done here: wait until every member is done or dead, or one aborted. */
+/* Ring done here: wait until every member is done or dead, or one aborted.
+ * DONE travels on the data links (zero-length frames after the last chunk,
+ * read by this thread: no thread hop on the fast path); ABORT and deaths
+ * come from the monitor, which also wakes the transport's poll. */
 static int commit(resihp_comm_t *c) {
+  const resihp__transport_ops_t *ops = c->tp->ops;
   int64_t seq1 = (int64_t)c->seq + 1;
-  int rc = 0;
-  resihp__comm_broadcast_ctrl(c, RESIHP__FRAME_DONE, c->seq, NULL);
+  resihp__tag_t tag = {c->seq, UINT32_MAX, 0};
+  static const uint8_t nothing[1];
+  uint8_t sink[1];
+  int n = c->world_size, rc = 0, bad = -1;
+  uint8_t *got = calloc((size_t)n, 1);
+  if (!got)
+    return RESIHP_ENOMEM;
+  for (int i = 0; i < c->nmembers; i++) {
+    int m = c->members[i];
+    if (m == c->world_rank)
+      continue;
+    if (ops->post_send(c->tp, m, tag, nothing, 0) ||
+        ops->post_recv(c->tp, m, tag, sink, 0))
+      resihp__comm_mark_dead(c, m, RESIHP_EPEER);
+  }
   int64_t deadline = resihp__now_ms() + 10 * (int64_t)c->detect_ms;
-  pthread_mutex_lock(&c->mu);
   for (;;) {
     int waiting = 0;
+    pthread_mutex_lock(&c->mu);
     for (int i = 0; i < c->nmembers && !rc; i++) {
       int m = c->members[i];
       if (m == c->world_rank)
         continue;
+      if (!got[m] && ops->recv_done(c->tp, m))
+        got[m] = 1;
       if (c->abort_seq[m] == seq1)
         rc = RESIHP_EPEER;
-      else if (c->done_seq[m] < seq1 && !resihp__set_has(&c->dead, m))
+      else if (!got[m] && !resihp__set_has(&c->dead, m))
         waiting = 1;
     }
+    pthread_mutex_unlock(&c->mu);
     if (rc || !waiting)
       break;
-    int64_t left = deadline - resihp__now_ms();
-    if (left <= 0) {
+    if (resihp__now_ms() > deadline) {
       rc = RESIHP_ETIMEDOUT;
       break;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)(left < 50 ? left : 50) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    int r = ops->progress(c->tp, c->hb_ms, &bad);
+    if (r < 0 && bad >= 0)
+      resihp__comm_mark_dead(c, bad, r); /* dead counts as done here */
   }
-  pthread_mutex_unlock(&c->mu);
+  free(got);
   return rc;
 }
 
@@ -115,10 +129,12 @@ static void copy_out(void *buf, const void *work, size_t count, int dtype,
   }
   switch (dtype) {
   case RESIHP_FLOAT32: {
+    /* n is exact in float; float division vectorises. */
     float *d = buf;
     const float *s = work;
+    float fdiv = (float)div;
     for (size_t i = 0; i < count; i++)
-      d[i] = (float)(s[i] / div);
+      d[i] = s[i] / fdiv;
     break;
   }
   case RESIHP_FLOAT64: {
@@ -148,8 +164,14 @@ static void copy_out(void *buf, const void *work, size_t count, int dtype,
 
 int resihp_allreduce(resihp_comm_t *c, void *buf, size_t count,
                      resihp_dtype_t dtype, resihp_op_t op) {
+  return resihp_allreduce_to(c, buf, buf, count, dtype, op);
+}
+
+int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
+                        size_t count, resihp_dtype_t dtype, resihp_op_t op) {
   size_t esz = resihp__dtype_size(dtype);
-  if (!c || (!buf && count) || !esz || (op != RESIHP_OP_SUM && op != RESIHP_OP_AVG) ||
+  int inplace = sendbuf == buf;
+  if (!c || (!buf && count) || (!sendbuf && count) || !esz || (op != RESIHP_OP_SUM && op != RESIHP_OP_AVG) ||
       count > ((size_t)1 << 40)) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
                "resihp_allreduce: invalid argument (comm %p, buf %p, count "
@@ -158,15 +180,26 @@ int resihp_allreduce(resihp_comm_t *c, void *buf, size_t count,
     return RESIHP_EINVAL;
   }
   int bad = -1, rc;
-  if (!c->unprotected && atomic_load(&c->failed))
+  if (!c->unprotected && atomic_load(&c->failed)) {
+    pthread_mutex_lock(&c->mu);
+    int excluded = c->excluded_by >= 0;
+    pthread_mutex_unlock(&c->mu);
+    if (excluded) {
+      resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                 "rank %d was excluded from the membership by its peers; it "
+                 "must leave the job",
+                 c->world_rank);
+      return RESIHP_EEXCLUDED;
+    }
     return fail(c, RESIHP_EPEER, -1);
+  }
   int fixed = c->deterministic && dtype != RESIHP_FIXED64;
   int wire = fixed ? RESIHP_FIXED64 : (int)dtype;
   size_t wsz = resihp__dtype_size(wire);
   double div = op == RESIHP_OP_AVG ? (double)c->nmembers : 1.0;
   const void *in;
   void *work, *staging = NULL;
-  if (fixed || c->unprotected) {
+  if (fixed || (c->unprotected && inplace)) {
     if ((rc = reserve(&c->staging, &c->staging_cap, c->chunk_bytes)))
       return rc;
     staging = c->staging;
@@ -176,18 +209,24 @@ int resihp_allreduce(resihp_comm_t *c, void *buf, size_t count,
       return rc;
     int64_t *fx = c->work;
     if (dtype == RESIHP_FLOAT32)
-      resihp_fixed_from_float(fx, buf, count, c->frac_bits);
+      resihp_fixed_from_float(fx, sendbuf, count, c->frac_bits);
     else if (dtype == RESIHP_FLOAT64)
-      resihp_fixed_from_double(fx, buf, count, c->frac_bits);
+      resihp_fixed_from_double(fx, sendbuf, count, c->frac_bits);
     else
-      resihp_fixed_from_bf16(fx, buf, count, c->frac_bits);
+      resihp_fixed_from_bf16(fx, sendbuf, count, c->frac_bits);
     in = work = fx;
-  } else if (c->unprotected) {
+  } else if (c->unprotected && inplace) {
     in = work = buf;
+  } else if (!inplace) {
+    /* Out of place: sendbuf is only read, so it survives any failure and
+     * no private copy is needed. */
+    staging = NULL;
+    in = sendbuf;
+    work = buf;
   } else {
     if ((rc = reserve(&c->work, &c->work_cap, count * wsz + 1)))
       return rc;
-    in = buf;
+    in = sendbuf;
     work = c->work;
   }
   rc = resihp__ring_allreduce(c, in, work, staging, count, wire, &bad);

@@ -31,7 +31,10 @@
  * it ends up excluded or alone - never mixed into a view that others
  * disagree with, because every data frame carries the epoch and views are
  * built deterministically from the agreed set. A rank that finds itself in
- * the agreed set returns RESIHP_EEXCLUDED. A pure network partition costs
+ * the agreed set, or in any set a member sent it during this agreement
+ * (sets only grow, so that member's view will not contain it), returns
+ * RESIHP_EEXCLUDED; so does its next call when such a set arrives just
+ * after it committed. A pure network partition costs
  * both sides of the cut link (union semantics); re-admission is the
  * coordinator's job.
  */
@@ -150,6 +153,14 @@ struct rxstate {
 /* Handle one complete control frame from peer (mu held). */
 static int handle_ctrl(resihp_comm_t *c, int peer, const struct rxstate *r) {
   const resihp__frame_hdr_t *h = &r->h;
+  int names_me = (r->set[c->world_rank >> 3] >> (c->world_rank & 7)) & 1;
+  if (h->type == RESIHP__FRAME_AGREE && names_me &&
+      (h->epoch == c->epoch || h->epoch + 1 == c->epoch) &&
+      c->excluded_by < 0) {
+    /* Sets only grow: that member's view will not contain this rank. */
+    c->excluded_by = peer;
+    notify(c);
+  }
   if (h->epoch < c->epoch)
     return 0; /* left over from an older membership */
   if (h->epoch > c->epoch) {
@@ -170,6 +181,17 @@ static int handle_ctrl(resihp_comm_t *c, int peer, const struct rxstate *r) {
     for (size_t k = 0; k < SET_LEN(c); k++)
       c->blamed.b[k] |= r->set[k];
     notify(c);
+    return 0;
+  case RESIHP__FRAME_BYE:
+    /* The peer destroyed its communicator: gone, but not a fault. */
+    if (c->in_view[peer] && !resihp__set_has(&c->dead, peer)) {
+      resihp__set_add(&c->dead, peer);
+      if (!c->dead_code)
+        c->dead_code = RESIHP_EPEER;
+      resihp_log(RESIHP_LOG_INFO, "allreduce", "rank %d left the communicator",
+                 peer);
+      notify(c);
+    }
     return 0;
   case RESIHP__FRAME_AGREE: {
     struct mbox *m = &c->mbox[peer][h->seq & 1];
@@ -334,6 +356,7 @@ void resihp_comm_destroy(resihp_comm_t *c) {
   if (!c)
     return;
   if (c->monitor_running) {
+    resihp__comm_broadcast_ctrl(c, RESIHP__FRAME_BYE, c->seq, NULL);
     if (write(c->stop_pipe[1], "x", 1) < 0) {
       /* cannot happen with an open pipe; join would hang, so say it */
       resihp_log(RESIHP_LOG_ERROR, "allreduce", "cannot stop monitor: %s",
@@ -425,6 +448,7 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
   }
   c->nmembers = n;
   c->my_index = o->rank;
+  c->excluded_by = -1;
   if (pipe2(c->stop_pipe, O_CLOEXEC) < 0 ||
       (c->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
     rc = RESIHP_ESYS;
@@ -553,6 +577,10 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
       S.b[i >> 3] &= (uint8_t)~(1u << (i & 7));
   int rc = 0;
   for (uint32_t round = 0;; round++) {
+    pthread_mutex_lock(&c->mu);
+    if (c->excluded_by >= 0)
+      resihp__set_add(&S, c->world_rank);
+    pthread_mutex_unlock(&c->mu);
     if (resihp__set_has(&S, c->world_rank)) {
       resihp_log(RESIHP_LOG_ERROR, "allreduce",
                  "rank %d was excluded by its peers in epoch %u; it must "
@@ -604,12 +632,19 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
         same = 0;
       }
     }
+    /* Only what was flooded this round and this rank's own detections:
+     * an accusation relayed by an abort that arrives mid-round was not
+     * seen by the others, and counting it would let this rank leave the
+     * round with a set nobody else has. The accuser floods its own set. */
     set_union(&U, &c->dead, len);
-    set_union(&U, &c->blamed, len);
     pthread_mutex_unlock(&c->mu);
     for (int i = 0; i < c->world_size; i++)
       if (!c->in_view[i] && resihp__set_has(&U, i))
         U.b[i >> 3] &= (uint8_t)~(1u << (i & 7));
+    pthread_mutex_lock(&c->mu);
+    if (c->excluded_by >= 0) /* named by a member this rank stopped waiting for */
+      same = 0;
+    pthread_mutex_unlock(&c->mu);
     if (same && !memcmp(U.b, S.b, len))
       break;
     S = U;

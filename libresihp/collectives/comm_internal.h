@@ -55,6 +55,7 @@ struct resihp_comm {
   int64_t *done_seq;    /* by world rank: seq+1 of its last DONE */
   struct mbox (*mbox)[2];
   atomic_int failed; /* fast check for the algorithm */
+  int excluded_by;   /* a member whose agreement set named this rank, or -1 */
   /* Private buffers reused across calls. */
   void *work, *staging;
   size_t work_cap, staging_cap;

@@ -81,8 +81,11 @@ int resihp__io_full(int fd, void *buf, size_t len, int writing,
 }
 
 static void tune(int fd) {
-  int one = 1;
+  int one = 1, big = 4 << 20;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  /* Room for several chunks in flight; the kernel caps it at wmem_max. */
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   fcntl(fd, F_SETFD, FD_CLOEXEC);
 }

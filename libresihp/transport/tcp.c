@@ -37,6 +37,7 @@ struct sendreq {
 
 struct peer {
   int fd;
+  int broken; /* failed once: reported, then no longer polled */
   struct sendreq q[SENDQ];
   int qhead, qcount;
   /* Receive side. */
@@ -76,6 +77,8 @@ static int tcp_post_send(resihp__transport_t *tt, int peer, resihp__tag_t tag,
   if (peer < 0 || peer >= t->n || t->p[peer].fd < 0 || len > t->max_payload)
     return RESIHP_EINVAL;
   struct peer *p = &t->p[peer];
+  if (p->broken)
+    return RESIHP_EPEER;
   if (p->qcount == SENDQ)
     return RESIHP_EBUSY;
   struct sendreq *r = &p->q[(p->qhead + p->qcount) % SENDQ];
@@ -100,6 +103,8 @@ static int tcp_post_recv(resihp__transport_t *tt, int peer, resihp__tag_t tag,
   if (peer < 0 || peer >= t->n || t->p[peer].fd < 0)
     return RESIHP_EINVAL;
   struct peer *p = &t->p[peer];
+  if (p->broken)
+    return RESIHP_EPEER;
   if (p->posted)
     return RESIHP_EBUSY;
   p->posted = 1;
@@ -300,9 +305,11 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
   /* Headers parked earlier may be consumable now. */
   for (int i = 0; i < t->n; i++) {
     struct peer *p = &t->p[i];
-    if (p->fd >= 0 && !p->in_payload && p->rh_got == HDR && !p->parked) {
+    if (p->fd >= 0 && !p->broken && !p->in_payload && p->rh_got == HDR &&
+        !p->parked) {
       int rc = consider_header(t, i);
       if (rc) {
+        p->broken = 1;
         *bad_peer = i;
         return rc;
       }
@@ -312,7 +319,7 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
   }
   for (int i = 0; i < t->n; i++) {
     struct peer *p = &t->p[i];
-    if (p->fd < 0)
+    if (p->fd < 0 || p->broken)
       continue;
     short ev = 0;
     int want_in = !p->parked && ((p->posted && !p->done) || p->in_payload ||
@@ -347,6 +354,7 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
     if (rc >= 0 && (re & (POLLOUT | POLLERR)))
       rc = write_peer(t, i) | rc;
     if (rc < 0) {
+      t->p[i].broken = 1;
       *bad_peer = i;
       return rc;
     }

@@ -31,6 +31,7 @@ enum {
   RESIHP__FRAME_ABORT = 3,
   RESIHP__FRAME_AGREE = 4,
   RESIHP__FRAME_DONE = 5,
+  RESIHP__FRAME_BYE = 6, /* orderly departure (resihp_comm_destroy) */
 };
 
 /* Every frame starts with this header (host byte order: the ranks of a job

@@ -113,6 +113,15 @@ int resihp_comm_failed(const resihp_comm_t *comm, int *world_ranks, int max);
 int resihp_allreduce(resihp_comm_t *comm, void *buf, size_t count,
                      resihp_dtype_t dtype, resihp_op_t op);
 
+/* Out of place: sendbuf is only read (and so survives any failure intact),
+ * the result goes to recvbuf, whose contents are unspecified after a
+ * failure. Saves the private copy that the in-place form needs to keep the
+ * caller's input; sendbuf == recvbuf is the in-place form. The buffers must
+ * not overlap otherwise. */
+int resihp_allreduce_to(resihp_comm_t *comm, const void *sendbuf,
+                        void *recvbuf, size_t count, resihp_dtype_t dtype,
+                        resihp_op_t op);
+
 /* Agree with the other survivors on who failed and move to the next epoch
  * without them. suspects (world ranks, may be NULL/0) are added to what this
  * rank already suspects. Survivors exchange their suspicion sets in rounds
@@ -132,7 +141,8 @@ int resihp_comm_test_cut_link(resihp_comm_t *comm, int peer);
 
 /* ---- deterministic fixed point -------------------------------------------
  * value = (int64) round_half_even(x * 2^frac_bits); out-of-range values
- * saturate, NaN becomes 0. Integer sums are exact and associative, so a
+ * saturate, NaN becomes 0. Back: (double)value * (2^-frac_bits / divisor),
+ * rounded to the target type. Integer sums are exact and associative, so a
  * trainer can accumulate microbatch gradients in fixed point and get the same
  * bits however the microbatches are spread over replicas. frac_bits comes
  * from RESIHP_FIXED_FRAC_BITS (default 32) unless given (0..62). */

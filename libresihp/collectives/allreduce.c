@@ -247,3 +247,91 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
   }
   return 0;
 }
+
+/* ---- GPU data plane -------------------------------------------------------
+ * Same outcome protocol as above; the NCCL transport moves the data. */
+
+int resihp_comm_attach_device(resihp_comm_t *c, int device) {
+  if (!c)
+    return RESIHP_EINVAL;
+#ifndef RESIHP_HAVE_NCCL
+  (void)device;
+  resihp_log(RESIHP_LOG_ERROR, "allreduce",
+             "this libresihp was built without NCCL: rebuild with --with-nccl "
+             "for device buffers");
+  return RESIHP_ENOTSUP;
+#else
+  if (c->gpu) {
+    c->gpu->ops->destroy(c->gpu);
+    c->gpu = NULL;
+  }
+  if (!c->unprotected && atomic_load(&c->failed))
+    return fail(c, RESIHP_EPEER, -1);
+  uint8_t id[RESIHP__NCCL_ID_BYTES];
+  int rc = 0, bad = -1;
+  const resihp__transport_ops_t *ops = c->tp->ops;
+  resihp__tag_t tag = {c->seq, UINT32_MAX - 1, 0};
+  int root = c->members[0];
+  if (c->world_rank == root) {
+    if ((rc = resihp__nccl_unique_id(id)))
+      memset(id, 0, sizeof(id)); /* still send: peers must not wait */
+    for (int i = 1; i < c->nmembers; i++)
+      if (ops->post_send(c->tp, c->members[i], tag, id, sizeof(id)))
+        rc = RESIHP_EPEER;
+  } else if ((rc = ops->post_recv(c->tp, root, tag, id, sizeof(id)))) {
+    return fail(c, rc, root);
+  }
+  int64_t deadline = resihp__now_ms() + 10 * (int64_t)c->detect_ms;
+  for (int got = c->world_rank == root;;) {
+    if (!got && ops->recv_done(c->tp, root))
+      got = 1;
+    int pending = 0;
+    for (int i = 0; i < c->nmembers; i++)
+      if (c->members[i] != c->world_rank)
+        pending |= ops->sends_pending(c->tp, c->members[i]);
+    if (got && !pending)
+      break;
+    if (atomic_load(&c->failed) || resihp__now_ms() > deadline)
+      return fail(c, RESIHP_EPEER, -1);
+    int r = ops->progress(c->tp, c->hb_ms, &bad);
+    if (r < 0)
+      return fail(c, r, bad);
+  }
+  c->seq++;
+  static const uint8_t zero[RESIHP__NCCL_ID_BYTES];
+  if (rc || !memcmp(id, zero, sizeof(id)))
+    return rc ? rc : RESIHP_EIO;
+  rc = resihp__nccl_transport_create(id, c->my_index, c->nmembers, device,
+                                     &c->failed, 10 * c->detect_ms, &c->gpu);
+  if (rc)
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "rank %d: cannot attach CUDA device %d: %s", c->world_rank,
+               device, resihp_strerror(rc));
+  return rc;
+#endif
+}
+
+int resihp_allreduce_device(resihp_comm_t *c, const void *sendbuf,
+                            void *recvbuf, size_t count, resihp_dtype_t dtype,
+                            resihp_op_t op, void *cuda_stream) {
+  if (!c || !resihp__dtype_size(dtype) || (count && (!sendbuf || !recvbuf)))
+    return RESIHP_EINVAL;
+  if (!c->gpu) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "no device attached to this communicator (epoch %u): call "
+               "resihp_comm_attach_device() first",
+               c->epoch);
+    return RESIHP_ESTATE;
+  }
+  if (!c->unprotected && atomic_load(&c->failed))
+    return fail(c, RESIHP_EPEER, -1);
+  int rc = c->gpu->ops->allreduce(c->gpu, sendbuf, recvbuf, count, (int)dtype,
+                                  (int)op, cuda_stream, &c->failed,
+                                  10 * c->detect_ms);
+  if (rc)
+    return fail(c, rc, -1);
+  if (!c->unprotected && c->nmembers > 1 && (rc = commit(c)))
+    return fail(c, rc, -1);
+  c->seq++;
+  return 0;
+}

@@ -364,6 +364,8 @@ void resihp_comm_destroy(resihp_comm_t *c) {
     }
     pthread_join(c->monitor, NULL);
   }
+  if (c->gpu)
+    c->gpu->ops->destroy(c->gpu);
   if (c->tp)
     c->tp->ops->destroy(c->tp);
   for (int i = 0; c->ctrl_fds && i < c->world_size; i++)
@@ -652,7 +654,11 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
   if (rc)
     return rc;
   /* Commit the new view. */
-  int k = 0, nm = 0;
+  int k = 0, nm = 0, ngone = 0;
+  int *gone = c->gpu ? calloc((size_t)c->nmembers, sizeof(int)) : NULL;
+  for (int i = 0; gone && i < c->nmembers; i++)
+    if (resihp__set_has(&S, c->members[i]))
+      gone[ngone++] = i; /* positions in the old view, as NCCL numbers them */
   c->tp->ops->cancel(c->tp);
   pthread_mutex_lock(&c->mu);
   for (int i = 0; i < c->nmembers; i++) {
@@ -690,6 +696,19 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
   atomic_store(&c->failed, 0);
   c->tp->ops->set_epoch(c->tp, c->epoch);
   pthread_mutex_unlock(&c->mu);
+  if (c->gpu) {
+    int grc = gone ? c->gpu->ops->shrink(c->gpu, gone, ngone, 10 * c->detect_ms)
+                   : RESIHP_ENOMEM;
+    if (grc) {
+      resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                 "rank %d: shrinking the device communicator failed (%s); "
+                 "device detached, call resihp_comm_attach_device() again",
+                 c->world_rank, resihp_strerror(grc));
+      c->gpu->ops->destroy(c->gpu);
+      c->gpu = NULL;
+    }
+  }
+  free(gone);
   if (nfailed)
     *nfailed = k;
   resihp_log(RESIHP_LOG_INFO, "allreduce",

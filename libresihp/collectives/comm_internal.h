@@ -37,6 +37,7 @@ struct resihp_comm {
   int detect_ms, hb_ms, deterministic, frac_bits, unprotected;
   size_t chunk_bytes;
   resihp__transport_t *tp;
+  resihp__transport_t *gpu; /* NCCL data plane, when attached */
   int *data_fds; /* copies for the link-cut test hook */
   int *ctrl_fds;
   /* Monitor thread: owned by the communicator, joined by destroy. */

@@ -36,3 +36,21 @@ tools/resihp-bench-mpi: $(top_srcdir)/tools/resihp-bench-mpi.c
 	@$(MKDIR_P) tools
 	$(AM_V_CC)$(MPICC) $(WARN_CFLAGS) -O2 -o $@ $(top_srcdir)/tools/resihp-bench-mpi.c
 endif
+
+# NCCL data plane: its own convenience library so that only nccl.c sees
+# the CUDA/NCCL headers; the SPANK plugin links libresihp-core.la only, so
+# nothing CUDA reaches slurmstepd.
+if HAVE_NCCL
+noinst_LTLIBRARIES += libresihp/libresihp-nccl.la
+libresihp_libresihp_nccl_la_SOURCES = libresihp/transport/nccl.c
+libresihp_libresihp_nccl_la_CPPFLAGS = $(AM_CPPFLAGS) $(NCCL_CPPFLAGS) $(CUDA_CPPFLAGS)
+libresihp_libresihp_nccl_la_LIBADD = $(NCCL_LIBS) $(CUDA_LIBS)
+libresihp_libresihp_internal_la_LIBADD += libresihp/libresihp-nccl.la
+
+# GPU test: needs two CUDA devices; exits 77 (skip) otherwise.
+check_PROGRAMS += tests/gpu/test_allreduce_nccl
+tests_gpu_test_allreduce_nccl_SOURCES = tests/gpu/test_allreduce_nccl.c
+tests_gpu_test_allreduce_nccl_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_gpu_test_allreduce_nccl_LDADD = libresihp/libresihp-internal.la $(CUDA_LIBS)
+TESTS += tests/gpu/test_allreduce_nccl
+endif

@@ -20,6 +20,7 @@
 #ifndef RESIHP_TRANSPORT_H
 #define RESIHP_TRANSPORT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -71,6 +72,19 @@ typedef struct {
   /* Stop using a peer's link (removed from the view); shuts it down. */
   void (*drop_peer)(resihp__transport_t *t, int peer);
   void (*destroy)(resihp__transport_t *t);
+  /* Optional, for transports whose device moves the data (NCCL), NULL for
+   * TCP: the whole all-reduce on device buffers, sendbuf != recvbuf. It
+   * returns when the stream has finished it, or with RESIHP_EPEER once
+   * *failed becomes non-zero (the CPU side noticed a failure; the device
+   * communicator is then revoked), or RESIHP_ETIMEDOUT after timeout_ms
+   * without completion. */
+  int (*allreduce)(resihp__transport_t *t, const void *sendbuf, void *recvbuf,
+                   size_t count, int dtype, int op, void *stream,
+                   atomic_int *failed, int timeout_ms);
+  /* Drop the ranks (positions in the old view) from the device
+   * communicator; collective among the survivors. */
+  int (*shrink)(resihp__transport_t *t, int *excluded, int nexcluded,
+                int timeout_ms);
 } resihp__transport_ops_t;
 
 struct resihp__transport {
@@ -84,5 +98,16 @@ struct resihp__transport {
 int resihp__tcp_transport_create(int self, int nranks, const int *fds,
                                  size_t max_payload, int wake_fd,
                                  resihp__transport_t **out);
+
+/* NCCL (built only when configure finds it): a non-blocking NCCL
+ * communicator of nranks on CUDA device `device`, from a unique id that
+ * view rank 0 made with resihp__nccl_unique_id() and the CPU side
+ * distributed. Waits at most timeout_ms, and gives up when *failed. */
+#define RESIHP__NCCL_ID_BYTES 128
+int resihp__nccl_unique_id(uint8_t id[RESIHP__NCCL_ID_BYTES]);
+int resihp__nccl_transport_create(const uint8_t id[RESIHP__NCCL_ID_BYTES],
+                                  int rank, int nranks, int device,
+                                  atomic_int *failed, int timeout_ms,
+                                  resihp__transport_t **out);
 
 #endif

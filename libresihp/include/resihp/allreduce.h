@@ -122,6 +122,26 @@ int resihp_allreduce_to(resihp_comm_t *comm, const void *sendbuf,
                         void *recvbuf, size_t count, resihp_dtype_t dtype,
                         resihp_op_t op);
 
+/* ---- GPU data plane (NCCL) ----------------------------------------------
+ * FTAR split: the CPU communicator keeps membership, failure detection and
+ * agreement; NCCL moves device data. Built only when configure finds NCCL;
+ * otherwise these return RESIHP_ENOTSUP.
+ *
+ * Attach: collective over the current view; view rank 0 makes an NCCL
+ * unique id and sends it over the authenticated links; every rank then
+ * creates a non-blocking NCCL communicator on CUDA device `device`.
+ * resihp_comm_shrink() later shrinks it with ncclCommShrink. */
+int resihp_comm_attach_device(resihp_comm_t *comm, int device);
+
+/* All-reduce of device buffers, enqueued on cuda_stream (a cudaStream_t;
+ * NULL = default stream) and waited for. sendbuf is never written; with
+ * sendbuf == recvbuf the result goes through a private device buffer first,
+ * so a failure leaves recvbuf as it was. Failures as resihp_allreduce():
+ * the device communicator is revoked, then call resihp_comm_shrink(). */
+int resihp_allreduce_device(resihp_comm_t *comm, const void *sendbuf,
+                            void *recvbuf, size_t count, resihp_dtype_t dtype,
+                            resihp_op_t op, void *cuda_stream);
+
 /* Agree with the other survivors on who failed and move to the next epoch
  * without them. suspects (world ranks, may be NULL/0) are added to what this
  * rank already suspects. Survivors exchange their suspicion sets in rounds

@@ -42,6 +42,10 @@ static void suspects(resihp_comm_t *c, resihp__set_t *s) {
 /* The ring of collective seq failed here (ring_rc): tell everyone, return
  * the code the caller sees. */
 static int fail(resihp_comm_t *c, int ring_rc, int bad_peer) {
+  resihp_log(RESIHP_LOG_DEBUG, "allreduce",
+             "rank %d: collective %u of epoch %u failed here: %s (peer %d)",
+             c->world_rank, c->seq, c->epoch, resihp_err_name(ring_rc),
+             bad_peer);
   if (bad_peer >= 0 && (ring_rc == RESIHP_EPEER || ring_rc == RESIHP_EPROTO ||
                         ring_rc == RESIHP_ETIMEDOUT))
     resihp__comm_mark_dead(c, bad_peer, ring_rc);
@@ -281,7 +285,7 @@ int resihp_comm_attach_device(resihp_comm_t *c, int device) {
   } else if ((rc = ops->post_recv(c->tp, root, tag, id, sizeof(id)))) {
     return fail(c, rc, root);
   }
-  int64_t deadline = resihp__now_ms() + 10 * (int64_t)c->detect_ms;
+  int64_t deadline = resihp__now_ms() + c->op_ms;
   for (int got = c->world_rank == root;;) {
     if (!got && ops->recv_done(c->tp, root))
       got = 1;

@@ -255,8 +255,9 @@ static void *monitor_main(void *arg) {
   int64_t *last = calloc((size_t)n, sizeof(int64_t));
   struct rxstate *rx = calloc((size_t)n, sizeof(*rx));
   uint8_t *live = calloc((size_t)n, 1);
+  uint8_t *closed = calloc((size_t)n, 1); /* EOF or error seen: stop polling */
   uint32_t seen_epoch = UINT32_MAX;
-  if (!pfd || !who || !last || !rx || !live) {
+  if (!pfd || !who || !last || !rx || !live || !closed) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
                "monitor: out of memory; failure detection is off");
     goto out;
@@ -270,18 +271,22 @@ static void *monitor_main(void *arg) {
       for (int i = 0; i < n; i++)
         last[i] = now_ms();
     }
+    /* Peers already marked dead are still read (an agreement message from
+     * one that is alive after all must not be missed) but no longer
+     * heartbeated or timed. */
     memcpy(live, c->in_view, (size_t)n);
     for (int i = 0; i < n; i++)
       if (resihp__set_has(&c->dead, i))
         live[i] = 0;
-    pthread_mutex_unlock(&c->mu);
     int nfd = 0;
     for (int i = 0; i < n; i++) {
-      if (!live[i] || i == c->world_rank || c->ctrl_fds[i] < 0)
+      if (!c->in_view[i] || closed[i] || i == c->world_rank ||
+          c->ctrl_fds[i] < 0)
         continue;
       pfd[nfd] = (struct pollfd){.fd = c->ctrl_fds[i], .events = POLLIN};
       who[nfd++] = i;
     }
+    pthread_mutex_unlock(&c->mu);
     pfd[nfd] = (struct pollfd){.fd = c->stop_pipe[0], .events = POLLIN};
     who[nfd++] = -1;
     int64_t t = now_ms();
@@ -297,8 +302,10 @@ static void *monitor_main(void *arg) {
       int i = who[k];
       last[i] = t;
       int rc = read_ctrl(c, i, &rx[i]);
-      if (rc)
+      if (rc) {
+        closed[i] = 1;
         resihp__comm_mark_dead(c, i, rc);
+      }
     }
     if (t >= next_beat) {
       for (int i = 0; i < n; i++)
@@ -320,6 +327,7 @@ out:
   free(last);
   free(rx);
   free(live);
+  free(closed);
   return NULL;
 }
 
@@ -431,6 +439,7 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
                          : (int)resihp_settings_get(s, RESIHP_SETTING_DETERMINISTIC);
   c->frac_bits = resihp_fixed_frac_bits();
   c->unprotected = o->unprotected;
+  c->op_ms = o->op_timeout_ms > 0 ? o->op_timeout_ms : 300000;
   c->members = calloc((size_t)n, sizeof(int));
   c->data_fds = calloc((size_t)n, sizeof(int));
   c->ctrl_fds = calloc((size_t)n, sizeof(int));

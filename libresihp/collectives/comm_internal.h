@@ -34,7 +34,7 @@ struct resihp_comm {
   int world_rank, world_size;
   int *members, nmembers, my_index; /* the current view */
   uint32_t epoch, seq;
-  int detect_ms, hb_ms, deterministic, frac_bits, unprotected;
+  int detect_ms, hb_ms, deterministic, frac_bits, unprotected, op_ms;
   size_t chunk_bytes;
   resihp__transport_t *tp;
   resihp__transport_t *gpu; /* NCCL data plane, when attached */

@@ -86,7 +86,9 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
   int ss = 0, rs = 0, posted = 0;
   size_t sc = 0, rc = 0;
   int64_t last_progress = resihp__now_ms();
-  int64_t stall_ms = 10 * (int64_t)c->detect_ms;
+  /* Liveness is the monitor's job; this only bounds waiting for a live
+   * peer that never joins (or, unprotected, for anything at all). */
+  int64_t stall_ms = c->unprotected ? 10 * (int64_t)c->detect_ms : c->op_ms;
   int wait_ms = c->unprotected ? c->detect_ms : c->hb_ms;
   for (;;) {
     /* Issue every send whose data is ready. */

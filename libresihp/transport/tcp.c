@@ -46,6 +46,7 @@ struct peer {
   int in_payload;
   size_t pay_left;
   uint8_t *pay_dst; /* NULL while skipping */
+  int for_posted;   /* this frame completes the posted receive */
   int parked;
   /* The posted receive. */
   int posted, done;
@@ -182,14 +183,16 @@ static int consider_header(struct tcp *t, int peer) {
   p->in_payload = 1;
   p->pay_left = h->len;
   p->pay_dst = p->pbuf;
+  p->for_posted = 1;
   return 0;
 }
 
 static void frame_finished(struct peer *p) {
-  if (p->pay_dst) {
+  if (p->for_posted) {
     p->posted = 0;
     p->done = 1;
   }
+  p->for_posted = 0;
   p->in_payload = 0;
   p->rh_got = 0;
   p->pay_dst = NULL;
@@ -327,8 +330,10 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
     if (p->qcount)
       rc = write_peer(t, i);
     if (rc >= 0 && !p->parked &&
-        ((p->posted && !p->done) || p->in_payload || p->rh_got))
-      rc = read_peer(t, i) | rc;
+        ((p->posted && !p->done) || p->in_payload || p->rh_got)) {
+      int r2 = read_peer(t, i);
+      rc = r2 < 0 ? r2 : (rc | r2);
+    }
     if (rc < 0) {
       p->broken = 1;
       *bad_peer = i;
@@ -372,8 +377,10 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
     int rc = 0;
     if (re & (POLLIN | POLLHUP | POLLERR))
       rc = read_peer(t, i);
-    if (rc >= 0 && (re & (POLLOUT | POLLERR)))
-      rc = write_peer(t, i) | rc;
+    if (rc >= 0 && (re & (POLLOUT | POLLERR))) {
+      int r2 = write_peer(t, i);
+      rc = r2 < 0 ? r2 : (rc | r2);
+    }
     if (rc < 0) {
       t->p[i].broken = 1;
       *bad_peer = i;
@@ -397,8 +404,10 @@ static void tcp_cancel(resihp__transport_t *tt) {
         p->qcount = 0;
       }
     }
-    if (p->in_payload)
+    if (p->in_payload) {
       p->pay_dst = NULL; /* skip the rest of this frame later */
+      p->for_posted = 0;
+    }
     p->posted = 0;
     p->done = 0;
     p->parked = 0;

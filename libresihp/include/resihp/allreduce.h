@@ -69,6 +69,10 @@ typedef struct {
   int detect_timeout_ms;
   int heartbeat_ms;
   int connect_timeout_ms; /* whole mesh set-up; 0 = 30000 */
+  /* Bound on one collective waiting for a peer that is alive (heartbeats
+   * arrive) but does not take part, e.g. a replica still checkpointing;
+   * 0 = 300000. Dead or hung peers are caught by the detection bound. */
+  int op_timeout_ms;
   long chunk_bytes;
   /* -1 = registry, 0 = off, 1 = on. */
   int deterministic;

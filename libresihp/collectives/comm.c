@@ -376,9 +376,14 @@ void resihp_comm_destroy(resihp_comm_t *c) {
     c->gpu->ops->destroy(c->gpu);
   if (c->tp)
     c->tp->ops->destroy(c->tp);
-  for (int i = 0; c->ctrl_fds && i < c->world_size; i++)
-    if (c->ctrl_fds[i] >= 0)
-      close(c->ctrl_fds[i]);
+  if (c->ctrl_fds) {
+    for (int i = 0; c->in_view && i < c->world_size; i++)
+      if (!c->in_view[i] && c->ctrl_fds[i] >= 0) {
+        close(c->ctrl_fds[i]); /* removed peers: already shut down */
+        c->ctrl_fds[i] = -1;
+      }
+    resihp__graceful_close(c->ctrl_fds, c->world_size, 1000);
+  }
   if (c->stop_pipe[0] >= 0) {
     close(c->stop_pipe[0]);
     close(c->stop_pipe[1]);

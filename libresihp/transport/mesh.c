@@ -385,3 +385,43 @@ fail:
     close(lfd);
   return rc;
 }
+
+void resihp__graceful_close(int *fds, int n, int linger_ms) {
+  int64_t deadline = resihp__now_ms() + linger_ms;
+  int open_fds = 0;
+  for (int i = 0; i < n; i++)
+    if (fds[i] >= 0) {
+      shutdown(fds[i], SHUT_WR);
+      open_fds++;
+    }
+  struct pollfd *pfd = open_fds ? calloc((size_t)open_fds, sizeof(*pfd)) : NULL;
+  int *idx = open_fds ? calloc((size_t)open_fds, sizeof(int)) : NULL;
+  while (pfd && idx) {
+    int k = 0;
+    for (int i = 0; i < n; i++)
+      if (fds[i] >= 0) {
+        pfd[k] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+        idx[k++] = i;
+      }
+    int t = remaining(deadline);
+    if (!k || !t || poll(pfd, (nfds_t)k, t) <= 0)
+      break;
+    for (int j = 0; j < k; j++) {
+      if (!pfd[j].revents)
+        continue;
+      char sink[4096];
+      ssize_t r = recv(pfd[j].fd, sink, sizeof(sink), MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+        close(fds[idx[j]]);
+        fds[idx[j]] = -1;
+      }
+    }
+  }
+  free(pfd);
+  free(idx);
+  for (int i = 0; i < n; i++)
+    if (fds[i] >= 0) {
+      close(fds[i]);
+      fds[i] = -1;
+    }
+}

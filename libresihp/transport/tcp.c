@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include "transport.h"
+#include "mesh.h"
 
 #include <resihp/error.h>
 #include <resihp/log.h>
@@ -435,9 +436,16 @@ static void tcp_destroy(resihp__transport_t *tt) {
   struct tcp *t = T(tt);
   if (!t)
     return;
-  for (int i = 0; i < t->n; i++)
-    if (t->p[i].fd >= 0)
+  int *fds = calloc((size_t)t->n, sizeof(int));
+  for (int i = 0; i < t->n; i++) {
+    if (fds)
+      fds[i] = t->p[i].broken ? -1 : t->p[i].fd;
+    if (t->p[i].fd >= 0 && (!fds || t->p[i].broken))
       close(t->p[i].fd);
+  }
+  if (fds)
+    resihp__graceful_close(fds, t->n, 1000);
+  free(fds);
   if (t->dropped_stale)
     resihp_log(RESIHP_LOG_DEBUG, "allreduce", "dropped %lu stale frames",
                t->dropped_stale);

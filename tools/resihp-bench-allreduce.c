@@ -261,6 +261,8 @@ int main(int argc, char **argv) {
   for (int r = 0; r < cf.ranks; r++) {
     int st;
     waitpid(pid[r], &st, 0);
+    if (WIFSIGNALED(st))
+      fprintf(stderr, "rank %d killed by signal %d\n", r, WTERMSIG(st));
     bad |= !WIFEXITED(st) || WEXITSTATUS(st);
   }
   return bad;

@@ -208,6 +208,10 @@ static int read_peer(struct tcp *t, int peer) {
     if (p->parked)
       return any;
     ssize_t r;
+    /* Do not read ahead of what is wanted: the next header would only be
+     * parked, and a peer that finished and closed must not look failed. */
+    if (!p->in_payload && !p->rh_got && (!p->posted || p->done))
+      return any;
     if (!p->in_payload) {
       r = recv(p->fd, (uint8_t *)&p->rh + p->rh_got, HDR - p->rh_got,
                MSG_DONTWAIT);

@@ -17,6 +17,13 @@
  * survivors agree on the union of their suspicion sets, move to the next
  * epoch without those ranks, and the caller retries the all-reduce.
  *
+ * Outcome. A call returns 0 on a rank only once every member has finished
+ * its part of the ring (a DONE message) or is dead in this rank's eyes, and
+ * an abort from any member fails it. So, with one failure per collective,
+ * either every survivor keeps the result (the dead rank's contribution
+ * included: it was complete) or every survivor gets the error, with its
+ * buffer untouched, and retries: survivors never diverge.
+ *
  * Ranks. "World ranks" are the 0..n-1 positions of the endpoint list given at
  * creation; they never change. resihp_comm_rank()/size() are positions in the
  * current view, which shrink renumbers densely in world-rank order.

@@ -263,6 +263,10 @@ static void *monitor_main(void *arg) {
     goto out;
   }
   int64_t next_beat = 0;
+  /* Silence that makes a peer dead: 90 % of the bound (at least two missed
+   * heartbeats, as hb <= bound/3), leaving the rest for the abort to reach
+   * every survivor, so the whole detection stays within the bound. */
+  int64_t silence = (int64_t)c->detect_ms * 9 / 10;
   for (;;) {
     pthread_mutex_lock(&c->mu);
     if (c->epoch != seen_epoch) {
@@ -290,7 +294,13 @@ static void *monitor_main(void *arg) {
     pfd[nfd] = (struct pollfd){.fd = c->stop_pipe[0], .events = POLLIN};
     who[nfd++] = -1;
     int64_t t = now_ms();
-    int wait = next_beat > t ? (int)(next_beat - t) : 0;
+    /* Wake for the next beat or the earliest silence deadline, whichever
+     * comes first, so detection is not late by a polling period. */
+    int64_t wake = next_beat;
+    for (int i = 0; i < n; i++)
+      if (live[i] && i != c->world_rank && last[i] + silence < wake)
+        wake = last[i] + silence;
+    int wait = wake > t ? (int)(wake - t) + 1 : 0;
     if (poll(pfd, (nfds_t)nfd, wait) < 0 && errno != EINTR)
       break;
     t = now_ms();
@@ -314,7 +324,7 @@ static void *monitor_main(void *arg) {
       next_beat = t + c->hb_ms;
     }
     for (int i = 0; i < n; i++)
-      if (live[i] && i != c->world_rank && t - last[i] > c->detect_ms) {
+      if (live[i] && i != c->world_rank && t - last[i] >= silence) {
         resihp_log(RESIHP_LOG_WARN, "allreduce",
                    "rank %d silent for %lld ms (bound %d ms): hung or gone",
                    i, (long long)(t - last[i]), c->detect_ms);

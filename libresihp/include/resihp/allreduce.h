@@ -8,9 +8,10 @@
  *
  * Failures. A peer that dies, hangs or whose link is cut is noticed within
  * the detection bound (RESIHP_DETECT_TIMEOUT_MS, default 1 s): a monitor
- * thread exchanges heartbeats on the control connections, socket errors are
- * seen at once, and the first rank to notice broadcasts an abort carrying its
- * suspects. Every survivor's resihp_allreduce() then returns RESIHP_EPEER (a
+ * thread exchanges heartbeats (RESIHP_HEARTBEAT_MS, at most a third of the
+ * bound) on the control connections and declares a peer dead after 90 % of
+ * the bound in silence, socket errors are seen at once, and a rank whose
+ * collective fails broadcasts an abort carrying its suspects. Every survivor's resihp_allreduce() then returns RESIHP_EPEER (a
  * socket failed or a peer reported a failure) or RESIHP_ETIMEDOUT (a peer
  * fell silent); resihp_comm_failed() names the suspects. The caller's buffer
  * is left exactly as it was. The caller then calls resihp_comm_shrink(): the

@@ -255,7 +255,7 @@ static void *monitor_main(void *arg) {
   int64_t *last = calloc((size_t)n, sizeof(int64_t));
   struct rxstate *rx = calloc((size_t)n, sizeof(*rx));
   uint8_t *live = calloc((size_t)n, 1);
-  uint8_t *closed = calloc((size_t)n, 1); /* EOF or error seen: stop polling */
+  uint8_t *closed = c->ctrl_closed; /* EOF or error seen: stop polling */
   uint32_t seen_epoch = UINT32_MAX;
   if (!pfd || !who || !last || !rx || !live || !closed) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
@@ -313,7 +313,10 @@ static void *monitor_main(void *arg) {
       last[i] = t;
       int rc = read_ctrl(c, i, &rx[i]);
       if (rc) {
+        pthread_mutex_lock(&c->mu);
         closed[i] = 1;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
         resihp__comm_mark_dead(c, i, rc);
       }
     }
@@ -337,7 +340,6 @@ out:
   free(last);
   free(rx);
   free(live);
-  free(closed);
   return NULL;
 }
 
@@ -407,6 +409,7 @@ void resihp_comm_destroy(resihp_comm_t *c) {
   free(c->data_fds);
   free(c->ctrl_fds);
   free(c->in_view);
+  free(c->ctrl_closed);
   free(c->abort_seq);
   free(c->done_seq);
   free(c->mbox);
@@ -459,10 +462,12 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
   c->data_fds = calloc((size_t)n, sizeof(int));
   c->ctrl_fds = calloc((size_t)n, sizeof(int));
   c->in_view = calloc((size_t)n, 1);
+  c->ctrl_closed = calloc((size_t)n, 1);
   c->abort_seq = calloc((size_t)n, sizeof(int64_t));
   c->done_seq = calloc((size_t)n, sizeof(int64_t));
   c->mbox = calloc((size_t)n, sizeof(*c->mbox));
   if (!c->members || !c->data_fds || !c->ctrl_fds || !c->in_view ||
+      !c->ctrl_closed ||
       !c->abort_seq || !c->done_seq || !c->mbox) {
     rc = RESIHP_ENOMEM;
     goto fail;
@@ -674,6 +679,38 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
     if (same && !memcmp(U.b, S.b, len))
       break;
     S = U;
+  }
+  if (!rc) {
+    /* Before committing, let the monitor read what the ranks being removed
+     * sent last: a peer that commits first closes its links right after
+     * sending an agreement set that may name this rank, and that set must
+     * not be missed. Closed links (killed, cut, departed peers) return at
+     * once; a silent peer costs at most two heartbeat periods. */
+    int64_t grace = now_ms() + 2 * (int64_t)c->hb_ms;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->nmembers; i++) {
+      int m = c->members[i];
+      if (!resihp__set_has(&S, m))
+        continue;
+      while (!c->ctrl_closed[m] && c->excluded_by < 0 && now_ms() < grace) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+          ts.tv_sec++;
+          ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+      }
+    }
+    if (c->excluded_by >= 0) {
+      resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                 "rank %d was excluded by rank %d in epoch %u; it must leave "
+                 "the job (the coordinator may re-admit it)",
+                 c->world_rank, c->excluded_by, c->epoch);
+      rc = RESIHP_EEXCLUDED;
+    }
+    pthread_mutex_unlock(&c->mu);
   }
   if (rc)
     return rc;

@@ -49,6 +49,7 @@ struct resihp_comm {
   pthread_cond_t cv;
   pthread_mutex_t ctrl_mu; /* serialises writes on control sockets */
   uint8_t *in_view;     /* by world rank */
+  uint8_t *ctrl_closed; /* by world rank: the monitor saw EOF/error */
   resihp__set_t dead;   /* noticed here: socket error, silence, bad frame */
   int dead_code;        /* RESIHP_EPEER or ETIMEDOUT: first cause */
   resihp__set_t blamed; /* suspects reported by peers' aborts */

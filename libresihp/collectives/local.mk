@@ -23,18 +23,21 @@ TESTS += tests/unit/test_allreduce
 endif
 
 # Benchmarks: resihp vs Open MPI on loopback (tools/resihp-bench.sh runs
-# both). The MPI twin is compiled with $(MPICC) by a plain rule.
+# both). The MPI twin is compiled and linked with $(MPICC): its object comes
+# from a plain rule and the program has no automake-compiled sources.
 noinst_PROGRAMS += tools/resihp-bench-allreduce
 tools_resihp_bench_allreduce_SOURCES = tools/resihp-bench-allreduce.c
 tools_resihp_bench_allreduce_LDADD = libresihp/libresihp.la
-dist_noinst_SCRIPTS = tools/resihp-bench.sh
-EXTRA_DIST += tools/resihp-bench-mpi.c
+EXTRA_DIST += tools/resihp-bench.sh tools/resihp-bench-mpi.c tests/sanitizers.sh
 if HAVE_MPI
-noinst_SCRIPTS = tools/resihp-bench-mpi
-CLEANFILES += tools/resihp-bench-mpi
-tools/resihp-bench-mpi: $(top_srcdir)/tools/resihp-bench-mpi.c
+noinst_PROGRAMS += tools/resihp-bench-mpi
+tools_resihp_bench_mpi_SOURCES =
+tools_resihp_bench_mpi_LDADD = tools/resihp-bench-mpi.mpio
+tools_resihp_bench_mpi_LINK = $(MPICC) $(AM_CFLAGS) $(CFLAGS) $(AM_LDFLAGS) $(LDFLAGS) -o $@
+CLEANFILES += tools/resihp-bench-mpi.mpio
+tools/resihp-bench-mpi.mpio: $(top_srcdir)/tools/resihp-bench-mpi.c
 	@$(MKDIR_P) tools
-	$(AM_V_CC)$(MPICC) $(WARN_CFLAGS) -O2 -o $@ $(top_srcdir)/tools/resihp-bench-mpi.c
+	$(AM_V_CC)$(MPICC) $(WARN_CFLAGS) $(CFLAGS) -c -o $@ $(top_srcdir)/tools/resihp-bench-mpi.c
 endif
 
 # NCCL data plane: its own convenience library so that only nccl.c sees

@@ -456,6 +456,10 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
                          ? o->deterministic
                          : (int)resihp_settings_get(s, RESIHP_SETTING_DETERMINISTIC);
   c->frac_bits = resihp_fixed_frac_bits();
+  if (resihp_settings_get(s, RESIHP_SETTING_TRANSPORT) == 2) /* shm */
+    resihp_log(RESIHP_LOG_WARN, "allreduce",
+               "transport=shm is not implemented yet; host buffers go over "
+               "TCP (device buffers: resihp_comm_attach_device)");
   c->unprotected = o->unprotected;
   c->op_ms = o->op_timeout_ms > 0 ? o->op_timeout_ms : 300000;
   c->members = calloc((size_t)n, sizeof(int));

@@ -12,9 +12,11 @@
  * numbers are comparable across rank counts and with resihp-bench-mpi.
  * Modes: ft (fault tolerant, out of place), ftip (fault tolerant, in place:
  * adds the private copy that keeps the input), noft (unprotected ring: no
- * monitor thread, no DONE round) and det (fault tolerant + deterministic
- * fixed point). All but ftip use resihp_allreduce_to() with separate send
- * and receive buffers, like the MPI twin. Data are float32 sums.
+ * monitor thread, no DONE round), det (fault tolerant + deterministic
+ * fixed point) - all with the default host transport (shared-memory rings
+ * between ranks of one host) - and fttcp (ft over TCP only, the medium of
+ * Open MPI's tcp BTL). All but ftip use resihp_allreduce_to() with separate
+ * send and receive buffers, like the MPI twin. Data are float32 sums.
  */
 #include <resihp.h>
 
@@ -32,9 +34,10 @@
 #include <unistd.h>
 
 #define MAXR 64
-#define NMODES 4
+#define NMODES 5
 
-static const char *const mode_name[NMODES] = {"ft", "ftip", "noft", "det"};
+static const char *const mode_name[NMODES] = {"ft", "ftip", "noft", "det",
+                                              "fttcp"};
 
 static double now_s(void) {
   struct timespec ts;
@@ -75,6 +78,7 @@ static int run_rank(int rank, const struct cfg *cf,
     o.chunk_bytes = cf->chunk;
     o.unprotected = m == 2;
     o.deterministic = m == 3;
+    o.transport = m == 4 ? 1 : -1;
     if ((rc = resihp_comm_create(&o, &c[m]))) {
       fprintf(stderr, "rank %d: %s\n", rank, resihp_strerror(rc));
       return 1;
@@ -135,7 +139,7 @@ fail:
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: resihp-bench-allreduce [--ranks N] [--mode ft,ftip,noft,det]\n"
+          "usage: resihp-bench-allreduce [--ranks N] [--mode ft,ftip,noft,det,fttcp]\n"
           "         [--min BYTES] [--max BYTES] [--chunk BYTES] [--reps R]\n"
           "         [--quick|--full]\n"
           "  --quick (default): 4 KiB .. 16 MiB, 3 repetitions;\n"
@@ -143,7 +147,7 @@ static void usage(void) {
 }
 
 static int parse_modes(struct cfg *cf, const char *s) {
-  char buf[64];
+  char buf[128];
   snprintf(buf, sizeof(buf), "%s", s);
   cf->nmodes = 0;
   for (char *save = NULL, *t = strtok_r(buf, ",", &save); t;
@@ -165,7 +169,7 @@ int main(int argc, char **argv) {
                    .reps = 3,
                    .min_bytes = 4096,
                    .max_bytes = 16L << 20,
-                   .modes = {0, 1, 2, 3},
+                   .modes = {0, 1, 2, 3, 4},
                    .nmodes = NMODES};
   static const struct option opts[] = {
       {"ranks", required_argument, 0, 'n'}, {"mode", required_argument, 0, 'm'},

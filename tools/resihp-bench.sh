@@ -5,13 +5,15 @@
 #   tools/resihp-bench.sh [--quick|--full] [--ranks "2 4 8"]
 #
 # Columns (bus bandwidth, GB/s, float32 sum, separate send/receive buffers):
-#   ft      resihp, fault tolerant (monitor thread, DONE round)
+#   ft      resihp, fault tolerant (monitor thread, DONE round), default
+#           host transport: shared-memory rings between ranks of one host
+#   fttcp   the same over TCP only (the medium of Open MPI's tcp BTL)
 #   ftip    resihp, fault tolerant, in place (+ private copy of the input)
 #   noft    resihp, unprotected ring (what fault tolerance costs)
 #   det     resihp, fault tolerant + deterministic int64 fixed point
 #   mpi-sm  Open MPI, --mca btl self,vader,tcp (shared memory on one node)
-#   mpi-tcp Open MPI, --mca btl self,tcp over lo (same medium as resihp)
-# ft/tcp is ft divided by mpi-tcp; ft-cost is 1 - ft/noft.
+#   mpi-tcp Open MPI, --mca btl self,tcp over lo
+# ft/sm = ft / mpi-sm, tcp/tcp = fttcp / mpi-tcp, ft-cost = 1 - ft/noft.
 # --quick (default): 4 KiB .. 16 MiB; --full: 4 KiB .. 256 MiB. The build
 # tree is $BUILD_DIR (default: <source>/build).
 set -u
@@ -23,7 +25,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --quick|--full) size=$1 ;;
     --ranks) ranks=$2; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "resihp-bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -47,10 +49,11 @@ for n in $ranks; do
 done
 awk '
   { key = $3 " " $4; bw[$2, key] = $7; keys[key] = 1 }
-  function v(m, k) { return ((m, k) in bw) ? sprintf("%7.3f", bw[m, k]) : "      -" }
+  function v(m, k) { return ((m, k) in bw) ? sprintf("%6.2f", bw[m, k]) : "     -" }
+  function ratio(a, b, k) { return (((a, k) in bw) && ((b, k) in bw) && bw[b, k] > 0) ? sprintf("%5.2f", bw[a, k] / bw[b, k]) : "    -" }
   function hum(b) { return b >= 1048576 ? (b / 1048576) "M" : (b / 1024) "K" }
   END {
-    printf "%5s %6s | %7s %7s %7s %7s | %7s %7s | %6s %7s\n", "ranks", "bytes", "ft", "ftip", "noft", "det", "mpi-sm", "mpi-tcp", "ft/tcp", "ft-cost"
+    printf "%5s %5s | %6s %6s %6s %6s %6s | %6s %6s | %5s %5s %7s\n", "ranks", "bytes", "ft", "fttcp", "ftip", "noft", "det", "mpi-sm", "mpitcp", "ft/sm", "tcp/t", "ft-cost"
     n = 0; for (k in keys) list[++n] = k
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) {
       split(list[i], a, " "); split(list[j], b, " ")
@@ -58,8 +61,7 @@ awk '
     }
     for (i = 1; i <= n; i++) {
       k = list[i]; split(k, a, " ")
-      r = ((("tcp", k) in bw) && bw["tcp", k] > 0) ? sprintf("%6.2f", bw["ft", k] / bw["tcp", k]) : "     -"
       c = ((("noft", k) in bw) && bw["noft", k] > 0) ? sprintf("%6.1f%%", 100 * (1 - bw["ft", k] / bw["noft", k])) : "      -"
-      printf "%5s %6s | %s %s %s %s | %s %s | %s %s\n", a[1], hum(a[2]), v("ft", k), v("ftip", k), v("noft", k), v("det", k), v("sm", k), v("tcp", k), r, c
+      printf "%5s %5s | %s %s %s %s %s | %s %s | %s %s %s\n", a[1], hum(a[2]), v("ft", k), v("fttcp", k), v("ftip", k), v("noft", k), v("det", k), v("sm", k), v("tcp", k), ratio("ft", "sm", k), ratio("fttcp", "tcp", k), c
     }
   }' "$out"

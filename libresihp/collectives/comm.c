@@ -42,6 +42,7 @@
 
 #include "comm_internal.h"
 #include "../transport/mesh.h"
+#include "../transport/shm.h"
 
 #include <resihp/error.h>
 #include <resihp/log.h>
@@ -64,6 +65,7 @@ void resihp_comm_opts_init(resihp_comm_opts_t *o) {
   memset(o, 0, sizeof(*o));
   o->listen_fd = -1;
   o->deterministic = -1;
+  o->transport = -1;
 }
 
 static int64_t now_ms(void) { return resihp__now_ms(); }
@@ -456,10 +458,7 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
                          ? o->deterministic
                          : (int)resihp_settings_get(s, RESIHP_SETTING_DETERMINISTIC);
   c->frac_bits = resihp_fixed_frac_bits();
-  if (resihp_settings_get(s, RESIHP_SETTING_TRANSPORT) == 2) /* shm */
-    resihp_log(RESIHP_LOG_WARN, "allreduce",
-               "transport=shm is not implemented yet; host buffers go over "
-               "TCP (device buffers: resihp_comm_attach_device)");
+
   c->unprotected = o->unprotected;
   c->op_ms = o->op_timeout_ms > 0 ? o->op_timeout_ms : 300000;
   c->members = calloc((size_t)n, sizeof(int));
@@ -515,8 +514,30 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
   }
   if (rc)
     goto fail;
-  rc = resihp__tcp_transport_create(o->rank, n, c->data_fds, c->chunk_bytes,
-                                    c->notify_fd, &c->tp);
+  /* Host data plane: shared-memory rings with peers on this host unless
+   * TCP was asked for (opts, else RESIHP_TRANSPORT). */
+  int tr = o->transport >= 0
+               ? o->transport
+               : (int)resihp_settings_get(s, RESIHP_SETTING_TRANSPORT);
+  resihp__ring_t **rin = calloc((size_t)n, sizeof(*rin));
+  resihp__ring_t **rout = calloc((size_t)n, sizeof(*rout));
+  rc = rin && rout ? 0 : RESIHP_ENOMEM;
+  if (!rc && n > 1)
+    rc = resihp__shm_setup(o->rank, n, c->data_fds, tr != 1,
+                           resihp__now_ms() + mo.timeout_ms, rin, rout);
+  if (!rc)
+    rc = resihp__tcp_transport_create(o->rank, n, c->data_fds, rin, rout,
+                                      c->chunk_bytes, c->notify_fd, &c->tp);
+  if (!rc) {
+    int shm = 0;
+    for (int i = 0; i < n; i++)
+      shm += rin[i] != NULL;
+    resihp_log(RESIHP_LOG_DEBUG, "allreduce",
+               "rank %d: %d peer(s) over shared memory, %d over TCP", o->rank,
+               shm, n - 1 - shm);
+  }
+  free(rin);
+  free(rout);
   if (rc) {
     for (int i = 0; i < n; i++)
       if (c->data_fds[i] >= 0)

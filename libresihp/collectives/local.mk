@@ -6,6 +6,8 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/transport/sha256.c \
 	libresihp/transport/mesh.h \
 	libresihp/transport/mesh.c \
+	libresihp/transport/shm.h \
+	libresihp/transport/shm.c \
 	libresihp/transport/tcp.c \
 	libresihp/collectives/comm_internal.h \
 	libresihp/collectives/comm.c \

@@ -13,6 +13,7 @@
 
 #include "transport.h"
 #include "mesh.h"
+#include "shm.h"
 
 #include <resihp/error.h>
 #include <resihp/log.h>
@@ -38,6 +39,8 @@ struct sendreq {
 
 struct peer {
   int fd;
+  resihp__ring_t *rin, *rout; /* shared-memory rings (same host), or NULL */
+  int eof;                    /* socket EOF seen while draining doorbells */
   int broken; /* failed once: reported, then no longer polled */
   struct sendreq q[SENDQ];
   int qhead, qcount;
@@ -130,6 +133,68 @@ static int tcp_sends_pending(resihp__transport_t *tt, int peer) {
   return T(tt)->p[peer].qcount;
 }
 
+/* ---- byte-stream I/O: the socket, or the rings with doorbells ---------- */
+
+static int ring_bell(struct peer *p) {
+  if (send(p->fd, "b", 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno != EAGAIN &&
+      errno != EWOULDBLOCK && errno != EINTR)
+    return -1; /* EAGAIN: bells already pending, the peer will wake */
+  return 0;
+}
+
+/* Read and drop doorbells; note EOF. -1 on a socket error. */
+static int drain_bells(struct peer *p) {
+  char b[64];
+  for (;;) {
+    ssize_t r = recv(p->fd, b, sizeof(b), MSG_DONTWAIT);
+    if (r > 0)
+      continue;
+    if (r == 0) {
+      p->eof = 1;
+      return 0;
+    }
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+  }
+}
+
+static ssize_t peer_recv(struct peer *p, void *buf, size_t len) {
+  if (!p->rin)
+    return recv(p->fd, buf, len, MSG_DONTWAIT);
+  int bell = 0;
+  if (drain_bells(p) < 0)
+    return -1;
+  size_t n = resihp__ring_read(p->rin, buf, len, &bell);
+  if (bell && ring_bell(p) < 0)
+    return -1;
+  if (n)
+    return (ssize_t)n;
+  if (p->eof)
+    return 0; /* everything the peer wrote has been read */
+  errno = EAGAIN;
+  return -1;
+}
+
+static ssize_t peer_sendv(struct peer *p, struct iovec *iov, int niov) {
+  if (!p->rout) {
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+    return sendmsg(p->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  int bell = 0;
+  if (drain_bells(p) < 0)
+    return -1;
+  if (p->eof) {
+    errno = EPIPE;
+    return -1;
+  }
+  size_t n = resihp__ring_write(p->rout, iov, niov, &bell);
+  if (bell && ring_bell(p) < 0)
+    return -1;
+  if (n)
+    return (ssize_t)n;
+  errno = EAGAIN;
+  return -1;
+}
+
 /* Decide what to do with a complete header: accept its payload into the
  * posted buffer, skip it, or park it. Returns 0 or RESIHP_EPROTO. */
 static int consider_header(struct tcp *t, int peer) {
@@ -213,8 +278,7 @@ static int read_peer(struct tcp *t, int peer) {
     if (!p->in_payload && !p->rh_got && (!p->posted || p->done))
       return any;
     if (!p->in_payload) {
-      r = recv(p->fd, (uint8_t *)&p->rh + p->rh_got, HDR - p->rh_got,
-               MSG_DONTWAIT);
+      r = peer_recv(p, (uint8_t *)&p->rh + p->rh_got, HDR - p->rh_got);
     } else if (p->pay_left == 0) {
       frame_finished(p);
       any = 1;
@@ -225,7 +289,7 @@ static int read_peer(struct tcp *t, int peer) {
       size_t want = p->pay_left;
       if (!p->pay_dst && want > SCRATCH)
         want = SCRATCH;
-      r = recv(p->fd, dst, want, MSG_DONTWAIT);
+      r = peer_recv(p, dst, want);
     }
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
@@ -286,8 +350,7 @@ static int write_peer(struct tcp *t, int peer) {
       niov++;
     }
     if (niov) {
-      struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
-      ssize_t w = sendmsg(p->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+      ssize_t w = peer_sendv(p, iov, niov);
       if (w < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
           return any;
@@ -305,6 +368,8 @@ static int write_peer(struct tcp *t, int peer) {
   }
   return any;
 }
+
+static int p_has_queue(struct tcp *t, int i) { return t->p[i].qcount > 0; }
 
 static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
                         int *bad_peer) {
@@ -358,7 +423,7 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
     if (want_in)
       ev |= POLLIN;
     if (p->qcount)
-      ev |= POLLOUT;
+      ev |= p->rout ? POLLIN : POLLOUT; /* rings: space comes as a bell */
     if (!ev)
       continue;
     t->pfd[nfd] = (struct pollfd){.fd = p->fd, .events = ev};
@@ -382,7 +447,7 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
     int rc = 0;
     if (re & (POLLIN | POLLHUP | POLLERR))
       rc = read_peer(t, i);
-    if (rc >= 0 && (re & (POLLOUT | POLLERR))) {
+    if (rc >= 0 && p_has_queue(t, i) && (re & (POLLOUT | POLLERR | POLLIN))) {
       int r2 = write_peer(t, i);
       rc = r2 < 0 ? r2 : (rc | r2);
     }
@@ -432,6 +497,8 @@ static void tcp_drop_peer(resihp__transport_t *tt, int peer) {
     return;
   shutdown(t->p[peer].fd, SHUT_RDWR);
   close(t->p[peer].fd);
+  resihp__ring_unmap(t->p[peer].rin);
+  resihp__ring_unmap(t->p[peer].rout);
   memset(&t->p[peer], 0, sizeof(t->p[peer]));
   t->p[peer].fd = -1;
 }
@@ -442,6 +509,8 @@ static void tcp_destroy(resihp__transport_t *tt) {
     return;
   int *fds = calloc((size_t)t->n, sizeof(int));
   for (int i = 0; i < t->n; i++) {
+    resihp__ring_unmap(t->p[i].rin);
+    resihp__ring_unmap(t->p[i].rout);
     if (fds)
       fds[i] = t->p[i].broken ? -1 : t->p[i].fd;
     if (t->p[i].fd >= 0 && (!fds || t->p[i].broken))
@@ -473,6 +542,7 @@ static const resihp__transport_ops_t tcp_ops = {
 };
 
 int resihp__tcp_transport_create(int self, int nranks, const int *fds,
+                                 resihp__ring_t **rin, resihp__ring_t **rout,
                                  size_t max_payload, int wake_fd,
                                  resihp__transport_t **out) {
   struct tcp *t = calloc(1, sizeof(*t));
@@ -493,8 +563,11 @@ int resihp__tcp_transport_create(int self, int nranks, const int *fds,
     free(t);
     return RESIHP_ENOMEM;
   }
-  for (int i = 0; i < nranks; i++)
+  for (int i = 0; i < nranks; i++) {
     t->p[i].fd = fds[i];
+    t->p[i].rin = rin ? rin[i] : NULL;
+    t->p[i].rout = rout ? rout[i] : NULL;
+  }
   *out = &t->base;
   return 0;
 }

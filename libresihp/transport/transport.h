@@ -92,10 +92,16 @@ struct resihp__transport {
 };
 
 /* TCP: one connected, authenticated stream socket per peer (fds[peer], -1
- * for self); takes ownership of the fds. max_payload bounds what a peer may
+ * for self); takes ownership of the fds. Peers on the same host may have
+ * shared-memory rings (rin/rout from resihp__shm_setup, or NULL arrays;
+ * ownership passes too): the frames then travel through the rings and the
+ * socket only carries doorbells. max_payload bounds what a peer may
  * announce. wake_fd (or -1) is polled too so another thread can interrupt a
  * wait. */
+struct resihp__ring;
 int resihp__tcp_transport_create(int self, int nranks, const int *fds,
+                                 struct resihp__ring **rin,
+                                 struct resihp__ring **rout,
                                  size_t max_payload, int wake_fd,
                                  resihp__transport_t **out);
 

@@ -15,6 +15,7 @@
 #include "../../libresihp/collectives/comm_internal.h"
 #include "../../libresihp/transport/mesh.h"
 #include "../../libresihp/transport/sha256.h"
+#include "../../libresihp/transport/shm.h"
 #include "../../libresihp/transport/transport.h"
 
 #include <arpa/inet.h>
@@ -769,7 +770,8 @@ static resihp__transport_t *pair_transport(int sv[2]) {
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
   int fds[2] = {-1, sv[0]};
   resihp__transport_t *t;
-  ck_assert_int_eq(resihp__tcp_transport_create(0, 2, fds, 1024, -1, &t), 0);
+  ck_assert_int_eq(
+      resihp__tcp_transport_create(0, 2, fds, NULL, NULL, 1024, -1, &t), 0);
   return t;
 }
 
@@ -888,6 +890,12 @@ static int rank_hostile(int rank, int n, void *arg) {
   int k = resihp__mesh_dial(eps[0], (const uint8_t *)SECRET, strlen(SECRET), 1,
                             0, 2, 1, dl);
   if (d < 0 || k < 0)
+    return 1;
+  /* Play the transport set-up honestly (declining shared memory), then
+   * misbehave. */
+  int fds[2] = {d, -1};
+  resihp__ring_t *rin[2], *rout[2];
+  if (resihp__shm_setup(1, 2, fds, 0, dl, rin, rout))
     return 1;
   float pay[8] = {0};
   resihp__frame_hdr_t h = {.magic = RESIHP__FRAME_MAGIC,

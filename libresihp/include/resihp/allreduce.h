@@ -2,7 +2,8 @@
  *
  * A communicator (resihp_comm_t) joins the ranks of one data-parallel group
  * over authenticated TCP connections (a full mesh: one data and one control
- * connection per pair). resihp_allreduce() runs a chunk-pipelined ring
+ * connection per pair); peers on the same host move data through
+ * shared-memory rings instead, the socket then only carrying doorbells. resihp_allreduce() runs a chunk-pipelined ring
  * (reduce-scatter then all-gather) over the current view: the live members of
  * the current membership epoch.
  *
@@ -84,13 +85,18 @@ typedef struct {
   long chunk_bytes;
   /* -1 = registry, 0 = off, 1 = on. */
   int deterministic;
+  /* Host data plane: -1 = RESIHP_TRANSPORT (auto|tcp|shm|nccl), 0 = auto
+   * (shared memory with peers on this host, TCP otherwise; also what shm
+   * and nccl mean for host buffers), 1 = TCP only. */
+  int transport;
   /* 0 = fault tolerant (default). 1 = plain in-place ring, no private copy
    * and no monitor thread: a failure may leave the buffer half reduced.
    * Exists to measure what fault tolerance costs. */
   int unprotected;
 } resihp_comm_opts_t;
 
-/* Defaults: listen_fd -1, deterministic -1, everything else 0/NULL. */
+/* Defaults: listen_fd -1, deterministic -1, transport -1, everything else
+ * 0/NULL. */
 void resihp_comm_opts_init(resihp_comm_opts_t *opts);
 
 /* Connect to every other rank, authenticate each connection with the

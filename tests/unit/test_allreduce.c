@@ -39,6 +39,7 @@
 #define DETECT_MS 1000
 #define CALM_DETECT_MS 3000
 static int detect_ms = CALM_DETECT_MS;
+static int transport = -1; /* -1 default (shared memory on one host), 1 TCP */
 
 static char ep_buf[MAXN][32];
 static const char *eps[MAXN];
@@ -83,6 +84,7 @@ static int make_comm(int rank, int n, const char *secret, long chunk,
   o.connect_timeout_ms = 10000;
   o.chunk_bytes = chunk;
   o.deterministic = deterministic;
+  o.transport = transport;
   return resihp_comm_create(&o, c);
 }
 
@@ -275,7 +277,8 @@ static void expect_all_ok(int n, const int st[MAXN]) {
 }
 
 START_TEST(allreduce_lengths) {
-  int n = 2 + _i; /* 2..5 ranks */
+  int n = 2 + _i / 2; /* 2..5 ranks, over shared memory and over TCP */
+  transport = _i % 2 ? 1 : -1;
   int st[MAXN];
   run_group(n, rank_lengths, NULL, st);
   expect_all_ok(n, st);
@@ -289,6 +292,7 @@ enum fault { F_KILL, F_STOP, F_CUT, F_KILL_IDLE };
 struct scenario {
   int n;
   enum fault fault;
+  int tcp; /* 1: TCP only; 0: default transport (shared memory here) */
   int victim;
   int step;     /* -1: random */
   long chunk;   /* -1: random; -2: last chunk */
@@ -408,17 +412,23 @@ static int rank_fault(int rank, int n, void *arg) {
 }
 
 static const struct scenario scenarios[] = {
-    {2, F_KILL, 1, 0, 0, 0},   /* first chunk */
-    {3, F_KILL, 0, 3, -2, 0},  /* last chunk of the last step */
-    {4, F_KILL, 2, -1, -1, 0}, /* random point */
-    {5, F_KILL, 4, -1, -1, 0},
-    {8, F_KILL, 5, -1, -1, 0},
-    {3, F_STOP, 1, 0, 0, 0},
-    {4, F_STOP, 3, 5, -2, 0},
-    {6, F_STOP, 2, -1, -1, 0},
-    {3, F_CUT, 0, 1, 1, 0},
-    {5, F_CUT, 3, 7, -2, 0},
-    {4, F_KILL_IDLE, 1, 0, 0, 0},
+    {2, F_KILL, 0, 1, 0, 0, 0},   /* first chunk */
+    {3, F_KILL, 0, 0, 3, -2, 0},  /* last chunk of the last step */
+    {4, F_KILL, 0, 2, -1, -1, 0}, /* random point */
+    {5, F_KILL, 0, 4, -1, -1, 0},
+    {8, F_KILL, 0, 5, -1, -1, 0},
+    {3, F_STOP, 0, 1, 0, 0, 0},
+    {4, F_STOP, 0, 3, 5, -2, 0},
+    {6, F_STOP, 0, 2, -1, -1, 0},
+    {3, F_CUT, 0, 0, 1, 1, 0},
+    {5, F_CUT, 0, 3, 7, -2, 0},
+    {4, F_KILL_IDLE, 0, 1, 0, 0, 0},
+    /* The same over TCP only. */
+    {2, F_KILL, 1, 0, 0, 0, 0},
+    {4, F_KILL, 1, 1, -1, -1, 0},
+    {6, F_KILL, 1, 5, 9, -2, 0},
+    {4, F_STOP, 1, 2, -1, -1, 0},
+    {4, F_CUT, 1, 1, -1, -1, 0},
 };
 
 START_TEST(allreduce_faults) {
@@ -438,9 +448,11 @@ START_TEST(allreduce_faults) {
   if (sc.chunk == -2)
     sc.chunk = nch - 1;
   fprintf(stderr,
-          "fault scenario %d: n=%d fault=%d victim=%d step=%d chunk=%ld "
+          "fault scenario %d: n=%d fault=%d victim=%d step=%d chunk=%ld %s "
           "(seed %u)\n",
-          _i, sc.n, (int)sc.fault, sc.victim, sc.step, sc.chunk, seed);
+          _i, sc.n, (int)sc.fault, sc.victim, sc.step, sc.chunk,
+          sc.tcp ? "tcp" : "shm", seed);
+  transport = sc.tcp ? 1 : -1;
   int st[MAXN];
   run_group(sc.n, rank_fault, &sc, st);
   struct record rec[MAXN];
@@ -928,7 +940,7 @@ static Suite *suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("group");
   tcase_set_timeout(tc, 60);
-  tcase_add_loop_test(tc, allreduce_lengths, 0, 4);
+  tcase_add_loop_test(tc, allreduce_lengths, 0, 8);
   tcase_add_test(tc, auth_refuses_wrong_secret);
   tcase_add_test(tc, hostile_peer_truncated_frame);
   tcase_add_test(tc, deterministic_with_failure);

@@ -31,7 +31,10 @@
  * it ends up excluded or alone - never mixed into a view that others
  * disagree with, because every data frame carries the epoch and views are
  * built deterministically from the agreed set. A rank that finds itself in
- * the agreed set returns RESIHP_EEXCLUDED. A pure network partition costs
+ * the agreed set, or in any set a member sent it during this agreement
+ * (sets only grow, so that member's view will not contain it), returns
+ * RESIHP_EEXCLUDED; so does its next call when such a set arrives just
+ * after it committed. A pure network partition costs
  * both sides of the cut link (union semantics); re-admission is the
  * coordinator's job.
  */
@@ -39,6 +42,7 @@
 
 #include "comm_internal.h"
 #include "../transport/mesh.h"
+#include "../transport/shm.h"
 
 #include <resihp/error.h>
 #include <resihp/log.h>
@@ -61,6 +65,7 @@ void resihp_comm_opts_init(resihp_comm_opts_t *o) {
   memset(o, 0, sizeof(*o));
   o->listen_fd = -1;
   o->deterministic = -1;
+  o->transport = -1;
 }
 
 static int64_t now_ms(void) { return resihp__now_ms(); }
@@ -150,6 +155,14 @@ struct rxstate {
 /* Handle one complete control frame from peer (mu held). */
 static int handle_ctrl(resihp_comm_t *c, int peer, const struct rxstate *r) {
   const resihp__frame_hdr_t *h = &r->h;
+  int names_me = (r->set[c->world_rank >> 3] >> (c->world_rank & 7)) & 1;
+  if (h->type == RESIHP__FRAME_AGREE && names_me &&
+      (h->epoch == c->epoch || h->epoch + 1 == c->epoch) &&
+      c->excluded_by < 0) {
+    /* Sets only grow: that member's view will not contain this rank. */
+    c->excluded_by = peer;
+    notify(c);
+  }
   if (h->epoch < c->epoch)
     return 0; /* left over from an older membership */
   if (h->epoch > c->epoch) {
@@ -170,6 +183,17 @@ static int handle_ctrl(resihp_comm_t *c, int peer, const struct rxstate *r) {
     for (size_t k = 0; k < SET_LEN(c); k++)
       c->blamed.b[k] |= r->set[k];
     notify(c);
+    return 0;
+  case RESIHP__FRAME_BYE:
+    /* The peer destroyed its communicator: gone, but not a fault. */
+    if (c->in_view[peer] && !resihp__set_has(&c->dead, peer)) {
+      resihp__set_add(&c->dead, peer);
+      if (!c->dead_code)
+        c->dead_code = RESIHP_EPEER;
+      resihp_log(RESIHP_LOG_INFO, "allreduce", "rank %d left the communicator",
+                 peer);
+      notify(c);
+    }
     return 0;
   case RESIHP__FRAME_AGREE: {
     struct mbox *m = &c->mbox[peer][h->seq & 1];
@@ -233,13 +257,18 @@ static void *monitor_main(void *arg) {
   int64_t *last = calloc((size_t)n, sizeof(int64_t));
   struct rxstate *rx = calloc((size_t)n, sizeof(*rx));
   uint8_t *live = calloc((size_t)n, 1);
+  uint8_t *closed = c->ctrl_closed; /* EOF or error seen: stop polling */
   uint32_t seen_epoch = UINT32_MAX;
-  if (!pfd || !who || !last || !rx || !live) {
+  if (!pfd || !who || !last || !rx || !live || !closed) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
                "monitor: out of memory; failure detection is off");
     goto out;
   }
   int64_t next_beat = 0;
+  /* Silence that makes a peer dead: 90 % of the bound (at least two missed
+   * heartbeats, as hb <= bound/3), leaving the rest for the abort to reach
+   * every survivor, so the whole detection stays within the bound. */
+  int64_t silence = (int64_t)c->detect_ms * 9 / 10;
   for (;;) {
     pthread_mutex_lock(&c->mu);
     if (c->epoch != seen_epoch) {
@@ -248,22 +277,32 @@ static void *monitor_main(void *arg) {
       for (int i = 0; i < n; i++)
         last[i] = now_ms();
     }
+    /* Peers already marked dead are still read (an agreement message from
+     * one that is alive after all must not be missed) but no longer
+     * heartbeated or timed. */
     memcpy(live, c->in_view, (size_t)n);
     for (int i = 0; i < n; i++)
       if (resihp__set_has(&c->dead, i))
         live[i] = 0;
-    pthread_mutex_unlock(&c->mu);
     int nfd = 0;
     for (int i = 0; i < n; i++) {
-      if (!live[i] || i == c->world_rank || c->ctrl_fds[i] < 0)
+      if (!c->in_view[i] || closed[i] || i == c->world_rank ||
+          c->ctrl_fds[i] < 0)
         continue;
       pfd[nfd] = (struct pollfd){.fd = c->ctrl_fds[i], .events = POLLIN};
       who[nfd++] = i;
     }
+    pthread_mutex_unlock(&c->mu);
     pfd[nfd] = (struct pollfd){.fd = c->stop_pipe[0], .events = POLLIN};
     who[nfd++] = -1;
     int64_t t = now_ms();
-    int wait = next_beat > t ? (int)(next_beat - t) : 0;
+    /* Wake for the next beat or the earliest silence deadline, whichever
+     * comes first, so detection is not late by a polling period. */
+    int64_t wake = next_beat;
+    for (int i = 0; i < n; i++)
+      if (live[i] && i != c->world_rank && last[i] + silence < wake)
+        wake = last[i] + silence;
+    int wait = wake > t ? (int)(wake - t) + 1 : 0;
     if (poll(pfd, (nfds_t)nfd, wait) < 0 && errno != EINTR)
       break;
     t = now_ms();
@@ -275,8 +314,13 @@ static void *monitor_main(void *arg) {
       int i = who[k];
       last[i] = t;
       int rc = read_ctrl(c, i, &rx[i]);
-      if (rc)
+      if (rc) {
+        pthread_mutex_lock(&c->mu);
+        closed[i] = 1;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
         resihp__comm_mark_dead(c, i, rc);
+      }
     }
     if (t >= next_beat) {
       for (int i = 0; i < n; i++)
@@ -285,7 +329,7 @@ static void *monitor_main(void *arg) {
       next_beat = t + c->hb_ms;
     }
     for (int i = 0; i < n; i++)
-      if (live[i] && i != c->world_rank && t - last[i] > c->detect_ms) {
+      if (live[i] && i != c->world_rank && t - last[i] >= silence) {
         resihp_log(RESIHP_LOG_WARN, "allreduce",
                    "rank %d silent for %lld ms (bound %d ms): hung or gone",
                    i, (long long)(t - last[i]), c->detect_ms);
@@ -334,6 +378,7 @@ void resihp_comm_destroy(resihp_comm_t *c) {
   if (!c)
     return;
   if (c->monitor_running) {
+    resihp__comm_broadcast_ctrl(c, RESIHP__FRAME_BYE, c->seq, NULL);
     if (write(c->stop_pipe[1], "x", 1) < 0) {
       /* cannot happen with an open pipe; join would hang, so say it */
       resihp_log(RESIHP_LOG_ERROR, "allreduce", "cannot stop monitor: %s",
@@ -341,11 +386,18 @@ void resihp_comm_destroy(resihp_comm_t *c) {
     }
     pthread_join(c->monitor, NULL);
   }
+  if (c->gpu)
+    c->gpu->ops->destroy(c->gpu);
   if (c->tp)
     c->tp->ops->destroy(c->tp);
-  for (int i = 0; c->ctrl_fds && i < c->world_size; i++)
-    if (c->ctrl_fds[i] >= 0)
-      close(c->ctrl_fds[i]);
+  if (c->ctrl_fds) {
+    for (int i = 0; c->in_view && i < c->world_size; i++)
+      if (!c->in_view[i] && c->ctrl_fds[i] >= 0) {
+        close(c->ctrl_fds[i]); /* removed peers: already shut down */
+        c->ctrl_fds[i] = -1;
+      }
+    resihp__graceful_close(c->ctrl_fds, c->world_size, 1000);
+  }
   if (c->stop_pipe[0] >= 0) {
     close(c->stop_pipe[0]);
     close(c->stop_pipe[1]);
@@ -359,6 +411,7 @@ void resihp_comm_destroy(resihp_comm_t *c) {
   free(c->data_fds);
   free(c->ctrl_fds);
   free(c->in_view);
+  free(c->ctrl_closed);
   free(c->abort_seq);
   free(c->done_seq);
   free(c->mbox);
@@ -405,15 +458,19 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
                          ? o->deterministic
                          : (int)resihp_settings_get(s, RESIHP_SETTING_DETERMINISTIC);
   c->frac_bits = resihp_fixed_frac_bits();
+
   c->unprotected = o->unprotected;
+  c->op_ms = o->op_timeout_ms > 0 ? o->op_timeout_ms : 300000;
   c->members = calloc((size_t)n, sizeof(int));
   c->data_fds = calloc((size_t)n, sizeof(int));
   c->ctrl_fds = calloc((size_t)n, sizeof(int));
   c->in_view = calloc((size_t)n, 1);
+  c->ctrl_closed = calloc((size_t)n, 1);
   c->abort_seq = calloc((size_t)n, sizeof(int64_t));
   c->done_seq = calloc((size_t)n, sizeof(int64_t));
   c->mbox = calloc((size_t)n, sizeof(*c->mbox));
   if (!c->members || !c->data_fds || !c->ctrl_fds || !c->in_view ||
+      !c->ctrl_closed ||
       !c->abort_seq || !c->done_seq || !c->mbox) {
     rc = RESIHP_ENOMEM;
     goto fail;
@@ -425,6 +482,7 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
   }
   c->nmembers = n;
   c->my_index = o->rank;
+  c->excluded_by = -1;
   if (pipe2(c->stop_pipe, O_CLOEXEC) < 0 ||
       (c->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
     rc = RESIHP_ESYS;
@@ -456,8 +514,30 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
   }
   if (rc)
     goto fail;
-  rc = resihp__tcp_transport_create(o->rank, n, c->data_fds, c->chunk_bytes,
-                                    c->notify_fd, &c->tp);
+  /* Host data plane: shared-memory rings with peers on this host unless
+   * TCP was asked for (opts, else RESIHP_TRANSPORT). */
+  int tr = o->transport >= 0
+               ? o->transport
+               : (int)resihp_settings_get(s, RESIHP_SETTING_TRANSPORT);
+  resihp__ring_t **rin = calloc((size_t)n, sizeof(*rin));
+  resihp__ring_t **rout = calloc((size_t)n, sizeof(*rout));
+  rc = rin && rout ? 0 : RESIHP_ENOMEM;
+  if (!rc && n > 1)
+    rc = resihp__shm_setup(o->rank, n, c->data_fds, tr != 1,
+                           resihp__now_ms() + mo.timeout_ms, rin, rout);
+  if (!rc)
+    rc = resihp__tcp_transport_create(o->rank, n, c->data_fds, rin, rout,
+                                      c->chunk_bytes, c->notify_fd, &c->tp);
+  if (!rc) {
+    int shm = 0;
+    for (int i = 0; i < n; i++)
+      shm += rin[i] != NULL;
+    resihp_log(RESIHP_LOG_DEBUG, "allreduce",
+               "rank %d: %d peer(s) over shared memory, %d over TCP", o->rank,
+               shm, n - 1 - shm);
+  }
+  free(rin);
+  free(rout);
   if (rc) {
     for (int i = 0; i < n; i++)
       if (c->data_fds[i] >= 0)
@@ -553,6 +633,10 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
       S.b[i >> 3] &= (uint8_t)~(1u << (i & 7));
   int rc = 0;
   for (uint32_t round = 0;; round++) {
+    pthread_mutex_lock(&c->mu);
+    if (c->excluded_by >= 0)
+      resihp__set_add(&S, c->world_rank);
+    pthread_mutex_unlock(&c->mu);
     if (resihp__set_has(&S, c->world_rank)) {
       resihp_log(RESIHP_LOG_ERROR, "allreduce",
                  "rank %d was excluded by its peers in epoch %u; it must "
@@ -604,20 +688,63 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
         same = 0;
       }
     }
+    /* Only what was flooded this round and this rank's own detections:
+     * an accusation relayed by an abort that arrives mid-round was not
+     * seen by the others, and counting it would let this rank leave the
+     * round with a set nobody else has. The accuser floods its own set. */
     set_union(&U, &c->dead, len);
-    set_union(&U, &c->blamed, len);
     pthread_mutex_unlock(&c->mu);
     for (int i = 0; i < c->world_size; i++)
       if (!c->in_view[i] && resihp__set_has(&U, i))
         U.b[i >> 3] &= (uint8_t)~(1u << (i & 7));
+    pthread_mutex_lock(&c->mu);
+    if (c->excluded_by >= 0) /* named by a member this rank stopped waiting for */
+      same = 0;
+    pthread_mutex_unlock(&c->mu);
     if (same && !memcmp(U.b, S.b, len))
       break;
     S = U;
   }
+  if (!rc) {
+    /* Before committing, let the monitor read what the ranks being removed
+     * sent last: a peer that commits first closes its links right after
+     * sending an agreement set that may name this rank, and that set must
+     * not be missed. Closed links (killed, cut, departed peers) return at
+     * once; a silent peer costs at most two heartbeat periods. */
+    int64_t grace = now_ms() + 2 * (int64_t)c->hb_ms;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->nmembers; i++) {
+      int m = c->members[i];
+      if (!resihp__set_has(&S, m))
+        continue;
+      while (!c->ctrl_closed[m] && c->excluded_by < 0 && now_ms() < grace) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+          ts.tv_sec++;
+          ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+      }
+    }
+    if (c->excluded_by >= 0) {
+      resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                 "rank %d was excluded by rank %d in epoch %u; it must leave "
+                 "the job (the coordinator may re-admit it)",
+                 c->world_rank, c->excluded_by, c->epoch);
+      rc = RESIHP_EEXCLUDED;
+    }
+    pthread_mutex_unlock(&c->mu);
+  }
   if (rc)
     return rc;
   /* Commit the new view. */
-  int k = 0, nm = 0;
+  int k = 0, nm = 0, ngone = 0;
+  int *gone = c->gpu ? calloc((size_t)c->nmembers, sizeof(int)) : NULL;
+  for (int i = 0; gone && i < c->nmembers; i++)
+    if (resihp__set_has(&S, c->members[i]))
+      gone[ngone++] = i; /* positions in the old view, as NCCL numbers them */
   c->tp->ops->cancel(c->tp);
   pthread_mutex_lock(&c->mu);
   for (int i = 0; i < c->nmembers; i++) {
@@ -655,6 +782,19 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
   atomic_store(&c->failed, 0);
   c->tp->ops->set_epoch(c->tp, c->epoch);
   pthread_mutex_unlock(&c->mu);
+  if (c->gpu) {
+    int grc = gone ? c->gpu->ops->shrink(c->gpu, gone, ngone, 10 * c->detect_ms)
+                   : RESIHP_ENOMEM;
+    if (grc) {
+      resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                 "rank %d: shrinking the device communicator failed (%s); "
+                 "device detached, call resihp_comm_attach_device() again",
+                 c->world_rank, resihp_strerror(grc));
+      c->gpu->ops->destroy(c->gpu);
+      c->gpu = NULL;
+    }
+  }
+  free(gone);
   if (nfailed)
     *nfailed = k;
   resihp_log(RESIHP_LOG_INFO, "allreduce",

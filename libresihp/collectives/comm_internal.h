@@ -34,9 +34,10 @@ struct resihp_comm {
   int world_rank, world_size;
   int *members, nmembers, my_index; /* the current view */
   uint32_t epoch, seq;
-  int detect_ms, hb_ms, deterministic, frac_bits, unprotected;
+  int detect_ms, hb_ms, deterministic, frac_bits, unprotected, op_ms;
   size_t chunk_bytes;
   resihp__transport_t *tp;
+  resihp__transport_t *gpu; /* NCCL data plane, when attached */
   int *data_fds; /* copies for the link-cut test hook */
   int *ctrl_fds;
   /* Monitor thread: owned by the communicator, joined by destroy. */
@@ -48,6 +49,7 @@ struct resihp_comm {
   pthread_cond_t cv;
   pthread_mutex_t ctrl_mu; /* serialises writes on control sockets */
   uint8_t *in_view;     /* by world rank */
+  uint8_t *ctrl_closed; /* by world rank: the monitor saw EOF/error */
   resihp__set_t dead;   /* noticed here: socket error, silence, bad frame */
   int dead_code;        /* RESIHP_EPEER or ETIMEDOUT: first cause */
   resihp__set_t blamed; /* suspects reported by peers' aborts */
@@ -55,6 +57,7 @@ struct resihp_comm {
   int64_t *done_seq;    /* by world rank: seq+1 of its last DONE */
   struct mbox (*mbox)[2];
   atomic_int failed; /* fast check for the algorithm */
+  int excluded_by;   /* a member whose agreement set named this rank, or -1 */
   /* Private buffers reused across calls. */
   void *work, *staging;
   size_t work_cap, staging_cap;

@@ -81,7 +81,12 @@ int resihp_fixed_frac_bits(void) {
 }
 
 static int64_t to_fixed(double x, double scale) {
-  double v = nearbyint(x * scale); /* exact product; rounds half to even */
+  double v = x * scale; /* exact: a power-of-two scale */
+  /* Round half to even without a libm call: adding and subtracting 1.5 *
+   * 2^52 leaves an integer in the default rounding mode; larger values
+   * are integers already. */
+  if (fabs(v) < 4503599627370496.0)
+    v = (v + 6755399441055744.0) - 6755399441055744.0;
   if (v != v)
     return 0;
   if (v >= 9223372036854775808.0)
@@ -121,21 +126,21 @@ void resihp_fixed_accumulate_float(int64_t *acc, const float *src, size_t n,
 
 void resihp_fixed_to_double(double *dst, const int64_t *src, size_t n,
                             int frac_bits, double divisor) {
-  double inv = ldexp(1.0, -frac_bits);
+  double k = ldexp(1.0, -frac_bits) / divisor;
   for (size_t i = 0; i < n; i++)
-    dst[i] = (double)src[i] * inv / divisor;
+    dst[i] = (double)src[i] * k;
 }
 
 void resihp_fixed_to_float(float *dst, const int64_t *src, size_t n,
                            int frac_bits, double divisor) {
-  double inv = ldexp(1.0, -frac_bits);
+  double k = ldexp(1.0, -frac_bits) / divisor;
   for (size_t i = 0; i < n; i++)
-    dst[i] = (float)((double)src[i] * inv / divisor);
+    dst[i] = (float)((double)src[i] * k);
 }
 
 void resihp_fixed_to_bf16(uint16_t *dst, const int64_t *src, size_t n,
                           int frac_bits, double divisor) {
-  double inv = ldexp(1.0, -frac_bits);
+  double k = ldexp(1.0, -frac_bits) / divisor;
   for (size_t i = 0; i < n; i++)
-    dst[i] = resihp_bf16_from_float((float)((double)src[i] * inv / divisor));
+    dst[i] = resihp_bf16_from_float((float)((double)src[i] * k));
 }

@@ -3,7 +3,8 @@
  * Schedule. The n members of the view form a ring in view order; member p
  * sends to p+1 and receives from p-1. The buffer is cut into n nearly equal
  * segments (segment i starts at i*floor(count/n) + min(i, count%n)), and
- * each segment into chunks of chunk_bytes. There are 2(n-1) steps:
+ * each segment into chunks (a quarter segment, within [32 KiB,
+ * chunk_bytes]). There are 2(n-1) steps:
  *
  *   reduce-scatter, step s = 0..n-2: send segment p-s, receive segment
  *     p-s-1 and add it to the local contribution. After step n-2, member p
@@ -36,6 +37,8 @@
 #include <resihp/log.h>
 
 #include <string.h>
+
+#define MIN_CHUNK 32768
 
 struct layout {
   int n, p;
@@ -78,6 +81,15 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
                      .base = count / (size_t)n,
                      .rem = count % (size_t)n,
                      .chunk = c->chunk_bytes / esz};
+  /* Aim at four chunks per segment so that the pipeline has depth even
+   * for mid-sized buffers, but keep chunks of at least MIN_CHUNK bytes
+   * (per-frame costs) and at most chunk_bytes. Every rank computes the same
+   * value from (count, n, chunk_bytes). */
+  size_t quarter = (l.base + 1) / 4;
+  if (quarter * esz < MIN_CHUNK)
+    quarter = MIN_CHUNK / esz;
+  if (quarter < l.chunk)
+    l.chunk = quarter;
   const resihp__transport_ops_t *ops = c->tp->ops;
   int left = c->members[mod(l.p - 1, n)], right = c->members[mod(l.p + 1, n)];
   int nsteps = 2 * (n - 1);
@@ -86,7 +98,9 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
   int ss = 0, rs = 0, posted = 0;
   size_t sc = 0, rc = 0;
   int64_t last_progress = resihp__now_ms();
-  int64_t stall_ms = 10 * (int64_t)c->detect_ms;
+  /* Liveness is the monitor's job; this only bounds waiting for a live
+   * peer that never joins (or, unprotected, for anything at all). */
+  int64_t stall_ms = c->unprotected ? 10 * (int64_t)c->detect_ms : c->op_ms;
   int wait_ms = c->unprotected ? c->detect_ms : c->hb_ms;
   for (;;) {
     /* Issue every send whose data is ready. */

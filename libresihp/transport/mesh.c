@@ -81,8 +81,11 @@ int resihp__io_full(int fd, void *buf, size_t len, int writing,
 }
 
 static void tune(int fd) {
-  int one = 1;
+  int one = 1, big = 4 << 20;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  /* Room for several chunks in flight; the kernel caps it at wmem_max. */
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
@@ -381,4 +384,44 @@ fail:
   if (own_listener)
     close(lfd);
   return rc;
+}
+
+void resihp__graceful_close(int *fds, int n, int linger_ms) {
+  int64_t deadline = resihp__now_ms() + linger_ms;
+  int open_fds = 0;
+  for (int i = 0; i < n; i++)
+    if (fds[i] >= 0) {
+      shutdown(fds[i], SHUT_WR);
+      open_fds++;
+    }
+  struct pollfd *pfd = open_fds ? calloc((size_t)open_fds, sizeof(*pfd)) : NULL;
+  int *idx = open_fds ? calloc((size_t)open_fds, sizeof(int)) : NULL;
+  while (pfd && idx) {
+    int k = 0;
+    for (int i = 0; i < n; i++)
+      if (fds[i] >= 0) {
+        pfd[k] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+        idx[k++] = i;
+      }
+    int t = remaining(deadline);
+    if (!k || !t || poll(pfd, (nfds_t)k, t) <= 0)
+      break;
+    for (int j = 0; j < k; j++) {
+      if (!pfd[j].revents)
+        continue;
+      char sink[4096];
+      ssize_t r = recv(pfd[j].fd, sink, sizeof(sink), MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+        close(fds[idx[j]]);
+        fds[idx[j]] = -1;
+      }
+    }
+  }
+  free(pfd);
+  free(idx);
+  for (int i = 0; i < n; i++)
+    if (fds[i] >= 0) {
+      close(fds[i]);
+      fds[i] = -1;
+    }
 }

@@ -45,6 +45,13 @@ int resihp__mesh_dial(const char *endpoint, const uint8_t *secret,
                       size_t secret_len, int src, int dst, int nranks,
                       int channel, int64_t deadline_ms);
 
+/* Orderly close of n sockets (entries -1 are skipped; all set to -1):
+ * shut down the sending side, then read and discard until every peer has
+ * closed too or linger_ms passed. Closing a socket that still holds unread
+ * data makes the kernel send a reset, which can destroy data the peer has
+ * not read yet; this avoids that. */
+void resihp__graceful_close(int *fds, int n, int linger_ms);
+
 /* Write/read exactly len bytes before deadline (non-blocking fd). */
 int resihp__io_full(int fd, void *buf, size_t len, int writing,
                     int64_t deadline_ms);

@@ -12,21 +12,26 @@
 #include "config.h"
 
 #include "transport.h"
+#include "mesh.h"
+#include "shm.h"
 
 #include <resihp/error.h>
 #include <resihp/log.h>
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SENDQ 16
 #define HDR sizeof(resihp__frame_hdr_t)
 #define SCRATCH 65536
+#define SPIN_US 50
 
 struct sendreq {
   resihp__frame_hdr_t hdr;
@@ -37,6 +42,9 @@ struct sendreq {
 
 struct peer {
   int fd;
+  resihp__ring_t *rin, *rout; /* shared-memory rings (same host), or NULL */
+  int eof;                    /* socket EOF seen while draining doorbells */
+  int broken; /* failed once: reported, then no longer polled */
   struct sendreq q[SENDQ];
   int qhead, qcount;
   /* Receive side. */
@@ -45,6 +53,7 @@ struct peer {
   int in_payload;
   size_t pay_left;
   uint8_t *pay_dst; /* NULL while skipping */
+  int for_posted;   /* this frame completes the posted receive */
   int parked;
   /* The posted receive. */
   int posted, done;
@@ -64,6 +73,7 @@ struct tcp {
   int *pfd_peer;
   uint8_t scratch[SCRATCH];
   unsigned long dropped_stale;
+  int nshm; /* peers on shared-memory rings */
 };
 
 static const uint8_t zeros[SCRATCH];
@@ -76,6 +86,8 @@ static int tcp_post_send(resihp__transport_t *tt, int peer, resihp__tag_t tag,
   if (peer < 0 || peer >= t->n || t->p[peer].fd < 0 || len > t->max_payload)
     return RESIHP_EINVAL;
   struct peer *p = &t->p[peer];
+  if (p->broken)
+    return RESIHP_EPEER;
   if (p->qcount == SENDQ)
     return RESIHP_EBUSY;
   struct sendreq *r = &p->q[(p->qhead + p->qcount) % SENDQ];
@@ -100,6 +112,8 @@ static int tcp_post_recv(resihp__transport_t *tt, int peer, resihp__tag_t tag,
   if (peer < 0 || peer >= t->n || t->p[peer].fd < 0)
     return RESIHP_EINVAL;
   struct peer *p = &t->p[peer];
+  if (p->broken)
+    return RESIHP_EPEER;
   if (p->posted)
     return RESIHP_EBUSY;
   p->posted = 1;
@@ -121,6 +135,68 @@ static int tcp_recv_done(resihp__transport_t *tt, int peer) {
 
 static int tcp_sends_pending(resihp__transport_t *tt, int peer) {
   return T(tt)->p[peer].qcount;
+}
+
+/* ---- byte-stream I/O: the socket, or the rings with doorbells ---------- */
+
+static int ring_bell(struct peer *p) {
+  if (send(p->fd, "b", 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno != EAGAIN &&
+      errno != EWOULDBLOCK && errno != EINTR)
+    return -1; /* EAGAIN: bells already pending, the peer will wake */
+  return 0;
+}
+
+/* Read and drop doorbells; note EOF. -1 on a socket error. */
+static int drain_bells(struct peer *p) {
+  char b[64];
+  for (;;) {
+    ssize_t r = recv(p->fd, b, sizeof(b), MSG_DONTWAIT);
+    if (r > 0)
+      continue;
+    if (r == 0) {
+      p->eof = 1;
+      return 0;
+    }
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+  }
+}
+
+static ssize_t peer_recv(struct peer *p, void *buf, size_t len) {
+  if (!p->rin)
+    return recv(p->fd, buf, len, MSG_DONTWAIT);
+  int bell = 0;
+  if (drain_bells(p) < 0)
+    return -1;
+  size_t n = resihp__ring_read(p->rin, buf, len, &bell);
+  if (bell && ring_bell(p) < 0)
+    return -1;
+  if (n)
+    return (ssize_t)n;
+  if (p->eof)
+    return 0; /* everything the peer wrote has been read */
+  errno = EAGAIN;
+  return -1;
+}
+
+static ssize_t peer_sendv(struct peer *p, struct iovec *iov, int niov) {
+  if (!p->rout) {
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+    return sendmsg(p->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  int bell = 0;
+  if (drain_bells(p) < 0)
+    return -1;
+  if (p->eof) {
+    errno = EPIPE;
+    return -1;
+  }
+  size_t n = resihp__ring_write(p->rout, iov, niov, &bell);
+  if (bell && ring_bell(p) < 0)
+    return -1;
+  if (n)
+    return (ssize_t)n;
+  errno = EAGAIN;
+  return -1;
 }
 
 /* Decide what to do with a complete header: accept its payload into the
@@ -177,14 +253,16 @@ static int consider_header(struct tcp *t, int peer) {
   p->in_payload = 1;
   p->pay_left = h->len;
   p->pay_dst = p->pbuf;
+  p->for_posted = 1;
   return 0;
 }
 
 static void frame_finished(struct peer *p) {
-  if (p->pay_dst) {
+  if (p->for_posted) {
     p->posted = 0;
     p->done = 1;
   }
+  p->for_posted = 0;
   p->in_payload = 0;
   p->rh_got = 0;
   p->pay_dst = NULL;
@@ -199,9 +277,12 @@ static int read_peer(struct tcp *t, int peer) {
     if (p->parked)
       return any;
     ssize_t r;
+    /* Do not read ahead of what is wanted: the next header would only be
+     * parked, and a peer that finished and closed must not look failed. */
+    if (!p->in_payload && !p->rh_got && (!p->posted || p->done))
+      return any;
     if (!p->in_payload) {
-      r = recv(p->fd, (uint8_t *)&p->rh + p->rh_got, HDR - p->rh_got,
-               MSG_DONTWAIT);
+      r = peer_recv(p, (uint8_t *)&p->rh + p->rh_got, HDR - p->rh_got);
     } else if (p->pay_left == 0) {
       frame_finished(p);
       any = 1;
@@ -212,7 +293,7 @@ static int read_peer(struct tcp *t, int peer) {
       size_t want = p->pay_left;
       if (!p->pay_dst && want > SCRATCH)
         want = SCRATCH;
-      r = recv(p->fd, dst, want, MSG_DONTWAIT);
+      r = peer_recv(p, dst, want);
     }
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
@@ -273,8 +354,7 @@ static int write_peer(struct tcp *t, int peer) {
       niov++;
     }
     if (niov) {
-      struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
-      ssize_t w = sendmsg(p->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+      ssize_t w = peer_sendv(p, iov, niov);
       if (w < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
           return any;
@@ -293,16 +373,66 @@ static int write_peer(struct tcp *t, int peer) {
   return any;
 }
 
+static int p_has_queue(struct tcp *t, int i) { return t->p[i].qcount > 0; }
+
+/* Optimistic pass: at high throughput the links are usually ready, so try
+ * the I/O first and only poll when nothing moved. 1 if anything moved. */
+static int optimistic(struct tcp *t, int *bad_peer) {
+  int any = 0;
+  for (int i = 0; i < t->n; i++) {
+    struct peer *p = &t->p[i];
+    if (p->fd < 0 || p->broken)
+      continue;
+    int rc = 0;
+    if (p->qcount)
+      rc = write_peer(t, i);
+    if (rc >= 0 && !p->parked &&
+        ((p->posted && !p->done) || p->in_payload || p->rh_got)) {
+      int r2 = read_peer(t, i);
+      rc = r2 < 0 ? r2 : (rc | r2);
+    }
+    if (rc < 0) {
+      p->broken = 1;
+      *bad_peer = i;
+      return rc;
+    }
+    any |= rc;
+  }
+  return any;
+}
+
+static int optimistic(struct tcp *t, int *bad_peer);
+
+static int64_t mono_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
                         int *bad_peer) {
   struct tcp *t = T(tt);
   int nfd = 0, any = 0;
+  /* With shared-memory peers, the answer is often microseconds away:
+   * look again for a short while (yielding the CPU) before paying for a
+   * sleep and a wake-up through the doorbell socket. */
+  if (t->nshm) {
+    int64_t until = mono_us() + SPIN_US;
+    do {
+      int r = optimistic(t, bad_peer);
+      if (r)
+        return r;
+      sched_yield();
+    } while (mono_us() < until);
+  }
   /* Headers parked earlier may be consumable now. */
   for (int i = 0; i < t->n; i++) {
     struct peer *p = &t->p[i];
-    if (p->fd >= 0 && !p->in_payload && p->rh_got == HDR && !p->parked) {
+    if (p->fd >= 0 && !p->broken && !p->in_payload && p->rh_got == HDR &&
+        !p->parked) {
       int rc = consider_header(t, i);
       if (rc) {
+        p->broken = 1;
         *bad_peer = i;
         return rc;
       }
@@ -310,9 +440,11 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
         frame_finished(p);
     }
   }
+  if ((any = optimistic(t, bad_peer)))
+    return any;
   for (int i = 0; i < t->n; i++) {
     struct peer *p = &t->p[i];
-    if (p->fd < 0)
+    if (p->fd < 0 || p->broken)
       continue;
     short ev = 0;
     int want_in = !p->parked && ((p->posted && !p->done) || p->in_payload ||
@@ -320,7 +452,7 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
     if (want_in)
       ev |= POLLIN;
     if (p->qcount)
-      ev |= POLLOUT;
+      ev |= p->rout ? POLLIN : POLLOUT; /* rings: space comes as a bell */
     if (!ev)
       continue;
     t->pfd[nfd] = (struct pollfd){.fd = p->fd, .events = ev};
@@ -344,9 +476,12 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
     int rc = 0;
     if (re & (POLLIN | POLLHUP | POLLERR))
       rc = read_peer(t, i);
-    if (rc >= 0 && (re & (POLLOUT | POLLERR)))
-      rc = write_peer(t, i) | rc;
+    if (rc >= 0 && p_has_queue(t, i) && (re & (POLLOUT | POLLERR | POLLIN))) {
+      int r2 = write_peer(t, i);
+      rc = r2 < 0 ? r2 : (rc | r2);
+    }
     if (rc < 0) {
+      t->p[i].broken = 1;
       *bad_peer = i;
       return rc;
     }
@@ -368,8 +503,10 @@ static void tcp_cancel(resihp__transport_t *tt) {
         p->qcount = 0;
       }
     }
-    if (p->in_payload)
+    if (p->in_payload) {
       p->pay_dst = NULL; /* skip the rest of this frame later */
+      p->for_posted = 0;
+    }
     p->posted = 0;
     p->done = 0;
     p->parked = 0;
@@ -389,6 +526,8 @@ static void tcp_drop_peer(resihp__transport_t *tt, int peer) {
     return;
   shutdown(t->p[peer].fd, SHUT_RDWR);
   close(t->p[peer].fd);
+  resihp__ring_unmap(t->p[peer].rin);
+  resihp__ring_unmap(t->p[peer].rout);
   memset(&t->p[peer], 0, sizeof(t->p[peer]));
   t->p[peer].fd = -1;
 }
@@ -397,9 +536,18 @@ static void tcp_destroy(resihp__transport_t *tt) {
   struct tcp *t = T(tt);
   if (!t)
     return;
-  for (int i = 0; i < t->n; i++)
-    if (t->p[i].fd >= 0)
+  int *fds = calloc((size_t)t->n, sizeof(int));
+  for (int i = 0; i < t->n; i++) {
+    resihp__ring_unmap(t->p[i].rin);
+    resihp__ring_unmap(t->p[i].rout);
+    if (fds)
+      fds[i] = t->p[i].broken ? -1 : t->p[i].fd;
+    if (t->p[i].fd >= 0 && (!fds || t->p[i].broken))
       close(t->p[i].fd);
+  }
+  if (fds)
+    resihp__graceful_close(fds, t->n, 1000);
+  free(fds);
   if (t->dropped_stale)
     resihp_log(RESIHP_LOG_DEBUG, "allreduce", "dropped %lu stale frames",
                t->dropped_stale);
@@ -423,6 +571,7 @@ static const resihp__transport_ops_t tcp_ops = {
 };
 
 int resihp__tcp_transport_create(int self, int nranks, const int *fds,
+                                 resihp__ring_t **rin, resihp__ring_t **rout,
                                  size_t max_payload, int wake_fd,
                                  resihp__transport_t **out) {
   struct tcp *t = calloc(1, sizeof(*t));
@@ -443,8 +592,12 @@ int resihp__tcp_transport_create(int self, int nranks, const int *fds,
     free(t);
     return RESIHP_ENOMEM;
   }
-  for (int i = 0; i < nranks; i++)
+  for (int i = 0; i < nranks; i++) {
     t->p[i].fd = fds[i];
+    t->p[i].rin = rin ? rin[i] : NULL;
+    t->p[i].rout = rout ? rout[i] : NULL;
+    t->nshm += t->p[i].rin != NULL;
+  }
   *out = &t->base;
   return 0;
 }

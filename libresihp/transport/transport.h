@@ -20,6 +20,7 @@
 #ifndef RESIHP_TRANSPORT_H
 #define RESIHP_TRANSPORT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +32,7 @@ enum {
   RESIHP__FRAME_ABORT = 3,
   RESIHP__FRAME_AGREE = 4,
   RESIHP__FRAME_DONE = 5,
+  RESIHP__FRAME_BYE = 6, /* orderly departure (resihp_comm_destroy) */
 };
 
 /* Every frame starts with this header (host byte order: the ranks of a job
@@ -70,6 +72,19 @@ typedef struct {
   /* Stop using a peer's link (removed from the view); shuts it down. */
   void (*drop_peer)(resihp__transport_t *t, int peer);
   void (*destroy)(resihp__transport_t *t);
+  /* Optional, for transports whose device moves the data (NCCL), NULL for
+   * TCP: the whole all-reduce on device buffers, sendbuf != recvbuf. It
+   * returns when the stream has finished it, or with RESIHP_EPEER once
+   * *failed becomes non-zero (the CPU side noticed a failure; the device
+   * communicator is then revoked), or RESIHP_ETIMEDOUT after timeout_ms
+   * without completion. */
+  int (*allreduce)(resihp__transport_t *t, const void *sendbuf, void *recvbuf,
+                   size_t count, int dtype, int op, void *stream,
+                   atomic_int *failed, int timeout_ms);
+  /* Drop the ranks (positions in the old view) from the device
+   * communicator; collective among the survivors. */
+  int (*shrink)(resihp__transport_t *t, int *excluded, int nexcluded,
+                int timeout_ms);
 } resihp__transport_ops_t;
 
 struct resihp__transport {
@@ -77,11 +92,28 @@ struct resihp__transport {
 };
 
 /* TCP: one connected, authenticated stream socket per peer (fds[peer], -1
- * for self); takes ownership of the fds. max_payload bounds what a peer may
+ * for self); takes ownership of the fds. Peers on the same host may have
+ * shared-memory rings (rin/rout from resihp__shm_setup, or NULL arrays;
+ * ownership passes too): the frames then travel through the rings and the
+ * socket only carries doorbells. max_payload bounds what a peer may
  * announce. wake_fd (or -1) is polled too so another thread can interrupt a
  * wait. */
+struct resihp__ring;
 int resihp__tcp_transport_create(int self, int nranks, const int *fds,
+                                 struct resihp__ring **rin,
+                                 struct resihp__ring **rout,
                                  size_t max_payload, int wake_fd,
                                  resihp__transport_t **out);
+
+/* NCCL (built only when configure finds it): a non-blocking NCCL
+ * communicator of nranks on CUDA device `device`, from a unique id that
+ * view rank 0 made with resihp__nccl_unique_id() and the CPU side
+ * distributed. Waits at most timeout_ms, and gives up when *failed. */
+#define RESIHP__NCCL_ID_BYTES 128
+int resihp__nccl_unique_id(uint8_t id[RESIHP__NCCL_ID_BYTES]);
+int resihp__nccl_transport_create(const uint8_t id[RESIHP__NCCL_ID_BYTES],
+                                  int rank, int nranks, int device,
+                                  atomic_int *failed, int timeout_ms,
+                                  resihp__transport_t **out);
 
 #endif

@@ -2,20 +2,29 @@
  *
  * A communicator (resihp_comm_t) joins the ranks of one data-parallel group
  * over authenticated TCP connections (a full mesh: one data and one control
- * connection per pair). resihp_allreduce() runs a chunk-pipelined ring
+ * connection per pair); peers on the same host move data through
+ * shared-memory rings instead, the socket then only carrying doorbells. resihp_allreduce() runs a chunk-pipelined ring
  * (reduce-scatter then all-gather) over the current view: the live members of
  * the current membership epoch.
  *
  * Failures. A peer that dies, hangs or whose link is cut is noticed within
  * the detection bound (RESIHP_DETECT_TIMEOUT_MS, default 1 s): a monitor
- * thread exchanges heartbeats on the control connections, socket errors are
- * seen at once, and the first rank to notice broadcasts an abort carrying its
- * suspects. Every survivor's resihp_allreduce() then returns RESIHP_EPEER (a
+ * thread exchanges heartbeats (RESIHP_HEARTBEAT_MS, at most a third of the
+ * bound) on the control connections and declares a peer dead after 90 % of
+ * the bound in silence, socket errors are seen at once, and a rank whose
+ * collective fails broadcasts an abort carrying its suspects. Every survivor's resihp_allreduce() then returns RESIHP_EPEER (a
  * socket failed or a peer reported a failure) or RESIHP_ETIMEDOUT (a peer
  * fell silent); resihp_comm_failed() names the suspects. The caller's buffer
  * is left exactly as it was. The caller then calls resihp_comm_shrink(): the
  * survivors agree on the union of their suspicion sets, move to the next
  * epoch without those ranks, and the caller retries the all-reduce.
+ *
+ * Outcome. A call returns 0 on a rank only once every member has finished
+ * its part of the ring (a DONE message) or is dead in this rank's eyes, and
+ * an abort from any member fails it. So, with one failure per collective,
+ * either every survivor keeps the result (the dead rank's contribution
+ * included: it was complete) or every survivor gets the error, with its
+ * buffer untouched, and retries: survivors never diverge.
  *
  * Ranks. "World ranks" are the 0..n-1 positions of the endpoint list given at
  * creation; they never change. resihp_comm_rank()/size() are positions in the
@@ -69,16 +78,25 @@ typedef struct {
   int detect_timeout_ms;
   int heartbeat_ms;
   int connect_timeout_ms; /* whole mesh set-up; 0 = 30000 */
+  /* Bound on one collective waiting for a peer that is alive (heartbeats
+   * arrive) but does not take part, e.g. a replica still checkpointing;
+   * 0 = 300000. Dead or hung peers are caught by the detection bound. */
+  int op_timeout_ms;
   long chunk_bytes;
   /* -1 = registry, 0 = off, 1 = on. */
   int deterministic;
+  /* Host data plane: -1 = RESIHP_TRANSPORT (auto|tcp|shm|nccl), 0 = auto
+   * (shared memory with peers on this host, TCP otherwise; also what shm
+   * and nccl mean for host buffers), 1 = TCP only. */
+  int transport;
   /* 0 = fault tolerant (default). 1 = plain in-place ring, no private copy
    * and no monitor thread: a failure may leave the buffer half reduced.
    * Exists to measure what fault tolerance costs. */
   int unprotected;
 } resihp_comm_opts_t;
 
-/* Defaults: listen_fd -1, deterministic -1, everything else 0/NULL. */
+/* Defaults: listen_fd -1, deterministic -1, transport -1, everything else
+ * 0/NULL. */
 void resihp_comm_opts_init(resihp_comm_opts_t *opts);
 
 /* Connect to every other rank, authenticate each connection with the
@@ -113,6 +131,35 @@ int resihp_comm_failed(const resihp_comm_t *comm, int *world_ranks, int max);
 int resihp_allreduce(resihp_comm_t *comm, void *buf, size_t count,
                      resihp_dtype_t dtype, resihp_op_t op);
 
+/* Out of place: sendbuf is only read (and so survives any failure intact),
+ * the result goes to recvbuf, whose contents are unspecified after a
+ * failure. Saves the private copy that the in-place form needs to keep the
+ * caller's input; sendbuf == recvbuf is the in-place form. The buffers must
+ * not overlap otherwise. */
+int resihp_allreduce_to(resihp_comm_t *comm, const void *sendbuf,
+                        void *recvbuf, size_t count, resihp_dtype_t dtype,
+                        resihp_op_t op);
+
+/* ---- GPU data plane (NCCL) ----------------------------------------------
+ * FTAR split: the CPU communicator keeps membership, failure detection and
+ * agreement; NCCL moves device data. Built only when configure finds NCCL;
+ * otherwise these return RESIHP_ENOTSUP.
+ *
+ * Attach: collective over the current view; view rank 0 makes an NCCL
+ * unique id and sends it over the authenticated links; every rank then
+ * creates a non-blocking NCCL communicator on CUDA device `device`.
+ * resihp_comm_shrink() later shrinks it with ncclCommShrink. */
+int resihp_comm_attach_device(resihp_comm_t *comm, int device);
+
+/* All-reduce of device buffers, enqueued on cuda_stream (a cudaStream_t;
+ * NULL = default stream) and waited for. sendbuf is never written; with
+ * sendbuf == recvbuf the result goes through a private device buffer first,
+ * so a failure leaves recvbuf as it was. Failures as resihp_allreduce():
+ * the device communicator is revoked, then call resihp_comm_shrink(). */
+int resihp_allreduce_device(resihp_comm_t *comm, const void *sendbuf,
+                            void *recvbuf, size_t count, resihp_dtype_t dtype,
+                            resihp_op_t op, void *cuda_stream);
+
 /* Agree with the other survivors on who failed and move to the next epoch
  * without them. suspects (world ranks, may be NULL/0) are added to what this
  * rank already suspects. Survivors exchange their suspicion sets in rounds
@@ -132,7 +179,8 @@ int resihp_comm_test_cut_link(resihp_comm_t *comm, int peer);
 
 /* ---- deterministic fixed point -------------------------------------------
  * value = (int64) round_half_even(x * 2^frac_bits); out-of-range values
- * saturate, NaN becomes 0. Integer sums are exact and associative, so a
+ * saturate, NaN becomes 0. Back: (double)value * (2^-frac_bits / divisor),
+ * rounded to the target type. Integer sums are exact and associative, so a
  * trainer can accumulate microbatch gradients in fixed point and get the same
  * bits however the microbatches are spread over replicas. frac_bits comes
  * from RESIHP_FIXED_FRAC_BITS (default 32) unless given (0..62). */

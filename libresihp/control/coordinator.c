@@ -55,6 +55,7 @@ typedef struct {
   int state;
   int conn; /* index into conns, -1 when none */
   char ep[96], sep[96], node[64];
+  char lep[96]; /* the leader's address for the step's other ranks */
   long jobid, stepid;
   long begun;   /* last BEGIN step (members) */
   int waiting;  /* joiner waiting for admission */
@@ -73,6 +74,9 @@ typedef struct {
   resihp__wire_t w;
   int replica;
   int64_t last_heard;
+  /* a non-leader rank waiting for its leader's address */
+  int sub_replica;
+  long sub_stepid, sub_jobid;
 } conn_t;
 
 typedef struct {
@@ -542,6 +546,37 @@ static void on_recover(resihp__coord_t *c, int r, const char *msg) {
   free(line);
 }
 
+/* Tell the waiting non-leader ranks of replica r where their leader is. */
+static void answer_subs(resihp__coord_t *c, int r) {
+  rep_t *p = &c->reps[r];
+  if (!p->lep[0] || p->conn < 0)
+    return;
+  char line[160];
+  snprintf(line, sizeof(line), "LEADER ep=%s", p->lep);
+  for (int i = 0; i < c->nconns; i++) {
+    conn_t *cn = &c->conns[i];
+    if (cn->w.fd < 0 || cn->sub_replica != r || cn->sub_stepid != p->stepid ||
+        cn->sub_jobid != p->jobid)
+      continue;
+    resihp__wire_send(cn->w.fd, line, resihp__now_ms() + 1000);
+    cn->sub_replica = -1;
+  }
+}
+
+static void on_subhello(resihp__coord_t *c, int k, const char *msg) {
+  long r = -1, sid = -1, jid = -1;
+  if (resihp__wire_get_long(msg, "replica", &r) || r < 0 || r >= c->R ||
+      resihp__wire_get_long(msg, "stepid", &sid) ||
+      resihp__wire_get_long(msg, "jobid", &jid)) {
+    close_conn(c, k);
+    return;
+  }
+  c->conns[k].sub_replica = (int)r;
+  c->conns[k].sub_stepid = sid;
+  c->conns[k].sub_jobid = jid;
+  answer_subs(c, (int)r);
+}
+
 static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   long r = -1, m = 0, s = 0, jobid = -1, stepid = -1;
   char ep[96] = "", sep[96] = "", node[64] = "?";
@@ -600,12 +635,16 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   snprintf(p->node, sizeof(p->node), "%s", node);
   p->jobid = jobid;
   p->stepid = stepid;
+  if (resihp__wire_get(msg, "lep", p->lep, sizeof(p->lep)) ||
+      !strcmp(p->lep, "-"))
+    p->lep[0] = '\0';
   c->conns[k].replica = (int)r;
   char line[128];
   snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld", r, c->step);
   send_to(c, (int)r, line);
   logc(RESIHP_LOG_INFO, "replica %ld joined from %s (node %s, step %ld.%ld)",
        r, ep, node, jobid, stepid);
+  answer_subs(c, (int)r);
 }
 
 static void on_line(resihp__coord_t *c, int k, const char *msg) {
@@ -615,6 +654,8 @@ static void on_line(resihp__coord_t *c, int k, const char *msg) {
   if (r < 0) {
     if (!strncmp(msg, "HELLO ", 6))
       on_hello(c, k, msg);
+    else if (!strncmp(msg, "SUBHELLO ", 9))
+      on_subhello(c, k, msg);
     else
       close_conn(c, k);
     return;
@@ -708,6 +749,7 @@ static void accept_conn(resihp__coord_t *c) {
     }
     c->conns[k].w = w;
     c->conns[k].replica = -1;
+    c->conns[k].sub_replica = -1;
     c->conns[k].last_heard = resihp__now_ms();
   }
 }

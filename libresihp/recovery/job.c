@@ -15,6 +15,20 @@
  * and digest before it overwrites its own state; if the transfer fails it
  * leaves the step's communicator (the survivors shrink without it) and
  * waits to be admitted again with another source.
+ *
+ * Several ranks per replica (srun -n K in one step). Rank 0 of the step
+ * (SLURM_PROCID) is the leader: it alone talks to the coordinator and
+ * takes part in the all-reduce across replicas. The other ranks learn the
+ * leader's address from the coordinator (SUBHELLO -> LEADER) and connect
+ * to it (authenticated, "local" channel). Per step the leader sends them
+ * the replica's microbatch list (and, for a replacement, the state); each
+ * rank computes every lsize-th microbatch, sends its fixed-point
+ * accumulator to the leader, which sums them exactly, runs the all-reduce
+ * across replicas and sends back the result or the reassigned
+ * microbatches. Any rank of a replica failing fails the replica: the
+ * leader gives up, the coordinator sees it go, and resihp-run cancels the
+ * whole step. The state is assumed replicated inside a replica (catch-up
+ * copies the serving leader's state to every rank of the replacement).
  */
 #include "config.h"
 
@@ -88,6 +102,18 @@ struct resihp_job {
   int ninj;
   int inj_fired[RESIHP__INJECT_MAX];
 
+  /* ranks of this replica's step: rank 0 (the leader) speaks for the
+   * replica; the others hang off it in a star (see the header comment) */
+  int lrank, lsize;
+  int llfd;
+  char lep[96];
+  resihp__wire_t up;    /* non-leader: link to the leader */
+  resihp__wire_t *down; /* leader: links to ranks 1..lsize-1 */
+  int *full, nfull;     /* leader: the replica's whole list */
+  int64_t *work;
+  size_t workcap;
+  int detect_ms;
+
   resihp_job_mb_sample_t samples[SAMPLES];
   long nsamples;
   char *msg;
@@ -149,7 +175,14 @@ static void *hb_main(void *arg) {
       break;
     pthread_mutex_unlock(&j->hb_mu);
     pthread_mutex_lock(&j->send_mu);
-    resihp__wire_send(j->cw.fd, "HB", resihp__now_ms() + 1000);
+    int64_t dl = resihp__now_ms() + 1000;
+    if (j->cw.fd >= 0)
+      resihp__wire_send(j->cw.fd, "HB", dl);
+    if (j->up.fd >= 0)
+      resihp__wire_send(j->up.fd, "HB", dl);
+    for (int k = 0; j->down && k < j->lsize - 1; k++)
+      if (j->down[k].fd >= 0)
+        resihp__wire_send(j->down[k].fd, "HB", dl);
     pthread_mutex_unlock(&j->send_mu);
     pthread_mutex_lock(&j->hb_mu);
   }
@@ -184,6 +217,14 @@ void resihp_job_destroy(resihp_job_t *j) {
   stop_hb(j);
   resihp_comm_destroy(j->comm);
   resihp__wire_free(&j->cw);
+  resihp__wire_free(&j->up);
+  for (int k = 0; j->down && k < j->lsize - 1; k++)
+    resihp__wire_free(&j->down[k]);
+  free(j->down);
+  free(j->full);
+  free(j->work);
+  if (j->llfd >= 0)
+    close(j->llfd);
   if (j->lfd >= 0)
     close(j->lfd);
   if (j->slfd >= 0)
@@ -201,6 +242,284 @@ void resihp_job_destroy(resihp_job_t *j) {
   free(j);
 }
 
+
+static int parse_list(const char *msg, const char *key, int **out, int *n);
+static void maybe_fire(resihp_job_t *j, long step);
+
+/* Read the next line from a local link, skipping heartbeats; silence for
+ * the detection bound is a failure. The leader forwards faults announced
+ * by its ranks to the coordinator. */
+static int local_recv(resihp_job_t *j, resihp__wire_t *w, char *out,
+                      size_t cap, int64_t patience_ms) {
+  for (;;) {
+    int rc = resihp__wire_recv(w, out, cap, resihp__now_ms() + patience_ms);
+    if (rc)
+      return rc == RESIHP_ETIMEDOUT ? RESIHP_ETIMEDOUT : RESIHP_EPEER;
+    if (!strcmp(out, "HB"))
+      continue;
+    if (!strncmp(out, "FAULT ", 6) && j->cw.fd >= 0) {
+      pthread_mutex_lock(&j->send_mu);
+      resihp__wire_send(j->cw.fd, out, resihp__now_ms() + 2000);
+      pthread_mutex_unlock(&j->send_mu);
+      continue;
+    }
+    return 0;
+  }
+}
+
+/* Exactly len raw bytes that follow a line on a local link. */
+static int local_read_raw(resihp__wire_t *w, void *buf, size_t len,
+                          int64_t deadline) {
+  size_t have = w->len < len ? w->len : len;
+  memcpy(buf, w->buf, have);
+  memmove(w->buf, w->buf + have, w->len - have);
+  w->len -= have;
+  if (have == len)
+    return 0;
+  return resihp__io_full(w->fd, (char *)buf + have, len - have, 0, deadline);
+}
+
+/* A line and optional raw bytes, atomically with respect to heartbeats. */
+static int local_send(resihp_job_t *j, int fd, const char *line,
+                      const void *raw, size_t len) {
+  pthread_mutex_lock(&j->send_mu);
+  int64_t dl = resihp__now_ms() + j->timeout_ms;
+  int rc = resihp__wire_send(fd, line, dl);
+  if (!rc && len)
+    rc = resihp__io_full(fd, (void *)raw, len, 1, dl);
+  pthread_mutex_unlock(&j->send_mu);
+  return rc;
+}
+
+static int send_down(resihp_job_t *j, const char *line, const void *raw,
+                     size_t len) {
+  for (int k = 0; k < j->lsize - 1; k++) {
+    int rc = local_send(j, j->down[k].fd, line, raw, len);
+    if (rc) {
+      resihp_log(RESIHP_LOG_ERROR, "job",
+                 "replica %d: lost rank %d of this replica (%s)", j->replica,
+                 k + 1, resihp_strerror(rc));
+      return RESIHP_EPEER;
+    }
+  }
+  return 0;
+}
+
+/* Non-leader: find the leader through the coordinator, then connect. */
+static int join_leader(resihp_job_t *j, const char *jid, const char *sid) {
+  char line[256];
+  snprintf(line, sizeof(line), "SUBHELLO replica=%d lrank=%d jobid=%s stepid=%s",
+           j->replica, j->lrank, jid, sid);
+  int rc = send_line(j, line);
+  if (!rc)
+    rc = recv_msg(j);
+  if (rc)
+    return rc;
+  char lep[96];
+  if (strncmp(j->msg, "LEADER ", 7) ||
+      resihp__wire_get(j->msg, "ep", lep, sizeof(lep)))
+    return RESIHP_EPROTO;
+  resihp__wire_free(&j->cw); /* only the leader speaks for the replica */
+  int64_t dl = resihp__now_ms() + 30000;
+  int fd = resihp__wire_dial(lep, dl);
+  if (fd < 0) {
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "replica %d rank %d: cannot reach the replica's rank 0 at %s",
+               j->replica, j->lrank, lep);
+    return fd;
+  }
+  resihp__wire_init(&j->up, fd);
+  rc = resihp__wire_auth_client(&j->up, j->secret, j->secret_len, "local", dl);
+  if (!rc) {
+    snprintf(line, sizeof(line), "SUB lrank=%d", j->lrank);
+    rc = resihp__wire_send(fd, line, dl);
+  }
+  return rc;
+}
+
+/* Leader: accept the other ranks of the replica. */
+static int accept_ranks(resihp_job_t *j) {
+  j->down = calloc((size_t)j->lsize - 1, sizeof(*j->down));
+  if (!j->down)
+    return RESIHP_ENOMEM;
+  for (int k = 0; k < j->lsize - 1; k++)
+    resihp__wire_init(&j->down[k], -1);
+  int64_t dl = resihp__now_ms() + 60000;
+  int got = 0;
+  while (got < j->lsize - 1) {
+    if (resihp__now_ms() > dl) {
+      resihp_log(RESIHP_LOG_ERROR, "job",
+                 "replica %d: only %d of the step's %d other ranks came",
+                 j->replica, got, j->lsize - 1);
+      return RESIHP_ETIMEDOUT;
+    }
+    struct pollfd p = {.fd = j->llfd, .events = POLLIN};
+    poll(&p, 1, 200);
+    int fd = accept4(j->llfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+      continue;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    resihp__wire_t w;
+    resihp__wire_init(&w, fd);
+    char line[128];
+    long lr = -1;
+    if (resihp__wire_auth_server(&w, j->secret, j->secret_len, "local", dl) ||
+        resihp__wire_recv(&w, line, sizeof(line), dl) ||
+        resihp__wire_get_long(line, "lrank", &lr) || lr < 1 ||
+        lr >= j->lsize || j->down[lr - 1].fd >= 0) {
+      resihp__wire_free(&w);
+      continue;
+    }
+    j->down[lr - 1] = w;
+    got++;
+  }
+  return 0;
+}
+
+/* This rank's share of a replica's list: every lsize-th entry. */
+static int share(const int *list, int n, int lrank, int lsize, int **out) {
+  int *a = malloc(sizeof(int) * (size_t)(n ? n : 1)), k = 0;
+  if (!a)
+    return RESIHP_ENOMEM;
+  for (int i = lrank; i < n; i += lsize)
+    a[k++] = list[i];
+  free(*out);
+  *out = a;
+  return k;
+}
+
+static void format_list(char *buf, size_t cap, const char *prefix,
+                        const int *v, int n) {
+  size_t off = (size_t)snprintf(buf, cap, "%s", prefix);
+  for (int i = 0; i < n && off + 12 < cap; i++)
+    off += (size_t)snprintf(buf + off, cap - off, "%s%d", i ? ":" : "", v[i]);
+}
+
+/* Non-leader side of begin_step. */
+static int sub_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
+  int rc = local_recv(j, &j->up, j->msg, MSG_MAX, (int64_t)j->timeout_ms);
+  if (rc)
+    return rc;
+  if (!strcmp(j->msg, "DONE")) {
+    st->done = 1;
+    st->step = j->step + 1;
+    return 0;
+  }
+  long s = -1, cu = 0, ep = 0, nr = 0, bytes = 0;
+  if (strncmp(j->msg, "STEP ", 5) ||
+      resihp__wire_get_long(j->msg, "step", &s) ||
+      resihp__wire_get_long(j->msg, "cu", &cu) ||
+      resihp__wire_get_long(j->msg, "epoch", &ep) ||
+      resihp__wire_get_long(j->msg, "nrep", &nr) ||
+      resihp__wire_get_long(j->msg, "state", &bytes))
+    return RESIHP_EPROTO;
+  int *all = NULL, nall = 0;
+  if ((rc = parse_list(j->msg, "mbs", &all, &nall)))
+    return rc;
+  if (bytes) {
+    if ((size_t)bytes != j->state_len) {
+      free(all);
+      return RESIHP_EPROTO;
+    }
+    rc = local_read_raw(&j->up, j->state, j->state_len,
+                        resihp__now_ms() + j->timeout_ms);
+    if (rc) {
+      free(all);
+      return RESIHP_EPEER;
+    }
+  }
+  j->nmbs = share(all, nall, j->lrank, j->lsize, &j->mbs);
+  free(all);
+  if (j->nmbs < 0)
+    return j->nmbs;
+  j->step = s;
+  j->member = 1;
+  j->valid_state = 1;
+  maybe_fire(j, s);
+  j->in_step = 1;
+  j->st = st;
+  st->step = s;
+  st->catching_up = (int)cu;
+  st->nmbs = j->nmbs;
+  st->mbs = j->mbs;
+  st->epoch = (uint32_t)ep;
+  st->nreplicas = (int)nr;
+  return 0;
+}
+
+/* Non-leader side of the all-reduce. */
+static int sub_allreduce(resihp_job_t *j, int64_t *acc, size_t n) {
+  char line[64];
+  snprintf(line, sizeof(line), "ACC n=%zu", n);
+  int rc = local_send(j, j->up.fd, line, acc, n * sizeof(int64_t));
+  if (rc)
+    return RESIHP_EPEER;
+  /* the leader may spend a while in the all-reduce across replicas */
+  rc = local_recv(j, &j->up, j->msg, MSG_MAX, (int64_t)j->timeout_ms);
+  if (rc)
+    return rc;
+  if (!strncmp(j->msg, "RESULT", 6))
+    return local_read_raw(&j->up, acc, n * sizeof(int64_t),
+                          resihp__now_ms() + j->timeout_ms)
+               ? RESIHP_EPEER
+               : 0;
+  if (!strncmp(j->msg, "EXTRA ", 6)) {
+    int *all = NULL, nall = 0;
+    if ((rc = parse_list(j->msg, "list", &all, &nall)))
+      return rc;
+    j->nextra = share(all, nall, j->lrank, j->lsize, &j->extra);
+    free(all);
+    if (j->st) {
+      long nr = 0;
+      resihp__wire_get_long(j->msg, "nrep", &nr);
+      j->st->nextra = j->nextra;
+      j->st->extra = j->extra;
+      j->st->nreplicas = (int)nr;
+    }
+    return RESIHP_EREASSIGNED;
+  }
+  return RESIHP_EPEER;
+}
+
+/* Leader: the sum of every rank's accumulator into j->work. */
+static int gather(resihp_job_t *j, const int64_t *acc, size_t n) {
+  if (j->workcap < n) {
+    int64_t *w = realloc(j->work, sizeof(int64_t) * (n ? n : 1));
+    if (!w)
+      return RESIHP_ENOMEM;
+    j->work = w;
+    j->workcap = n;
+  }
+  memcpy(j->work, acc, n * sizeof(int64_t));
+  int64_t *tmp = malloc(sizeof(int64_t) * (n ? n : 1));
+  if (!tmp)
+    return RESIHP_ENOMEM;
+  int rc = 0;
+  for (int k = 0; k < j->lsize - 1 && !rc; k++) {
+    char line[64];
+    long got = -1;
+    /* the rank is computing: wait while it keeps sending heartbeats */
+    rc = local_recv(j, &j->down[k], line, sizeof(line),
+                    (int64_t)j->detect_ms);
+    if (!rc && (strncmp(line, "ACC ", 4) ||
+                resihp__wire_get_long(line, "n", &got) || (size_t)got != n))
+      rc = RESIHP_EPROTO;
+    if (!rc)
+      rc = local_read_raw(&j->down[k], tmp, n * sizeof(int64_t),
+                          resihp__now_ms() + j->timeout_ms);
+    for (size_t i = 0; !rc && i < n; i++)
+      j->work[i] += tmp[i];
+    if (rc)
+      resihp_log(RESIHP_LOG_ERROR, "job",
+                 "replica %d: rank %d of this replica failed (%s): the "
+                 "replica leaves the job",
+                 j->replica, k + 1, resihp_strerror(rc));
+  }
+  free(tmp);
+  return rc ? RESIHP_EPEER : 0;
+}
+
 int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
   if (!o || !out || o->microbatches < 1 || o->steps < 1) {
     resihp_log(RESIHP_LOG_ERROR, "job",
@@ -212,8 +531,20 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
   if (!j)
     return RESIHP_ENOMEM;
   j->o = *o;
-  j->lfd = j->slfd = -1;
+  j->lfd = j->slfd = j->llfd = -1;
   resihp__wire_init(&j->cw, -1);
+  resihp__wire_init(&j->up, -1);
+  j->detect_ms = (int)resihp_settings_get(s, RESIHP_SETTING_DETECT_TIMEOUT);
+  {
+    const char *pr = getenv("SLURM_PROCID"), *nt = getenv("SLURM_NTASKS");
+    j->lrank = pr && *pr ? atoi(pr) : 0;
+    j->lsize = nt && *nt ? atoi(nt) : 1;
+    if (j->lsize < 1 || j->lsize > MAXM || j->lrank < 0 ||
+        j->lrank >= j->lsize) {
+      j->lrank = 0;
+      j->lsize = 1;
+    }
+  }
   pthread_mutex_init(&j->send_mu, NULL);
   pthread_mutex_init(&j->hb_mu, NULL);
   pthread_cond_init(&j->hb_cv, NULL);
@@ -275,6 +606,25 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
   char ip[INET_ADDRSTRLEN] = "127.0.0.1";
   if (!getsockname(fd, (struct sockaddr *)&me, &ml))
     inet_ntop(AF_INET, &me.sin_addr, ip, sizeof(ip));
+  const char *jid = getenv("SLURM_JOB_ID"), *sid = getenv("SLURM_STEP_ID");
+  if (!jid || !*jid)
+    jid = "-1";
+  if (!sid || !*sid)
+    sid = "-1";
+  if (j->lrank > 0) {
+    if ((rc = join_leader(j, jid, sid)))
+      goto fail;
+    goto started;
+  }
+  if (j->lsize > 1) {
+    int lport = 0;
+    j->llfd = resihp__wire_listen(NULL, 0, &lport);
+    if (j->llfd < 0) {
+      rc = RESIHP_ESYS;
+      goto fail;
+    }
+    snprintf(j->lep, sizeof(j->lep), "%s:%d", ip, lport);
+  }
   int port = 0, sport = 0;
   j->lfd = resihp__wire_listen(NULL, 0, &port);
   j->slfd = resihp__wire_listen(NULL, 0, &sport);
@@ -286,26 +636,27 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
   }
   snprintf(j->ep, sizeof(j->ep), "%s:%d", ip, port);
   snprintf(j->sep, sizeof(j->sep), "%s:%d", ip, sport);
-  const char *jid = getenv("SLURM_JOB_ID"), *sid = getenv("SLURM_STEP_ID");
   snprintf(j->msg, MSG_MAX,
            "HELLO replica=%d ep=%s sep=%s node=%s jobid=%s stepid=%s "
-           "mbs=%d steps=%ld pid=%ld",
-           j->replica, j->ep, j->sep, j->node, jid && *jid ? jid : "-1",
-           sid && *sid ? sid : "-1", o->microbatches, o->steps,
-           (long)getpid());
+           "mbs=%d steps=%ld pid=%ld lsize=%d lep=%s",
+           j->replica, j->ep, j->sep, j->node, jid, sid, o->microbatches,
+           o->steps, (long)getpid(), j->lsize, j->lsize > 1 ? j->lep : "-");
   if ((rc = send_line(j, j->msg)) || (rc = recv_msg(j)))
     goto fail;
   if (strncmp(j->msg, "WELCOME ", 8)) {
     rc = RESIHP_EPROTO;
     goto fail;
   }
+  if (j->lsize > 1 && (rc = accept_ranks(j)))
+    goto fail;
+started:
   if (pthread_create(&j->hb_thread, NULL, hb_main, j)) {
     rc = RESIHP_ESYS;
     goto fail;
   }
   j->hb_started = 1;
-  resihp_log(RESIHP_LOG_INFO, "job", "replica %d joined %s as %s",
-             j->replica, j->coordinator, j->ep);
+  resihp_log(RESIHP_LOG_INFO, "job", "replica %d rank %d/%d joined %s",
+             j->replica, j->lrank, j->lsize, j->coordinator);
   *out = j;
   return 0;
 fail:
@@ -349,7 +700,10 @@ static void fire(resihp_job_t *j, resihp__inj_kind_t kind, long step) {
   resihp_log(RESIHP_LOG_WARN, "job",
              "replica %d: injected fault %s at step %ld (node %s)",
              j->replica, resihp__inject_kind_name(kind), step, j->node);
-  send_line(j, line);
+  if (j->lrank > 0)
+    local_send(j, j->up.fd, line, NULL, 0);
+  else
+    send_line(j, line);
   switch (kind) {
   case RESIHP__INJ_KILL_RANK:
     raise(SIGKILL);
@@ -367,10 +721,16 @@ static void fire(resihp_job_t *j, resihp__inj_kind_t kind, long step) {
   }
 }
 
+/* A node kill hits the leader's node, a rank kill or hang the replica's
+ * last rank (the leader when it is alone). */
+static int my_fault(const resihp_job_t *j, int i) {
+  int who = j->inj[i].kind == RESIHP__INJ_KILL_NODE ? 0 : j->lsize - 1;
+  return j->inj[i].replica == j->replica && j->lrank == who;
+}
+
 static void maybe_fire(resihp_job_t *j, long step) {
   for (int i = 0; i < j->ninj; i++)
-    if (!j->inj_fired[i] && j->inj[i].replica == j->replica &&
-        j->inj[i].step == step) {
+    if (!j->inj_fired[i] && my_fault(j, i) && j->inj[i].step == step) {
       j->inj_fired[i] = 1;
       fire(j, j->inj[i].kind, step);
     }
@@ -379,7 +739,7 @@ static void maybe_fire(resihp_job_t *j, long step) {
 static int catchup_fault(resihp_job_t *j) {
   for (int i = 0; i < j->ninj; i++)
     if (!j->inj_fired[i] && j->inj[i].replica == j->replica &&
-        j->inj[i].step == RESIHP__INJECT_CATCHUP)
+        j->lrank == 0 && j->inj[i].step == RESIHP__INJECT_CATCHUP)
       return i;
   return -1;
 }
@@ -562,6 +922,8 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
   }
   join_serve(j);
   memset(st, 0, sizeof(*st));
+  if (j->lrank > 0)
+    return sub_begin_step(j, st);
   char line[128];
   snprintf(line, sizeof(line), "BEGIN step=%ld", j->member ? j->step + 1 : -1);
   int rc = send_line(j, line);
@@ -573,6 +935,8 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
     if (!strcmp(j->msg, "DONE")) {
       st->done = 1;
       st->step = j->step + 1;
+      if (j->lsize > 1)
+        send_down(j, "DONE", NULL, 0);
       return 0;
     }
     if (!strncmp(j->msg, "GO ", 3)) {
@@ -651,6 +1015,25 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
       }
     }
     free(serve);
+    if (j->lsize > 1) {
+      /* the replica's whole list to its other ranks; each takes a share */
+      char *b = malloc(MSG_MAX);
+      if (!b)
+        return RESIHP_ENOMEM;
+      char pre[160];
+      snprintf(pre, sizeof(pre), "STEP step=%ld cu=%ld epoch=%u nrep=%d "
+               "state=%zu mbs=", s, cu, j->epoch, j->nmembers,
+               cu ? j->state_len : (size_t)0);
+      format_list(b, MSG_MAX, pre, j->mbs, j->nmbs);
+      rc = send_down(j, b, j->state, cu ? j->state_len : 0);
+      free(b);
+      if (rc)
+        return rc;
+      int *all = j->mbs;
+      j->mbs = NULL;
+      j->nmbs = share(all, j->nmbs, 0, j->lsize, &j->mbs);
+      free(all);
+    }
     maybe_fire(j, s);
     j->in_step = 1;
     j->st = st;
@@ -667,10 +1050,27 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
 int resihp_job_allreduce(resihp_job_t *j, int64_t *acc, size_t n) {
   if (!j || (!acc && n))
     return RESIHP_EINVAL;
-  if (!j->in_step || !j->comm)
+  if (!j->in_step)
     return RESIHP_ESTATE;
+  if (j->lrank > 0)
+    return sub_allreduce(j, acc, n);
+  if (!j->comm)
+    return RESIHP_ESTATE;
+  int64_t *buf = acc;
+  if (j->lsize > 1) {
+    int grc = gather(j, acc, n);
+    if (grc)
+      return grc;
+    buf = j->work;
+  }
   for (;;) {
-    int rc = resihp_allreduce(j->comm, acc, n, RESIHP_FIXED64, RESIHP_OP_SUM);
+    int rc = resihp_allreduce(j->comm, buf, n, RESIHP_FIXED64, RESIHP_OP_SUM);
+    if (!rc && j->lsize > 1) {
+      memcpy(acc, buf, n * sizeof(int64_t));
+      char line[64];
+      snprintf(line, sizeof(line), "RESULT n=%zu", n);
+      rc = send_down(j, line, acc, n * sizeof(int64_t));
+    }
     if (!rc)
       return 0;
     if (rc != RESIHP_EPEER && rc != RESIHP_ETIMEDOUT && rc != RESIHP_EPROTO)
@@ -709,6 +1109,21 @@ int resihp_job_allreduce(resihp_job_t *j, int64_t *acc, size_t n) {
       return rc;
     if (j->nextra == 0)
       continue;
+    if (j->lsize > 1) {
+      char *b = malloc(MSG_MAX), pre[64];
+      if (!b)
+        return RESIHP_ENOMEM;
+      snprintf(pre, sizeof(pre), "EXTRA nrep=%d list=", size);
+      format_list(b, MSG_MAX, pre, j->extra, j->nextra);
+      rc = send_down(j, b, NULL, 0);
+      free(b);
+      if (rc)
+        return rc;
+      int *all = j->extra;
+      j->extra = NULL;
+      j->nextra = share(all, j->nextra, 0, j->lsize, &j->extra);
+      free(all);
+    }
     if (j->st) {
       j->st->nextra = j->nextra;
       j->st->extra = j->extra;
@@ -753,6 +1168,8 @@ int resihp_job_microbatch_samples(const resihp_job_t *j,
 int resihp_job_finish(resihp_job_t *j, const char *result) {
   if (!j)
     return RESIHP_EINVAL;
+  if (j->lrank > 0)
+    return 0; /* the leader reports for the replica */
   char line[300], r[224];
   snprintf(r, sizeof(r), "%s", result && *result ? result : "-");
   for (char *p = r; *p; p++)

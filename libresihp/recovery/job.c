@@ -33,6 +33,7 @@
 #include "config.h"
 
 #include "inject.h"
+#include "pmix_wireup.h"
 #include "../control/wire.h"
 #include "../transport/mesh.h"
 #include "../transport/sha256.h"
@@ -113,6 +114,7 @@ struct resihp_job {
   int64_t *work;
   size_t workcap;
   int detect_ms;
+  int pmix; /* the step's ranks found each other through PMIx */
 
   resihp_job_mb_sample_t samples[SAMPLES];
   long nsamples;
@@ -305,20 +307,29 @@ static int send_down(resihp_job_t *j, const char *line, const void *raw,
   return 0;
 }
 
-/* Non-leader: find the leader through the coordinator, then connect. */
+/* Non-leader: find the leader (through PMIx when the step has it, else
+ * through the coordinator), then connect. */
 static int join_leader(resihp_job_t *j, const char *jid, const char *sid) {
-  char line[256];
-  snprintf(line, sizeof(line), "SUBHELLO replica=%d lrank=%d jobid=%s stepid=%s",
-           j->replica, j->lrank, jid, sid);
-  int rc = send_line(j, line);
-  if (!rc)
-    rc = recv_msg(j);
-  if (rc)
-    return rc;
-  char lep[96];
-  if (strncmp(j->msg, "LEADER ", 7) ||
-      resihp__wire_get(j->msg, "ep", lep, sizeof(lep)))
-    return RESIHP_EPROTO;
+  char line[256], lep[96] = "";
+  int rc;
+  const char *how = "PMIx";
+  if (!j->pmix || resihp__pmix_leader_ep(j->lrank, lep, sizeof(lep))) {
+    how = "the coordinator";
+    snprintf(line, sizeof(line),
+             "SUBHELLO replica=%d lrank=%d jobid=%s stepid=%s", j->replica,
+             j->lrank, jid, sid);
+    rc = send_line(j, line);
+    if (!rc)
+      rc = recv_msg(j);
+    if (rc)
+      return rc;
+    if (strncmp(j->msg, "LEADER ", 7) ||
+        resihp__wire_get(j->msg, "ep", lep, sizeof(lep)))
+      return RESIHP_EPROTO;
+  }
+  resihp_log(RESIHP_LOG_INFO, "job",
+             "replica %d rank %d: rank 0 is at %s (found through %s)",
+             j->replica, j->lrank, lep, how);
   resihp__wire_free(&j->cw); /* only the leader speaks for the replica */
   int64_t dl = resihp__now_ms() + 30000;
   int fd = resihp__wire_dial(lep, dl);
@@ -539,6 +550,12 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
     const char *pr = getenv("SLURM_PROCID"), *nt = getenv("SLURM_NTASKS");
     j->lrank = pr && *pr ? atoi(pr) : 0;
     j->lsize = nt && *nt ? atoi(nt) : 1;
+    int pr_rank, pr_size;
+    if (j->lsize > 1 && resihp__pmix_init(&pr_rank, &pr_size) == 0) {
+      j->lrank = pr_rank;
+      j->lsize = pr_size;
+      j->pmix = 1;
+    }
     if (j->lsize < 1 || j->lsize > MAXM || j->lrank < 0 ||
         j->lrank >= j->lsize) {
       j->lrank = 0;
@@ -624,6 +641,11 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
       goto fail;
     }
     snprintf(j->lep, sizeof(j->lep), "%s:%d", ip, lport);
+    if (j->pmix && resihp__pmix_leader_ep(0, j->lep, sizeof(j->lep)))
+      resihp_log(RESIHP_LOG_WARN, "job",
+                 "replica %d: PMIx wire-up failed; the other ranks find "
+                 "this one through the coordinator",
+                 j->replica);
   }
   int port = 0, sport = 0;
   j->lfd = resihp__wire_listen(NULL, 0, &port);

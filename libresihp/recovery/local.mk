@@ -8,7 +8,15 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/coordinator.c \
 	libresihp/recovery/inject.h \
 	libresihp/recovery/inject.c \
-	libresihp/recovery/job.c
+	libresihp/recovery/job.c \
+	libresihp/recovery/pmix_wireup.h
+# The PMIx wire-up inside a replica's step, on its own so that only it sees
+# PMIx's headers.
+noinst_LTLIBRARIES += libresihp/libresihp-pmixwire.la
+libresihp_libresihp_pmixwire_la_SOURCES = libresihp/recovery/pmix_wireup.c
+libresihp_libresihp_pmixwire_la_CPPFLAGS = $(AM_CPPFLAGS) $(PMIX_CFLAGS)
+libresihp_libresihp_pmixwire_la_LIBADD = $(PMIX_LIBS)
+libresihp_libresihp_internal_la_LIBADD += libresihp/libresihp-pmixwire.la
 resihpinclude_HEADERS += libresihp/include/resihp/job.h
 
 bin_PROGRAMS += tools/resihp-run

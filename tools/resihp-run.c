@@ -36,8 +36,13 @@
 #define MAXN 4096
 #define MAXR RESIHP__COORD_MAX_REPLICAS
 
-enum { EXIT_OK = 0, EXIT_USAGE = 1, EXIT_LOST = 2, EXIT_DISAGREE = 3,
-       EXIT_SIGNAL = 4 };
+enum {
+  EXIT_OK = 0,
+  EXIT_USAGE = 1,
+  EXIT_LOST = 2,
+  EXIT_DISAGREE = 3,
+  EXIT_SIGNAL = 4
+};
 
 typedef struct {
   char name[64];
@@ -46,11 +51,11 @@ typedef struct {
 } node_t;
 
 typedef struct {
-  pid_t pid;          /* srun, 0 when none */
+  pid_t pid; /* srun, 0 when none */
   int nodes[64], nnodes;
   int64_t t_launch, kill_at;
-  int connected;      /* its rank has reached the coordinator */
-  int relaunch;       /* a replacement is wanted */
+  int connected; /* its rank has reached the coordinator */
+  int relaunch;  /* a replacement is wanted */
   int tries;
   int launches;
   int given_up;
@@ -83,7 +88,9 @@ static struct {
 
 static volatile sig_atomic_t got_signal;
 
-static void on_signal(int sig) { got_signal = sig; }
+static void on_signal(int sig) {
+  got_signal = sig;
+}
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...) {
@@ -98,15 +105,16 @@ static void say(const char *fmt, ...) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: resihp-run --replicas R [--spares S] [--nodes-per-replica K]\n"
-          "                  [--inject SPEC] [--kill-node-cmd CMD] [--mpi TYPE]\n"
-          "                  [--port P] [--coordinator-host HOST]\n"
-          "                  [--secret-file PATH] [--silence-ms MS]\n"
-          "                  [--launch-timeout S] [--quiet] -- PROGRAM [ARGS...]\n"
-          "Run PROGRAM as R data-parallel replicas, one Slurm job step each,\n"
-          "inside the current allocation, and replace failed replicas on spare\n"
-          "nodes while the others keep training. See resihp-run(1).\n");
+  fprintf(
+      f,
+      "usage: resihp-run --replicas R [--spares S] [--nodes-per-replica K]\n"
+      "                  [--inject SPEC] [--kill-node-cmd CMD] [--mpi TYPE]\n"
+      "                  [--port P] [--coordinator-host HOST]\n"
+      "                  [--secret-file PATH] [--silence-ms MS]\n"
+      "                  [--launch-timeout S] [--quiet] -- PROGRAM [ARGS...]\n"
+      "Run PROGRAM as R data-parallel replicas, one Slurm job step each,\n"
+      "inside the current allocation, and replace failed replicas on spare\n"
+      "nodes while the others keep training. See resihp-run(1).\n");
 }
 
 /* Run a shell command in the background (reaped by the main loop, killed
@@ -165,8 +173,7 @@ static int read_nodes(void) {
   }
   int rc = pclose(p);
   if (rc != 0 || g.nnodes == 0) {
-    fprintf(stderr, "resihp-run: 'scontrol show hostnames %s' failed\n",
-            list);
+    fprintf(stderr, "resihp-run: 'scontrol show hostnames %s' failed\n", list);
     return -1;
   }
   return 0;
@@ -179,8 +186,8 @@ static int make_secret(void) {
   char cwd[2048];
   if (!dir || !*dir)
     dir = getcwd(cwd, sizeof(cwd)) ? cwd : "/tmp";
-  snprintf(g.secret_file, sizeof(g.secret_file),
-           "%s/.resihp-secret.%s.%ld", dir, g.jobid, (long)getpid());
+  snprintf(g.secret_file, sizeof(g.secret_file), "%s/.resihp-secret.%s.%ld",
+           dir, g.jobid, (long)getpid());
   int fd = open(g.secret_file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     fprintf(stderr,
@@ -271,9 +278,21 @@ static int launch(int r) {
   snprintf(nk, sizeof(nk), "%d", g.K);
   snprintf(jn, sizeof(jn), "--job-name=resihp-replica-%d", r);
   snprintf(mpi, sizeof(mpi), "--mpi=%s", g.mpi ? g.mpi : "none");
-  const char *argv0[32] = {"srun", opt_res, opt_rep, "--resilient-role=replica",
-                           opt_co, "-N", nk, "-n", nk, "-w", nodelist,
-                           "--input=none", "--kill-on-bad-exit=0", jn, mpi};
+  const char *argv0[32] = {"srun",
+                           opt_res,
+                           opt_rep,
+                           "--resilient-role=replica",
+                           opt_co,
+                           "-N",
+                           nk,
+                           "-n",
+                           nk,
+                           "-w",
+                           nodelist,
+                           "--input=none",
+                           "--kill-on-bad-exit=0",
+                           jn,
+                           mpi};
   int na = 15, np = 0;
   while (g.prog[np])
     np++;
@@ -427,8 +446,8 @@ static void tick(void) {
       p->connected = 1;
     if (p->pid > 0 && !p->connected && !p->kill_at &&
         now - p->t_launch > (int64_t)g.launch_timeout_s * 1000) {
-      say("replica %d: rank did not join within %d s: marking its nodes bad",
-          r, g.launch_timeout_s);
+      say("replica %d: rank did not join within %d s: marking its nodes bad", r,
+          g.launch_timeout_s);
       kill(p->pid, SIGKILL);
       release_nodes(r, 1);
       p->relaunch = 1;
@@ -465,8 +484,8 @@ int main(int argc, char **argv) {
       {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "+r:s:k:i:c:m:p:H:f:S:T:qh", lo,
-                          NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, "+r:s:k:i:c:m:p:H:f:S:T:qh", lo, NULL)) !=
+         -1) {
     long v = 0;
     if (strchr("rskpST", o)) {
       errno = 0;
@@ -484,20 +503,48 @@ int main(int argc, char **argv) {
       }
     }
     switch (o) {
-    case 'r': g.R = (int)v; break;
-    case 's': g.S = (int)v; break;
-    case 'k': g.K = (int)v; break;
-    case 'i': g.inject = optarg; break;
-    case 'c': g.kill_cmd = optarg; break;
-    case 'm': g.mpi = optarg; break;
-    case 'p': g.port = (int)v; break;
-    case 'H': g.coord_host = optarg; break;
-    case 'f': snprintf(g.secret_file, sizeof(g.secret_file), "%s", optarg); break;
-    case 'S': g.silence_ms = (int)v; break;
-    case 'T': g.launch_timeout_s = (int)v; break;
-    case 'q': g.quiet = 1; break;
-    case 'h': usage(stdout); return EXIT_OK;
-    default: usage(stderr); return EXIT_USAGE;
+    case 'r':
+      g.R = (int)v;
+      break;
+    case 's':
+      g.S = (int)v;
+      break;
+    case 'k':
+      g.K = (int)v;
+      break;
+    case 'i':
+      g.inject = optarg;
+      break;
+    case 'c':
+      g.kill_cmd = optarg;
+      break;
+    case 'm':
+      g.mpi = optarg;
+      break;
+    case 'p':
+      g.port = (int)v;
+      break;
+    case 'H':
+      g.coord_host = optarg;
+      break;
+    case 'f':
+      snprintf(g.secret_file, sizeof(g.secret_file), "%s", optarg);
+      break;
+    case 'S':
+      g.silence_ms = (int)v;
+      break;
+    case 'T':
+      g.launch_timeout_s = (int)v;
+      break;
+    case 'q':
+      g.quiet = 1;
+      break;
+    case 'h':
+      usage(stdout);
+      return EXIT_OK;
+    default:
+      usage(stderr);
+      return EXIT_USAGE;
     }
   }
   if (optind >= argc) {
@@ -557,17 +604,17 @@ int main(int argc, char **argv) {
       unlink(g.secret_file);
     return EXIT_USAGE;
   }
-  resihp__coord_opts_t co = {.replicas = g.R,
-                             .port = g.port,
-                             .secret = secret,
-                             .secret_len = slen,
-                             .silence_ms = g.silence_ms
-                                               ? g.silence_ms
-                                               : (int)resihp_settings_get(
-                                                     resihp_settings_global(),
-                                                     RESIHP_SETTING_COORD_TIMEOUT),
-                             .on_failed = on_failed,
-                             .on_fault = on_fault};
+  resihp__coord_opts_t co = {
+      .replicas = g.R,
+      .port = g.port,
+      .secret = secret,
+      .secret_len = slen,
+      .silence_ms =
+          g.silence_ms ? g.silence_ms
+                       : (int)resihp_settings_get(resihp_settings_global(),
+                                                  RESIHP_SETTING_COORD_TIMEOUT),
+      .on_failed = on_failed,
+      .on_fault = on_fault};
   int rc = resihp__coord_create(&co, &g.coord);
   memset(secret, 0, sizeof(secret));
   if (rc) {

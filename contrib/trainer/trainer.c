@@ -27,17 +27,17 @@
  */
 #include <resihp.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -427,11 +427,12 @@ static int run_checkpointed(model_t *m) {
     memset(m->acc, 0, (m->P + 1) * sizeof(int64_t));
     for (int mb = rank; mb < c->M; mb += n)
       add_microbatch(m, NULL, s, mb, fb);
-    rc = resihp_allreduce(comm, m->acc, m->P + 1, RESIHP_FIXED64,
-                          RESIHP_OP_SUM);
+    rc =
+        resihp_allreduce(comm, m->acc, m->P + 1, RESIHP_FIXED64, RESIHP_OP_SUM);
     if (rc) {
-      fprintf(stderr, "trainer[%d]: step %ld: all-reduce failed (%s): the "
-                      "job must restart from its checkpoint\n",
+      fprintf(stderr,
+              "trainer[%d]: step %ld: all-reduce failed (%s): the "
+              "job must restart from its checkpoint\n",
               rank, s, resihp_strerror(rc));
       resihp_comm_destroy(comm);
       return 1;
@@ -458,55 +459,110 @@ static int run_checkpointed(model_t *m) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: resihp-trainer [--steps N] [--microbatches M] [--batch B]\n"
-          "       [--hidden H] [--embed D] [--vocab V] [--classes C] [--lr X]\n"
-          "       [--momentum X] [--seed S] [--mb-ms MS] [--print-every N]\n"
-          "       [--quiet] [--checkpoint DIR --checkpoint-every K [--die-at S,S..]]\n"
-          "Run under resihp-run (see resihp-run(1)); prints the checksum of the\n"
-          "final parameters.\n");
+  fprintf(
+      f,
+      "usage: resihp-trainer [--steps N] [--microbatches M] [--batch B]\n"
+      "       [--hidden H] [--embed D] [--vocab V] [--classes C] [--lr X]\n"
+      "       [--momentum X] [--seed S] [--mb-ms MS] [--print-every N]\n"
+      "       [--quiet] [--checkpoint DIR --checkpoint-every K [--die-at "
+      "S,S..]]\n"
+      "Run under resihp-run (see resihp-run(1)); prints the checksum of the\n"
+      "final parameters.\n");
 }
 
 int main(int argc, char **argv) {
-  model_t m = {.c = {.V = 64, .D = 16, .H = 32, .C = 8, .B = 8, .M = 12,
-                     .steps = 40, .lr = 0.2, .momentum = 0.9, .seed = 1,
-                     .mb_ms = 2, .print_every = 10}};
-  static const struct option lo[] = {
-      {"steps", 1, 0, 's'},  {"microbatches", 1, 0, 'M'},
-      {"batch", 1, 0, 'B'},  {"hidden", 1, 0, 'H'},
-      {"embed", 1, 0, 'D'},  {"vocab", 1, 0, 'V'},
-      {"classes", 1, 0, 'C'}, {"lr", 1, 0, 'l'},
-      {"momentum", 1, 0, 'u'}, {"seed", 1, 0, 'S'},
-      {"mb-ms", 1, 0, 'w'},  {"print-every", 1, 0, 'p'},
-      {"quiet", 0, 0, 'q'},  {"checkpoint", 1, 0, 'k'},
-      {"checkpoint-every", 1, 0, 'K'}, {"die-at", 1, 0, 'd'},
-      {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+  model_t m = {.c = {.V = 64,
+                     .D = 16,
+                     .H = 32,
+                     .C = 8,
+                     .B = 8,
+                     .M = 12,
+                     .steps = 40,
+                     .lr = 0.2,
+                     .momentum = 0.9,
+                     .seed = 1,
+                     .mb_ms = 2,
+                     .print_every = 10}};
+  static const struct option lo[] = {{"steps", 1, 0, 's'},
+                                     {"microbatches", 1, 0, 'M'},
+                                     {"batch", 1, 0, 'B'},
+                                     {"hidden", 1, 0, 'H'},
+                                     {"embed", 1, 0, 'D'},
+                                     {"vocab", 1, 0, 'V'},
+                                     {"classes", 1, 0, 'C'},
+                                     {"lr", 1, 0, 'l'},
+                                     {"momentum", 1, 0, 'u'},
+                                     {"seed", 1, 0, 'S'},
+                                     {"mb-ms", 1, 0, 'w'},
+                                     {"print-every", 1, 0, 'p'},
+                                     {"quiet", 0, 0, 'q'},
+                                     {"checkpoint", 1, 0, 'k'},
+                                     {"checkpoint-every", 1, 0, 'K'},
+                                     {"die-at", 1, 0, 'd'},
+                                     {"help", 0, 0, 'h'},
+                                     {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (o) {
-    case 's': m.c.steps = atol(optarg); break;
-    case 'M': m.c.M = atoi(optarg); break;
-    case 'B': m.c.B = atoi(optarg); break;
-    case 'H': m.c.H = atoi(optarg); break;
-    case 'D': m.c.D = atoi(optarg); break;
-    case 'V': m.c.V = atoi(optarg); break;
-    case 'C': m.c.C = atoi(optarg); break;
-    case 'l': m.c.lr = atof(optarg); break;
-    case 'u': m.c.momentum = atof(optarg); break;
-    case 'S': m.c.seed = strtoull(optarg, NULL, 10); break;
-    case 'w': m.c.mb_ms = atoi(optarg); break;
-    case 'p': m.c.print_every = atoi(optarg); break;
-    case 'q': m.c.quiet = 1; break;
-    case 'k': m.c.ckpt_dir = optarg; break;
-    case 'K': m.c.ckpt_every = atoi(optarg); break;
-    case 'd': m.c.die_at = optarg; break;
-    case 'h': usage(stdout); return 0;
-    default: usage(stderr); return 2;
+    case 's':
+      m.c.steps = atol(optarg);
+      break;
+    case 'M':
+      m.c.M = atoi(optarg);
+      break;
+    case 'B':
+      m.c.B = atoi(optarg);
+      break;
+    case 'H':
+      m.c.H = atoi(optarg);
+      break;
+    case 'D':
+      m.c.D = atoi(optarg);
+      break;
+    case 'V':
+      m.c.V = atoi(optarg);
+      break;
+    case 'C':
+      m.c.C = atoi(optarg);
+      break;
+    case 'l':
+      m.c.lr = atof(optarg);
+      break;
+    case 'u':
+      m.c.momentum = atof(optarg);
+      break;
+    case 'S':
+      m.c.seed = strtoull(optarg, NULL, 10);
+      break;
+    case 'w':
+      m.c.mb_ms = atoi(optarg);
+      break;
+    case 'p':
+      m.c.print_every = atoi(optarg);
+      break;
+    case 'q':
+      m.c.quiet = 1;
+      break;
+    case 'k':
+      m.c.ckpt_dir = optarg;
+      break;
+    case 'K':
+      m.c.ckpt_every = atoi(optarg);
+      break;
+    case 'd':
+      m.c.die_at = optarg;
+      break;
+    case 'h':
+      usage(stdout);
+      return 0;
+    default:
+      usage(stderr);
+      return 2;
     }
   }
   if (m.c.steps < 1 || m.c.M < 1 || m.c.B < 1 || m.c.H < 1 || m.c.H > 256 ||
-      m.c.D < 1 || m.c.D > 256 || m.c.C < 2 || m.c.C > 64 ||
-      m.c.V < m.c.C || m.c.mb_ms < 0) {
+      m.c.D < 1 || m.c.D > 256 || m.c.C < 2 || m.c.C > 64 || m.c.V < m.c.C ||
+      m.c.mb_ms < 0) {
     fprintf(stderr, "resihp-trainer: bad sizes (hidden/embed <= 256, "
                     "2 <= classes <= 64 <= vocab)\n");
     return 2;

@@ -26,20 +26,20 @@
  */
 #include "config.h"
 
+#include "../transport/mesh.h"
 #include "coordinator.h"
 #include "wire.h"
-#include "../transport/mesh.h"
 
 #include <resihp/error.h>
 #include <resihp/log.h>
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -133,8 +133,8 @@ static void send_to(resihp__coord_t *c, int r, const char *line) {
   rep_t *p = &c->reps[r];
   if (p->conn < 0)
     return;
-  if (resihp__wire_send(c->conns[p->conn].w.fd, line,
-                        resihp__now_ms() + 2000) < 0)
+  if (resihp__wire_send(c->conns[p->conn].w.fd, line, resihp__now_ms() + 2000) <
+      0)
     logc(RESIHP_LOG_WARN, "cannot send to replica %d", r);
 }
 
@@ -315,7 +315,6 @@ static void start_step(resihp__coord_t *c) {
   int64_t now = resihp__now_ms();
   c->start_ms[c->step] = now;
   c->phase = P_RUN;
-  int jk = 0;
   char *line = malloc(LINE * 4);
   if (!line)
     return;
@@ -356,7 +355,6 @@ static void start_step(resihp__coord_t *c) {
     }
     send_to(c, r, line);
   }
-  (void)jk;
   free(line);
 }
 
@@ -371,8 +369,7 @@ static void commit_step(resihp__coord_t *c) {
 
 /* Move the state machine on as far as the replicas let it. */
 static void advance(resihp__coord_t *c) {
-  for (int guard = 0; guard < 8 && c->state == RESIHP__COORD_RUNNING;
-       guard++) {
+  for (int guard = 0; guard < 8 && c->state == RESIHP__COORD_RUNNING; guard++) {
     if (c->phase == P_RUN) {
       for (int i = 0; i < c->nmembers; i++)
         if (c->reps[c->members[i]].begun <= c->step)
@@ -584,8 +581,8 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
       resihp__wire_get_long(msg, "mbs", &m) ||
       resihp__wire_get_long(msg, "steps", &s) ||
       resihp__wire_get(msg, "ep", ep, sizeof(ep)) ||
-      resihp__wire_get(msg, "sep", sep, sizeof(sep)) || r < 0 ||
-      r >= c->R || m < 1 || m > 1000000 || s < 1) {
+      resihp__wire_get(msg, "sep", sep, sizeof(sep)) || r < 0 || r >= c->R ||
+      m < 1 || m > 1000000 || s < 1) {
     logc(RESIHP_LOG_ERROR, "bad HELLO (%s): refused", msg);
     resihp__wire_send(c->conns[k].w.fd, "NO reason=bad-hello",
                       resihp__now_ms() + 1000);
@@ -642,8 +639,8 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   char line[128];
   snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld", r, c->step);
   send_to(c, (int)r, line);
-  logc(RESIHP_LOG_INFO, "replica %ld joined from %s (node %s, step %ld.%ld)",
-       r, ep, node, jobid, stepid);
+  logc(RESIHP_LOG_INFO, "replica %ld joined from %s (node %s, step %ld.%ld)", r,
+       ep, node, jobid, stepid);
   answer_subs(c, (int)r);
 }
 
@@ -813,8 +810,7 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
   return 0;
 }
 
-int resihp__coord_create(const resihp__coord_opts_t *o,
-                         resihp__coord_t **out) {
+int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   if (!o || o->replicas < 1 || o->replicas > MAXR || !o->secret ||
       !o->secret_len)
     return RESIHP_EINVAL;
@@ -867,10 +863,18 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c);
 }
 
-int resihp__coord_port(const resihp__coord_t *c) { return c->port; }
-int resihp__coord_state(const resihp__coord_t *c) { return c->state; }
-long resihp__coord_step(const resihp__coord_t *c) { return c->step; }
-int resihp__coord_members(const resihp__coord_t *c) { return c->nmembers; }
+int resihp__coord_port(const resihp__coord_t *c) {
+  return c->port;
+}
+int resihp__coord_state(const resihp__coord_t *c) {
+  return c->state;
+}
+long resihp__coord_step(const resihp__coord_t *c) {
+  return c->step;
+}
+int resihp__coord_members(const resihp__coord_t *c) {
+  return c->nmembers;
+}
 int resihp__coord_connected(const resihp__coord_t *c, int r) {
   return r >= 0 && r < c->R && c->reps[r].conn >= 0;
 }
@@ -912,12 +916,14 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
   fprintf(f, "resihp-run summary\n");
   fprintf(f, "  steps completed:        %ld of %ld (%d microbatches each)\n",
           steps, c->S, c->M);
-  fprintf(f, "  training time:          %.3f s (%.2f steps/s, %.1f "
-             "microbatches/s; median step %.0f ms)\n",
+  fprintf(f,
+          "  training time:          %.3f s (%.2f steps/s, %.1f "
+          "microbatches/s; median step %.0f ms)\n",
           secs, secs > 0 ? steps / secs : 0.0,
           secs > 0 ? (double)steps * c->M / secs : 0.0, median);
-  fprintf(f, "  failures:               %d (%ld microbatches reassigned "
-             "within their step)\n",
+  fprintf(f,
+          "  failures:               %d (%ld microbatches reassigned "
+          "within their step)\n",
           c->nfails, c->reassigned);
   double worst_stall = 0, worst_rejoin = 0;
   for (int i = 0; i < c->nfails; i++) {
@@ -946,9 +952,8 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
     fprintf(f,
             "  failure %d: replica %d, %s%s at step %ld (%s); detected after "
             "%lld ms; survivors' stall %.0f ms; %s\n",
-            i + 1, x->replica, x->kind, x->catchup ? " during catch-up" : "",
-            s, x->why,
-            (long long)(x->t_detect - x->t_fault), stall, rj);
+            i + 1, x->replica, x->kind, x->catchup ? " during catch-up" : "", s,
+            x->why, (long long)(x->t_detect - x->t_fault), stall, rj);
   }
   if (c->nfails)
     fprintf(f, "  worst survivor stall:   %.0f ms; worst rejoin: %.2f s\n",

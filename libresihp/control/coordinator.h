@@ -19,12 +19,15 @@
  *   coord -> REASSIGN step=s cepoch=c extra=a:b  (the microbatches of
  *            replicas outside the view, spread over the view; the same
  *            answer for every member of the same (s, c))
- *   rank  -> END step=s
- *   coord -> DONE when s reaches the number of steps.
+ *   (the next BEGIN s+1 commits step s in the ledger)
+ *   coord -> DONE instead of GO when s reaches the number of steps.
  *
  * Also: HB both ways (liveness), FAULT kind=... (an injected fault is
  * about to fire), CATCHUP_FAILED (a replacement lost its source and waits
- * to be admitted again), FINISH result=... at the end.
+ * to be admitted again), FINISH result=... at the end, and for replicas
+ * of several ranks SUBHELLO replica= jobid= stepid= from a rank other than
+ * the step's rank 0, answered with LEADER ep=... once that rank 0 has said
+ * HELLO with lep=... (its address for the step's other ranks).
  */
 #ifndef RESIHP_CONTROL_COORDINATOR_H
 #define RESIHP_CONTROL_COORDINATOR_H
@@ -54,7 +57,11 @@ typedef struct {
   void *ud;
 } resihp__coord_opts_t;
 
-enum { RESIHP__COORD_RUNNING = 0, RESIHP__COORD_DONE = 1, RESIHP__COORD_LOST = 2 };
+enum {
+  RESIHP__COORD_RUNNING = 0,
+  RESIHP__COORD_DONE = 1,
+  RESIHP__COORD_LOST = 2
+};
 
 int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out);
 void resihp__coord_destroy(resihp__coord_t *c);

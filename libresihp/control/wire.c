@@ -2,9 +2,9 @@
  * connections (see wire.h). */
 #include "config.h"
 
-#include "wire.h"
 #include "../transport/mesh.h"
 #include "../transport/sha256.h"
+#include "wire.h"
 
 #include <resihp/error.h>
 #include <resihp/log.h>

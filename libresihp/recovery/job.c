@@ -32,11 +32,11 @@
  */
 #include "config.h"
 
-#include "inject.h"
-#include "pmix_wireup.h"
 #include "../control/wire.h"
 #include "../transport/mesh.h"
 #include "../transport/sha256.h"
+#include "inject.h"
+#include "pmix_wireup.h"
 
 #include <resihp/allreduce.h>
 #include <resihp/error.h>
@@ -131,9 +131,8 @@ static int send_line(resihp_job_t *j, const char *line) {
   int rc = resihp__wire_send(j->cw.fd, line, resihp__now_ms() + j->timeout_ms);
   pthread_mutex_unlock(&j->send_mu);
   if (rc)
-    resihp_log(RESIHP_LOG_ERROR, "job",
-               "replica %d: lost the coordinator (%s)", j->replica,
-               resihp_strerror(rc));
+    resihp_log(RESIHP_LOG_ERROR, "job", "replica %d: lost the coordinator (%s)",
+               j->replica, resihp_strerror(rc));
   return rc;
 }
 
@@ -244,15 +243,14 @@ void resihp_job_destroy(resihp_job_t *j) {
   free(j);
 }
 
-
 static int parse_list(const char *msg, const char *key, int **out, int *n);
 static void maybe_fire(resihp_job_t *j, long step);
 
 /* Read the next line from a local link, skipping heartbeats; silence for
  * the detection bound is a failure. The leader forwards faults announced
  * by its ranks to the coordinator. */
-static int local_recv(resihp_job_t *j, resihp__wire_t *w, char *out,
-                      size_t cap, int64_t patience_ms) {
+static int local_recv(resihp_job_t *j, resihp__wire_t *w, char *out, size_t cap,
+                      int64_t patience_ms) {
   for (;;) {
     int rc = resihp__wire_recv(w, out, cap, resihp__now_ms() + patience_ms);
     if (rc)
@@ -377,8 +375,8 @@ static int accept_ranks(resihp_job_t *j) {
     long lr = -1;
     if (resihp__wire_auth_server(&w, j->secret, j->secret_len, "local", dl) ||
         resihp__wire_recv(&w, line, sizeof(line), dl) ||
-        resihp__wire_get_long(line, "lrank", &lr) || lr < 1 ||
-        lr >= j->lsize || j->down[lr - 1].fd >= 0) {
+        resihp__wire_get_long(line, "lrank", &lr) || lr < 1 || lr >= j->lsize ||
+        j->down[lr - 1].fd >= 0) {
       resihp__wire_free(&w);
       continue;
     }
@@ -400,8 +398,8 @@ static int share(const int *list, int n, int lrank, int lsize, int **out) {
   return k;
 }
 
-static void format_list(char *buf, size_t cap, const char *prefix,
-                        const int *v, int n) {
+static void format_list(char *buf, size_t cap, const char *prefix, const int *v,
+                        int n) {
   size_t off = (size_t)snprintf(buf, cap, "%s", prefix);
   for (int i = 0; i < n && off + 12 < cap; i++)
     off += (size_t)snprintf(buf + off, cap - off, "%s%d", i ? ":" : "", v[i]);
@@ -511,8 +509,7 @@ static int gather(resihp_job_t *j, const int64_t *acc, size_t n) {
     char line[64];
     long got = -1;
     /* the rank is computing: wait while it keeps sending heartbeats */
-    rc = local_recv(j, &j->down[k], line, sizeof(line),
-                    (int64_t)j->detect_ms);
+    rc = local_recv(j, &j->down[k], line, sizeof(line), (int64_t)j->detect_ms);
     if (!rc && (strncmp(line, "ACC ", 4) ||
                 resihp__wire_get_long(line, "n", &got) || (size_t)got != n))
       rc = RESIHP_EPROTO;
@@ -609,8 +606,8 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
     goto fail;
   }
   resihp__wire_init(&j->cw, fd);
-  if ((rc = resihp__wire_auth_client(&j->cw, j->secret, j->secret_len,
-                                     "coord", resihp__now_ms() + 10000))) {
+  if ((rc = resihp__wire_auth_client(&j->cw, j->secret, j->secret_len, "coord",
+                                     resihp__now_ms() + 10000))) {
     resihp_log(RESIHP_LOG_ERROR, "job",
                "coordinator %s: authentication failed (%s): is "
                "RESIHP_SECRET_FILE the job's secret?",
@@ -694,7 +691,9 @@ int resihp_job_set_state(resihp_job_t *j, void *state, size_t bytes) {
   return 0;
 }
 
-int resihp_job_replica(const resihp_job_t *j) { return j ? j->replica : -1; }
+int resihp_job_replica(const resihp_job_t *j) {
+  return j ? j->replica : -1;
+}
 
 static int parse_list(const char *msg, const char *key, int **out, int *n) {
   char *v = malloc(MSG_MAX);
@@ -720,8 +719,8 @@ static void fire(resihp_job_t *j, resihp__inj_kind_t kind, long step) {
   snprintf(line, sizeof(line), "FAULT kind=%s step=%ld node=%s",
            resihp__inject_kind_name(kind), step, j->node);
   resihp_log(RESIHP_LOG_WARN, "job",
-             "replica %d: injected fault %s at step %ld (node %s)",
-             j->replica, resihp__inject_kind_name(kind), step, j->node);
+             "replica %d: injected fault %s at step %ld (node %s)", j->replica,
+             resihp__inject_kind_name(kind), step, j->node);
   if (j->lrank > 0)
     local_send(j, j->up.fd, line, NULL, 0);
   else
@@ -760,8 +759,8 @@ static void maybe_fire(resihp_job_t *j, long step) {
 
 static int catchup_fault(resihp_job_t *j) {
   for (int i = 0; i < j->ninj; i++)
-    if (!j->inj_fired[i] && j->inj[i].replica == j->replica &&
-        j->lrank == 0 && j->inj[i].step == RESIHP__INJECT_CATCHUP)
+    if (!j->inj_fired[i] && j->inj[i].replica == j->replica && j->lrank == 0 &&
+        j->inj[i].step == RESIHP__INJECT_CATCHUP)
       return i;
   return -1;
 }
@@ -783,7 +782,8 @@ static void *serve_main(void *arg) {
   snprintf(list, sizeof(list), "%s", j->serve_to);
   digest_hex(j->snap, j->state_len, dg);
   char *save = NULL;
-  for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+  for (char *t = strtok_r(list, ",", &save); t;
+       t = strtok_r(NULL, ",", &save)) {
     char *at = strchr(t, '@');
     if (!at)
       continue;
@@ -813,12 +813,12 @@ static void *serve_main(void *arg) {
       fire(j, j->inj[f].kind, RESIHP__INJECT_CATCHUP);
     }
     if (!rc)
-      rc = resihp__io_full(fd, j->snap + half, j->state_len - half, 1,
-                           deadline);
+      rc =
+          resihp__io_full(fd, j->snap + half, j->state_len - half, 1, deadline);
     if (rc)
       resihp_log(RESIHP_LOG_WARN, "job",
-                 "replica %d: catch-up of replica %.*s failed (%s)",
-                 j->replica, (int)(at - t), t, resihp_strerror(rc));
+                 "replica %d: catch-up of replica %.*s failed (%s)", j->replica,
+                 (int)(at - t), t, resihp_strerror(rc));
     else
       resihp_log(RESIHP_LOG_INFO, "job",
                  "replica %d: sent %zu bytes of step-%ld state to replica %.*s",
@@ -1043,9 +1043,10 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
       if (!b)
         return RESIHP_ENOMEM;
       char pre[160];
-      snprintf(pre, sizeof(pre), "STEP step=%ld cu=%ld epoch=%u nrep=%d "
-               "state=%zu mbs=", s, cu, j->epoch, j->nmembers,
-               cu ? j->state_len : (size_t)0);
+      snprintf(pre, sizeof(pre),
+               "STEP step=%ld cu=%ld epoch=%u nrep=%d "
+               "state=%zu mbs=",
+               s, cu, j->epoch, j->nmembers, cu ? j->state_len : (size_t)0);
       format_list(b, MSG_MAX, pre, j->mbs, j->nmbs);
       rc = send_down(j, b, j->state, cu ? j->state_len : 0);
       free(b);
@@ -1197,7 +1198,6 @@ int resihp_job_finish(resihp_job_t *j, const char *result) {
   for (char *p = r; *p; p++)
     if (*p <= ' ' || *p > '~')
       *p = '_';
-  snprintf(line, sizeof(line), "FINISH result=%s",
-           j->valid_state ? r : "-");
+  snprintf(line, sizeof(line), "FINISH result=%s", j->valid_state ? r : "-");
   return send_line(j, line);
 }

@@ -39,8 +39,8 @@ START_TEST(inject_specs) {
                    "kill-rank:1@catchup");
   ck_assert_int_eq(resihp__inject_parse("", v, 8, &n, err, sizeof(err)), 0);
   ck_assert_int_eq(n, 0);
-  const char *bad[] = {"kill-rank", "kill-rank:0",   "explode:0@1",
-                       "kill-rank:x@1", "kill-rank:0@-3", "kill-rank:0@1,",
+  const char *bad[] = {"kill-rank",        "kill-rank:0",    "explode:0@1",
+                       "kill-rank:x@1",    "kill-rank:0@-3", "kill-rank:0@1,",
                        "kill-rank:0@soon", ",kill-rank:0@1"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     err[0] = '\0';
@@ -68,8 +68,8 @@ START_TEST(wire_auth) {
     close(sv[1]);
     resihp__wire_t w;
     resihp__wire_init(&w, sv[0]);
-    int rc = resihp__wire_auth_server(&w, k1, 10, "coord",
-                                      resihp__now_ms() + 3000);
+    int rc =
+        resihp__wire_auth_server(&w, k1, 10, "coord", resihp__now_ms() + 3000);
     resihp__wire_free(&w);
     int st;
     waitpid(p, &st, 0);
@@ -208,7 +208,8 @@ static int run_job(int R, int victim, int die_at, int replace, char *out,
   harness_t h = {.R = R, .allow_replace = replace};
   resihp__coord_opts_t co = {.replicas = R,
                              .bind_host = "127.0.0.1",
-                             .secret = (const uint8_t *)"unit-test-secret-0123456789",
+                             .secret =
+                                 (const uint8_t *)"unit-test-secret-0123456789",
                              .secret_len = 27,
                              .silence_ms = 3000,
                              .on_failed = on_failed,

@@ -40,8 +40,21 @@
  * step (st.catching_up) but applies the step's all-reduced gradient like
  * everyone else. From the following step it gets its quota back.
  *
+ * Several ranks per replica. When a replica's step has several tasks
+ * (resihp-run --nodes-per-replica K), rank 0 of the step speaks for the
+ * replica (coordinator, all-reduce across replicas); the other ranks find
+ * it through PMIx (srun --mpi=pmix) or the coordinator and connect to it.
+ * Every rank calls the same API: st.mbs and st.extra are that rank's share
+ * of the replica's microbatches, resihp_job_allreduce sums the ranks'
+ * accumulators exactly before the all-reduce across replicas and hands the
+ * result to every rank. Any rank failing fails its whole replica. The state
+ * is assumed replicated within a replica: a replacement's ranks all get the
+ * serving replica's rank-0 state.
+ *
  * Fault injection (RESIHP_INJECT, see resihp-run(1)) is executed here:
- * begin_step fires the injection planned for this replica at this step.
+ * begin_step fires the injection planned for this replica at this step
+ * (kill-rank and hang-rank in the replica's last rank, kill-node in its
+ * rank 0).
  *
  * Threads. A job is used by one thread. It owns a heartbeat thread and, on
  * a member that serves a catch-up, a sender thread; both are joined by

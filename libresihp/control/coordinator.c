@@ -930,7 +930,7 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
     const fail_t *x = &c->fails[i];
     /* the step in which the fault happened */
     long s = x->step;
-    for (long k = 0; c->start_ms && k < steps; k++)
+    for (long k = 0; c->start_ms && k <= steps && k < c->S; k++)
       if (c->start_ms[k] && c->start_ms[k] <= x->t_fault)
         s = k;
     int64_t sd = step_ms(c, s);
@@ -947,17 +947,27 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
     if (rejoin >= 0)
       snprintf(rj, sizeof(rj), "replacement training again after %.2f s",
                rejoin);
+    else if (x->t_admit)
+      snprintf(rj, sizeof(rj), "its replacement failed while catching up");
     else
       snprintf(rj, sizeof(rj), "not replaced");
+    char sl[48];
+    if (stall >= 0)
+      snprintf(sl, sizeof(sl), "%.0f ms", stall);
+    else
+      snprintf(sl, sizeof(sl), "n/a (step not completed)");
     fprintf(f,
             "  failure %d: replica %d, %s%s at step %ld (%s); detected after "
-            "%lld ms; survivors' stall %.0f ms; %s\n",
+            "%lld ms; survivors' stall %s; %s\n",
             i + 1, x->replica, x->kind, x->catchup ? " during catch-up" : "", s,
-            x->why, (long long)(x->t_detect - x->t_fault), stall, rj);
+            x->why, (long long)(x->t_detect - x->t_fault), sl, rj);
   }
-  if (c->nfails)
+  if (c->nfails && worst_rejoin > 0)
     fprintf(f, "  worst survivor stall:   %.0f ms; worst rejoin: %.2f s\n",
             worst_stall, worst_rejoin);
+  else if (c->nfails)
+    fprintf(f, "  worst survivor stall:   %.0f ms; no replica rejoined\n",
+            worst_stall);
   const char *ref = NULL;
   int agree = 1, nres = 0;
   for (int r = 0; r < c->R; r++) {

@@ -271,6 +271,47 @@ START_TEST(job_rank_dies_replaced) {
 }
 END_TEST
 
+/* A rank with the wrong secret is refused by the coordinator. */
+START_TEST(job_wrong_secret_refused) {
+  const char *good = "the-job-secret-0123456789";
+  resihp__coord_opts_t co = {.replicas = 1,
+                             .bind_host = "127.0.0.1",
+                             .secret = (const uint8_t *)good,
+                             .secret_len = strlen(good),
+                             .silence_ms = 3000};
+  resihp__coord_t *c;
+  ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
+  char ep[64], path[128];
+  snprintf(ep, sizeof(ep), "127.0.0.1:%d", resihp__coord_port(c));
+  snprintf(path, sizeof(path), "/tmp/resihp-test-badsecret.%d", (int)getpid());
+  FILE *f = fopen(path, "w");
+  fputs("not-the-job-secret", f);
+  fclose(f);
+  pid_t p = fork();
+  if (p == 0) {
+    resihp_job_opts_t o;
+    resihp_job_opts_init(&o);
+    o.microbatches = 1;
+    o.steps = 1;
+    o.coordinator = ep;
+    o.replica = 0;
+    o.secret_file = path;
+    o.inject = "";
+    resihp_job_t *job = NULL;
+    int rc = resihp_job_join(&o, &job);
+    _exit(rc == RESIHP_EAUTH ? 0 : 1);
+  }
+  int st = 0;
+  while (waitpid(p, &st, WNOHANG) == 0)
+    resihp__coord_poll(c, 20);
+  unlink(path);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  ck_assert_int_eq(resihp__coord_connected(c, 0), 0);
+  resihp__coord_destroy(c);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("recovery");
   TCase *tc = tcase_create("specs");
@@ -282,6 +323,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, job_without_failure);
   tcase_add_test(tc, job_rank_dies_no_spare);
   tcase_add_test(tc, job_rank_dies_replaced);
+  tcase_add_test(tc, job_wrong_secret_refused);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,5 +1,5 @@
 #!/bin/bash
-# resihp training demo: builds resihp, starts a real 4-node Slurm cluster on
+# resihp training demo: builds resihp, starts a real 5-node Slurm cluster on
 # this machine, and trains the example model (contrib/trainer) as 3
 # data-parallel replicas + 1 spare node under resihp-run while a rank is
 # killed, a whole node is killed (slurmd and all) and a rank hangs. The
@@ -29,6 +29,8 @@ flock -w 600 9 || { echo "run-training-demo: another resihp cluster is running" 
 
 step() { printf '\n== %s\n' "$*"; }
 # Slurm must not notice the killed node and end the job: resihp does it.
+# A fifth node lets the benchmark replace all three of its failures.
+export NNODES=5
 SLURMD_TIMEOUT=300 PLUGSTACK_LINE="required $B/spank/.libs/resihp.so" cluster start || exit 1
 eval "$(cluster env)"
 sinfo -N -o '  %N %T %c CPUs'
@@ -66,8 +68,9 @@ done
 
 if [ -z "${NO_BENCH:-}" ]; then
   step "effective throughput vs checkpoint-restart (tools/resihp-bench-recovery.sh)"
-  for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 4 ] && break; sleep 0.2; done
-  salloc -Q --no-kill -N4 "$src/tools/resihp-bench-recovery.sh" --bindir "$B/tools" \
-    --trainer "$B/contrib/trainer/resihp-trainer" --steps "$STEPS" --mb-ms "$MB_MS"
+  for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 5 ] && break; sleep 0.2; done
+  salloc -Q --no-kill -N5 "$src/tools/resihp-bench-recovery.sh" --bindir "$B/tools" \
+    --trainer "$B/contrib/trainer/resihp-trainer" --steps "$STEPS" --mb-ms "$MB_MS" \
+    --replicas 2 --spares 3
 fi
 [ -n "$ref" ] && [ "$got" = "$ref" ]

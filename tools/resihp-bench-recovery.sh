@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     --node-detect-s) NODE_DETECT_S=$2; shift ;;
     --bindir) BINDIR=$2; shift ;;
     --trainer) TRAINER=$2; shift ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     *) echo "resihp-bench-recovery: unknown option '$1' (see --help)" >&2; exit 1 ;;
   esac
   shift

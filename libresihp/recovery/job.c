@@ -834,10 +834,15 @@ static int receive_state(resihp_job_t *j) {
   int fd = -1, rc = RESIHP_ETIMEDOUT;
   while (resihp__now_ms() < deadline) {
     struct pollfd p = {.fd = j->slfd, .events = POLLIN};
-    poll(&p, 1, 200);
+    poll(&p, 1, 50);
     fd = accept4(j->slfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0)
+    if (fd < 0) {
+      /* a member died before its state came (maybe the source): give up
+       * now rather than hold the survivors' all-reduce up */
+      if (resihp_comm_failed(j->comm, NULL, 0) > 0)
+        return RESIHP_EPEER;
       continue;
+    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     resihp__wire_t w;

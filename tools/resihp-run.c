@@ -47,6 +47,7 @@ enum {
 typedef struct {
   char name[64];
   int bad;
+  int ready; /* its spare check step succeeded */
   int owner; /* replica using it, -1 free */
 } node_t;
 
@@ -84,6 +85,8 @@ static struct {
   resihp__coord_t *coord;
   char coord_ep[300];
   int nbad, nreplacements;
+  int no_spare_check;
+  pid_t checks[MAXN]; /* spare check step per node, 0 when none */
 } g = {.K = 1, .S = -1, .launch_timeout_s = 60};
 
 static volatile sig_atomic_t got_signal;
@@ -222,12 +225,15 @@ static int read_secret(uint8_t *buf, size_t cap, size_t *len) {
   return 0;
 }
 
-/* Free healthy nodes, spares (not yet used by any replica) first. */
+/* Free healthy nodes: spares whose check step passed first, then spares
+ * not checked yet. */
 static int pick_nodes(int *out, int k) {
   int n = 0;
-  for (int i = 0; i < g.nnodes && n < k; i++)
-    if (!g.nodes[i].bad && g.nodes[i].owner < 0)
-      out[n++] = i;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < g.nnodes && n < k; i++)
+      if (!g.nodes[i].bad && g.nodes[i].owner < 0 &&
+          (pass ? !g.nodes[i].ready : g.nodes[i].ready))
+        out[n++] = i;
   return n == k ? 0 : -1;
 }
 
@@ -408,10 +414,50 @@ static void on_fault(void *ud, int r, const char *kind, const char *node,
   spawn_sh(cmd);
 }
 
+/* Make sure the spares can start a step before one is needed: a short
+ * `srun --resilient-role=spare true` on each (the plugin's step-start
+ * health probes run too). A spare whose check fails is marked bad. */
+static void check_spares(void) {
+  for (int i = 0; i < g.nnodes; i++) {
+    if (g.nodes[i].bad || g.nodes[i].owner >= 0)
+      continue;
+    pid_t p = fork();
+    if (p == 0) {
+      int fd = open("/dev/null", O_RDWR);
+      if (fd >= 0) {
+        dup2(fd, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+      char jn[64];
+      snprintf(jn, sizeof(jn), "--job-name=resihp-spare-check");
+      execlp("timeout", "timeout", "30", "srun", "--resilient",
+             "--resilient-role=spare", "-N", "1", "-n", "1", "-w",
+             g.nodes[i].name, "--input=none", jn, "true", (char *)NULL);
+      _exit(127);
+    }
+    if (p > 0)
+      g.checks[i] = p;
+  }
+}
+
 static void reap(void) {
   int st;
   pid_t pid;
   while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+    for (int i = 0; i < g.nnodes; i++)
+      if (g.checks[i] == pid) {
+        g.checks[i] = 0;
+        int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (!ok && !g.nodes[i].bad && g.nodes[i].owner < 0) {
+          say("spare %s failed its check step: marked bad", g.nodes[i].name);
+          g.nodes[i].bad = 1;
+          g.nbad++;
+        } else if (ok) {
+          g.nodes[i].ready = 1;
+          say("spare %s is ready", g.nodes[i].name);
+        }
+      }
     for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
       if (helpers[i] == pid)
         helpers[i] = 0;
@@ -480,12 +526,13 @@ int main(int argc, char **argv) {
       {"silence-ms", required_argument, 0, 'S'},
       {"launch-timeout", required_argument, 0, 'T'},
       {"quiet", no_argument, 0, 'q'},
+      {"no-spare-check", no_argument, 0, 'n'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "+r:s:k:i:c:m:p:H:f:S:T:qh", lo, NULL)) !=
-         -1) {
+  while ((o = getopt_long(argc, argv, "+r:s:k:i:c:m:p:H:f:S:T:qnh", lo,
+                          NULL)) != -1) {
     long v = 0;
     if (strchr("rskpST", o)) {
       errno = 0;
@@ -538,6 +585,9 @@ int main(int argc, char **argv) {
       break;
     case 'q':
       g.quiet = 1;
+      break;
+    case 'n':
+      g.no_spare_check = 1;
       break;
     case 'h':
       usage(stdout);
@@ -641,6 +691,8 @@ int main(int argc, char **argv) {
   for (int r = 0; r < g.R; r++)
     if (launch(r))
       g.reps[r].relaunch = 1;
+  if (!g.no_spare_check)
+    check_spares();
   int ret = EXIT_OK;
   while (!got_signal && resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
     resihp__coord_poll(g.coord, 50);
@@ -659,13 +711,18 @@ int main(int argc, char **argv) {
     ret = EXIT_SIGNAL;
   else if (state != RESIHP__COORD_DONE)
     ret = EXIT_LOST;
-  /* Let the steps end on their own, then cancel what is left. */
+  /* Let the steps end on their own, then cancel what is left. A step
+   * whose rank never joined (a replacement still starting) is not waited
+   * for. */
+  for (int r = 0; r < g.R; r++)
+    if (g.reps[r].pid > 0 && !g.reps[r].connected)
+      kill(g.reps[r].pid, SIGKILL);
   int64_t deadline = resihp__now_ms() + (ret == EXIT_OK ? 15000 : 2000);
   for (;;) {
     reap();
     int left = 0;
     for (int r = 0; r < g.R; r++)
-      left += g.reps[r].pid > 0;
+      left += g.reps[r].pid > 0 && g.reps[r].connected;
     if (!left || resihp__now_ms() > deadline)
       break;
     resihp__coord_poll(g.coord, 50);
@@ -700,6 +757,9 @@ int main(int argc, char **argv) {
   for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
     if (helpers[k])
       kill(helpers[k], SIGKILL);
+  for (int i = 0; i < g.nnodes; i++)
+    if (g.checks[i] > 0)
+      kill(g.checks[i], SIGKILL);
   while (waitpid(-1, NULL, WNOHANG) > 0)
     ;
   resihp__coord_destroy(g.coord);

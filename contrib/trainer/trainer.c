@@ -96,8 +96,9 @@ static void init_model(model_t *m) {
 }
 
 /* Gradient of the summed loss of microbatch mb of step s into m->grad;
- * returns the loss and the token count. */
-static double microbatch(model_t *m, long s, int mb, long *tokens) {
+ * returns the loss, the token count and the sum of squared lengths. */
+static double microbatch(model_t *m, long s, int mb, long *tokens,
+                         double *sum_l2) {
   cfg_t *c = &m->c;
   memset(m->grad, 0, m->P * sizeof(float));
   float *gE = m->grad, *gW1 = gE + (size_t)c->V * c->D,
@@ -107,6 +108,7 @@ static double microbatch(model_t *m, long s, int mb, long *tokens) {
   int tok[64];
   double loss = 0;
   *tokens = 0;
+  *sum_l2 = 0;
   uint64_t r = c->seed * 1000003ULL + (uint64_t)s * 7919ULL + (uint64_t)mb;
   splitmix(&r);
   int block = c->V / c->C;
@@ -114,6 +116,7 @@ static double microbatch(model_t *m, long s, int mb, long *tokens) {
     int cls = (int)(splitmix(&r) % (uint64_t)c->C);
     int L = 4 + (int)(splitmix(&r) % 60);
     *tokens += L;
+    *sum_l2 += (double)L * L;
     for (int t = 0; t < L; t++) {
       uint64_t u = splitmix(&r);
       tok[t] = (u & 1) ? cls * block + (int)((u >> 8) % (uint64_t)block)
@@ -193,12 +196,14 @@ static void add_microbatch(model_t *m, resihp_job_t *job, long s, int mb,
                            int fb) {
   double t0 = now_s();
   long tokens;
-  double loss = microbatch(m, s, mb, &tokens);
+  double sum_l2;
+  double loss = microbatch(m, s, mb, &tokens, &sum_l2);
   resihp_fixed_accumulate_float(m->acc, m->grad, m->P, fb);
   float lf = (float)loss;
   resihp_fixed_accumulate_float(m->acc + m->P, &lf, 1, fb);
   if (job)
-    resihp_job_report_microbatch(job, mb, tokens, now_s() - t0);
+    resihp_job_report_microbatch(job, mb, (double)tokens, sum_l2, m->c.B,
+                                 now_s() - t0);
 }
 
 /* SGD with momentum from the summed gradient; returns the mean loss. */

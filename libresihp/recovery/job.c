@@ -1169,14 +1169,16 @@ int resihp_job_end_step(resihp_job_t *j) {
   return 0;
 }
 
-void resihp_job_report_microbatch(resihp_job_t *j, int mb, long tokens,
-                                  double seconds) {
+void resihp_job_report_microbatch(resihp_job_t *j, int mb, double tokens,
+                                  double sum_l2, double nseq, double seconds) {
   if (!j)
     return;
   resihp_job_mb_sample_t *x = &j->samples[j->nsamples % SAMPLES];
   x->step = j->step;
   x->mb = mb;
   x->tokens = tokens;
+  x->sum_l2 = sum_l2;
+  x->nseq = nseq;
   x->seconds = seconds;
   j->nsamples++;
 }

@@ -129,9 +129,11 @@ static int rank_main(int replica, int die_at) {
   while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
     memset(acc, 0, sizeof(acc));
     usleep(10000); /* a step takes time: a replacement can join */
-    for (int i = 0; i < st.nmbs; i++)
+    for (int i = 0; i < st.nmbs; i++) {
       for (int k = 0; k < NSTATE; k++)
         acc[k] += (st.step + 1) * 1000 + st.mbs[i] * (k + 1);
+      resihp_job_report_microbatch(job, st.mbs[i], 100, 2000, 2, 0.001);
+    }
     while ((rc = resihp_job_allreduce(job, acc, NSTATE)) == RESIHP_EREASSIGNED)
       for (int i = 0; i < st.nextra; i++)
         for (int k = 0; k < NSTATE; k++)
@@ -144,6 +146,11 @@ static int rank_main(int replica, int die_at) {
   }
   if (rc)
     return 12;
+  resihp_job_mb_sample_t smp[4];
+  int ns = resihp_job_microbatch_samples(job, smp, 4);
+  if (ns > 0 && (smp[0].tokens != 100 || smp[0].sum_l2 != 2000 ||
+                 smp[0].nseq != 2 || smp[0].mb < 0 || smp[0].mb >= M))
+    return 13;
   char res[64];
   snprintf(res, sizeof(res), "%lld.%lld", (long long)state[0],
            (long long)state[NSTATE - 1]);

@@ -128,15 +128,17 @@ int resihp_job_allreduce(resihp_job_t *job, int64_t *acc, size_t n);
 /* Commit the step (the ledger records who computed what). */
 int resihp_job_end_step(resihp_job_t *job);
 
-/* Record how long microbatch mb took and its token count, for the
- * fail-slow detector. Kept in a ring of the last 4096 samples. */
-void resihp_job_report_microbatch(resihp_job_t *job, int mb, long tokens,
-                                  double seconds);
+/* Record how long microbatch mb took and its workload (tokens, sum of
+ * squared sequence lengths, number of sequences: what the fail-slow
+ * detector's predictor needs, see the detector's T ~ a*N + b*sum(l^2) +
+ * e*nseq + c). Kept in a ring of the last 4096 samples. */
+void resihp_job_report_microbatch(resihp_job_t *job, int mb, double tokens,
+                                  double sum_l2, double nseq, double seconds);
 /* Copy up to max of the recorded samples, oldest first; returns how many. */
 typedef struct {
   long step;
   int mb;
-  long tokens;
+  double tokens, sum_l2, nseq;
   double seconds;
 } resihp_job_mb_sample_t;
 int resihp_job_microbatch_samples(const resihp_job_t *job,

@@ -41,4 +41,4 @@ TESTS += tests/integration/recovery.test
 
 dist_bin_SCRIPTS = tools/resihp-bench-recovery.sh
 EXTRA_DIST += contrib/demo/run-training-demo.sh
-dist_man_MANS += man/resihp-run.1
+dist_man_MANS += man/resihp-run.1 man/resihp_job.3

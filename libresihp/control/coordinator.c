@@ -697,6 +697,14 @@ static void on_line(resihp__coord_t *c, int k, const char *msg) {
     logc(RESIHP_LOG_WARN,
          "replica %d lost its catch-up source; it will be admitted again", r);
     p->catchup_failed = 1;
+    /* It leaves this step's group at once (it contributed nothing): the
+     * step must not wait for it, even if no survivor reports a RECOVER. */
+    if (p->state == R_MEMBER && p->catching) {
+      remove_member(c, r);
+      p->state = R_JOINING;
+      p->waiting = 1;
+      p->catching = 0;
+    }
   } else if (!strncmp(msg, "FINISH ", 7)) {
     resihp__wire_get(msg, "result", p->result, sizeof(p->result));
     p->finished = 1;

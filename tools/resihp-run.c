@@ -86,6 +86,7 @@ static struct {
   char coord_ep[300];
   int nbad, nreplacements;
   int no_spare_check;
+  const char *ledger;
   pid_t checks[MAXN]; /* spare check step per node, 0 when none */
 } g = {.K = 1, .S = -1, .launch_timeout_s = 60};
 
@@ -114,7 +115,8 @@ static void usage(FILE *f) {
       "                  [--inject SPEC] [--kill-node-cmd CMD] [--mpi TYPE]\n"
       "                  [--port P] [--coordinator-host HOST]\n"
       "                  [--secret-file PATH] [--silence-ms MS]\n"
-      "                  [--launch-timeout S] [--quiet] -- PROGRAM [ARGS...]\n"
+      "                  [--launch-timeout S] [--no-spare-check]\n"
+      "                  [--ledger FILE] [--quiet] -- PROGRAM [ARGS...]\n"
       "Run PROGRAM as R data-parallel replicas, one Slurm job step each,\n"
       "inside the current allocation, and replace failed replicas on spare\n"
       "nodes while the others keep training. See resihp-run(1).\n");
@@ -527,11 +529,12 @@ int main(int argc, char **argv) {
       {"launch-timeout", required_argument, 0, 'T'},
       {"quiet", no_argument, 0, 'q'},
       {"no-spare-check", no_argument, 0, 'n'},
+      {"ledger", required_argument, 0, 'L'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "+r:s:k:i:c:m:p:H:f:S:T:qnh", lo,
+  while ((o = getopt_long(argc, argv, "+r:s:k:i:c:m:p:H:f:S:T:qnL:h", lo,
                           NULL)) != -1) {
     long v = 0;
     if (strchr("rskpST", o)) {
@@ -588,6 +591,9 @@ int main(int argc, char **argv) {
       break;
     case 'n':
       g.no_spare_check = 1;
+      break;
+    case 'L':
+      g.ledger = optarg;
       break;
     case 'h':
       usage(stdout);
@@ -665,6 +671,15 @@ int main(int argc, char **argv) {
                                                   RESIHP_SETTING_COORD_TIMEOUT),
       .on_failed = on_failed,
       .on_fault = on_fault};
+  FILE *ledger = NULL;
+  if (g.ledger && !(ledger = fopen(g.ledger, "w"))) {
+    fprintf(stderr, "resihp-run: cannot write the ledger %s: %s\n", g.ledger,
+            strerror(errno));
+    if (g.own_secret)
+      unlink(g.secret_file);
+    return EXIT_USAGE;
+  }
+  co.ledger = ledger;
   int rc = resihp__coord_create(&co, &g.coord);
   memset(secret, 0, sizeof(secret));
   if (rc) {
@@ -763,6 +778,8 @@ int main(int argc, char **argv) {
   while (waitpid(-1, NULL, WNOHANG) > 0)
     ;
   resihp__coord_destroy(g.coord);
+  if (ledger)
+    fclose(ledger);
   if (g.own_secret)
     unlink(g.secret_file);
   return ret;

@@ -361,6 +361,13 @@ static void start_step(resihp__coord_t *c) {
 static void commit_step(resihp__coord_t *c) {
   logc(RESIHP_LOG_DEBUG, "step %ld committed by %d replicas", c->step,
        c->nmembers);
+  if (c->o.ledger) {
+    fprintf(c->o.ledger, "%ld", c->step);
+    for (int mb = 0; mb < c->M; mb++)
+      fprintf(c->o.ledger, " %d", c->owner[mb]);
+    fputc('\n', c->o.ledger);
+    fflush(c->o.ledger);
+  }
   for (int i = 0; i < c->nmembers; i++)
     c->reps[c->members[i]].catching = 0;
   c->step++;

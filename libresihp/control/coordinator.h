@@ -55,6 +55,9 @@ typedef struct {
   void (*on_fault)(void *ud, int replica, const char *kind, const char *node,
                    long step);
   void *ud;
+  /* If not NULL, every committed step appends one line "STEP r0 r1 ...":
+   * the replica that computed each microbatch (the ledger). Not closed. */
+  FILE *ledger;
 } resihp__coord_opts_t;
 
 enum {

@@ -8,8 +8,10 @@
 #ifndef RESIHP_H
 #define RESIHP_H
 
+#include <resihp/allreduce.h>
 #include <resihp/detector.h>
 #include <resihp/error.h>
+#include <resihp/job.h>
 #include <resihp/log.h>
 #include <resihp/planner.h>
 #include <resihp/settings.h>

@@ -36,7 +36,9 @@ extern "C" {
   XX(ENOSPARE, -17, "no healthy spare available")                              \
   XX(EINFEASIBLE, -18, "no feasible plan")                                     \
   XX(EPROBE, -19, "node health probe failed")                                  \
-  XX(ESTATE, -20, "call not valid in the current state")
+  XX(ESTATE, -20, "call not valid in the current state")                      \
+  XX(EEXCLUDED, -21, "this rank was excluded from the membership by its peers") \
+  XX(EREASSIGNED, -22, "peers failed: compute the reassigned microbatches and retry")
 
 typedef enum {
   RESIHP_OK = 0,

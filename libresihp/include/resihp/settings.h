@@ -65,7 +65,11 @@ extern "C" {
   XX(PROBE_METRICS, "probe-metrics", "RESIHP_PROBE_METRICS", STR, 0, 0, 0, "", \
      "Prometheus textfile the probes update (plugstack.conf only)")           \
   XX(PROBE_RUN_DIR, "probe-run-dir", "RESIHP_PROBE_RUN_DIR", STR, 0, 0, 0,     \
-     "/tmp", "where per-step probe results go (plugstack.conf only)")
+     "/tmp", "where per-step probe results go (plugstack.conf only)")  \
+  XX(FIXED_FRAC_BITS, "fixed-frac-bits", "RESIHP_FIXED_FRAC_BITS", INT, 32,    \
+     0, 62, "", "fraction bits of the deterministic int64 fixed point")       \
+  XX(COORD_TIMEOUT, "coord-timeout", "RESIHP_COORD_TIMEOUT_MS", MS, 3000, 100, \
+     600000, "", "coordinator: silence after which a replica is failed (ms)")
 
 typedef enum {
 #define RESIHP__SETTING_ENUM(id, ...) RESIHP_SETTING_##id,

@@ -1,0 +1,76 @@
+#!/bin/bash
+# resihp training demo: builds resihp, starts a real 5-node Slurm cluster on
+# this machine, and trains the example model (contrib/trainer) as 3
+# data-parallel replicas + 1 spare node under resihp-run while a rank is
+# killed, a whole node is killed (slurmd and all) and a rank hangs. The
+# survivors keep training; the failed replica's step is relaunched on the
+# spare; the final parameters are compared bit for bit with a failure-free
+# run of the same job. Then resihp-bench-recovery.sh compares with
+# checkpoint-restart. Always stops the cluster on exit. Run as root.
+# Env: KEEP_LAB=1 keeps the cluster's files; STEPS (60), MB_MS (5),
+# NO_BENCH=1 skips the comparison.
+set -u
+src=$(cd "$(dirname "$0")/../.." && pwd)
+. "$src/contrib/dev/ensure-deps.sh"
+ensure_deps || exit 1
+build_tree "$src" || exit 1
+[ "$(id -u)" = 0 ] || { echo "run-training-demo: run as root (the local Slurm daemons need it)" >&2; exit 1; }
+B=$src/build
+STEPS=${STEPS:-60} MB_MS=${MB_MS:-5}
+
+LAB=$(mktemp -d "${TMPDIR:-/tmp}/resihp-demo.XXXXXX")
+export LAB
+chmod 755 "$LAB"
+cluster() { "$src/tests/harness/lab-cluster.sh" "$@"; }
+cleanup() { cluster stop >/dev/null 2>&1; [ -n "${KEEP_LAB:-}" ] || rm -rf "$LAB"; }
+trap cleanup EXIT INT TERM
+exec 9>"${TMPDIR:-/tmp}/resihp-lab.lock"
+flock -w 600 9 || { echo "run-training-demo: another resihp cluster is running" >&2; exit 1; }
+
+step() { printf '\n== %s\n' "$*"; }
+# Slurm must not notice the killed node and end the job: resihp does it.
+# A fifth node lets the benchmark replace all three of its failures.
+export NNODES=5
+SLURMD_TIMEOUT=300 PLUGSTACK_LINE="required $B/spank/.libs/resihp.so" cluster start || exit 1
+eval "$(cluster env)"
+sinfo -N -o '  %N %T %c CPUs'
+TARGS="--steps $STEPS --microbatches 12 --mb-ms $MB_MS --print-every 10"
+cd "$LAB" || exit 1
+
+step "failure-free reference: 3 replicas, 12 microbatches per step, $STEPS steps"
+salloc -Q --no-kill -N4 "$B/tools/resihp-run" --quiet --replicas 3 --spares 1 -- \
+  "$B/contrib/trainer/resihp-trainer" $TARGS --quiet > "$LAB/ref.out" 2>&1
+ref=$(awk '/final result:/ {print $3}' "$LAB/ref.out")
+grep -E "training time|final result" "$LAB/ref.out"
+
+k1=$((STEPS / 5)) k2=$((STEPS * 2 / 5)) k3=$((STEPS * 3 / 5))
+inject="kill-rank:1@$k1,kill-node:2@$k2,hang-rank:0@$k3"
+step "the same job with faults: --inject $inject"
+echo "   (kill-node runs: lab-cluster.sh killnode NODE - slurmd, slurmstepd and tasks, SIGKILL)"
+salloc -Q --no-kill -N4 "$B/tools/resihp-run" --replicas 3 --spares 1 \
+  --kill-node-cmd "LAB=$LAB $src/tests/harness/lab-cluster.sh killnode %n" \
+  --inject "$inject" -- "$B/contrib/trainer/resihp-trainer" $TARGS 2>&1 |
+  grep -v -e '^resihp\[.*warn allreduce' -e '^srun: ' | tee "$LAB/ft.out"
+got=$(awk '/final result:/ {print $3}' "$LAB/ft.out")
+step "verdict"
+if [ -n "$ref" ] && [ "$got" = "$ref" ]; then
+  echo "final parameters with 3 failures: $got = failure-free $ref (bitwise identical)"
+else
+  echo "MISMATCH: with failures '$got', failure-free '$ref'"
+fi
+for n in $(sinfo -h -N -o '%N' | sort -u); do
+  f=$LAB/run/slurmd-$n.pid
+  if [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; then :; else
+    echo "node $n is really dead (its slurmd is gone); restarting it for the benchmark"
+    cluster startnode "$n"
+  fi
+done
+
+if [ -z "${NO_BENCH:-}" ]; then
+  step "effective throughput vs checkpoint-restart (tools/resihp-bench-recovery.sh)"
+  for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 5 ] && break; sleep 0.2; done
+  salloc -Q --no-kill -N5 "$src/tools/resihp-bench-recovery.sh" --bindir "$B/tools" \
+    --trainer "$B/contrib/trainer/resihp-trainer" --steps "$STEPS" --mb-ms "$MB_MS" \
+    --replicas 2 --spares 3
+fi
+[ -n "$ref" ] && [ "$got" = "$ref" ]

@@ -1,0 +1,581 @@
+/* resihp-trainer: a small but real data-parallel trainer on the CPU.
+ *
+ * Model: a bag-of-embeddings classifier over token sequences - an
+ * embedding table (V x D), mean over the sequence, a tanh hidden layer
+ * (H) and a softmax over C classes - trained with SGD and momentum on
+ * deterministic synthetic sequences of variable length (4..63 tokens):
+ * each sequence belongs to a class and draws half of its tokens from that
+ * class's block of the vocabulary. Every step processes the same M
+ * microbatches of B sequences; microbatch m of step s is generated from
+ * (seed, s, m) alone, so any replica can compute any microbatch.
+ *
+ * Determinism. Per-microbatch gradients are accumulated in int64 fixed
+ * point (resihp_fixed_accumulate_float) and summed exactly across
+ * replicas, so the update - and the final parameters - are bitwise the
+ * same whichever replica computed which microbatch, and whatever failed.
+ * The trainer prints an FNV-1a 64 checksum of parameters and momentum.
+ *
+ * Modes.
+ *   (default)      under resihp-run: resihp_job_* (quota, fault-tolerant
+ *                  all-reduce with in-step reassignment, catch-up).
+ *   --checkpoint DIR --checkpoint-every K
+ *                  the checkpoint-restart baseline: R tasks of one plain
+ *                  srun step meet through files in DIR, all-reduce with a
+ *                  fixed communicator, rank 0 writes a checkpoint every K
+ *                  steps, and any failure ends the run (exit 1) so that the
+ *                  caller restarts it from the last checkpoint.
+ */
+#include <resihp.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+  int V, D, H, C, B, M;
+  long steps;
+  double lr, momentum;
+  uint64_t seed;
+  int mb_ms;
+  int quiet;
+  int print_every;
+  const char *ckpt_dir;
+  int ckpt_every;
+  const char *die_at; /* steps ("15,30,45") at which the last rank dies once */
+} cfg_t;
+
+typedef struct {
+  cfg_t c;
+  size_t P;     /* parameters */
+  float *state; /* params[P] then momentum[P] */
+  float *E, *W1, *b1, *W2, *b2;
+  float *grad;
+  int64_t *acc; /* P + 1 (loss) */
+} model_t;
+
+static uint64_t splitmix(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+static void init_model(model_t *m) {
+  cfg_t *c = &m->c;
+  m->P = (size_t)c->V * c->D + (size_t)c->H * c->D + c->H +
+         (size_t)c->C * c->H + c->C;
+  m->state = calloc(2 * m->P, sizeof(float));
+  m->grad = calloc(m->P, sizeof(float));
+  m->acc = calloc(m->P + 1, sizeof(int64_t));
+  if (!m->state || !m->grad || !m->acc) {
+    fprintf(stderr, "trainer: out of memory\n");
+    exit(1);
+  }
+  m->E = m->state;
+  m->W1 = m->E + (size_t)c->V * c->D;
+  m->b1 = m->W1 + (size_t)c->H * c->D;
+  m->W2 = m->b1 + c->H;
+  m->b2 = m->W2 + (size_t)c->C * c->H;
+  uint64_t r = c->seed ^ 0x1234;
+  for (size_t i = 0; i < m->P; i++) {
+    double u = (double)(splitmix(&r) >> 11) / 9007199254740992.0;
+    m->state[i] = (float)((u - 0.5) * 1.0);
+  }
+}
+
+/* Gradient of the summed loss of microbatch mb of step s into m->grad;
+ * returns the loss, the token count and the sum of squared lengths. */
+static double microbatch(model_t *m, long s, int mb, long *tokens,
+                         double *sum_l2) {
+  cfg_t *c = &m->c;
+  memset(m->grad, 0, m->P * sizeof(float));
+  float *gE = m->grad, *gW1 = gE + (size_t)c->V * c->D,
+        *gb1 = gW1 + (size_t)c->H * c->D, *gW2 = gb1 + c->H,
+        *gb2 = gW2 + (size_t)c->C * c->H;
+  float x[256], h[256], z[64], dz[64], dh[256], dx[256];
+  int tok[64];
+  double loss = 0;
+  *tokens = 0;
+  *sum_l2 = 0;
+  uint64_t r = c->seed * 1000003ULL + (uint64_t)s * 7919ULL + (uint64_t)mb;
+  splitmix(&r);
+  int block = c->V / c->C;
+  for (int b = 0; b < c->B; b++) {
+    int cls = (int)(splitmix(&r) % (uint64_t)c->C);
+    int L = 4 + (int)(splitmix(&r) % 60);
+    *tokens += L;
+    *sum_l2 += (double)L * L;
+    for (int t = 0; t < L; t++) {
+      uint64_t u = splitmix(&r);
+      tok[t] = (u & 1) ? cls * block + (int)((u >> 8) % (uint64_t)block)
+                       : (int)((u >> 8) % (uint64_t)c->V);
+    }
+    for (int d = 0; d < c->D; d++)
+      x[d] = 0;
+    for (int t = 0; t < L; t++)
+      for (int d = 0; d < c->D; d++)
+        x[d] += m->E[(size_t)tok[t] * c->D + d];
+    for (int d = 0; d < c->D; d++)
+      x[d] /= (float)L;
+    for (int i = 0; i < c->H; i++) {
+      float a = m->b1[i];
+      for (int d = 0; d < c->D; d++)
+        a += m->W1[(size_t)i * c->D + d] * x[d];
+      h[i] = tanhf(a);
+    }
+    float mx = -1e30f;
+    for (int k = 0; k < c->C; k++) {
+      float a = m->b2[k];
+      for (int i = 0; i < c->H; i++)
+        a += m->W2[(size_t)k * c->H + i] * h[i];
+      z[k] = a;
+      if (a > mx)
+        mx = a;
+    }
+    float sum = 0;
+    for (int k = 0; k < c->C; k++) {
+      z[k] = expf(z[k] - mx);
+      sum += z[k];
+    }
+    for (int k = 0; k < c->C; k++) {
+      float p = z[k] / sum;
+      dz[k] = p - (k == cls ? 1.0f : 0.0f);
+      if (k == cls)
+        loss += -log((double)p + 1e-12);
+    }
+    for (int i = 0; i < c->H; i++)
+      dh[i] = 0;
+    for (int k = 0; k < c->C; k++) {
+      gb2[k] += dz[k];
+      for (int i = 0; i < c->H; i++) {
+        gW2[(size_t)k * c->H + i] += dz[k] * h[i];
+        dh[i] += m->W2[(size_t)k * c->H + i] * dz[k];
+      }
+    }
+    for (int d = 0; d < c->D; d++)
+      dx[d] = 0;
+    for (int i = 0; i < c->H; i++) {
+      float da = dh[i] * (1 - h[i] * h[i]);
+      gb1[i] += da;
+      for (int d = 0; d < c->D; d++) {
+        gW1[(size_t)i * c->D + d] += da * x[d];
+        dx[d] += m->W1[(size_t)i * c->D + d] * da;
+      }
+    }
+    for (int t = 0; t < L; t++)
+      for (int d = 0; d < c->D; d++)
+        gE[(size_t)tok[t] * c->D + d] += dx[d] / (float)L;
+  }
+  if (c->mb_ms > 0) {
+    struct timespec ts = {c->mb_ms / 1000, (long)(c->mb_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return loss;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* acc (fixed point) += one microbatch */
+static void add_microbatch(model_t *m, resihp_job_t *job, long s, int mb,
+                           int fb) {
+  double t0 = now_s();
+  long tokens;
+  double sum_l2;
+  double loss = microbatch(m, s, mb, &tokens, &sum_l2);
+  resihp_fixed_accumulate_float(m->acc, m->grad, m->P, fb);
+  float lf = (float)loss;
+  resihp_fixed_accumulate_float(m->acc + m->P, &lf, 1, fb);
+  if (job)
+    resihp_job_report_microbatch(job, mb, (double)tokens, sum_l2, m->c.B,
+                                 now_s() - t0);
+}
+
+/* SGD with momentum from the summed gradient; returns the mean loss. */
+static double apply(model_t *m, int fb) {
+  cfg_t *c = &m->c;
+  double n = (double)c->M * c->B;
+  float *g = m->grad, loss;
+  resihp_fixed_to_float(g, m->acc, m->P, fb, n);
+  resihp_fixed_to_float(&loss, m->acc + m->P, 1, fb, n);
+  float *w = m->state, *v = m->state + m->P;
+  for (size_t i = 0; i < m->P; i++) {
+    v[i] = (float)c->momentum * v[i] + g[i];
+    w[i] -= (float)c->lr * v[i];
+  }
+  return loss;
+}
+
+static uint64_t fnv1a(const void *p, size_t n) {
+  const unsigned char *b = p;
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < n; i++) {
+    h ^= b[i];
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+static int run_resilient(model_t *m) {
+  cfg_t *c = &m->c;
+  int fb = resihp_fixed_frac_bits();
+  resihp_job_opts_t o;
+  resihp_job_opts_init(&o);
+  o.microbatches = c->M;
+  o.steps = c->steps;
+  resihp_job_t *job = NULL;
+  int rc = resihp_job_join(&o, &job);
+  if (rc) {
+    fprintf(stderr, "trainer: cannot join the job: %s\n", resihp_strerror(rc));
+    return 1;
+  }
+  int me = resihp_job_replica(job);
+  resihp_job_set_state(job, m->state, 2 * m->P * sizeof(float));
+  resihp_job_step_t st;
+  double t0 = now_s(), t_begin = 0, t_comp = 0, t_ar = 0, t;
+  long done_steps = 0;
+  for (;;) {
+    t = now_s();
+    rc = resihp_job_begin_step(job, &st);
+    t_begin += now_s() - t;
+    if (rc || st.done)
+      break;
+    t = now_s();
+    memset(m->acc, 0, (m->P + 1) * sizeof(int64_t));
+    if (st.catching_up && !c->quiet)
+      printf("[replica %d] caught up at step %ld; training again from the "
+             "next step\n",
+             me, st.step);
+    for (int i = 0; i < st.nmbs; i++)
+      add_microbatch(m, job, st.step, st.mbs[i], fb);
+    t_comp += now_s() - t;
+    t = now_s();
+    while ((rc = resihp_job_allreduce(job, m->acc, m->P + 1)) ==
+           RESIHP_EREASSIGNED) {
+      if (!c->quiet)
+        printf("[replica %d] step %ld: %d microbatch(es) of failed replicas "
+               "reassigned here (%d replicas left)\n",
+               me, st.step, st.nextra, st.nreplicas);
+      for (int i = 0; i < st.nextra; i++)
+        add_microbatch(m, job, st.step, st.extra[i], fb);
+    }
+    if (rc) {
+      fprintf(stderr, "[replica %d] step %ld: all-reduce failed: %s\n", me,
+              st.step, resihp_strerror(rc));
+      resihp_job_destroy(job);
+      return 1;
+    }
+    t_ar += now_s() - t;
+    double loss = apply(m, fb);
+    resihp_job_end_step(job);
+    done_steps++;
+    if (!c->quiet && c->print_every > 0 &&
+        (st.step % c->print_every == 0 || st.step == c->steps - 1))
+      printf("[replica %d] step %ld loss %.4f (%d replicas, %d of %d "
+             "microbatches here)\n",
+             me, st.step, loss, st.nreplicas, st.nmbs, c->M);
+    fflush(stdout);
+  }
+  if (rc) {
+    fprintf(stderr, "[replica %d] cannot begin a step: %s\n", me,
+            resihp_strerror(rc));
+    resihp_job_destroy(job);
+    return 1;
+  }
+  char sum[32];
+  snprintf(sum, sizeof(sum), "%016llx",
+           (unsigned long long)fnv1a(m->state, 2 * m->P * sizeof(float)));
+  printf("[replica %d] training done: %ld steps here in %.2f s (step "
+         "boundaries %.2f s, microbatches %.2f s, all-reduce %.2f s); final "
+         "checksum %s\n",
+         me, done_steps, now_s() - t0, t_begin, t_comp, t_ar, sum);
+  fflush(stdout);
+  resihp_job_finish(job, sum);
+  resihp_job_destroy(job);
+  return 0;
+}
+
+/* ---- checkpoint-restart baseline ------------------------------------- */
+
+static int envint(const char *name, int def) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) : def;
+}
+
+static int save_ckpt(model_t *m, long next_step) {
+  char tmp[4096], fin[4096];
+  snprintf(tmp, sizeof(tmp), "%s/ckpt.tmp", m->c.ckpt_dir);
+  snprintf(fin, sizeof(fin), "%s/ckpt", m->c.ckpt_dir);
+  FILE *f = fopen(tmp, "wb");
+  if (!f)
+    return -1;
+  int ok = fwrite(&next_step, sizeof(next_step), 1, f) == 1 &&
+           fwrite(m->state, sizeof(float), 2 * m->P, f) == 2 * m->P;
+  ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  fclose(f);
+  return ok ? rename(tmp, fin) : -1;
+}
+
+static long load_ckpt(model_t *m) {
+  char fin[4096];
+  snprintf(fin, sizeof(fin), "%s/ckpt", m->c.ckpt_dir);
+  FILE *f = fopen(fin, "rb");
+  if (!f)
+    return 0;
+  long s = 0;
+  if (fread(&s, sizeof(s), 1, f) != 1 ||
+      fread(m->state, sizeof(float), 2 * m->P, f) != 2 * m->P)
+    s = -1;
+  fclose(f);
+  return s;
+}
+
+static int dies_at(const char *list, long s) {
+  const char *p = list;
+  while (*p) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p)
+      return 0;
+    if (v == s)
+      return 1;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return 0;
+}
+
+static int run_checkpointed(model_t *m) {
+  cfg_t *c = &m->c;
+  int fb = resihp_fixed_frac_bits();
+  int rank = envint("SLURM_PROCID", 0), n = envint("SLURM_NTASKS", 1);
+  const char *attempt = getenv("RESIHP_ATTEMPT");
+  long start = load_ckpt(m);
+  if (start < 0) {
+    fprintf(stderr, "trainer: unreadable checkpoint in %s\n", c->ckpt_dir);
+    return 2;
+  }
+  /* rendezvous through files: ep.<attempt>.<rank> = host:port */
+  char ep[300], path[4096], host[256];
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  socklen_t al = sizeof(a);
+  if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) ||
+      listen(lfd, 64) || getsockname(lfd, (struct sockaddr *)&a, &al)) {
+    fprintf(stderr, "trainer: cannot listen: %s\n", strerror(errno));
+    return 2;
+  }
+  if (gethostname(host, sizeof(host)))
+    snprintf(host, sizeof(host), "127.0.0.1");
+  snprintf(ep, sizeof(ep), "%s:%d", host, ntohs(a.sin_port));
+  snprintf(path, sizeof(path), "%s/ep.%s.%d", c->ckpt_dir,
+           attempt ? attempt : "0", rank);
+  FILE *f = fopen(path, "w");
+  if (!f || fprintf(f, "%s\n", ep) < 0) {
+    fprintf(stderr, "trainer: cannot write %s\n", path);
+    return 2;
+  }
+  fclose(f);
+  char **eps = calloc((size_t)n, sizeof(char *));
+  for (int r = 0; r < n; r++) {
+    snprintf(path, sizeof(path), "%s/ep.%s.%d", c->ckpt_dir,
+             attempt ? attempt : "0", r);
+    eps[r] = calloc(1, 128);
+    for (int i = 0; i < 3000; i++) {
+      FILE *g = fopen(path, "r");
+      if (g) {
+        int got = fscanf(g, "%127s", eps[r]) == 1;
+        fclose(g);
+        if (got)
+          break;
+      }
+      usleep(10000);
+    }
+  }
+  resihp_comm_opts_t co;
+  resihp_comm_opts_init(&co);
+  co.rank = rank;
+  co.nranks = n;
+  co.endpoints = (const char *const *)eps;
+  co.listen_fd = lfd;
+  resihp_comm_t *comm = NULL;
+  int rc = resihp_comm_create(&co, &comm);
+  if (rc) {
+    fprintf(stderr, "trainer[%d]: communicator: %s\n", rank,
+            resihp_strerror(rc));
+    return 1;
+  }
+  for (long s = start; s < c->steps; s++) {
+    if (c->die_at && rank == n - 1 && dies_at(c->die_at, s)) {
+      char mark[4096];
+      snprintf(mark, sizeof(mark), "%s/died.%ld", c->ckpt_dir, s);
+      int fd = open(mark, O_CREAT | O_EXCL | O_WRONLY, 0600);
+      if (fd >= 0) {
+        close(fd);
+        raise(SIGKILL);
+      }
+    }
+    memset(m->acc, 0, (m->P + 1) * sizeof(int64_t));
+    for (int mb = rank; mb < c->M; mb += n)
+      add_microbatch(m, NULL, s, mb, fb);
+    rc =
+        resihp_allreduce(comm, m->acc, m->P + 1, RESIHP_FIXED64, RESIHP_OP_SUM);
+    if (rc) {
+      fprintf(stderr,
+              "trainer[%d]: step %ld: all-reduce failed (%s): the "
+              "job must restart from its checkpoint\n",
+              rank, s, resihp_strerror(rc));
+      resihp_comm_destroy(comm);
+      return 1;
+    }
+    double loss = apply(m, fb);
+    if (rank == 0 && !c->quiet && c->print_every > 0 &&
+        (s % c->print_every == 0 || s == c->steps - 1))
+      printf("step %ld loss %.4f\n", s, loss);
+    if (rank == 0 && c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0 &&
+        save_ckpt(m, s + 1))
+      fprintf(stderr, "trainer: cannot write a checkpoint\n");
+  }
+  resihp_comm_destroy(comm);
+  if (rank == 0) {
+    printf("training done: final checksum %016llx\n",
+           (unsigned long long)fnv1a(m->state, 2 * m->P * sizeof(float)));
+    char done[4096];
+    snprintf(done, sizeof(done), "%s/done", c->ckpt_dir);
+    FILE *d = fopen(done, "w");
+    if (d)
+      fclose(d);
+  }
+  return 0;
+}
+
+static void usage(FILE *f) {
+  fprintf(
+      f,
+      "usage: resihp-trainer [--steps N] [--microbatches M] [--batch B]\n"
+      "       [--hidden H] [--embed D] [--vocab V] [--classes C] [--lr X]\n"
+      "       [--momentum X] [--seed S] [--mb-ms MS] [--print-every N]\n"
+      "       [--quiet] [--checkpoint DIR --checkpoint-every K [--die-at "
+      "S,S..]]\n"
+      "Run under resihp-run (see resihp-run(1)); prints the checksum of the\n"
+      "final parameters.\n");
+}
+
+int main(int argc, char **argv) {
+  model_t m = {.c = {.V = 64,
+                     .D = 16,
+                     .H = 32,
+                     .C = 8,
+                     .B = 8,
+                     .M = 12,
+                     .steps = 40,
+                     .lr = 0.2,
+                     .momentum = 0.9,
+                     .seed = 1,
+                     .mb_ms = 2,
+                     .print_every = 10}};
+  static const struct option lo[] = {{"steps", 1, 0, 's'},
+                                     {"microbatches", 1, 0, 'M'},
+                                     {"batch", 1, 0, 'B'},
+                                     {"hidden", 1, 0, 'H'},
+                                     {"embed", 1, 0, 'D'},
+                                     {"vocab", 1, 0, 'V'},
+                                     {"classes", 1, 0, 'C'},
+                                     {"lr", 1, 0, 'l'},
+                                     {"momentum", 1, 0, 'u'},
+                                     {"seed", 1, 0, 'S'},
+                                     {"mb-ms", 1, 0, 'w'},
+                                     {"print-every", 1, 0, 'p'},
+                                     {"quiet", 0, 0, 'q'},
+                                     {"checkpoint", 1, 0, 'k'},
+                                     {"checkpoint-every", 1, 0, 'K'},
+                                     {"die-at", 1, 0, 'd'},
+                                     {"help", 0, 0, 'h'},
+                                     {0, 0, 0, 0}};
+  int o;
+  while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    switch (o) {
+    case 's':
+      m.c.steps = atol(optarg);
+      break;
+    case 'M':
+      m.c.M = atoi(optarg);
+      break;
+    case 'B':
+      m.c.B = atoi(optarg);
+      break;
+    case 'H':
+      m.c.H = atoi(optarg);
+      break;
+    case 'D':
+      m.c.D = atoi(optarg);
+      break;
+    case 'V':
+      m.c.V = atoi(optarg);
+      break;
+    case 'C':
+      m.c.C = atoi(optarg);
+      break;
+    case 'l':
+      m.c.lr = atof(optarg);
+      break;
+    case 'u':
+      m.c.momentum = atof(optarg);
+      break;
+    case 'S':
+      m.c.seed = strtoull(optarg, NULL, 10);
+      break;
+    case 'w':
+      m.c.mb_ms = atoi(optarg);
+      break;
+    case 'p':
+      m.c.print_every = atoi(optarg);
+      break;
+    case 'q':
+      m.c.quiet = 1;
+      break;
+    case 'k':
+      m.c.ckpt_dir = optarg;
+      break;
+    case 'K':
+      m.c.ckpt_every = atoi(optarg);
+      break;
+    case 'd':
+      m.c.die_at = optarg;
+      break;
+    case 'h':
+      usage(stdout);
+      return 0;
+    default:
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (m.c.steps < 1 || m.c.M < 1 || m.c.B < 1 || m.c.H < 1 || m.c.H > 256 ||
+      m.c.D < 1 || m.c.D > 256 || m.c.C < 2 || m.c.C > 64 || m.c.V < m.c.C ||
+      m.c.mb_ms < 0) {
+    fprintf(stderr, "resihp-trainer: bad sizes (hidden/embed <= 256, "
+                    "2 <= classes <= 64 <= vocab)\n");
+    return 2;
+  }
+  init_model(&m);
+  int rc = m.c.ckpt_dir ? run_checkpointed(&m) : run_resilient(&m);
+  free(m.state);
+  free(m.grad);
+  free(m.acc);
+  return rc;
+}

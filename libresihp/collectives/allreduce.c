@@ -1,0 +1,341 @@
+/* resihp_allreduce: buffer management, fault-tolerant outcome (DONE/ABORT
+ * on the control connections, see comm.c) and deterministic mode around the
+ * ring algorithm of ring_allreduce.c. The caller's buffer is written only
+ * once the outcome is known to be success everywhere. */
+#include "config.h"
+
+#include "comm_internal.h"
+#include "../transport/mesh.h"
+
+#include <resihp/error.h>
+#include <resihp/log.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int reserve(void **buf, size_t *cap, size_t want) {
+  if (*cap >= want)
+    return 0;
+  void *p = malloc(want);
+  if (!p) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "cannot allocate %zu bytes of work buffer", want);
+    return RESIHP_ENOMEM;
+  }
+  free(*buf);
+  *buf = p;
+  *cap = want;
+  return 0;
+}
+
+/* Suspects of the current epoch as a set (mu held by caller or not needed). */
+static void suspects(resihp_comm_t *c, resihp__set_t *s) {
+  pthread_mutex_lock(&c->mu);
+  *s = c->dead;
+  for (size_t k = 0; k < sizeof(s->b); k++)
+    s->b[k] |= c->blamed.b[k];
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* The ring of collective seq failed here (ring_rc): tell everyone, return
+ * the code the caller sees. */
+static int fail(resihp_comm_t *c, int ring_rc, int bad_peer) {
+  resihp_log(RESIHP_LOG_DEBUG, "allreduce",
+             "rank %d: collective %u of epoch %u failed here: %s (peer %d)",
+             c->world_rank, c->seq, c->epoch, resihp_err_name(ring_rc),
+             bad_peer);
+  if (bad_peer >= 0 && (ring_rc == RESIHP_EPEER || ring_rc == RESIHP_EPROTO ||
+                        ring_rc == RESIHP_ETIMEDOUT))
+    resihp__comm_mark_dead(c, bad_peer, ring_rc);
+  c->tp->ops->cancel(c->tp);
+  resihp__set_t s;
+  suspects(c, &s);
+  resihp__comm_broadcast_ctrl(c, RESIHP__FRAME_ABORT, c->seq, &s);
+  c->seq++;
+  if (ring_rc == RESIHP_EPROTO || ring_rc == RESIHP_ENOMEM ||
+      ring_rc == RESIHP_EINVAL)
+    return ring_rc;
+  pthread_mutex_lock(&c->mu);
+  int code = c->dead_code ? c->dead_code : RESIHP_EPEER;
+  pthread_mutex_unlock(&c->mu);
+  char who[256] = "";
+  size_t off = 0;
+  for (int i = 0; i < c->world_size && off + 12 < sizeof(who); i++)
+    if (resihp__set_has(&s, i))
+      off += (size_t)snprintf(who + off, sizeof(who) - off, " %d", i);
+  resihp_log(RESIHP_LOG_WARN, "allreduce",
+             "rank %d: all-reduce aborted in epoch %u (%s); suspected:%s; "
+             "call resihp_comm_shrink() and retry",
+             c->world_rank, c->epoch, resihp_strerror(code), who);
+  return code;
+}
+
+/* Ring done here: wait until every member is done or dead, or one aborted.
+ * DONE travels on the data links (zero-length frames after the last chunk,
+ * read by this thread: no thread hop on the fast path); ABORT and deaths
+ * come from the monitor, which also wakes the transport's poll. */
+static int commit(resihp_comm_t *c) {
+  const resihp__transport_ops_t *ops = c->tp->ops;
+  int64_t seq1 = (int64_t)c->seq + 1;
+  resihp__tag_t tag = {c->seq, UINT32_MAX, 0};
+  static const uint8_t nothing[1];
+  uint8_t sink[1];
+  int n = c->world_size, rc = 0, bad = -1;
+  uint8_t *got = calloc((size_t)n, 1);
+  if (!got)
+    return RESIHP_ENOMEM;
+  for (int i = 0; i < c->nmembers; i++) {
+    int m = c->members[i];
+    if (m == c->world_rank)
+      continue;
+    if (ops->post_send(c->tp, m, tag, nothing, 0) ||
+        ops->post_recv(c->tp, m, tag, sink, 0))
+      resihp__comm_mark_dead(c, m, RESIHP_EPEER);
+  }
+  int64_t deadline = resihp__now_ms() + 10 * (int64_t)c->detect_ms;
+  for (;;) {
+    int waiting = 0;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->nmembers && !rc; i++) {
+      int m = c->members[i];
+      if (m == c->world_rank)
+        continue;
+      if (!got[m] && ops->recv_done(c->tp, m))
+        got[m] = 1;
+      if (c->abort_seq[m] == seq1)
+        rc = RESIHP_EPEER;
+      else if (!got[m] && !resihp__set_has(&c->dead, m))
+        waiting = 1;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc || !waiting)
+      break;
+    if (resihp__now_ms() > deadline) {
+      rc = RESIHP_ETIMEDOUT;
+      break;
+    }
+    int r = ops->progress(c->tp, c->hb_ms, &bad);
+    if (r < 0 && bad >= 0)
+      resihp__comm_mark_dead(c, bad, r); /* dead counts as done here */
+  }
+  free(got);
+  return rc;
+}
+
+static void copy_out(void *buf, const void *work, size_t count, int dtype,
+                     double div) {
+  if (div == 1.0) {
+    if (buf != work)
+      memcpy(buf, work, count * resihp__dtype_size(dtype));
+    return;
+  }
+  switch (dtype) {
+  case RESIHP_FLOAT32: {
+    /* n is exact in float; float division vectorises. */
+    float *d = buf;
+    const float *s = work;
+    float fdiv = (float)div;
+    for (size_t i = 0; i < count; i++)
+      d[i] = s[i] / fdiv;
+    break;
+  }
+  case RESIHP_FLOAT64: {
+    double *d = buf;
+    const double *s = work;
+    for (size_t i = 0; i < count; i++)
+      d[i] = s[i] / div;
+    break;
+  }
+  case RESIHP_BFLOAT16: {
+    uint16_t *d = buf;
+    const uint16_t *s = work;
+    for (size_t i = 0; i < count; i++)
+      d[i] = resihp_bf16_from_float((float)(resihp_bf16_to_float(s[i]) / div));
+    break;
+  }
+  case RESIHP_FIXED64: {
+    /* Integer average rounds toward zero; exact and order-free. */
+    int64_t *d = buf;
+    const int64_t *s = work;
+    for (size_t i = 0; i < count; i++)
+      d[i] = s[i] / (int64_t)div;
+    break;
+  }
+  }
+}
+
+int resihp_allreduce(resihp_comm_t *c, void *buf, size_t count,
+                     resihp_dtype_t dtype, resihp_op_t op) {
+  return resihp_allreduce_to(c, buf, buf, count, dtype, op);
+}
+
+int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
+                        size_t count, resihp_dtype_t dtype, resihp_op_t op) {
+  size_t esz = resihp__dtype_size(dtype);
+  int inplace = sendbuf == buf;
+  if (!c || (!buf && count) || (!sendbuf && count) || !esz || (op != RESIHP_OP_SUM && op != RESIHP_OP_AVG) ||
+      count > ((size_t)1 << 40)) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "resihp_allreduce: invalid argument (comm %p, buf %p, count "
+               "%zu, dtype %d, op %d)",
+               (void *)c, buf, count, (int)dtype, (int)op);
+    return RESIHP_EINVAL;
+  }
+  int bad = -1, rc;
+  if (!c->unprotected && atomic_load(&c->failed)) {
+    pthread_mutex_lock(&c->mu);
+    int excluded = c->excluded_by >= 0;
+    pthread_mutex_unlock(&c->mu);
+    if (excluded) {
+      resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                 "rank %d was excluded from the membership by its peers; it "
+                 "must leave the job",
+                 c->world_rank);
+      return RESIHP_EEXCLUDED;
+    }
+    return fail(c, RESIHP_EPEER, -1);
+  }
+  int fixed = c->deterministic && dtype != RESIHP_FIXED64;
+  int wire = fixed ? RESIHP_FIXED64 : (int)dtype;
+  size_t wsz = resihp__dtype_size(wire);
+  double div = op == RESIHP_OP_AVG ? (double)c->nmembers : 1.0;
+  const void *in;
+  void *work, *staging = NULL;
+  if (fixed || (c->unprotected && inplace)) {
+    if ((rc = reserve(&c->staging, &c->staging_cap, c->chunk_bytes)))
+      return rc;
+    staging = c->staging;
+  }
+  if (fixed) {
+    if ((rc = reserve(&c->work, &c->work_cap, count * wsz + 1)))
+      return rc;
+    int64_t *fx = c->work;
+    if (dtype == RESIHP_FLOAT32)
+      resihp_fixed_from_float(fx, sendbuf, count, c->frac_bits);
+    else if (dtype == RESIHP_FLOAT64)
+      resihp_fixed_from_double(fx, sendbuf, count, c->frac_bits);
+    else
+      resihp_fixed_from_bf16(fx, sendbuf, count, c->frac_bits);
+    in = work = fx;
+  } else if (c->unprotected && inplace) {
+    in = work = buf;
+  } else if (!inplace) {
+    /* Out of place: sendbuf is only read, so it survives any failure and
+     * no private copy is needed. */
+    staging = NULL;
+    in = sendbuf;
+    work = buf;
+  } else {
+    if ((rc = reserve(&c->work, &c->work_cap, count * wsz + 1)))
+      return rc;
+    in = sendbuf;
+    work = c->work;
+  }
+  rc = resihp__ring_allreduce(c, in, work, staging, count, wire, &bad);
+  if (rc)
+    return c->unprotected ? (c->seq++, rc) : fail(c, rc, bad);
+  if (!c->unprotected && c->nmembers > 1 && (rc = commit(c)))
+    return fail(c, rc, -1);
+  c->seq++;
+  if (fixed) {
+    if (dtype == RESIHP_FLOAT32)
+      resihp_fixed_to_float(buf, work, count, c->frac_bits, div);
+    else if (dtype == RESIHP_FLOAT64)
+      resihp_fixed_to_double(buf, work, count, c->frac_bits, div);
+    else
+      resihp_fixed_to_bf16(buf, work, count, c->frac_bits, div);
+  } else {
+    copy_out(buf, work, count, wire, div);
+  }
+  return 0;
+}
+
+/* ---- GPU data plane -------------------------------------------------------
+ * Same outcome protocol as above; the NCCL transport moves the data. */
+
+int resihp_comm_attach_device(resihp_comm_t *c, int device) {
+  if (!c)
+    return RESIHP_EINVAL;
+#ifndef RESIHP_HAVE_NCCL
+  (void)device;
+  resihp_log(RESIHP_LOG_ERROR, "allreduce",
+             "this libresihp was built without NCCL: rebuild with --with-nccl "
+             "for device buffers");
+  return RESIHP_ENOTSUP;
+#else
+  if (c->gpu) {
+    c->gpu->ops->destroy(c->gpu);
+    c->gpu = NULL;
+  }
+  if (!c->unprotected && atomic_load(&c->failed))
+    return fail(c, RESIHP_EPEER, -1);
+  uint8_t id[RESIHP__NCCL_ID_BYTES];
+  int rc = 0, bad = -1;
+  const resihp__transport_ops_t *ops = c->tp->ops;
+  resihp__tag_t tag = {c->seq, UINT32_MAX - 1, 0};
+  int root = c->members[0];
+  if (c->world_rank == root) {
+    if ((rc = resihp__nccl_unique_id(id)))
+      memset(id, 0, sizeof(id)); /* still send: peers must not wait */
+    for (int i = 1; i < c->nmembers; i++)
+      if (ops->post_send(c->tp, c->members[i], tag, id, sizeof(id)))
+        rc = RESIHP_EPEER;
+  } else if ((rc = ops->post_recv(c->tp, root, tag, id, sizeof(id)))) {
+    return fail(c, rc, root);
+  }
+  int64_t deadline = resihp__now_ms() + c->op_ms;
+  for (int got = c->world_rank == root;;) {
+    if (!got && ops->recv_done(c->tp, root))
+      got = 1;
+    int pending = 0;
+    for (int i = 0; i < c->nmembers; i++)
+      if (c->members[i] != c->world_rank)
+        pending |= ops->sends_pending(c->tp, c->members[i]);
+    if (got && !pending)
+      break;
+    if (atomic_load(&c->failed) || resihp__now_ms() > deadline)
+      return fail(c, RESIHP_EPEER, -1);
+    int r = ops->progress(c->tp, c->hb_ms, &bad);
+    if (r < 0)
+      return fail(c, r, bad);
+  }
+  c->seq++;
+  static const uint8_t zero[RESIHP__NCCL_ID_BYTES];
+  if (rc || !memcmp(id, zero, sizeof(id)))
+    return rc ? rc : RESIHP_EIO;
+  rc = resihp__nccl_transport_create(id, c->my_index, c->nmembers, device,
+                                     &c->failed, 10 * c->detect_ms, &c->gpu);
+  if (rc)
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "rank %d: cannot attach CUDA device %d: %s", c->world_rank,
+               device, resihp_strerror(rc));
+  return rc;
+#endif
+}
+
+int resihp_allreduce_device(resihp_comm_t *c, const void *sendbuf,
+                            void *recvbuf, size_t count, resihp_dtype_t dtype,
+                            resihp_op_t op, void *cuda_stream) {
+  if (!c || !resihp__dtype_size(dtype) || (count && (!sendbuf || !recvbuf)))
+    return RESIHP_EINVAL;
+  if (!c->gpu) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "no device attached to this communicator (epoch %u): call "
+               "resihp_comm_attach_device() first",
+               c->epoch);
+    return RESIHP_ESTATE;
+  }
+  if (!c->unprotected && atomic_load(&c->failed))
+    return fail(c, RESIHP_EPEER, -1);
+  int rc = c->gpu->ops->allreduce(c->gpu, sendbuf, recvbuf, count, (int)dtype,
+                                  (int)op, cuda_stream, &c->failed,
+                                  10 * c->detect_ms);
+  if (rc)
+    return fail(c, rc, -1);
+  if (!c->unprotected && c->nmembers > 1 && (rc = commit(c)))
+    return fail(c, rc, -1);
+  c->seq++;
+  return 0;
+}

@@ -1,0 +1,89 @@
+/* Internals of a communicator, shared by comm.c (membership, monitor,
+ * agreement) and ring_allreduce.c (the algorithm). */
+#ifndef RESIHP_COLLECTIVES_COMM_INTERNAL_H
+#define RESIHP_COLLECTIVES_COMM_INTERNAL_H
+
+#include "../transport/transport.h"
+
+#include <resihp/allreduce.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define RESIHP__SET_BYTES (RESIHP_COMM_MAX_RANKS / 8)
+
+typedef struct {
+  uint8_t b[RESIHP__SET_BYTES];
+} resihp__set_t;
+
+static inline void resihp__set_add(resihp__set_t *s, int i) {
+  s->b[i >> 3] |= (uint8_t)(1u << (i & 7));
+}
+static inline int resihp__set_has(const resihp__set_t *s, int i) {
+  return (s->b[i >> 3] >> (i & 7)) & 1;
+}
+
+struct mbox {
+  int have;
+  uint32_t round;
+  resihp__set_t set;
+};
+
+struct resihp_comm {
+  int world_rank, world_size;
+  int *members, nmembers, my_index; /* the current view */
+  uint32_t epoch, seq;
+  int detect_ms, hb_ms, deterministic, frac_bits, unprotected, op_ms;
+  size_t chunk_bytes;
+  resihp__transport_t *tp;
+  resihp__transport_t *gpu; /* NCCL data plane, when attached */
+  int *data_fds; /* copies for the link-cut test hook */
+  int *ctrl_fds;
+  /* Monitor thread: owned by the communicator, joined by destroy. */
+  pthread_t monitor;
+  int monitor_running;
+  int stop_pipe[2];
+  int notify_fd; /* eventfd: monitor -> algorithm */
+  pthread_mutex_t mu;   /* everything below */
+  pthread_cond_t cv;
+  pthread_mutex_t ctrl_mu; /* serialises writes on control sockets */
+  uint8_t *in_view;     /* by world rank */
+  uint8_t *ctrl_closed; /* by world rank: the monitor saw EOF/error */
+  resihp__set_t dead;   /* noticed here: socket error, silence, bad frame */
+  int dead_code;        /* RESIHP_EPEER or ETIMEDOUT: first cause */
+  resihp__set_t blamed; /* suspects reported by peers' aborts */
+  int64_t *abort_seq;   /* by world rank: seq+1 of its last abort, 0 none */
+  int64_t *done_seq;    /* by world rank: seq+1 of its last DONE */
+  struct mbox (*mbox)[2];
+  atomic_int failed; /* fast check for the algorithm */
+  int excluded_by;   /* a member whose agreement set named this rank, or -1 */
+  /* Private buffers reused across calls. */
+  void *work, *staging;
+  size_t work_cap, staging_cap;
+};
+
+/* Control messages (monitor and algorithm threads may both call). */
+void resihp__comm_send_ctrl(resihp_comm_t *c, int peer, int type, uint32_t seq,
+                            const resihp__set_t *set);
+void resihp__comm_broadcast_ctrl(resihp_comm_t *c, int type, uint32_t seq,
+                                 const resihp__set_t *set);
+/* Record a failure of peer noticed by this process. */
+void resihp__comm_mark_dead(resihp_comm_t *c, int peer, int code);
+
+/* The chunk-pipelined ring over the transport (ring_allreduce.c). */
+int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
+                           void *staging, size_t count, int wire_dtype,
+                           int *bad_peer);
+
+/* Test hook: called before each chunk is sent (fault-injection tests). */
+extern void (*resihp__ring_test_hook)(resihp_comm_t *c, int step,
+                                      size_t chunk);
+
+/* Element-wise kernels (reduce.c). */
+size_t resihp__dtype_size(int dtype);
+/* dst[i] += src[i] */
+void resihp__reduce_sum(void *dst, const void *src, size_t n, int dtype);
+#define RESIHP__DTYPE_INT64 RESIHP_FIXED64
+
+#endif

@@ -1,0 +1,61 @@
+# Fault-tolerant all-reduce (issue #3): transports (TCP mesh with HMAC
+# authentication; NCCL when found), communicator membership and the ring.
+libresihp_libresihp_internal_la_SOURCES += \
+	libresihp/transport/transport.h \
+	libresihp/transport/sha256.h \
+	libresihp/transport/sha256.c \
+	libresihp/transport/mesh.h \
+	libresihp/transport/mesh.c \
+	libresihp/transport/shm.h \
+	libresihp/transport/shm.c \
+	libresihp/transport/tcp.c \
+	libresihp/collectives/comm_internal.h \
+	libresihp/collectives/comm.c \
+	libresihp/collectives/ring_allreduce.c \
+	libresihp/collectives/allreduce.c \
+	libresihp/collectives/reduce.c
+resihpinclude_HEADERS += libresihp/include/resihp/allreduce.h
+
+if HAVE_CHECK
+check_PROGRAMS += tests/unit/test_allreduce
+tests_unit_test_allreduce_SOURCES = tests/unit/test_allreduce.c
+tests_unit_test_allreduce_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_allreduce_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_allreduce
+endif
+
+# Benchmarks: resihp vs Open MPI on loopback (tools/resihp-bench.sh runs
+# both). The MPI twin is compiled and linked with $(MPICC): its object comes
+# from a plain rule and the program has no automake-compiled sources.
+noinst_PROGRAMS += tools/resihp-bench-allreduce
+tools_resihp_bench_allreduce_SOURCES = tools/resihp-bench-allreduce.c
+tools_resihp_bench_allreduce_LDADD = libresihp/libresihp.la
+EXTRA_DIST += tools/resihp-bench.sh tools/resihp-bench-mpi.c tests/sanitizers.sh
+if HAVE_MPI
+noinst_PROGRAMS += tools/resihp-bench-mpi
+tools_resihp_bench_mpi_SOURCES =
+tools_resihp_bench_mpi_LDADD = tools/resihp-bench-mpi.mpio
+tools_resihp_bench_mpi_LINK = $(MPICC) $(AM_CFLAGS) $(CFLAGS) $(AM_LDFLAGS) $(LDFLAGS) -o $@
+CLEANFILES += tools/resihp-bench-mpi.mpio
+tools/resihp-bench-mpi.mpio: $(top_srcdir)/tools/resihp-bench-mpi.c
+	@$(MKDIR_P) tools
+	$(AM_V_CC)$(MPICC) $(WARN_CFLAGS) $(CFLAGS) -c -o $@ $(top_srcdir)/tools/resihp-bench-mpi.c
+endif
+
+# NCCL data plane: its own convenience library so that only nccl.c sees
+# the CUDA/NCCL headers; the SPANK plugin links libresihp-core.la only, so
+# nothing CUDA reaches slurmstepd.
+if HAVE_NCCL
+noinst_LTLIBRARIES += libresihp/libresihp-nccl.la
+libresihp_libresihp_nccl_la_SOURCES = libresihp/transport/nccl.c
+libresihp_libresihp_nccl_la_CPPFLAGS = $(AM_CPPFLAGS) $(NCCL_CPPFLAGS) $(CUDA_CPPFLAGS)
+libresihp_libresihp_nccl_la_LIBADD = $(NCCL_LIBS) $(CUDA_LIBS)
+libresihp_libresihp_internal_la_LIBADD += libresihp/libresihp-nccl.la
+
+# GPU test: needs two CUDA devices; exits 77 (skip) otherwise.
+check_PROGRAMS += tests/gpu/test_allreduce_nccl
+tests_gpu_test_allreduce_nccl_SOURCES = tests/gpu/test_allreduce_nccl.c
+tests_gpu_test_allreduce_nccl_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_gpu_test_allreduce_nccl_LDADD = libresihp/libresihp-internal.la $(CUDA_LIBS)
+TESTS += tests/gpu/test_allreduce_nccl
+endif

@@ -1,0 +1,88 @@
+/* The job coordinator: membership epochs, heartbeats, the replica table,
+ * the microbatch ledger and catch-up sources. resihp-run embeds it and
+ * drives it from its main loop (resihp__coord_poll); it owns no thread.
+ *
+ * Protocol (text lines, see wire.h; connections authenticated with the
+ * per-job secret). A rank says HELLO (replica, endpoints, node, Slurm step,
+ * microbatches, steps) and gets WELCOME. Each step:
+ *
+ *   rank  -> BEGIN step=s            (at the step boundary)
+ *   coord -> GO step=s epoch=e new=0|1 members=r@ep,...
+ *            once every member has sent BEGIN s; replicas waiting to join
+ *            are admitted here, which makes a new epoch (new=1)
+ *   rank  -> READY epoch=e | RESYNC epoch=e  (only when new=1: after
+ *            re-creating the communicator, or failing to)
+ *   coord -> START step=s epoch=e mbs=a:b:c [serve=r@ep,...] [catchup=1]
+ *            (after every READY; a RESYNC or a death makes a new GO)
+ *   rank  -> RECOVER step=s cepoch=c view=r:r:r   (all-reduce failed; view
+ *            is what resihp_comm_shrink agreed)
+ *   coord -> REASSIGN step=s cepoch=c extra=a:b  (the microbatches of
+ *            replicas outside the view, spread over the view; the same
+ *            answer for every member of the same (s, c))
+ *   (the next BEGIN s+1 commits step s in the ledger)
+ *   coord -> DONE instead of GO when s reaches the number of steps.
+ *
+ * Also: HB both ways (liveness), FAULT kind=... (an injected fault is
+ * about to fire), CATCHUP_FAILED (a replacement lost its source and waits
+ * to be admitted again), FINISH result=... at the end, and for replicas
+ * of several ranks SUBHELLO replica= jobid= stepid= from a rank other than
+ * the step's rank 0, answered with LEADER ep=... once that rank 0 has said
+ * HELLO with lep=... (its address for the step's other ranks).
+ */
+#ifndef RESIHP_CONTROL_COORDINATOR_H
+#define RESIHP_CONTROL_COORDINATOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define RESIHP__COORD_MAX_REPLICAS 256
+
+typedef struct resihp__coord resihp__coord_t;
+
+typedef struct {
+  int replicas;
+  const char *bind_host; /* NULL: any */
+  int port;              /* 0: ephemeral */
+  const uint8_t *secret;
+  size_t secret_len;
+  int silence_ms; /* a replica silent this long has failed */
+  /* A replica failed (died, hung, excluded by its peers): the launcher
+   * kills its step and starts a replacement. */
+  void (*on_failed)(void *ud, int replica, const char *node, long jobid,
+                    long stepid, const char *why);
+  /* An injected fault is about to fire on replica (kind as in inject.h). */
+  void (*on_fault)(void *ud, int replica, const char *kind, const char *node,
+                   long step);
+  void *ud;
+  /* If not NULL, every committed step appends one line "STEP r0 r1 ...":
+   * the replica that computed each microbatch (the ledger). Not closed. */
+  FILE *ledger;
+} resihp__coord_opts_t;
+
+enum {
+  RESIHP__COORD_RUNNING = 0,
+  RESIHP__COORD_DONE = 1,
+  RESIHP__COORD_LOST = 2
+};
+
+int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out);
+void resihp__coord_destroy(resihp__coord_t *c);
+int resihp__coord_port(const resihp__coord_t *c);
+/* One round of the event loop: waits at most timeout_ms. */
+int resihp__coord_poll(resihp__coord_t *c, int timeout_ms);
+int resihp__coord_state(const resihp__coord_t *c);
+long resihp__coord_step(const resihp__coord_t *c);
+/* Replicas currently in the group. */
+int resihp__coord_members(const resihp__coord_t *c);
+/* 1 while replica has a live connection (joined or joining). */
+int resihp__coord_connected(const resihp__coord_t *c, int replica);
+/* Forget a replica that never joined or was given up (no replacement). */
+void resihp__coord_mark_failed(resihp__coord_t *c, int replica,
+                               const char *why);
+/* Final summary (steps, failures with stall and rejoin, throughput, the
+ * results the replicas reported). Returns 0 if all results agree. */
+int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
+                          double *seconds_out);
+
+#endif

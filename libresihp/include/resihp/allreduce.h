@@ -1,0 +1,211 @@
+/* Fault-tolerant all-reduce across data-parallel replicas.
+ *
+ * A communicator (resihp_comm_t) joins the ranks of one data-parallel group
+ * over authenticated TCP connections (a full mesh: one data and one control
+ * connection per pair); peers on the same host move data through
+ * shared-memory rings instead, the socket then only carrying doorbells. resihp_allreduce() runs a chunk-pipelined ring
+ * (reduce-scatter then all-gather) over the current view: the live members of
+ * the current membership epoch.
+ *
+ * Failures. A peer that dies, hangs or whose link is cut is noticed within
+ * the detection bound (RESIHP_DETECT_TIMEOUT_MS, default 1 s): a monitor
+ * thread exchanges heartbeats (RESIHP_HEARTBEAT_MS, at most a third of the
+ * bound) on the control connections and declares a peer dead after 90 % of
+ * the bound in silence, socket errors are seen at once, and a rank whose
+ * collective fails broadcasts an abort carrying its suspects. Every survivor's resihp_allreduce() then returns RESIHP_EPEER (a
+ * socket failed or a peer reported a failure) or RESIHP_ETIMEDOUT (a peer
+ * fell silent); resihp_comm_failed() names the suspects. The caller's buffer
+ * is left exactly as it was. The caller then calls resihp_comm_shrink(): the
+ * survivors agree on the union of their suspicion sets, move to the next
+ * epoch without those ranks, and the caller retries the all-reduce.
+ *
+ * Outcome. A call returns 0 on a rank only once every member has finished
+ * its part of the ring (a DONE message) or is dead in this rank's eyes, and
+ * an abort from any member fails it. So, with one failure per collective,
+ * either every survivor keeps the result (the dead rank's contribution
+ * included: it was complete) or every survivor gets the error, with its
+ * buffer untouched, and retries: survivors never diverge.
+ *
+ * Ranks. "World ranks" are the 0..n-1 positions of the endpoint list given at
+ * creation; they never change. resihp_comm_rank()/size() are positions in the
+ * current view, which shrink renumbers densely in world-rank order.
+ *
+ * Threads. A communicator is used by one thread at a time; its monitor
+ * thread is private and joined by resihp_comm_destroy().
+ *
+ * Ownership. resihp_comm_create() copies everything it is given (endpoints,
+ * secret); it does not take ownership of opts->listen_fd. The communicator
+ * is freed by resihp_comm_destroy(), which accepts NULL.
+ */
+#ifndef RESIHP_ALLREDUCE_H
+#define RESIHP_ALLREDUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest world a communicator supports. */
+#define RESIHP_COMM_MAX_RANKS 1024
+
+typedef struct resihp_comm resihp_comm_t;
+
+typedef enum {
+  RESIHP_FLOAT32 = 0,
+  RESIHP_BFLOAT16 = 1, /* uint16_t storage; summed in float, rounded to even */
+  RESIHP_FLOAT64 = 2,
+  RESIHP_FIXED64 = 3, /* int64 fixed point (resihp_fixed_*): exact sums */
+} resihp_dtype_t;
+
+typedef enum {
+  RESIHP_OP_SUM = 0,
+  RESIHP_OP_AVG = 1, /* sum divided by the size of the current view */
+} resihp_op_t;
+
+typedef struct {
+  int rank;                /* world rank of this process, 0..nranks-1 */
+  int nranks;              /* 1..RESIHP_COMM_MAX_RANKS */
+  const char *const *endpoints; /* nranks "host:port" (IPv4 or name) */
+  /* A listening socket already bound to endpoints[rank], or -1 to bind
+   * it here. Not closed by the library. */
+  int listen_fd;
+  /* Per-job secret. NULL: read the file named by RESIHP_SECRET_FILE. */
+  const void *secret;
+  size_t secret_len;
+  /* 0 = take from the settings registry (RESIHP_*). */
+  int detect_timeout_ms;
+  int heartbeat_ms;
+  int connect_timeout_ms; /* whole mesh set-up; 0 = 30000 */
+  /* Bound on one collective waiting for a peer that is alive (heartbeats
+   * arrive) but does not take part, e.g. a replica still checkpointing;
+   * 0 = 300000. Dead or hung peers are caught by the detection bound. */
+  int op_timeout_ms;
+  long chunk_bytes;
+  /* -1 = registry, 0 = off, 1 = on. */
+  int deterministic;
+  /* Host data plane: -1 = RESIHP_TRANSPORT (auto|tcp|shm|nccl), 0 = auto
+   * (shared memory with peers on this host, TCP otherwise; also what shm
+   * and nccl mean for host buffers), 1 = TCP only. */
+  int transport;
+  /* 0 = fault tolerant (default). 1 = plain in-place ring, no private copy
+   * and no monitor thread: a failure may leave the buffer half reduced.
+   * Exists to measure what fault tolerance costs. */
+  int unprotected;
+} resihp_comm_opts_t;
+
+/* Defaults: listen_fd -1, deterministic -1, transport -1, everything else
+ * 0/NULL. */
+void resihp_comm_opts_init(resihp_comm_opts_t *opts);
+
+/* Connect to every other rank, authenticate each connection with the
+ * secret (HMAC-SHA-256 challenge-response both ways) and start the monitor.
+ * Blocks until the full mesh is up or connect_timeout_ms passes
+ * (RESIHP_ETIMEDOUT). A connection that fails authentication is refused,
+ * logged, and does not count. Epoch starts at 0. */
+int resihp_comm_create(const resihp_comm_opts_t *opts, resihp_comm_t **out);
+
+void resihp_comm_destroy(resihp_comm_t *comm);
+
+int resihp_comm_rank(const resihp_comm_t *comm);
+int resihp_comm_size(const resihp_comm_t *comm);
+int resihp_comm_world_rank(const resihp_comm_t *comm);
+int resihp_comm_world_size(const resihp_comm_t *comm);
+/* World rank of member i of the current view, or -1. */
+int resihp_comm_member(const resihp_comm_t *comm, int i);
+uint32_t resihp_comm_epoch(const resihp_comm_t *comm);
+
+/* World ranks suspected since the current epoch began (the peers a failed
+ * resihp_allreduce() blames). Writes at most max entries; returns how many
+ * there are. */
+int resihp_comm_failed(const resihp_comm_t *comm, int *world_ranks, int max);
+
+/* In-place all-reduce of count elements over the current view. count may be
+ * 0 or smaller than the view. Returns 0, or RESIHP_EPEER/ETIMEDOUT (buffer
+ * untouched; call resihp_comm_shrink and retry), RESIHP_EPROTO (a peer sent
+ * a malformed frame; it is suspected as well), RESIHP_EINVAL, RESIHP_ENOMEM.
+ * In deterministic mode float inputs are summed exactly in int64 fixed point
+ * (see resihp_fixed_*), so the result does not depend on the order or the
+ * grouping of contributions. */
+int resihp_allreduce(resihp_comm_t *comm, void *buf, size_t count,
+                     resihp_dtype_t dtype, resihp_op_t op);
+
+/* Out of place: sendbuf is only read (and so survives any failure intact),
+ * the result goes to recvbuf, whose contents are unspecified after a
+ * failure. Saves the private copy that the in-place form needs to keep the
+ * caller's input; sendbuf == recvbuf is the in-place form. The buffers must
+ * not overlap otherwise. */
+int resihp_allreduce_to(resihp_comm_t *comm, const void *sendbuf,
+                        void *recvbuf, size_t count, resihp_dtype_t dtype,
+                        resihp_op_t op);
+
+/* ---- GPU data plane (NCCL) ----------------------------------------------
+ * FTAR split: the CPU communicator keeps membership, failure detection and
+ * agreement; NCCL moves device data. Built only when configure finds NCCL;
+ * otherwise these return RESIHP_ENOTSUP.
+ *
+ * Attach: collective over the current view; view rank 0 makes an NCCL
+ * unique id and sends it over the authenticated links; every rank then
+ * creates a non-blocking NCCL communicator on CUDA device `device`.
+ * resihp_comm_shrink() later shrinks it with ncclCommShrink. */
+int resihp_comm_attach_device(resihp_comm_t *comm, int device);
+
+/* All-reduce of device buffers, enqueued on cuda_stream (a cudaStream_t;
+ * NULL = default stream) and waited for. sendbuf is never written; with
+ * sendbuf == recvbuf the result goes through a private device buffer first,
+ * so a failure leaves recvbuf as it was. Failures as resihp_allreduce():
+ * the device communicator is revoked, then call resihp_comm_shrink(). */
+int resihp_allreduce_device(resihp_comm_t *comm, const void *sendbuf,
+                            void *recvbuf, size_t count, resihp_dtype_t dtype,
+                            resihp_op_t op, void *cuda_stream);
+
+/* Agree with the other survivors on who failed and move to the next epoch
+ * without them. suspects (world ranks, may be NULL/0) are added to what this
+ * rank already suspects. Survivors exchange their suspicion sets in rounds
+ * on the control connections and take the union until a round brings
+ * nothing new; a peer that stays silent for the detection bound during a
+ * round is added as well. If failed is not NULL, the removed world ranks are
+ * written there (at most max) and *nfailed says how many. Returns 0, or
+ * RESIHP_EEXCLUDED when the others excluded this rank (it must leave the
+ * job). It is collective: every survivor calls it, also those that suspect
+ * nobody. */
+int resihp_comm_shrink(resihp_comm_t *comm, const int *suspects, int nsuspects,
+                       int *failed, int max, int *nfailed);
+
+/* Test hook: cut the data and control links to world rank peer with
+ * shutdown(2), as a broken cable would. */
+int resihp_comm_test_cut_link(resihp_comm_t *comm, int peer);
+
+/* ---- deterministic fixed point -------------------------------------------
+ * value = (int64) round_half_even(x * 2^frac_bits); out-of-range values
+ * saturate, NaN becomes 0. Back: (double)value * (2^-frac_bits / divisor),
+ * rounded to the target type. Integer sums are exact and associative, so a
+ * trainer can accumulate microbatch gradients in fixed point and get the same
+ * bits however the microbatches are spread over replicas. frac_bits comes
+ * from RESIHP_FIXED_FRAC_BITS (default 32) unless given (0..62). */
+int resihp_fixed_frac_bits(void);
+void resihp_fixed_from_float(int64_t *dst, const float *src, size_t n,
+                             int frac_bits);
+void resihp_fixed_from_double(int64_t *dst, const double *src, size_t n,
+                              int frac_bits);
+void resihp_fixed_from_bf16(int64_t *dst, const uint16_t *src, size_t n,
+                            int frac_bits);
+/* dst[i] += src[i] converted (accumulate a microbatch). */
+void resihp_fixed_accumulate_float(int64_t *acc, const float *src, size_t n,
+                                   int frac_bits);
+void resihp_fixed_to_float(float *dst, const int64_t *src, size_t n,
+                           int frac_bits, double divisor);
+void resihp_fixed_to_double(double *dst, const int64_t *src, size_t n,
+                            int frac_bits, double divisor);
+void resihp_fixed_to_bf16(uint16_t *dst, const int64_t *src, size_t n,
+                          int frac_bits, double divisor);
+
+/* bfloat16 <-> float (round to nearest even; NaN kept quiet). */
+uint16_t resihp_bf16_from_float(float f);
+float resihp_bf16_to_float(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RESIHP_ALLREDUCE_H */

@@ -1,0 +1,44 @@
+# Step-level recovery (issue #4): the coordinator (libresihp/control), the
+# in-rank job API (libresihp/recovery), the resihp-run launcher, the example
+# trainer, tests, demo and man page.
+libresihp_libresihp_internal_la_SOURCES += \
+	libresihp/control/wire.h \
+	libresihp/control/wire.c \
+	libresihp/control/coordinator.h \
+	libresihp/control/coordinator.c \
+	libresihp/recovery/inject.h \
+	libresihp/recovery/inject.c \
+	libresihp/recovery/job.c \
+	libresihp/recovery/pmix_wireup.h
+# The PMIx wire-up inside a replica's step, on its own so that only it sees
+# PMIx's headers.
+noinst_LTLIBRARIES += libresihp/libresihp-pmixwire.la
+libresihp_libresihp_pmixwire_la_SOURCES = libresihp/recovery/pmix_wireup.c
+libresihp_libresihp_pmixwire_la_CPPFLAGS = $(AM_CPPFLAGS) $(PMIX_CFLAGS)
+libresihp_libresihp_pmixwire_la_LIBADD = $(PMIX_LIBS)
+libresihp_libresihp_internal_la_LIBADD += libresihp/libresihp-pmixwire.la
+resihpinclude_HEADERS += libresihp/include/resihp/job.h
+
+bin_PROGRAMS += tools/resihp-run
+tools_resihp_run_SOURCES = tools/resihp-run.c
+tools_resihp_run_LDADD = libresihp/libresihp-internal.la
+
+# The example trainer is built (not installed) for the tests and the demo.
+noinst_PROGRAMS += contrib/trainer/resihp-trainer
+contrib_trainer_resihp_trainer_SOURCES = contrib/trainer/trainer.c
+contrib_trainer_resihp_trainer_LDADD = libresihp/libresihp.la -lm
+
+if HAVE_CHECK
+check_PROGRAMS += tests/unit/test_recovery
+tests_unit_test_recovery_SOURCES = tests/unit/test_recovery.c
+tests_unit_test_recovery_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_recovery_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_recovery
+endif
+
+dist_check_SCRIPTS += tests/integration/recovery.test
+TESTS += tests/integration/recovery.test
+
+dist_bin_SCRIPTS = tools/resihp-bench-recovery.sh
+EXTRA_DIST += contrib/demo/run-training-demo.sh
+dist_man_MANS += man/resihp-run.1 man/resihp_job.3

@@ -1,0 +1,237 @@
+/* Shared-memory byte rings (see shm.h). */
+#include "config.h"
+
+#include "shm.h"
+#include "mesh.h"
+
+#include <resihp/error.h>
+#include <resihp/log.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define RING_BYTES ((size_t)4 << 20) /* power of two */
+#define SHM_MAGIC 0x5253484d52494e47ull /* "RSHMRING" */
+#define SETUP_MAGIC 0x5253484du        /* "RSHM" */
+
+struct ring_hdr {
+  uint64_t magic, nonce;
+  _Alignas(64) _Atomic uint64_t head; /* bytes ever written (producer) */
+  _Atomic int prod_waiting;
+  _Alignas(64) _Atomic uint64_t tail; /* bytes ever read (consumer) */
+  _Atomic int cons_waiting;
+  _Alignas(64) uint8_t data[];
+};
+
+struct resihp__ring {
+  struct ring_hdr *h;
+  size_t map_len;
+};
+
+struct setup_msg {
+  uint32_t magic, ok;
+  uint64_t nonce;
+  char name[48];
+};
+
+static size_t map_len(void) { return sizeof(struct ring_hdr) + RING_BYTES; }
+
+void resihp__ring_unmap(resihp__ring_t *r) {
+  if (!r)
+    return;
+  munmap(r->h, r->map_len);
+  free(r);
+}
+
+static resihp__ring_t *map_fd(int fd) {
+  void *p = mmap(NULL, map_len(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return NULL;
+  resihp__ring_t *r = malloc(sizeof(*r));
+  if (!r) {
+    munmap(p, map_len());
+    return NULL;
+  }
+  r->h = p;
+  r->map_len = map_len();
+  return r;
+}
+
+size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
+                          int *doorbell) {
+  struct ring_hdr *h = r->h;
+  uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
+  size_t space = RING_BYTES - (size_t)(head - tail);
+  if (!space) {
+    /* Ask to be woken, then look again: the consumer either sees the flag
+     * or we see its progress (both sides fence between store and load). */
+    atomic_store(&h->prod_waiting, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    tail = atomic_load_explicit(&h->tail, memory_order_acquire);
+    space = RING_BYTES - (size_t)(head - tail);
+    if (!space)
+      return 0;
+  }
+  size_t done = 0;
+  for (int k = 0; k < niov && done < space; k++) {
+    const uint8_t *src = iov[k].iov_base;
+    size_t len = iov[k].iov_len;
+    if (len > space - done)
+      len = space - done;
+    size_t pos = (size_t)(head + done) & (RING_BYTES - 1);
+    size_t first = RING_BYTES - pos < len ? RING_BYTES - pos : len;
+    memcpy(h->data + pos, src, first);
+    memcpy(h->data, src + first, len - first);
+    done += len;
+  }
+  atomic_store_explicit(&h->head, head + done, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load(&h->cons_waiting) && atomic_exchange(&h->cons_waiting, 0))
+    *doorbell = 1;
+  return done;
+}
+
+size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len,
+                         int *doorbell) {
+  struct ring_hdr *h = r->h;
+  uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
+  size_t avail = (size_t)(head - tail);
+  if (!avail) {
+    atomic_store(&h->cons_waiting, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    head = atomic_load_explicit(&h->head, memory_order_acquire);
+    avail = (size_t)(head - tail);
+    if (!avail)
+      return 0;
+  }
+  if (avail > RING_BYTES)
+    return 0; /* corrupted by a hostile producer: never read out of bounds */
+  if (len > avail)
+    len = avail;
+  size_t pos = (size_t)tail & (RING_BYTES - 1);
+  size_t first = RING_BYTES - pos < len ? RING_BYTES - pos : len;
+  if (buf) {
+    memcpy(buf, h->data + pos, first);
+    memcpy((uint8_t *)buf + first, h->data, len - first);
+  }
+  atomic_store_explicit(&h->tail, tail + len, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load(&h->prod_waiting) && atomic_exchange(&h->prod_waiting, 0))
+    *doorbell = 1;
+  return len;
+}
+
+int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
+                      int64_t deadline_ms, resihp__ring_t **in,
+                      resihp__ring_t **out) {
+  struct setup_msg *mine = calloc((size_t)n, sizeof(*mine));
+  int rc = 0;
+  if (!mine)
+    return RESIHP_ENOMEM;
+  /* 1. Create an inbound ring per peer and tell the peer its name. */
+  for (int i = 0; i < n; i++) {
+    in[i] = out[i] = NULL;
+    if (i == self || data_fds[i] < 0)
+      continue;
+    struct setup_msg *m = &mine[i];
+    m->magic = SETUP_MAGIC;
+    if (want_shm && getrandom(&m->nonce, sizeof(m->nonce), 0) ==
+                        (ssize_t)sizeof(m->nonce)) {
+      snprintf(m->name, sizeof(m->name), "/resihp-%d-%d-%016llx",
+               (int)getpid(), i, (unsigned long long)m->nonce);
+      int fd = shm_open(m->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+      if (fd >= 0 && ftruncate(fd, (off_t)map_len()) == 0 &&
+          (in[i] = map_fd(fd)) != NULL) {
+        in[i]->h->magic = SHM_MAGIC;
+        in[i]->h->nonce = m->nonce;
+        m->ok = 1;
+      }
+      if (fd >= 0)
+        close(fd);
+      if (!m->ok) {
+        shm_unlink(m->name);
+        m->name[0] = '\0';
+      }
+    }
+    if ((rc = resihp__io_full(data_fds[i], m, sizeof(*m), 1, deadline_ms)))
+      goto out;
+  }
+  /* 2. Map each peer's ring for us; 3. tell whether that worked. */
+  uint8_t *ok_out = calloc((size_t)n, 1);
+  if (!ok_out) {
+    rc = RESIHP_ENOMEM;
+    goto out;
+  }
+  for (int i = 0; i < n && !rc; i++) {
+    if (i == self || data_fds[i] < 0)
+      continue;
+    struct setup_msg p;
+    if ((rc = resihp__io_full(data_fds[i], &p, sizeof(p), 0, deadline_ms)))
+      break;
+    if (p.magic != SETUP_MAGIC) {
+      resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                 "rank %d sent a malformed transport set-up message", i);
+      rc = RESIHP_EPROTO;
+      break;
+    }
+    p.name[sizeof(p.name) - 1] = '\0';
+    if (mine[i].ok && p.ok && !strncmp(p.name, "/resihp-", 8)) {
+      int fd = shm_open(p.name, O_RDWR, 0);
+      if (fd >= 0) {
+        struct stat st;
+        if (!fstat(fd, &st) && (size_t)st.st_size == map_len())
+          out[i] = map_fd(fd);
+        close(fd);
+      }
+      /* Same host and the same object: the nonce came over the
+       * authenticated link. */
+      if (out[i] && (out[i]->h->magic != SHM_MAGIC ||
+                     out[i]->h->nonce != p.nonce)) {
+        resihp__ring_unmap(out[i]);
+        out[i] = NULL;
+      }
+    }
+    ok_out[i] = out[i] != NULL;
+  }
+  for (int i = 0; i < n && !rc; i++) {
+    if (i == self || data_fds[i] < 0)
+      continue;
+    rc = resihp__io_full(data_fds[i], &ok_out[i], 1, 1, deadline_ms);
+  }
+  for (int i = 0; i < n && !rc; i++) {
+    if (i == self || data_fds[i] < 0)
+      continue;
+    uint8_t peer_ok = 0;
+    if ((rc = resihp__io_full(data_fds[i], &peer_ok, 1, 0, deadline_ms)))
+      break;
+    /* Shared memory only if both directions work; else TCP both ways. */
+    if (!(peer_ok && ok_out[i])) {
+      resihp__ring_unmap(in[i]);
+      resihp__ring_unmap(out[i]);
+      in[i] = out[i] = NULL;
+    }
+  }
+  free(ok_out);
+out:
+  for (int i = 0; i < n; i++) {
+    if (mine[i].ok)
+      shm_unlink(mine[i].name); /* mapped on both sides (or abandoned) */
+    if (rc) {
+      resihp__ring_unmap(in[i]);
+      resihp__ring_unmap(out[i]);
+      in[i] = out[i] = NULL;
+    }
+  }
+  free(mine);
+  return rc;
+}

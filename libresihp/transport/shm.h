@@ -1,0 +1,45 @@
+/* Shared-memory rings for peers on the same host.
+ *
+ * For each ordered pair of ranks on one host there is one single-producer,
+ * single-consumer byte ring in a POSIX shared-memory object created (mode
+ * 0600) by the consumer. The TCP transport uses a ring exactly like its
+ * socket - a framed byte stream, so framing, epochs, cancel and padding stay
+ * the same - but data moves with one memcpy on each side instead of through
+ * the kernel's TCP stack. The authenticated TCP socket of the pair remains:
+ * it carries one-byte doorbells (data available / space available, sent only
+ * when the other side said it is about to sleep) and its EOF still means
+ * that the peer closed or died.
+ */
+#ifndef RESIHP_TRANSPORT_SHM_H
+#define RESIHP_TRANSPORT_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+typedef struct resihp__ring resihp__ring_t;
+
+/* Decide per peer whether both ends can share memory, and map the rings.
+ * Collective over the mesh: every rank calls it right after the mesh is up
+ * with the same want_shm. in[i]/out[i] stay NULL for peers that use TCP.
+ * Uses data_fds (blocking exchange bounded by deadline_ms). */
+int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
+                      int64_t deadline_ms, resihp__ring_t **in,
+                      resihp__ring_t **out);
+
+void resihp__ring_unmap(resihp__ring_t *r);
+
+/* Producer: copy up to the free space from iov; returns bytes written
+ * (0 when full, then *wake_me is armed: the consumer will ring). Sets
+ * *doorbell when the consumer asked to be woken. */
+size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
+                          int *doorbell);
+
+/* Consumer: copy up to len available bytes to buf (NULL: discard); returns
+ * bytes read, 0 when empty (then the producer will ring). Sets *doorbell
+ * when the producer asked to be woken. */
+size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len,
+                         int *doorbell);
+
+#endif

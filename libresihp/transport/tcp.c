@@ -1,0 +1,603 @@
+/* TCP data plane: framed, non-blocking streams over the authenticated
+ * sockets of the mesh, driven by poll() from the calling thread.
+ *
+ * Each peer has a small send queue (frames leave in order; a frame is a
+ * header plus a payload written with one sendmsg) and at most one posted
+ * receive. An arriving header is checked before a byte of its payload is
+ * accepted: magic, type, sender, length bound, epoch and tag. A header that
+ * cannot be consumed yet (a later collective or epoch) is parked and the
+ * socket is not read further until a matching receive is posted, which gives
+ * flow control for free.
+ */
+#include "config.h"
+
+#include "transport.h"
+#include "mesh.h"
+#include "shm.h"
+
+#include <resihp/error.h>
+#include <resihp/log.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SENDQ 16
+#define HDR sizeof(resihp__frame_hdr_t)
+#define SCRATCH 65536
+#define SPIN_US 50
+
+struct sendreq {
+  resihp__frame_hdr_t hdr;
+  const uint8_t *buf; /* NULL: pad with zeros (frame cut short by cancel) */
+  size_t len;
+  size_t off; /* bytes of header + payload written */
+};
+
+struct peer {
+  int fd;
+  resihp__ring_t *rin, *rout; /* shared-memory rings (same host), or NULL */
+  int eof;                    /* socket EOF seen while draining doorbells */
+  int broken; /* failed once: reported, then no longer polled */
+  struct sendreq q[SENDQ];
+  int qhead, qcount;
+  /* Receive side. */
+  resihp__frame_hdr_t rh;
+  size_t rh_got;
+  int in_payload;
+  size_t pay_left;
+  uint8_t *pay_dst; /* NULL while skipping */
+  int for_posted;   /* this frame completes the posted receive */
+  int parked;
+  /* The posted receive. */
+  int posted, done;
+  resihp__tag_t ptag;
+  uint8_t *pbuf;
+  size_t plen;
+};
+
+struct tcp {
+  resihp__transport_t base;
+  int self, n;
+  uint32_t epoch;
+  size_t max_payload;
+  int wake_fd;
+  struct peer *p;
+  struct pollfd *pfd;
+  int *pfd_peer;
+  uint8_t scratch[SCRATCH];
+  unsigned long dropped_stale;
+  int nshm; /* peers on shared-memory rings */
+};
+
+static const uint8_t zeros[SCRATCH];
+
+static struct tcp *T(resihp__transport_t *t) { return (struct tcp *)t; }
+
+static int tcp_post_send(resihp__transport_t *tt, int peer, resihp__tag_t tag,
+                         const void *buf, size_t len) {
+  struct tcp *t = T(tt);
+  if (peer < 0 || peer >= t->n || t->p[peer].fd < 0 || len > t->max_payload)
+    return RESIHP_EINVAL;
+  struct peer *p = &t->p[peer];
+  if (p->broken)
+    return RESIHP_EPEER;
+  if (p->qcount == SENDQ)
+    return RESIHP_EBUSY;
+  struct sendreq *r = &p->q[(p->qhead + p->qcount) % SENDQ];
+  memset(r, 0, sizeof(*r));
+  r->hdr.magic = RESIHP__FRAME_MAGIC;
+  r->hdr.type = RESIHP__FRAME_DATA;
+  r->hdr.epoch = t->epoch;
+  r->hdr.src = (uint32_t)t->self;
+  r->hdr.seq = tag.seq;
+  r->hdr.step = tag.step;
+  r->hdr.chunk = tag.chunk;
+  r->hdr.len = (uint32_t)len;
+  r->buf = buf;
+  r->len = len;
+  p->qcount++;
+  return 0;
+}
+
+static int tcp_post_recv(resihp__transport_t *tt, int peer, resihp__tag_t tag,
+                         void *buf, size_t len) {
+  struct tcp *t = T(tt);
+  if (peer < 0 || peer >= t->n || t->p[peer].fd < 0)
+    return RESIHP_EINVAL;
+  struct peer *p = &t->p[peer];
+  if (p->broken)
+    return RESIHP_EPEER;
+  if (p->posted)
+    return RESIHP_EBUSY;
+  p->posted = 1;
+  p->done = 0;
+  p->ptag = tag;
+  p->pbuf = buf;
+  p->plen = len;
+  p->parked = 0;
+  return 0;
+}
+
+static int tcp_recv_done(resihp__transport_t *tt, int peer) {
+  struct peer *p = &T(tt)->p[peer];
+  if (!p->done)
+    return 0;
+  p->done = 0;
+  return 1;
+}
+
+static int tcp_sends_pending(resihp__transport_t *tt, int peer) {
+  return T(tt)->p[peer].qcount;
+}
+
+/* ---- byte-stream I/O: the socket, or the rings with doorbells ---------- */
+
+static int ring_bell(struct peer *p) {
+  if (send(p->fd, "b", 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno != EAGAIN &&
+      errno != EWOULDBLOCK && errno != EINTR)
+    return -1; /* EAGAIN: bells already pending, the peer will wake */
+  return 0;
+}
+
+/* Read and drop doorbells; note EOF. -1 on a socket error. */
+static int drain_bells(struct peer *p) {
+  char b[64];
+  for (;;) {
+    ssize_t r = recv(p->fd, b, sizeof(b), MSG_DONTWAIT);
+    if (r > 0)
+      continue;
+    if (r == 0) {
+      p->eof = 1;
+      return 0;
+    }
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+  }
+}
+
+static ssize_t peer_recv(struct peer *p, void *buf, size_t len) {
+  if (!p->rin)
+    return recv(p->fd, buf, len, MSG_DONTWAIT);
+  int bell = 0;
+  if (drain_bells(p) < 0)
+    return -1;
+  size_t n = resihp__ring_read(p->rin, buf, len, &bell);
+  if (bell && ring_bell(p) < 0)
+    return -1;
+  if (n)
+    return (ssize_t)n;
+  if (p->eof)
+    return 0; /* everything the peer wrote has been read */
+  errno = EAGAIN;
+  return -1;
+}
+
+static ssize_t peer_sendv(struct peer *p, struct iovec *iov, int niov) {
+  if (!p->rout) {
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+    return sendmsg(p->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  int bell = 0;
+  if (drain_bells(p) < 0)
+    return -1;
+  if (p->eof) {
+    errno = EPIPE;
+    return -1;
+  }
+  size_t n = resihp__ring_write(p->rout, iov, niov, &bell);
+  if (bell && ring_bell(p) < 0)
+    return -1;
+  if (n)
+    return (ssize_t)n;
+  errno = EAGAIN;
+  return -1;
+}
+
+/* Decide what to do with a complete header: accept its payload into the
+ * posted buffer, skip it, or park it. Returns 0 or RESIHP_EPROTO. */
+static int consider_header(struct tcp *t, int peer) {
+  struct peer *p = &t->p[peer];
+  const resihp__frame_hdr_t *h = &p->rh;
+  if (h->magic != RESIHP__FRAME_MAGIC || h->type != RESIHP__FRAME_DATA ||
+      h->src != (uint32_t)peer || h->len > t->max_payload) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "malformed frame from rank %d (magic %#x type %u src %u len "
+               "%u): dropping the peer; check that every rank runs the same "
+               "resihp version",
+               peer, h->magic, h->type, h->src, h->len);
+    return RESIHP_EPROTO;
+  }
+  p->parked = 0;
+  if (h->epoch < t->epoch) {
+    t->dropped_stale++;
+    resihp_log(RESIHP_LOG_DEBUG, "allreduce",
+               "dropping stale frame from rank %d (epoch %u < %u)", peer,
+               h->epoch, t->epoch);
+    p->in_payload = 1;
+    p->pay_left = h->len;
+    p->pay_dst = NULL;
+    return 0;
+  }
+  if (h->epoch > t->epoch || !p->posted || p->done) {
+    p->parked = 1;
+    return 0;
+  }
+  if (h->seq < p->ptag.seq) {
+    resihp_log(RESIHP_LOG_WARN, "allreduce",
+               "dropping duplicate frame from rank %d (collective %u < %u)",
+               peer, h->seq, p->ptag.seq);
+    p->in_payload = 1;
+    p->pay_left = h->len;
+    p->pay_dst = NULL;
+    return 0;
+  }
+  if (h->seq > p->ptag.seq) {
+    p->parked = 1;
+    return 0;
+  }
+  if (h->step != p->ptag.step || h->chunk != p->ptag.chunk ||
+      h->len != p->plen) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "out-of-order frame from rank %d: got step %u chunk %u len %u, "
+               "expected step %u chunk %u len %zu",
+               peer, h->step, h->chunk, h->len, p->ptag.step, p->ptag.chunk,
+               p->plen);
+    return RESIHP_EPROTO;
+  }
+  p->in_payload = 1;
+  p->pay_left = h->len;
+  p->pay_dst = p->pbuf;
+  p->for_posted = 1;
+  return 0;
+}
+
+static void frame_finished(struct peer *p) {
+  if (p->for_posted) {
+    p->posted = 0;
+    p->done = 1;
+  }
+  p->for_posted = 0;
+  p->in_payload = 0;
+  p->rh_got = 0;
+  p->pay_dst = NULL;
+}
+
+/* Read as much as is available from peer. Returns 1 if anything happened,
+ * 0 if nothing, negative on failure. */
+static int read_peer(struct tcp *t, int peer) {
+  struct peer *p = &t->p[peer];
+  int any = 0;
+  for (;;) {
+    if (p->parked)
+      return any;
+    ssize_t r;
+    /* Do not read ahead of what is wanted: the next header would only be
+     * parked, and a peer that finished and closed must not look failed. */
+    if (!p->in_payload && !p->rh_got && (!p->posted || p->done))
+      return any;
+    if (!p->in_payload) {
+      r = peer_recv(p, (uint8_t *)&p->rh + p->rh_got, HDR - p->rh_got);
+    } else if (p->pay_left == 0) {
+      frame_finished(p);
+      any = 1;
+      continue;
+    } else {
+      uint8_t *dst = p->pay_dst ? p->pay_dst + (p->rh.len - p->pay_left)
+                                : t->scratch;
+      size_t want = p->pay_left;
+      if (!p->pay_dst && want > SCRATCH)
+        want = SCRATCH;
+      r = peer_recv(p, dst, want);
+    }
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return any;
+      resihp_log(RESIHP_LOG_WARN, "allreduce", "link to rank %d failed: %s",
+                 peer, strerror(errno));
+      return RESIHP_EPEER;
+    }
+    if (r == 0) {
+      if (p->in_payload || p->rh_got) {
+        resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                   "rank %d closed its link in the middle of a frame "
+                   "(truncated frame)",
+                   peer);
+        return RESIHP_EPROTO;
+      }
+      resihp_log(RESIHP_LOG_WARN, "allreduce", "rank %d closed its link",
+                 peer);
+      return RESIHP_EPEER;
+    }
+    any = 1;
+    if (!p->in_payload) {
+      p->rh_got += (size_t)r;
+      if (p->rh_got == HDR) {
+        int rc = consider_header(t, peer);
+        if (rc)
+          return rc;
+      }
+    } else {
+      p->pay_left -= (size_t)r;
+    }
+  }
+}
+
+static int write_peer(struct tcp *t, int peer) {
+  struct peer *p = &t->p[peer];
+  int any = 0;
+  while (p->qcount) {
+    struct sendreq *q = &p->q[p->qhead];
+    struct iovec iov[2];
+    int niov = 0;
+    if (q->off < HDR) {
+      iov[niov].iov_base = (uint8_t *)&q->hdr + q->off;
+      iov[niov].iov_len = HDR - q->off;
+      niov++;
+    }
+    size_t poff = q->off > HDR ? q->off - HDR : 0;
+    if (poff < q->len) {
+      size_t l = q->len - poff;
+      if (q->buf) {
+        iov[niov].iov_base = (void *)(q->buf + poff);
+      } else {
+        iov[niov].iov_base = (void *)zeros;
+        if (l > SCRATCH)
+          l = SCRATCH;
+      }
+      iov[niov].iov_len = l;
+      niov++;
+    }
+    if (niov) {
+      ssize_t w = peer_sendv(p, iov, niov);
+      if (w < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+          return any;
+        resihp_log(RESIHP_LOG_WARN, "allreduce", "link to rank %d failed: %s",
+                   peer, strerror(errno));
+        return RESIHP_EPEER;
+      }
+      q->off += (size_t)w;
+      any = 1;
+    }
+    if (q->off == HDR + q->len) {
+      p->qhead = (p->qhead + 1) % SENDQ;
+      p->qcount--;
+    }
+  }
+  return any;
+}
+
+static int p_has_queue(struct tcp *t, int i) { return t->p[i].qcount > 0; }
+
+/* Optimistic pass: at high throughput the links are usually ready, so try
+ * the I/O first and only poll when nothing moved. 1 if anything moved. */
+static int optimistic(struct tcp *t, int *bad_peer) {
+  int any = 0;
+  for (int i = 0; i < t->n; i++) {
+    struct peer *p = &t->p[i];
+    if (p->fd < 0 || p->broken)
+      continue;
+    int rc = 0;
+    if (p->qcount)
+      rc = write_peer(t, i);
+    if (rc >= 0 && !p->parked &&
+        ((p->posted && !p->done) || p->in_payload || p->rh_got)) {
+      int r2 = read_peer(t, i);
+      rc = r2 < 0 ? r2 : (rc | r2);
+    }
+    if (rc < 0) {
+      p->broken = 1;
+      *bad_peer = i;
+      return rc;
+    }
+    any |= rc;
+  }
+  return any;
+}
+
+static int optimistic(struct tcp *t, int *bad_peer);
+
+static int64_t mono_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
+                        int *bad_peer) {
+  struct tcp *t = T(tt);
+  int nfd = 0, any = 0;
+  /* With shared-memory peers, the answer is often microseconds away:
+   * look again for a short while (yielding the CPU) before paying for a
+   * sleep and a wake-up through the doorbell socket. */
+  if (t->nshm) {
+    int64_t until = mono_us() + SPIN_US;
+    do {
+      int r = optimistic(t, bad_peer);
+      if (r)
+        return r;
+      sched_yield();
+    } while (mono_us() < until);
+  }
+  /* Headers parked earlier may be consumable now. */
+  for (int i = 0; i < t->n; i++) {
+    struct peer *p = &t->p[i];
+    if (p->fd >= 0 && !p->broken && !p->in_payload && p->rh_got == HDR &&
+        !p->parked) {
+      int rc = consider_header(t, i);
+      if (rc) {
+        p->broken = 1;
+        *bad_peer = i;
+        return rc;
+      }
+      if (p->in_payload && p->pay_left == 0)
+        frame_finished(p);
+    }
+  }
+  if ((any = optimistic(t, bad_peer)))
+    return any;
+  for (int i = 0; i < t->n; i++) {
+    struct peer *p = &t->p[i];
+    if (p->fd < 0 || p->broken)
+      continue;
+    short ev = 0;
+    int want_in = !p->parked && ((p->posted && !p->done) || p->in_payload ||
+                                 p->rh_got);
+    if (want_in)
+      ev |= POLLIN;
+    if (p->qcount)
+      ev |= p->rout ? POLLIN : POLLOUT; /* rings: space comes as a bell */
+    if (!ev)
+      continue;
+    t->pfd[nfd] = (struct pollfd){.fd = p->fd, .events = ev};
+    t->pfd_peer[nfd++] = i;
+  }
+  if (t->wake_fd >= 0) {
+    t->pfd[nfd] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
+    t->pfd_peer[nfd++] = -1;
+  }
+  int r = poll(t->pfd, (nfds_t)nfd, timeout_ms);
+  if (r < 0) {
+    if (errno == EINTR)
+      return 0;
+    return RESIHP_ESYS;
+  }
+  for (int k = 0; k < nfd && r > 0; k++) {
+    int i = t->pfd_peer[k];
+    short re = t->pfd[k].revents;
+    if (i < 0 || !re)
+      continue;
+    int rc = 0;
+    if (re & (POLLIN | POLLHUP | POLLERR))
+      rc = read_peer(t, i);
+    if (rc >= 0 && p_has_queue(t, i) && (re & (POLLOUT | POLLERR | POLLIN))) {
+      int r2 = write_peer(t, i);
+      rc = r2 < 0 ? r2 : (rc | r2);
+    }
+    if (rc < 0) {
+      t->p[i].broken = 1;
+      *bad_peer = i;
+      return rc;
+    }
+    any |= rc;
+  }
+  return any;
+}
+
+static void tcp_cancel(resihp__transport_t *tt) {
+  struct tcp *t = T(tt);
+  for (int i = 0; i < t->n; i++) {
+    struct peer *p = &t->p[i];
+    if (p->qcount) {
+      struct sendreq *h = &p->q[p->qhead];
+      if (h->off > 0 && h->off < HDR + h->len) {
+        h->buf = NULL; /* finish this frame with zeros; it is stale now */
+        p->qcount = 1;
+      } else {
+        p->qcount = 0;
+      }
+    }
+    if (p->in_payload) {
+      p->pay_dst = NULL; /* skip the rest of this frame later */
+      p->for_posted = 0;
+    }
+    p->posted = 0;
+    p->done = 0;
+    p->parked = 0;
+  }
+}
+
+static void tcp_set_epoch(resihp__transport_t *tt, uint32_t epoch) {
+  struct tcp *t = T(tt);
+  t->epoch = epoch;
+  for (int i = 0; i < t->n; i++)
+    t->p[i].parked = 0;
+}
+
+static void tcp_drop_peer(resihp__transport_t *tt, int peer) {
+  struct tcp *t = T(tt);
+  if (peer < 0 || peer >= t->n || t->p[peer].fd < 0)
+    return;
+  shutdown(t->p[peer].fd, SHUT_RDWR);
+  close(t->p[peer].fd);
+  resihp__ring_unmap(t->p[peer].rin);
+  resihp__ring_unmap(t->p[peer].rout);
+  memset(&t->p[peer], 0, sizeof(t->p[peer]));
+  t->p[peer].fd = -1;
+}
+
+static void tcp_destroy(resihp__transport_t *tt) {
+  struct tcp *t = T(tt);
+  if (!t)
+    return;
+  int *fds = calloc((size_t)t->n, sizeof(int));
+  for (int i = 0; i < t->n; i++) {
+    resihp__ring_unmap(t->p[i].rin);
+    resihp__ring_unmap(t->p[i].rout);
+    if (fds)
+      fds[i] = t->p[i].broken ? -1 : t->p[i].fd;
+    if (t->p[i].fd >= 0 && (!fds || t->p[i].broken))
+      close(t->p[i].fd);
+  }
+  if (fds)
+    resihp__graceful_close(fds, t->n, 1000);
+  free(fds);
+  if (t->dropped_stale)
+    resihp_log(RESIHP_LOG_DEBUG, "allreduce", "dropped %lu stale frames",
+               t->dropped_stale);
+  free(t->p);
+  free(t->pfd);
+  free(t->pfd_peer);
+  free(t);
+}
+
+static const resihp__transport_ops_t tcp_ops = {
+    .name = "tcp",
+    .post_send = tcp_post_send,
+    .post_recv = tcp_post_recv,
+    .recv_done = tcp_recv_done,
+    .sends_pending = tcp_sends_pending,
+    .progress = tcp_progress,
+    .cancel = tcp_cancel,
+    .set_epoch = tcp_set_epoch,
+    .drop_peer = tcp_drop_peer,
+    .destroy = tcp_destroy,
+};
+
+int resihp__tcp_transport_create(int self, int nranks, const int *fds,
+                                 resihp__ring_t **rin, resihp__ring_t **rout,
+                                 size_t max_payload, int wake_fd,
+                                 resihp__transport_t **out) {
+  struct tcp *t = calloc(1, sizeof(*t));
+  if (!t)
+    return RESIHP_ENOMEM;
+  t->base.ops = &tcp_ops;
+  t->self = self;
+  t->n = nranks;
+  t->max_payload = max_payload;
+  t->wake_fd = wake_fd;
+  t->p = calloc((size_t)nranks, sizeof(*t->p));
+  t->pfd = calloc((size_t)nranks + 1, sizeof(*t->pfd));
+  t->pfd_peer = calloc((size_t)nranks + 1, sizeof(int));
+  if (!t->p || !t->pfd || !t->pfd_peer) {
+    free(t->p);
+    free(t->pfd);
+    free(t->pfd_peer);
+    free(t);
+    return RESIHP_ENOMEM;
+  }
+  for (int i = 0; i < nranks; i++) {
+    t->p[i].fd = fds[i];
+    t->p[i].rin = rin ? rin[i] : NULL;
+    t->p[i].rout = rout ? rout[i] : NULL;
+    t->nshm += t->p[i].rin != NULL;
+  }
+  *out = &t->base;
+  return 0;
+}

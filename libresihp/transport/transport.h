@@ -1,0 +1,119 @@
+/* The data-plane transport seen by collective algorithms: a table of
+ * operations, so that the ring all-reduce never touches a socket (or a GPU).
+ *
+ * Peers are world ranks. A transport moves tagged, framed messages: a send
+ * is queued and completes when every byte left this process; a receive is
+ * posted with its expected tag and length and completes when the payload is
+ * in place. Messages between a pair arrive in the order they were sent. The
+ * transport owns no thread: the caller drives it with progress(), which
+ * waits at most timeout_ms (also waking when wake_fd becomes readable).
+ *
+ * Failure contract: progress() returns a negative RESIHP_E* code and sets
+ * *bad_peer when a peer's link fails (RESIHP_EPEER) or a peer sends a frame
+ * that cannot be right (RESIHP_EPROTO: bad magic, unknown type, oversized or
+ * truncated, wrong tag or length). Frames of an older epoch are dropped:
+ * they are leftovers of an aborted collective. cancel() abandons every
+ * queued operation but keeps each stream framed (a half-sent frame is
+ * finished with padding, a half-received one is skipped later), so the
+ * same links carry the next epoch.
+ */
+#ifndef RESIHP_TRANSPORT_H
+#define RESIHP_TRANSPORT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RESIHP__FRAME_MAGIC 0x52534850u /* "RSHP" */
+
+enum {
+  RESIHP__FRAME_DATA = 1,
+  RESIHP__FRAME_HEARTBEAT = 2,
+  RESIHP__FRAME_ABORT = 3,
+  RESIHP__FRAME_AGREE = 4,
+  RESIHP__FRAME_DONE = 5,
+  RESIHP__FRAME_BYE = 6, /* orderly departure (resihp_comm_destroy) */
+};
+
+/* Every frame starts with this header (host byte order: the ranks of a job
+ * share one architecture). The epoch is in every frame so that late or
+ * duplicate messages of an older membership are recognised and dropped. */
+typedef struct {
+  uint32_t magic;
+  uint16_t type;
+  uint16_t flags;
+  uint32_t epoch;
+  uint32_t src; /* world rank of the sender */
+  uint32_t seq; /* collective number in the epoch (AGREE: round) */
+  uint32_t step;
+  uint32_t chunk;
+  uint32_t len; /* payload bytes that follow */
+} resihp__frame_hdr_t;
+
+typedef struct {
+  uint32_t seq, step, chunk;
+} resihp__tag_t;
+
+typedef struct resihp__transport resihp__transport_t;
+
+typedef struct {
+  const char *name;
+  int (*post_send)(resihp__transport_t *t, int peer, resihp__tag_t tag,
+                   const void *buf, size_t len);
+  int (*post_recv)(resihp__transport_t *t, int peer, resihp__tag_t tag,
+                   void *buf, size_t len);
+  /* 1 once the receive posted for peer has completed (clears it). */
+  int (*recv_done)(resihp__transport_t *t, int peer);
+  /* Sends queued for peer that have not completed. */
+  int (*sends_pending)(resihp__transport_t *t, int peer);
+  int (*progress)(resihp__transport_t *t, int timeout_ms, int *bad_peer);
+  void (*cancel)(resihp__transport_t *t);
+  void (*set_epoch)(resihp__transport_t *t, uint32_t epoch);
+  /* Stop using a peer's link (removed from the view); shuts it down. */
+  void (*drop_peer)(resihp__transport_t *t, int peer);
+  void (*destroy)(resihp__transport_t *t);
+  /* Optional, for transports whose device moves the data (NCCL), NULL for
+   * TCP: the whole all-reduce on device buffers, sendbuf != recvbuf. It
+   * returns when the stream has finished it, or with RESIHP_EPEER once
+   * *failed becomes non-zero (the CPU side noticed a failure; the device
+   * communicator is then revoked), or RESIHP_ETIMEDOUT after timeout_ms
+   * without completion. */
+  int (*allreduce)(resihp__transport_t *t, const void *sendbuf, void *recvbuf,
+                   size_t count, int dtype, int op, void *stream,
+                   atomic_int *failed, int timeout_ms);
+  /* Drop the ranks (positions in the old view) from the device
+   * communicator; collective among the survivors. */
+  int (*shrink)(resihp__transport_t *t, int *excluded, int nexcluded,
+                int timeout_ms);
+} resihp__transport_ops_t;
+
+struct resihp__transport {
+  const resihp__transport_ops_t *ops;
+};
+
+/* TCP: one connected, authenticated stream socket per peer (fds[peer], -1
+ * for self); takes ownership of the fds. Peers on the same host may have
+ * shared-memory rings (rin/rout from resihp__shm_setup, or NULL arrays;
+ * ownership passes too): the frames then travel through the rings and the
+ * socket only carries doorbells. max_payload bounds what a peer may
+ * announce. wake_fd (or -1) is polled too so another thread can interrupt a
+ * wait. */
+struct resihp__ring;
+int resihp__tcp_transport_create(int self, int nranks, const int *fds,
+                                 struct resihp__ring **rin,
+                                 struct resihp__ring **rout,
+                                 size_t max_payload, int wake_fd,
+                                 resihp__transport_t **out);
+
+/* NCCL (built only when configure finds it): a non-blocking NCCL
+ * communicator of nranks on CUDA device `device`, from a unique id that
+ * view rank 0 made with resihp__nccl_unique_id() and the CPU side
+ * distributed. Waits at most timeout_ms, and gives up when *failed. */
+#define RESIHP__NCCL_ID_BYTES 128
+int resihp__nccl_unique_id(uint8_t id[RESIHP__NCCL_ID_BYTES]);
+int resihp__nccl_transport_create(const uint8_t id[RESIHP__NCCL_ID_BYTES],
+                                  int rank, int nranks, int device,
+                                  atomic_int *failed, int timeout_ms,
+                                  resihp__transport_t **out);
+
+#endif

@@ -1,0 +1,963 @@
+/* Tests of the fault-tolerant all-reduce: real processes on loopback that
+ * really die (SIGKILL), hang (SIGSTOP) or lose a link (shutdown), plus
+ * hostile peers, authentication and the deterministic mode.
+ *
+ * Each group test forks N ranks. The parent pre-binds one listening socket
+ * per rank on 127.0.0.1 (port 0) so the endpoint list is known before any
+ * child starts. Children check their own results and exit 0 (correct), 3
+ * (excluded by the others, expected for both ends of a cut link) or 1; they
+ * also write one record per survivor into a pipe so that the parent can
+ * check that all survivors ended in the same view. */
+#include "config.h"
+
+#include <resihp.h>
+
+#include "../../libresihp/collectives/comm_internal.h"
+#include "../../libresihp/transport/mesh.h"
+#include "../../libresihp/transport/sha256.h"
+#include "../../libresihp/transport/shm.h"
+#include "../../libresihp/transport/transport.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXN 8
+#define SECRET "test-job-secret-0123456789"
+/* Fault tests use the default bound (1 s); the others a generous one, so
+ * that a loaded machine cannot fake a failure. */
+#define DETECT_MS 1000
+#define CALM_DETECT_MS 3000
+static int detect_ms = CALM_DETECT_MS;
+static int transport = -1; /* -1 default (shared memory on one host), 1 TCP */
+
+static char ep_buf[MAXN][32];
+static const char *eps[MAXN];
+static int lfds[MAXN];
+static int rec_pipe[2];
+
+struct record {
+  int world_rank, attempts;
+  uint32_t epoch;
+  uint64_t members;
+  double fail_ms; /* how long the failed call took to return */
+};
+
+static void bind_endpoints(int n) {
+  for (int i = 0; i < n; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(fd, 64), 0);
+    getsockname(fd, (struct sockaddr *)&sa, &sl);
+    snprintf(ep_buf[i], sizeof(ep_buf[i]), "127.0.0.1:%u", ntohs(sa.sin_port));
+    eps[i] = ep_buf[i];
+    lfds[i] = fd;
+  }
+}
+
+static int make_comm(int rank, int n, const char *secret, long chunk,
+                     int deterministic, resihp_comm_t **c) {
+  resihp_comm_opts_t o;
+  resihp_comm_opts_init(&o);
+  o.rank = rank;
+  o.nranks = n;
+  o.endpoints = eps;
+  o.listen_fd = lfds[rank];
+  o.secret = secret;
+  o.secret_len = strlen(secret);
+  o.detect_timeout_ms = detect_ms;
+  o.heartbeat_ms = 100;
+  o.connect_timeout_ms = 10000;
+  o.chunk_bytes = chunk;
+  o.deterministic = deterministic;
+  o.transport = transport;
+  return resihp_comm_create(&o, c);
+}
+
+typedef int (*rank_fn)(int rank, int n, void *arg);
+
+/* Fork n ranks running fn; returns their exit statuses in st[]. Ranks in
+ * stop_mask that are still alive once the others are done get SIGKILL. */
+static void run_group(int n, rank_fn fn, void *arg, int st[MAXN]) {
+  pid_t pid[MAXN];
+  bind_endpoints(n);
+  ck_assert_int_eq(pipe(rec_pipe), 0);
+  for (int r = 0; r < n; r++) {
+    pid[r] = fork();
+    ck_assert_int_ge(pid[r], 0);
+    if (pid[r] == 0) {
+      close(rec_pipe[0]);
+      for (int j = 0; j < n; j++)
+        if (j != r)
+          close(lfds[j]);
+      alarm(40);
+      _exit(fn(r, n, arg));
+    }
+  }
+  close(rec_pipe[1]);
+  for (int j = 0; j < n; j++)
+    close(lfds[j]);
+  /* Wait for everyone that exits on its own; a stopped rank never does, so
+   * poll with WNOHANG and kill stragglers that are stopped once all the
+   * others are gone. */
+  int left = n;
+  for (int r = 0; r < n; r++)
+    st[r] = -1;
+  while (left) {
+    int progressed = 0;
+    for (int r = 0; r < n; r++) {
+      if (st[r] != -1)
+        continue;
+      int s;
+      pid_t w = waitpid(pid[r], &s, WNOHANG | WUNTRACED);
+      if (w == pid[r] && WIFSTOPPED(s))
+        continue;
+      if (w == pid[r]) {
+        st[r] = s;
+        left--;
+        progressed = 1;
+      }
+    }
+    if (!progressed) {
+      /* Only stopped ranks left? */
+      int running = 0;
+      for (int r = 0; r < n; r++) {
+        if (st[r] != -1)
+          continue;
+        char path[64], state = 0;
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid[r]);
+        FILE *f = fopen(path, "r");
+        if (f) {
+          if (fscanf(f, "%*d %*s %c", &state) != 1)
+            state = 0;
+          fclose(f);
+        }
+        if (state != 'T')
+          running = 1;
+      }
+      if (!running)
+        for (int r = 0; r < n; r++)
+          if (st[r] == -1)
+            kill(pid[r], SIGKILL);
+      struct timespec ts = {0, 20 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+static int read_records(struct record *rec, int max) {
+  int k = 0;
+  while (k < max && read(rec_pipe[0], &rec[k], sizeof(rec[k])) ==
+                        (ssize_t)sizeof(rec[k]))
+    k++;
+  close(rec_pipe[0]);
+  return k;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void put_record(resihp_comm_t *c, int attempts, double fail_ms) {
+  struct record r = {.world_rank = resihp_comm_world_rank(c),
+                     .attempts = attempts,
+                     .epoch = resihp_comm_epoch(c),
+                     .fail_ms = fail_ms};
+  for (int i = 0; i < resihp_comm_size(c); i++)
+    r.members |= 1ull << resihp_comm_member(c, i);
+  if (write(rec_pipe[1], &r, sizeof(r)) != (ssize_t)sizeof(r))
+    _exit(1);
+}
+
+/* Exactly representable contributions: the float sum is exact whatever the
+ * order, so results can be compared with ==. */
+static double value(int world_rank, size_t i) {
+  return (double)((world_rank + 1) * (int)(i % 13 + 1)) - 7.0;
+}
+
+static void fill(void *buf, size_t count, resihp_dtype_t dt, int wr) {
+  for (size_t i = 0; i < count; i++) {
+    double v = value(wr, i);
+    if (dt == RESIHP_FLOAT32)
+      ((float *)buf)[i] = (float)v;
+    else if (dt == RESIHP_FLOAT64)
+      ((double *)buf)[i] = v;
+    else
+      ((uint16_t *)buf)[i] = resihp_bf16_from_float((float)v);
+  }
+}
+
+/* Check buf against the sum over the world ranks in members. */
+static int check(const void *buf, size_t count, resihp_dtype_t dt,
+                 resihp_op_t op, uint64_t members, int nmembers) {
+  for (size_t i = 0; i < count; i++) {
+    double want = 0;
+    for (int r = 0; r < 64; r++)
+      if (members >> r & 1)
+        want += value(r, i);
+    if (op == RESIHP_OP_AVG)
+      want /= nmembers;
+    double got;
+    if (dt == RESIHP_FLOAT32) {
+      got = ((const float *)buf)[i];
+      want = (float)want;
+    } else if (dt == RESIHP_FLOAT64) {
+      got = ((const double *)buf)[i];
+    } else {
+      got = resihp_bf16_to_float(((const uint16_t *)buf)[i]);
+      /* bf16 has 8 bits of mantissa: allow its rounding per hop. */
+      if (fabs(got - want) <= fabs(want) / 64 + 0.5)
+        continue;
+    }
+    if (got != want) {
+      fprintf(stderr, "mismatch at %zu: got %g want %g (dtype %d)\n", i, got,
+              want, (int)dt);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static uint64_t view_mask(resihp_comm_t *c) {
+  uint64_t m = 0;
+  for (int i = 0; i < resihp_comm_size(c); i++)
+    m |= 1ull << resihp_comm_member(c, i);
+  return m;
+}
+
+/* ---- correctness: any length, every type -------------------------------- */
+
+static int rank_lengths(int rank, int n, void *arg) {
+  resihp_comm_t *c;
+  int rc = make_comm(rank, n, SECRET, 4096, 0, &c);
+  if (rc) {
+    fprintf(stderr, "rank %d: create: %s\n", rank, resihp_strerror(rc));
+    return 1;
+  }
+  size_t counts[] = {0, 1, (size_t)n - 1, (size_t)n + 1, 1000, 12345};
+  resihp_dtype_t dts[] = {RESIHP_FLOAT32, RESIHP_BFLOAT16, RESIHP_FLOAT64};
+  for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+    for (int d = 0; d < 3; d++)
+      for (int op = 0; op < 2; op++) {
+        size_t cnt = counts[k];
+        void *buf = malloc(cnt * 8 + 8);
+        fill(buf, cnt, dts[d], rank);
+        rc = resihp_allreduce(c, buf, cnt, dts[d], (resihp_op_t)op);
+        if (rc || check(buf, cnt, dts[d], (resihp_op_t)op, view_mask(c), n)) {
+          fprintf(stderr, "rank %d count %zu dtype %d op %d: %s\n", rank, cnt,
+                  (int)dts[d], op, resihp_strerror(rc));
+          return 1;
+        }
+        free(buf);
+      }
+  resihp_comm_destroy(c);
+  return 0;
+}
+
+static void expect_all_ok(int n, const int st[MAXN]) {
+  for (int r = 0; r < n; r++)
+    ck_assert_msg(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0,
+                  "rank %d status %#x", r, st[r]);
+}
+
+START_TEST(allreduce_lengths) {
+  int n = 2 + _i / 2; /* 2..5 ranks, over shared memory and over TCP */
+  transport = _i % 2 ? 1 : -1;
+  int st[MAXN];
+  run_group(n, rank_lengths, NULL, st);
+  expect_all_ok(n, st);
+}
+END_TEST
+
+/* ---- faults ------------------------------------------------------------- */
+
+enum fault { F_KILL, F_STOP, F_CUT, F_KILL_IDLE };
+
+struct scenario {
+  int n;
+  enum fault fault;
+  int tcp; /* 1: TCP only; 0: default transport (shared memory here) */
+  int victim;
+  int step;     /* -1: random */
+  long chunk;   /* -1: random; -2: last chunk */
+  unsigned seed;
+};
+
+#define FCOUNT 10000
+#define FCHUNK 4096
+
+static struct scenario *cur_sc;
+static int hook_step;
+static long hook_chunk;
+static resihp_comm_t *hook_comm;
+
+static void fault_hook(resihp_comm_t *c, int step, size_t chunk) {
+  if (step != hook_step || (long)chunk != hook_chunk || c != hook_comm)
+    return;
+  hook_comm = NULL; /* once */
+  switch (cur_sc->fault) {
+  case F_KILL:
+    raise(SIGKILL);
+    break;
+  case F_STOP:
+    raise(SIGSTOP);
+    break;
+  case F_CUT: {
+    int n = resihp_comm_size(c), p = resihp_comm_rank(c);
+    resihp_comm_test_cut_link(c, resihp_comm_member(c, (p + 1) % n));
+    break;
+  }
+  case F_KILL_IDLE:
+    break;
+  }
+}
+
+static int rank_fault(int rank, int n, void *arg) {
+  struct scenario *sc = arg;
+  resihp_comm_t *c;
+  detect_ms = DETECT_MS;
+  int rc = make_comm(rank, n, SECRET, FCHUNK, 0, &c);
+  if (rc)
+    return 1;
+  cur_sc = sc;
+  float *buf = malloc(FCOUNT * sizeof(float));
+  /* One clean collective first, so that the fault hits a warm ring. */
+  fill(buf, FCOUNT, RESIHP_FLOAT32, rank);
+  if (resihp_allreduce(c, buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM) ||
+      check(buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c), n))
+    return 1;
+  if (sc->fault == F_KILL_IDLE && rank == sc->victim)
+    raise(SIGKILL);
+  if (rank == sc->victim) {
+    hook_comm = c;
+    hook_step = sc->step;
+    hook_chunk = sc->chunk;
+    resihp__ring_test_hook = fault_hook;
+  }
+  if (sc->fault == F_KILL_IDLE) {
+    struct timespec ts = {1, 300 * 1000000L}; /* > DETECT_MS */
+    nanosleep(&ts, NULL); /* let the monitor notice between collectives */
+  }
+  int attempts = 0;
+  double fail_ms = 0;
+  for (;;) {
+    attempts++;
+    fill(buf, FCOUNT, RESIHP_FLOAT32, rank);
+    double t0 = now_ms();
+    rc = resihp_allreduce(c, buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM);
+    if (rc == 0)
+      break;
+    if (attempts == 1)
+      fail_ms = now_ms() - t0;
+    if (rc == RESIHP_EEXCLUDED)
+      return 3;
+    if (rc != RESIHP_EPEER && rc != RESIHP_ETIMEDOUT) {
+      fprintf(stderr, "rank %d: unexpected %s\n", rank, resihp_err_name(rc));
+      return 1;
+    }
+    /* The caller's buffer must be exactly its input. */
+    float *orig = malloc(FCOUNT * sizeof(float));
+    fill(orig, FCOUNT, RESIHP_FLOAT32, rank);
+    if (memcmp(orig, buf, FCOUNT * sizeof(float))) {
+      fprintf(stderr, "rank %d: buffer modified by a failed call\n", rank);
+      return 1;
+    }
+    free(orig);
+    int failed[MAXN], nf = 0;
+    if (resihp_comm_failed(c, failed, MAXN) < 1) {
+      fprintf(stderr, "rank %d: failure without a suspect\n", rank);
+      return 1;
+    }
+    rc = resihp_comm_shrink(c, NULL, 0, failed, MAXN, &nf);
+    if (rc == RESIHP_EEXCLUDED)
+      return 3;
+    if (rc || nf < 1 || attempts > 3) {
+      fprintf(stderr, "rank %d: shrink %s nf %d\n", rank, resihp_err_name(rc),
+              nf);
+      return 1;
+    }
+  }
+  if (check(buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c),
+            resihp_comm_size(c)))
+    return 1;
+  /* The new view keeps working. */
+  fill(buf, FCOUNT, RESIHP_FLOAT32, rank);
+  rc = resihp_allreduce(c, buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM);
+  if (rc == RESIHP_EEXCLUDED)
+    return 3;
+  if (rc ||
+      check(buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c),
+            resihp_comm_size(c)))
+    return 1;
+  put_record(c, attempts, fail_ms);
+  resihp_comm_destroy(c);
+  free(buf);
+  return 0;
+}
+
+static const struct scenario scenarios[] = {
+    {2, F_KILL, 0, 1, 0, 0, 0},   /* first chunk */
+    {3, F_KILL, 0, 0, 3, -2, 0},  /* last chunk of the last step */
+    {4, F_KILL, 0, 2, -1, -1, 0}, /* random point */
+    {5, F_KILL, 0, 4, -1, -1, 0},
+    {8, F_KILL, 0, 5, -1, -1, 0},
+    {3, F_STOP, 0, 1, 0, 0, 0},
+    {4, F_STOP, 0, 3, 5, -2, 0},
+    {6, F_STOP, 0, 2, -1, -1, 0},
+    {3, F_CUT, 0, 0, 1, 1, 0},
+    {5, F_CUT, 0, 3, 7, -2, 0},
+    {4, F_KILL_IDLE, 0, 1, 0, 0, 0},
+    /* The same over TCP only. */
+    {2, F_KILL, 1, 0, 0, 0, 0},
+    {4, F_KILL, 1, 1, -1, -1, 0},
+    {6, F_KILL, 1, 5, 9, -2, 0},
+    {4, F_STOP, 1, 2, -1, -1, 0},
+    {4, F_CUT, 1, 1, -1, -1, 0},
+};
+
+START_TEST(allreduce_faults) {
+  struct scenario sc = scenarios[_i];
+  const char *only = getenv("RESIHP_TEST_SCENARIO"); /* for debugging */
+  if (only && atoi(only) != _i)
+    return;
+  unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+  srand(seed);
+  int nsteps = 2 * (sc.n - 1);
+  size_t seg = FCOUNT / (size_t)sc.n, per = FCHUNK / sizeof(float);
+  long nch = (long)((seg + per - 1) / per);
+  if (sc.step < 0)
+    sc.step = rand() % nsteps;
+  if (sc.chunk == -1)
+    sc.chunk = rand() % nch;
+  if (sc.chunk == -2)
+    sc.chunk = nch - 1;
+  fprintf(stderr,
+          "fault scenario %d: n=%d fault=%d victim=%d step=%d chunk=%ld %s "
+          "(seed %u)\n",
+          _i, sc.n, (int)sc.fault, sc.victim, sc.step, sc.chunk,
+          sc.tcp ? "tcp" : "shm", seed);
+  transport = sc.tcp ? 1 : -1;
+  int st[MAXN];
+  run_group(sc.n, rank_fault, &sc, st);
+  struct record rec[MAXN];
+  int k = read_records(rec, MAXN);
+  int survivors = 0, excluded = 0;
+  for (int r = 0; r < sc.n; r++) {
+    int cut_end = sc.fault == F_CUT &&
+                  (r == sc.victim || r == (sc.victim + 1) % sc.n);
+    if (r == sc.victim && sc.fault != F_CUT) {
+      ck_assert_msg(WIFSIGNALED(st[r]), "victim %d status %#x", r, st[r]);
+      continue;
+    }
+    ck_assert_msg(WIFEXITED(st[r]), "rank %d status %#x", r, st[r]);
+    if (cut_end && WEXITSTATUS(st[r]) == 3) {
+      excluded++;
+      continue;
+    }
+    ck_assert_msg(WEXITSTATUS(st[r]) == 0, "rank %d exit %d", r,
+                  WEXITSTATUS(st[r]));
+    survivors++;
+  }
+  ck_assert_int_eq(k, survivors);
+  ck_assert_int_ge(survivors, 1);
+  double worst = 0;
+  for (int i = 0; i < k; i++)
+    worst = rec[i].fail_ms > worst ? rec[i].fail_ms : worst;
+  /* Reported, not asserted: no timing assertions in tests. */
+  fprintf(stderr,
+          "  %d survivor(s), %d excluded, epoch %u, attempts %d, failed call "
+          "returned after <= %.0f ms (bound %d ms)\n",
+          survivors, excluded, rec[0].epoch, rec[0].attempts, worst,
+          DETECT_MS);
+  if (sc.fault == F_CUT) /* never both ends of the cut link */
+    ck_assert(((rec[0].members >> sc.victim) & 1) == 0 ||
+              ((rec[0].members >> ((sc.victim + 1) % sc.n)) & 1) == 0);
+  for (int i = 1; i < k; i++) {
+    ck_assert_int_eq(rec[i].epoch, rec[0].epoch);
+    ck_assert_uint_eq(rec[i].members, rec[0].members);
+    ck_assert_int_eq(rec[i].attempts, rec[0].attempts);
+  }
+  /* The failed ranks are out of the view. */
+  if (sc.fault != F_CUT)
+    ck_assert(!(rec[0].members >> sc.victim & 1));
+  else
+    ck_assert_int_eq(excluded + survivors, sc.n);
+}
+END_TEST
+
+/* ---- deterministic mode --------------------------------------------------- */
+
+#define DCOUNT 3001
+#define MICRO 12
+
+static float micro_value(int mb, size_t i) {
+  /* Values of very different magnitudes, where float sums depend on order. */
+  uint32_t x = (uint32_t)(mb * 2654435761u) ^ (uint32_t)(i * 40503u);
+  x ^= x >> 13;
+  x *= 0x5bd1e995u;
+  x ^= x >> 15;
+  float f = (float)(x & 0xffff) / 65536.0f - 0.5f;
+  return f * powf(2.0f, (float)((int)(x >> 16) % 20 - 10));
+}
+
+/* Microbatches 0..MICRO-1 spread round-robin over the current view. */
+static void accumulate(resihp_comm_t *c, int64_t *acc) {
+  float tmp[DCOUNT];
+  memset(acc, 0, DCOUNT * sizeof(int64_t));
+  for (int mb = 0; mb < MICRO; mb++) {
+    if (mb % resihp_comm_size(c) != resihp_comm_rank(c))
+      continue;
+    for (size_t i = 0; i < DCOUNT; i++)
+      tmp[i] = micro_value(mb, i);
+    resihp_fixed_accumulate_float(acc, tmp, DCOUNT, 32);
+  }
+}
+
+struct det {
+  int kill_victim;  /* -1 none */
+  const char *path; /* where view rank 0 writes the result */
+};
+
+static int rank_det(int rank, int n, void *arg) {
+  struct det *d = arg;
+  resihp_comm_t *c;
+  detect_ms = DETECT_MS;
+  if (make_comm(rank, n, SECRET, 4096, 1, &c))
+    return 1;
+  int64_t acc[DCOUNT];
+  if (rank == d->kill_victim) {
+    hook_comm = c;
+    hook_step = 1;
+    hook_chunk = 0;
+    static struct scenario s = {.fault = F_KILL};
+    cur_sc = &s;
+    resihp__ring_test_hook = fault_hook;
+  }
+  int rc;
+  for (int attempt = 0;; attempt++) {
+    accumulate(c, acc);
+    rc = resihp_allreduce(c, acc, DCOUNT, RESIHP_FIXED64, RESIHP_OP_SUM);
+    if (!rc)
+      break;
+    if (attempt > 2 || resihp_comm_shrink(c, NULL, 0, NULL, 0, NULL))
+      return 1;
+  }
+  float res[DCOUNT];
+  resihp_fixed_to_float(res, acc, DCOUNT, 32, 1.0);
+  /* Deterministic float mode too: the result equals the exact sum of the
+   * inputs' fixed-point images, whatever the ring order. */
+  float x[DCOUNT], want[DCOUNT];
+  int64_t sum[DCOUNT], tmp[DCOUNT];
+  for (size_t i = 0; i < DCOUNT; i++)
+    x[i] = micro_value(100 + resihp_comm_world_rank(c), i);
+  memset(sum, 0, sizeof(sum));
+  for (int i = 0; i < resihp_comm_size(c); i++) {
+    float y[DCOUNT];
+    for (size_t j = 0; j < DCOUNT; j++)
+      y[j] = micro_value(100 + resihp_comm_member(c, i), j);
+    resihp_fixed_from_float(tmp, y, DCOUNT, resihp_fixed_frac_bits());
+    for (size_t j = 0; j < DCOUNT; j++)
+      sum[j] = (int64_t)((uint64_t)sum[j] + (uint64_t)tmp[j]);
+  }
+  resihp_fixed_to_float(want, sum, DCOUNT, resihp_fixed_frac_bits(), 1.0);
+  if (resihp_allreduce(c, x, DCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM) ||
+      memcmp(x, want, sizeof(x))) {
+    fprintf(stderr, "rank %d: deterministic float mode differs\n", rank);
+    return 1;
+  }
+  if (resihp_comm_rank(c) == 0) {
+    FILE *f = fopen(d->path, "wb");
+    if (!f || fwrite(res, sizeof(res), 1, f) != 1)
+      return 1;
+    fclose(f);
+  }
+  resihp_comm_destroy(c);
+  return 0;
+}
+
+START_TEST(deterministic_with_failure) {
+  char a[] = "/tmp/resihp-det-XXXXXX", b[] = "/tmp/resihp-det-XXXXXX",
+       e[] = "/tmp/resihp-det-XXXXXX";
+  close(mkstemp(a));
+  close(mkstemp(b));
+  close(mkstemp(e));
+  int st[MAXN];
+  /* Failure-free with 4 replicas, failure-free with 3, and 4 replicas of
+   * which one dies mid-collective and the survivors redo its microbatches:
+   * the same bits every time. */
+  struct det d4 = {-1, a}, d3 = {-1, b}, dk = {2, e};
+  run_group(4, rank_det, &d4, st);
+  expect_all_ok(4, st);
+  close(rec_pipe[0]);
+  run_group(3, rank_det, &d3, st);
+  expect_all_ok(3, st);
+  close(rec_pipe[0]);
+  run_group(4, rank_det, &dk, st);
+  for (int r = 0; r < 4; r++)
+    if (r != 2)
+      ck_assert_msg(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0, "rank %d",
+                    r);
+  close(rec_pipe[0]);
+  float ra[DCOUNT], rb[DCOUNT], re[DCOUNT];
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb"), *fe = fopen(e, "rb");
+  ck_assert(fa && fb && fe);
+  ck_assert_int_eq(fread(ra, sizeof(ra), 1, fa), 1);
+  ck_assert_int_eq(fread(rb, sizeof(rb), 1, fb), 1);
+  ck_assert_int_eq(fread(re, sizeof(re), 1, fe), 1);
+  fclose(fa);
+  fclose(fb);
+  fclose(fe);
+  unlink(a);
+  unlink(b);
+  unlink(e);
+  ck_assert(memcmp(ra, rb, sizeof(ra)) == 0);
+  ck_assert(memcmp(ra, re, sizeof(ra)) == 0);
+  /* And a plain float sum in another order would differ: the test has
+   * teeth. */
+  int differs = 0;
+  for (size_t i = 0; i < DCOUNT && !differs; i++) {
+    float f1 = 0, f2 = 0;
+    for (int mb = 0; mb < MICRO; mb++)
+      f1 += micro_value(mb, i);
+    for (int mb = MICRO - 1; mb >= 0; mb--)
+      f2 += micro_value(mb, i);
+    differs = f1 != f2;
+  }
+  ck_assert(differs);
+}
+END_TEST
+
+START_TEST(fixed_point_helpers) {
+  float x[] = {1.5f, -2.25f, 0.0f, 1e-12f, 3e12f, -3e12f, NAN};
+  int64_t q[7];
+  resihp_fixed_from_float(q, x, 7, 32);
+  ck_assert_int_eq(q[0], (int64_t)3 << 31);
+  ck_assert_int_eq(q[1], -((int64_t)9 << 30));
+  ck_assert_int_eq(q[2], 0);
+  ck_assert_int_eq(q[3], 0); /* below resolution */
+  ck_assert_int_eq(q[4], INT64_MAX);
+  ck_assert_int_eq(q[5], INT64_MIN);
+  ck_assert_int_eq(q[6], 0);
+  float back[2];
+  resihp_fixed_to_float(back, q, 2, 32, 1.0);
+  ck_assert(back[0] == 1.5f && back[1] == -2.25f);
+  resihp_fixed_to_float(back, q, 2, 32, 2.0);
+  ck_assert(back[0] == 0.75f);
+  ck_assert_int_eq(resihp_bf16_from_float(1.0f), 0x3f80);
+  ck_assert(resihp_bf16_to_float(resihp_bf16_from_float(3.0f)) == 3.0f);
+  /* 1 + 2^-8 is a tie in bf16: rounds to even (1.0). */
+  ck_assert_int_eq(resihp_bf16_from_float(1.00390625f), 0x3f80);
+}
+END_TEST
+
+/* ---- SHA-256 / HMAC vectors ---------------------------------------------- */
+
+static void hex(const uint8_t *d, char *out) {
+  for (int i = 0; i < 32; i++)
+    sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+START_TEST(sha256_vectors) {
+  uint8_t d[32];
+  char h[65];
+  resihp__sha256_t s;
+  resihp__sha256_init(&s);
+  resihp__sha256_update(&s, "abc", 3);
+  resihp__sha256_final(&s, d);
+  hex(d, h);
+  ck_assert_str_eq(
+      h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const char *m =
+      "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  resihp__sha256_init(&s);
+  resihp__sha256_update(&s, m, strlen(m));
+  resihp__sha256_final(&s, d);
+  hex(d, h);
+  ck_assert_str_eq(
+      h, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  /* RFC 4231 test case 1 and 2. */
+  uint8_t key[20];
+  memset(key, 0x0b, 20);
+  const void *parts[1] = {"Hi There"};
+  size_t lens[1] = {8};
+  resihp__hmac_sha256(key, 20, parts, lens, 1, d);
+  hex(d, h);
+  ck_assert_str_eq(
+      h, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  const void *p2[2] = {"what do ya want ", "for nothing?"};
+  size_t l2[2] = {16, 12};
+  resihp__hmac_sha256("Jefe", 4, p2, l2, 2, d);
+  hex(d, h);
+  ck_assert_str_eq(
+      h, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+END_TEST
+
+/* ---- authentication ------------------------------------------------------ */
+
+static int refused_seen;
+static void count_refusals(resihp_log_level_t lvl, const char *sub,
+                           const char *msg, void *ud) {
+  if (strstr(msg, "refused connection"))
+    refused_seen++;
+}
+
+static int rank_auth(int rank, int n, void *arg) {
+  resihp_comm_t *c;
+  if (rank == 0) {
+    resihp_log_set_handler(count_refusals, NULL);
+    int rc = make_comm(0, 2, SECRET, 4096, 0, &c);
+    if (rc || refused_seen < 1) {
+      fprintf(stderr, "rank 0: rc %d refusals %d\n", rc, refused_seen);
+      return 1;
+    }
+  } else if (rank == 1) {
+    /* The impostor: wrong secret. Its own create fails with EAUTH. */
+    lfds[1] = -1;
+    int rc = make_comm(1, 2, "not-the-secret", 4096, 0, &c);
+    if (rc != RESIHP_EAUTH) {
+      fprintf(stderr, "impostor: rc %d\n", rc);
+      return 1;
+    }
+    return 0;
+  } else {
+    /* The genuine rank 1 arrives after the impostor was refused. */
+    struct timespec ts = {0, 400 * 1000000L};
+    nanosleep(&ts, NULL);
+    lfds[1] = lfds[2];
+    if (make_comm(1, 2, SECRET, 4096, 0, &c))
+      return 1;
+  }
+  float x[100];
+  fill(x, 100, RESIHP_FLOAT32, resihp_comm_world_rank(c));
+  if (resihp_allreduce(c, x, 100, RESIHP_FLOAT32, RESIHP_OP_SUM) ||
+      check(x, 100, RESIHP_FLOAT32, RESIHP_OP_SUM, 3, 2))
+    return 1;
+  resihp_comm_destroy(c);
+  return 0;
+}
+
+START_TEST(auth_refuses_wrong_secret) {
+  int st[MAXN];
+  run_group(3, rank_auth, NULL, st);
+  close(rec_pipe[0]);
+  expect_all_ok(3, st);
+}
+END_TEST
+
+/* ---- hostile frames on the data plane ------------------------------------ */
+
+static void raw_frame(int fd, uint32_t magic, uint16_t type, uint32_t epoch,
+                      uint32_t src, uint32_t seq, uint32_t step, uint32_t len,
+                      const void *payload, size_t plen) {
+  resihp__frame_hdr_t h = {.magic = magic,
+                           .type = type,
+                           .epoch = epoch,
+                           .src = src,
+                           .seq = seq,
+                           .step = step,
+                           .len = len};
+  ck_assert_int_eq(write(fd, &h, sizeof(h)), sizeof(h));
+  if (plen)
+    ck_assert_int_eq(write(fd, payload, plen), (ssize_t)plen);
+}
+
+static resihp__transport_t *pair_transport(int sv[2]) {
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  int fds[2] = {-1, sv[0]};
+  resihp__transport_t *t;
+  ck_assert_int_eq(
+      resihp__tcp_transport_create(0, 2, fds, NULL, NULL, 1024, -1, &t), 0);
+  return t;
+}
+
+static int pump(resihp__transport_t *t, int *bad) {
+  for (int i = 0; i < 50; i++) {
+    int r = t->ops->progress(t, 20, bad);
+    if (r < 0)
+      return r;
+    if (t->ops->recv_done(t, 1))
+      return 1;
+  }
+  return 0;
+}
+
+START_TEST(stale_epoch_and_duplicates_dropped) {
+  int sv[2], bad;
+  resihp__transport_t *t = pair_transport(sv);
+  t->ops->set_epoch(t, 5);
+  float stale[4] = {9, 9, 9, 9}, good[4] = {1, 2, 3, 4}, got[4] = {0};
+  /* A late frame of epoch 4, a duplicate of collective 1, then the real
+   * frame of epoch 5, collective 2. */
+  raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 4, 1, 2, 0, 16,
+            stale, 16);
+  raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 5, 1, 1, 0, 16,
+            stale, 16);
+  raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 5, 1, 2, 0, 16,
+            good, 16);
+  resihp__tag_t tag = {2, 0, 0};
+  ck_assert_int_eq(t->ops->post_recv(t, 1, tag, got, 16), 0);
+  ck_assert_int_eq(pump(t, &bad), 1);
+  ck_assert(memcmp(got, good, 16) == 0);
+  /* A frame of a future epoch is parked, not consumed. */
+  raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 6, 1, 0, 0, 16,
+            good, 16);
+  tag.seq = 3;
+  ck_assert_int_eq(t->ops->post_recv(t, 1, tag, got, 16), 0);
+  ck_assert_int_eq(pump(t, &bad), 0);
+  t->ops->destroy(t);
+  close(sv[1]);
+}
+END_TEST
+
+/* _i selects the kind of malformed input. */
+START_TEST(malformed_frames_rejected) {
+  int sv[2], bad = -1;
+  resihp__transport_t *t = pair_transport(sv);
+  uint8_t junk[64];
+  memset(junk, 0xab, sizeof(junk));
+  float pay[4] = {0};
+  switch (_i) {
+  case 0: /* garbage */
+    ck_assert_int_eq(write(sv[1], junk, sizeof(junk)), sizeof(junk));
+    break;
+  case 1: /* oversized length */
+    raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 0,
+              1u << 30, NULL, 0);
+    break;
+  case 2: /* truncated payload, then the link closes */
+    raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 0, 16,
+              pay, 7);
+    close(sv[1]);
+    sv[1] = -1;
+    break;
+  case 3: /* truncated header */
+    ck_assert_int_eq(write(sv[1], junk, 10), 10);
+    close(sv[1]);
+    sv[1] = -1;
+    break;
+  case 4: /* right epoch, wrong step */
+    raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 3, 16,
+              pay, 16);
+    break;
+  case 5: /* sender claims another rank */
+    raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 7, 0, 0, 16,
+              pay, 16);
+    break;
+  case 6: /* wrong frame type on the data plane */
+    raw_frame(sv[1], RESIHP__FRAME_MAGIC, 99, 0, 1, 0, 0, 0, NULL, 0);
+    break;
+  }
+  float got[4];
+  resihp__tag_t tag = {0, 0, 0};
+  ck_assert_int_eq(t->ops->post_recv(t, 1, tag, got, 16), 0);
+  ck_assert_int_eq(pump(t, &bad), RESIHP_EPROTO);
+  ck_assert_int_eq(bad, 1);
+  t->ops->destroy(t);
+  if (sv[1] >= 0)
+    close(sv[1]);
+}
+END_TEST
+
+/* End to end: a peer that authenticates, then sends a truncated frame. */
+static int rank_hostile(int rank, int n, void *arg) {
+  if (rank == 0) {
+    resihp_comm_t *c;
+    if (make_comm(0, 2, SECRET, 4096, 0, &c))
+      return 1;
+    float x[1000];
+    fill(x, 1000, RESIHP_FLOAT32, 0);
+    int rc = resihp_allreduce(c, x, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM);
+    float orig[1000];
+    fill(orig, 1000, RESIHP_FLOAT32, 0);
+    if (rc != RESIHP_EPROTO || memcmp(x, orig, sizeof(x))) {
+      fprintf(stderr, "rank 0 got %s\n", resihp_err_name(rc));
+      return 1;
+    }
+    int f[2];
+    if (resihp_comm_failed(c, f, 2) != 1 || f[0] != 1)
+      return 1;
+    resihp_comm_destroy(c);
+    return 0;
+  }
+  int64_t dl = resihp__now_ms() + 5000;
+  int d = resihp__mesh_dial(eps[0], (const uint8_t *)SECRET, strlen(SECRET), 1,
+                            0, 2, 0, dl);
+  int k = resihp__mesh_dial(eps[0], (const uint8_t *)SECRET, strlen(SECRET), 1,
+                            0, 2, 1, dl);
+  if (d < 0 || k < 0)
+    return 1;
+  /* Play the transport set-up honestly (declining shared memory), then
+   * misbehave. */
+  int fds[2] = {d, -1};
+  resihp__ring_t *rin[2], *rout[2];
+  if (resihp__shm_setup(1, 2, fds, 0, dl, rin, rout))
+    return 1;
+  float pay[8] = {0};
+  resihp__frame_hdr_t h = {.magic = RESIHP__FRAME_MAGIC,
+                           .type = RESIHP__FRAME_DATA,
+                           .src = 1,
+                           .len = 2000};
+  if (resihp__io_full(d, &h, sizeof(h), 1, dl) ||
+      resihp__io_full(d, pay, sizeof(pay), 1, dl))
+    return 1;
+  shutdown(d, SHUT_WR);
+  sleep(2); /* keep the control link open: the truncation must be the cause */
+  return 0;
+}
+
+START_TEST(hostile_peer_truncated_frame) {
+  int st[MAXN];
+  run_group(2, rank_hostile, NULL, st);
+  close(rec_pipe[0]);
+  expect_all_ok(2, st);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("allreduce");
+  TCase *tc = tcase_create("unit");
+  tcase_add_test(tc, sha256_vectors);
+  tcase_add_test(tc, fixed_point_helpers);
+  tcase_add_test(tc, stale_epoch_and_duplicates_dropped);
+  tcase_add_loop_test(tc, malformed_frames_rejected, 0, 7);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("group");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, allreduce_lengths, 0, 8);
+  tcase_add_test(tc, auth_refuses_wrong_secret);
+  tcase_add_test(tc, hostile_peer_truncated_frame);
+  tcase_add_test(tc, deterministic_with_failure);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("faults");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, allreduce_faults, 0,
+                      (int)(sizeof(scenarios) / sizeof(scenarios[0])));
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

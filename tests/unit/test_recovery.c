@@ -1,0 +1,344 @@
+/* Unit tests of step-level recovery: fault injection specs, the
+ * coordinator's authenticated wire, and whole jobs of forked ranks (real
+ * processes that really die) driven by an in-process coordinator: the sum
+ * over every microbatch of every step must come out exactly the same with
+ * and without failures, and replacements must catch up. */
+#include "config.h"
+
+#include "../../libresihp/control/coordinator.h"
+#include "../../libresihp/control/wire.h"
+#include "../../libresihp/recovery/inject.h"
+#include "../../libresihp/transport/mesh.h"
+
+#include <resihp.h>
+
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+START_TEST(inject_specs) {
+  resihp__inject_t v[8];
+  int n = -1;
+  char err[512], buf[256];
+  ck_assert_int_eq(resihp__inject_parse("kill-rank:0@5,kill-node:1@8,"
+                                        "hang-rank:2@12,kill-rank:1@catchup",
+                                        v, 8, &n, err, sizeof(err)),
+                   0);
+  ck_assert_int_eq(n, 4);
+  ck_assert_int_eq(v[1].kind, RESIHP__INJ_KILL_NODE);
+  ck_assert_int_eq(v[2].replica, 2);
+  ck_assert_int_eq(v[2].step, 12);
+  ck_assert_int_eq(v[3].step, RESIHP__INJECT_CATCHUP);
+  ck_assert_str_eq(resihp__inject_format(v, n, buf, sizeof(buf)),
+                   "kill-rank:0@5,kill-node:1@8,hang-rank:2@12,"
+                   "kill-rank:1@catchup");
+  ck_assert_int_eq(resihp__inject_parse("", v, 8, &n, err, sizeof(err)), 0);
+  ck_assert_int_eq(n, 0);
+  const char *bad[] = {"kill-rank",        "kill-rank:0",    "explode:0@1",
+                       "kill-rank:x@1",    "kill-rank:0@-3", "kill-rank:0@1,",
+                       "kill-rank:0@soon", ",kill-rank:0@1"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    err[0] = '\0';
+    ck_assert_int_eq(resihp__inject_parse(bad[i], v, 8, &n, err, sizeof(err)),
+                     RESIHP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "KIND:REPLICA@STEP"));
+  }
+}
+END_TEST
+
+START_TEST(wire_auth) {
+  const uint8_t k1[] = "secret-one", k2[] = "secret-two";
+  for (int wrong = 0; wrong < 2; wrong++) {
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid_t p = fork();
+    if (p == 0) {
+      close(sv[0]);
+      resihp__wire_t w;
+      resihp__wire_init(&w, sv[1]);
+      int rc = resihp__wire_auth_client(&w, wrong ? k2 : k1, 10, "coord",
+                                        resihp__now_ms() + 3000);
+      _exit(rc == 0 ? 0 : 1);
+    }
+    close(sv[1]);
+    resihp__wire_t w;
+    resihp__wire_init(&w, sv[0]);
+    int rc =
+        resihp__wire_auth_server(&w, k1, 10, "coord", resihp__now_ms() + 3000);
+    resihp__wire_free(&w);
+    int st;
+    waitpid(p, &st, 0);
+    if (wrong) {
+      ck_assert_int_eq(rc, RESIHP_EAUTH);
+      ck_assert_int_ne(WEXITSTATUS(st), 0);
+    } else {
+      ck_assert_int_eq(rc, 0);
+      ck_assert_int_eq(WEXITSTATUS(st), 0);
+    }
+  }
+  char v[32];
+  long x;
+  ck_assert_int_eq(resihp__wire_get("GO step=3 epoch=2 members=0@a:1", "epoch",
+                                    v, sizeof(v)),
+                   0);
+  ck_assert_str_eq(v, "2");
+  ck_assert_int_eq(resihp__wire_get_long("GO step=3 xstep=9", "step", &x), 0);
+  ck_assert_int_eq(x, 3);
+  ck_assert_int_eq(resihp__wire_get("GO a=1", "b", v, sizeof(v)),
+                   RESIHP_ENOENT);
+}
+END_TEST
+
+/* ---- a job of forked ranks -------------------------------------------- */
+
+#define M 6
+#define STEPS 30
+#define NSTATE 4
+
+static char secret_path[256];
+
+/* A rank: its "model" is a vector of int64; microbatch mb of step s adds a
+ * known pattern, so the final state is known exactly. */
+static int rank_main(int replica, int die_at) {
+  char coord[64];
+  snprintf(coord, sizeof(coord), "%s", getenv("TEST_COORD"));
+  resihp_job_opts_t o;
+  resihp_job_opts_init(&o);
+  o.microbatches = M;
+  o.steps = STEPS;
+  o.coordinator = coord;
+  o.replica = replica;
+  o.secret_file = secret_path;
+  o.timeout_ms = 10000;
+  char inj[64] = "";
+  if (die_at >= 0)
+    snprintf(inj, sizeof(inj), "kill-rank:%d@%d", replica, die_at);
+  o.inject = inj;
+  resihp_job_t *job;
+  if (resihp_job_join(&o, &job))
+    return 10;
+  int64_t state[NSTATE] = {0}, acc[NSTATE];
+  resihp_job_set_state(job, state, sizeof(state));
+  resihp_job_step_t st;
+  int rc;
+  while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
+    memset(acc, 0, sizeof(acc));
+    usleep(10000); /* a step takes time: a replacement can join */
+    for (int i = 0; i < st.nmbs; i++) {
+      for (int k = 0; k < NSTATE; k++)
+        acc[k] += (st.step + 1) * 1000 + st.mbs[i] * (k + 1);
+      resihp_job_report_microbatch(job, st.mbs[i], 100, 2000, 2, 0.001);
+    }
+    while ((rc = resihp_job_allreduce(job, acc, NSTATE)) == RESIHP_EREASSIGNED)
+      for (int i = 0; i < st.nextra; i++)
+        for (int k = 0; k < NSTATE; k++)
+          acc[k] += (st.step + 1) * 1000 + st.extra[i] * (k + 1);
+    if (rc)
+      return 11;
+    for (int k = 0; k < NSTATE; k++)
+      state[k] = state[k] * 3 + acc[k]; /* order matters: a real recurrence */
+    resihp_job_end_step(job);
+  }
+  if (rc)
+    return 12;
+  resihp_job_mb_sample_t smp[4];
+  int ns = resihp_job_microbatch_samples(job, smp, 4);
+  if (ns > 0 && (smp[0].tokens != 100 || smp[0].sum_l2 != 2000 ||
+                 smp[0].nseq != 2 || smp[0].mb < 0 || smp[0].mb >= M))
+    return 13;
+  char res[64];
+  snprintf(res, sizeof(res), "%lld.%lld", (long long)state[0],
+           (long long)state[NSTATE - 1]);
+  resihp_job_finish(job, res);
+  resihp_job_destroy(job);
+  return 0;
+}
+
+static const char *expected(char *buf, size_t len) {
+  int64_t state[NSTATE] = {0};
+  for (int s = 0; s < STEPS; s++)
+    for (int k = 0; k < NSTATE; k++) {
+      int64_t a = 0;
+      for (int mb = 0; mb < M; mb++)
+        a += (s + 1) * 1000 + mb * (k + 1);
+      state[k] = state[k] * 3 + a;
+    }
+  snprintf(buf, len, "%lld.%lld", (long long)state[0],
+           (long long)state[NSTATE - 1]);
+  return buf;
+}
+
+typedef struct {
+  int R;
+  pid_t pids[8];
+  int failed[8];
+  int replaced[8];
+  int allow_replace;
+} harness_t;
+
+static pid_t spawn_rank(int r, int die_at) {
+  pid_t p = fork();
+  if (p == 0)
+    _exit(rank_main(r, die_at));
+  return p;
+}
+
+static void on_failed(void *ud, int r, const char *node, long j, long s,
+                      const char *why) {
+  (void)node;
+  (void)j;
+  (void)s;
+  (void)why;
+  harness_t *h = ud;
+  h->failed[r]++;
+  kill(h->pids[r], SIGKILL);
+  if (h->allow_replace && !h->replaced[r]) {
+    h->replaced[r] = 1;
+    h->pids[r] = spawn_rank(r, -1);
+  }
+}
+
+/* Run R ranks; replica victim dies at step die_at (-1: none). Returns the
+ * result text the coordinator collected. */
+static int run_job(int R, int victim, int die_at, int replace, char *out,
+                   size_t outlen) {
+  snprintf(secret_path, sizeof(secret_path), "/tmp/resihp-test-secret.%d",
+           (int)getpid());
+  FILE *f = fopen(secret_path, "w");
+  fputs("unit-test-secret-0123456789", f);
+  fclose(f);
+  harness_t h = {.R = R, .allow_replace = replace};
+  resihp__coord_opts_t co = {.replicas = R,
+                             .bind_host = "127.0.0.1",
+                             .secret =
+                                 (const uint8_t *)"unit-test-secret-0123456789",
+                             .secret_len = 27,
+                             .silence_ms = 3000,
+                             .on_failed = on_failed,
+                             .ud = &h};
+  resihp__coord_t *c;
+  ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
+  char ep[64];
+  snprintf(ep, sizeof(ep), "127.0.0.1:%d", resihp__coord_port(c));
+  setenv("TEST_COORD", ep, 1);
+  for (int r = 0; r < R; r++)
+    h.pids[r] = spawn_rank(r, r == victim ? die_at : -1);
+  int64_t deadline = resihp__now_ms() + 40000;
+  while (resihp__coord_state(c) == RESIHP__COORD_RUNNING &&
+         resihp__now_ms() < deadline) {
+    resihp__coord_poll(c, 50);
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+      ;
+  }
+  int state = resihp__coord_state(c);
+  FILE *mem = fmemopen(out, outlen, "w");
+  int agree = resihp__coord_summary(c, mem, NULL);
+  fclose(mem);
+  for (int r = 0; r < R; r++)
+    kill(h.pids[r], SIGKILL);
+  while (waitpid(-1, NULL, 0) > 0)
+    ;
+  resihp__coord_destroy(c);
+  unlink(secret_path);
+  ck_assert_int_eq(state, RESIHP__COORD_DONE);
+  ck_assert_int_eq(agree, 0);
+  if (victim >= 0)
+    ck_assert_int_ge(h.failed[victim], 1);
+  return 0;
+}
+
+START_TEST(job_without_failure) {
+  char out[8192], want[128];
+  run_job(3, -1, -1, 0, out, sizeof(out));
+  ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
+  ck_assert_ptr_nonnull(strstr(out, "3 replicas agree"));
+}
+END_TEST
+
+START_TEST(job_rank_dies_no_spare) {
+  char out[8192], want[128];
+  run_job(3, 1, 4, 0, out, sizeof(out));
+  ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
+  ck_assert_msg(strstr(out, "2 replicas agree"), "%s", out);
+  ck_assert_msg(strstr(out, "reassigned"), "%s", out);
+}
+END_TEST
+
+START_TEST(job_rank_dies_replaced) {
+  char out[8192], want[128];
+  run_job(2, 0, 3, 1, out, sizeof(out));
+  ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
+  /* the replacement caught up and finished with the same state */
+  ck_assert_msg(strstr(out, "2 replicas agree"), "%s", out);
+}
+END_TEST
+
+/* A rank with the wrong secret is refused by the coordinator. */
+START_TEST(job_wrong_secret_refused) {
+  const char *good = "the-job-secret-0123456789";
+  resihp__coord_opts_t co = {.replicas = 1,
+                             .bind_host = "127.0.0.1",
+                             .secret = (const uint8_t *)good,
+                             .secret_len = strlen(good),
+                             .silence_ms = 3000};
+  resihp__coord_t *c;
+  ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
+  char ep[64], path[128];
+  snprintf(ep, sizeof(ep), "127.0.0.1:%d", resihp__coord_port(c));
+  snprintf(path, sizeof(path), "/tmp/resihp-test-badsecret.%d", (int)getpid());
+  FILE *f = fopen(path, "w");
+  fputs("not-the-job-secret", f);
+  fclose(f);
+  pid_t p = fork();
+  if (p == 0) {
+    resihp_job_opts_t o;
+    resihp_job_opts_init(&o);
+    o.microbatches = 1;
+    o.steps = 1;
+    o.coordinator = ep;
+    o.replica = 0;
+    o.secret_file = path;
+    o.inject = "";
+    resihp_job_t *job = NULL;
+    int rc = resihp_job_join(&o, &job);
+    _exit(rc == RESIHP_EAUTH ? 0 : 1);
+  }
+  int st = 0;
+  while (waitpid(p, &st, WNOHANG) == 0)
+    resihp__coord_poll(c, 20);
+  unlink(path);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  ck_assert_int_eq(resihp__coord_connected(c, 0), 0);
+  resihp__coord_destroy(c);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("recovery");
+  TCase *tc = tcase_create("specs");
+  tcase_add_test(tc, inject_specs);
+  tcase_add_test(tc, wire_auth);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("jobs");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, job_without_failure);
+  tcase_add_test(tc, job_rank_dies_no_spare);
+  tcase_add_test(tc, job_rank_dies_replaced);
+  tcase_add_test(tc, job_wrong_secret_refused);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

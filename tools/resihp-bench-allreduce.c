@@ -1,0 +1,273 @@
+/* resihp-bench-allreduce: bus bandwidth of resihp_allreduce on loopback.
+ *
+ * Forks --ranks processes on 127.0.0.1 (pre-bound ports, random per-run
+ * secret). Each rank opens one communicator per mode and, for every size,
+ * times the modes in turn, --reps times over, so that all modes see the
+ * same background load; the best repetition is reported. Rank 0 prints one
+ * line per mode and size:
+ *
+ *   resihp MODE RANKS BYTES USEC_PER_OP ALGBW_GBPS BUSBW_GBPS
+ *
+ * bus bandwidth = bytes / time * 2(n-1)/n, as nccl-tests define it, so
+ * numbers are comparable across rank counts and with resihp-bench-mpi.
+ * Modes: ft (fault tolerant, out of place), ftip (fault tolerant, in place:
+ * adds the private copy that keeps the input), noft (unprotected ring: no
+ * monitor thread, no DONE round), det (fault tolerant + deterministic
+ * fixed point) - all with the default host transport (shared-memory rings
+ * between ranks of one host) - and fttcp (ft over TCP only, the medium of
+ * Open MPI's tcp BTL). All but ftip use resihp_allreduce_to() with separate
+ * send and receive buffers, like the MPI twin. Data are float32 sums.
+ */
+#include <resihp.h>
+
+#include <arpa/inet.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXR 64
+#define NMODES 5
+
+static const char *const mode_name[NMODES] = {"ft", "ftip", "noft", "det",
+                                              "fttcp"};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+struct cfg {
+  int ranks, scale, reps;
+  long min_bytes, max_bytes, chunk;
+  int modes[NMODES], nmodes;
+};
+
+static int iters_for(long bytes, int scale) {
+  long it = (64L << 20) * scale / bytes; /* bytes per rank and timing */
+  if (it < 2)
+    it = 2;
+  if (it > 100)
+    it = 100;
+  return (int)it;
+}
+
+static int run_rank(int rank, const struct cfg *cf,
+                    const char *eps[NMODES][MAXR], int lfd[NMODES][MAXR],
+                    const uint8_t *secret) {
+  resihp_comm_t *c[NMODES] = {0};
+  int rc = 0;
+  for (int k = 0; k < cf->nmodes; k++) {
+    int m = cf->modes[k];
+    resihp_comm_opts_t o;
+    resihp_comm_opts_init(&o);
+    o.rank = rank;
+    o.nranks = cf->ranks;
+    o.endpoints = eps[m];
+    o.listen_fd = lfd[m][rank];
+    o.secret = secret;
+    o.secret_len = 32;
+    o.chunk_bytes = cf->chunk;
+    o.unprotected = m == 2;
+    o.deterministic = m == 3;
+    o.transport = m == 4 ? 1 : -1;
+    if ((rc = resihp_comm_create(&o, &c[m]))) {
+      fprintf(stderr, "rank %d: %s\n", rank, resihp_strerror(rc));
+      return 1;
+    }
+  }
+  size_t maxn = (size_t)cf->max_bytes / sizeof(float);
+  float *src = malloc(maxn * sizeof(float)), *buf = malloc(maxn * sizeof(float));
+  if (!buf || !src)
+    return 1;
+  for (size_t i = 0; i < maxn; i++)
+    src[i] = buf[i] = (float)(i % 17) * 0.25f;
+  for (long bytes = cf->min_bytes; bytes <= cf->max_bytes; bytes *= 4) {
+    size_t n = (size_t)bytes / sizeof(float);
+    int iters = iters_for(bytes, cf->scale);
+    double best[NMODES];
+    for (int k = 0; k < NMODES; k++)
+      best[k] = 1e30;
+    for (int rep = 0; rep < cf->reps; rep++)
+      for (int k = 0; k < cf->nmodes; k++) {
+        int m = cf->modes[k];
+        const float *in = m == 1 ? buf : src;
+        float one = 1;
+        /* Warm up, then line the ranks up with a tiny all-reduce. */
+        if ((rc = resihp_allreduce_to(c[m], in, buf, n, RESIHP_FLOAT32,
+                                      RESIHP_OP_SUM)) ||
+            (rc = resihp_allreduce(c[m], &one, 1, RESIHP_FLOAT32,
+                                   RESIHP_OP_SUM)))
+          goto fail;
+        double t0 = now_s();
+        for (int it = 0; it < iters; it++)
+          if ((rc = resihp_allreduce_to(c[m], in, buf, n, RESIHP_FLOAT32,
+                                        RESIHP_OP_SUM)))
+            goto fail;
+        double dt = (now_s() - t0) / iters;
+        if (dt < best[m])
+          best[m] = dt;
+      }
+    if (rank == 0)
+      for (int k = 0; k < cf->nmodes; k++) {
+        int m = cf->modes[k];
+        double alg = (double)bytes / best[m] / 1e9;
+        printf("resihp %s %d %ld %.1f %.3f %.3f\n", mode_name[m], cf->ranks,
+               bytes, best[m] * 1e6, alg,
+               alg * 2.0 * (cf->ranks - 1) / cf->ranks);
+        fflush(stdout);
+      }
+  }
+  free(buf);
+  free(src);
+  for (int m = 0; m < NMODES; m++)
+    resihp_comm_destroy(c[m]);
+  return 0;
+fail:
+  fprintf(stderr, "rank %d: all-reduce failed: %s\n", rank,
+          resihp_strerror(rc));
+  return 1;
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: resihp-bench-allreduce [--ranks N] [--mode ft,ftip,noft,det,fttcp]\n"
+          "         [--min BYTES] [--max BYTES] [--chunk BYTES] [--reps R]\n"
+          "         [--quick|--full]\n"
+          "  --quick (default): 4 KiB .. 16 MiB, 3 repetitions;\n"
+          "  --full: 4 KiB .. 256 MiB, 5 repetitions, twice the iterations\n");
+}
+
+static int parse_modes(struct cfg *cf, const char *s) {
+  char buf[128];
+  snprintf(buf, sizeof(buf), "%s", s);
+  cf->nmodes = 0;
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t;
+       t = strtok_r(NULL, ",", &save)) {
+    int m = -1;
+    for (int k = 0; k < NMODES; k++)
+      if (!strcmp(t, mode_name[k]))
+        m = k;
+    if (m < 0 || cf->nmodes == NMODES)
+      return -1;
+    cf->modes[cf->nmodes++] = m;
+  }
+  return cf->nmodes ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+  struct cfg cf = {.ranks = 2,
+                   .scale = 1,
+                   .reps = 3,
+                   .min_bytes = 4096,
+                   .max_bytes = 16L << 20,
+                   .modes = {0, 1, 2, 3, 4},
+                   .nmodes = NMODES};
+  static const struct option opts[] = {
+      {"ranks", required_argument, 0, 'n'}, {"mode", required_argument, 0, 'm'},
+      {"min", required_argument, 0, 'a'},   {"max", required_argument, 0, 'b'},
+      {"chunk", required_argument, 0, 'c'}, {"reps", required_argument, 0, 'r'},
+      {"quick", no_argument, 0, 'q'},       {"full", no_argument, 0, 'f'},
+      {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+  int ch;
+  while ((ch = getopt_long(argc, argv, "n:m:a:b:c:r:qfh", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'n':
+      cf.ranks = atoi(optarg);
+      break;
+    case 'm':
+      if (parse_modes(&cf, optarg)) {
+        usage();
+        return 2;
+      }
+      break;
+    case 'a':
+      cf.min_bytes = atol(optarg);
+      break;
+    case 'b':
+      cf.max_bytes = atol(optarg);
+      break;
+    case 'c':
+      cf.chunk = atol(optarg);
+      break;
+    case 'r':
+      cf.reps = atoi(optarg);
+      break;
+    case 'q':
+      cf.max_bytes = 16L << 20;
+      break;
+    case 'f':
+      cf.max_bytes = 256L << 20;
+      cf.reps = 5;
+      cf.scale = 2;
+      break;
+    default:
+      usage();
+      return ch == 'h' ? 0 : 2;
+    }
+  }
+  if (cf.ranks < 1 || cf.ranks > MAXR || cf.min_bytes < 4 || cf.reps < 1 ||
+      cf.max_bytes < cf.min_bytes) {
+    usage();
+    return 2;
+  }
+  uint8_t secret[32];
+  if (getrandom(secret, sizeof(secret), 0) != sizeof(secret))
+    return 1;
+  static char epbuf[NMODES][MAXR][32];
+  static const char *eps[NMODES][MAXR];
+  static int lfd[NMODES][MAXR];
+  for (int m = 0; m < NMODES; m++)
+    for (int i = 0; i < cf.ranks; i++) {
+      struct sockaddr_in sa = {.sin_family = AF_INET,
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+      socklen_t sl = sizeof(sa);
+      lfd[m][i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (lfd[m][i] < 0 ||
+          bind(lfd[m][i], (struct sockaddr *)&sa, sizeof(sa)) ||
+          listen(lfd[m][i], 64) ||
+          getsockname(lfd[m][i], (struct sockaddr *)&sa, &sl)) {
+        perror("listen");
+        return 1;
+      }
+      snprintf(epbuf[m][i], sizeof(epbuf[m][i]), "127.0.0.1:%u",
+               ntohs(sa.sin_port));
+      eps[m][i] = epbuf[m][i];
+    }
+  signal(SIGPIPE, SIG_IGN);
+  pid_t pid[MAXR];
+  for (int r = 0; r < cf.ranks; r++) {
+    pid[r] = fork();
+    if (pid[r] < 0) {
+      perror("fork");
+      return 1;
+    }
+    if (pid[r] == 0) {
+      for (int m = 0; m < NMODES; m++)
+        for (int j = 0; j < cf.ranks; j++)
+          if (j != r)
+            close(lfd[m][j]);
+      _exit(run_rank(r, &cf, eps, lfd, secret));
+    }
+  }
+  for (int m = 0; m < NMODES; m++)
+    for (int j = 0; j < cf.ranks; j++)
+      close(lfd[m][j]);
+  int bad = 0;
+  for (int r = 0; r < cf.ranks; r++) {
+    int st;
+    waitpid(pid[r], &st, 0);
+    if (WIFSIGNALED(st))
+      fprintf(stderr, "rank %d killed by signal %d\n", r, WTERMSIG(st));
+    bad |= !WIFEXITED(st) || WEXITSTATUS(st);
+  }
+  return bad;
+}

@@ -1,0 +1,67 @@
+#!/bin/bash
+# resihp-bench.sh: resihp's fault-tolerant all-reduce against Open MPI's
+# MPI_Allreduce on loopback, side by side, in one run.
+#
+#   tools/resihp-bench.sh [--quick|--full] [--ranks "2 4 8"]
+#
+# Columns (bus bandwidth, GB/s, float32 sum, separate send/receive buffers):
+#   ft      resihp, fault tolerant (monitor thread, DONE round), default
+#           host transport: shared-memory rings between ranks of one host
+#   fttcp   the same over TCP only (the medium of Open MPI's tcp BTL)
+#   ftip    resihp, fault tolerant, in place (+ private copy of the input)
+#   noft    resihp, unprotected ring (what fault tolerance costs)
+#   det     resihp, fault tolerant + deterministic int64 fixed point
+#   mpi-sm  Open MPI, --mca btl self,vader,tcp (shared memory on one node)
+#   mpi-tcp Open MPI, --mca btl self,tcp over lo
+# ft/sm = ft / mpi-sm, tcp/tcp = fttcp / mpi-tcp, ft-cost = 1 - ft/noft.
+# --quick (default): 4 KiB .. 16 MiB; --full: 4 KiB .. 256 MiB. The build
+# tree is $BUILD_DIR (default: <source>/build).
+set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$src/build}
+size=--quick
+ranks="2 4 8"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick|--full) size=$1 ;;
+    --ranks) ranks=$2; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    *) echo "resihp-bench.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+bench=$build/tools/resihp-bench-allreduce
+mpib=$build/tools/resihp-bench-mpi
+[ -x "$bench" ] || { echo "resihp-bench.sh: build first (make -C $build)" >&2; exit 1; }
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+mpirun_ok=0
+if [ -x "$mpib" ] && command -v mpirun >/dev/null; then mpirun_ok=1; fi
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca pml ob1)
+for n in $ranks; do
+  "$bench" --ranks "$n" "$size" >>"$out" || echo "resihp-bench.sh: resihp n=$n failed" >&2
+  if [ $mpirun_ok = 1 ]; then
+    "${mpi[@]}" -np "$n" --mca btl self,vader,tcp "$mpib" --label sm "$size" >>"$out" 2>/dev/null ||
+      echo "resihp-bench.sh: mpirun (vader) n=$n failed" >&2
+    "${mpi[@]}" -np "$n" --mca btl self,tcp --mca btl_tcp_if_include lo "$mpib" --label tcp "$size" >>"$out" 2>/dev/null ||
+      echo "resihp-bench.sh: mpirun (tcp) n=$n failed" >&2
+  fi
+done
+awk '
+  { key = $3 " " $4; bw[$2, key] = $7; keys[key] = 1 }
+  function v(m, k) { return ((m, k) in bw) ? sprintf("%6.2f", bw[m, k]) : "     -" }
+  function ratio(a, b, k) { return (((a, k) in bw) && ((b, k) in bw) && bw[b, k] > 0) ? sprintf("%5.2f", bw[a, k] / bw[b, k]) : "    -" }
+  function hum(b) { return b >= 1048576 ? (b / 1048576) "M" : (b / 1024) "K" }
+  END {
+    printf "%5s %5s | %6s %6s %6s %6s %6s | %6s %6s | %5s %5s %7s\n", "ranks", "bytes", "ft", "fttcp", "ftip", "noft", "det", "mpi-sm", "mpitcp", "ft/sm", "tcp/t", "ft-cost"
+    n = 0; for (k in keys) list[++n] = k
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) {
+      split(list[i], a, " "); split(list[j], b, " ")
+      if (a[1] + 0 > b[1] + 0 || (a[1] == b[1] && a[2] + 0 > b[2] + 0)) { t = list[i]; list[i] = list[j]; list[j] = t }
+    }
+    for (i = 1; i <= n; i++) {
+      k = list[i]; split(k, a, " ")
+      c = ((("noft", k) in bw) && bw["noft", k] > 0) ? sprintf("%6.1f%%", 100 * (1 - bw["ft", k] / bw["noft", k])) : "      -"
+      printf "%5s %5s | %s %s %s %s %s | %s %s | %s %s %s\n", a[1], hum(a[2]), v("ft", k), v("fttcp", k), v("ftip", k), v("noft", k), v("det", k), v("sm", k), v("tcp", k), ratio("ft", "sm", k), ratio("fttcp", "tcp", k), c
+    }
+  }' "$out"

@@ -1,0 +1,786 @@
+/* resihp-run: the launcher an sbatch script calls.
+ *
+ *   resihp-run --replicas R [--spares S] [--nodes-per-replica K]
+ *              [--inject SPEC] [--kill-node-cmd CMD] -- ./train args
+ *
+ * It runs the job's coordinator, starts one `srun --resilient ...` job step
+ * per data-parallel replica inside the allocation (a dead rank under
+ * --mpi=pmix takes its whole step down, so a replica is the unit that
+ * fails), keeps the remaining nodes as spares, and when the coordinator
+ * declares a replica failed (socket error, silence, or left out by the
+ * survivors - never srun's exit code, which Slurm often leaves at 0) it
+ * cancels that replica's step, marks its nodes bad and starts a replacement
+ * step on spare nodes while the other replicas keep training. See
+ * resihp-run(1).
+ */
+#include "config.h"
+
+#include "../libresihp/control/coordinator.h"
+#include "../libresihp/recovery/inject.h"
+#include "../libresihp/transport/mesh.h"
+
+#include <resihp.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAXN 4096
+#define MAXR RESIHP__COORD_MAX_REPLICAS
+
+enum {
+  EXIT_OK = 0,
+  EXIT_USAGE = 1,
+  EXIT_LOST = 2,
+  EXIT_DISAGREE = 3,
+  EXIT_SIGNAL = 4
+};
+
+typedef struct {
+  char name[64];
+  int bad;
+  int ready; /* its spare check step succeeded */
+  int owner; /* replica using it, -1 free */
+} node_t;
+
+typedef struct {
+  pid_t pid; /* srun, 0 when none */
+  int nodes[64], nnodes;
+  int64_t t_launch, kill_at;
+  int connected; /* its rank has reached the coordinator */
+  int relaunch;  /* a replacement is wanted */
+  int tries;
+  int launches;
+  int given_up;
+} replica_t;
+
+static struct {
+  int R, S, K;
+  const char *inject;
+  const char *kill_cmd;
+  const char *mpi;
+  const char *coord_host;
+  int port;
+  char secret_file[4096];
+  int own_secret;
+  int launch_timeout_s;
+  int silence_ms;
+  int quiet;
+  char **prog;
+  char jobid[64];
+  node_t nodes[MAXN];
+  int nnodes;
+  replica_t reps[MAXR];
+  resihp__inject_t inj[RESIHP__INJECT_MAX];
+  int ninj;
+  int fired[RESIHP__INJECT_MAX];
+  resihp__coord_t *coord;
+  char coord_ep[300];
+  int nbad, nreplacements;
+  int no_spare_check;
+  const char *ledger;
+  pid_t checks[MAXN]; /* spare check step per node, 0 when none */
+} g = {.K = 1, .S = -1, .launch_timeout_s = 60};
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig) {
+  got_signal = sig;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+  if (g.quiet)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "resihp-run: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+static void usage(FILE *f) {
+  fprintf(
+      f,
+      "usage: resihp-run --replicas R [--spares S] [--nodes-per-replica K]\n"
+      "                  [--inject SPEC] [--kill-node-cmd CMD] [--mpi TYPE]\n"
+      "                  [--port P] [--coordinator-host HOST]\n"
+      "                  [--secret-file PATH] [--silence-ms MS]\n"
+      "                  [--launch-timeout S] [--no-spare-check]\n"
+      "                  [--ledger FILE] [--quiet] -- PROGRAM [ARGS...]\n"
+      "Run PROGRAM as R data-parallel replicas, one Slurm job step each,\n"
+      "inside the current allocation, and replace failed replicas on spare\n"
+      "nodes while the others keep training. See resihp-run(1).\n");
+}
+
+/* Run a shell command in the background (reaped by the main loop, killed
+ * at exit if still running). */
+static pid_t helpers[256];
+
+static void spawn_sh(const char *cmd) {
+  pid_t p = fork();
+  if (p > 0) {
+    for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
+      if (!helpers[i]) {
+        helpers[i] = p;
+        break;
+      }
+    return;
+  }
+  if (p == 0) {
+    int fd = open("/dev/null", O_RDWR);
+    if (fd >= 0) {
+      dup2(fd, 0);
+      if (g.quiet) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+    }
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+}
+
+static int read_nodes(void) {
+  const char *list = getenv("SLURM_JOB_NODELIST");
+  const char *jid = getenv("SLURM_JOB_ID");
+  if (!list || !*list || !jid || !*jid) {
+    fprintf(stderr,
+            "resihp-run: not inside a Slurm allocation (no SLURM_JOB_ID / "
+            "SLURM_JOB_NODELIST): call it from an sbatch script or salloc\n");
+    return -1;
+  }
+  snprintf(g.jobid, sizeof(g.jobid), "%s", jid);
+  char cmd[8192];
+  snprintf(cmd, sizeof(cmd), "scontrol show hostnames '%s'", list);
+  FILE *p = popen(cmd, "r");
+  if (!p) {
+    fprintf(stderr, "resihp-run: cannot run scontrol: %s\n", strerror(errno));
+    return -1;
+  }
+  char line[256];
+  while (fgets(line, sizeof(line), p) && g.nnodes < MAXN) {
+    line[strcspn(line, "\r\n")] = '\0';
+    if (!*line)
+      continue;
+    snprintf(g.nodes[g.nnodes].name, sizeof(g.nodes[0].name), "%.63s", line);
+    g.nodes[g.nnodes].owner = -1;
+    g.nnodes++;
+  }
+  int rc = pclose(p);
+  if (rc != 0 || g.nnodes == 0) {
+    fprintf(stderr, "resihp-run: 'scontrol show hostnames %s' failed\n", list);
+    return -1;
+  }
+  return 0;
+}
+
+static int make_secret(void) {
+  if (g.secret_file[0])
+    return 0;
+  const char *dir = getenv("RESIHP_SECRET_DIR");
+  char cwd[2048];
+  if (!dir || !*dir)
+    dir = getcwd(cwd, sizeof(cwd)) ? cwd : "/tmp";
+  snprintf(g.secret_file, sizeof(g.secret_file), "%s/.resihp-secret.%s.%ld",
+           dir, g.jobid, (long)getpid());
+  int fd = open(g.secret_file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    fprintf(stderr,
+            "resihp-run: cannot create the job secret %s: %s (set "
+            "RESIHP_SECRET_DIR to a directory shared by the nodes)\n",
+            g.secret_file, strerror(errno));
+    return -1;
+  }
+  uint8_t key[32];
+  if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key) ||
+      write(fd, key, sizeof(key)) != (ssize_t)sizeof(key)) {
+    close(fd);
+    unlink(g.secret_file);
+    fprintf(stderr, "resihp-run: cannot write the job secret\n");
+    return -1;
+  }
+  memset(key, 0, sizeof(key));
+  close(fd);
+  g.own_secret = 1;
+  return 0;
+}
+
+static int read_secret(uint8_t *buf, size_t cap, size_t *len) {
+  int fd = open(g.secret_file, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  ssize_t n = read(fd, buf, cap);
+  close(fd);
+  if (n <= 0)
+    return -1;
+  *len = (size_t)n;
+  return 0;
+}
+
+/* Free healthy nodes: spares whose check step passed first, then spares
+ * not checked yet. */
+static int pick_nodes(int *out, int k) {
+  int n = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < g.nnodes && n < k; i++)
+      if (!g.nodes[i].bad && g.nodes[i].owner < 0 &&
+          (pass ? !g.nodes[i].ready : g.nodes[i].ready))
+        out[n++] = i;
+  return n == k ? 0 : -1;
+}
+
+static int spares_left(void) {
+  int n = 0;
+  for (int i = 0; i < g.nnodes; i++)
+    n += !g.nodes[i].bad && g.nodes[i].owner < 0;
+  return n / g.K;
+}
+
+static void inject_for(int r, char *buf, size_t len) {
+  resihp__inject_t v[RESIHP__INJECT_MAX];
+  int n = 0;
+  for (int i = 0; i < g.ninj; i++)
+    if (g.inj[i].replica == r && !g.fired[i])
+      v[n++] = g.inj[i];
+  resihp__inject_format(v, n, buf, len);
+}
+
+static int launch(int r) {
+  replica_t *p = &g.reps[r];
+  int idx[64];
+  if (pick_nodes(idx, g.K)) {
+    say("no healthy spare left for replica %d: the job goes on with the "
+        "other replicas (same microbatches per step)",
+        r);
+    p->given_up = 1;
+    p->relaunch = 0;
+    resihp__coord_mark_failed(g.coord, r, "no spare");
+    return -1;
+  }
+  char nodelist[4096] = "";
+  size_t off = 0;
+  for (int i = 0; i < g.K; i++) {
+    g.nodes[idx[i]].owner = r;
+    p->nodes[i] = idx[i];
+    off += (size_t)snprintf(nodelist + off, sizeof(nodelist) - off, "%s%s",
+                            i ? "," : "", g.nodes[idx[i]].name);
+  }
+  p->nnodes = g.K;
+  char inj[2048], opt_res[4200], opt_rep[64], opt_co[400], nk[16], jn[64],
+      mpi[80];
+  inject_for(r, inj, sizeof(inj));
+  snprintf(opt_res, sizeof(opt_res), "--resilient=secret-file=%s",
+           g.secret_file);
+  snprintf(opt_rep, sizeof(opt_rep), "--resilient-replica=%d", r);
+  snprintf(opt_co, sizeof(opt_co), "--resilient-coordinator=%s", g.coord_ep);
+  snprintf(nk, sizeof(nk), "%d", g.K);
+  snprintf(jn, sizeof(jn), "--job-name=resihp-replica-%d", r);
+  snprintf(mpi, sizeof(mpi), "--mpi=%s", g.mpi ? g.mpi : "none");
+  const char *argv0[32] = {"srun",
+                           opt_res,
+                           opt_rep,
+                           "--resilient-role=replica",
+                           opt_co,
+                           "-N",
+                           nk,
+                           "-n",
+                           nk,
+                           "-w",
+                           nodelist,
+                           "--input=none",
+                           "--kill-on-bad-exit=0",
+                           jn,
+                           mpi};
+  int na = 15, np = 0;
+  while (g.prog[np])
+    np++;
+  char **argv = calloc((size_t)(na + np + 1), sizeof(char *));
+  if (!argv)
+    return -1;
+  for (int i = 0; i < na; i++)
+    argv[i] = (char *)argv0[i];
+  for (int i = 0; i < np; i++)
+    argv[na + i] = g.prog[i];
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("RESIHP_INJECT", inj, 1);
+    char rs[16];
+    snprintf(rs, sizeof(rs), "%d", r);
+    setenv("RESIHP_REPLICA", rs, 1);
+    setenv("RESIHP_COORDINATOR", g.coord_ep, 1);
+    setenv("RESIHP_SECRET_FILE", g.secret_file, 1);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    execvp("srun", argv);
+    fprintf(stderr, "resihp-run: cannot run srun: %s\n", strerror(errno));
+    _exit(127);
+  }
+  free(argv);
+  if (pid < 0)
+    return -1;
+  p->pid = pid;
+  p->t_launch = resihp__now_ms();
+  p->kill_at = 0;
+  p->connected = 0;
+  p->relaunch = 0;
+  p->launches++;
+  if (p->launches > 1)
+    g.nreplacements++;
+  say("replica %d: step launched on %s%s%s", r, nodelist,
+      inj[0] ? ", injecting " : "", inj);
+  return 0;
+}
+
+static void release_nodes(int r, int bad) {
+  replica_t *p = &g.reps[r];
+  for (int i = 0; i < p->nnodes; i++) {
+    node_t *n = &g.nodes[p->nodes[i]];
+    if (n->owner == r)
+      n->owner = -1;
+    if (bad && !n->bad) {
+      n->bad = 1;
+      g.nbad++;
+    }
+  }
+  p->nnodes = 0;
+}
+
+static void cancel_step(long jobid, long stepid, pid_t srun) {
+  if (jobid >= 0 && stepid >= 0) {
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd),
+             "scancel --quiet --signal=KILL %ld.%ld 2>/dev/null; "
+             "scancel --quiet %ld.%ld 2>/dev/null",
+             jobid, stepid, jobid, stepid);
+    spawn_sh(cmd);
+  }
+  (void)srun;
+}
+
+static void on_failed(void *ud, int r, const char *node, long jobid,
+                      long stepid, const char *why) {
+  (void)ud;
+  replica_t *p = &g.reps[r];
+  say("replica %d failed (%s, node %s): cancelling step %ld.%ld, marking "
+      "its node bad and starting a replacement",
+      r, why, node, jobid, stepid);
+  cancel_step(jobid, stepid, p->pid);
+  if (p->pid > 0)
+    p->kill_at = resihp__now_ms() + 2000;
+  release_nodes(r, 1);
+  /* injections announced by this replica have fired */
+  p->relaunch = 1;
+  p->tries = 0;
+}
+
+static void on_fault(void *ud, int r, const char *kind, const char *node,
+                     long step) {
+  (void)ud;
+  for (int i = 0; i < g.ninj; i++)
+    if (g.inj[i].replica == r && !g.fired[i] &&
+        !strcmp(resihp__inject_kind_name(g.inj[i].kind), kind) &&
+        (g.inj[i].step == step ||
+         (step < 0 && g.inj[i].step == RESIHP__INJECT_CATCHUP))) {
+      g.fired[i] = 1;
+      break;
+    }
+  if (strcmp(kind, "kill-node"))
+    return;
+  if (!g.kill_cmd) {
+    say("kill-node on %s: no --kill-node-cmd given, the rank kills itself",
+        node);
+    return;
+  }
+  char cmd[4096];
+  size_t off = 0;
+  for (const char *s = g.kill_cmd; *s && off < sizeof(cmd) - 70; s++) {
+    if (s[0] == '%' && s[1] == 'n') {
+      off += (size_t)snprintf(cmd + off, sizeof(cmd) - off, "%s", node);
+      s++;
+    } else {
+      cmd[off++] = *s;
+    }
+  }
+  cmd[off] = '\0';
+  say("kill-node: running '%s'", cmd);
+  spawn_sh(cmd);
+}
+
+/* Make sure the spares can start a step before one is needed: a short
+ * `srun --resilient-role=spare true` on each (the plugin's step-start
+ * health probes run too). A spare whose check fails is marked bad. */
+static void check_spares(void) {
+  for (int i = 0; i < g.nnodes; i++) {
+    if (g.nodes[i].bad || g.nodes[i].owner >= 0)
+      continue;
+    pid_t p = fork();
+    if (p == 0) {
+      int fd = open("/dev/null", O_RDWR);
+      if (fd >= 0) {
+        dup2(fd, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+      char jn[64];
+      snprintf(jn, sizeof(jn), "--job-name=resihp-spare-check");
+      execlp("timeout", "timeout", "30", "srun", "--resilient",
+             "--resilient-role=spare", "-N", "1", "-n", "1", "-w",
+             g.nodes[i].name, "--input=none", jn, "true", (char *)NULL);
+      _exit(127);
+    }
+    if (p > 0)
+      g.checks[i] = p;
+  }
+}
+
+static void reap(void) {
+  int st;
+  pid_t pid;
+  while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+    for (int i = 0; i < g.nnodes; i++)
+      if (g.checks[i] == pid) {
+        g.checks[i] = 0;
+        int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (!ok && !g.nodes[i].bad && g.nodes[i].owner < 0) {
+          say("spare %s failed its check step: marked bad", g.nodes[i].name);
+          g.nodes[i].bad = 1;
+          g.nbad++;
+        } else if (ok) {
+          g.nodes[i].ready = 1;
+          say("spare %s is ready", g.nodes[i].name);
+        }
+      }
+    for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
+      if (helpers[i] == pid)
+        helpers[i] = 0;
+    for (int r = 0; r < g.R; r++) {
+      replica_t *p = &g.reps[r];
+      if (p->pid != pid)
+        continue;
+      p->pid = 0;
+      if (!p->connected && !p->relaunch && !p->given_up &&
+          resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
+        say("replica %d: step ended before its rank joined (status %d): "
+            "marking %s bad, trying other nodes",
+            r, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st),
+            p->nnodes ? g.nodes[p->nodes[0]].name : "?");
+        release_nodes(r, 1);
+        p->relaunch = 1;
+        p->tries++;
+      }
+    }
+  }
+}
+
+static void tick(void) {
+  int64_t now = resihp__now_ms();
+  for (int r = 0; r < g.R; r++) {
+    replica_t *p = &g.reps[r];
+    if (p->pid > 0 && p->kill_at && now >= p->kill_at) {
+      kill(p->pid, SIGKILL);
+      p->kill_at = 0;
+    }
+    if (p->pid > 0 && !p->connected && resihp__coord_connected(g.coord, r))
+      p->connected = 1;
+    if (p->pid > 0 && !p->connected && !p->kill_at &&
+        now - p->t_launch > (int64_t)g.launch_timeout_s * 1000) {
+      say("replica %d: rank did not join within %d s: marking its nodes bad", r,
+          g.launch_timeout_s);
+      kill(p->pid, SIGKILL);
+      release_nodes(r, 1);
+      p->relaunch = 1;
+      p->tries++;
+    }
+    if (p->relaunch && resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
+      if (p->tries > 3) {
+        say("replica %d: giving up after %d failed launches", r, p->tries);
+        p->given_up = 1;
+        p->relaunch = 0;
+        resihp__coord_mark_failed(g.coord, r, "launch failed");
+      } else {
+        launch(r);
+      }
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  static const struct option lo[] = {
+      {"replicas", required_argument, 0, 'r'},
+      {"spares", required_argument, 0, 's'},
+      {"nodes-per-replica", required_argument, 0, 'k'},
+      {"inject", required_argument, 0, 'i'},
+      {"kill-node-cmd", required_argument, 0, 'c'},
+      {"mpi", required_argument, 0, 'm'},
+      {"port", required_argument, 0, 'p'},
+      {"coordinator-host", required_argument, 0, 'H'},
+      {"secret-file", required_argument, 0, 'f'},
+      {"silence-ms", required_argument, 0, 'S'},
+      {"launch-timeout", required_argument, 0, 'T'},
+      {"quiet", no_argument, 0, 'q'},
+      {"no-spare-check", no_argument, 0, 'n'},
+      {"ledger", required_argument, 0, 'L'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int o;
+  char *end;
+  while ((o = getopt_long(argc, argv, "+r:s:k:i:c:m:p:H:f:S:T:qnL:h", lo,
+                          NULL)) != -1) {
+    long v = 0;
+    if (strchr("rskpST", o)) {
+      errno = 0;
+      v = strtol(optarg, &end, 10);
+      if (errno || end == optarg || *end || v < 0 || v > 100000) {
+        fprintf(stderr, "resihp-run: --%s wants a number, not '%s'\n",
+                o == 'r'   ? "replicas"
+                : o == 's' ? "spares"
+                : o == 'k' ? "nodes-per-replica"
+                : o == 'p' ? "port"
+                : o == 'S' ? "silence-ms"
+                           : "launch-timeout",
+                optarg);
+        return EXIT_USAGE;
+      }
+    }
+    switch (o) {
+    case 'r':
+      g.R = (int)v;
+      break;
+    case 's':
+      g.S = (int)v;
+      break;
+    case 'k':
+      g.K = (int)v;
+      break;
+    case 'i':
+      g.inject = optarg;
+      break;
+    case 'c':
+      g.kill_cmd = optarg;
+      break;
+    case 'm':
+      g.mpi = optarg;
+      break;
+    case 'p':
+      g.port = (int)v;
+      break;
+    case 'H':
+      g.coord_host = optarg;
+      break;
+    case 'f':
+      snprintf(g.secret_file, sizeof(g.secret_file), "%s", optarg);
+      break;
+    case 'S':
+      g.silence_ms = (int)v;
+      break;
+    case 'T':
+      g.launch_timeout_s = (int)v;
+      break;
+    case 'q':
+      g.quiet = 1;
+      break;
+    case 'n':
+      g.no_spare_check = 1;
+      break;
+    case 'L':
+      g.ledger = optarg;
+      break;
+    case 'h':
+      usage(stdout);
+      return EXIT_OK;
+    default:
+      usage(stderr);
+      return EXIT_USAGE;
+    }
+  }
+  if (optind >= argc) {
+    fprintf(stderr, "resihp-run: no program given (put it after --)\n");
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  g.prog = argv + optind;
+  if (g.R < 1 || g.R > MAXR || g.K < 1 || g.K > 64) {
+    fprintf(stderr,
+            "resihp-run: --replicas must be 1..%d and --nodes-per-replica "
+            "1..64\n",
+            MAXR);
+    return EXIT_USAGE;
+  }
+  char err[512];
+  const char *spec = g.inject ? g.inject : getenv("RESIHP_INJECT");
+  if (resihp__inject_parse(spec, g.inj, RESIHP__INJECT_MAX, &g.ninj, err,
+                           sizeof(err))) {
+    fprintf(stderr, "resihp-run: %s\n", err);
+    return EXIT_USAGE;
+  }
+  for (int i = 0; i < g.ninj; i++)
+    if (g.inj[i].replica >= g.R) {
+      fprintf(stderr,
+              "resihp-run: bad fault injection: replica %d does not exist "
+              "(--replicas %d: 0..%d)\n",
+              g.inj[i].replica, g.R, g.R - 1);
+      return EXIT_USAGE;
+    }
+  if (read_nodes())
+    return EXIT_USAGE;
+  int avail_spares = (g.nnodes - g.R * g.K) / g.K;
+  if (g.nnodes < g.R * g.K || (g.S >= 0 && g.S > avail_spares)) {
+    fprintf(stderr,
+            "resihp-run: the allocation has %d nodes; %d replicas of %d "
+            "node(s) and %d spare(s) need %d (ask sbatch/salloc for more "
+            "with -N)\n",
+            g.nnodes, g.R, g.K, g.S < 0 ? 0 : g.S,
+            (g.R + (g.S < 0 ? 0 : g.S)) * g.K);
+    return EXIT_USAGE;
+  }
+  if (g.S >= 0) /* nodes beyond R+S replicas' worth are left alone */
+    for (int i = (g.R + g.S) * g.K; i < g.nnodes; i++)
+      g.nodes[i].bad = 1;
+  /* Replicas take the first nodes in order. */
+  for (int r = 0; r < g.R; r++)
+    g.reps[r].relaunch = 0;
+  if (make_secret())
+    return EXIT_USAGE;
+  uint8_t secret[4096];
+  size_t slen = 0;
+  if (read_secret(secret, sizeof(secret), &slen)) {
+    fprintf(stderr, "resihp-run: cannot read the secret file %s\n",
+            g.secret_file);
+    if (g.own_secret)
+      unlink(g.secret_file);
+    return EXIT_USAGE;
+  }
+  resihp__coord_opts_t co = {
+      .replicas = g.R,
+      .port = g.port,
+      .secret = secret,
+      .secret_len = slen,
+      .silence_ms =
+          g.silence_ms ? g.silence_ms
+                       : (int)resihp_settings_get(resihp_settings_global(),
+                                                  RESIHP_SETTING_COORD_TIMEOUT),
+      .on_failed = on_failed,
+      .on_fault = on_fault};
+  FILE *ledger = NULL;
+  if (g.ledger && !(ledger = fopen(g.ledger, "w"))) {
+    fprintf(stderr, "resihp-run: cannot write the ledger %s: %s\n", g.ledger,
+            strerror(errno));
+    if (g.own_secret)
+      unlink(g.secret_file);
+    return EXIT_USAGE;
+  }
+  co.ledger = ledger;
+  int rc = resihp__coord_create(&co, &g.coord);
+  memset(secret, 0, sizeof(secret));
+  if (rc) {
+    fprintf(stderr, "resihp-run: cannot start the coordinator: %s\n",
+            resihp_strerror(rc));
+    if (g.own_secret)
+      unlink(g.secret_file);
+    return EXIT_USAGE;
+  }
+  char host[256];
+  if (g.coord_host)
+    snprintf(host, sizeof(host), "%s", g.coord_host);
+  else if (gethostname(host, sizeof(host)))
+    snprintf(host, sizeof(host), "127.0.0.1");
+  snprintf(g.coord_ep, sizeof(g.coord_ep), "%s:%d", host,
+           resihp__coord_port(g.coord));
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  say("job %s: %d replica(s) x %d node(s), %d spare(s) of %d nodes; "
+      "coordinator %s",
+      g.jobid, g.R, g.K, spares_left() - g.R, g.nnodes, g.coord_ep);
+  int64_t t0 = resihp__now_ms();
+  for (int r = 0; r < g.R; r++)
+    if (launch(r))
+      g.reps[r].relaunch = 1;
+  if (!g.no_spare_check)
+    check_spares();
+  int ret = EXIT_OK;
+  while (!got_signal && resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
+    resihp__coord_poll(g.coord, 50);
+    reap();
+    tick();
+    int live = 0;
+    for (int r = 0; r < g.R; r++)
+      live += !g.reps[r].given_up;
+    if (!live) {
+      say("every replica has failed and no spare is left");
+      break;
+    }
+  }
+  int state = resihp__coord_state(g.coord);
+  if (got_signal)
+    ret = EXIT_SIGNAL;
+  else if (state != RESIHP__COORD_DONE)
+    ret = EXIT_LOST;
+  /* Let the steps end on their own, then cancel what is left. A step
+   * whose rank never joined (a replacement still starting) is not waited
+   * for. */
+  for (int r = 0; r < g.R; r++)
+    if (g.reps[r].pid > 0 && !g.reps[r].connected)
+      kill(g.reps[r].pid, SIGKILL);
+  int64_t deadline = resihp__now_ms() + (ret == EXIT_OK ? 15000 : 2000);
+  for (;;) {
+    reap();
+    int left = 0;
+    for (int r = 0; r < g.R; r++)
+      left += g.reps[r].pid > 0 && g.reps[r].connected;
+    if (!left || resihp__now_ms() > deadline)
+      break;
+    resihp__coord_poll(g.coord, 50);
+  }
+  for (int r = 0; r < g.R; r++)
+    if (g.reps[r].pid > 0) {
+      kill(g.reps[r].pid, SIGTERM);
+      usleep(100000);
+      kill(g.reps[r].pid, SIGKILL);
+    }
+  double secs = 0;
+  fflush(stdout);
+  int agree = resihp__coord_summary(g.coord, stdout, &secs);
+  printf("  replacements launched:  %d; nodes marked bad: %d; spares left: "
+         "%d\n",
+         g.nreplacements, g.nbad, spares_left());
+  printf("  wall time:              %.3f s\n",
+         (double)(resihp__now_ms() - t0) / 1000.0);
+  fflush(stdout);
+  if (ret == EXIT_OK && agree != 0)
+    ret = EXIT_DISAGREE;
+  /* helpers (scancel, kill-node commands) get a moment, then go */
+  for (int i = 0; i < 20; i++) {
+    reap();
+    int left = 0;
+    for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
+      left += helpers[k] != 0;
+    if (!left)
+      break;
+    usleep(100000);
+  }
+  for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
+    if (helpers[k])
+      kill(helpers[k], SIGKILL);
+  for (int i = 0; i < g.nnodes; i++)
+    if (g.checks[i] > 0)
+      kill(g.checks[i], SIGKILL);
+  while (waitpid(-1, NULL, WNOHANG) > 0)
+    ;
+  resihp__coord_destroy(g.coord);
+  if (ledger)
+    fclose(ledger);
+  if (g.own_secret)
+    unlink(g.secret_file);
+  return ret;
+}

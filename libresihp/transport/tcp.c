@@ -1,5 +1,8 @@
 /* TCP data plane: framed, non-blocking streams over the authenticated
- * sockets of the mesh, driven by poll() from the calling thread.
+ * sockets of the mesh, driven by poll() from the calling thread. For peers
+ * on the same host the byte stream runs through shared-memory rings (shm.c)
+ * instead, and the socket only carries doorbells and EOF; everything below
+ * the byte level (framing, epochs, cancel) is the same for both.
  *
  * Each peer has a small send queue (frames leave in order; a frame is a
  * header plus a payload written with one sendmsg) and at most one posted

@@ -154,11 +154,6 @@ void resihp__comm_broadcast_ctrl(resihp_comm_t *c, int type, uint32_t seq,
 
 /* ---- monitor thread ------------------------------------------------------ */
 
-struct rxstate {
-  resihp__frame_hdr_t h;
-  uint8_t set[RESIHP__SET_BYTES];
-  size_t got;
-};
 
 /* Handle one complete control frame from peer (mu held). */
 static int handle_ctrl(resihp_comm_t *c, int peer, const struct rxstate *r) {
@@ -190,7 +185,14 @@ static int handle_ctrl(resihp_comm_t *c, int peer, const struct rxstate *r) {
     return 0; /* left over from an older membership */
   if (h->epoch > c->epoch) {
     /* A peer already in the next epoch: it finished an agreement this rank
-     * is still running. Only AGREE traffic can be behind this, so ignore. */
+     * is still running. Keep what it says about that epoch (its agreement
+     * sets, aborts) for when this rank gets there: dropping them would
+     * leave this rank waiting for messages that were already sent. */
+    if (h->epoch == c->epoch + 1 && h->type != RESIHP__FRAME_HEARTBEAT) {
+      struct resihp__stash *st = &c->stash[peer];
+      if (st->n < RESIHP__STASH_MAX)
+        st->f[st->n++] = *r;
+    }
     return 0;
   }
   switch (h->type) {
@@ -458,6 +460,7 @@ void resihp_comm_destroy(resihp_comm_t *c) {
   free(c->in_view);
   free(c->ctrl_closed);
   free(c->reply_decided);
+  free(c->stash);
   free(c->abort_seq);
   free(c->done_seq);
   free(c->mbox);
@@ -513,11 +516,12 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
   c->in_view = calloc((size_t)n, 1);
   c->ctrl_closed = calloc((size_t)n, 1);
   c->reply_decided = calloc((size_t)n, 1);
+  c->stash = calloc((size_t)n, sizeof(*c->stash));
   c->abort_seq = calloc((size_t)n, sizeof(int64_t));
   c->done_seq = calloc((size_t)n, sizeof(int64_t));
   c->mbox = calloc((size_t)n, sizeof(*c->mbox));
   if (!c->members || !c->data_fds || !c->ctrl_fds || !c->in_view ||
-      !c->ctrl_closed || !c->reply_decided ||
+      !c->ctrl_closed || !c->reply_decided || !c->stash ||
       !c->abort_seq || !c->done_seq || !c->mbox) {
     rc = RESIHP_ENOMEM;
     goto fail;
@@ -832,11 +836,20 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
   c->prev_decided = S;
   c->prev_valid = 1;
   c->decided_have = 0;
+
   uint64_t drain;
   while (read(c->notify_fd, &drain, sizeof(drain)) > 0)
     ;
   atomic_store(&c->failed, 0);
   c->tp->ops->set_epoch(c->tp, c->epoch);
+  /* Messages of this new epoch that arrived early (after the reset above:
+   * an early abort must still fail the next collective). */
+  for (int i = 0; i < c->world_size; i++) {
+    struct resihp__stash *st = &c->stash[i];
+    for (int q = 0; q < st->n && c->in_view[i]; q++)
+      handle_ctrl(c, i, &st->f[q]);
+    st->n = 0;
+  }
   pthread_mutex_unlock(&c->mu);
   if (c->gpu) {
     int grc = gone ? c->gpu->ops->shrink(c->gpu, gone, ngone, 10 * c->detect_ms)

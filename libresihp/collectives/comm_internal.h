@@ -24,6 +24,21 @@ static inline int resihp__set_has(const resihp__set_t *s, int i) {
   return (s->b[i >> 3] >> (i & 7)) & 1;
 }
 
+/* A control frame as received (header and, for sets, the payload). */
+struct rxstate {
+  resihp__frame_hdr_t h;
+  uint8_t set[RESIHP__SET_BYTES];
+  size_t got;
+};
+
+/* Control frames of the next epoch that arrived before this rank got
+ * there; replayed when it commits. */
+#define RESIHP__STASH_MAX 8
+struct resihp__stash {
+  int n;
+  struct rxstate f[RESIHP__STASH_MAX];
+};
+
 struct mbox {
   int have;
   uint32_t round;
@@ -66,6 +81,7 @@ struct resihp_comm {
   int prev_valid;
   resihp__set_t prev_decided;
   uint8_t *reply_decided; /* by world rank */
+  struct resihp__stash *stash; /* by world rank */
   /* Private buffers reused across calls. */
   void *work, *staging;
   size_t work_cap, staging_cap;

@@ -701,6 +701,16 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
       rc = RESIHP_EEXCLUDED;
       break;
     }
+    /* Each round either ends the agreement or grows the set (or waits at
+     * most twice the detection bound), so this bound is never reached
+     * unless peers keep sending conflicting sets. */
+    if (round > 2 * (uint32_t)c->world_size + 4) {
+      resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                 "rank %d: no agreement after %u rounds in epoch %u",
+                 c->world_rank, round, c->epoch);
+      rc = RESIHP_ETIMEDOUT;
+      break;
+    }
     /* Suspects get the set too (when they can still be reached): a rank
      * cut off from some peers learns that it was excluded. */
     for (int i = 0; i < c->nmembers; i++) {
@@ -736,7 +746,7 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
         if (memcmp(mb->set.b, S.b, len))
           same = 0;
         set_union(&U, &mb->set, len);
-      } else {
+      } else if (!c->decided_have) {
         resihp_log(RESIHP_LOG_WARN, "allreduce",
                    "rank %d: no agreement message from rank %d in round %u",
                    c->world_rank, m, round);

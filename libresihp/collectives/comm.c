@@ -4,17 +4,19 @@
  * Failure detection. The monitor thread owns the read side of the control
  * connections. Every heartbeat period it sends a HEARTBEAT to each member
  * of the view; any byte from a peer refreshes that peer's last-heard time.
- * A peer silent for the detection bound (hung, SIGSTOPped, or its host
- * gone), or whose control socket reports EOF/error (died, link cut), is
+ * A peer silent for 90 % of the detection bound (hung, SIGSTOPped, or its
+ * host gone), or whose control socket reports EOF/error (died, link cut), is
  * marked dead here; the data plane marks peers dead on socket errors as
  * well. Marking wakes the algorithm through an eventfd. Because heartbeats
  * come from a thread of their own, a rank busy computing between
  * collectives is never mistaken for a dead one.
  *
  * Outcome of a collective. A rank whose ring fails broadcasts ABORT(seq,
- * suspects). A rank whose ring completes broadcasts DONE(seq) and returns
- * success only once every member has sent DONE(seq) or is dead in its own
- * eyes; an ABORT(seq) from any member makes it fail as well. So with one
+ * suspects) on the control links. A rank whose ring completes sends DONE(seq)
+ * to every member (a zero-length frame on the data links, behind its last
+ * chunk) and returns success only once every member has sent DONE(seq) or
+ * is dead in its own eyes; an ABORT(seq) from any member makes it fail as
+ * well (allreduce.c). So with one
  * failure per collective either every survivor keeps the result (all of
  * them finished the ring, the dead rank's contribution included) or every
  * survivor gets an error with its buffer untouched and retries.
@@ -22,8 +24,8 @@
  * Shrink agreement. Survivors flood suspicion sets in numbered rounds on
  * the control connections: in round r each sends its set S to every other
  * member and waits for the round-r set of each member outside S (a member
- * that stays silent for twice the detection bound joins S). The new S is the union of
- * everything heard. When every set heard in a round equals the set sent,
+ * that stays silent for twice the detection bound joins S). The new S is
+ * the union of everything heard. When every set heard in a round equals the set sent,
  * the round ends the agreement: every member outside S sent S to everyone
  * and heard only S, so all of them stop in that same round with the same
  * set. A further failure during the agreement can leave the rank that saw

@@ -4,17 +4,19 @@
  * Failure detection. The monitor thread owns the read side of the control
  * connections. Every heartbeat period it sends a HEARTBEAT to each member
  * of the view; any byte from a peer refreshes that peer's last-heard time.
- * A peer silent for the detection bound (hung, SIGSTOPped, or its host
- * gone), or whose control socket reports EOF/error (died, link cut), is
+ * A peer silent for 90 % of the detection bound (hung, SIGSTOPped, or its
+ * host gone), or whose control socket reports EOF/error (died, link cut), is
  * marked dead here; the data plane marks peers dead on socket errors as
  * well. Marking wakes the algorithm through an eventfd. Because heartbeats
  * come from a thread of their own, a rank busy computing between
  * collectives is never mistaken for a dead one.
  *
  * Outcome of a collective. A rank whose ring fails broadcasts ABORT(seq,
- * suspects). A rank whose ring completes broadcasts DONE(seq) and returns
- * success only once every member has sent DONE(seq) or is dead in its own
- * eyes; an ABORT(seq) from any member makes it fail as well. So with one
+ * suspects) on the control links. A rank whose ring completes sends DONE(seq)
+ * to every member (a zero-length frame on the data links, behind its last
+ * chunk) and returns success only once every member has sent DONE(seq) or
+ * is dead in its own eyes; an ABORT(seq) from any member makes it fail as
+ * well (allreduce.c). So with one
  * failure per collective either every survivor keeps the result (all of
  * them finished the ring, the dead rank's contribution included) or every
  * survivor gets an error with its buffer untouched and retries.
@@ -22,13 +24,15 @@
  * Shrink agreement. Survivors flood suspicion sets in numbered rounds on
  * the control connections: in round r each sends its set S to every other
  * member and waits for the round-r set of each member outside S (a member
- * that stays silent for twice the detection bound joins S). The new S is the union of
- * everything heard. When every set heard in a round equals the set sent,
+ * that stays silent for twice the detection bound joins S). The new S is
+ * the union of everything heard. When every set heard in a round equals the set sent,
  * the round ends the agreement: every member outside S sent S to everyone
  * and heard only S, so all of them stop in that same round with the same
  * set. A further failure during the agreement can leave the rank that saw
- * it in a later round; its peers have moved on, it hears nothing more, and
- * it ends up excluded or alone - never mixed into a view that others
+ * it in a later round while its peers have already moved on; they answer
+ * its late agreement messages with DECIDED(the set they committed), which
+ * it adopts (the new failure is then handled in the next epoch). Without an
+ * answer it ends up excluded or alone - never mixed into a view that others
  * disagree with, because every data frame carries the epoch and views are
  * built deterministically from the agreed set. A rank that finds itself in
  * the agreed set, or in any set a member sent it during this agreement
@@ -100,6 +104,12 @@ void resihp__comm_mark_dead(resihp_comm_t *c, int peer, int code) {
  * declared dead), so the control stream never loses its framing. */
 void resihp__comm_send_ctrl(resihp_comm_t *c, int peer, int type, uint32_t seq,
                             const resihp__set_t *set) {
+  resihp__comm_send_ctrl_epoch(c, peer, type, seq, set, 0, 0);
+}
+
+void resihp__comm_send_ctrl_epoch(resihp_comm_t *c, int peer, int type,
+                                  uint32_t seq, const resihp__set_t *set,
+                                  uint32_t epoch, int use_epoch) {
   struct {
     resihp__frame_hdr_t h;
     uint8_t set[RESIHP__SET_BYTES];
@@ -114,7 +124,7 @@ void resihp__comm_send_ctrl(resihp_comm_t *c, int peer, int type, uint32_t seq,
   if (set)
     memcpy(f.set, set->b, len);
   pthread_mutex_lock(&c->ctrl_mu);
-  f.h.epoch = c->epoch;
+  f.h.epoch = use_epoch ? epoch : c->epoch;
   int fd = c->ctrl_fds[peer];
   int failed = 0;
   if (fd >= 0) {
@@ -146,28 +156,45 @@ void resihp__comm_broadcast_ctrl(resihp_comm_t *c, int type, uint32_t seq,
 
 /* ---- monitor thread ------------------------------------------------------ */
 
-struct rxstate {
-  resihp__frame_hdr_t h;
-  uint8_t set[RESIHP__SET_BYTES];
-  size_t got;
-};
 
 /* Handle one complete control frame from peer (mu held). */
 static int handle_ctrl(resihp_comm_t *c, int peer, const struct rxstate *r) {
   const resihp__frame_hdr_t *h = &r->h;
   int names_me = (r->set[c->world_rank >> 3] >> (c->world_rank & 7)) & 1;
-  if (h->type == RESIHP__FRAME_AGREE && names_me &&
-      (h->epoch == c->epoch || h->epoch + 1 == c->epoch) &&
+  if (h->type == RESIHP__FRAME_AGREE && names_me && h->epoch == c->epoch &&
       c->excluded_by < 0) {
     /* Sets only grow: that member's view will not contain this rank. */
     c->excluded_by = peer;
     notify(c);
   }
+  if (h->type == RESIHP__FRAME_AGREE && h->epoch + 1 == c->epoch &&
+      c->prev_valid) {
+    /* A peer still agreeing on the epoch this rank has left: the decision
+     * is final, tell it (the monitor sends once the lock is dropped). New
+     * suspicions it may have belong to the next epoch. */
+    c->reply_decided[peer] = 1;
+    return 0;
+  }
+  if (h->type == RESIHP__FRAME_DECIDED) {
+    if (h->epoch == c->epoch && !c->decided_have) {
+      c->decided_have = 1;
+      memcpy(c->decided.b, r->set, SET_LEN(c));
+      pthread_cond_broadcast(&c->cv);
+    }
+    return 0;
+  }
   if (h->epoch < c->epoch)
     return 0; /* left over from an older membership */
   if (h->epoch > c->epoch) {
     /* A peer already in the next epoch: it finished an agreement this rank
-     * is still running. Only AGREE traffic can be behind this, so ignore. */
+     * is still running. Keep what it says about that epoch (its agreement
+     * sets, aborts) for when this rank gets there: dropping them would
+     * leave this rank waiting for messages that were already sent. */
+    if (h->epoch == c->epoch + 1 && h->type != RESIHP__FRAME_HEARTBEAT) {
+      struct resihp__stash *st = &c->stash[peer];
+      if (st->n < RESIHP__STASH_MAX)
+        st->f[st->n++] = *r;
+    }
     return 0;
   }
   switch (h->type) {
@@ -228,7 +255,8 @@ static int read_ctrl(resihp_comm_t *c, int peer, struct rxstate *r) {
     r->got += (size_t)n;
     if (r->got == sizeof(r->h)) {
       int with_set = r->h.type == RESIHP__FRAME_ABORT ||
-                     r->h.type == RESIHP__FRAME_AGREE;
+                     r->h.type == RESIHP__FRAME_AGREE ||
+                     r->h.type == RESIHP__FRAME_DECIDED;
       if (r->h.magic != RESIHP__FRAME_MAGIC || r->h.src != (uint32_t)peer ||
           r->h.len != (with_set ? SET_LEN(c) : 0)) {
         resihp_log(RESIHP_LOG_ERROR, "allreduce",
@@ -258,8 +286,9 @@ static void *monitor_main(void *arg) {
   struct rxstate *rx = calloc((size_t)n, sizeof(*rx));
   uint8_t *live = calloc((size_t)n, 1);
   uint8_t *closed = c->ctrl_closed; /* EOF or error seen: stop polling */
+  uint8_t *reply = calloc((size_t)n, 1);
   uint32_t seen_epoch = UINT32_MAX;
-  if (!pfd || !who || !last || !rx || !live || !closed) {
+  if (!pfd || !who || !last || !rx || !live || !reply) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
                "monitor: out of memory; failure detection is off");
     goto out;
@@ -322,6 +351,25 @@ static void *monitor_main(void *arg) {
         resihp__comm_mark_dead(c, i, rc);
       }
     }
+    {
+      /* Answers about the previous epoch, outside the lock. */
+      resihp__set_t prev;
+      uint32_t prev_epoch = 0;
+      int any = 0;
+      pthread_mutex_lock(&c->mu);
+      for (int i = 0; i < n; i++) {
+        reply[i] = c->reply_decided[i];
+        any |= reply[i];
+        c->reply_decided[i] = 0;
+      }
+      prev = c->prev_decided;
+      prev_epoch = c->epoch - 1;
+      pthread_mutex_unlock(&c->mu);
+      for (int i = 0; any && i < n; i++)
+        if (reply[i])
+          resihp__comm_send_ctrl_epoch(c, i, RESIHP__FRAME_DECIDED, 0, &prev,
+                                       prev_epoch, 1);
+    }
     if (t >= next_beat) {
       for (int i = 0; i < n; i++)
         if (live[i] && i != c->world_rank)
@@ -342,6 +390,7 @@ out:
   free(last);
   free(rx);
   free(live);
+  free(reply);
   return NULL;
 }
 
@@ -412,6 +461,8 @@ void resihp_comm_destroy(resihp_comm_t *c) {
   free(c->ctrl_fds);
   free(c->in_view);
   free(c->ctrl_closed);
+  free(c->reply_decided);
+  free(c->stash);
   free(c->abort_seq);
   free(c->done_seq);
   free(c->mbox);
@@ -466,11 +517,13 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
   c->ctrl_fds = calloc((size_t)n, sizeof(int));
   c->in_view = calloc((size_t)n, 1);
   c->ctrl_closed = calloc((size_t)n, 1);
+  c->reply_decided = calloc((size_t)n, 1);
+  c->stash = calloc((size_t)n, sizeof(*c->stash));
   c->abort_seq = calloc((size_t)n, sizeof(int64_t));
   c->done_seq = calloc((size_t)n, sizeof(int64_t));
   c->mbox = calloc((size_t)n, sizeof(*c->mbox));
   if (!c->members || !c->data_fds || !c->ctrl_fds || !c->in_view ||
-      !c->ctrl_closed ||
+      !c->ctrl_closed || !c->reply_decided || !c->stash ||
       !c->abort_seq || !c->done_seq || !c->mbox) {
     rc = RESIHP_ENOMEM;
     goto fail;
@@ -636,13 +689,28 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
     pthread_mutex_lock(&c->mu);
     if (c->excluded_by >= 0)
       resihp__set_add(&S, c->world_rank);
+    int adopt = c->decided_have;
+    if (adopt)
+      S = c->decided;
     pthread_mutex_unlock(&c->mu);
+    if (adopt && !resihp__set_has(&S, c->world_rank))
+      break; /* others already concluded: their set is final */
     if (resihp__set_has(&S, c->world_rank)) {
       resihp_log(RESIHP_LOG_ERROR, "allreduce",
                  "rank %d was excluded by its peers in epoch %u; it must "
                  "leave the job (the coordinator may re-admit it)",
                  c->world_rank, c->epoch);
       rc = RESIHP_EEXCLUDED;
+      break;
+    }
+    /* Each round either ends the agreement or grows the set (or waits at
+     * most twice the detection bound), so this bound is never reached
+     * unless peers keep sending conflicting sets. */
+    if (round > 2 * (uint32_t)c->world_size + 4) {
+      resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                 "rank %d: no agreement after %u rounds in epoch %u",
+                 c->world_rank, round, c->epoch);
+      rc = RESIHP_ETIMEDOUT;
       break;
     }
     /* Suspects get the set too (when they can still be reached): a rank
@@ -662,7 +730,7 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
         continue;
       struct mbox *mb = &c->mbox[m][round & 1];
       while (!(mb->have && mb->round == round) &&
-             !resihp__set_has(&c->dead, m)) {
+             !resihp__set_has(&c->dead, m) && !c->decided_have) {
         int64_t left = deadline - now_ms();
         if (left <= 0)
           break;
@@ -680,7 +748,7 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
         if (memcmp(mb->set.b, S.b, len))
           same = 0;
         set_union(&U, &mb->set, len);
-      } else {
+      } else if (!c->decided_have) {
         resihp_log(RESIHP_LOG_WARN, "allreduce",
                    "rank %d: no agreement message from rank %d in round %u",
                    c->world_rank, m, round);
@@ -698,7 +766,7 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
       if (!c->in_view[i] && resihp__set_has(&U, i))
         U.b[i >> 3] &= (uint8_t)~(1u << (i & 7));
     pthread_mutex_lock(&c->mu);
-    if (c->excluded_by >= 0) /* named by a member this rank stopped waiting for */
+    if (c->excluded_by >= 0 || c->decided_have) /* look again, above */
       same = 0;
     pthread_mutex_unlock(&c->mu);
     if (same && !memcmp(U.b, S.b, len))
@@ -775,12 +843,25 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
   for (int i = 0; i < c->world_size; i++) {
     c->abort_seq[i] = c->done_seq[i] = 0;
     c->mbox[i][0].have = c->mbox[i][1].have = 0;
+    c->reply_decided[i] = 0;
   }
+  c->prev_decided = S;
+  c->prev_valid = 1;
+  c->decided_have = 0;
+
   uint64_t drain;
   while (read(c->notify_fd, &drain, sizeof(drain)) > 0)
     ;
   atomic_store(&c->failed, 0);
   c->tp->ops->set_epoch(c->tp, c->epoch);
+  /* Messages of this new epoch that arrived early (after the reset above:
+   * an early abort must still fail the next collective). */
+  for (int i = 0; i < c->world_size; i++) {
+    struct resihp__stash *st = &c->stash[i];
+    for (int q = 0; q < st->n && c->in_view[i]; q++)
+      handle_ctrl(c, i, &st->f[q]);
+    st->n = 0;
+  }
   pthread_mutex_unlock(&c->mu);
   if (c->gpu) {
     int grc = gone ? c->gpu->ops->shrink(c->gpu, gone, ngone, 10 * c->detect_ms)
@@ -795,6 +876,11 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
     }
   }
   free(gone);
+  /* Members whose control link is already gone (a second failure during
+   * the agreement) are dead in the new epoch from the start. */
+  for (int i = 0; i < c->nmembers; i++)
+    if (c->members[i] != c->world_rank && c->ctrl_closed[c->members[i]])
+      resihp__comm_mark_dead(c, c->members[i], RESIHP_EPEER);
   if (nfailed)
     *nfailed = k;
   resihp_log(RESIHP_LOG_INFO, "allreduce",

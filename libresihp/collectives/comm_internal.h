@@ -24,6 +24,21 @@ static inline int resihp__set_has(const resihp__set_t *s, int i) {
   return (s->b[i >> 3] >> (i & 7)) & 1;
 }
 
+/* A control frame as received (header and, for sets, the payload). */
+struct rxstate {
+  resihp__frame_hdr_t h;
+  uint8_t set[RESIHP__SET_BYTES];
+  size_t got;
+};
+
+/* Control frames of the next epoch that arrived before this rank got
+ * there; replayed when it commits. */
+#define RESIHP__STASH_MAX 8
+struct resihp__stash {
+  int n;
+  struct rxstate f[RESIHP__STASH_MAX];
+};
+
 struct mbox {
   int have;
   uint32_t round;
@@ -58,6 +73,15 @@ struct resihp_comm {
   struct mbox (*mbox)[2];
   atomic_int failed; /* fast check for the algorithm */
   int excluded_by;   /* a member whose agreement set named this rank, or -1 */
+  /* Agreement already concluded elsewhere (a DECIDED for this epoch), and
+   * what this rank decided when it left the previous epoch, to answer
+   * peers that are still agreeing on it. */
+  int decided_have;
+  resihp__set_t decided;
+  int prev_valid;
+  resihp__set_t prev_decided;
+  uint8_t *reply_decided; /* by world rank */
+  struct resihp__stash *stash; /* by world rank */
   /* Private buffers reused across calls. */
   void *work, *staging;
   size_t work_cap, staging_cap;
@@ -66,6 +90,11 @@ struct resihp_comm {
 /* Control messages (monitor and algorithm threads may both call). */
 void resihp__comm_send_ctrl(resihp_comm_t *c, int peer, int type, uint32_t seq,
                             const resihp__set_t *set);
+/* The same with an explicit epoch in the header (answers about an epoch
+ * this rank has left). */
+void resihp__comm_send_ctrl_epoch(resihp_comm_t *c, int peer, int type,
+                                  uint32_t seq, const resihp__set_t *set,
+                                  uint32_t epoch, int use_epoch);
 void resihp__comm_broadcast_ctrl(resihp_comm_t *c, int type, uint32_t seq,
                                  const resihp__set_t *set);
 /* Record a failure of peer noticed by this process. */

@@ -1,5 +1,9 @@
 # Fault-tolerant all-reduce (issue #3): transports (TCP mesh with HMAC
-# authentication; NCCL when found), communicator membership and the ring.
+# authentication, shared-memory rings between ranks of one host, NCCL when
+# found), communicator membership (monitor, shrink agreement) and the ring.
+# Tests: tests/unit/test_allreduce (Check, forked ranks that really die),
+# tests/gpu (skips without two GPUs), tests/sanitizers.sh (ASan/UBSan tree
+# in build-asan/, run by hand or by CI).
 libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/transport/transport.h \
 	libresihp/transport/sha256.h \

@@ -80,6 +80,18 @@ int resihp_fixed_frac_bits(void) {
                                   RESIHP_SETTING_FIXED_FRAC_BITS);
 }
 
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+/* cvtsd2si rounds with the current mode (round half to even by default)
+ * in one instruction; out-of-range and NaN give INT64_MIN, fixed up with
+ * selects the compiler keeps branch-free. */
+static inline int64_t to_fixed(double x, double scale) {
+  double v = x * scale; /* exact: a power-of-two scale */
+  int64_t r = _mm_cvtsd_si64(_mm_set_sd(v));
+  r = v >= 9223372036854775808.0 ? INT64_MAX : r;
+  return v != v ? 0 : r;
+}
+#else
 static int64_t to_fixed(double x, double scale) {
   double v = x * scale; /* exact: a power-of-two scale */
   /* Round half to even without a libm call: adding and subtracting 1.5 *
@@ -95,6 +107,7 @@ static int64_t to_fixed(double x, double scale) {
     return INT64_MIN;
   return (int64_t)v;
 }
+#endif
 
 void resihp_fixed_from_float(int64_t *dst, const float *src, size_t n,
                              int frac_bits) {

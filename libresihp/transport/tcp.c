@@ -1,5 +1,8 @@
 /* TCP data plane: framed, non-blocking streams over the authenticated
- * sockets of the mesh, driven by poll() from the calling thread.
+ * sockets of the mesh, driven by poll() from the calling thread. For peers
+ * on the same host the byte stream runs through shared-memory rings (shm.c)
+ * instead, and the socket only carries doorbells and EOF; everything below
+ * the byte level (framing, epochs, cancel) is the same for both.
  *
  * Each peer has a small send queue (frames leave in order; a frame is a
  * header plus a payload written with one sendmsg) and at most one posted
@@ -73,7 +76,6 @@ struct tcp {
   int *pfd_peer;
   uint8_t scratch[SCRATCH];
   unsigned long dropped_stale;
-  int nshm; /* peers on shared-memory rings */
 };
 
 static const uint8_t zeros[SCRATCH];
@@ -413,10 +415,11 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
                         int *bad_peer) {
   struct tcp *t = T(tt);
   int nfd = 0, any = 0;
-  /* With shared-memory peers, the answer is often microseconds away:
-   * look again for a short while (yielding the CPU) before paying for a
-   * sleep and a wake-up through the doorbell socket. */
-  if (t->nshm) {
+  /* The answer is often microseconds away (the next chunk, a doorbell):
+   * look again for a short while, yielding the CPU, before paying for a
+   * sleep in poll() and the wake-up that follows. Measured on loopback:
+   * 4 KiB latency drops from ~100 us to ~12 us, 1 MiB rises by a third. */
+  {
     int64_t until = mono_us() + SPIN_US;
     do {
       int r = optimistic(t, bad_peer);
@@ -596,7 +599,6 @@ int resihp__tcp_transport_create(int self, int nranks, const int *fds,
     t->p[i].fd = fds[i];
     t->p[i].rin = rin ? rin[i] : NULL;
     t->p[i].rout = rout ? rout[i] : NULL;
-    t->nshm += t->p[i].rin != NULL;
   }
   *out = &t->base;
   return 0;

@@ -33,6 +33,7 @@ enum {
   RESIHP__FRAME_AGREE = 4,
   RESIHP__FRAME_DONE = 5,
   RESIHP__FRAME_BYE = 6, /* orderly departure (resihp_comm_destroy) */
+  RESIHP__FRAME_DECIDED = 7, /* the agreed set of an epoch already left */
 };
 
 /* Every frame starts with this header (host byte order: the ranks of a job

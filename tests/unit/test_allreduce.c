@@ -292,7 +292,9 @@ enum fault { F_KILL, F_STOP, F_CUT, F_KILL_IDLE };
 struct scenario {
   int n;
   enum fault fault;
-  int tcp; /* 1: TCP only; 0: default transport (shared memory here) */
+  int tcp; /* 1: TCP only; 0: default transport (shared memory here); 2:
+            * default transport, and rank victim2 is killed during the
+            * retry (a second failure, in epoch 1) */
   int victim;
   int step;     /* -1: random */
   long chunk;   /* -1: random; -2: last chunk */
@@ -300,15 +302,18 @@ struct scenario {
 };
 
 #define FCOUNT 10000
+#define VICTIM2 3
 #define FCHUNK 4096
 
 static struct scenario *cur_sc;
 static int hook_step;
 static long hook_chunk;
+static uint32_t hook_epoch; /* fire only in this membership epoch */
 static resihp_comm_t *hook_comm;
 
 static void fault_hook(resihp_comm_t *c, int step, size_t chunk) {
-  if (step != hook_step || (long)chunk != hook_chunk || c != hook_comm)
+  if (step != hook_step || (long)chunk != hook_chunk || c != hook_comm ||
+      resihp_comm_epoch(c) != hook_epoch)
     return;
   hook_comm = NULL; /* once */
   switch (cur_sc->fault) {
@@ -348,6 +353,14 @@ static int rank_fault(int rank, int n, void *arg) {
     hook_comm = c;
     hook_step = sc->step;
     hook_chunk = sc->chunk;
+    hook_epoch = 0;
+    resihp__ring_test_hook = fault_hook;
+  }
+  if (sc->tcp == 2 && rank == VICTIM2) {
+    hook_comm = c;
+    hook_step = 0;
+    hook_chunk = 1;
+    hook_epoch = 1;
     resihp__ring_test_hook = fault_hook;
   }
   if (sc->fault == F_KILL_IDLE) {
@@ -429,6 +442,9 @@ static const struct scenario scenarios[] = {
     {6, F_KILL, 1, 5, 9, -2, 0},
     {4, F_STOP, 1, 2, -1, -1, 0},
     {4, F_CUT, 1, 1, -1, -1, 0},
+    /* Two failures: rank 1 dies, then rank 3 during the retry. */
+    {5, F_KILL, 2, 1, -1, -1, 0},
+    {6, F_STOP, 2, 0, 2, -2, 0},
 };
 
 START_TEST(allreduce_faults) {
@@ -451,8 +467,9 @@ START_TEST(allreduce_faults) {
           "fault scenario %d: n=%d fault=%d victim=%d step=%d chunk=%ld %s "
           "(seed %u)\n",
           _i, sc.n, (int)sc.fault, sc.victim, sc.step, sc.chunk,
-          sc.tcp ? "tcp" : "shm", seed);
-  transport = sc.tcp ? 1 : -1;
+          sc.tcp == 1 ? "tcp" : sc.tcp == 2 ? "shm, 2nd failure" : "shm",
+          seed);
+  transport = sc.tcp == 1 ? 1 : -1;
   int st[MAXN];
   run_group(sc.n, rank_fault, &sc, st);
   struct record rec[MAXN];
@@ -461,7 +478,8 @@ START_TEST(allreduce_faults) {
   for (int r = 0; r < sc.n; r++) {
     int cut_end = sc.fault == F_CUT &&
                   (r == sc.victim || r == (sc.victim + 1) % sc.n);
-    if (r == sc.victim && sc.fault != F_CUT) {
+    if ((r == sc.victim && sc.fault != F_CUT) ||
+        (sc.tcp == 2 && r == VICTIM2)) {
       ck_assert_msg(WIFSIGNALED(st[r]), "victim %d status %#x", r, st[r]);
       continue;
     }
@@ -494,6 +512,11 @@ START_TEST(allreduce_faults) {
     ck_assert_int_eq(rec[i].attempts, rec[0].attempts);
   }
   /* The failed ranks are out of the view. */
+  if (sc.tcp == 2) {
+    ck_assert(!(rec[0].members >> VICTIM2 & 1));
+    ck_assert_int_eq(rec[0].attempts, 3);
+    ck_assert_int_eq(rec[0].epoch, 2);
+  }
   if (sc.fault != F_CUT)
     ck_assert(!(rec[0].members >> sc.victim & 1));
   else
@@ -545,6 +568,7 @@ static int rank_det(int rank, int n, void *arg) {
     hook_comm = c;
     hook_step = 1;
     hook_chunk = 0;
+    hook_epoch = 0;
     static struct scenario s = {.fault = F_KILL};
     cur_sc = &s;
     resihp__ring_test_hook = fault_hook;

@@ -1,10 +1,11 @@
 #!/bin/bash
-# resihp training demo: builds resihp, starts a real 5-node Slurm cluster on
+# resihp training demo: builds resihp, starts a real 6-node Slurm cluster on
 # this machine, and trains the example model (contrib/trainer) as 3
-# data-parallel replicas + 1 spare node under resihp-run while a rank is
+# data-parallel replicas + 2 spare nodes under resihp-run while a rank is
 # killed, a whole node is killed (slurmd and all) and a rank hangs. The
-# survivors keep training; the failed replica's step is relaunched on the
-# spare; the final parameters are compared bit for bit with a failure-free
+# survivors keep training; the failed replica's step is relaunched on a
+# spare while one is left (the third failure finds none: the job goes on
+# with 2 replicas and the same microbatches per step); the final parameters are compared bit for bit with a failure-free
 # run of the same job. Then resihp-bench-recovery.sh compares with
 # checkpoint-restart. Always stops the cluster on exit. Run as root.
 # Env: KEEP_LAB=1 keeps the cluster's files; STEPS (60), MB_MS (5),
@@ -29,8 +30,9 @@ flock -w 600 9 || { echo "run-training-demo: another resihp cluster is running" 
 
 step() { printf '\n== %s\n' "$*"; }
 # Slurm must not notice the killed node and end the job: resihp does it.
-# A fifth node lets the benchmark replace all three of its failures.
-export NNODES=5
+# 3 replicas + 2 spares, and a sixth node for the benchmark, which replaces
+# all three of its failures.
+export NNODES=6
 SLURMD_TIMEOUT=300 PLUGSTACK_LINE="required $B/spank/.libs/resihp.so" cluster start || exit 1
 eval "$(cluster env)"
 sinfo -N -o '  %N %T %c CPUs'
@@ -38,7 +40,7 @@ TARGS="--steps $STEPS --microbatches 12 --mb-ms $MB_MS --print-every 10"
 cd "$LAB" || exit 1
 
 step "failure-free reference: 3 replicas, 12 microbatches per step, $STEPS steps"
-salloc -Q --no-kill -N4 "$B/tools/resihp-run" --quiet --replicas 3 --spares 1 -- \
+salloc -Q --no-kill -N5 "$B/tools/resihp-run" --quiet --replicas 3 --spares 2 -- \
   "$B/contrib/trainer/resihp-trainer" $TARGS --quiet > "$LAB/ref.out" 2>&1
 ref=$(awk '/final result:/ {print $3}' "$LAB/ref.out")
 grep -E "training time|final result" "$LAB/ref.out"
@@ -47,7 +49,7 @@ k1=$((STEPS / 5)) k2=$((STEPS * 2 / 5)) k3=$((STEPS * 3 / 5))
 inject="kill-rank:1@$k1,kill-node:2@$k2,hang-rank:0@$k3"
 step "the same job with faults: --inject $inject"
 echo "   (kill-node runs: lab-cluster.sh killnode NODE - slurmd, slurmstepd and tasks, SIGKILL)"
-salloc -Q --no-kill -N4 "$B/tools/resihp-run" --replicas 3 --spares 1 \
+salloc -Q --no-kill -N5 "$B/tools/resihp-run" --replicas 3 --spares 2 \
   --kill-node-cmd "LAB=$LAB $src/tests/harness/lab-cluster.sh killnode %n" \
   --inject "$inject" -- "$B/contrib/trainer/resihp-trainer" $TARGS 2>&1 |
   grep -v -e '^resihp\[.*warn allreduce' -e '^srun: ' | tee "$LAB/ft.out"

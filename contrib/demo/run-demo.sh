@@ -1,25 +1,12 @@
 #!/bin/bash
-# resihp demo (the README's main job): builds resihp, starts a real 4-node
+# resihp plugin demo: builds resihp, starts a real 4-node
 # Slurm cluster on this machine with the freshly built plugin, and shows a
 # resilient step next to a plain one. Always stops the cluster on exit.
 # Run as root (slurmd needs it). Env: KEEP_LAB=1 keeps the cluster's files.
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
-. "$src/contrib/dev/ensure-deps.sh"
-ensure_deps || exit 1
-build_tree "$src" || exit 1
-[ "$(id -u)" = 0 ] || { echo "run-demo: run as root (the local Slurm daemons need it)" >&2; exit 1; }
-
-LAB=$(mktemp -d "${TMPDIR:-/tmp}/resihp-demo.XXXXXX")
-export LAB
-chmod 755 "$LAB"
-cluster() { "$src/tests/harness/lab-cluster.sh" "$@"; }
-cleanup() { cluster stop >/dev/null 2>&1; [ -n "${KEEP_LAB:-}" ] || rm -rf "$LAB"; }
-trap cleanup EXIT INT TERM
-exec 9>"${TMPDIR:-/tmp}/resihp-lab.lock"
-flock -w 600 9 || { echo "run-demo: another resihp cluster is running" >&2; exit 1; }
-
-step() { printf '\n== %s\n' "$*"; }
+demo=run-demo
+. "$src/contrib/dev/demo-lab.sh"
 PLUGSTACK_LINE="required $src/build/spank/.libs/resihp.so detect-timeout=1000" cluster start || exit 1
 eval "$(cluster env)"
 sinfo -N -o '  %N %T %c CPUs'

@@ -12,23 +12,10 @@
 # NO_BENCH=1 skips the comparison.
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
-. "$src/contrib/dev/ensure-deps.sh"
-ensure_deps || exit 1
-build_tree "$src" || exit 1
-[ "$(id -u)" = 0 ] || { echo "run-training-demo: run as root (the local Slurm daemons need it)" >&2; exit 1; }
+demo=run-training-demo
+. "$src/contrib/dev/demo-lab.sh"
 B=$src/build
 STEPS=${STEPS:-60} MB_MS=${MB_MS:-5}
-
-LAB=$(mktemp -d "${TMPDIR:-/tmp}/resihp-demo.XXXXXX")
-export LAB
-chmod 755 "$LAB"
-cluster() { "$src/tests/harness/lab-cluster.sh" "$@"; }
-cleanup() { cluster stop >/dev/null 2>&1; [ -n "${KEEP_LAB:-}" ] || rm -rf "$LAB"; }
-trap cleanup EXIT INT TERM
-exec 9>"${TMPDIR:-/tmp}/resihp-lab.lock"
-flock -w 600 9 || { echo "run-training-demo: another resihp cluster is running" >&2; exit 1; }
-
-step() { printf '\n== %s\n' "$*"; }
 # Slurm must not notice the killed node and end the job: resihp does it.
 # 3 replicas + 2 spares, and a sixth node for the benchmark, which replaces
 # all three of its failures.

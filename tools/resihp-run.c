@@ -476,10 +476,15 @@ static void check_spares(void) {
       }
       setenv("RESIHP_COORDINATOR", g.coord_ep, 1);
       setenv("RESIHP_SECRET_FILE", g.secret_file, 1);
-      char res[4200], co[400];
+      char res[4200], co[400], limit[16];
+      /* a spare that answers no more must be found out before the next
+       * recheck or two, not after srun's own (much longer) time-outs */
+      int lim = g.recheck_s ? 3 * g.recheck_s : 30;
+      snprintf(limit, sizeof(limit), "%d", lim < 5 ? 5 : lim > 30 ? 30 : lim);
       snprintf(res, sizeof(res), "--resilient=secret-file=%s", g.secret_file);
       snprintf(co, sizeof(co), "--resilient-coordinator=%s", g.coord_ep);
-      execlp("timeout", "timeout", "30", "srun", res, "--resilient-role=spare",
+      /* -k: srun waits for an unreachable node's step past SIGTERM */
+      execlp("timeout", "timeout", "-k", "2", limit, "srun", res, "--resilient-role=spare",
              co, "-N", "1", "-n", "1", "-w", n->name, "--input=none",
              "--job-name=resihp-spare-check", g.self, "--spare-agent",
              (char *)NULL);
@@ -873,9 +878,10 @@ int main(int argc, char **argv) {
   for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
     if (helpers[k])
       kill(helpers[k], SIGKILL);
+  /* SIGTERM: timeout(1) passes it on to its srun, SIGKILL would orphan it */
   for (int i = 0; i < g.nnodes; i++)
     if (g.nodes[i].check > 0)
-      kill(g.nodes[i].check, SIGKILL);
+      kill(g.nodes[i].check, SIGTERM);
   while (waitpid(-1, NULL, WNOHANG) > 0)
     ;
   resihp__coord_destroy(g.coord);

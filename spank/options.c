@@ -95,6 +95,28 @@ int resihp__plugstack_parse(int argc, char **argv) {
       }
       continue;
     }
+    if (!strcmp(key, "test-fail-periodic")) {
+      char err[256];
+      if (resihp__probe_parse_list(value, &resihp_plugin.test_fail_periodic,
+                                   err, sizeof(err))) {
+        slurm_error("%s: plugstack.conf: test-fail-periodic=%.40s: %s",
+                    PLUGIN_NAME, value, err);
+        return -1;
+      }
+      continue;
+    }
+    if (!strcmp(key, "test-fail-node")) {
+      if (!*value || strlen(value) >= sizeof(resihp_plugin.test_fail_node) ||
+          strpbrk(value, " \t,=")) {
+        slurm_error("%s: plugstack.conf: test-fail-node=%.40s: use one Slurm "
+                    "node name",
+                    PLUGIN_NAME, value);
+        return -1;
+      }
+      snprintf(resihp_plugin.test_fail_node,
+               sizeof(resihp_plugin.test_fail_node), "%s", value);
+      continue;
+    }
     if (!strcmp(key, "test-delay")) {
       if (parse_test_delay(value)) {
         slurm_error("%s: plugstack.conf: test-delay=%.40s: use "
@@ -107,7 +129,8 @@ int resihp__plugstack_parse(int argc, char **argv) {
     /* Any setting key sets the site default that users' options override. */
     if (resihp_setting_lookup(key) < 0 || strncmp(key, "RESIHP_", 7) == 0) {
       slurm_error("%s: plugstack.conf: unknown argument '%s'; valid are "
-                  "drain=yes|no, test-fail=, test-delay= and the setting "
+                  "drain=yes|no, test-fail=, test-fail-periodic=, "
+                  "test-fail-node=, test-delay= and the setting "
                   "keys of resihp(8) "
                   "(e.g. detect-timeout=1000)",
                   PLUGIN_NAME, key);

@@ -27,6 +27,8 @@ struct resihp_plugin {
   unsigned test_fail;
   int test_delay_check; /* -1: none */
   long test_delay_ms;
+  unsigned test_fail_periodic; /* test-fail-periodic=: periodic runs only */
+  char test_fail_node[64];     /* test-fail-node=: only this node ("" all) */
 
   /* slurmstepd side, per step on this node. */
   int probe_ran;               /* the step-start probe ran */

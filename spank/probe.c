@@ -95,7 +95,10 @@ static int build_config(spank_t sp, resihp_probe_config_t *c) {
   if (!gpus[0])
     job_getenv(sp, "SLURM_JOB_GPUS", gpus, sizeof(gpus));
   c->expect_gpus = count_list(gpus);
-  c->test_fail = resihp_plugin.test_fail;
+  /* node_name() ran before: the test hook may target one node */
+  int target = !resihp_plugin.test_fail_node[0] ||
+               !strcmp(resihp_plugin.test_fail_node, resihp_plugin.node);
+  c->test_fail = target ? resihp_plugin.test_fail : 0;
   c->test_delay_check = resihp_plugin.test_delay_check;
   c->test_delay_ms = resihp_plugin.test_delay_ms;
   return 0;
@@ -208,10 +211,18 @@ static void log_verdict(const resihp_probe_report_t *rep, const char *kind) {
 }
 
 /* The periodic helper: never returns. */
-static void periodic_loop(const resihp_probe_config_t *c, long interval_s,
+static void periodic_loop(const resihp_probe_config_t *c0, long interval_s,
                           pid_t stepd, const char *slurm_conf) {
   char path[sizeof(resihp_plugin.run_dir) + 16];
   results_path(path, sizeof(path));
+  /* test-fail-periodic= forces failures in these runs only (on the node
+   * test-fail-node= names, if any), so that a step can start healthy and
+   * see its node go bad later */
+  resihp_probe_config_t cp = *c0;
+  if (!resihp_plugin.test_fail_node[0] ||
+      !strcmp(resihp_plugin.test_fail_node, resihp_plugin.node))
+    cp.test_fail |= resihp_plugin.test_fail_periodic;
+  const resihp_probe_config_t *c = &cp;
   for (;;) {
     for (long s = 0; s < interval_s; s++) {
       sleep(1);
@@ -313,6 +324,12 @@ int resihp__probe_step_start(spank_t sp) {
 
 int resihp__probe_task_init(spank_t sp) {
   if (!resihp_plugin.probe_failed)
+    return 0;
+  /* A spare's check step runs its agent whatever the verdict: the agent
+   * reports a failed probe to the coordinator (RESIHP_PROBE_STATUS=fail)
+   * and exits 1, which is more than a task that never starts can say. */
+  if (resihp_settings_get(&resihp_plugin.settings, RESIHP_SETTING_ROLE) ==
+      1 /* spare */)
     return 0;
   /* This runs in the task just before exec: its stderr is the user's. */
   dprintf(STDERR_FILENO,

@@ -12,10 +12,21 @@
  * cancels that replica's step, marks its nodes bad and starts a replacement
  * step on spare nodes while the other replicas keep training. See
  * resihp-run(1).
+ *
+ * Spares. Each spare node runs a short check step, `srun --resilient
+ * --resilient-role=spare resihp-run --spare-agent`: the plugin probes the
+ * node, and the agent registers it with the coordinator with the probe's
+ * verdict (one registration per node, so a spare for a replica of K nodes
+ * is K registrations). The check is repeated every --spare-recheck
+ * seconds while the job runs, on nodes not in use; a check step that ends
+ * without registering makes the spare unreachable. Only spares the
+ * coordinator holds as registered-healthy are promoted to replacements;
+ * a replacement waits while spares are still being checked.
  */
 #include "config.h"
 
 #include "../libresihp/control/coordinator.h"
+#include "../libresihp/control/spare_agent.h"
 #include "../libresihp/recovery/inject.h"
 #include "../libresihp/transport/mesh.h"
 
@@ -47,8 +58,11 @@ enum {
 typedef struct {
   char name[64];
   int bad;
-  int ready; /* its spare check step succeeded */
   int owner; /* replica using it, -1 free */
+  /* spare check step in flight: its srun, and the node's registrations
+   * with the coordinator when it started */
+  pid_t check;
+  long check_regs;
 } node_t;
 
 typedef struct {
@@ -86,9 +100,10 @@ static struct {
   char coord_ep[300];
   int nbad, nreplacements;
   int no_spare_check;
+  int recheck_s;
+  char self[4096]; /* this program, run as the spare agent */
   const char *ledger;
-  pid_t checks[MAXN]; /* spare check step per node, 0 when none */
-} g = {.K = 1, .S = -1, .launch_timeout_s = 60};
+} g = {.K = 1, .S = -1, .launch_timeout_s = 60, .recheck_s = 30};
 
 static volatile sig_atomic_t got_signal;
 
@@ -116,6 +131,7 @@ static void usage(FILE *f) {
       "                  [--port P] [--coordinator-host HOST]\n"
       "                  [--secret-file PATH] [--silence-ms MS]\n"
       "                  [--launch-timeout S] [--no-spare-check]\n"
+      "                  [--spare-recheck S]\n"
       "                  [--ledger FILE] [--quiet] -- PROGRAM [ARGS...]\n"
       "Run PROGRAM as R data-parallel replicas, one Slurm job step each,\n"
       "inside the current allocation, and replace failed replicas on spare\n"
@@ -227,16 +243,36 @@ static int read_secret(uint8_t *buf, size_t cap, size_t *len) {
   return 0;
 }
 
-/* Free healthy nodes: spares whose check step passed first, then spares
- * not checked yet. */
-static int pick_nodes(int *out, int k) {
+static int spare_state(int i) {
+  return resihp__coord_spare_state(g.coord, g.nodes[i].name, NULL);
+}
+
+/* A free node a replica may be given: any for the first launches (the
+ * replicas start at once, on the first nodes), only a spare registered
+ * healthy for a replacement (any free one with --no-spare-check). */
+static int usable(int i, int initial) {
+  const node_t *n = &g.nodes[i];
+  if (n->bad || n->owner >= 0)
+    return 0;
+  return initial || g.no_spare_check ||
+         spare_state(i) == RESIHP__SPARE_HEALTHY;
+}
+
+static int pick_nodes(int *out, int k, int initial) {
   int n = 0;
-  for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < g.nnodes && n < k; i++)
-      if (!g.nodes[i].bad && g.nodes[i].owner < 0 &&
-          (pass ? !g.nodes[i].ready : g.nodes[i].ready))
-        out[n++] = i;
+  for (int i = 0; i < g.nnodes && n < k; i++)
+    if (usable(i, initial))
+      out[n++] = i;
   return n == k ? 0 : -1;
+}
+
+/* Free spares whose first check has not answered yet. */
+static int spares_pending(void) {
+  int n = 0;
+  for (int i = 0; i < g.nnodes; i++)
+    n += !g.nodes[i].bad && g.nodes[i].owner < 0 && g.nodes[i].check > 0 &&
+         spare_state(i) == RESIHP__SPARE_CHECKING;
+  return n;
 }
 
 static int spares_left(void) {
@@ -258,7 +294,8 @@ static void inject_for(int r, char *buf, size_t len) {
 static int launch(int r) {
   replica_t *p = &g.reps[r];
   int idx[64];
-  if (pick_nodes(idx, g.K)) {
+  int initial = p->launches == 0 && !p->tries;
+  if (pick_nodes(idx, g.K, initial)) {
     say("no healthy spare left for replica %d: the job goes on with the "
         "other replicas (same microbatches per step)",
         r);
@@ -271,6 +308,9 @@ static int launch(int r) {
   size_t off = 0;
   for (int i = 0; i < g.K; i++) {
     g.nodes[idx[i]].owner = r;
+    if (!initial)
+      resihp__coord_spare_mark(g.coord, g.nodes[idx[i]].name,
+                               RESIHP__SPARE_PROMOTED, r, NULL);
     p->nodes[i] = idx[i];
     off += (size_t)snprintf(nodelist + off, sizeof(nodelist) - off, "%s%s",
                             i ? "," : "", g.nodes[idx[i]].name);
@@ -416,30 +456,83 @@ static void on_fault(void *ud, int r, const char *kind, const char *node,
   spawn_sh(cmd);
 }
 
-/* Make sure the spares can start a step before one is needed: a short
- * `srun --resilient-role=spare true` on each (the plugin's step-start
- * health probes run too). A spare whose check fails is marked bad. */
+/* Check the free spares (those without a check in flight): one short
+ * `srun --resilient-role=spare resihp-run --spare-agent` per node, which
+ * registers the node and its probe verdict with the coordinator. */
 static void check_spares(void) {
   for (int i = 0; i < g.nnodes; i++) {
-    if (g.nodes[i].bad || g.nodes[i].owner >= 0)
+    node_t *n = &g.nodes[i];
+    if (n->bad || n->owner >= 0 || n->check > 0)
       continue;
+    resihp__coord_spare_add(g.coord, n->name);
+    resihp__coord_spare_state(g.coord, n->name, &n->check_regs);
     pid_t p = fork();
     if (p == 0) {
       int fd = open("/dev/null", O_RDWR);
       if (fd >= 0) {
         dup2(fd, 0);
         dup2(fd, 1);
-        dup2(fd, 2);
+        dup2(fd, 2); /* what went wrong is in the coordinator's registry */
       }
-      char jn[64];
-      snprintf(jn, sizeof(jn), "--job-name=resihp-spare-check");
-      execlp("timeout", "timeout", "30", "srun", "--resilient",
-             "--resilient-role=spare", "-N", "1", "-n", "1", "-w",
-             g.nodes[i].name, "--input=none", jn, "true", (char *)NULL);
+      setenv("RESIHP_COORDINATOR", g.coord_ep, 1);
+      setenv("RESIHP_SECRET_FILE", g.secret_file, 1);
+      char res[4200], co[400], limit[16];
+      /* a spare that answers no more must be found out before the next
+       * recheck or two, not after srun's own (much longer) time-outs */
+      int lim = g.recheck_s ? 3 * g.recheck_s : 30;
+      snprintf(limit, sizeof(limit), "%d", lim < 5 ? 5 : lim > 30 ? 30 : lim);
+      snprintf(res, sizeof(res), "--resilient=secret-file=%s", g.secret_file);
+      snprintf(co, sizeof(co), "--resilient-coordinator=%s", g.coord_ep);
+      /* -k: srun waits for an unreachable node's step past SIGTERM */
+      execlp("timeout", "timeout", "-k", "2", limit, "srun", res, "--resilient-role=spare",
+             co, "-N", "1", "-n", "1", "-w", n->name, "--input=none",
+             "--job-name=resihp-spare-check", g.self, "--spare-agent",
+             (char *)NULL);
       _exit(127);
     }
     if (p > 0)
-      g.checks[i] = p;
+      n->check = p;
+  }
+}
+
+/* A spare check step ended: the coordinator has its registration, or the
+ * node never answered. */
+static void check_done(int i, int st) {
+  node_t *n = &g.nodes[i];
+  n->check = 0;
+  long regs = 0;
+  resihp__coord_spare_state(g.coord, n->name, &regs);
+  if (regs == n->check_regs && n->owner < 0 && !n->bad) {
+    char why[80];
+    snprintf(why, sizeof(why), "check step ended without registering (%s %d)",
+             WIFEXITED(st) ? "status" : "signal",
+             WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    resihp__coord_spare_mark(g.coord, n->name, RESIHP__SPARE_UNREACHABLE, -1,
+                             why);
+    say("spare %s did not register (%s): marked bad", n->name, why);
+  }
+  int s1 = resihp__coord_spare_state(g.coord, n->name, NULL);
+  if ((s1 == RESIHP__SPARE_UNREACHABLE || s1 == RESIHP__SPARE_FAILED_PROBE) &&
+      !n->bad && n->owner < 0) {
+    n->bad = 1;
+    g.nbad++;
+  }
+}
+
+/* The coordinator heard from a spare agent. */
+static void on_spare(void *ud, const char *node, int state,
+                     const char *summary) {
+  (void)ud;
+  for (int i = 0; i < g.nnodes; i++) {
+    node_t *n = &g.nodes[i];
+    if (strcmp(n->name, node))
+      continue;
+    long regs = 0;
+    resihp__coord_spare_state(g.coord, node, &regs);
+    if (state == RESIHP__SPARE_HEALTHY && regs == 1)
+      say("spare %s is ready (registered healthy)", node);
+    else if (state == RESIHP__SPARE_FAILED_PROBE && !n->bad)
+      say("spare %s failed its health probe (%s): marked bad", node, summary);
   }
 }
 
@@ -448,18 +541,8 @@ static void reap(void) {
   pid_t pid;
   while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
     for (int i = 0; i < g.nnodes; i++)
-      if (g.checks[i] == pid) {
-        g.checks[i] = 0;
-        int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-        if (!ok && !g.nodes[i].bad && g.nodes[i].owner < 0) {
-          say("spare %s failed its check step: marked bad", g.nodes[i].name);
-          g.nodes[i].bad = 1;
-          g.nbad++;
-        } else if (ok) {
-          g.nodes[i].ready = 1;
-          say("spare %s is ready", g.nodes[i].name);
-        }
-      }
+      if (g.nodes[i].check == pid)
+        check_done(i, st);
     for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
       if (helpers[i] == pid)
         helpers[i] = 0;
@@ -502,6 +585,11 @@ static void tick(void) {
       p->tries++;
     }
     if (p->relaunch && resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
+      int idx[64];
+      /* no healthy spare yet, but some are still being checked: wait */
+      if (p->launches && p->tries <= 3 && pick_nodes(idx, g.K, 0) &&
+          spares_pending())
+        continue;
       if (p->tries > 3) {
         say("replica %d: giving up after %d failed launches", r, p->tries);
         p->given_up = 1;
@@ -515,6 +603,9 @@ static void tick(void) {
 }
 
 int main(int argc, char **argv) {
+  /* The program of a spare's check step (see the top comment). */
+  if (argc == 2 && !strcmp(argv[1], "--spare-agent"))
+    return resihp__spare_agent_run(10000);
   static const struct option lo[] = {
       {"replicas", required_argument, 0, 'r'},
       {"spares", required_argument, 0, 's'},
@@ -530,14 +621,15 @@ int main(int argc, char **argv) {
       {"quiet", no_argument, 0, 'q'},
       {"no-spare-check", no_argument, 0, 'n'},
       {"ledger", required_argument, 0, 'L'},
+      {"spare-recheck", required_argument, 0, 'C'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "+r:s:k:i:c:m:p:H:f:S:T:qnL:h", lo,
+  while ((o = getopt_long(argc, argv, "+r:s:k:i:c:m:p:H:f:S:T:qnL:C:h", lo,
                           NULL)) != -1) {
     long v = 0;
-    if (strchr("rskpST", o)) {
+    if (strchr("rskpSTC", o)) {
       errno = 0;
       v = strtol(optarg, &end, 10);
       if (errno || end == optarg || *end || v < 0 || v > 100000) {
@@ -547,6 +639,7 @@ int main(int argc, char **argv) {
                 : o == 'k' ? "nodes-per-replica"
                 : o == 'p' ? "port"
                 : o == 'S' ? "silence-ms"
+                : o == 'C' ? "spare-recheck"
                            : "launch-timeout",
                 optarg);
         return EXIT_USAGE;
@@ -594,6 +687,9 @@ int main(int argc, char **argv) {
       break;
     case 'L':
       g.ledger = optarg;
+      break;
+    case 'C':
+      g.recheck_s = (int)v;
       break;
     case 'h':
       usage(stdout);
@@ -670,6 +766,7 @@ int main(int argc, char **argv) {
                        : (int)resihp_settings_get(resihp_settings_global(),
                                                   RESIHP_SETTING_COORD_TIMEOUT),
       .on_failed = on_failed,
+      .on_spare = on_spare,
       .on_fault = on_fault};
   FILE *ledger = NULL;
   if (g.ledger && !(ledger = fopen(g.ledger, "w"))) {
@@ -706,10 +803,19 @@ int main(int argc, char **argv) {
   for (int r = 0; r < g.R; r++)
     if (launch(r))
       g.reps[r].relaunch = 1;
-  if (!g.no_spare_check)
-    check_spares();
+  ssize_t sl = readlink("/proc/self/exe", g.self, sizeof(g.self) - 1);
+  if (sl > 0)
+    g.self[sl] = '\0';
+  else
+    snprintf(g.self, sizeof(g.self), "%s", argv[0]);
+  int64_t next_check = 0;
   int ret = EXIT_OK;
   while (!got_signal && resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
+    if (!g.no_spare_check && resihp__now_ms() >= next_check) {
+      check_spares();
+      next_check = g.recheck_s ? resihp__now_ms() + g.recheck_s * 1000L
+                               : INT64_MAX;
+    }
     resihp__coord_poll(g.coord, 50);
     reap();
     tick();
@@ -772,9 +878,10 @@ int main(int argc, char **argv) {
   for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
     if (helpers[k])
       kill(helpers[k], SIGKILL);
+  /* SIGTERM: timeout(1) passes it on to its srun, SIGKILL would orphan it */
   for (int i = 0; i < g.nnodes; i++)
-    if (g.checks[i] > 0)
-      kill(g.checks[i], SIGKILL);
+    if (g.nodes[i].check > 0)
+      kill(g.nodes[i].check, SIGTERM);
   while (waitpid(-1, NULL, WNOHANG) > 0)
     ;
   resihp__coord_destroy(g.coord);

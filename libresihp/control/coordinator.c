@@ -86,6 +86,14 @@ typedef struct {
 } round_t;
 
 typedef struct {
+  char node[64];
+  int state; /* RESIHP__SPARE_* */
+  long registrations;
+  int replica; /* promoted to */
+  char summary[200];
+} spare_t;
+
+typedef struct {
   int replica;
   char kind[16];
   char why[64];
@@ -118,6 +126,8 @@ struct resihp__coord {
   int nfails;
   long reassigned;
   int64_t last_hb;
+  spare_t *spares;
+  int nspares, capspares;
 };
 
 static void logc(resihp_log_level_t l, const char *fmt, ...)
@@ -651,6 +661,112 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   answer_subs(c, (int)r);
 }
 
+static spare_t *find_spare(const resihp__coord_t *c, const char *node) {
+  for (int i = 0; i < c->nspares; i++)
+    if (!strcmp(c->spares[i].node, node))
+      return &c->spares[i];
+  return NULL;
+}
+
+const char *resihp__spare_state_name(int state) {
+  switch (state) {
+  case RESIHP__SPARE_CHECKING:
+    return "checking";
+  case RESIHP__SPARE_HEALTHY:
+    return "registered-healthy";
+  case RESIHP__SPARE_FAILED_PROBE:
+    return "failed-probe";
+  case RESIHP__SPARE_UNREACHABLE:
+    return "unreachable";
+  case RESIHP__SPARE_PROMOTED:
+    return "promoted";
+  }
+  return "?";
+}
+
+int resihp__coord_spare_add(resihp__coord_t *c, const char *node) {
+  if (find_spare(c, node))
+    return 0;
+  if (c->nspares == RESIHP__COORD_MAX_SPARES || strlen(node) >= 64)
+    return RESIHP_ENOSPC;
+  if (c->nspares == c->capspares) {
+    int n = c->capspares ? 2 * c->capspares : 16;
+    spare_t *x = realloc(c->spares, sizeof(spare_t) * (size_t)n);
+    if (!x)
+      return RESIHP_ENOMEM;
+    c->spares = x;
+    c->capspares = n;
+  }
+  spare_t *sp = &c->spares[c->nspares++];
+  memset(sp, 0, sizeof(*sp));
+  snprintf(sp->node, sizeof(sp->node), "%s", node);
+  sp->replica = -1;
+  return 0;
+}
+
+int resihp__coord_spare_state(const resihp__coord_t *c, const char *node,
+                              long *registrations) {
+  const spare_t *sp = find_spare(c, node);
+  if (registrations)
+    *registrations = sp ? sp->registrations : 0;
+  return sp ? sp->state : RESIHP__SPARE_CHECKING;
+}
+
+static int spare_bad(int state) {
+  return state == RESIHP__SPARE_FAILED_PROBE ||
+         state == RESIHP__SPARE_UNREACHABLE;
+}
+
+void resihp__coord_spare_mark(resihp__coord_t *c, const char *node, int state,
+                              int replica, const char *why) {
+  if (resihp__coord_spare_add(c, node))
+    return;
+  spare_t *sp = find_spare(c, node);
+  if (spare_bad(sp->state))
+    return;
+  sp->state = state;
+  sp->replica = replica;
+  if (why)
+    snprintf(sp->summary, sizeof(sp->summary), "%s", why);
+  if (spare_bad(state))
+    logc(RESIHP_LOG_WARN, "spare %s is %s (%s)", node,
+         resihp__spare_state_name(state), why ? why : "");
+}
+
+/* SPARE node=N status=pass|fail summary=TEXT from a spare agent. */
+static void on_spare(resihp__coord_t *c, int k, const char *msg) {
+  char node[64] = "", status[8] = "", summary[400] = "", line[128];
+  if (resihp__wire_get(msg, "node", node, sizeof(node)) || !node[0] ||
+      resihp__wire_get(msg, "status", status, sizeof(status)) ||
+      (strcmp(status, "pass") && strcmp(status, "fail")) ||
+      resihp__coord_spare_add(c, node)) {
+    logc(RESIHP_LOG_ERROR, "bad SPARE registration (%.200s): refused", msg);
+    resihp__wire_send(c->conns[k].w.fd, "NO reason=bad-spare",
+                      resihp__now_ms() + 1000);
+    close_conn(c, k);
+    return;
+  }
+  resihp__wire_get_rest(msg, "summary", summary, sizeof(summary));
+  spare_t *sp = find_spare(c, node);
+  sp->registrations++;
+  int pass = !strcmp(status, "pass");
+  /* a bad spare stays bad; a promoted one belongs to its replica */
+  if (!spare_bad(sp->state) && sp->state != RESIHP__SPARE_PROMOTED) {
+    sp->state = pass ? RESIHP__SPARE_HEALTHY : RESIHP__SPARE_FAILED_PROBE;
+    snprintf(sp->summary, sizeof(sp->summary), "%s",
+             pass || !strcmp(summary, "-") ? "" : summary);
+  }
+  logc(pass ? RESIHP_LOG_DEBUG : RESIHP_LOG_WARN,
+       "spare %s registered: probe %s%s%s -> %s", node, status,
+       pass ? "" : ": ", pass ? "" : summary,
+       resihp__spare_state_name(sp->state));
+  snprintf(line, sizeof(line), "SPARE_OK state=%s",
+           resihp__spare_state_name(sp->state));
+  resihp__wire_send(c->conns[k].w.fd, line, resihp__now_ms() + 1000);
+  if (c->o.on_spare)
+    c->o.on_spare(c->o.ud, node, sp->state, sp->summary);
+}
+
 static void on_line(resihp__coord_t *c, int k, const char *msg) {
   int r = c->conns[k].replica;
   if (!strncmp(msg, "HB", 2) && (msg[2] == '\0' || msg[2] == ' '))
@@ -660,6 +776,8 @@ static void on_line(resihp__coord_t *c, int k, const char *msg) {
       on_hello(c, k, msg);
     else if (!strncmp(msg, "SUBHELLO ", 9))
       on_subhello(c, k, msg);
+    else if (!strncmp(msg, "SPARE ", 6))
+      on_spare(c, k, msg);
     else
       close_conn(c, k);
     return;
@@ -696,6 +814,20 @@ static void on_line(resihp__coord_t *c, int k, const char *msg) {
     snprintf(p->fault_kind, sizeof(p->fault_kind), "%s", kind);
     p->fault_ms = resihp__now_ms();
     p->fault_step = v < 0 ? -1 : c->step;
+    if (!strcmp(kind, "probe")) {
+      /* Not an injection: the replica's node failed a periodic probe and
+       * the replica is leaving; fail it now rather than wait for the
+       * socket to close. */
+      char summary[400] = "", why[64];
+      resihp__wire_get_rest(msg, "summary", summary, sizeof(summary));
+      logc(RESIHP_LOG_WARN,
+           "replica %d: node %s failed its periodic health probe (%s)", r,
+           node[0] ? node : p->node, summary);
+      snprintf(why, sizeof(why), "periodic probe failed on %.32s",
+               node[0] ? node : p->node);
+      fail_replica(c, r, why);
+      return;
+    }
     logc(RESIHP_LOG_INFO, "replica %d: injected %s fires (step %ld)", r, kind,
          c->step);
     if (c->o.on_fault)
@@ -870,6 +1002,7 @@ void resihp__coord_destroy(resihp__coord_t *c) {
     free(c->rounds[k].to);
   }
   free(c->conns);
+  free(c->spares);
   close(c->lfd);
   memset(c->secret, 0, c->o.secret_len);
   free(c->secret);
@@ -983,6 +1116,16 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
   else if (c->nfails)
     fprintf(f, "  worst survivor stall:   %.0f ms; no replica rejoined\n",
             worst_stall);
+  for (int i = 0; i < c->nspares; i++) {
+    const spare_t *sp = &c->spares[i];
+    char extra[260] = "";
+    if (sp->state == RESIHP__SPARE_PROMOTED)
+      snprintf(extra, sizeof(extra), " to replica %d", sp->replica);
+    else if (sp->summary[0])
+      snprintf(extra, sizeof(extra), " (%s)", sp->summary);
+    fprintf(f, "  spare %s: %s%s; %ld registration(s)\n", sp->node,
+            resihp__spare_state_name(sp->state), extra, sp->registrations);
+  }
   const char *ref = NULL;
   int agree = 1, nres = 0;
   for (int r = 0; r < c->R; r++) {

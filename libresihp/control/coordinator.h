@@ -28,6 +28,24 @@
  * of several ranks SUBHELLO replica= jobid= stepid= from a rank other than
  * the step's rank 0, answered with LEADER ep=... once that rank 0 has said
  * HELLO with lep=... (its address for the step's other ranks).
+ *
+ * A rank whose node failed a periodic health probe (a kind=periodic block
+ * with healthy=0 in its RESIHP_PROBE_RESULTS file) says, at its next step
+ * boundary instead of BEGIN, FAULT kind=probe step=s node=N summary=TEXT
+ * (summary last: free text to the end of the line) and leaves; the
+ * coordinator fails the replica at once, like any other failure.
+ *
+ * Spare registry. The spare check step on a spare node runs the spare
+ * agent (resihp-run --spare-agent), which reads the probe verdict the
+ * plugin handed it and, on a connection of its own authenticated like a
+ * rank's, says SPARE node=N status=pass|fail summary=TEXT; the coordinator
+ * records it and answers SPARE_OK state=NAME (or NO reason=...). One
+ * registration per node: a spare of several nodes is several spare nodes.
+ * The launcher adds the spare nodes it owns, re-runs the checks
+ * periodically, marks a spare that did not register in time unreachable
+ * and promotes (hands to a replacement) only registered-healthy spares.
+ * A spare found bad stays bad for the rest of the job, like a replica's
+ * node that failed.
  */
 #ifndef RESIHP_CONTROL_COORDINATOR_H
 #define RESIHP_CONTROL_COORDINATOR_H
@@ -51,6 +69,8 @@ typedef struct {
    * kills its step and starts a replacement. */
   void (*on_failed)(void *ud, int replica, const char *node, long jobid,
                     long stepid, const char *why);
+  /* A spare registered (state is RESIHP__SPARE_*; summary "" if none). */
+  void (*on_spare)(void *ud, const char *node, int state, const char *summary);
   /* An injected fault is about to fire on replica (kind as in inject.h). */
   void (*on_fault)(void *ud, int replica, const char *kind, const char *node,
                    long step);
@@ -80,6 +100,29 @@ int resihp__coord_connected(const resihp__coord_t *c, int replica);
 /* Forget a replica that never joined or was given up (no replacement). */
 void resihp__coord_mark_failed(resihp__coord_t *c, int replica,
                                const char *why);
+/* Spare states (names: resihp__spare_state_name). */
+enum {
+  RESIHP__SPARE_CHECKING = 0, /* added, never registered */
+  RESIHP__SPARE_HEALTHY,      /* registered, probe passed */
+  RESIHP__SPARE_FAILED_PROBE, /* registered, probe failed */
+  RESIHP__SPARE_UNREACHABLE,  /* its check step ended without registering */
+  RESIHP__SPARE_PROMOTED      /* handed to a replica */
+};
+#define RESIHP__COORD_MAX_SPARES 4096
+
+const char *resihp__spare_state_name(int state);
+/* Make node a known spare (CHECKING); no-op if it is known. 0 or
+ * RESIHP_ENOSPC. */
+int resihp__coord_spare_add(resihp__coord_t *c, const char *node);
+/* State of node (RESIHP__SPARE_CHECKING if unknown); *registrations (may be
+ * NULL) counts the registrations received from it. */
+int resihp__coord_spare_state(const resihp__coord_t *c, const char *node,
+                              long *registrations);
+/* The launcher's verdicts: RESIHP__SPARE_UNREACHABLE (why says how) or
+ * RESIHP__SPARE_PROMOTED (replica gets it). Bad states are kept. */
+void resihp__coord_spare_mark(resihp__coord_t *c, const char *node, int state,
+                              int replica, const char *why);
+
 /* Final summary (steps, failures with stall and rejoin, throughput, the
  * results the replicas reported). Returns 0 if all results agree. */
 int resihp__coord_summary(const resihp__coord_t *c, FILE *f,

@@ -269,13 +269,14 @@ int resihp__wire_listen(const char *host, int port, int *port_out) {
   return fd;
 }
 
-int resihp__wire_get(const char *msg, const char *key, char *out, size_t cap) {
+static int get_value(const char *msg, const char *key, const char *stop,
+                     char *out, size_t cap) {
   size_t kl = strlen(key);
   const char *p = msg;
   while ((p = strstr(p, key))) {
     if ((p == msg || p[-1] == ' ') && p[kl] == '=') {
       p += kl + 1;
-      size_t n = strcspn(p, " ");
+      size_t n = strcspn(p, stop);
       if (n >= cap)
         return RESIHP_ERANGE;
       memcpy(out, p, n);
@@ -285,6 +286,15 @@ int resihp__wire_get(const char *msg, const char *key, char *out, size_t cap) {
     p += kl;
   }
   return RESIHP_ENOENT;
+}
+
+int resihp__wire_get(const char *msg, const char *key, char *out, size_t cap) {
+  return get_value(msg, key, " ", out, cap);
+}
+
+int resihp__wire_get_rest(const char *msg, const char *key, char *out,
+                          size_t cap) {
+  return get_value(msg, key, "", out, cap);
 }
 
 int resihp__wire_get_long(const char *msg, const char *key, long *out) {

@@ -62,6 +62,10 @@ int resihp__wire_listen(const char *host, int port, int *port_out);
  * or RESIHP_ENOENT. */
 int resihp__wire_get(const char *msg, const char *key, char *out, size_t cap);
 int resihp__wire_get_long(const char *msg, const char *key, long *out);
+/* Value of key taken to the end of the line: for a last key whose value is
+ * free text with spaces (a probe summary). 0 or RESIHP_ENOENT/ERANGE. */
+int resihp__wire_get_rest(const char *msg, const char *key, char *out,
+                          size_t cap);
 /* Parse a ':'-separated list of ints ("3:5:9", "" is empty) into a
  * malloc'ed array. */
 int resihp__wire_parse_ints(const char *s, int **out, int *n);

@@ -17,6 +17,12 @@ libresihp_libresihp_probe_la_CFLAGS = $(AM_CFLAGS) $(HWLOC_CFLAGS)
 libresihp_libresihp_probe_la_LIBADD = libresihp/libresihp-metrics.la \
 	$(HWLOC_LIBS)
 
+# The reader of the results file is for the job's processes (the ranks
+# watch it for periodic failures, the spare agent reports its verdict), not
+# for the plugin, which only writes it.
+libresihp_libresihp_internal_la_SOURCES += \
+	libresihp/probe/results.h libresihp/probe/results.c
+
 # The plugin runs the probes in its remote (slurmstepd) context.
 spank_resihp_la_LIBADD += libresihp/libresihp-probe.la
 

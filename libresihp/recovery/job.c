@@ -33,6 +33,7 @@
 #include "config.h"
 
 #include "../control/wire.h"
+#include "../probe/results.h"
 #include "../transport/mesh.h"
 #include "../transport/sha256.h"
 #include "inject.h"
@@ -115,6 +116,11 @@ struct resihp_job {
   size_t workcap;
   int detect_ms;
   int pmix; /* the step's ranks found each other through PMIx */
+
+  /* the plugin's probe results for this node, watched for periodic
+   * failures at each step boundary */
+  resihp__probe_watch_t probes;
+  int watch_probes;
 
   resihp_job_mb_sample_t samples[SAMPLES];
   long nsamples;
@@ -237,6 +243,7 @@ void resihp_job_destroy(resihp_job_t *j) {
   pthread_mutex_destroy(&j->send_mu);
   pthread_mutex_destroy(&j->hb_mu);
   pthread_cond_destroy(&j->hb_cv);
+  resihp__probe_watch_free(&j->probes);
   free(j->mbs);
   free(j->extra);
   free(j->msg);
@@ -582,6 +589,8 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
                        : resihp_settings_get_str(s, RESIHP_SETTING_SECRET_FILE);
   const char *node = getenv("SLURMD_NODENAME");
   snprintf(j->node, sizeof(j->node), "%s", node && *node ? node : "local");
+  j->watch_probes =
+      !resihp__probe_watch_init(&j->probes, getenv("RESIHP_PROBE_RESULTS"));
   if (!j->coordinator[0] || j->replica < 0) {
     resihp_log(RESIHP_LOG_ERROR, "job",
                "no coordinator or replica: run the trainer under resihp-run "
@@ -939,6 +948,41 @@ static int setup_comm(resihp_job_t *j, const char *list) {
   return rc;
 }
 
+/* A periodic probe failed on this rank's node: the node is not fit to
+ * train on, even though the rank still runs. Tell the coordinator (through
+ * the leader for the other ranks of a replica), which fails the replica and
+ * has it relaunched on a healthy spare, and leave. Checked at step
+ * boundaries only, where leaving costs no half-done work: the steps the
+ * replica finished are already in every survivor's sum. An unchanged file
+ * costs one stat(2). The job keeps no detector, so nothing else is told. */
+static int check_probes(resihp_job_t *j) {
+  if (!j->watch_probes)
+    return 0;
+  resihp__probe_block_t b;
+  int rc;
+  while ((rc = resihp__probe_watch_next(&j->probes, &b)) == 1) {
+    if (strcmp(b.kind, "periodic") || b.healthy != 0)
+      continue;
+    char line[640];
+    snprintf(line, sizeof(line),
+             "FAULT kind=probe step=%ld node=%s summary=%.400s", j->step + 1,
+             j->node, b.summary[0] ? b.summary : b.failed);
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "replica %d: node %s failed its periodic health probe (%s): "
+               "leaving so that the replica is relaunched on a healthy node",
+               j->replica, j->node, b.summary[0] ? b.summary : b.failed);
+    if (j->lrank > 0)
+      local_send(j, j->up.fd, line, NULL, 0);
+    else
+      send_line(j, line);
+    j->watch_probes = 0;
+    return RESIHP_EPROBE;
+  }
+  if (rc < 0)
+    j->watch_probes = 0; /* no results file (probes=none) or it is gone */
+  return 0;
+}
+
 int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
   if (!j || !st)
     return RESIHP_EINVAL;
@@ -949,11 +993,14 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
   }
   join_serve(j);
   memset(st, 0, sizeof(*st));
+  int rc = check_probes(j);
+  if (rc)
+    return rc;
   if (j->lrank > 0)
     return sub_begin_step(j, st);
   char line[128];
   snprintf(line, sizeof(line), "BEGIN step=%ld", j->member ? j->step + 1 : -1);
-  int rc = send_line(j, line);
+  rc = send_line(j, line);
   if (rc)
     return rc;
   for (;;) {

@@ -6,6 +6,8 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/wire.c \
 	libresihp/control/coordinator.h \
 	libresihp/control/coordinator.c \
+	libresihp/control/spare_agent.h \
+	libresihp/control/spare_agent.c \
 	libresihp/recovery/inject.h \
 	libresihp/recovery/inject.c \
 	libresihp/recovery/job.c \
@@ -36,8 +38,9 @@ tests_unit_test_recovery_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_recovery
 endif
 
-dist_check_SCRIPTS += tests/integration/recovery.test
-TESTS += tests/integration/recovery.test
+dist_check_SCRIPTS += tests/integration/recovery.test \
+	tests/integration/spares.test
+TESTS += tests/integration/recovery.test tests/integration/spares.test
 
 dist_bin_SCRIPTS = tools/resihp-bench-recovery.sh
 EXTRA_DIST += contrib/demo/run-training-demo.sh

@@ -7,6 +7,7 @@
 
 #include "../../libresihp/control/coordinator.h"
 #include "../../libresihp/control/wire.h"
+#include "../../libresihp/probe/results.h"
 #include "../../libresihp/recovery/inject.h"
 #include "../../libresihp/transport/mesh.h"
 
@@ -91,6 +92,58 @@ START_TEST(wire_auth) {
   ck_assert_int_eq(x, 3);
   ck_assert_int_eq(resihp__wire_get("GO a=1", "b", v, sizeof(v)),
                    RESIHP_ENOENT);
+  ck_assert_int_eq(resihp__wire_get_rest("SPARE node=n1 summary=mem: low; x",
+                                         "summary", v, sizeof(v)),
+                   0);
+  ck_assert_str_eq(v, "mem: low; x");
+}
+END_TEST
+
+static const char start_ok[] =
+    "format=resihp-probe-v1\nkind=start\ntime=1\nhealthy=1\ntimed_out=0\n"
+    "duration_us=5\nfailed=\ncheck.mem.status=pass\ncheck.mem.duration_us=1\n"
+    "check.mem.detail=ok\n\n";
+static const char periodic_bad[] =
+    "format=resihp-probe-v1\nkind=periodic\ntime=2\nhealthy=0\n"
+    "timed_out=0\nduration_us=5\nfailed=mem\ncheck.mem.status=fail\n"
+    "check.mem.duration_us=1\ncheck.mem.detail=available 1 MiB\n"
+    "check.disk.status=pass\ncheck.disk.duration_us=1\n"
+    "check.disk.detail=fine\n\n";
+
+static void append_file(const char *path, const char *text, size_t n) {
+  FILE *f = fopen(path, "a");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(fwrite(text, 1, n, f), n);
+  fclose(f);
+}
+
+/* Whole blocks in order; an unterminated block waits for its end. */
+START_TEST(probe_results_watch) {
+  char path[128];
+  snprintf(path, sizeof(path), "/tmp/resihp-test-probe.%d", (int)getpid());
+  unlink(path);
+  resihp__probe_watch_t w;
+  resihp__probe_block_t b;
+  ck_assert_int_eq(resihp__probe_watch_init(&w, NULL), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp__probe_watch_init(&w, path), 0);
+  ck_assert_int_lt(resihp__probe_watch_next(&w, &b), 0); /* no file */
+  append_file(path, start_ok, strlen(start_ok));
+  ck_assert_int_eq(resihp__probe_watch_next(&w, &b), 1);
+  ck_assert_str_eq(b.kind, "start");
+  ck_assert_int_eq(b.healthy, 1);
+  ck_assert_int_eq(resihp__probe_watch_next(&w, &b), 0);
+  size_t half = strlen(periodic_bad) / 2;
+  append_file(path, periodic_bad, half);
+  ck_assert_int_eq(resihp__probe_watch_next(&w, &b), 0);
+  append_file(path, periodic_bad + half, strlen(periodic_bad) - half);
+  ck_assert_int_eq(resihp__probe_watch_next(&w, &b), 1);
+  ck_assert_str_eq(b.kind, "periodic");
+  ck_assert_int_eq(b.healthy, 0);
+  ck_assert_str_eq(b.failed, "mem");
+  ck_assert_str_eq(b.summary, "mem: available 1 MiB");
+  ck_assert_int_eq(resihp__probe_watch_next(&w, &b), 0);
+  resihp__probe_watch_free(&w);
+  unlink(path);
 }
 END_TEST
 
@@ -181,10 +234,18 @@ typedef struct {
   int allow_replace;
 } harness_t;
 
+/* die_at PROBE_FAILS: the rank's node failed a periodic probe before it
+ * started (its results file holds a failing periodic block). */
+#define PROBE_FAILS (-2)
+static char probe_path[128];
+
 static pid_t spawn_rank(int r, int die_at) {
   pid_t p = fork();
-  if (p == 0)
-    _exit(rank_main(r, die_at));
+  if (p == 0) {
+    if (die_at == PROBE_FAILS)
+      setenv("RESIHP_PROBE_RESULTS", probe_path, 1);
+    _exit(rank_main(r, die_at == PROBE_FAILS ? -1 : die_at));
+  }
   return p;
 }
 
@@ -278,6 +339,111 @@ START_TEST(job_rank_dies_replaced) {
 }
 END_TEST
 
+/* A periodic probe failure reaches the coordinator: the replica is failed
+ * for it (kind probe) and replaced, and the result is unchanged. */
+START_TEST(job_probe_failure_replaced) {
+  char out[8192], want[128];
+  snprintf(probe_path, sizeof(probe_path), "/tmp/resihp-test-probe-job.%d",
+           (int)getpid());
+  unlink(probe_path);
+  append_file(probe_path, start_ok, strlen(start_ok));
+  append_file(probe_path, periodic_bad, strlen(periodic_bad));
+  run_job(2, 1, PROBE_FAILS, 1, out, sizeof(out));
+  unlink(probe_path);
+  ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
+  ck_assert_msg(strstr(out, "2 replicas agree"), "%s", out);
+  ck_assert_msg(strstr(out, "replica 1, probe at step"), "%s", out);
+  ck_assert_msg(strstr(out, "periodic probe failed on"), "%s", out);
+}
+END_TEST
+
+/* SPARE registrations: state per node, summary kept, bad states sticky,
+ * a promoted spare stays promoted, a bad secret is refused. */
+static int spare_say(const char *ep, const char *key, const char *line,
+                     char *reply, size_t cap) {
+  int fd = resihp__wire_dial(ep, resihp__now_ms() + 3000);
+  if (fd < 0)
+    return fd;
+  resihp__wire_t w;
+  resihp__wire_init(&w, fd);
+  int rc = resihp__wire_auth_client(&w, (const uint8_t *)key, strlen(key),
+                                    "coord", resihp__now_ms() + 3000);
+  if (!rc)
+    rc = resihp__wire_send(fd, line, resihp__now_ms() + 3000);
+  if (!rc)
+    rc = resihp__wire_recv(&w, reply, cap, resihp__now_ms() + 3000);
+  resihp__wire_free(&w);
+  return rc;
+}
+
+START_TEST(spare_registry) {
+  const char *key = "spare-test-secret";
+  resihp__coord_opts_t co = {.replicas = 1,
+                             .bind_host = "127.0.0.1",
+                             .secret = (const uint8_t *)key,
+                             .secret_len = strlen(key),
+                             .silence_ms = 3000};
+  resihp__coord_t *c;
+  ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
+  char ep[64];
+  snprintf(ep, sizeof(ep), "127.0.0.1:%d", resihp__coord_port(c));
+  const char *lines[] = {
+      "SPARE node=s1 status=pass summary=-",
+      "SPARE node=s2 status=fail summary=mem: available 1 MiB",
+      "SPARE node=s3 status=pass summary=-",
+      "SPARE node=s2 status=pass summary=-", /* bad stays bad */
+      "SPARE node=s4 status=maybe summary=-",
+  };
+  const int n = sizeof(lines) / sizeof(lines[0]);
+  pid_t p = fork();
+  if (p == 0) {
+    char reply[256];
+    for (int i = 0; i < n; i++) {
+      int rc = spare_say(ep, key, lines[i], reply, sizeof(reply));
+      int want_ok = i < n - 1;
+      if (want_ok ? rc || strncmp(reply, "SPARE_OK ", 9)
+                  : !rc && strncmp(reply, "NO ", 3))
+        _exit(1 + i);
+    }
+    /* the wrong secret never registers */
+    spare_say(ep, "wrong", "SPARE node=s5 status=pass summary=-", reply,
+              sizeof(reply));
+    _exit(0);
+  }
+  int st = 0;
+  while (waitpid(p, &st, WNOHANG) == 0)
+    resihp__coord_poll(c, 20);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  long regs = 0;
+  ck_assert_int_eq(resihp__coord_spare_state(c, "s1", &regs),
+                   RESIHP__SPARE_HEALTHY);
+  ck_assert_int_eq(regs, 1);
+  ck_assert_int_eq(resihp__coord_spare_state(c, "s2", &regs),
+                   RESIHP__SPARE_FAILED_PROBE);
+  ck_assert_int_eq(regs, 2);
+  ck_assert_int_eq(resihp__coord_spare_state(c, "s5", &regs),
+                   RESIHP__SPARE_CHECKING);
+  ck_assert_int_eq(regs, 0);
+  resihp__coord_spare_mark(c, "s1", RESIHP__SPARE_PROMOTED, 0, NULL);
+  resihp__coord_spare_mark(c, "s3", RESIHP__SPARE_UNREACHABLE, -1, "timeout");
+  resihp__coord_spare_mark(c, "s3", RESIHP__SPARE_PROMOTED, 0, NULL);
+  ck_assert_int_eq(resihp__coord_spare_state(c, "s1", NULL),
+                   RESIHP__SPARE_PROMOTED);
+  ck_assert_int_eq(resihp__coord_spare_state(c, "s3", NULL),
+                   RESIHP__SPARE_UNREACHABLE);
+  char out[4096];
+  FILE *mem = fmemopen(out, sizeof(out), "w");
+  resihp__coord_summary(c, mem, NULL);
+  fclose(mem);
+  ck_assert_msg(strstr(out, "spare s1: promoted to replica 0"), "%s", out);
+  ck_assert_msg(strstr(out, "spare s2: failed-probe (mem: available 1 MiB)"),
+                "%s", out);
+  ck_assert_msg(strstr(out, "spare s3: unreachable (timeout)"), "%s", out);
+  resihp__coord_destroy(c);
+}
+END_TEST
+
 /* A rank with the wrong secret is refused by the coordinator. */
 START_TEST(job_wrong_secret_refused) {
   const char *good = "the-job-secret-0123456789";
@@ -324,6 +490,7 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("specs");
   tcase_add_test(tc, inject_specs);
   tcase_add_test(tc, wire_auth);
+  tcase_add_test(tc, probe_results_watch);
   suite_add_tcase(s, tc);
   tc = tcase_create("jobs");
   tcase_set_timeout(tc, 60);
@@ -331,6 +498,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, job_rank_dies_no_spare);
   tcase_add_test(tc, job_rank_dies_replaced);
   tcase_add_test(tc, job_wrong_secret_refused);
+  tcase_add_test(tc, job_probe_failure_replaced);
+  tcase_add_test(tc, spare_registry);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -56,6 +56,12 @@
  * (kill-rank and hang-rank in the replica's last rank, kill-node in its
  * rank 0).
  *
+ * Node health. begin_step also reads what the plugin's periodic probe
+ * appended to RESIHP_PROBE_RESULTS since the last step (one stat(2) when
+ * nothing changed); a failed periodic probe on this rank's node is reported
+ * to the coordinator, which fails the replica so that resihp-run relaunches
+ * it on a healthy spare, and begin_step returns RESIHP_EPROBE: exit.
+ *
  * Threads. A job is used by one thread. It owns a heartbeat thread and, on
  * a member that serves a catch-up, a sender thread; both are joined by
  * resihp_job_end_step/resihp_job_destroy.
@@ -115,7 +121,8 @@ int resihp_job_set_state(resihp_job_t *job, void *state, size_t bytes);
 
 /* Wait for the step boundary (every member ready), re-create the
  * communicator if the membership changed, receive the state when this is
- * a replacement, and fire a planned fault injection. Fills *st. */
+ * a replacement, and fire a planned fault injection. Fills *st.
+ * RESIHP_EPROBE: this node failed a periodic health probe (see above). */
 int resihp_job_begin_step(resihp_job_t *job, resihp_job_step_t *st);
 
 /* Fault-tolerant sum of the int64 fixed-point accumulator over the group.

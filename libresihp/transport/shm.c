@@ -66,11 +66,13 @@ static resihp__ring_t *map_fd(int fd) {
 }
 
 size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
-                          int *doorbell) {
+                          int arm, int *doorbell) {
   struct ring_hdr *h = r->h;
   uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
   uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
   size_t space = RING_BYTES - (size_t)(head - tail);
+  if (!space && !arm)
+    return 0;
   if (!space) {
     /* Ask to be woken, then look again: the consumer either sees the flag
      * or we see its progress (both sides fence between store and load). */
@@ -100,12 +102,14 @@ size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
   return done;
 }
 
-size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len,
+size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len, int arm,
                          int *doorbell) {
   struct ring_hdr *h = r->h;
   uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
   uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
   size_t avail = (size_t)(head - tail);
+  if (!avail && !arm)
+    return 0;
   if (!avail) {
     atomic_store(&h->cons_waiting, 1);
     atomic_thread_fence(memory_order_seq_cst);

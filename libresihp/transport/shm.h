@@ -30,16 +30,19 @@ int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
 
 void resihp__ring_unmap(resihp__ring_t *r);
 
-/* Producer: copy up to the free space from iov; returns bytes written
- * (0 when full, then *wake_me is armed: the consumer will ring). Sets
- * *doorbell when the consumer asked to be woken. */
+/* Producer: copy up to the free space from iov; returns bytes written, 0
+ * when full. With arm, a full ring also asks the consumer to ring once it
+ * made space (before sleeping on the socket); without, nothing is asked
+ * (a caller that is only polling the ring, so that nobody pays for a
+ * doorbell it would not wait for). Sets *doorbell when the consumer asked
+ * to be woken. */
 size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
-                          int *doorbell);
+                          int arm, int *doorbell);
 
 /* Consumer: copy up to len available bytes to buf (NULL: discard); returns
- * bytes read, 0 when empty (then the producer will ring). Sets *doorbell
- * when the producer asked to be woken. */
-size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len,
+ * bytes read, 0 when empty (with arm, the producer will then ring). Sets
+ * *doorbell when the producer asked to be woken. */
+size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len, int arm,
                          int *doorbell);
 
 #endif

@@ -58,44 +58,51 @@ typedef float vec_f32 __attribute__((vector_size(VEC_BYTES)));
 typedef double vec_f64 __attribute__((vector_size(VEC_BYTES)));
 typedef uint64_t vec_u64 __attribute__((vector_size(VEC_BYTES)));
 
-#define SUM_LOOP(T, VT, dst, src, n)                                           \
+/* dst = a + b, element-wise; dst may be a or b (no restrict: each vector
+ * is loaded before its result is stored). */
+#define SUM_LOOP(T, VT, dst, a, b, n)                                          \
   do {                                                                         \
-    T *restrict d_ = (dst);                                                    \
-    const T *restrict s_ = (src);                                              \
+    T *d_ = (dst);                                                             \
+    const T *a_ = (a), *b_ = (b);                                              \
     const size_t lanes_ = VEC_BYTES / sizeof(T);                               \
     size_t i_ = 0;                                                             \
     for (; i_ + lanes_ <= (n); i_ += lanes_) {                                 \
-      VT a_, b_;                                                               \
-      memcpy(&a_, d_ + i_, sizeof(a_));                                        \
-      memcpy(&b_, s_ + i_, sizeof(b_));                                        \
-      a_ += b_;                                                                \
-      memcpy(d_ + i_, &a_, sizeof(a_));                                        \
+      VT x_, y_;                                                               \
+      memcpy(&x_, a_ + i_, sizeof(x_));                                        \
+      memcpy(&y_, b_ + i_, sizeof(y_));                                        \
+      x_ += y_;                                                                \
+      memcpy(d_ + i_, &x_, sizeof(x_));                                        \
     }                                                                          \
     for (; i_ < (n); i_++)                                                     \
-      d_[i_] += s_[i_];                                                        \
+      d_[i_] = a_[i_] + b_[i_];                                                \
   } while (0)
 
-void resihp__reduce_sum(void *dst, const void *src, size_t n, int dtype) {
+void resihp__reduce_sum_to(void *dst, const void *a, const void *b, size_t n,
+                           int dtype) {
   switch (dtype) {
   case RESIHP_FLOAT32:
-    SUM_LOOP(float, vec_f32, dst, src, n);
+    SUM_LOOP(float, vec_f32, dst, a, b, n);
     break;
   case RESIHP_FLOAT64:
-    SUM_LOOP(double, vec_f64, dst, src, n);
+    SUM_LOOP(double, vec_f64, dst, a, b, n);
     break;
   case RESIHP_FIXED64:
     /* Wrapping unsigned arithmetic: exact and associative modulo 2^64, so
      * the order of contributions cannot matter. */
-    SUM_LOOP(uint64_t, vec_u64, dst, src, n);
+    SUM_LOOP(uint64_t, vec_u64, dst, a, b, n);
     break;
   case RESIHP_BFLOAT16: {
-    uint16_t *restrict d = dst;
-    const uint16_t *restrict s = src;
+    uint16_t *d = dst;
+    const uint16_t *x = a, *y = b;
     for (size_t i = 0; i < n; i++)
-      d[i] = bf16_from_float(bf16_to_float(d[i]) + bf16_to_float(s[i]));
+      d[i] = bf16_from_float(bf16_to_float(x[i]) + bf16_to_float(y[i]));
     break;
   }
   }
+}
+
+void resihp__reduce_sum(void *dst, const void *src, size_t n, int dtype) {
+  resihp__reduce_sum_to(dst, dst, src, n, dtype);
 }
 
 int resihp_fixed_frac_bits(void) {

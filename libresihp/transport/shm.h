@@ -5,7 +5,8 @@
  * 0600) by the consumer. The TCP transport uses a ring exactly like its
  * socket - a framed byte stream, so framing, epochs, cancel and padding stay
  * the same - but data moves with one memcpy on each side instead of through
- * the kernel's TCP stack. The authenticated TCP socket of the pair remains:
+ * the kernel's TCP stack (on the receiving side no copy at all when the
+ * bytes are summed straight out of the ring, resihp__ring_consume). The authenticated TCP socket of the pair remains:
  * it carries one-byte doorbells (data available / space available, sent only
  * when the other side said it is about to sleep) and its EOF still means
  * that the peer closed or died.
@@ -44,5 +45,14 @@ size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
  * *doorbell when the producer asked to be woken. */
 size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len, int arm,
                          int *doorbell);
+
+/* Consumer, without a copy: hands up to len available bytes to
+ * consume(arg, bytes, n) in place, as one or two spans (the ring wraps),
+ * then frees them. Otherwise as resihp__ring_read. */
+size_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
+                            int *doorbell,
+                            void (*consume)(void *arg, const uint8_t *bytes,
+                                            size_t n),
+                            void *arg);
 
 #endif

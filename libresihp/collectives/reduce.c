@@ -58,23 +58,30 @@ typedef float vec_f32 __attribute__((vector_size(VEC_BYTES)));
 typedef double vec_f64 __attribute__((vector_size(VEC_BYTES)));
 typedef uint64_t vec_u64 __attribute__((vector_size(VEC_BYTES)));
 
-/* dst = a + b, element-wise; dst may be a or b (no restrict: each vector
- * is loaded before its result is stored). */
+/* dst = a + b, element-wise; dst may be a or b (no restrict: each value
+ * is loaded before its result is stored). The operands may be misaligned
+ * (a payload read in place from a shared-memory ring follows a frame of
+ * another type), so every access goes through memcpy, which compiles to
+ * plain unaligned loads and stores. */
 #define SUM_LOOP(T, VT, dst, a, b, n)                                          \
   do {                                                                         \
-    T *d_ = (dst);                                                             \
-    const T *a_ = (a), *b_ = (b);                                              \
-    const size_t lanes_ = VEC_BYTES / sizeof(T);                               \
-    size_t i_ = 0;                                                             \
-    for (; i_ + lanes_ <= (n); i_ += lanes_) {                                 \
+    uint8_t *d_ = (dst);                                                       \
+    const uint8_t *a_ = (a), *b_ = (b);                                        \
+    size_t i_ = 0, bytes_ = (n) * sizeof(T);                                   \
+    for (; i_ + VEC_BYTES <= bytes_; i_ += VEC_BYTES) {                        \
       VT x_, y_;                                                               \
       memcpy(&x_, a_ + i_, sizeof(x_));                                        \
       memcpy(&y_, b_ + i_, sizeof(y_));                                        \
       x_ += y_;                                                                \
       memcpy(d_ + i_, &x_, sizeof(x_));                                        \
     }                                                                          \
-    for (; i_ < (n); i_++)                                                     \
-      d_[i_] = a_[i_] + b_[i_];                                                \
+    for (; i_ < bytes_; i_ += sizeof(T)) {                                     \
+      T x_, y_;                                                                \
+      memcpy(&x_, a_ + i_, sizeof(x_));                                        \
+      memcpy(&y_, b_ + i_, sizeof(y_));                                        \
+      x_ += y_;                                                                \
+      memcpy(d_ + i_, &x_, sizeof(x_));                                        \
+    }                                                                          \
   } while (0)
 
 void resihp__reduce_sum_to(void *dst, const void *a, const void *b, size_t n,
@@ -92,10 +99,15 @@ void resihp__reduce_sum_to(void *dst, const void *a, const void *b, size_t n,
     SUM_LOOP(uint64_t, vec_u64, dst, a, b, n);
     break;
   case RESIHP_BFLOAT16: {
-    uint16_t *d = dst;
-    const uint16_t *x = a, *y = b;
-    for (size_t i = 0; i < n; i++)
-      d[i] = bf16_from_float(bf16_to_float(x[i]) + bf16_to_float(y[i]));
+    uint8_t *d = dst;
+    const uint8_t *x = a, *y = b;
+    for (size_t i = 0; i < n * 2; i += 2) {
+      uint16_t u, v;
+      memcpy(&u, x + i, 2);
+      memcpy(&v, y + i, 2);
+      u = bf16_from_float(bf16_to_float(u) + bf16_to_float(v));
+      memcpy(d + i, &u, 2);
+    }
     break;
   }
   }

@@ -190,10 +190,10 @@ static int drain_bells(struct peer *p) {
   }
 }
 
-/* Ring I/O makes no system call: doorbells are drained (and EOF noted) by
- * tcp_progress just before it arms the rings and sleeps, and after poll
- * wakes it, not on every access (that was a recv() per chunk and per spin,
- * a fifth of the time with 8 ranks on 2 cores). Draining before arming
+/* Ring reads make no system call: doorbells are drained (and EOF noted)
+ * by tcp_progress just before it arms the rings and sleeps, and after poll
+ * wakes it, not on every access (that was a recv() per header, per payload
+ * and per spin round, a fifth of the time with 8 ranks on 2 cores). Draining before arming
  * keeps wake-ups from being lost: a bell sent for a flag armed earlier is
  * read away, but the armed access re-checks the ring after setting its
  * flag; a flag armed after the drain gets a bell poll will see. EOF only
@@ -269,12 +269,18 @@ static ssize_t peer_recv_summing(struct tcp *t, struct peer *p) {
   return r;
 }
 
+/* A sender does look at the socket once per frame it starts: a closed or
+ * cut link must stop the data at once, as over TCP, not let a collective
+ * go on through the shared memory of a peer that is gone (one recv() per
+ * frame; the spin and the per-chunk reads stay free of system calls). */
 static ssize_t peer_sendv(struct tcp *t, struct peer *p, struct iovec *iov,
-                          int niov) {
+                          int niov, int frame_start) {
   if (!p->rout) {
     struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
     return sendmsg(p->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
   }
+  if (frame_start && drain_bells(p) < 0)
+    return -1;
   if (p->eof) {
     errno = EPIPE;
     return -1;
@@ -451,7 +457,7 @@ static int write_peer(struct tcp *t, int peer) {
       niov++;
     }
     if (niov) {
-      ssize_t w = peer_sendv(t, p, iov, niov);
+      ssize_t w = peer_sendv(t, p, iov, niov, q->off == 0);
       if (w < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
           return any;

@@ -346,8 +346,10 @@ static int rank_fault(int rank, int n, void *arg) {
   /* One clean collective first, so that the fault hits a warm ring. */
   fill(buf, FCOUNT, RESIHP_FLOAT32, rank);
   if (resihp_allreduce(c, buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM) ||
-      check(buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c), n))
+      check(buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c), n)) {
+    fprintf(stderr, "rank %d: the first (clean) all-reduce failed\n", rank);
     return 1;
+  }
   if (sc->fault == F_KILL_IDLE && rank == sc->victim)
     raise(SIGKILL);
   if (rank == sc->victim) {
@@ -417,8 +419,11 @@ static int rank_fault(int rank, int n, void *arg) {
     return 3;
   if (rc ||
       check(buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c),
-            resihp_comm_size(c)))
+            resihp_comm_size(c))) {
+    fprintf(stderr, "rank %d: the all-reduce after the recovery: %s\n", rank,
+            resihp_err_name(rc));
     return 1;
+  }
   put_record(c, attempts, fail_ms);
   resihp_comm_destroy(c);
   free(buf);

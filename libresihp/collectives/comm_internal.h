@@ -113,6 +113,10 @@ extern void (*resihp__ring_test_hook)(resihp_comm_t *c, int step,
 size_t resihp__dtype_size(int dtype);
 /* dst[i] += src[i] */
 void resihp__reduce_sum(void *dst, const void *src, size_t n, int dtype);
+/* dst[i] = a[i] + b[i]; dst may be a or b, other overlaps are not allowed.
+ * A resihp__combine_fn for post_recv_reduce. */
+void resihp__reduce_sum_to(void *dst, const void *a, const void *b, size_t n,
+                           int dtype);
 #define RESIHP__DTYPE_INT64 RESIHP_FIXED64
 
 #endif

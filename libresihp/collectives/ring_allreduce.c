@@ -21,8 +21,11 @@
  * Buffers. in is read-only (the caller's data in fault-tolerant mode);
  * reduced and gathered values go to work. Reduce-scatter receives straight
  * into work and adds in, since each segment is received exactly once in that
- * phase. When in == work (unprotected or fixed-point copy), arrivals go to a
- * one-chunk staging buffer first. Empty segments (count < n) have no chunks.
+ * phase; where the transport offers post_recv_reduce it adds while the bytes
+ * arrive (from a shared-memory ring straight into work: one pass over the
+ * chunk instead of a copy and a second pass). When in == work (unprotected
+ * or fixed-point copy), arrivals go to a one-chunk staging buffer first.
+ * Empty segments (count < n) have no chunks.
  *
  * Failure. The algorithm only sees the transport and the communicator's
  * failure flag; it returns at the first error and leaves the clean-up
@@ -95,7 +98,7 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
   int nsteps = 2 * (n - 1);
   const uint8_t *inb = in;
   uint8_t *wb = work;
-  int ss = 0, rs = 0, posted = 0;
+  int ss = 0, rs = 0, posted = 0, summed = 0;
   size_t sc = 0, rc = 0;
   int64_t last_progress = resihp__now_ms();
   /* Liveness is the monitor's job; this only bounds waiting for a live
@@ -142,7 +145,11 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
         len = l.chunk;
       void *dst = rs < n - 1 && staging ? staging : wb + off * esz;
       resihp__tag_t tag = {c->seq, (uint32_t)rs, (uint32_t)rc};
-      int r = ops->post_recv(c->tp, left, tag, dst, len * esz);
+      summed = rs < n - 1 && !staging && ops->post_recv_reduce;
+      int r = summed ? ops->post_recv_reduce(c->tp, left, tag, dst,
+                                             inb + off * esz, len * esz, esz,
+                                             resihp__reduce_sum_to, dtype)
+                     : ops->post_recv(c->tp, left, tag, dst, len * esz);
       if (r)
         return r;
       posted = 1;
@@ -168,7 +175,7 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
     }
     if (posted && ops->recv_done(c->tp, left)) {
       posted = 0;
-      if (rs < n - 1) {
+      if (rs < n - 1 && !summed) {
         int seg = recv_seg(&l, rs);
         size_t off = seg_start(&l, seg) + rc * l.chunk;
         size_t len = seg_len(&l, seg) - rc * l.chunk;

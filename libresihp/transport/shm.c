@@ -66,11 +66,13 @@ static resihp__ring_t *map_fd(int fd) {
 }
 
 size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
-                          int *doorbell) {
+                          int arm, int *doorbell) {
   struct ring_hdr *h = r->h;
   uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
   uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
   size_t space = RING_BYTES - (size_t)(head - tail);
+  if (!space && !arm)
+    return 0;
   if (!space) {
     /* Ask to be woken, then look again: the consumer either sees the flag
      * or we see its progress (both sides fence between store and load). */
@@ -100,12 +102,17 @@ size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
   return done;
 }
 
-size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len,
-                         int *doorbell) {
+size_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
+                            int *doorbell,
+                            void (*consume)(void *arg, const uint8_t *bytes,
+                                            size_t n),
+                            void *arg) {
   struct ring_hdr *h = r->h;
   uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
   uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
   size_t avail = (size_t)(head - tail);
+  if (!avail && !arm)
+    return 0;
   if (!avail) {
     atomic_store(&h->cons_waiting, 1);
     atomic_thread_fence(memory_order_seq_cst);
@@ -120,15 +127,32 @@ size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len,
     len = avail;
   size_t pos = (size_t)tail & (RING_BYTES - 1);
   size_t first = RING_BYTES - pos < len ? RING_BYTES - pos : len;
-  if (buf) {
-    memcpy(buf, h->data + pos, first);
-    memcpy((uint8_t *)buf + first, h->data, len - first);
-  }
+  consume(arg, h->data + pos, first);
+  if (len > first)
+    consume(arg, h->data, len - first);
   atomic_store_explicit(&h->tail, tail + len, memory_order_release);
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load(&h->prod_waiting) && atomic_exchange(&h->prod_waiting, 0))
     *doorbell = 1;
   return len;
+}
+
+struct copy_out {
+  uint8_t *dst;
+};
+
+static void copy_span(void *arg, const uint8_t *bytes, size_t n) {
+  struct copy_out *c = arg;
+  if (c->dst) {
+    memcpy(c->dst, bytes, n);
+    c->dst += n;
+  }
+}
+
+size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len, int arm,
+                         int *doorbell) {
+  struct copy_out c = {buf};
+  return resihp__ring_consume(r, len, arm, doorbell, copy_span, &c);
 }
 
 int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,

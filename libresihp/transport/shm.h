@@ -5,7 +5,8 @@
  * 0600) by the consumer. The TCP transport uses a ring exactly like its
  * socket - a framed byte stream, so framing, epochs, cancel and padding stay
  * the same - but data moves with one memcpy on each side instead of through
- * the kernel's TCP stack. The authenticated TCP socket of the pair remains:
+ * the kernel's TCP stack (on the receiving side no copy at all when the
+ * bytes are summed straight out of the ring, resihp__ring_consume). The authenticated TCP socket of the pair remains:
  * it carries one-byte doorbells (data available / space available, sent only
  * when the other side said it is about to sleep) and its EOF still means
  * that the peer closed or died.
@@ -30,16 +31,28 @@ int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
 
 void resihp__ring_unmap(resihp__ring_t *r);
 
-/* Producer: copy up to the free space from iov; returns bytes written
- * (0 when full, then *wake_me is armed: the consumer will ring). Sets
- * *doorbell when the consumer asked to be woken. */
+/* Producer: copy up to the free space from iov; returns bytes written, 0
+ * when full. With arm, a full ring also asks the consumer to ring once it
+ * made space (before sleeping on the socket); without, nothing is asked
+ * (a caller that is only polling the ring, so that nobody pays for a
+ * doorbell it would not wait for). Sets *doorbell when the consumer asked
+ * to be woken. */
 size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
-                          int *doorbell);
+                          int arm, int *doorbell);
 
 /* Consumer: copy up to len available bytes to buf (NULL: discard); returns
- * bytes read, 0 when empty (then the producer will ring). Sets *doorbell
- * when the producer asked to be woken. */
-size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len,
+ * bytes read, 0 when empty (with arm, the producer will then ring). Sets
+ * *doorbell when the producer asked to be woken. */
+size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len, int arm,
                          int *doorbell);
+
+/* Consumer, without a copy: hands up to len available bytes to
+ * consume(arg, bytes, n) in place, as one or two spans (the ring wraps),
+ * then frees them. Otherwise as resihp__ring_read. */
+size_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
+                            int *doorbell,
+                            void (*consume)(void *arg, const uint8_t *bytes,
+                                            size_t n),
+                            void *arg);
 
 #endif

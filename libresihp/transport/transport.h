@@ -57,12 +57,25 @@ typedef struct {
 
 typedef struct resihp__transport resihp__transport_t;
 
+/* dst[i] = payload[i] + addend[i] for n elements of dtype; dst may be
+ * payload (resihp__reduce_sum_to). */
+typedef void (*resihp__combine_fn)(void *dst, const void *payload,
+                                   const void *addend, size_t n, int dtype);
+
 typedef struct {
   const char *name;
   int (*post_send)(resihp__transport_t *t, int peer, resihp__tag_t tag,
                    const void *buf, size_t len);
   int (*post_recv)(resihp__transport_t *t, int peer, resihp__tag_t tag,
                    void *buf, size_t len);
+  /* Optional (NULL where not offered): post_recv whose completed buffer
+   * holds payload + addend, element by element (elem bytes each, len a
+   * multiple; addend must not overlap buf). The transport sums as the bytes
+   * arrive, which lets the shared-memory rings add straight from the ring
+   * into buf instead of copying and then reading buf again. */
+  int (*post_recv_reduce)(resihp__transport_t *t, int peer, resihp__tag_t tag,
+                          void *buf, const void *addend, size_t len,
+                          size_t elem, resihp__combine_fn combine, int dtype);
   /* 1 once the receive posted for peer has completed (clears it). */
   int (*recv_done)(resihp__transport_t *t, int peer);
   /* Sends queued for peer that have not completed. */

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,8 +346,10 @@ static int rank_fault(int rank, int n, void *arg) {
   /* One clean collective first, so that the fault hits a warm ring. */
   fill(buf, FCOUNT, RESIHP_FLOAT32, rank);
   if (resihp_allreduce(c, buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM) ||
-      check(buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c), n))
+      check(buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c), n)) {
+    fprintf(stderr, "rank %d: the first (clean) all-reduce failed\n", rank);
     return 1;
+  }
   if (sc->fault == F_KILL_IDLE && rank == sc->victim)
     raise(SIGKILL);
   if (rank == sc->victim) {
@@ -416,8 +419,11 @@ static int rank_fault(int rank, int n, void *arg) {
     return 3;
   if (rc ||
       check(buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c),
-            resihp_comm_size(c)))
+            resihp_comm_size(c))) {
+    fprintf(stderr, "rank %d: the all-reduce after the recovery: %s\n", rank,
+            resihp_err_name(rc));
     return 1;
+  }
   put_record(c, attempts, fail_ms);
   resihp_comm_destroy(c);
   free(buf);
@@ -850,6 +856,134 @@ START_TEST(stale_epoch_and_duplicates_dropped) {
 }
 END_TEST
 
+/* post_recv_reduce sums while bytes arrive; an element may come in pieces
+ * (short socket reads; a shared-memory ring that wraps, or that was full so
+ * the sender wrote what fitted). _i = 0: socket, a byte-dribbling sender;
+ * 1: shared-memory rings, frames that leave every float cut by the wrap. */
+struct shm_side {
+  int self, fds[2];
+  resihp__ring_t *in[2], *out[2];
+  int rc;
+};
+
+static void *shm_side_setup(void *arg) {
+  struct shm_side *s = arg;
+  s->rc = resihp__shm_setup(s->self, 2, s->fds, 1, resihp__now_ms() + 5000,
+                            s->in, s->out);
+  return NULL;
+}
+
+static void combine_f32(void *dst, const void *a, const void *b, size_t n,
+                        int dtype) {
+  resihp__reduce_sum_to(dst, a, b, n, dtype);
+}
+
+START_TEST(recv_reduce_sums_split_elements) {
+  int sv[2], bad = -1;
+  if (_i == 0) {
+    resihp__transport_t *t = pair_transport(sv);
+    float pay[64], add[64], got[64];
+    for (int i = 0; i < 64; i++) {
+      pay[i] = (float)(i % 7);
+      add[i] = 100.0f + (float)(i % 5);
+    }
+    resihp__frame_hdr_t h = {.magic = RESIHP__FRAME_MAGIC,
+                             .type = RESIHP__FRAME_DATA,
+                             .src = 1,
+                             .len = sizeof(pay)};
+    ck_assert_int_eq(write(sv[1], &h, sizeof(h)), sizeof(h));
+    resihp__tag_t tag = {0, 0, 0};
+    ck_assert_int_eq(t->ops->post_recv_reduce(t, 1, tag, got, add,
+                                              sizeof(pay), 4, combine_f32,
+                                              RESIHP_FLOAT32),
+                     0);
+    const uint8_t *b = (const uint8_t *)pay;
+    for (size_t off = 0, k = 1; off < sizeof(pay); off += k, k = k % 7 + 1) {
+      size_t m = off + k > sizeof(pay) ? sizeof(pay) - off : k;
+      ck_assert_int_eq(write(sv[1], b + off, m), (ssize_t)m);
+      t->ops->progress(t, 0, &bad);
+    }
+    ck_assert_int_eq(pump(t, &bad), 1);
+    for (int i = 0; i < 64; i++)
+      ck_assert_float_eq(got[i], pay[i] + add[i]);
+    t->ops->destroy(t);
+    close(sv[1]);
+    return;
+  }
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  struct shm_side side[2] = {{.self = 0, .fds = {-1, sv[0]}},
+                             {.self = 1, .fds = {sv[1], -1}}};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, shm_side_setup, &side[1]), 0);
+  shm_side_setup(&side[0]);
+  pthread_join(th, NULL);
+  ck_assert_int_eq(side[0].rc, 0);
+  ck_assert_int_eq(side[1].rc, 0);
+  ck_assert_ptr_nonnull(side[0].in[1]);
+  resihp__transport_t *rx, *tx;
+  size_t big = (1u << 20) + 4; /* bytes per float frame */
+  ck_assert_int_eq(resihp__tcp_transport_create(0, 2, side[0].fds, side[0].in,
+                                                side[0].out, big, -1, &rx),
+                   0);
+  ck_assert_int_eq(resihp__tcp_transport_create(1, 2, side[1].fds, side[1].in,
+                                                side[1].out, big, -1, &tx),
+                   0);
+  /* Frame 0: three bfloat16 (6 bytes), so that every later float starts 2
+   * bytes off a 4-byte boundary; then 6 float frames, 6 MiB in a 4 MiB
+   * ring, all queued at once: the ring fills and wraps. */
+  enum { NF = 7 };
+  size_t nel = big / 4;
+  float *pay = malloc(big), *add = malloc(big), *got = malloc(big);
+  uint16_t bpay[3], badd[3], bgot[3];
+  for (size_t i = 0; i < nel; i++) {
+    pay[i] = (float)(i % 7);
+    add[i] = 100.0f + (float)(i % 5);
+  }
+  for (int i = 0; i < 3; i++) {
+    bpay[i] = resihp_bf16_from_float((float)i);
+    badd[i] = resihp_bf16_from_float(2.0f);
+  }
+  for (uint32_t f = 0; f < NF; f++) {
+    resihp__tag_t tag = {0, 0, f};
+    ck_assert_int_eq(f ? tx->ops->post_send(tx, 0, tag, pay, big)
+                       : tx->ops->post_send(tx, 0, tag, bpay, 6),
+                     0);
+  }
+  for (uint32_t f = 0; f < NF; f++) {
+    resihp__tag_t tag = {0, 0, f};
+    memset(got, 0, big);
+    ck_assert_int_eq(
+        f ? rx->ops->post_recv_reduce(rx, 1, tag, got, add, big, 4,
+                                      combine_f32, RESIHP_FLOAT32)
+          : rx->ops->post_recv_reduce(rx, 1, tag, bgot, badd, 6, 2,
+                                      combine_f32, RESIHP_BFLOAT16),
+        0);
+    int done = 0;
+    for (int k = 0; k < 100000 && !done; k++) {
+      ck_assert_int_ge(tx->ops->progress(tx, 0, &bad), 0);
+      ck_assert_int_ge(rx->ops->progress(rx, 0, &bad), 0);
+      done = rx->ops->recv_done(rx, 1);
+    }
+    ck_assert_msg(done, "frame %u never completed", f);
+    if (!f) {
+      for (int i = 0; i < 3; i++)
+        ck_assert_float_eq(resihp_bf16_to_float(bgot[i]), (float)i + 2.0f);
+      continue;
+    }
+    for (size_t i = 0; i < nel; i++)
+      if (got[i] != pay[i] + add[i])
+        ck_abort_msg("frame %u element %zu: %g, want %g", f, i,
+                     (double)got[i], (double)(pay[i] + add[i]));
+  }
+  ck_assert_int_eq(tx->ops->sends_pending(tx, 0), 0);
+  rx->ops->destroy(rx);
+  tx->ops->destroy(tx);
+  free(pay);
+  free(add);
+  free(got);
+}
+END_TEST
+
 /* _i selects the kind of malformed input. */
 START_TEST(malformed_frames_rejected) {
   int sv[2], bad = -1;
@@ -961,6 +1095,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, fixed_point_helpers);
   tcase_add_test(tc, stale_epoch_and_duplicates_dropped);
   tcase_add_loop_test(tc, malformed_frames_rejected, 0, 7);
+  tcase_add_loop_test(tc, recv_reduce_sums_split_elements, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("group");
   tcase_set_timeout(tc, 60);

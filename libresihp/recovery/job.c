@@ -253,6 +253,22 @@ void resihp_job_destroy(resihp_job_t *j) {
 static int parse_list(const char *msg, const char *key, int **out, int *n);
 static void maybe_fire(resihp_job_t *j, long step);
 
+/* The step is on: fire any fault injected for it, then tell the caller its
+ * microbatches (leader and sub-ranks alike). */
+static int enter_step(resihp_job_t *j, resihp_job_step_t *st, long s, int cu,
+                      uint32_t epoch, int nreplicas) {
+  maybe_fire(j, s);
+  j->in_step = 1;
+  j->st = st;
+  st->step = s;
+  st->catching_up = cu;
+  st->nmbs = j->nmbs;
+  st->mbs = j->mbs;
+  st->epoch = epoch;
+  st->nreplicas = nreplicas;
+  return 0;
+}
+
 /* Read the next line from a local link, skipping heartbeats; silence for
  * the detection bound is a failure. The leader forwards faults announced
  * by its ranks to the coordinator. */
@@ -452,16 +468,7 @@ static int sub_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
   j->step = s;
   j->member = 1;
   j->valid_state = 1;
-  maybe_fire(j, s);
-  j->in_step = 1;
-  j->st = st;
-  st->step = s;
-  st->catching_up = (int)cu;
-  st->nmbs = j->nmbs;
-  st->mbs = j->mbs;
-  st->epoch = (uint32_t)ep;
-  st->nreplicas = (int)nr;
-  return 0;
+  return enter_step(j, st, s, (int)cu, (uint32_t)ep, (int)nr);
 }
 
 /* Non-leader side of the all-reduce. */
@@ -1109,16 +1116,7 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
       j->nmbs = share(all, j->nmbs, 0, j->lsize, &j->mbs);
       free(all);
     }
-    maybe_fire(j, s);
-    j->in_step = 1;
-    j->st = st;
-    st->step = s;
-    st->catching_up = (int)cu;
-    st->nmbs = j->nmbs;
-    st->mbs = j->mbs;
-    st->epoch = j->epoch;
-    st->nreplicas = j->nmembers;
-    return 0;
+    return enter_step(j, st, s, (int)cu, j->epoch, j->nmembers);
   }
 }
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 EXTRA_DIST += contrib/plugstack.conf.d/resihp.conf contrib/dev/ensure-deps.sh \
 	contrib/dev/demo-lab.sh \
 	contrib/demo/run-demo.sh

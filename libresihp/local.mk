@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # libresihp. Three layers:
 #  - libresihp-core.la: errors, logging, settings; small, no threads of its
 #    own, safe inside slurmstepd (the SPANK plugin links only this);

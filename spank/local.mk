@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The SPANK plugin: links only libresihp's core (settings, errors), never
 # CUDA/NCCL, and exports only slurm_spank_*/plugin_* symbols.
 slurmplugin_LTLIBRARIES = spank/resihp.la

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The plugin's options (--resilient[=OPTS] and friends) and its strict
  * plugstack.conf arguments. Every value goes through libresihp's settings
  * registry, so srun rejects exactly what the library would reject. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp SPANK plugin: entry points only. Each hook dispatches on
  * spank_context() to the module for that side (srun.c, stepd.c); options and
  * plugstack arguments live in options.c. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* State and internal interface of the resihp SPANK plugin.
  *
  * All state lives in one static struct (plugin.c). Nothing of it is active

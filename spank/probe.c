@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* slurmstepd side of the node health probes (S_CTX_REMOTE).
  *
  * user_init (once per step and node, privileges temporarily dropped to the

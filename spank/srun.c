@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* srun side (S_CTX_LOCAL). Options were validated in their callbacks, so an
  * invalid value has already failed the srun; here we only tell the user, at
  * -v, what the step will run with. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* slurmstepd side (S_CTX_REMOTE): hand the validated settings to the tasks
  * through their environment. Only what the user's options or the site's
  * plugstack.conf set is exported, so a rank's own RESIHP_* variables still

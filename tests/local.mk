@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Tests: Check unit tests per module (tests/unit), and TAP integration tests
 # that start a real Slurm cluster (tests/integration, tests/harness).
 TEST_EXTENSIONS = .test
@@ -21,3 +22,7 @@ dist_check_SCRIPTS += tests/integration/spank-options.test
 TESTS += tests/integration/spank-options.test
 
 EXTRA_DIST += tests/harness/lab-cluster.sh tests/harness/tap.sh tests/run-tests.sh
+
+dist_check_SCRIPTS += tests/tools/licence.test
+TESTS += tests/tools/licence.test
+EXTRA_DIST += contrib/debian/copyright contrib/rpm/resihp.spec

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Run every resihp test: installs missing Debian packages (as root), builds
 # with warnings as errors, runs the Check unit tests and the integration tests
 # on a real local Slurm cluster (`make check`), then prints one summary line.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Build a second tree in build-asan/ with AddressSanitizer and
 # UndefinedBehaviorSanitizer (--enable-sanitizers) and run the Check unit
 # tests there: above all the fault tests of the all-reduce and of recovery

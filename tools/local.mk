@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Command-line tools. They link the installed library (public API only).
 bin_PROGRAMS += tools/resihp-info
 tools_resihp_info_SOURCES = tools/resihp-info.c

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp-bench-allreduce: bus bandwidth of resihp_allreduce on loopback.
  *
  * Forks --ranks processes on 127.0.0.1 (pre-bound ports, random per-run

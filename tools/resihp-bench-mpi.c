@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp-bench-mpi: the MPI twin of resihp-bench-allreduce. Same sizes,
  * same iteration counts, same output format, with MPI_Allreduce (float sum,
  * separate send and receive buffers), so tools/resihp-bench.sh can put both side by side:

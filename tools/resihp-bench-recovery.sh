@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # resihp-bench-recovery.sh: what step-level recovery buys, measured.
 #
 # Runs the example trainer three ways inside the current allocation

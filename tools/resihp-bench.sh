@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # resihp-bench.sh: resihp's fault-tolerant all-reduce against Open MPI's
 # MPI_Allreduce on loopback, side by side, in one run.
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp-detect-eval: replay training traces (synthetic, or the user's own
  * logs) through resihp's detector and two naive baselines, and score them
  * against the faults that were injected or labelled.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp-info: version, build features and the effective value of every
  * RESIHP_* setting in this environment (with where it came from), so that a
  * user can see exactly what a rank started here would run with. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp-plan: read a cluster + model description (resihp-plan(1)) and
  * print the plan resihp's planner chooses for it (DP/PP/TP, layer
  * partition, quotas, predicted iteration time) and, for a `degrade` line,

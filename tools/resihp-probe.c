@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp-probe: run resihp's node health checks from a shell (admins,
  * Slurm HealthCheckProgram wrappers, a future coordinator vetting spares)
  * and print them as a table or JSON.

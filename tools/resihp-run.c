@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp-run: the launcher an sbatch script calls.
  *
  *   resihp-run --replicas R [--spares S] [--nodes-per-replica K]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp-sim: discrete-event simulation of a long training run on N GPUs
  * under failures drawn from published statistics, comparing recovery
  * policies on the same failure trace. Layout, quotas, partitions and

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # resihp plugin demo: builds resihp, starts a real 4-node
 # Slurm cluster on this machine with the freshly built plugin, and shows a
 # resilient step next to a plain one. Always stops the cluster on exit.

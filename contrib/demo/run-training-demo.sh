@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # resihp training demo: builds resihp, starts a real 6-node Slurm cluster on
 # this machine, and trains the example model (contrib/trainer) as 3
 # data-parallel replicas + 2 spare nodes under resihp-run while a rank is

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Sourced by the demo scripts (contrib/demo/*.sh): build resihp (installing
 # missing Debian packages), then give the demo its own lab cluster directory
 # with the lock, clean-up and helpers the demos share. Needs $src (the source

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Sourced by .ci/run, tests/run-tests.sh and the demo: install the Debian
 # packages resihp needs (only what is missing; needs root) and build the tree
 # out of source in $BUILD_DIR (default: <source>/build).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp-trainer: a small but real data-parallel trainer on the CPU.
  *
  * Model: a bag-of-embeddings classifier over token sequences - an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp_allreduce: buffer management, fault-tolerant outcome (DONE/ABORT
  * on the control connections, see comm.c) and deterministic mode around the
  * ring algorithm of ring_allreduce.c. The caller's buffer is written only

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Communicator: membership epochs, failure monitor, abort propagation and
  * the shrink agreement.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Internals of a communicator, shared by comm.c (membership, monitor,
  * agreement) and ring_allreduce.c (the algorithm). */
 #ifndef RESIHP_COLLECTIVES_COMM_INTERNAL_H

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Fault-tolerant all-reduce (issue #3): transports (TCP mesh with HMAC
 # authentication, shared-memory rings between ranks of one host, NCCL when
 # found), communicator membership (monitor, shrink agreement) and the ring.

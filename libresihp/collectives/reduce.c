@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Element-wise kernels and the deterministic fixed-point conversions. Plain
  * loops the compiler vectorises; bfloat16 is widened to float, summed and
  * rounded back to nearest even, as GPUs do. */

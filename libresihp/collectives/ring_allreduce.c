@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Chunk-pipelined ring all-reduce.
  *
  * Schedule. The n members of the view form a ring in view order; member p

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The job coordinator (see coordinator.h for the protocol).
  *
  * Membership. The group is the set of replicas that take part in the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The job coordinator: membership epochs, heartbeats, the replica table,
  * the microbatch ledger and catch-up sources. resihp-run embeds it and
  * drives it from its main loop (resihp__coord_poll); it owns no thread.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The spare agent (see spare_agent.h). One short connection: the launcher
  * re-runs the check step to re-probe a spare, so the agent keeps nothing
  * running on a node that may be needed for a replacement at any moment. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The spare agent: the program of a spare node's check step (resihp-run
  * --spare-agent). It registers the node with the job's coordinator as a
  * spare, with the verdict of the step-start health probe the plugin ran on

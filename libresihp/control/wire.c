@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Text messages and mutual authentication of coordinator and catch-up
  * connections (see wire.h). */
 #include "config.h"

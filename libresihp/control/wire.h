@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The coordinator's wire: newline-terminated text messages
  * ("VERB key=value key=value ...") over TCP, after a mutual
  * challenge-response on the per-job secret (HMAC-SHA-256 from

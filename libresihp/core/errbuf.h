@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Writing a user-facing error sentence into a caller's (err, errlen) buffer,
  * the convention of every parsing function in libresihp. */
 #ifndef RESIHP_CORE_ERRBUF_H

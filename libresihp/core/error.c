@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Error codes: messages and names generated from RESIHP_ERROR_MAP. */
 #include "config.h"
 

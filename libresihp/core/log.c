@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Logging: one entry point, a level taken once from RESIHP_DEBUG, stderr or
  * a host-installed handler. Each message is formatted into one buffer and
  * written with a single write() so that lines from ranks and threads never

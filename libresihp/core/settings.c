@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The typed settings registry: parsing and validation of every RESIHP_*
  * setting, shared by the SPANK plugin (option strings, plugstack arguments)
  * and the library (environment). Inputs are untrusted: every length is

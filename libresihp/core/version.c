@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Version and build features, fixed at configure time. */
 #include "config.h"
 

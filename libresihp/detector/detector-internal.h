@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Private to libresihp/detector: the predictor state that the detector embeds
  * in every rank (so that recording a sample never allocates) and the input
  * checks shared by the public entry points. */

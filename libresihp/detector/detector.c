@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The detector object: its configuration, the table of ranks and the stage
  * table that groups peers (ranks doing the same work). Everything is
  * allocated here, once; the per-sample paths in failslow.c and health.c only

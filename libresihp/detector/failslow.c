@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Fail-slow detection: from one rank's microbatch times to a validated
  * slowdown factor.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* One health state per rank, folded from every input the detector has.
  *
  * Fail-stop evidence is counted the way Slurm and PMIx count it: a

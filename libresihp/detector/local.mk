@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Detector (issue #5): workload-aware fail-slow detection (online microbatch
 # time predictor, CUSUM, validation against peers) and fail-stop inputs
 # folded into one health state per rank; its evaluation tool and tests.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Online predictor of microbatch time from its workload.
  *
  * The model is linear in four features, x = (N, sum l_i^2, nseq, 1): the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* libresihp: the in-rank library of resihp.
  *
  * Include this header only; it pulls in the public sub-headers under

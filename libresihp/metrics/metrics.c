@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Prometheus text-format writer with atomic replacement (see metrics.h). */
 #include "config.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A tiny Prometheus text-format writer for node_exporter's textfile
  * collector, shared by the probe helper and (later) libresihp's own counters.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The planner's cost model (documented in resihp/planner.h and
  * resihp-plan(1)): stage compute, TP/PP/DP communication, stage memory.
  * Everything the planner, the escalation and the exhaustive tests compare

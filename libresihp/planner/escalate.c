@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Escalation: what to do when one device of a running plan degrades.
  *
  * Options are ordered by how much they disturb the job: absorb the slowness

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Planner (issue #6): hybrid-parallel layout, layer partition, microbatch
 # quotas and escalation, plus the tools built on it (resihp-plan,
 # resihp-sim), their man pages, examples and tests.

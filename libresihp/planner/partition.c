@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Layer partition of one replica over its pipeline stages.
  *
  * The stages run on TP groups of different speeds (a slow device slows its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The planner's search: DP/PP/TP sizes, device placement, layer partition
  * and quotas of minimum predicted iteration time.
  *

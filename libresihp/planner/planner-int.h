@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Internals shared by the planner's files (cost model, partition, quotas,
  * search, escalation). Not installed. */
 #ifndef RESIHP_PLANNER_INT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Microbatch quotas: the constant-microbatch invariant.
  *
  * Every iteration runs exactly `microbatches` microbatches, whatever has

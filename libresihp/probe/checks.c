@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The node checks that need no vendor library: hwloc topology, available
  * memory, scratch writability, NIC/IB links. Each fills one result with a
  * verdict and a one-line detail an admin can act on. They run inside the

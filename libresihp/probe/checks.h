@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The individual checks (checks.c, nvml.c), called by probe.c. */
 #ifndef RESIHP_PROBE_CHECKS_H
 #define RESIHP_PROBE_CHECKS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Helper processes of slurmstepd: fork hygiene and bounded commands.
  *
  * A child of slurmstepd inherits its blocked signals, its handlers, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Node health probes (issue #7): shared by the SPANK plugin and
 # tools/resihp-probe. A convenience library without threads, CUDA or NCCL
 # (NVML is dlopen()ed inside the probe helper only), so that it can be linked

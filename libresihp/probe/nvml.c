@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* GPU health through NVML, loaded with dlopen so that nothing of the NVIDIA
  * stack is needed to build or to run resihp, and so that it is only ever
  * mapped into the probe helper, never into slurmstepd. The few prototypes

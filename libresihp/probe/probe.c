@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Probe selection, configuration and the bounded helper that runs the
  * checks (see probe.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Node health probes, shared by the SPANK plugin (step start and periodic)
  * and tools/resihp-probe. Private to resihp: internal names (resihp__).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Rendering probe reports: the key=value results file handed to ranks
  * (and appended to by periodic probes), JSON and a text table for
  * resihp-probe, a one-line failure summary for logs, srun and drain

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Reading the probe results file (see results.h). */
 #include "config.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Reader of the probe results file (format resihp-probe-v1, see
  * resihp-probe(8)) that the plugin hands to a step's tasks as
  * RESIHP_PROBE_RESULTS: a "start" block written once, then one "periodic"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Parsing and printing of fault injection plans (see inject.h). */
 #include "config.h"
 

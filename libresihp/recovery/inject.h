@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Fault injection plans: "KIND:REPLICA@STEP,..." (see resihp-run(1)).
  *
  * KIND is kill-rank (the rank SIGKILLs itself), kill-node (resihp-run runs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The in-rank side of step-level recovery (see resihp/job.h, and the
  * protocol in control/coordinator.h).
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Step-level recovery (issue #4): the coordinator (libresihp/control), the
 # in-rank job API (libresihp/recovery), the resihp-run launcher, the example
 # trainer, tests, demo and man page.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* PMIx wire-up of a replica's ranks (see pmix_wireup.h). */
 #include "config.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Optional PMIx wire-up inside one replica's job step (srun --mpi=pmix):
  * rank 0 publishes its address with PMIx_Put/Commit, one collecting
  * PMIx_Fence (bounded by PMIX_TIMEOUT) spreads it, the others PMIx_Get it.

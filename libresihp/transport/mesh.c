@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Full-mesh set-up with mutual HMAC-SHA-256 authentication (see mesh.h for
  * the exchange). Every wait is bounded by the caller's deadline; a single
  * bad connection never costs more than HANDSHAKE_MS. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Setting up the authenticated full mesh of a communicator.
  *
  * Rank i connects to every rank j < i and accepts from every j > i, twice

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* NCCL transport: the GPU moves the data, the CPU keeps control.
  *
  * The communicator is created non-blocking (config.blocking = 0), so no

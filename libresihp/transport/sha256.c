@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* SHA-256 (FIPS 180-4) and HMAC (RFC 2104). Written for clarity over speed:
  * it only hashes handshake messages. */
 #include "config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* SHA-256 and HMAC-SHA-256 (FIPS 180-4, RFC 2104), enough to authenticate
  * peers with a challenge-response; no external crypto library needed. */
 #ifndef RESIHP_TRANSPORT_SHA256_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Shared-memory byte rings (see shm.h). */
 #include "config.h"
 

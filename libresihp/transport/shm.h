@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Shared-memory rings for peers on the same host.
  *
  * For each ordered pair of ranks on one host there is one single-producer,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* TCP data plane: framed, non-blocking streams over the authenticated
  * sockets of the mesh, driven by poll() from the calling thread. For peers
  * on the same host the byte stream runs through shared-memory rings (shm.c)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The data-plane transport seen by collective algorithms: a table of
  * operations, so that the ring all-reduce never touches a socket (or a GPU).
  *

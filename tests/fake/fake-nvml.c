@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A stand-in for libnvidia-ml.so.1 so that the gpu check's NVML path runs
  * on machines without a GPU. It exports the few calls resihp uses; what they
  * report comes from "<this library's path>.state", one line of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Fuzz target of the --resilient=OPTS parser (the string a user hands to a
  * root-run SPANK plugin), libFuzzer-style, plus a standalone driver so that
  * it builds with gcc and runs as a regular test: every file given on the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* GPU test of the NCCL data plane: two ranks on two CUDA devices attach
  * their communicator to NCCL, all-reduce device buffers (in and out of
  * place, float32 sum and average, int64 fixed point), then one rank dies

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # A real Slurm cluster on one machine for resihp's tests and demo:
 # munged + slurmctld + NNODES x slurmd (-N nK, one port each), all as root,
 # every file under $LAB. No systemd needed.

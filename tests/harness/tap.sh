@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Sourced by integration tests (*.test): TAP output, a watchdog, and a real
 # Slurm cluster with the freshly built plugin that is always stopped on exit.
 # Needs top_srcdir/top_builddir (set by `make check`).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Tests of the fault-tolerant all-reduce: real processes on loopback that
  * really die (SIGKILL), hang (SIGSTOP) or lose a link (shutdown), plus
  * hostile peers, authentication and the deterministic mode.

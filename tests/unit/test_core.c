@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of libresihp's core: error codes, settings registry, logging. */
 #include "config.h"
 

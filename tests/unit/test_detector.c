@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the detector: the predictor's fit, fail-slow decisions on
  * crafted traces, fail-stop inputs, and rejection of bad input. */
 #include "config.h"

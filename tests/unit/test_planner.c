@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the planner: the search against exhaustive search over the
  * same cost model on small random cases, the plan's invariants on larger
  * random clusters (every microbatch assigned exactly once, every layer in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the probe library: selection lists, the bounded helper
  * (deadline, blame, hygiene), renderers and the metrics writer. */
 #include "config.h"

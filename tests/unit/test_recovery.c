@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of step-level recovery: fault injection specs, the
  * coordinator's authenticated wire, and whole jobs of forked ranks (real
  * processes that really die) driven by an in-process coordinator: the sum

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The naive detectors resihp is compared with. Both look only at a rank's
  * iteration time (the sum of its microbatch times), the way a dashboard
  * alert or a simple watchdog would:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp-detect-eval internals: traces as a stream of iterations (generated
  * or read from a file), their ground-truth labels, and the two naive
  * baseline detectors. Only the evaluation tool uses this. */

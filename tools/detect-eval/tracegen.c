@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Synthetic training traces for resihp-detect-eval.
  *
  * Job shape: replicas x stages ranks (data parallel x pipeline parallel;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Trace files for resihp-detect-eval: reading users' own logs and writing
  * generated traces, in one line-oriented text format (see
  * man/resihp-detect-eval.1):

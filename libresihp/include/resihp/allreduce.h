@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Fault-tolerant all-reduce across data-parallel replicas.
  *
  * A communicator (resihp_comm_t) joins the ranks of one data-parallel group

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp detector: workload-aware fail-slow and fail-stop detection.
  *
  * Microbatch times swing with the sequence lengths packed into each

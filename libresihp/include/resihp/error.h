@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp error codes.
  *
  * Contract for every libresihp call that returns int: 0 on success, a

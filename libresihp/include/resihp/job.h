@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Step-level recovery: the in-rank side of a resilient data-parallel job.
  *
  * A job is R data-parallel replicas, each its own Slurm job step started by

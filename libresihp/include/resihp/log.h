@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp logging.
  *
  * The library never writes to stdout. By default messages at or above the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp planner: hybrid-parallel layout, layer partition and microbatch
  * quotas for a cluster whose devices may be slow or failed, and the choice of
  * how to react when one device degrades.

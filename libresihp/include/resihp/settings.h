@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The one typed registry of resihp settings.
  *
  * Every tunable has a key (as written in `srun --resilient=key=value,...`

@@ -9,6 +9,8 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/transport/transport.h \
 	libresihp/transport/sha256.h \
 	libresihp/transport/sha256.c \
+	libresihp/transport/msgauth.h \
+	libresihp/transport/msgauth.c \
 	libresihp/transport/mesh.h \
 	libresihp/transport/mesh.c \
 	libresihp/transport/shm.h \

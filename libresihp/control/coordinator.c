@@ -35,6 +35,7 @@
 #include <resihp/log.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -45,9 +46,17 @@
 #include <unistd.h>
 
 #define MAXR RESIHP__COORD_MAX_REPLICAS
-#define MAX_ROUNDS 64
 #define MAX_FAIL 256
-#define LINE 8192
+/* RECOVER reports one member may make in one step: each stands for a
+ * failure it saw, and a replica sees few in one step; more is a fault. */
+#define REPORTS_PER_STEP 8
+/* Same for RESYNC (a member that cannot set up an epoch). */
+#define RESYNCS_PER_STEP 8
+/* Most steps a job may declare: the summary keeps one time per step. */
+#define MAX_STEPS 1000000000L
+/* Pending handshakes, and how long each may take. */
+#define HS_PENDING 64
+#define HS_TIMEOUT_MS 3000
 
 enum { R_NONE, R_JOINING, R_MEMBER, R_GONE };
 enum { P_BARRIER, P_SETUP, P_RUN, P_END };
@@ -69,6 +78,8 @@ typedef struct {
   int64_t fault_ms;
   long fault_step;
   int open_fail; /* failure record waiting for this replica's comeback */
+  int reports;   /* RECOVERs in this step */
+  int resyncs;   /* RESYNCs in this step */
 } rep_t;
 
 typedef struct {
@@ -80,8 +91,14 @@ typedef struct {
   long sub_stepid, sub_jobid;
 } conn_t;
 
+/* One view reported by survivors for a (step, communicator epoch). Honest
+ * survivors all report the same view; a different one is a candidate of
+ * its own, so that nobody can spoil a round by reporting first. */
 typedef struct {
   uint32_t cepoch;
+  char inview[MAXR];
+  char reported[MAXR]; /* reporters waiting for (or given) the answer */
+  int decided;
   int n;
   int *mb, *to;
 } round_t;
@@ -104,8 +121,7 @@ typedef struct {
 } fail_t;
 
 struct resihp__coord {
-  resihp__coord_opts_t o;
-  uint8_t *secret;
+  resihp__coord_opts_t o; /* o.secret: the caller's, read at create only */
   int lfd, port;
   conn_t *conns;
   int nconns, capconns;
@@ -119,9 +135,11 @@ struct resihp__coord {
   int last_list[MAXR], nlast; /* members of the last started epoch */
   int changed; /* a member left or joined since (same ids, new process) */
   int *owner;
-  round_t rounds[MAX_ROUNDS];
-  int nrounds;
+  char in_step[MAXR]; /* members when the step started */
+  round_t *rounds;
+  int nrounds, caprounds;
   int64_t *start_ms; /* START time of each step, index step */
+  long capsteps;     /* entries of start_ms: grows with the steps done */
   int64_t t_done;
   fail_t fails[MAX_FAIL];
   int nfails;
@@ -129,6 +147,10 @@ struct resihp__coord {
   int64_t last_hb;
   spare_t *spares;
   int nspares, capspares;
+  resihp__wire_hs_t *hs; /* handshakes in progress */
+  char *line;            /* one received line */
+  struct pollfd *pfd;
+  int cappfd;
 };
 
 static void logc(resihp_log_level_t l, const char *fmt, ...)
@@ -140,13 +162,38 @@ static void logc(resihp_log_level_t l, const char *fmt, ...) {
   va_end(ap);
 }
 
+static void close_conn(resihp__coord_t *c, int k);
+
 static void send_to(resihp__coord_t *c, int r, const char *line) {
   rep_t *p = &c->reps[r];
   if (p->conn < 0)
     return;
-  if (resihp__wire_send(c->conns[p->conn].w.fd, line, resihp__now_ms() + 2000) <
+  if (resihp__wire_send(&c->conns[p->conn].w, line, resihp__now_ms() + 2000) <
       0)
     logc(RESIHP_LOG_WARN, "cannot send to replica %d", r);
+}
+
+static void send_buf_to(resihp__coord_t *c, int r,
+                        const resihp__wire_buf_t *b) {
+  if (b->err) {
+    logc(RESIHP_LOG_ERROR, "cannot build a message for replica %d (%s)", r,
+         resihp_strerror(b->err));
+    return;
+  }
+  send_to(c, r, b->s);
+}
+
+/* Refuse a message from connection k: say why, then hang up if it was
+ * malformed (the caller's loop sees the connection gone). */
+static void refuse(resihp__coord_t *c, int k, const char *reason, int hangup,
+                   const char *msg) {
+  char line[96];
+  logc(RESIHP_LOG_ERROR, "refused '%.120s' (%s)%s", msg, reason,
+       hangup ? ": connection dropped" : "");
+  snprintf(line, sizeof(line), "NO reason=%s", reason);
+  resihp__wire_send(&c->conns[k].w, line, resihp__now_ms() + 1000);
+  if (hangup)
+    close_conn(c, k);
 }
 
 static int is_member(const resihp__coord_t *c, int r) {
@@ -236,25 +283,10 @@ void resihp__coord_mark_failed(resihp__coord_t *c, int r, const char *why) {
   advance(c);
 }
 
-static void append(char *buf, size_t cap, size_t *off, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void append(char *buf, size_t cap, size_t *off, const char *fmt, ...) {
-  if (*off >= cap)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  int w = vsnprintf(buf + *off, cap - *off, fmt, ap);
-  va_end(ap);
-  if (w > 0)
-    *off += (size_t)w;
-}
-
-static void member_list(resihp__coord_t *c, char *buf, size_t cap) {
-  size_t off = 0;
-  buf[0] = '\0';
+static void member_list(resihp__coord_t *c, resihp__wire_buf_t *b) {
   for (int i = 0; i < c->nmembers; i++)
-    append(buf, cap, &off, "%s%d@%s", i ? "," : "", c->members[i],
-           c->reps[c->members[i]].ep);
+    resihp__wire_buf_printf(b, "%s%d@%s", i ? "," : "", c->members[i],
+                            c->reps[c->members[i]].ep);
 }
 
 /* Start of a step's set-up: GO to every member, a new epoch if the member
@@ -271,22 +303,22 @@ static void send_go(resihp__coord_t *c) {
   if (!same || c->phase == P_SETUP)
     c->epoch++;
   c->phase = P_SETUP;
-  char *line = malloc(LINE * 4), list[LINE * 3];
-  if (!line)
-    return;
-  member_list(c, list, sizeof(list));
-  snprintf(line, LINE * 4, "GO step=%ld epoch=%u new=%d members=%s", c->step,
-           c->epoch, same ? 0 : 1, list);
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_printf(&b, "GO step=%ld epoch=%u new=%d members=", c->step,
+                          c->epoch, same ? 0 : 1);
+  size_t list_at = b.len;
+  member_list(c, &b);
   for (int i = 0; i < c->nmembers; i++) {
     c->reps[c->members[i]].ready = same;
-    send_to(c, c->members[i], line);
+    send_buf_to(c, c->members[i], &b);
   }
-  free(line);
   memcpy(c->last_list, c->members, sizeof(int) * (size_t)c->nmembers);
   c->nlast = c->nmembers;
   if (!same)
-    logc(RESIHP_LOG_INFO, "step %ld: epoch %u with %d replicas: %s", c->step,
-         c->epoch, c->nmembers, list);
+    logc(RESIHP_LOG_INFO, "step %ld: epoch %u with %d replicas: %.400s",
+         c->step, c->epoch, c->nmembers, b.s ? b.s + list_at : "");
+  resihp__wire_buf_free(&b);
 }
 
 static int contributors(resihp__coord_t *c, int *out) {
@@ -309,6 +341,30 @@ static void lose(resihp__coord_t *c, const char *why) {
       send_to(c, r, "NO reason=job-lost");
 }
 
+/* start_ms grows with the steps done, never with what a HELLO claims. */
+static int ensure_steps(resihp__coord_t *c, long n) {
+  if (n <= c->capsteps)
+    return 0;
+  long cap = c->capsteps ? c->capsteps : 64;
+  while (cap < n)
+    cap *= 2;
+  int64_t *x = realloc(c->start_ms, sizeof(int64_t) * (size_t)cap);
+  if (!x)
+    return RESIHP_ENOMEM;
+  memset(x + c->capsteps, 0, sizeof(int64_t) * (size_t)(cap - c->capsteps));
+  c->start_ms = x;
+  c->capsteps = cap;
+  return 0;
+}
+
+static void free_rounds(resihp__coord_t *c) {
+  for (int k = 0; k < c->nrounds; k++) {
+    free(c->rounds[k].mb);
+    free(c->rounds[k].to);
+  }
+  c->nrounds = 0;
+}
+
 static void start_step(resihp__coord_t *c) {
   int contrib[MAXR];
   int nc = contributors(c, contrib);
@@ -316,34 +372,41 @@ static void start_step(resihp__coord_t *c) {
     lose(c, "no member holds a valid state");
     return;
   }
+  if (ensure_steps(c, c->step + 2)) {
+    lose(c, "out of memory");
+    return;
+  }
   for (int mb = 0; mb < c->M; mb++)
     c->owner[mb] = contrib[(long)mb * nc / c->M];
-  for (int k = 0; k < c->nrounds; k++) {
-    free(c->rounds[k].mb);
-    free(c->rounds[k].to);
+  free_rounds(c);
+  memset(c->in_step, 0, sizeof(c->in_step));
+  for (int i = 0; i < c->nmembers; i++) {
+    c->in_step[c->members[i]] = 1;
+    c->reps[c->members[i]].reports = 0;
+    c->reps[c->members[i]].resyncs = 0;
   }
-  c->nrounds = 0;
   int64_t now = resihp__now_ms();
   c->start_ms[c->step] = now;
   c->phase = P_RUN;
-  char *line = malloc(LINE * 4);
-  if (!line)
+  int *mine = malloc(sizeof(int) * (size_t)c->M);
+  if (!mine) {
+    lose(c, "out of memory");
     return;
+  }
   for (int i = 0; i < c->nmembers; i++) {
     int r = c->members[i];
     rep_t *p = &c->reps[r];
-    size_t off = 0;
-    append(line, LINE * 4, &off, "START step=%ld epoch=%u mbs=", c->step,
-           c->epoch);
-    int first = 1, nq = 0;
+    resihp__wire_buf_t b;
+    resihp__wire_buf_init(&b);
+    resihp__wire_buf_printf(&b, "START step=%ld epoch=%u mbs=", c->step,
+                            c->epoch);
+    int nq = 0;
     for (int mb = 0; mb < c->M; mb++)
-      if (c->owner[mb] == r) {
-        append(line, LINE * 4, &off, "%s%d", first ? "" : ":", mb);
-        first = 0;
-        nq++;
-      }
+      if (c->owner[mb] == r)
+        mine[nq++] = mb;
+    resihp__wire_buf_ints(&b, mine, nq);
     if (p->catching) {
-      append(line, LINE * 4, &off, " catchup=1");
+      resihp__wire_buf_printf(&b, " catchup=1");
     } else {
       /* joiners are spread over the contributors */
       int sfirst = 1, ji = 0;
@@ -352,8 +415,8 @@ static void start_step(resihp__coord_t *c) {
         if (!q->catching)
           continue;
         if (contrib[ji++ % nc] == r) {
-          append(line, LINE * 4, &off, "%s%d@%s", sfirst ? " serve=" : ",",
-                 c->members[k], q->sep);
+          resihp__wire_buf_printf(&b, "%s%d@%s", sfirst ? " serve=" : ",",
+                                  c->members[k], q->sep);
           sfirst = 0;
         }
       }
@@ -364,9 +427,10 @@ static void start_step(resihp__coord_t *c) {
         p->open_fail = -1;
       }
     }
-    send_to(c, r, line);
+    send_buf_to(c, r, &b);
+    resihp__wire_buf_free(&b);
   }
-  free(line);
+  free(mine);
 }
 
 static void commit_step(resihp__coord_t *c) {
@@ -383,12 +447,19 @@ static void commit_step(resihp__coord_t *c) {
     c->reps[c->members[i]].catching = 0;
   c->step++;
   c->phase = P_BARRIER;
+  if (ensure_steps(c, c->step + 1))
+    lose(c, "out of memory");
 }
 
 /* Move the state machine on as far as the replicas let it. */
+static void decide_rounds(resihp__coord_t *c);
+
 static void advance(resihp__coord_t *c) {
   for (int guard = 0; guard < 8 && c->state == RESIHP__COORD_RUNNING; guard++) {
     if (c->phase == P_RUN) {
+      decide_rounds(c);
+      if (c->state != RESIHP__COORD_RUNNING || c->phase != P_RUN)
+        continue;
       for (int i = 0; i < c->nmembers; i++)
         if (c->reps[c->members[i]].begun <= c->step)
           return;
@@ -464,101 +535,196 @@ static void advance(resihp__coord_t *c) {
   }
 }
 
-static void on_recover(resihp__coord_t *c, int r, const char *msg) {
+/* RECOVER rounds.
+ *
+ * The survivors of a failure in a step agree on a view (resihp_comm_shrink)
+ * and each reports it. The coordinator acts on a view only when it cannot
+ * be one member's say-so: every member it leaves out is seen failing here
+ * too (its connection is gone, or it has been silent towards the
+ * coordinator for confirm_ms, five heartbeats: a hung process is), or the
+ * reporters of the same view are a majority of the members. A healthy
+ * replica that one rank claims is gone is therefore never evicted on that
+ * claim; the claim waits (the claimant waits for its answer), and if the
+ * claimant is the faulty one, the others soon leave it out themselves.
+ * A member may report at most REPORTS_PER_STEP times in a step. */
+static int64_t confirm_ms(const resihp__coord_t *c) {
+  int64_t ms = c->o.silence_ms / 3;
+  return ms < 400 ? 400 : ms;
+}
+
+static int round_confirmed(const resihp__coord_t *c, const round_t *rd) {
+  int64_t now = resihp__now_ms();
+  int reporters = 0, unconfirmed = 0;
+  for (int i = 0; i < c->nmembers; i++) {
+    int m = c->members[i];
+    const rep_t *p = &c->reps[m];
+    if (rd->inview[m]) {
+      reporters += rd->reported[m];
+      continue;
+    }
+    int seen = p->conn < 0 || p->catchup_failed ||
+               now - c->conns[p->conn].last_heard >= confirm_ms(c);
+    unconfirmed += !seen;
+  }
+  if (!reporters)
+    return 0; /* nobody still in the group is waiting for it */
+  return unconfirmed == 0 || 2 * reporters > c->nmembers;
+}
+
+static void answer_round(resihp__coord_t *c, const round_t *rd, int r) {
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_printf(&b, "REASSIGN step=%ld cepoch=%u extra=", c->step,
+                          rd->cepoch);
+  int first = 1;
+  for (int i = 0; i < rd->n && !b.err; i++)
+    if (rd->to[i] == r) {
+      resihp__wire_buf_printf(&b, "%s%d", first ? "" : ":", rd->mb[i]);
+      first = 0;
+    }
+  send_buf_to(c, r, &b);
+  resihp__wire_buf_free(&b);
+}
+
+/* Act on a confirmed view: leave out the members outside it and move the
+ * microbatches whose owner is outside it to the contributors in it. */
+static void decide_round(resihp__coord_t *c, round_t *rd) {
+  int gone[MAXR], ng = 0;
+  for (int i = 0; i < c->nmembers; i++)
+    if (!rd->inview[c->members[i]])
+      gone[ng++] = c->members[i];
+  for (int i = 0; i < ng; i++) {
+    rep_t *p = &c->reps[gone[i]];
+    if (p->catchup_failed && p->conn >= 0) {
+      remove_member(c, gone[i]);
+      p->state = R_JOINING;
+      p->waiting = 1;
+      p->catching = 0;
+      p->catchup_failed = 0;
+    } else {
+      fail_replica(c, gone[i], "left out by the survivors");
+    }
+  }
+  int contrib[MAXR], nc = 0;
+  for (int r = 0; r < c->R; r++)
+    if (rd->inview[r] && c->reps[r].state == R_MEMBER && !c->reps[r].catching)
+      contrib[nc++] = r;
+  rd->mb = malloc(sizeof(int) * (size_t)c->M);
+  rd->to = malloc(sizeof(int) * (size_t)c->M);
+  if (!rd->mb || !rd->to) {
+    lose(c, "out of memory");
+    return;
+  }
+  int k = 0;
+  for (int mb = 0; mb < c->M; mb++) {
+    if (rd->inview[c->owner[mb]])
+      continue;
+    if (nc == 0) {
+      lose(c, "no survivor holds a valid state");
+      return;
+    }
+    int to = contrib[k++ % nc];
+    c->owner[mb] = to;
+    rd->mb[rd->n] = mb;
+    rd->to[rd->n] = to;
+    rd->n++;
+  }
+  rd->decided = 1;
+  c->reassigned += rd->n;
+  logc(RESIHP_LOG_INFO,
+       "step %ld: %d microbatches of failed replicas reassigned to %d "
+       "survivors",
+       c->step, rd->n, nc);
+  for (int r = 0; r < c->R; r++)
+    if (rd->reported[r] && c->reps[r].conn >= 0)
+      answer_round(c, rd, r);
+}
+
+static int cepoch_decided(const resihp__coord_t *c, uint32_t ce) {
+  for (int k = 0; k < c->nrounds; k++)
+    if (c->rounds[k].decided && c->rounds[k].cepoch == ce)
+      return 1;
+  return 0;
+}
+
+static void decide_rounds(resihp__coord_t *c) {
+  for (int k = 0; k < c->nrounds && c->state == RESIHP__COORD_RUNNING &&
+                  c->phase == P_RUN;
+       k++) {
+    round_t *rd = &c->rounds[k];
+    if (!rd->decided && !cepoch_decided(c, rd->cepoch) &&
+        round_confirmed(c, rd))
+      decide_round(c, rd);
+  }
+}
+
+static void on_recover(resihp__coord_t *c, int k, int r, const char *msg) {
   long s = -1, ce = -1;
-  char view[LINE];
+  char view[MAXR * 8];
   int *v = NULL, nv = 0;
-  if (resihp__wire_get_long(msg, "step", &s) ||
-      resihp__wire_get_long(msg, "cepoch", &ce) ||
+  if (resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &s) ||
+      resihp__wire_get_range(msg, "cepoch", 0, UINT32_MAX, &ce) ||
       resihp__wire_get(msg, "view", view, sizeof(view)) ||
-      resihp__wire_parse_ints(view, &v, &nv) || s != c->step ||
-      c->phase != P_RUN) {
-    logc(RESIHP_LOG_ERROR, "replica %d: bad or late RECOVER (%s)", r, msg);
+      resihp__wire_parse_ints(view, c->R, &v, &nv) || nv < 1) {
     free(v);
-    send_to(c, r, "NO reason=bad-recover");
+    refuse(c, k, "bad-recover", 1, msg);
+    return;
+  }
+  char inview[MAXR] = {0};
+  int bad = 0;
+  for (int i = 0; i < nv; i++) {
+    bad |= inview[v[i]] || !c->in_step[v[i]]; /* twice, or not a member */
+    inview[v[i]] = 1;
+  }
+  free(v);
+  if (bad || !inview[r] || s > c->step) {
+    refuse(c, k, "bad-recover", 1, msg);
+    return;
+  }
+  rep_t *p = &c->reps[r];
+  if (s != c->step || c->phase != P_RUN || !is_member(c, r)) {
+    refuse(c, k, "late-recover", 0, msg);
+    return;
+  }
+  if (++p->reports > REPORTS_PER_STEP) {
+    refuse(c, k, "too-many-recovers", 0, msg);
     return;
   }
   round_t *rd = NULL;
-  for (int k = 0; k < c->nrounds; k++)
-    if (c->rounds[k].cepoch == (uint32_t)ce)
-      rd = &c->rounds[k];
+  for (int i = 0; i < c->nrounds; i++) {
+    round_t *x = &c->rounds[i];
+    if (x->cepoch != (uint32_t)ce)
+      continue;
+    if (!memcmp(x->inview, inview, sizeof(inview)))
+      rd = x;
+    else if (x->reported[r]) {
+      refuse(c, k, "bad-recover", 1, msg); /* two views of one epoch */
+      return;
+    }
+  }
   if (!rd) {
-    if (c->nrounds == MAX_ROUNDS) {
-      free(v);
-      lose(c, "too many failures in one step");
-      return;
-    }
-    rd = &c->rounds[c->nrounds++];
-    rd->cepoch = (uint32_t)ce;
-    rd->n = 0;
-    rd->mb = malloc(sizeof(int) * (size_t)c->M);
-    rd->to = malloc(sizeof(int) * (size_t)c->M);
-    if (!rd->mb || !rd->to) {
-      free(v);
-      lose(c, "out of memory");
-      return;
-    }
-    char inview[MAXR] = {0};
-    for (int i = 0; i < nv; i++)
-      if (v[i] >= 0 && v[i] < c->R)
-        inview[v[i]] = 1;
-    /* members the survivors left out */
-    int gone[MAXR], ng = 0;
-    for (int i = 0; i < c->nmembers; i++)
-      if (!inview[c->members[i]])
-        gone[ng++] = c->members[i];
-    for (int i = 0; i < ng; i++) {
-      rep_t *p = &c->reps[gone[i]];
-      if (p->catchup_failed && p->conn >= 0) {
-        remove_member(c, gone[i]);
-        p->state = R_JOINING;
-        p->waiting = 1;
-        p->catching = 0;
-        p->catchup_failed = 0;
-      } else {
-        fail_replica(c, gone[i], "left out by the survivors");
-      }
-    }
-    int contrib[MAXR], nc = 0;
-    for (int i = 0; i < nv; i++)
-      if (v[i] >= 0 && v[i] < c->R && c->reps[v[i]].state == R_MEMBER &&
-          !c->reps[v[i]].catching)
-        contrib[nc++] = v[i];
-    int k = 0;
-    for (int mb = 0; mb < c->M; mb++) {
-      if (inview[c->owner[mb]])
-        continue;
-      if (nc == 0) {
-        free(v);
-        lose(c, "no survivor holds a valid state");
+    if (c->nrounds == c->caprounds) {
+      /* bounded: every round is some member's report, REPORTS_PER_STEP
+       * each at most */
+      int n = c->caprounds ? 2 * c->caprounds : 8;
+      round_t *x = realloc(c->rounds, sizeof(round_t) * (size_t)n);
+      if (!x) {
+        refuse(c, k, "out-of-memory", 0, msg);
         return;
       }
-      int to = contrib[k++ % nc];
-      c->owner[mb] = to;
-      rd->mb[rd->n] = mb;
-      rd->to[rd->n] = to;
-      rd->n++;
+      c->rounds = x;
+      c->caprounds = n;
     }
-    c->reassigned += rd->n;
-    logc(RESIHP_LOG_INFO,
-         "step %ld: %d microbatches of failed replicas reassigned to %d "
-         "survivors",
-         c->step, rd->n, nc);
+    rd = &c->rounds[c->nrounds++];
+    memset(rd, 0, sizeof(*rd));
+    rd->cepoch = (uint32_t)ce;
+    memcpy(rd->inview, inview, sizeof(inview));
   }
-  free(v);
-  char *line = malloc(LINE * 2);
-  if (!line)
-    return;
-  size_t off = 0;
-  append(line, LINE * 2, &off, "REASSIGN step=%ld cepoch=%ld extra=", s, ce);
-  int first = 1;
-  for (int i = 0; i < rd->n; i++)
-    if (rd->to[i] == r) {
-      append(line, LINE * 2, &off, "%s%d", first ? "" : ":", rd->mb[i]);
-      first = 0;
-    }
-  send_to(c, r, line);
-  free(line);
+  rd->reported[r] = 1;
+  if (rd->decided)
+    answer_round(c, rd, r);
+  else
+    decide_rounds(c);
 }
 
 /* Tell the waiting non-leader ranks of replica r where their leader is. */
@@ -573,17 +739,17 @@ static void answer_subs(resihp__coord_t *c, int r) {
     if (cn->w.fd < 0 || cn->sub_replica != r || cn->sub_stepid != p->stepid ||
         cn->sub_jobid != p->jobid)
       continue;
-    resihp__wire_send(cn->w.fd, line, resihp__now_ms() + 1000);
+    resihp__wire_send(&cn->w, line, resihp__now_ms() + 1000);
     cn->sub_replica = -1;
   }
 }
 
 static void on_subhello(resihp__coord_t *c, int k, const char *msg) {
   long r = -1, sid = -1, jid = -1;
-  if (resihp__wire_get_long(msg, "replica", &r) || r < 0 || r >= c->R ||
-      resihp__wire_get_long(msg, "stepid", &sid) ||
-      resihp__wire_get_long(msg, "jobid", &jid)) {
-    close_conn(c, k);
+  if (resihp__wire_get_range(msg, "replica", 0, c->R - 1, &r) ||
+      resihp__wire_get_range(msg, "stepid", -1, LONG_MAX, &sid) ||
+      resihp__wire_get_range(msg, "jobid", -1, LONG_MAX, &jid)) {
+    refuse(c, k, "bad-subhello", 1, msg);
     return;
   }
   c->conns[k].sub_replica = (int)r;
@@ -592,52 +758,74 @@ static void on_subhello(resihp__coord_t *c, int k, const char *msg) {
   answer_subs(c, (int)r);
 }
 
+/* An optional name: absent (out unchanged), or a plain token. */
+static int opt_token(const char *msg, const char *key, char *out, size_t cap) {
+  char v[128];
+  int rc = resihp__wire_get(msg, key, v, sizeof(v));
+  if (rc == RESIHP_ENOENT)
+    return 0;
+  if (rc || !resihp__wire_token_ok(v, cap))
+    return RESIHP_EPROTO;
+  memcpy(out, v, strlen(v) + 1); /* fits: token_ok checked the length */
+  return 0;
+}
+
+/* HELLO: every field bounded, names and addresses plain tokens (they end
+ * up inside lists that others parse), and the training the same as the
+ * job's (the first HELLO sets it). */
 static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   long r = -1, m = 0, s = 0, jobid = -1, stepid = -1;
-  char ep[96] = "", sep[96] = "", node[64] = "?";
-  if (resihp__wire_get_long(msg, "replica", &r) ||
+  char ep[96] = "", sep[96] = "", node[64] = "?", lep[96] = "-";
+  int maxm = resihp__wire_max_microbatches();
+  if (resihp__wire_get_range(msg, "replica", 0, c->R - 1, &r) ||
       resihp__wire_get_long(msg, "mbs", &m) ||
-      resihp__wire_get_long(msg, "steps", &s) ||
+      resihp__wire_get_range(msg, "steps", 1, MAX_STEPS, &s) ||
       resihp__wire_get(msg, "ep", ep, sizeof(ep)) ||
-      resihp__wire_get(msg, "sep", sep, sizeof(sep)) || r < 0 || r >= c->R ||
-      m < 1 || m > 1000000 || s < 1) {
-    logc(RESIHP_LOG_ERROR, "bad HELLO (%s): refused", msg);
-    resihp__wire_send(c->conns[k].w.fd, "NO reason=bad-hello",
-                      resihp__now_ms() + 1000);
-    close_conn(c, k);
+      !resihp__wire_token_ok(ep, sizeof(ep)) ||
+      resihp__wire_get(msg, "sep", sep, sizeof(sep)) ||
+      !resihp__wire_token_ok(sep, sizeof(sep)) || m < 1 ||
+      opt_token(msg, "node", node, sizeof(node)) ||
+      opt_token(msg, "lep", lep, sizeof(lep)) ||
+      resihp__wire_get_range(msg, "jobid", -1, LONG_MAX, &jobid) ==
+          RESIHP_EPROTO ||
+      resihp__wire_get_range(msg, "stepid", -1, LONG_MAX, &stepid) ==
+          RESIHP_EPROTO) {
+    refuse(c, k, "bad-hello", 1, msg);
     return;
   }
-  resihp__wire_get(msg, "node", node, sizeof(node));
-  resihp__wire_get_long(msg, "jobid", &jobid);
-  resihp__wire_get_long(msg, "stepid", &stepid);
+  if (m > maxm) {
+    logc(RESIHP_LOG_ERROR,
+         "replica %ld has %ld microbatches per step; at most %d fit in a "
+         "message: use fewer, larger microbatches",
+         r, m, maxm);
+    refuse(c, k, "too-many-microbatches", 1, msg);
+    return;
+  }
   if (c->S && (m != c->M || s != c->S)) {
     logc(RESIHP_LOG_ERROR,
          "replica %ld has %ld microbatches x %ld steps, the job %d x %ld: "
          "refused (every replica must run the same training)",
          r, m, s, c->M, c->S);
-    resihp__wire_send(c->conns[k].w.fd, "NO reason=mismatch",
-                      resihp__now_ms() + 1000);
-    close_conn(c, k);
+    refuse(c, k, "mismatch", 1, msg);
     return;
   }
   rep_t *p = &c->reps[r];
   if (p->state == R_MEMBER || (p->state == R_JOINING && p->conn >= 0) ||
       c->state != RESIHP__COORD_RUNNING) {
-    logc(RESIHP_LOG_ERROR, "replica %ld is already running: refused", r);
-    resihp__wire_send(c->conns[k].w.fd, "NO reason=duplicate",
-                      resihp__now_ms() + 1000);
-    close_conn(c, k);
+    logc(RESIHP_LOG_ERROR, "replica %ld is already running", r);
+    refuse(c, k, "duplicate", 1, msg);
     return;
   }
   if (!c->S) {
-    c->M = (int)m;
-    c->S = s;
     c->owner = calloc((size_t)m, sizeof(int));
-    c->start_ms = calloc((size_t)s + 1, sizeof(int64_t));
-    if (!c->owner || !c->start_ms) {
-      lose(c, "out of memory");
+    if (!c->owner || ensure_steps(c, 1)) {
+      free(c->owner);
+      c->owner = NULL;
+      refuse(c, k, "out-of-memory", 1, msg);
       return;
     }
+    c->M = (int)m;
+    c->S = s;
   }
   p->state = R_JOINING;
   p->conn = k;
@@ -650,9 +838,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   snprintf(p->node, sizeof(p->node), "%s", node);
   p->jobid = jobid;
   p->stepid = stepid;
-  if (resihp__wire_get(msg, "lep", p->lep, sizeof(p->lep)) ||
-      !strcmp(p->lep, "-"))
-    p->lep[0] = '\0';
+  snprintf(p->lep, sizeof(p->lep), "%s", strcmp(lep, "-") ? lep : "");
   c->conns[k].replica = (int)r;
   char line[128];
   snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld", r, c->step);
@@ -737,14 +923,12 @@ void resihp__coord_spare_mark(resihp__coord_t *c, const char *node, int state,
 /* SPARE node=N status=pass|fail summary=TEXT from a spare agent. */
 static void on_spare(resihp__coord_t *c, int k, const char *msg) {
   char node[64] = "", status[8] = "", summary[400] = "", line[128];
-  if (resihp__wire_get(msg, "node", node, sizeof(node)) || !node[0] ||
+  if (resihp__wire_get(msg, "node", node, sizeof(node)) ||
+      !resihp__wire_token_ok(node, sizeof(node)) ||
       resihp__wire_get(msg, "status", status, sizeof(status)) ||
       (strcmp(status, "pass") && strcmp(status, "fail")) ||
       resihp__coord_spare_add(c, node)) {
-    logc(RESIHP_LOG_ERROR, "bad SPARE registration (%.200s): refused", msg);
-    resihp__wire_send(c->conns[k].w.fd, "NO reason=bad-spare",
-                      resihp__now_ms() + 1000);
-    close_conn(c, k);
+    refuse(c, k, "bad-spare", 1, msg);
     return;
   }
   resihp__wire_get_rest(msg, "summary", summary, sizeof(summary));
@@ -763,7 +947,7 @@ static void on_spare(resihp__coord_t *c, int k, const char *msg) {
        resihp__spare_state_name(sp->state));
   snprintf(line, sizeof(line), "SPARE_OK state=%s",
            resihp__spare_state_name(sp->state));
-  resihp__wire_send(c->conns[k].w.fd, line, resihp__now_ms() + 1000);
+  resihp__wire_send(&c->conns[k].w, line, resihp__now_ms() + 1000);
   if (c->o.on_spare)
     c->o.on_spare(c->o.ud, node, sp->state, sp->summary);
 }
@@ -780,32 +964,40 @@ static void on_line(resihp__coord_t *c, int k, const char *msg) {
     else if (!strncmp(msg, "SPARE ", 6))
       on_spare(c, k, msg);
     else
-      close_conn(c, k);
+      refuse(c, k, "hello-first", 1, msg);
     return;
   }
   rep_t *p = &c->reps[r];
   long v;
   if (!strncmp(msg, "BEGIN ", 6)) {
-    if (resihp__wire_get_long(msg, "step", &v))
+    if (resihp__wire_get_range(msg, "step", -1, c->step + 1, &v)) {
+      refuse(c, k, "bad-begin", 1, msg);
       return;
-    if (p->state == R_MEMBER)
+    }
+    if (p->state == R_MEMBER && v > p->begun)
       p->begun = v;
     else if (p->state == R_JOINING)
       p->waiting = 1;
-  } else if (!strncmp(msg, "READY ", 6)) {
-    if (!resihp__wire_get_long(msg, "epoch", &v) && (uint32_t)v == c->epoch &&
-        p->state == R_MEMBER)
+  } else if (!strncmp(msg, "READY ", 6) || !strncmp(msg, "RESYNC ", 7)) {
+    int ready = msg[2] == 'A';
+    if (resihp__wire_get_range(msg, "epoch", 0, UINT32_MAX, &v)) {
+      refuse(c, k, ready ? "bad-ready" : "bad-resync", 1, msg);
+      return;
+    }
+    if ((uint32_t)v != c->epoch || p->state != R_MEMBER)
+      return; /* stale */
+    if (ready) {
       p->ready = 1;
-  } else if (!strncmp(msg, "RESYNC ", 7)) {
-    if (!resihp__wire_get_long(msg, "epoch", &v) && (uint32_t)v == c->epoch &&
-        c->phase == P_SETUP) {
+    } else if (c->phase == P_SETUP && ++p->resyncs > RESYNCS_PER_STEP) {
+      fail_replica(c, r, "cannot set up a communicator");
+    } else if (c->phase == P_SETUP) {
       logc(RESIHP_LOG_WARN,
            "replica %d could not set up epoch %u; trying a new epoch", r,
            c->epoch);
       send_go(c);
     }
   } else if (!strncmp(msg, "RECOVER ", 8)) {
-    on_recover(c, r, msg);
+    on_recover(c, k, r, msg);
   } else if (!strncmp(msg, "FAULT ", 6)) {
     char kind[16] = "", node[64] = "";
     resihp__wire_get(msg, "kind", kind, sizeof(kind));
@@ -846,72 +1038,120 @@ static void on_line(resihp__coord_t *c, int k, const char *msg) {
       p->catching = 0;
     }
   } else if (!strncmp(msg, "FINISH ", 7)) {
-    resihp__wire_get(msg, "result", p->result, sizeof(p->result));
+    char res[sizeof(p->result)];
+    int rc = resihp__wire_get(msg, "result", res, sizeof(res));
+    for (const char *q = res; !rc && *q; q++)
+      rc = *q < '!' || *q > '~';
+    if (rc || !res[0]) {
+      /* Not taken as a result: the run's verdict compares them. */
+      refuse(c, k, "bad-finish", 0, msg);
+      snprintf(res, sizeof(res), "-");
+    }
+    memcpy(p->result, res, sizeof(res));
     p->finished = 1;
   } else {
     logc(RESIHP_LOG_WARN, "replica %d: unknown message '%.40s'", r, msg);
   }
 }
 
-static void accept_conn(resihp__coord_t *c) {
-  for (;;) {
-    int fd = accept4(c->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0)
-      return;
-    /* GO and START leave back to back: Nagle would hold START for the
-     * peer's delayed ACK (~40 ms a step) */
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    resihp__wire_t w;
-    resihp__wire_init(&w, fd);
-    int rc = resihp__wire_auth_server(&w, c->secret, c->o.secret_len, "coord",
-                                      resihp__now_ms() + 1000);
-    if (rc) {
-      logc(RESIHP_LOG_WARN,
-           "refused a connection that failed authentication (%s)",
-           resihp_strerror(rc));
-      resihp__wire_free(&w);
-      continue;
+int resihp__coord_adopt(resihp__coord_t *c, resihp__wire_t *w) {
+  int k = -1;
+  for (int i = 0; i < c->nconns; i++)
+    if (c->conns[i].w.fd < 0) {
+      k = i;
+      break;
     }
-    int k = -1;
-    for (int i = 0; i < c->nconns; i++)
-      if (c->conns[i].w.fd < 0) {
-        k = i;
-        break;
+  if (k < 0) {
+    if (c->nconns == c->capconns) {
+      int nc = c->capconns ? 2 * c->capconns : 16;
+      conn_t *n = realloc(c->conns, sizeof(conn_t) * (size_t)nc);
+      if (!n) {
+        resihp__wire_free(w);
+        return RESIHP_ENOMEM;
       }
-    if (k < 0) {
-      if (c->nconns == c->capconns) {
-        int nc = c->capconns ? 2 * c->capconns : 16;
-        conn_t *n = realloc(c->conns, sizeof(conn_t) * (size_t)nc);
-        if (!n) {
-          resihp__wire_free(&w);
-          continue;
-        }
-        c->conns = n;
-        c->capconns = nc;
-      }
-      k = c->nconns++;
+      c->conns = n;
+      c->capconns = nc;
     }
-    c->conns[k].w = w;
-    c->conns[k].replica = -1;
-    c->conns[k].sub_replica = -1;
-    c->conns[k].last_heard = resihp__now_ms();
+    k = c->nconns++;
+  }
+  c->conns[k].w = *w;
+  c->conns[k].replica = -1;
+  c->conns[k].sub_replica = -1;
+  c->conns[k].last_heard = resihp__now_ms();
+  resihp__wire_init(w, -1);
+  return k;
+}
+
+/* Every complete line that connection k has buffered, then what its
+ * socket said (rc from resihp__wire_fill, or a bad line) if it is gone. */
+static void drain_conn(resihp__coord_t *c, int k, int rc) {
+  conn_t *cn = &c->conns[k];
+  int t;
+  while (cn->w.fd >= 0 &&
+         (t = resihp__wire_take(&cn->w, c->line, RESIHP__WIRE_LINE_MAX + 1))) {
+    if (t < 0) {
+      logc(RESIHP_LOG_ERROR,
+           "a connection%s sent a line that %s: connection dropped",
+           cn->replica >= 0 ? " of a replica" : "",
+           t == RESIHP_EAUTH ? "failed its integrity check (altered, "
+                               "injected or replayed)"
+                             : "is malformed");
+      rc = t;
+      break;
+    }
+    on_line(c, k, c->line);
+    cn = &c->conns[k];
+  }
+  if (rc < 0 && cn->w.fd >= 0) {
+    int r = cn->replica;
+    close_conn(c, k);
+    if (r >= 0 && c->state == RESIHP__COORD_RUNNING &&
+        !(c->phase == P_END && c->reps[r].finished))
+      fail_replica(c, r, "connection lost");
+  }
+}
+
+void resihp__coord_feed(resihp__coord_t *c, int k, const char *line) {
+  if (k < 0 || k >= c->nconns || c->conns[k].w.fd < 0)
+    return;
+  on_line(c, k, line);
+  advance(c);
+}
+
+/* Handshakes never hold this loop: each pending one is a record in c->hs,
+ * moved on when its socket has something (see handshake.c). */
+static void accept_conns(resihp__coord_t *c, int listener_ready) {
+  if (listener_ready)
+    resihp__wire_hs_accept(c->hs, c->lfd);
+  resihp__wire_t w;
+  while (resihp__wire_hs_next(c->hs, &w) == 1) {
+    int k = resihp__coord_adopt(c, &w);
+    if (k >= 0)
+      drain_conn(c, k, 0); /* lines that came with the handshake */
   }
 }
 
 int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
-  struct pollfd *p = malloc(sizeof(*p) * (size_t)(c->nconns + 1));
-  if (!p)
-    return RESIHP_ENOMEM;
+  int want = c->nconns + 1 + resihp__wire_hs_pending(c->hs);
+  if (want > c->cappfd) {
+    struct pollfd *np = realloc(c->pfd, sizeof(*np) * (size_t)want);
+    if (!np)
+      return RESIHP_ENOMEM;
+    c->pfd = np;
+    c->cappfd = want;
+  }
+  struct pollfd *p = c->pfd;
   p[0].fd = c->lfd;
   p[0].events = POLLIN;
+  p[0].revents = 0;
   for (int i = 0; i < c->nconns; i++) {
     p[i + 1].fd = c->conns[i].w.fd;
     p[i + 1].events = POLLIN;
     p[i + 1].revents = 0;
   }
   int n = c->nconns;
-  poll(p, (nfds_t)n + 1, timeout_ms);
+  int nh = resihp__wire_hs_fds(c->hs, p + n + 1, want - n - 1);
+  poll(p, (nfds_t)(n + 1 + nh), resihp__wire_hs_wait_ms(c->hs, timeout_ms));
   int64_t now = resihp__now_ms();
   for (int i = 0; i < n; i++) {
     conn_t *cn = &c->conns[i];
@@ -919,24 +1159,9 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
       continue;
     int rc = resihp__wire_fill(&cn->w);
     cn->last_heard = now;
-    char *line = malloc(RESIHP__WIRE_LINE_MAX);
-    if (!line)
-      break;
-    while (cn->w.fd >= 0 &&
-           resihp__wire_take(&cn->w, line, RESIHP__WIRE_LINE_MAX))
-      on_line(c, i, line);
-    free(line);
-    if (rc < 0 && cn->w.fd >= 0) {
-      int r = cn->replica;
-      close_conn(c, i);
-      if (r >= 0 && c->state == RESIHP__COORD_RUNNING &&
-          !(c->phase == P_END && c->reps[r].finished))
-        fail_replica(c, r, "connection lost");
-    }
+    drain_conn(c, i, rc);
   }
-  if (p[0].revents)
-    accept_conn(c);
-  free(p);
+  accept_conns(c, p[0].revents != 0);
   for (int i = 0; i < c->nconns; i++) {
     conn_t *cn = &c->conns[i];
     if (cn->w.fd >= 0 && cn->replica >= 0 &&
@@ -966,31 +1191,34 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   if (!c)
     return RESIHP_ENOMEM;
   c->o = *o;
+  c->lfd = -1;
   if (c->o.silence_ms <= 0)
     c->o.silence_ms = 3000;
-  c->secret = malloc(o->secret_len);
-  if (!c->secret) {
-    free(c);
-    return RESIHP_ENOMEM;
-  }
-  memcpy(c->secret, o->secret, o->secret_len);
+  c->line = malloc(RESIHP__WIRE_LINE_MAX + 1);
+  int rc = RESIHP_ENOMEM;
+  if (!c->line)
+    goto fail;
   c->R = o->replicas;
   for (int r = 0; r < MAXR; r++) {
     c->reps[r].conn = -1;
     c->reps[r].begun = -1;
     c->reps[r].open_fail = -1;
   }
+  if ((rc = resihp__wire_hs_create(o->secret, o->secret_len, "coord",
+                                   HS_PENDING, HS_TIMEOUT_MS, &c->hs)))
+    goto fail;
   c->lfd = resihp__wire_listen(o->bind_host, o->port, &c->port);
   if (c->lfd < 0) {
     logc(RESIHP_LOG_ERROR, "cannot listen on %s:%d: %s",
          o->bind_host ? o->bind_host : "*", o->port, strerror(errno));
-    int rc = c->lfd;
-    free(c->secret);
-    free(c);
-    return rc;
+    rc = c->lfd;
+    goto fail;
   }
   *out = c;
   return 0;
+fail:
+  resihp__coord_destroy(c);
+  return rc;
 }
 
 void resihp__coord_destroy(resihp__coord_t *c) {
@@ -998,15 +1226,15 @@ void resihp__coord_destroy(resihp__coord_t *c) {
     return;
   for (int i = 0; i < c->nconns; i++)
     resihp__wire_free(&c->conns[i].w);
-  for (int k = 0; k < c->nrounds; k++) {
-    free(c->rounds[k].mb);
-    free(c->rounds[k].to);
-  }
+  free_rounds(c);
+  free(c->rounds);
   free(c->conns);
   free(c->spares);
-  close(c->lfd);
-  memset(c->secret, 0, c->o.secret_len);
-  free(c->secret);
+  if (c->lfd >= 0)
+    close(c->lfd);
+  resihp__wire_hs_destroy(c->hs);
+  free(c->line);
+  free(c->pfd);
   free(c->owner);
   free(c->start_ms);
   free(c);
@@ -1026,6 +1254,58 @@ int resihp__coord_members(const resihp__coord_t *c) {
 }
 int resihp__coord_connected(const resihp__coord_t *c, int r) {
   return r >= 0 && r < c->R && c->reps[r].conn >= 0;
+}
+
+int resihp__coord_replica_eps(const resihp__coord_t *c, int r, const char **ep,
+                              const char **sep, const char **lep) {
+  if (r < 0 || r >= c->R || !c->reps[r].ep[0])
+    return RESIHP_ENOENT;
+  if (ep)
+    *ep = c->reps[r].ep;
+  if (sep)
+    *sep = c->reps[r].sep;
+  if (lep)
+    *lep = c->reps[r].lep;
+  return 0;
+}
+
+const char *resihp__coord_check(const resihp__coord_t *c) {
+  if (c->nmembers < 0 || c->nmembers > c->R)
+    return "member count out of range";
+  for (int i = 0; i < c->nmembers; i++) {
+    int m = c->members[i];
+    if (m < 0 || m >= c->R)
+      return "member id out of range";
+    if (i && c->members[i - 1] >= m)
+      return "members not sorted or repeated";
+    if (c->reps[m].state != R_MEMBER)
+      return "a member is not in state MEMBER";
+  }
+  int healthy = 0;
+  for (int r = 0; r < c->R; r++) {
+    const rep_t *p = &c->reps[r];
+    if (p->state == R_MEMBER && !is_member(c, r))
+      return "state MEMBER outside the group";
+    if (p->conn >= 0 &&
+        (p->conn >= c->nconns || c->conns[p->conn].w.fd < 0 ||
+         c->conns[p->conn].replica != r))
+      return "replica and connection disagree";
+    healthy += p->state == R_MEMBER && p->conn >= 0 && !p->catching;
+  }
+  for (int mb = 0; mb < c->M; mb++) {
+    if (c->owner[mb] < 0 || c->owner[mb] >= c->R)
+      return "ledger owner out of range";
+    if (c->phase == P_RUN && !c->in_step[c->owner[mb]])
+      return "ledger owner was not in the step";
+  }
+  if (c->S && (c->step > c->S || c->capsteps < c->step + 1))
+    return "step out of range";
+  for (int k = 0; k < c->nrounds; k++)
+    if (c->rounds[k].n < 0 || c->rounds[k].n > c->M)
+      return "round moves out of range";
+  if (c->state == RESIHP__COORD_LOST && healthy)
+    return "job lost while a connected member held the state";
+  return NULL;
 }
 
 static int cmp_i64(const void *a, const void *b) {

@@ -51,6 +51,8 @@
 #ifndef RESIHP_CONTROL_COORDINATOR_H
 #define RESIHP_CONTROL_COORDINATOR_H
 
+#include "wire.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -123,6 +125,24 @@ int resihp__coord_spare_state(const resihp__coord_t *c, const char *node,
  * RESIHP__SPARE_PROMOTED (replica gets it). Bad states are kept. */
 void resihp__coord_spare_mark(resihp__coord_t *c, const char *node, int state,
                               int replica, const char *why);
+
+/* A replica's addresses as its HELLO gave them (all-reduce, catch-up,
+ * leader of its other ranks; "" when none). RESIHP_ENOENT if it never
+ * said HELLO. */
+int resihp__coord_replica_eps(const resihp__coord_t *c, int replica,
+                              const char **ep, const char **sep,
+                              const char **lep);
+
+/* For tests and the fuzz target (tests/fuzz/fuzz_coord.c), which drive the
+ * real message handler without a handshake: adopt an authenticated
+ * connection (w is moved in; returns its index or a negative code), feed
+ * one line as if connection k had sent it, and check the coordinator's
+ * invariants (NULL if they hold, else what is broken): membership and
+ * ledger consistent, and the job lost only when no connected member
+ * holding the state is left. */
+int resihp__coord_adopt(resihp__coord_t *c, resihp__wire_t *w);
+void resihp__coord_feed(resihp__coord_t *c, int k, const char *line);
+const char *resihp__coord_check(const resihp__coord_t *c);
 
 /* Final summary (steps, failures with stall and rejoin, throughput, the
  * results the replicas reported). Returns 0 if all results agree. */

@@ -85,7 +85,7 @@ int resihp__spare_agent_run(int timeout_ms) {
     goto out;
   snprintf(line, sizeof(line), "SPARE node=%s status=%s summary=%s", node,
            status, summary);
-  if ((rc = resihp__wire_send(w.fd, line, deadline)))
+  if ((rc = resihp__wire_send(&w, line, deadline)))
     goto out;
   /* the coordinator's heartbeats may come first */
   do

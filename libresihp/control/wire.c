@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Text messages and mutual authentication of coordinator and catch-up
- * connections (see wire.h). */
+/* Lines, their tags, raw data and the message parsers of the control
+ * plane (see wire.h; the handshakes are in handshake.c). */
 #include "config.h"
 
 #include "../transport/mesh.h"
-#include "../transport/sha256.h"
 #include "wire.h"
 
 #include <resihp/error.h>
@@ -16,37 +15,50 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#define NONCE_LEN 16
+#define TAG_PREFIX " mac="
+#define TAG_TEXT (sizeof(TAG_PREFIX) - 1 + RESIHP__MAC_HEX)
 
 void resihp__wire_init(resihp__wire_t *w, int fd) {
+  memset(w, 0, sizeof(*w));
   w->fd = fd;
-  w->buf = NULL;
-  w->len = w->cap = 0;
+  w->max = RESIHP__WIRE_LINE_MAX;
 }
 
 void resihp__wire_free(resihp__wire_t *w) {
   if (w->fd >= 0)
     close(w->fd);
-  w->fd = -1;
   free(w->buf);
-  w->buf = NULL;
-  w->len = w->cap = 0;
+  memset(w, 0, sizeof(*w)); /* the session keys too */
+  w->fd = -1;
+  w->max = RESIHP__WIRE_LINE_MAX;
+}
+
+/* The first buffered line has no end within the limit. */
+static int first_line_too_long(const resihp__wire_t *w) {
+  return w->len > w->max && !memchr(w->buf, '\n', w->max + 1);
 }
 
 int resihp__wire_fill(resihp__wire_t *w) {
+  /* Two lines' worth is plenty to work on: the rest can wait in the
+   * socket, so a peer cannot make this buffer grow without bound. */
+  size_t limit = 2 * (w->max + 1);
   for (;;) {
-    if (w->cap - w->len < 4096) {
-      if (w->cap >= RESIHP__WIRE_LINE_MAX * 2)
-        return RESIHP_EPROTO;
-      size_t nc = w->cap ? w->cap * 2 : 8192;
+    if (first_line_too_long(w))
+      return RESIHP_EPROTO;
+    if (w->len >= limit)
+      return 0;
+    if (w->cap - w->len < 4096 && w->cap < limit) {
+      size_t nc = w->cap ? 2 * w->cap : 1024;
+      if (nc > limit)
+        nc = limit;
       char *nb = realloc(w->buf, nc);
       if (!nb)
         return RESIHP_ENOMEM;
@@ -68,27 +80,53 @@ int resihp__wire_fill(resihp__wire_t *w) {
   }
 }
 
+static void consume(resihp__wire_t *w, size_t n) {
+  memmove(w->buf, w->buf + n, w->len - n);
+  w->len -= n;
+}
+
 int resihp__wire_take(resihp__wire_t *w, char *out, size_t cap) {
   char *nl = w->len ? memchr(w->buf, '\n', w->len) : NULL;
   if (!nl)
     return 0;
-  size_t n = (size_t)(nl - w->buf);
-  size_t c = n < cap - 1 ? n : cap - 1;
-  memcpy(out, w->buf, c);
-  out[c] = '\0';
-  memmove(w->buf, nl + 1, w->len - n - 1);
-  w->len -= n + 1;
-  return 1;
+  size_t n = (size_t)(nl - w->buf), body = n;
+  int rc = 1;
+  if (w->sealed) {
+    uint8_t tag[RESIHP__MAC_LEN];
+    body = n >= TAG_TEXT ? n - TAG_TEXT : 0;
+    if (n < TAG_TEXT ||
+        memcmp(w->buf + body, TAG_PREFIX, sizeof(TAG_PREFIX) - 1) ||
+        resihp__mac_from_hex(w->buf + n - RESIHP__MAC_HEX, RESIHP__MAC_HEX,
+                             tag)) {
+      rc = RESIHP_EAUTH;
+    } else {
+      const void *parts[1] = {w->buf};
+      size_t lens[1] = {body};
+      rc = resihp__msgauth_open(&w->auth, parts, lens, 1, tag) ? RESIHP_EAUTH
+                                                                : 1;
+    }
+  }
+  if (rc == 1 && memchr(w->buf, '\0', body))
+    rc = RESIHP_EPROTO; /* a NUL would cut the line short for its reader */
+  if (rc == 1 && body >= cap)
+    rc = RESIHP_ERANGE;
+  if (rc == 1) {
+    memcpy(out, w->buf, body);
+    out[body] = '\0';
+  }
+  consume(w, n + 1);
+  return rc;
 }
 
 int resihp__wire_recv(resihp__wire_t *w, char *out, size_t cap,
                       int64_t deadline_ms) {
   for (;;) {
-    if (resihp__wire_take(w, out, cap))
-      return 0;
+    int t = resihp__wire_take(w, out, cap);
+    if (t)
+      return t < 0 ? t : 0;
     int rc = resihp__wire_fill(w);
-    if (resihp__wire_take(w, out, cap))
-      return 0;
+    if ((t = resihp__wire_take(w, out, cap)))
+      return t < 0 ? t : 0;
     if (rc < 0)
       return rc;
     int64_t left = deadline_ms - resihp__now_ms();
@@ -99,96 +137,89 @@ int resihp__wire_recv(resihp__wire_t *w, char *out, size_t cap,
   }
 }
 
-int resihp__wire_send(int fd, const char *line, int64_t deadline_ms) {
-  size_t n = strlen(line);
+int resihp__wire_send(resihp__wire_t *w, const char *line,
+                      int64_t deadline_ms) {
+  size_t n = strlen(line), extra = w->sealed ? TAG_TEXT : 0;
+  if (n + extra > RESIHP__WIRE_LINE_MAX || memchr(line, '\n', n)) {
+    resihp_log(RESIHP_LOG_ERROR, "wire",
+               "refused to send a %zu-byte line '%.40s...': over the %d-byte "
+               "limit or with a newline inside",
+               n, line, RESIHP__WIRE_LINE_MAX);
+    return RESIHP_ERANGE;
+  }
   char stackbuf[1024];
-  char *b = n + 1 <= sizeof(stackbuf) ? stackbuf : malloc(n + 1);
+  size_t total = n + extra + 1;
+  char *b = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
   if (!b)
     return RESIHP_ENOMEM;
   memcpy(b, line, n);
-  b[n] = '\n';
-  int rc = resihp__io_full(fd, b, n + 1, 1, deadline_ms);
+  if (w->sealed) {
+    uint8_t tag[RESIHP__MAC_LEN];
+    const void *parts[1] = {line};
+    size_t lens[1] = {n};
+    resihp__msgauth_seal(&w->auth, parts, lens, 1, tag);
+    memcpy(b + n, TAG_PREFIX, sizeof(TAG_PREFIX) - 1);
+    resihp__mac_to_hex(tag, b + n + sizeof(TAG_PREFIX) - 1);
+  }
+  b[n + extra] = '\n';
+  int rc = resihp__io_full(w->fd, b, total, 1, deadline_ms);
   if (b != stackbuf)
     free(b);
   return rc;
 }
 
-static void hex(char *out, const uint8_t *in, size_t n) {
-  static const char d[] = "0123456789abcdef";
-  for (size_t i = 0; i < n; i++) {
-    out[2 * i] = d[in[i] >> 4];
-    out[2 * i + 1] = d[in[i] & 15];
+int resihp__wire_write(resihp__wire_t *w, const void *buf, size_t len,
+                       int64_t deadline_ms) {
+  return len ? resihp__io_full(w->fd, (void *)buf, len, 1, deadline_ms) : 0;
+}
+
+int resihp__wire_read(resihp__wire_t *w, void *buf, size_t len,
+                      int64_t deadline_ms) {
+  size_t have = w->len < len ? w->len : len;
+  if (have) {
+    memcpy(buf, w->buf, have);
+    consume(w, have);
   }
-  out[2 * n] = '\0';
+  if (have == len)
+    return 0;
+  return resihp__io_full(w->fd, (char *)buf + have, len - have, 0,
+                         deadline_ms);
 }
 
-static void mac(const uint8_t *secret, size_t slen, const char *label,
-                const char *side, const char *n1, const char *n2,
-                char out[2 * RESIHP__SHA256_LEN + 1]) {
-  const void *parts[4] = {label, side, n1, n2};
-  size_t lens[4] = {strlen(label), strlen(side), strlen(n1), strlen(n2)};
-  uint8_t m[RESIHP__SHA256_LEN];
-  resihp__hmac_sha256(secret, slen, parts, lens, 4, m);
-  hex(out, m, sizeof(m));
+int resihp__wire_seal(resihp__wire_t *w, const void *const *parts,
+                      const size_t *lens, int n, int64_t deadline_ms) {
+  if (!w->sealed)
+    return 0;
+  uint8_t tag[RESIHP__MAC_LEN];
+  resihp__msgauth_seal(&w->auth, parts, lens, n, tag);
+  return resihp__wire_write(w, tag, sizeof(tag), deadline_ms);
 }
 
-static int nonce(char out[2 * NONCE_LEN + 1]) {
-  uint8_t r[NONCE_LEN];
-  if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
-    return RESIHP_ESYS;
-  hex(out, r, sizeof(r));
-  return 0;
-}
-
-int resihp__wire_auth_server(resihp__wire_t *w, const uint8_t *secret,
-                             size_t slen, const char *label,
-                             int64_t deadline_ms) {
-  char ns[2 * NONCE_LEN + 1], line[512], nc[80], got[80], want[80];
-  int rc = nonce(ns);
+int resihp__wire_unseal(resihp__wire_t *w, const void *const *parts,
+                        const size_t *lens, int n, int64_t deadline_ms) {
+  if (!w->sealed)
+    return 0;
+  uint8_t tag[RESIHP__MAC_LEN];
+  int rc = resihp__wire_read(w, tag, sizeof(tag), deadline_ms);
   if (rc)
     return rc;
-  snprintf(line, sizeof(line), "AUTH1 %s %s", label, ns);
-  if ((rc = resihp__wire_send(w->fd, line, deadline_ms)))
-    return rc;
-  if ((rc = resihp__wire_recv(w, line, sizeof(line), deadline_ms)))
-    return rc;
-  if (sscanf(line, "AUTH2 %64s %70s", nc, got) != 2 ||
-      strlen(nc) != 2 * NONCE_LEN)
-    return RESIHP_EAUTH;
-  mac(secret, slen, label, "cli", ns, nc, want);
-  if (strlen(got) != strlen(want) ||
-      resihp__ct_memcmp(got, want, strlen(want)) != 0)
-    return RESIHP_EAUTH;
-  mac(secret, slen, label, "srv", nc, ns, want);
-  snprintf(line, sizeof(line), "AUTH3 %s", want);
-  return resihp__wire_send(w->fd, line, deadline_ms);
+  return resihp__msgauth_open(&w->auth, parts, lens, n, tag);
 }
 
-int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
-                             size_t slen, const char *label,
-                             int64_t deadline_ms) {
-  char line[512], lab[64], ns[80], nc[2 * NONCE_LEN + 1], want[80], got[80];
-  int rc = resihp__wire_recv(w, line, sizeof(line), deadline_ms);
-  if (rc)
-    return rc;
-  if (sscanf(line, "AUTH1 %63s %70s", lab, ns) != 2 || strcmp(lab, label) ||
-      strlen(ns) != 2 * NONCE_LEN)
-    return RESIHP_EAUTH;
-  if ((rc = nonce(nc)))
-    return rc;
-  mac(secret, slen, label, "cli", ns, nc, want);
-  snprintf(line, sizeof(line), "AUTH2 %s %s", nc, want);
-  if ((rc = resihp__wire_send(w->fd, line, deadline_ms)))
-    return rc;
-  if ((rc = resihp__wire_recv(w, line, sizeof(line), deadline_ms)))
-    return rc == RESIHP_ECLOSED ? RESIHP_EAUTH : rc;
-  if (sscanf(line, "AUTH3 %70s", got) != 1)
-    return RESIHP_EAUTH;
-  mac(secret, slen, label, "srv", nc, ns, want);
-  if (strlen(got) != strlen(want) ||
-      resihp__ct_memcmp(got, want, strlen(want)) != 0)
-    return RESIHP_EAUTH;
-  return 0;
+int resihp__wire_send_data(resihp__wire_t *w, const void *buf, size_t len,
+                           int64_t deadline_ms) {
+  const void *parts[1] = {buf};
+  size_t lens[1] = {len};
+  int rc = resihp__wire_write(w, buf, len, deadline_ms);
+  return rc ? rc : resihp__wire_seal(w, parts, lens, 1, deadline_ms);
+}
+
+int resihp__wire_recv_data(resihp__wire_t *w, void *buf, size_t len,
+                           int64_t deadline_ms) {
+  const void *parts[1] = {buf};
+  size_t lens[1] = {len};
+  int rc = resihp__wire_read(w, buf, len, deadline_ms);
+  return rc ? rc : resihp__wire_unseal(w, parts, lens, 1, deadline_ms);
 }
 
 static int split(const char *endpoint, char *host, size_t hcap, char *port,
@@ -298,23 +329,42 @@ int resihp__wire_get_rest(const char *msg, const char *key, char *out,
   return get_value(msg, key, "", out, cap);
 }
 
-int resihp__wire_get_long(const char *msg, const char *key, long *out) {
-  char v[32], *end;
-  int rc = resihp__wire_get(msg, key, v, sizeof(v));
-  if (rc)
-    return rc;
+/* Decimal digits with an optional '-': no spaces, no '+', no hex. */
+static int decimal(const char *s, long *out) {
+  const char *d = *s == '-' ? s + 1 : s;
+  if (*d < '0' || *d > '9')
+    return RESIHP_EPROTO;
+  char *end;
   errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno || end == v || *end)
+  long x = strtol(s, &end, 10);
+  if (errno || *end)
     return RESIHP_EPROTO;
   *out = x;
   return 0;
 }
 
-int resihp__wire_parse_ints(const char *s, int **out, int *n) {
-  int cnt = 0;
-  if (*s)
-    cnt = 1;
+int resihp__wire_get_long(const char *msg, const char *key, long *out) {
+  char v[32];
+  int rc = resihp__wire_get(msg, key, v, sizeof(v));
+  if (rc)
+    return rc == RESIHP_ERANGE ? RESIHP_EPROTO : rc;
+  return decimal(v, out);
+}
+
+int resihp__wire_get_range(const char *msg, const char *key, long lo,
+                           long hi, long *out) {
+  long x;
+  int rc = resihp__wire_get_long(msg, key, &x);
+  if (rc)
+    return rc;
+  if (x < lo || x > hi)
+    return RESIHP_EPROTO;
+  *out = x;
+  return 0;
+}
+
+int resihp__wire_parse_ints(const char *s, int max, int **out, int *n) {
+  int cnt = *s ? 1 : 0;
   for (const char *p = s; *p; p++)
     cnt += *p == ':';
   int *a = malloc(sizeof(int) * (size_t)(cnt ? cnt : 1));
@@ -322,9 +372,15 @@ int resihp__wire_parse_ints(const char *s, int **out, int *n) {
     return RESIHP_ENOMEM;
   const char *p = s;
   for (int i = 0; i < cnt; i++) {
-    char *end;
-    long v = strtol(p, &end, 10);
-    if (end == p || (*end && *end != ':') || v < 0 || v > 1000000000) {
+    char *end = (char *)p;
+    long v = -1;
+    if (*p >= '0' && *p <= '9') {
+      errno = 0;
+      v = strtol(p, &end, 10);
+      if (errno || (*end && *end != ':'))
+        v = -1;
+    }
+    if (v < 0 || v >= max) {
       free(a);
       return RESIHP_EPROTO;
     }
@@ -336,31 +392,146 @@ int resihp__wire_parse_ints(const char *s, int **out, int *n) {
   return 0;
 }
 
+int resihp__wire_token_ok(const char *s, size_t cap) {
+  size_t n = 0;
+  for (; s[n]; n++) {
+    char ch = s[n];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+          (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == ':' ||
+          ch == '-'))
+      return 0;
+  }
+  return n >= 1 && n < cap;
+}
+
+void resihp__wire_buf_init(resihp__wire_buf_t *b) {
+  memset(b, 0, sizeof(*b));
+}
+
+void resihp__wire_buf_free(resihp__wire_buf_t *b) {
+  free(b->s);
+  memset(b, 0, sizeof(*b));
+}
+
+static int buf_room(resihp__wire_buf_t *b, size_t more) {
+  if (b->err)
+    return b->err;
+  if (b->len + more > RESIHP__WIRE_LINE_MAX)
+    return b->err = RESIHP_ERANGE;
+  if (b->len + more + 1 > b->cap) {
+    size_t nc = b->cap ? b->cap : 256;
+    while (nc < b->len + more + 1)
+      nc *= 2;
+    char *s = realloc(b->s, nc);
+    if (!s)
+      return b->err = RESIHP_ENOMEM;
+    b->s = s;
+    b->cap = nc;
+  }
+  return 0;
+}
+
+void resihp__wire_buf_printf(resihp__wire_buf_t *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0 || buf_room(b, (size_t)n))
+    return;
+  va_start(ap, fmt);
+  vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+}
+
+void resihp__wire_buf_ints(resihp__wire_buf_t *b, const int *v, int n) {
+  for (int i = 0; i < n && !b->err; i++)
+    resihp__wire_buf_printf(b, "%s%d", i ? ":" : "", v[i]);
+}
+
+int resihp__wire_send_buf(resihp__wire_t *w, const resihp__wire_buf_t *b,
+                          int64_t deadline_ms) {
+  if (b->err) {
+    resihp_log(RESIHP_LOG_ERROR, "wire", "a message could not be built (%s)",
+               resihp_strerror(b->err));
+    return b->err;
+  }
+  return resihp__wire_send(w, b->s ? b->s : "", deadline_ms);
+}
+
+int resihp__wire_max_microbatches(void) {
+  /* Ids 0..M-1 written in full, each with a separator (the last one's
+   * stands for the line's own room), digit-length block by block. */
+  size_t room = RESIHP__WIRE_LINE_MAX - RESIHP__WIRE_LIST_HEADROOM -
+                TAG_TEXT + 1,
+         used = 0;
+  long lo = 0, hi = 10;
+  for (size_t per = 2;; per++, lo = hi, hi *= 10) {
+    size_t block = (size_t)(hi - lo) * per;
+    if (used + block > room)
+      return (int)(lo + (long)((room - used) / per));
+    used += block;
+  }
+}
+
 int resihp__wire_read_secret(const char *path, uint8_t **out, size_t *len) {
   if (!path || !*path) {
     resihp_log(RESIHP_LOG_ERROR, "coord",
                "no job secret: set RESIHP_SECRET_FILE (resihp-run does)");
     return RESIHP_EINVAL;
   }
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NOFOLLOW: a link planted where the secret should be is refused;
+   * O_NONBLOCK: a FIFO there cannot hang the caller. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
-    resihp_log(RESIHP_LOG_ERROR, "coord", "cannot read secret file %s: %s",
-               path, strerror(errno));
+    resihp_log(RESIHP_LOG_ERROR, "coord", "cannot read secret file %s: %s%s",
+               path, strerror(errno),
+               errno == ELOOP ? " (a symbolic link: give the file itself)"
+                              : "");
     return RESIHP_EIO;
+  }
+  struct stat st;
+  if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+    close(fd);
+    resihp_log(RESIHP_LOG_ERROR, "coord",
+               "secret file %s is not a regular file: refused", path);
+    return RESIHP_EINVAL;
+  }
+  if (st.st_uid != geteuid() || (st.st_mode & 077)) {
+    close(fd);
+    if (st.st_uid != geteuid())
+      resihp_log(RESIHP_LOG_ERROR, "coord",
+                 "secret file %s belongs to uid %ld, not to you (uid %ld): "
+                 "refused; use a secret file of your own",
+                 path, (long)st.st_uid, (long)geteuid());
+    else
+      resihp_log(RESIHP_LOG_ERROR, "coord",
+                 "secret file %s can be accessed by others (mode %03o): "
+                 "refused; run chmod 600 %s",
+                 path, (unsigned)(st.st_mode & 0777), path);
+    return RESIHP_EAUTH;
   }
   uint8_t *b = malloc(4096);
   if (!b) {
     close(fd);
     return RESIHP_ENOMEM;
   }
-  ssize_t n = read(fd, b, 4096);
+  size_t n = 0;
+  while (n < 4096) {
+    ssize_t r = read(fd, b + n, 4096 - n);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    n += (size_t)r;
+  }
   close(fd);
-  if (n <= 0) {
+  if (n == 0) {
     free(b);
     resihp_log(RESIHP_LOG_ERROR, "coord", "secret file %s is empty", path);
     return RESIHP_EIO;
   }
   *out = b;
-  *len = (size_t)n;
+  *len = n;
   return 0;
 }

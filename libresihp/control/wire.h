@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The coordinator's wire: newline-terminated text messages
+/* The control plane's wire: newline-terminated text messages
  * ("VERB key=value key=value ...") over TCP, after a mutual
  * challenge-response on the per-job secret (HMAC-SHA-256 from
  * transport/sha256.h):
@@ -8,27 +8,59 @@
  *   client -> server  "AUTH2 Nc HMAC(K, label|"cli"|Ns|Nc)"
  *   server -> client  "AUTH3 HMAC(K, label|"srv"|Nc|Ns)"   (or it closes)
  *
- * Nonces are 16 random bytes in hex; the label names the channel
- * ("coord" for the coordinator, "state" for catch-up transfers) so that a
- * proof made for one cannot be replayed on the other. The client checks
- * the server's proof before it believes anything it says.
+ * Nonces are 16 random bytes in hex; the label names the channel ("coord"
+ * for the coordinator, "state" for catch-up transfers, "local" for a
+ * replica's leader and its other ranks) so that a proof made for one cannot
+ * be replayed on another. The client checks the server's proof before it
+ * believes anything it says.
  *
- * Every call takes an absolute deadline (resihp__now_ms() based) and works
- * on non-blocking sockets. Lines are at most RESIHP__WIRE_LINE_MAX bytes.
+ * Integrity after the handshake. Every later line, both ways, ends with
+ * " mac=<32 hex>", a tag from transport/msgauth.h keyed from both nonces,
+ * with a sequence number per direction: a line that was forged, altered,
+ * replayed, reordered or dropped fails the check, and the reader refuses it
+ * (RESIHP_EAUTH: drop the connection). Raw bytes that follow a line (a
+ * state, an accumulator) are followed by a binary tag of their own
+ * (resihp__wire_seal/_unseal).
+ *
+ * Strangers cannot delay anyone. A server never waits for one client's
+ * handshake: resihp__wire_hs_t runs every pending handshake as a small
+ * state machine in its owner's poll loop, with an absolute deadline per
+ * connection and a cap on how many may be pending (the oldest is dropped
+ * to make room). Before authentication, a line longer than
+ * RESIHP__WIRE_PREAUTH_MAX bytes is refused.
+ *
+ * Lengths. RESIHP__WIRE_LINE_MAX is the one limit of every line, for the
+ * writer (resihp__wire_send refuses a longer line: RESIHP_ERANGE) and the
+ * reader (a connection sending one is refused: RESIHP_EPROTO). Microbatch
+ * lists are the long lines; resihp__wire_max_microbatches() is the largest
+ * number of microbatches per step whose every list fits, and a job with
+ * more is refused when it joins. Nothing is ever cut short silently.
+ *
+ * Every blocking call takes an absolute deadline (resihp__now_ms() based)
+ * and works on non-blocking sockets.
  */
 #ifndef RESIHP_CONTROL_WIRE_H
 #define RESIHP_CONTROL_WIRE_H
 
+#include "../transport/msgauth.h"
+
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define RESIHP__WIRE_LINE_MAX 65536
+#define RESIHP__WIRE_LINE_MAX (1 << 20) /* bytes, without the '\n' */
+#define RESIHP__WIRE_PREAUTH_MAX 256
+/* Room kept in a line for everything but a microbatch list. */
+#define RESIHP__WIRE_LIST_HEADROOM 1024
 
-/* A buffered reader for one connection; owned by whoever owns the fd. */
+/* A buffered connection; owned by whoever owns the fd. */
 typedef struct {
   int fd;
   char *buf;
   size_t len, cap;
+  size_t max;  /* longest line accepted now */
+  int sealed;  /* lines carry a tag (set by the handshake) */
+  resihp__msgauth_t auth;
 } resihp__wire_t;
 
 void resihp__wire_init(resihp__wire_t *w, int fd);
@@ -37,21 +69,70 @@ void resihp__wire_free(resihp__wire_t *w); /* closes the fd too */
 /* Read available bytes without blocking. Returns 0, or RESIHP_ECLOSED /
  * RESIHP_EIO when the peer went away, RESIHP_EPROTO for an overlong line. */
 int resihp__wire_fill(resihp__wire_t *w);
-/* Take the next complete line (without '\n') into out (cap bytes).
- * Returns 1 if one was taken, 0 if none is complete yet. */
+/* Take the next complete line (without '\n' and without its tag) into out
+ * (cap bytes). Returns 1 if one was taken, 0 if none is complete yet,
+ * RESIHP_EAUTH for a line whose tag is wrong or missing, RESIHP_ERANGE for
+ * a line that does not fit in cap (it is consumed: never truncated). */
 int resihp__wire_take(resihp__wire_t *w, char *out, size_t cap);
 /* Wait for the next line until deadline. 0, or RESIHP_ETIMEDOUT/ECLOSED/... */
 int resihp__wire_recv(resihp__wire_t *w, char *out, size_t cap,
                       int64_t deadline_ms);
-/* Send one line (a '\n' is appended) before the deadline. */
-int resihp__wire_send(int fd, const char *line, int64_t deadline_ms);
+/* Send one line (its tag and a '\n' are appended) before the deadline.
+ * RESIHP_ERANGE (nothing sent) for a line over RESIHP__WIRE_LINE_MAX. */
+int resihp__wire_send(resihp__wire_t *w, const char *line,
+                      int64_t deadline_ms);
 
-int resihp__wire_auth_server(resihp__wire_t *w, const uint8_t *secret,
-                             size_t secret_len, const char *label,
-                             int64_t deadline_ms);
+/* Raw bytes after a line: write/read exactly len bytes (read takes what
+ * is buffered first). Then seal/unseal: the tag of the bytes given as n
+ * parts, sent as RESIHP__MAC_LEN raw bytes; unseal reads and checks it
+ * (RESIHP_EAUTH). Both are no-ops on an unsealed wire. */
+int resihp__wire_write(resihp__wire_t *w, const void *buf, size_t len,
+                       int64_t deadline_ms);
+int resihp__wire_read(resihp__wire_t *w, void *buf, size_t len,
+                      int64_t deadline_ms);
+int resihp__wire_seal(resihp__wire_t *w, const void *const *parts,
+                      const size_t *lens, int n, int64_t deadline_ms);
+int resihp__wire_unseal(resihp__wire_t *w, const void *const *parts,
+                        const size_t *lens, int n, int64_t deadline_ms);
+/* write + seal, and read + unseal, of one buffer. */
+int resihp__wire_send_data(resihp__wire_t *w, const void *buf, size_t len,
+                           int64_t deadline_ms);
+int resihp__wire_recv_data(resihp__wire_t *w, void *buf, size_t len,
+                           int64_t deadline_ms);
+
+/* Client side of the handshake (blocking until the deadline). */
 int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
                              size_t secret_len, const char *label,
                              int64_t deadline_ms);
+
+/* Server side of the handshake for every connection of a listening
+ * socket, without ever blocking. The owner adds resihp__wire_hs_fds to its
+ * poll set, calls resihp__wire_hs_accept when the listening socket is
+ * readable, and then resihp__wire_hs_next until it returns 0. */
+typedef struct resihp__wire_hs resihp__wire_hs_t;
+/* max_pending: cap on handshakes in progress; timeout_ms: each one's
+ * deadline from its accept. The secret is copied. */
+int resihp__wire_hs_create(const uint8_t *secret, size_t secret_len,
+                           const char *label, int max_pending, int timeout_ms,
+                           resihp__wire_hs_t **out);
+void resihp__wire_hs_destroy(resihp__wire_hs_t *h);
+/* Accept what waits on lfd (at most max_pending per call) and greet each. */
+void resihp__wire_hs_accept(resihp__wire_hs_t *h, int lfd);
+/* Start the handshake on a connected socket (taken over, even on error). */
+int resihp__wire_hs_add(resihp__wire_hs_t *h, int fd);
+/* The pending connections' pollfds (POLLIN), at most cap; returns n. */
+int resihp__wire_hs_fds(const resihp__wire_hs_t *h, struct pollfd *p, int cap);
+int resihp__wire_hs_pending(const resihp__wire_hs_t *h);
+/* Milliseconds until the nearest pending deadline (0 if one passed), or
+ * max_ms if none is nearer. */
+int resihp__wire_hs_wait_ms(const resihp__wire_hs_t *h, int max_ms);
+/* Move every pending handshake on: read what arrived, drop the expired
+ * and the failed. If one completed, it is moved into *out (fd, buffered
+ * lines and session keys now the caller's) and 1 is returned; else 0. */
+int resihp__wire_hs_next(resihp__wire_hs_t *h, resihp__wire_t *out);
+/* Connections dropped so far: failed proof, and expired or evicted. */
+void resihp__wire_hs_stats(const resihp__wire_hs_t *h, long *refused,
+                           long *expired);
 
 /* Non-blocking TCP connect to "host:port" (completes before deadline). */
 int resihp__wire_dial(const char *endpoint, int64_t deadline_ms);
@@ -60,18 +141,47 @@ int resihp__wire_dial(const char *endpoint, int64_t deadline_ms);
 int resihp__wire_listen(const char *host, int port, int *port_out);
 
 /* Value of key in a message ("VERB k=v k2=v2"), copied into out; returns 0
- * or RESIHP_ENOENT. */
+ * or RESIHP_ENOENT, RESIHP_ERANGE if it does not fit in cap. */
 int resihp__wire_get(const char *msg, const char *key, char *out, size_t cap);
+/* A decimal value in [lo, hi]: 0, RESIHP_ENOENT, or RESIHP_EPROTO. */
 int resihp__wire_get_long(const char *msg, const char *key, long *out);
+int resihp__wire_get_range(const char *msg, const char *key, long lo,
+                           long hi, long *out);
 /* Value of key taken to the end of the line: for a last key whose value is
  * free text with spaces (a probe summary). 0 or RESIHP_ENOENT/ERANGE. */
 int resihp__wire_get_rest(const char *msg, const char *key, char *out,
                           size_t cap);
-/* Parse a ':'-separated list of ints ("3:5:9", "" is empty) into a
- * malloc'ed array. */
-int resihp__wire_parse_ints(const char *s, int **out, int *n);
+/* Parse a ':'-separated list of ints, each in [0, max) ("3:5:9", "" is
+ * empty), into a malloc'ed array. RESIHP_EPROTO for anything else. */
+int resihp__wire_parse_ints(const char *s, int max, int **out, int *n);
+/* 1 if s is a plausible token for a name or an endpoint: 1..cap-1 bytes of
+ * [A-Za-z0-9._:-] (so it cannot break a list such as "r@host:port,..."). */
+int resihp__wire_token_ok(const char *s, size_t cap);
 
-/* Read the whole secret file (at most 4096 bytes) into a malloc'ed buffer. */
+/* A line built piece by piece, grown as needed up to
+ * RESIHP__WIRE_LINE_MAX; an error (no memory, too long) sticks in err and
+ * makes resihp__wire_send_buf refuse it. */
+typedef struct {
+  char *s;
+  size_t len, cap;
+  int err;
+} resihp__wire_buf_t;
+void resihp__wire_buf_init(resihp__wire_buf_t *b);
+void resihp__wire_buf_free(resihp__wire_buf_t *b);
+void resihp__wire_buf_printf(resihp__wire_buf_t *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Append "a:b:c". */
+void resihp__wire_buf_ints(resihp__wire_buf_t *b, const int *v, int n);
+int resihp__wire_send_buf(resihp__wire_t *w, const resihp__wire_buf_t *b,
+                          int64_t deadline_ms);
+
+/* The most microbatches per step a job may have: every list of distinct
+ * ids below it fits in a line, with RESIHP__WIRE_LIST_HEADROOM to spare. */
+int resihp__wire_max_microbatches(void);
+
+/* Read the secret file (at most 4096 bytes) into a malloc'ed buffer. The
+ * file must be a regular file owned by this user and closed to everyone
+ * else (chmod 600); a symlink is not followed. */
 int resihp__wire_read_secret(const char *path, uint8_t **out, size_t *len);
 
 #endif

@@ -60,9 +60,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MSG_MAX RESIHP__WIRE_LINE_MAX
+#define MSG_MAX (RESIHP__WIRE_LINE_MAX + 1)
 #define SAMPLES 4096
 #define MAXM RESIHP_COMM_MAX_RANKS
+/* Handshakes in progress on a listening socket, and each one's deadline
+ * (see wire.h: strangers are never waited for). */
+#define HS_PENDING 32
+#define HS_TIMEOUT_MS 3000
 
 struct resihp_job {
   resihp_job_opts_t o;
@@ -81,6 +85,7 @@ struct resihp_job {
   int hb_started, hb_stop;
 
   int lfd, slfd; /* all-reduce and catch-up listening sockets */
+  resihp__wire_hs_t *shs, *lhs; /* handshakes on slfd and llfd */
   char ep[96], sep[96];
 
   resihp_comm_t *comm;
@@ -135,7 +140,7 @@ void resihp_job_opts_init(resihp_job_opts_t *o) {
 
 static int send_line(resihp_job_t *j, const char *line) {
   pthread_mutex_lock(&j->send_mu);
-  int rc = resihp__wire_send(j->cw.fd, line, resihp__now_ms() + j->timeout_ms);
+  int rc = resihp__wire_send(&j->cw, line, resihp__now_ms() + j->timeout_ms);
   pthread_mutex_unlock(&j->send_mu);
   if (rc)
     resihp_log(RESIHP_LOG_ERROR, "job", "replica %d: lost the coordinator (%s)",
@@ -185,12 +190,12 @@ static void *hb_main(void *arg) {
     pthread_mutex_lock(&j->send_mu);
     int64_t dl = resihp__now_ms() + 1000;
     if (j->cw.fd >= 0)
-      resihp__wire_send(j->cw.fd, "HB", dl);
+      resihp__wire_send(&j->cw, "HB", dl);
     if (j->up.fd >= 0)
-      resihp__wire_send(j->up.fd, "HB", dl);
+      resihp__wire_send(&j->up, "HB", dl);
     for (int k = 0; j->down && k < j->lsize - 1; k++)
       if (j->down[k].fd >= 0)
-        resihp__wire_send(j->down[k].fd, "HB", dl);
+        resihp__wire_send(&j->down[k], "HB", dl);
     pthread_mutex_unlock(&j->send_mu);
     pthread_mutex_lock(&j->hb_mu);
   }
@@ -237,6 +242,8 @@ void resihp_job_destroy(resihp_job_t *j) {
     close(j->lfd);
   if (j->slfd >= 0)
     close(j->slfd);
+  resihp__wire_hs_destroy(j->shs);
+  resihp__wire_hs_destroy(j->lhs);
   if (j->secret) {
     memset(j->secret, 0, j->secret_len);
     free(j->secret);
@@ -251,7 +258,8 @@ void resihp_job_destroy(resihp_job_t *j) {
   free(j);
 }
 
-static int parse_list(const char *msg, const char *key, int **out, int *n);
+static int parse_list(resihp_job_t *j, const char *msg, const char *key,
+                      int **out, int *n);
 static void maybe_fire(resihp_job_t *j, long step);
 
 /* The step is on: fire any fault injected for it, then tell the caller its
@@ -283,7 +291,7 @@ static int local_recv(resihp_job_t *j, resihp__wire_t *w, char *out, size_t cap,
       continue;
     if (!strncmp(out, "FAULT ", 6) && j->cw.fd >= 0) {
       pthread_mutex_lock(&j->send_mu);
-      resihp__wire_send(j->cw.fd, out, resihp__now_ms() + 2000);
+      resihp__wire_send(&j->cw, out, resihp__now_ms() + 2000);
       pthread_mutex_unlock(&j->send_mu);
       continue;
     }
@@ -291,34 +299,24 @@ static int local_recv(resihp_job_t *j, resihp__wire_t *w, char *out, size_t cap,
   }
 }
 
-/* Exactly len raw bytes that follow a line on a local link. */
-static int local_read_raw(resihp__wire_t *w, void *buf, size_t len,
-                          int64_t deadline) {
-  size_t have = w->len < len ? w->len : len;
-  memcpy(buf, w->buf, have);
-  memmove(w->buf, w->buf + have, w->len - have);
-  w->len -= have;
-  if (have == len)
-    return 0;
-  return resihp__io_full(w->fd, (char *)buf + have, len - have, 0, deadline);
-}
-
-/* A line and optional raw bytes, atomically with respect to heartbeats. */
-static int local_send(resihp_job_t *j, int fd, const char *line,
+/* A line and optional raw bytes (with their tag), atomically with respect
+ * to heartbeats. */
+static int local_send(resihp_job_t *j, resihp__wire_t *w, const char *line,
                       const void *raw, size_t len) {
   pthread_mutex_lock(&j->send_mu);
   int64_t dl = resihp__now_ms() + j->timeout_ms;
-  int rc = resihp__wire_send(fd, line, dl);
+  int rc = resihp__wire_send(w, line, dl);
   if (!rc && len)
-    rc = resihp__io_full(fd, (void *)raw, len, 1, dl);
+    rc = resihp__wire_send_data(w, raw, len, dl);
   pthread_mutex_unlock(&j->send_mu);
   return rc;
 }
 
+
 static int send_down(resihp_job_t *j, const char *line, const void *raw,
                      size_t len) {
   for (int k = 0; k < j->lsize - 1; k++) {
-    int rc = local_send(j, j->down[k].fd, line, raw, len);
+    int rc = local_send(j, &j->down[k], line, raw, len);
     if (rc) {
       resihp_log(RESIHP_LOG_ERROR, "job",
                  "replica %d: lost rank %d of this replica (%s)", j->replica,
@@ -365,9 +363,35 @@ static int join_leader(resihp_job_t *j, const char *jid, const char *sid) {
   rc = resihp__wire_auth_client(&j->up, j->secret, j->secret_len, "local", dl);
   if (!rc) {
     snprintf(line, sizeof(line), "SUB lrank=%d", j->lrank);
-    rc = resihp__wire_send(fd, line, dl);
+    rc = resihp__wire_send(&j->up, line, dl);
   }
   return rc;
+}
+
+/* The next connection on lfd that completes the handshake, before the
+ * deadline. Strangers never hold this up: their handshakes are records in
+ * hs that move on only when they say something (wire.h). give_up (may be
+ * NULL) is asked between polls whether waiting is still worth it. */
+static int accept_authed(resihp_job_t *j, resihp__wire_hs_t *hs, int lfd,
+                         int64_t deadline, int (*give_up)(resihp_job_t *),
+                         resihp__wire_t *out) {
+  struct pollfd p[1 + HS_PENDING];
+  for (;;) {
+    if (resihp__wire_hs_next(hs, out) == 1)
+      return 0;
+    if (give_up && give_up(j))
+      return RESIHP_EPEER;
+    int64_t left = deadline - resihp__now_ms();
+    if (left <= 0)
+      return RESIHP_ETIMEDOUT;
+    p[0].fd = lfd;
+    p[0].events = POLLIN;
+    p[0].revents = 0;
+    int n = 1 + resihp__wire_hs_fds(hs, p + 1, HS_PENDING);
+    poll(p, (nfds_t)n, resihp__wire_hs_wait_ms(hs, left < 50 ? (int)left : 50));
+    if (p[0].revents)
+      resihp__wire_hs_accept(hs, lfd);
+  }
 }
 
 /* Leader: accept the other ranks of the replica. */
@@ -377,29 +401,25 @@ static int accept_ranks(resihp_job_t *j) {
     return RESIHP_ENOMEM;
   for (int k = 0; k < j->lsize - 1; k++)
     resihp__wire_init(&j->down[k], -1);
+  int rc = resihp__wire_hs_create(j->secret, j->secret_len, "local",
+                                  HS_PENDING, HS_TIMEOUT_MS, &j->lhs);
+  if (rc)
+    return rc;
   int64_t dl = resihp__now_ms() + 60000;
   int got = 0;
   while (got < j->lsize - 1) {
-    if (resihp__now_ms() > dl) {
+    resihp__wire_t w;
+    if ((rc = accept_authed(j, j->lhs, j->llfd, dl, NULL, &w))) {
       resihp_log(RESIHP_LOG_ERROR, "job",
                  "replica %d: only %d of the step's %d other ranks came",
                  j->replica, got, j->lsize - 1);
-      return RESIHP_ETIMEDOUT;
+      return rc;
     }
-    struct pollfd p = {.fd = j->llfd, .events = POLLIN};
-    poll(&p, 1, 200);
-    int fd = accept4(j->llfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0)
-      continue;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    resihp__wire_t w;
-    resihp__wire_init(&w, fd);
     char line[128];
     long lr = -1;
-    if (resihp__wire_auth_server(&w, j->secret, j->secret_len, "local", dl) ||
-        resihp__wire_recv(&w, line, sizeof(line), dl) ||
-        resihp__wire_get_long(line, "lrank", &lr) || lr < 1 || lr >= j->lsize ||
+    /* it holds the secret: it may take its time, up to the deadline */
+    if (resihp__wire_recv(&w, line, sizeof(line), dl) ||
+        resihp__wire_get_range(line, "lrank", 1, j->lsize - 1, &lr) ||
         j->down[lr - 1].fd >= 0) {
       resihp__wire_free(&w);
       continue;
@@ -422,11 +442,16 @@ static int share(const int *list, int n, int lrank, int lsize, int **out) {
   return k;
 }
 
-static void format_list(char *buf, size_t cap, const char *prefix, const int *v,
-                        int n) {
-  size_t off = (size_t)snprintf(buf, cap, "%s", prefix);
-  for (int i = 0; i < n && off + 12 < cap; i++)
-    off += (size_t)snprintf(buf + off, cap - off, "%s%d", i ? ":" : "", v[i]);
+/* The leader's line to its ranks, then the raw bytes, if any. */
+static int send_down_buf(resihp_job_t *j, const resihp__wire_buf_t *b,
+                         const void *raw, size_t len) {
+  if (b->err) {
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "replica %d: cannot build a message for its ranks (%s)",
+               j->replica, resihp_strerror(b->err));
+    return b->err;
+  }
+  return send_down(j, b->s, raw, len);
 }
 
 /* Non-leader side of begin_step. */
@@ -448,18 +473,20 @@ static int sub_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
       resihp__wire_get_long(j->msg, "state", &bytes))
     return RESIHP_EPROTO;
   int *all = NULL, nall = 0;
-  if ((rc = parse_list(j->msg, "mbs", &all, &nall)))
+  if ((rc = parse_list(j, j->msg, "mbs", &all, &nall)))
     return rc;
   if (bytes) {
     if ((size_t)bytes != j->state_len) {
       free(all);
       return RESIHP_EPROTO;
     }
-    rc = local_read_raw(&j->up, j->state, j->state_len,
-                        resihp__now_ms() + j->timeout_ms);
+    /* A bad tag fails this rank, and so the replica: what was read in
+     * is never trained on. */
+    rc = resihp__wire_recv_data(&j->up, j->state, j->state_len,
+                                resihp__now_ms() + j->timeout_ms);
     if (rc) {
       free(all);
-      return RESIHP_EPEER;
+      return rc == RESIHP_EAUTH ? rc : RESIHP_EPEER;
     }
   }
   j->nmbs = share(all, nall, j->lrank, j->lsize, &j->mbs);
@@ -476,7 +503,7 @@ static int sub_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
 static int sub_allreduce(resihp_job_t *j, int64_t *acc, size_t n) {
   char line[64];
   snprintf(line, sizeof(line), "ACC n=%zu", n);
-  int rc = local_send(j, j->up.fd, line, acc, n * sizeof(int64_t));
+  int rc = local_send(j, &j->up, line, acc, n * sizeof(int64_t));
   if (rc)
     return RESIHP_EPEER;
   /* the leader may spend a while in the all-reduce across replicas */
@@ -484,13 +511,13 @@ static int sub_allreduce(resihp_job_t *j, int64_t *acc, size_t n) {
   if (rc)
     return rc;
   if (!strncmp(j->msg, "RESULT", 6))
-    return local_read_raw(&j->up, acc, n * sizeof(int64_t),
-                          resihp__now_ms() + j->timeout_ms)
+    return resihp__wire_recv_data(&j->up, acc, n * sizeof(int64_t),
+                                  resihp__now_ms() + j->timeout_ms)
                ? RESIHP_EPEER
                : 0;
   if (!strncmp(j->msg, "EXTRA ", 6)) {
     int *all = NULL, nall = 0;
-    if ((rc = parse_list(j->msg, "list", &all, &nall)))
+    if ((rc = parse_list(j, j->msg, "list", &all, &nall)))
       return rc;
     j->nextra = share(all, nall, j->lrank, j->lsize, &j->extra);
     free(all);
@@ -529,8 +556,8 @@ static int gather(resihp_job_t *j, const int64_t *acc, size_t n) {
                 resihp__wire_get_long(line, "n", &got) || (size_t)got != n))
       rc = RESIHP_EPROTO;
     if (!rc)
-      rc = local_read_raw(&j->down[k], tmp, n * sizeof(int64_t),
-                          resihp__now_ms() + j->timeout_ms);
+      rc = resihp__wire_recv_data(&j->down[k], tmp, n * sizeof(int64_t),
+                                  resihp__now_ms() + j->timeout_ms);
     for (size_t i = 0; !rc && i < n; i++)
       j->work[i] += tmp[i];
     if (rc)
@@ -548,6 +575,16 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
     resihp_log(RESIHP_LOG_ERROR, "job",
                "resihp_job_join: microbatches and steps must be >= 1");
     return RESIHP_EINVAL;
+  }
+  if (o->microbatches > resihp__wire_max_microbatches()) {
+    /* Every list of microbatch ids must fit in one control message; a
+     * list cut short would lose samples without a word. */
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "resihp_job_join: %d microbatches per step is more than the "
+               "control messages can carry (at most %d): use fewer, larger "
+               "microbatches",
+               o->microbatches, resihp__wire_max_microbatches());
+    return RESIHP_ERANGE;
   }
   const resihp_settings_t *s = resihp_settings_global();
   resihp_job_t *j = calloc(1, sizeof(*j));
@@ -712,7 +749,8 @@ int resihp_job_replica(const resihp_job_t *j) {
   return j ? j->replica : -1;
 }
 
-static int parse_list(const char *msg, const char *key, int **out, int *n) {
+static int parse_list(resihp_job_t *j, const char *msg, const char *key,
+                      int **out, int *n) {
   char *v = malloc(MSG_MAX);
   if (!v)
     return RESIHP_ENOMEM;
@@ -724,7 +762,7 @@ static int parse_list(const char *msg, const char *key, int **out, int *n) {
   if (!rc) {
     free(*out);
     *out = NULL;
-    rc = resihp__wire_parse_ints(v, out, n);
+    rc = resihp__wire_parse_ints(v, j->o.microbatches, out, n);
   }
   free(v);
   return rc;
@@ -739,7 +777,7 @@ static void fire(resihp_job_t *j, resihp__inj_kind_t kind, long step) {
              "replica %d: injected fault %s at step %ld (node %s)", j->replica,
              resihp__inject_kind_name(kind), step, j->node);
   if (j->lrank > 0)
-    local_send(j, j->up.fd, line, NULL, 0);
+    local_send(j, &j->up, line, NULL, 0);
   else
     send_line(j, line);
   switch (kind) {
@@ -819,19 +857,24 @@ static void *serve_main(void *arg) {
     if (!rc) {
       snprintf(line, sizeof(line), "STATE step=%ld bytes=%zu sha256=%s",
                j->serve_step, j->state_len, dg);
-      rc = resihp__wire_send(fd, line, deadline);
+      rc = resihp__wire_send(&w, line, deadline);
     }
     size_t half = j->state_len / 2;
     if (!rc)
-      rc = resihp__io_full(fd, j->snap, half, 1, deadline);
+      rc = resihp__wire_write(&w, j->snap, half, deadline);
     int f = catchup_fault(j);
     if (!rc && f >= 0) {
       j->inj_fired[f] = 1;
       fire(j, j->inj[f].kind, RESIHP__INJECT_CATCHUP);
     }
     if (!rc)
-      rc =
-          resihp__io_full(fd, j->snap + half, j->state_len - half, 1, deadline);
+      rc = resihp__wire_write(&w, j->snap + half, j->state_len - half,
+                              deadline);
+    /* the tag of the whole transfer: a tampered state is refused */
+    const void *parts[1] = {j->snap};
+    size_t lens[1] = {j->state_len};
+    if (!rc)
+      rc = resihp__wire_seal(&w, parts, lens, 1, deadline);
     if (rc)
       resihp_log(RESIHP_LOG_WARN, "job",
                  "replica %d: catch-up of replica %.*s failed (%s)", j->replica,
@@ -845,76 +888,64 @@ static void *serve_main(void *arg) {
   return NULL;
 }
 
+/* A member died before the state came (maybe the source): give up now
+ * rather than hold the survivors' all-reduce up. */
+static int source_may_be_gone(resihp_job_t *j) {
+  return resihp_comm_failed(j->comm, NULL, 0) > 0;
+}
+
 /* Receive the state of a healthy member into j->state. */
 static int receive_state(resihp_job_t *j) {
   int64_t deadline = resihp__now_ms() + 30000;
-  int fd = -1, rc = RESIHP_ETIMEDOUT;
-  while (resihp__now_ms() < deadline) {
-    struct pollfd p = {.fd = j->slfd, .events = POLLIN};
-    poll(&p, 1, 50);
-    fd = accept4(j->slfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      /* a member died before its state came (maybe the source): give up
-       * now rather than hold the survivors' all-reduce up */
-      if (resihp_comm_failed(j->comm, NULL, 0) > 0)
-        return RESIHP_EPEER;
-      continue;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    resihp__wire_t w;
-    resihp__wire_init(&w, fd);
-    rc = resihp__wire_auth_server(&w, j->secret, j->secret_len, "state",
-                                  deadline);
-    if (rc) {
-      resihp_log(RESIHP_LOG_WARN, "job",
-                 "replica %d: refused a catch-up connection (%s)", j->replica,
-                 resihp_strerror(rc));
-      resihp__wire_free(&w);
-      continue;
-    }
-    char line[256], dg[80], got[65];
-    long bytes = -1, step = -1;
-    rc = resihp__wire_recv(&w, line, sizeof(line), deadline);
-    if (!rc && (resihp__wire_get_long(line, "bytes", &bytes) ||
-                resihp__wire_get_long(line, "step", &step) ||
-                resihp__wire_get(line, "sha256", dg, sizeof(dg)) ||
-                (size_t)bytes != j->state_len))
-      rc = RESIHP_EPROTO;
-    uint8_t *buf = rc ? NULL : malloc(j->state_len ? j->state_len : 1);
-    if (!rc && !buf)
-      rc = RESIHP_ENOMEM;
-    if (!rc) {
-      size_t have = w.len < j->state_len ? w.len : j->state_len;
-      memcpy(buf, w.buf, have);
-      size_t half = j->state_len / 2;
-      if (have < half)
-        rc = resihp__io_full(fd, buf + have, half - have, 0, deadline);
-      int f = catchup_fault(j);
-      if (!rc && f >= 0) {
-        j->inj_fired[f] = 1;
-        fire(j, j->inj[f].kind, RESIHP__INJECT_CATCHUP);
-      }
-      size_t at = have > half ? have : half;
-      if (!rc)
-        rc = resihp__io_full(fd, buf + at, j->state_len - at, 0, deadline);
-    }
-    if (!rc) {
-      digest_hex(buf, j->state_len, got);
-      if (strcmp(got, dg))
-        rc = RESIHP_EPROTO;
-    }
-    if (!rc) {
-      memcpy(j->state, buf, j->state_len);
-      resihp_log(RESIHP_LOG_INFO, "job",
-                 "replica %d: caught up with the state of step %ld (%zu "
-                 "bytes, digest checked)",
-                 j->replica, step, j->state_len);
-    }
-    free(buf);
-    resihp__wire_free(&w);
+  int rc = j->shs ? 0
+                  : resihp__wire_hs_create(j->secret, j->secret_len, "state",
+                                           HS_PENDING, HS_TIMEOUT_MS, &j->shs);
+  resihp__wire_t w;
+  if (rc || (rc = accept_authed(j, j->shs, j->slfd, deadline,
+                                source_may_be_gone, &w)))
     return rc;
+  char line[256], dg[80], got[65];
+  long bytes = -1, step = -1;
+  rc = resihp__wire_recv(&w, line, sizeof(line), deadline);
+  if (!rc && (resihp__wire_get_long(line, "bytes", &bytes) ||
+              resihp__wire_get_long(line, "step", &step) ||
+              resihp__wire_get(line, "sha256", dg, sizeof(dg)) ||
+              (size_t)bytes != j->state_len))
+    rc = RESIHP_EPROTO;
+  uint8_t *buf = rc ? NULL : malloc(j->state_len ? j->state_len : 1);
+  if (!rc && !buf)
+    rc = RESIHP_ENOMEM;
+  size_t half = j->state_len / 2;
+  if (!rc)
+    rc = resihp__wire_read(&w, buf, half, deadline);
+  int f = catchup_fault(j);
+  if (!rc && f >= 0) {
+    j->inj_fired[f] = 1;
+    fire(j, j->inj[f].kind, RESIHP__INJECT_CATCHUP);
   }
+  if (!rc)
+    rc = resihp__wire_read(&w, buf + half, j->state_len - half, deadline);
+  const void *parts[1] = {buf};
+  size_t lens[1] = {j->state_len};
+  if (!rc && (rc = resihp__wire_unseal(&w, parts, lens, 1, deadline)))
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "replica %d: the state received failed its integrity check "
+               "(%s): refused",
+               j->replica, resihp_strerror(rc));
+  if (!rc) {
+    digest_hex(buf, j->state_len, got);
+    if (strcmp(got, dg))
+      rc = RESIHP_EPROTO;
+  }
+  if (!rc) {
+    memcpy(j->state, buf, j->state_len);
+    resihp_log(RESIHP_LOG_INFO, "job",
+               "replica %d: caught up with the state of step %ld (%zu "
+               "bytes, digest checked)",
+               j->replica, step, j->state_len);
+  }
+  free(buf);
+  resihp__wire_free(&w);
   return rc;
 }
 
@@ -980,7 +1011,7 @@ static int check_probes(resihp_job_t *j) {
                "leaving so that the replica is relaunched on a healthy node",
                j->replica, j->node, b.summary[0] ? b.summary : b.failed);
     if (j->lrank > 0)
-      local_send(j, j->up.fd, line, NULL, 0);
+      local_send(j, &j->up, line, NULL, 0);
     else
       send_line(j, line);
     j->watch_probes = 0;
@@ -1054,7 +1085,7 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
     long s = -1, cu = 0;
     resihp__wire_get_long(j->msg, "step", &s);
     resihp__wire_get_long(j->msg, "catchup", &cu);
-    if ((rc = parse_list(j->msg, "mbs", &j->mbs, &j->nmbs)))
+    if ((rc = parse_list(j, j->msg, "mbs", &j->mbs, &j->nmbs)))
       return rc;
     j->nextra = 0;
     j->step = s;
@@ -1099,17 +1130,16 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
     free(serve);
     if (j->lsize > 1) {
       /* the replica's whole list to its other ranks; each takes a share */
-      char *b = malloc(MSG_MAX);
-      if (!b)
-        return RESIHP_ENOMEM;
-      char pre[160];
-      snprintf(pre, sizeof(pre),
-               "STEP step=%ld cu=%ld epoch=%u nrep=%d "
-               "state=%zu mbs=",
-               s, cu, j->epoch, j->nmembers, cu ? j->state_len : (size_t)0);
-      format_list(b, MSG_MAX, pre, j->mbs, j->nmbs);
-      rc = send_down(j, b, j->state, cu ? j->state_len : 0);
-      free(b);
+      resihp__wire_buf_t b;
+      resihp__wire_buf_init(&b);
+      resihp__wire_buf_printf(&b,
+                              "STEP step=%ld cu=%ld epoch=%u nrep=%d "
+                              "state=%zu mbs=",
+                              s, cu, j->epoch, j->nmembers,
+                              cu ? j->state_len : (size_t)0);
+      resihp__wire_buf_ints(&b, j->mbs, j->nmbs);
+      rc = send_down_buf(j, &b, j->state, cu ? j->state_len : 0);
+      resihp__wire_buf_free(&b);
       if (rc)
         return rc;
       int *all = j->mbs;
@@ -1158,39 +1188,35 @@ int resihp_job_allreduce(resihp_job_t *j, int64_t *acc, size_t n) {
                    j->replica);
       return rc;
     }
-    char *line = malloc(MSG_MAX);
-    if (!line)
-      return RESIHP_ENOMEM;
-    size_t off = (size_t)snprintf(line, MSG_MAX,
-                                  "RECOVER step=%ld cepoch=%u view=", j->step,
-                                  resihp_comm_epoch(j->comm));
+    resihp__wire_buf_t b;
+    resihp__wire_buf_init(&b);
+    resihp__wire_buf_printf(&b, "RECOVER step=%ld cepoch=%u view=", j->step,
+                            resihp_comm_epoch(j->comm));
     int size = resihp_comm_size(j->comm);
-    for (int i = 0; i < size && off < MSG_MAX - 16; i++)
-      off += (size_t)snprintf(line + off, MSG_MAX - off, "%s%d", i ? ":" : "",
+    for (int i = 0; i < size; i++)
+      resihp__wire_buf_printf(&b, "%s%d", i ? ":" : "",
                               j->members[resihp_comm_member(j->comm, i)]);
     resihp_log(RESIHP_LOG_WARN, "job",
                "replica %d: step %ld: %d peer(s) failed; %d replicas go on",
                j->replica, j->step, nf, size);
-    rc = send_line(j, line);
-    free(line);
+    rc = b.err ? b.err : send_line(j, b.s);
+    resihp__wire_buf_free(&b);
     if (rc)
       return rc;
     do {
       if ((rc = recv_msg(j)))
         return rc;
     } while (strncmp(j->msg, "REASSIGN ", 9));
-    if ((rc = parse_list(j->msg, "extra", &j->extra, &j->nextra)))
+    if ((rc = parse_list(j, j->msg, "extra", &j->extra, &j->nextra)))
       return rc;
     if (j->nextra == 0)
       continue;
     if (j->lsize > 1) {
-      char *b = malloc(MSG_MAX), pre[64];
-      if (!b)
-        return RESIHP_ENOMEM;
-      snprintf(pre, sizeof(pre), "EXTRA nrep=%d list=", size);
-      format_list(b, MSG_MAX, pre, j->extra, j->nextra);
-      rc = send_down(j, b, NULL, 0);
-      free(b);
+      resihp__wire_buf_init(&b);
+      resihp__wire_buf_printf(&b, "EXTRA nrep=%d list=", size);
+      resihp__wire_buf_ints(&b, j->extra, j->nextra);
+      rc = send_down_buf(j, &b, NULL, 0);
+      resihp__wire_buf_free(&b);
       if (rc)
         return rc;
       int *all = j->extra;

@@ -5,6 +5,7 @@
 libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/wire.h \
 	libresihp/control/wire.c \
+	libresihp/control/handshake.c \
 	libresihp/control/coordinator.h \
 	libresihp/control/coordinator.c \
 	libresihp/control/spare_agent.h \

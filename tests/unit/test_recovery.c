@@ -14,12 +14,19 @@
 
 #include <resihp.h>
 
+#include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,6 +60,32 @@ START_TEST(inject_specs) {
 }
 END_TEST
 
+/* Server side of a handshake on fd through the non-blocking machine. */
+static int serve_handshake(const uint8_t *key, size_t klen, int fd,
+                           resihp__wire_t *out) {
+  resihp__wire_hs_t *h;
+  ck_assert_int_eq(resihp__wire_hs_create(key, klen, "coord", 4, 3000, &h), 0);
+  ck_assert_int_eq(resihp__wire_hs_add(h, fd), 0);
+  int rc = RESIHP_EAUTH;
+  while (resihp__wire_hs_pending(h)) {
+    struct pollfd p[4];
+    int n = resihp__wire_hs_fds(h, p, 4);
+    poll(p, (nfds_t)n, resihp__wire_hs_wait_ms(h, 1000));
+    if (resihp__wire_hs_next(h, out) == 1) {
+      rc = 0;
+      break;
+    }
+  }
+  long refused = 0;
+  resihp__wire_hs_stats(h, &refused, NULL);
+  if (rc)
+    ck_assert_int_eq(refused, 1);
+  resihp__wire_hs_destroy(h);
+  return rc;
+}
+
+/* Mutual authentication, then every line tagged: a line altered or
+ * injected after the handshake is refused. */
 START_TEST(wire_auth) {
   const uint8_t k1[] = "secret-one", k2[] = "secret-two";
   for (int wrong = 0; wrong < 2; wrong++) {
@@ -65,23 +98,35 @@ START_TEST(wire_auth) {
       resihp__wire_init(&w, sv[1]);
       int rc = resihp__wire_auth_client(&w, wrong ? k2 : k1, 10, "coord",
                                         resihp__now_ms() + 3000);
+      if (!rc)
+        rc = resihp__wire_send(&w, "HELLO a=1", resihp__now_ms() + 3000);
+      /* an injected line without a tag, then one with a stale tag */
+      if (!rc)
+        rc = send(sv[1], "GO step=1\n", 10, 0) == 10 ? 0 : 1;
       _exit(rc == 0 ? 0 : 1);
     }
     close(sv[1]);
     resihp__wire_t w;
-    resihp__wire_init(&w, sv[0]);
-    int rc =
-        resihp__wire_auth_server(&w, k1, 10, "coord", resihp__now_ms() + 3000);
-    resihp__wire_free(&w);
+    resihp__wire_init(&w, -1);
+    int rc = serve_handshake(k1, 10, sv[0], &w);
     int st;
     waitpid(p, &st, 0);
     if (wrong) {
       ck_assert_int_eq(rc, RESIHP_EAUTH);
       ck_assert_int_ne(WEXITSTATUS(st), 0);
-    } else {
-      ck_assert_int_eq(rc, 0);
-      ck_assert_int_eq(WEXITSTATUS(st), 0);
+      continue;
     }
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(WEXITSTATUS(st), 0);
+    char line[64];
+    ck_assert_int_eq(resihp__wire_recv(&w, line, sizeof(line),
+                                       resihp__now_ms() + 3000),
+                     0);
+    ck_assert_str_eq(line, "HELLO a=1");
+    ck_assert_int_eq(resihp__wire_recv(&w, line, sizeof(line),
+                                       resihp__now_ms() + 3000),
+                     RESIHP_EAUTH);
+    resihp__wire_free(&w);
   }
   char v[32];
   long x;
@@ -150,8 +195,9 @@ END_TEST
 
 /* ---- a job of forked ranks -------------------------------------------- */
 
-#define M 6
-#define STEPS 30
+static int g_mbs = 6, g_steps = 30;
+#define M g_mbs
+#define STEPS g_steps
 #define NSTATE 4
 
 static char secret_path[256];
@@ -274,6 +320,7 @@ static int run_job(int R, int victim, int die_at, int replace, char *out,
   FILE *f = fopen(secret_path, "w");
   fputs("unit-test-secret-0123456789", f);
   fclose(f);
+  chmod(secret_path, 0600);
   harness_t h = {.R = R, .allow_replace = replace};
   resihp__coord_opts_t co = {.replicas = R,
                              .bind_host = "127.0.0.1",
@@ -370,7 +417,7 @@ static int spare_say(const char *ep, const char *key, const char *line,
   int rc = resihp__wire_auth_client(&w, (const uint8_t *)key, strlen(key),
                                     "coord", resihp__now_ms() + 3000);
   if (!rc)
-    rc = resihp__wire_send(fd, line, resihp__now_ms() + 3000);
+    rc = resihp__wire_send(&w, line, resihp__now_ms() + 3000);
   if (!rc)
     rc = resihp__wire_recv(&w, reply, cap, resihp__now_ms() + 3000);
   resihp__wire_free(&w);
@@ -461,6 +508,7 @@ START_TEST(job_wrong_secret_refused) {
   FILE *f = fopen(path, "w");
   fputs("not-the-job-secret", f);
   fclose(f);
+  chmod(path, 0600);
   pid_t p = fork();
   if (p == 0) {
     resihp_job_opts_t o;

@@ -286,6 +286,11 @@ typedef struct {
 #define PROBE_FAILS (-2)
 static char probe_path[128];
 
+/* catchup_strangers_do_not_delay: idle connections opened to the
+ * replacement's catch-up port as soon as it says HELLO. */
+static int g_flood_catchup, g_flooded;
+static void open_idle(const char *ep, int *fds, int n);
+
 static pid_t spawn_rank(int r, int die_at) {
   pid_t p = fork();
   if (p == 0) {
@@ -338,12 +343,24 @@ static int run_job(int R, int victim, int die_at, int replace, char *out,
   for (int r = 0; r < R; r++)
     h.pids[r] = spawn_rank(r, r == victim ? die_at : -1);
   int64_t deadline = resihp__now_ms() + 40000;
+  int idle[64];
+  const char *sep = NULL;
   while (resihp__coord_state(c) == RESIHP__COORD_RUNNING &&
          resihp__now_ms() < deadline) {
     resihp__coord_poll(c, 50);
     while (waitpid(-1, NULL, WNOHANG) > 0)
       ;
+    /* the replacement said HELLO; its START (and catch-up) comes at a
+     * later poll, after these are queued on its port */
+    if (g_flood_catchup && !g_flooded && victim >= 0 && h.replaced[victim] &&
+        resihp__coord_connected(c, victim) &&
+        !resihp__coord_replica_eps(c, victim, NULL, &sep, NULL)) {
+      open_idle(sep, idle, g_flood_catchup);
+      g_flooded = 1;
+    }
   }
+  for (int i = 0; g_flooded && i < g_flood_catchup; i++)
+    close(idle[i]);
   int state = resihp__coord_state(c);
   FILE *mem = fmemopen(out, outlen, "w");
   int agree = resihp__coord_summary(c, mem, NULL);
@@ -534,6 +551,480 @@ START_TEST(job_wrong_secret_refused) {
 }
 END_TEST
 
+/* ---- hardening: strangers, bad peers, long lists, tampering ---------- */
+
+static resihp__coord_t *new_coord(int R, const char *key, int silence_ms,
+                                  char *ep, size_t eplen) {
+  resihp__coord_opts_t co = {.replicas = R,
+                             .bind_host = "127.0.0.1",
+                             .secret = (const uint8_t *)key,
+                             .secret_len = strlen(key),
+                             .silence_ms = silence_ms};
+  resihp__coord_t *c;
+  ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
+  snprintf(ep, eplen, "127.0.0.1:%d", resihp__coord_port(c));
+  return c;
+}
+
+/* Run the coordinator until child p exits; its exit status. */
+static int pump_until_exit(resihp__coord_t *c, pid_t p) {
+  int st = 0;
+  int64_t deadline = resihp__now_ms() + 60000; /* safety net only */
+  while (waitpid(p, &st, WNOHANG) == 0) {
+    if (resihp__now_ms() > deadline) {
+      kill(p, SIGKILL);
+      waitpid(p, &st, 0);
+      return 99;
+    }
+    resihp__coord_poll(c, 20);
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 98;
+}
+
+/* n connections that never say a word (and stay open). */
+static void open_idle(const char *ep, int *fds, int n) {
+  for (int i = 0; i < n; i++)
+    fds[i] = resihp__wire_dial(ep, resihp__now_ms() + 5000);
+}
+
+/* An authenticated connection to the coordinator, for scripted peers. */
+static int coord_open(const char *ep, const char *key, resihp__wire_t *w) {
+  resihp__wire_init(w, resihp__wire_dial(ep, resihp__now_ms() + 5000));
+  if (w->fd < 0)
+    return w->fd;
+  return resihp__wire_auth_client(w, (const uint8_t *)key, strlen(key),
+                                  "coord", resihp__now_ms() + 10000);
+}
+
+/* The next line that is not a heartbeat. */
+static int coord_reply(resihp__wire_t *w, char *out, size_t cap) {
+  int rc;
+  do
+    rc = resihp__wire_recv(w, out, cap, resihp__now_ms() + 10000);
+  while (!rc && !strcmp(out, "HB"));
+  return rc;
+}
+
+/* One line, one answer, on a fresh connection. */
+static int coord_say(const char *ep, const char *key, const char *line,
+                     char *reply, size_t cap) {
+  resihp__wire_t w;
+  int rc = coord_open(ep, key, &w);
+  if (!rc)
+    rc = resihp__wire_send(&w, line, resihp__now_ms() + 5000);
+  if (!rc)
+    rc = coord_reply(&w, reply, cap);
+  resihp__wire_free(&w);
+  return rc;
+}
+
+/* 100 idle connections (more than the pending cap) and 10 that drip half
+ * a handshake are open when a genuine client comes: it is answered
+ * anyway, while they are still open. Before the fix each one held the
+ * accept loop for a second. */
+START_TEST(coord_strangers_do_not_delay) {
+  const char *key = "stranger-test-secret";
+  char ep[64];
+  resihp__coord_t *c = new_coord(1, key, 3000, ep, sizeof(ep));
+  pid_t p = fork();
+  if (p == 0) {
+    int idle[100], drip[10];
+    open_idle(ep, idle, 100);
+    open_idle(ep, drip, 10);
+    for (int i = 0; i < 10; i++)
+      if (drip[i] >= 0)
+        send(drip[i], "AUTH2 0123", 10, MSG_NOSIGNAL);
+    char reply[128];
+    int rc = coord_say(ep, key, "SPARE node=g1 status=pass summary=-", reply,
+                       sizeof(reply));
+    _exit(rc == 0 && !strncmp(reply, "SPARE_OK ", 9) ? 0 : 1);
+  }
+  ck_assert_int_eq(pump_until_exit(c, p), 0);
+  ck_assert_int_eq(resihp__coord_spare_state(c, "g1", NULL),
+                   RESIHP__SPARE_HEALTHY);
+  resihp__coord_destroy(c);
+}
+END_TEST
+
+/* A connection that trickles a byte now and then does not stay: its
+ * handshake deadline is absolute. */
+START_TEST(coord_drip_dropped) {
+  const char *key = "drip-test-secret";
+  char ep[64];
+  resihp__coord_t *c = new_coord(1, key, 3000, ep, sizeof(ep));
+  pid_t p = fork();
+  if (p == 0) {
+    int fd = resihp__wire_dial(ep, resihp__now_ms() + 5000);
+    char b[256];
+    int64_t safety = resihp__now_ms() + 30000;
+    while (resihp__now_ms() < safety) {
+      if (send(fd, "A", 1, MSG_NOSIGNAL) < 0)
+        _exit(0);
+      struct pollfd q = {.fd = fd, .events = POLLIN};
+      if (poll(&q, 1, 100) > 0) {
+        ssize_t r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN))
+          _exit(0); /* closed by the coordinator */
+      }
+    }
+    _exit(1);
+  }
+  ck_assert_int_eq(pump_until_exit(c, p), 0);
+  resihp__coord_destroy(c);
+}
+END_TEST
+
+/* Catch-up: 60 idle connections to the replacement's catch-up port do
+ * not keep its state from arriving. */
+START_TEST(catchup_strangers_do_not_delay) {
+  char out[8192], want[128];
+  g_flood_catchup = 60;
+  run_job(2, 0, 3, 1, out, sizeof(out));
+  ck_assert_msg(g_flooded, "the catch-up port was never flooded");
+  ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
+  ck_assert_msg(strstr(out, "replacement training again"), "%s", out);
+  ck_assert_msg(strstr(out, "2 replicas agree"), "%s", out);
+}
+END_TEST
+
+/* A replica of two ranks, M = 20000: the leader's address is flooded with
+ * idle connections before its other rank comes (the leader's accept must
+ * not wait for them), and every microbatch id reaches the ranks. */
+START_TEST(leader_strangers_and_long_lists) {
+  const char *key = "unit-test-secret-0123456789";
+  g_mbs = 20000;
+  g_steps = 3;
+  snprintf(secret_path, sizeof(secret_path), "/tmp/resihp-test-secret-l.%d",
+           (int)getpid());
+  FILE *f = fopen(secret_path, "w");
+  fputs(key, f);
+  fclose(f);
+  chmod(secret_path, 0600);
+  char ep[64];
+  resihp__coord_t *c = new_coord(1, key, 10000, ep, sizeof(ep));
+  setenv("TEST_COORD", ep, 1);
+  unsetenv("PMIX_RANK");
+  setenv("SLURM_NTASKS", "2", 1);
+  pid_t pids[2];
+  setenv("SLURM_PROCID", "0", 1);
+  pids[0] = spawn_rank(0, -1);
+  int64_t deadline = resihp__now_ms() + 40000;
+  const char *lep = NULL;
+  while (resihp__now_ms() < deadline &&
+         (resihp__coord_replica_eps(c, 0, NULL, NULL, &lep) || !lep[0]))
+    resihp__coord_poll(c, 20);
+  ck_assert_msg(lep && lep[0], "the leader never said where it is");
+  int idle[60];
+  open_idle(lep, idle, 60);
+  setenv("SLURM_PROCID", "1", 1);
+  pids[1] = spawn_rank(0, -1);
+  unsetenv("SLURM_PROCID");
+  unsetenv("SLURM_NTASKS");
+  while (resihp__coord_state(c) == RESIHP__COORD_RUNNING &&
+         resihp__now_ms() < deadline)
+    resihp__coord_poll(c, 50);
+  int state = resihp__coord_state(c);
+  char out[8192], want[128];
+  FILE *mem = fmemopen(out, sizeof(out), "w");
+  resihp__coord_summary(c, mem, NULL);
+  fclose(mem);
+  for (int i = 0; i < 2; i++)
+    kill(pids[i], SIGKILL);
+  while (waitpid(-1, NULL, 0) > 0)
+    ;
+  for (int i = 0; i < 60; i++)
+    close(idle[i]);
+  resihp__coord_destroy(c);
+  unlink(secret_path);
+  ck_assert_int_eq(state, RESIHP__COORD_DONE);
+  ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
+}
+END_TEST
+
+/* M = 20000 and a replica dies: START lists (10000 ids each) and the
+ * REASSIGN of the dead one's 10000 ids arrive whole; the sum is exact. */
+START_TEST(job_long_lists_reassigned) {
+  char out[8192], want[128];
+  g_mbs = 20000;
+  g_steps = 3;
+  run_job(2, 1, 1, 0, out, sizeof(out));
+  ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
+  ck_assert_msg(strstr(out, "10000 microbatches reassigned"), "%s", out);
+}
+END_TEST
+
+/* More microbatches than a line can list: refused at join, clearly. */
+START_TEST(too_many_microbatches_refused) {
+  int max = resihp__wire_max_microbatches();
+  ck_assert_int_gt(max, 100000);
+  /* the longest list really fits, one more id would not */
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_printf(&b, "%*s", RESIHP__WIRE_LIST_HEADROOM - 37, "");
+  int *ids = malloc(sizeof(int) * (size_t)max);
+  for (int i = 0; i < max; i++)
+    ids[i] = i;
+  resihp__wire_buf_ints(&b, ids, max);
+  ck_assert_int_eq(b.err, 0);
+  free(ids);
+  resihp__wire_buf_free(&b);
+  resihp_job_opts_t o;
+  resihp_job_opts_init(&o);
+  o.microbatches = max + 1;
+  o.steps = 1;
+  o.coordinator = "127.0.0.1:1";
+  o.replica = 0;
+  resihp_job_t *job = NULL;
+  ck_assert_int_eq(resihp_job_join(&o, &job), RESIHP_ERANGE);
+  const char *key = "mbs-test-secret";
+  char ep[64], line[256];
+  resihp__coord_t *c = new_coord(1, key, 3000, ep, sizeof(ep));
+  pid_t p = fork();
+  if (p == 0) {
+    char reply[128];
+    snprintf(line, sizeof(line),
+             "HELLO replica=0 ep=127.0.0.1:1 sep=127.0.0.1:2 mbs=%d steps=3",
+             max + 1);
+    int rc = coord_say(ep, key, line, reply, sizeof(reply));
+    _exit(!rc && !strcmp(reply, "NO reason=too-many-microbatches") ? 0 : 1);
+  }
+  ck_assert_int_eq(pump_until_exit(c, p), 0);
+  ck_assert_int_eq(resihp__coord_state(c), RESIHP__COORD_RUNNING);
+  resihp__coord_destroy(c);
+}
+END_TEST
+
+/* HELLOs with absurd or list-breaking fields are refused one by one; the
+ * job is not hurt (before: steps=LONG_MAX made the job LOST). */
+START_TEST(coord_bad_hello_refused) {
+  const char *key = "hello-test-secret";
+  char ep[64];
+  resihp__coord_t *c = new_coord(2, key, 3000, ep, sizeof(ep));
+  pid_t p = fork();
+  if (p == 0) {
+    static const char *const bad[] = {
+        "HELLO replica=0 ep=127.0.0.1:1 sep=127.0.0.1:2 mbs=6 "
+        "steps=9223372036854775807",
+        "HELLO replica=0 ep=127.0.0.1:1,1@10.0.0.9:1 sep=127.0.0.1:2 mbs=6 "
+        "steps=3",
+        "HELLO replica=7 ep=127.0.0.1:1 sep=127.0.0.1:2 mbs=6 steps=3",
+        "HELLO replica=0 ep=127.0.0.1:1 sep=127.0.0.1:2 mbs=0x6 steps=3",
+        "HELLO replica=0 ep=127.0.0.1:1 sep=127.0.0.1:2 mbs=6 steps=3 "
+        "node=a@b",
+    };
+    char reply[128];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+      if (coord_say(ep, key, bad[i], reply, sizeof(reply)) ||
+          strcmp(reply, "NO reason=bad-hello"))
+        _exit(1 + (int)i);
+    if (coord_say(ep, key,
+                  "HELLO replica=0 ep=127.0.0.1:1 sep=127.0.0.1:2 mbs=6 "
+                  "steps=3",
+                  reply, sizeof(reply)) ||
+        strncmp(reply, "WELCOME ", 8))
+      _exit(20);
+    _exit(0);
+  }
+  ck_assert_int_eq(pump_until_exit(c, p), 0);
+  ck_assert_int_ne(resihp__coord_state(c), RESIHP__COORD_LOST);
+  resihp__coord_destroy(c);
+}
+END_TEST
+
+/* Three scripted replicas start a step; replica 0 then claims, again and
+ * again with new communicator epochs, that the others are gone. They are
+ * alive, so nothing happens to them, and its ninth claim is refused
+ * (before: the first claim evicted both, the 65th lost the job). */
+START_TEST(coord_rogue_recover_refused) {
+  const char *key = "rogue-test-secret";
+  char ep[64];
+  resihp__coord_t *c = new_coord(3, key, 600000, ep, sizeof(ep));
+  int up[2], down[2];
+  ck_assert_int_eq(pipe(up), 0);
+  ck_assert_int_eq(pipe(down), 0);
+  pid_t p = fork();
+  if (p == 0) {
+    resihp__wire_t w[3];
+    char line[256], reply[4096];
+    long epoch = -1;
+    for (int i = 0; i < 3; i++) {
+      snprintf(line, sizeof(line),
+               "HELLO replica=%d ep=127.0.0.1:%d sep=127.0.0.1:%d mbs=6 "
+               "steps=5",
+               i, 100 + i, 200 + i);
+      if (coord_open(ep, key, &w[i]) ||
+          resihp__wire_send(&w[i], line, resihp__now_ms() + 5000) ||
+          coord_reply(&w[i], reply, sizeof(reply)) ||
+          strncmp(reply, "WELCOME ", 8))
+        _exit(1);
+    }
+    for (int i = 0; i < 3; i++)
+      if (resihp__wire_send(&w[i], "BEGIN step=-1", resihp__now_ms() + 5000))
+        _exit(2);
+    for (int i = 0; i < 3; i++)
+      if (coord_reply(&w[i], reply, sizeof(reply)) ||
+          strncmp(reply, "GO ", 3) ||
+          resihp__wire_get_long(reply, "epoch", &epoch))
+        _exit(3);
+    snprintf(line, sizeof(line), "READY epoch=%ld", epoch);
+    for (int i = 0; i < 3; i++)
+      if (resihp__wire_send(&w[i], line, resihp__now_ms() + 5000))
+        _exit(4);
+    for (int i = 0; i < 3; i++)
+      if (coord_reply(&w[i], reply, sizeof(reply)) ||
+          strncmp(reply, "START ", 6))
+        _exit(5);
+    for (int k = 1; k <= 9; k++) {
+      snprintf(line, sizeof(line), "RECOVER step=0 cepoch=%d view=0", k);
+      if (resihp__wire_send(&w[0], line, resihp__now_ms() + 5000))
+        _exit(6);
+    }
+    if (coord_reply(&w[0], reply, sizeof(reply)) ||
+        strcmp(reply, "NO reason=too-many-recovers"))
+      _exit(7);
+    char b = 1;
+    if (write(up[1], &b, 1) != 1 || read(down[0], &b, 1) != 1)
+      _exit(8);
+    _exit(0);
+  }
+  close(up[1]);
+  close(down[0]);
+  struct pollfd q = {.fd = up[0], .events = POLLIN};
+  int64_t deadline = resihp__now_ms() + 60000; /* safety net only */
+  while (poll(&q, 1, 0) == 0 && resihp__now_ms() < deadline)
+    resihp__coord_poll(c, 20);
+  ck_assert_int_eq(resihp__coord_members(c), 3);
+  ck_assert_int_eq(resihp__coord_connected(c, 1), 1);
+  ck_assert_int_eq(resihp__coord_connected(c, 2), 1);
+  ck_assert_int_eq(resihp__coord_state(c), RESIHP__COORD_RUNNING);
+  ck_assert_ptr_null(resihp__coord_check(c));
+  char b = 1;
+  ck_assert_int_eq(write(down[1], &b, 1), 1);
+  ck_assert_int_eq(pump_until_exit(c, p), 0);
+  close(up[0]);
+  close(down[1]);
+  resihp__coord_destroy(c);
+}
+END_TEST
+
+/* A man in the middle that alters (mode 0) or adds (mode 1) a line after
+ * the handshake: the coordinator refuses it and drops the connection. */
+static void proxy_main(int lfd, const char *to, int mode) {
+  int a = -1;
+  while (a < 0)
+    a = accept(lfd, NULL, NULL);
+  int b = resihp__wire_dial(to, resihp__now_ms() + 5000);
+  int newlines = 0, done = 0;
+  char buf[8192];
+  for (;;) {
+    struct pollfd q[2] = {{.fd = a, .events = POLLIN},
+                          {.fd = b, .events = POLLIN}};
+    if (poll(q, 2, 10000) <= 0)
+      _exit(0);
+    for (int i = 0; i < 2; i++) {
+      if (!q[i].revents)
+        continue;
+      ssize_t n = recv(q[i].fd, buf, sizeof(buf) - 64, MSG_DONTWAIT);
+      if (n <= 0)
+        _exit(0);
+      int dst = i ? a : b;
+      if (!i && newlines >= 1 && !done) {
+        done = 1; /* the first line after the handshake */
+        char *at = memmem(buf, (size_t)n, "status=fail", 11);
+        if (mode == 0 && at)
+          memcpy(at, "status=pass", 11);
+        if (mode == 1) {
+          static const char inj[] = "SPARE node=inj status=pass summary=-\n";
+          send(dst, inj, sizeof(inj) - 1, MSG_NOSIGNAL);
+        }
+      }
+      if (!i)
+        for (ssize_t k = 0; k < n; k++)
+          newlines += buf[k] == '\n';
+      send(dst, buf, (size_t)n, MSG_NOSIGNAL);
+    }
+  }
+}
+
+START_TEST(coord_tampering_refused) {
+  const char *key = "mitm-test-secret";
+  char ep[64];
+  resihp__coord_t *c = new_coord(1, key, 3000, ep, sizeof(ep));
+  for (int mode = 0; mode < 2; mode++) {
+    int pport = 0;
+    int lfd = resihp__wire_listen("127.0.0.1", 0, &pport);
+    ck_assert_int_ge(lfd, 0);
+    int fl = fcntl(lfd, F_GETFL);
+    fcntl(lfd, F_SETFL, fl & ~O_NONBLOCK);
+    pid_t px = fork();
+    if (px == 0)
+      proxy_main(lfd, ep, mode);
+    close(lfd);
+    char pep[64];
+    snprintf(pep, sizeof(pep), "127.0.0.1:%d", pport);
+    pid_t p = fork();
+    if (p == 0) {
+      char reply[128];
+      int rc = coord_say(pep, key, "SPARE node=px status=fail summary=bad",
+                         reply, sizeof(reply));
+      /* refused: no SPARE_OK ever comes */
+      _exit(rc == 0 && !strncmp(reply, "SPARE_OK", 8) ? 1 : 0);
+    }
+    ck_assert_int_eq(pump_until_exit(c, p), 0);
+    kill(px, SIGKILL);
+    waitpid(px, NULL, 0);
+    long regs = -1;
+    ck_assert_int_eq(resihp__coord_spare_state(c, "px", &regs),
+                     RESIHP__SPARE_CHECKING);
+    ck_assert_int_eq(regs, 0);
+    ck_assert_int_eq(resihp__coord_spare_state(c, "inj", &regs),
+                     RESIHP__SPARE_CHECKING);
+    ck_assert_int_eq(regs, 0);
+  }
+  resihp__coord_destroy(c);
+}
+END_TEST
+
+/* The secret file: only a regular file of ours that nobody else may
+ * touch, and never through a symbolic link. */
+START_TEST(secret_file_checks) {
+  char path[128], link[140];
+  snprintf(path, sizeof(path), "/tmp/resihp-test-sf.%d", (int)getpid());
+  snprintf(link, sizeof(link), "%s.link", path);
+  unlink(path);
+  unlink(link);
+  FILE *f = fopen(path, "w");
+  fputs("s3cret", f);
+  fclose(f);
+  uint8_t *s = NULL;
+  size_t n = 0;
+  chmod(path, 0644);
+  ck_assert_int_eq(resihp__wire_read_secret(path, &s, &n), RESIHP_EAUTH);
+  chmod(path, 0640);
+  ck_assert_int_eq(resihp__wire_read_secret(path, &s, &n), RESIHP_EAUTH);
+  chmod(path, 0600);
+  ck_assert_int_eq(resihp__wire_read_secret(path, &s, &n), 0);
+  ck_assert_int_eq(n, 6);
+  ck_assert_int_eq(memcmp(s, "s3cret", 6), 0);
+  free(s);
+  ck_assert_int_eq(symlink(path, link), 0);
+  ck_assert_int_lt(resihp__wire_read_secret(link, &s, &n), 0);
+  ck_assert_int_lt(resihp__wire_read_secret("/tmp", &s, &n), 0);
+  unlink(link);
+  unlink(path);
+  if (geteuid() == 0) {
+    /* root may test ownership too: a file of someone else's */
+    f = fopen(path, "w");
+    fputs("s3cret", f);
+    fclose(f);
+    chmod(path, 0600);
+    ck_assert_int_eq(chown(path, 65534, 65534), 0);
+    ck_assert_int_eq(resihp__wire_read_secret(path, &s, &n), RESIHP_EAUTH);
+    unlink(path);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("recovery");
   TCase *tc = tcase_create("specs");
@@ -549,6 +1040,19 @@ static Suite *suite(void) {
   tcase_add_test(tc, job_wrong_secret_refused);
   tcase_add_test(tc, job_probe_failure_replaced);
   tcase_add_test(tc, spare_registry);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("hardening");
+  tcase_set_timeout(tc, 90);
+  tcase_add_test(tc, secret_file_checks);
+  tcase_add_test(tc, coord_strangers_do_not_delay);
+  tcase_add_test(tc, coord_drip_dropped);
+  tcase_add_test(tc, catchup_strangers_do_not_delay);
+  tcase_add_test(tc, leader_strangers_and_long_lists);
+  tcase_add_test(tc, job_long_lists_reassigned);
+  tcase_add_test(tc, too_many_microbatches_refused);
+  tcase_add_test(tc, coord_bad_hello_refused);
+  tcase_add_test(tc, coord_rogue_recover_refused);
+  tcase_add_test(tc, coord_tampering_refused);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -163,6 +163,7 @@ static void logc(resihp_log_level_t l, const char *fmt, ...) {
 }
 
 static void close_conn(resihp__coord_t *c, int k);
+static void fail_replica(resihp__coord_t *c, int r, const char *why);
 
 static void send_to(resihp__coord_t *c, int r, const char *line) {
   rep_t *p = &c->reps[r];
@@ -192,7 +193,13 @@ static void refuse(resihp__coord_t *c, int k, const char *reason, int hangup,
        hangup ? ": connection dropped" : "");
   snprintf(line, sizeof(line), "NO reason=%s", reason);
   resihp__wire_send(&c->conns[k].w, line, resihp__now_ms() + 1000);
-  if (hangup)
+  if (!hangup)
+    return;
+  /* a replica's connection: the replica goes with it (not the job) */
+  int r = c->conns[k].replica;
+  if (r >= 0)
+    fail_replica(c, r, "sent a malformed message");
+  if (c->conns[k].w.fd >= 0)
     close_conn(c, k);
 }
 
@@ -1248,6 +1255,9 @@ int resihp__coord_state(const resihp__coord_t *c) {
 }
 long resihp__coord_step(const resihp__coord_t *c) {
   return c->step;
+}
+uint32_t resihp__coord_epoch(const resihp__coord_t *c) {
+  return c->epoch;
 }
 int resihp__coord_members(const resihp__coord_t *c) {
   return c->nmembers;

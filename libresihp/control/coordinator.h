@@ -96,6 +96,7 @@ int resihp__coord_port(const resihp__coord_t *c);
 int resihp__coord_poll(resihp__coord_t *c, int timeout_ms);
 int resihp__coord_state(const resihp__coord_t *c);
 long resihp__coord_step(const resihp__coord_t *c);
+uint32_t resihp__coord_epoch(const resihp__coord_t *c);
 /* Replicas currently in the group. */
 int resihp__coord_members(const resihp__coord_t *c);
 /* 1 while replica has a live connection (joined or joining). */

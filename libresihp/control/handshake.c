@@ -244,10 +244,12 @@ int resihp__wire_hs_pending(const resihp__wire_hs_t *h) {
 }
 
 int resihp__wire_hs_wait_ms(const resihp__wire_hs_t *h, int max_ms) {
-  int64_t now = resihp__now_ms(), best = max_ms;
+  int64_t now = resihp__now_ms(), best = max_ms < 0 ? INT64_MAX : max_ms;
   for (int i = 0; h && i < h->n; i++)
     if (h->p[i].deadline - now < best)
       best = h->p[i].deadline - now;
+  if (best == INT64_MAX)
+    return max_ms; /* nothing pending: the caller's own wait */
   return best < 0 ? 0 : (int)best;
 }
 

@@ -124,7 +124,7 @@ int resihp__wire_hs_add(resihp__wire_hs_t *h, int fd);
 int resihp__wire_hs_fds(const resihp__wire_hs_t *h, struct pollfd *p, int cap);
 int resihp__wire_hs_pending(const resihp__wire_hs_t *h);
 /* Milliseconds until the nearest pending deadline (0 if one passed), or
- * max_ms if none is nearer. */
+ * max_ms if none is nearer (max_ms < 0: no limit of the caller's). */
 int resihp__wire_hs_wait_ms(const resihp__wire_hs_t *h, int max_ms);
 /* Move every pending handshake on: read what arrived, drop the expired
  * and the failed. If one completed, it is moved into *out (fd, buffered

@@ -47,3 +47,20 @@ TESTS += tests/integration/recovery.test tests/integration/spares.test
 dist_bin_SCRIPTS = tools/resihp-bench-recovery.sh
 EXTRA_DIST += contrib/demo/run-training-demo.sh
 dist_man_MANS += man/resihp-run.1 man/resihp_job.3
+
+# Fuzz targets of the control plane: the coordinator's message handler and
+# the wire's framing and parsers, also run as tests over their corpora
+# (tests/fuzz/README).
+check_PROGRAMS += tests/fuzz/fuzz_coord tests/fuzz/fuzz_coord_wire
+tests_fuzz_fuzz_coord_SOURCES = tests/fuzz/fuzz_coord.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_coord_LDADD = libresihp/libresihp-internal.la
+tests_fuzz_fuzz_coord_wire_SOURCES = tests/fuzz/fuzz_coord_wire.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_coord_wire_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_coord tests/fuzz/fuzz_coord_wire
+EXTRA_DIST += tests/fuzz/corpus-coord/session tests/fuzz/corpus-coord/recover \
+	tests/fuzz/corpus-coord/rogue tests/fuzz/corpus-coord/bad-hello \
+	tests/fuzz/corpus-coord-wire/plain tests/fuzz/corpus-coord-wire/sealed \
+	tests/fuzz/corpus-coord-wire/sealed-intact \
+	tests/fuzz/corpus-coord-wire/ints

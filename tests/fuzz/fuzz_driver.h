@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The standalone driver shared by the control plane's fuzz targets, so that
+ * they build with gcc and run under `make check` (see README): every file
+ * given on the command line, else the checked-in corpus directory under
+ * $top_srcdir, then RESIHP_FUZZ_RUNS (default 20000) inputs made by the
+ * target's generator from a seeded xorshift (RESIHP_FUZZ_SEED). Not built
+ * for a libFuzzer build (-DRESIHP_FUZZ_LIBFUZZER). */
+#ifndef RESIHP_TESTS_FUZZ_DRIVER_H
+#define RESIHP_TESTS_FUZZ_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The driver's random numbers, for generators. */
+uint64_t resihp__fuzz_rng(void);
+
+/* gen fills at most cap bytes and returns how many. */
+int resihp__fuzz_main(int argc, char **argv, const char *name,
+                      const char *corpus, size_t max_len,
+                      size_t (*gen)(uint8_t *buf, size_t cap), long runs);
+
+#endif

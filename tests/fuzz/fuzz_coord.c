@@ -29,14 +29,6 @@
 #define NCONN 4
 #define MAX_LINE 8192
 
-static void quiet(resihp_log_level_t level, const char *subsystem,
-                  const char *msg, void *ud) {
-  (void)ud;
-  (void)level;
-  (void)subsystem;
-  (void)msg;
-}
-
 /* msg with $E and $S replaced. */
 static void expand(const resihp__coord_t *c, const char *in, size_t n,
                    char *out, size_t cap) {
@@ -56,7 +48,7 @@ static void expand(const resihp__coord_t *c, const char *in, size_t n,
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const char key[] = "fuzz-secret";
-  resihp_log_set_handler(quiet, NULL);
+  resihp__fuzz_quiet();
   resihp__coord_opts_t co = {.replicas = 3,
                              .bind_host = "127.0.0.1",
                              .secret = (const uint8_t *)key,

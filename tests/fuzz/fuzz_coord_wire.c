@@ -30,14 +30,6 @@
 
 #define MAXIN 8192
 
-static void quiet(resihp_log_level_t level, const char *subsystem,
-                  const char *msg, void *ud) {
-  (void)ud;
-  (void)level;
-  (void)subsystem;
-  (void)msg;
-}
-
 static void check(int ok, const char *what) {
   if (!ok) {
     fprintf(stderr, "fuzz_coord_wire: %s\n", what);
@@ -168,7 +160,7 @@ static void sealed(const uint8_t *d, size_t n, size_t flip) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  resihp_log_set_handler(quiet, NULL);
+  resihp__fuzz_quiet();
   if (size < 3 || size > MAXIN)
     return 0;
   static char msg[MAXIN + 1];

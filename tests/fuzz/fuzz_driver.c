@@ -4,10 +4,24 @@
 
 #include "fuzz_driver.h"
 
+#include <resihp/log.h>
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static void quiet(resihp_log_level_t level, const char *subsystem,
+                  const char *msg, void *ud) {
+  (void)level;
+  (void)subsystem;
+  (void)msg;
+  (void)ud;
+}
+
+void resihp__fuzz_quiet(void) {
+  resihp_log_set_handler(quiet, NULL);
+}
 
 /* xorshift: reproducible without depending on libc's rand(). */
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;

@@ -3,8 +3,9 @@
  * they build with gcc and run under `make check` (see README): every file
  * given on the command line, else the checked-in corpus directory under
  * $top_srcdir, then RESIHP_FUZZ_RUNS (default 20000) inputs made by the
- * target's generator from a seeded xorshift (RESIHP_FUZZ_SEED). Not built
- * for a libFuzzer build (-DRESIHP_FUZZ_LIBFUZZER). */
+ * target's generator from a seeded xorshift (RESIHP_FUZZ_SEED). A libFuzzer
+ * build (-DRESIHP_FUZZ_LIBFUZZER) links it too, for resihp__fuzz_quiet, and
+ * uses libFuzzer's main instead of resihp__fuzz_main. */
 #ifndef RESIHP_TESTS_FUZZ_DRIVER_H
 #define RESIHP_TESTS_FUZZ_DRIVER_H
 
@@ -12,6 +13,9 @@
 #include <stdint.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Silence the library's log: targets feed it garbage on purpose. */
+void resihp__fuzz_quiet(void);
 
 /* The driver's random numbers, for generators. */
 uint64_t resihp__fuzz_rng(void);

@@ -985,6 +985,43 @@ START_TEST(coord_tampering_refused) {
 }
 END_TEST
 
+/* Raw data after a line (a state, an accumulator) carries a tag of its
+ * own: one altered byte and it is refused. */
+START_TEST(wire_data_tagged) {
+  static const uint8_t key[] = "data-key";
+  uint8_t data[1000], got[1000], stream[2000];
+  for (size_t i = 0; i < sizeof(data); i++)
+    data[i] = (uint8_t)(i * 7);
+  for (int alter = 0; alter < 2; alter++) {
+    int a[2], b[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, a), 0);
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, b), 0);
+    resihp__wire_t tx, rx;
+    resihp__wire_init(&tx, a[1]);
+    resihp__wire_init(&rx, b[0]);
+    resihp__msgauth_init(&tx.auth, key, 8, "state", "ns", 2, "nc", 2, 1);
+    resihp__msgauth_init(&rx.auth, key, 8, "state", "ns", 2, "nc", 2, 0);
+    tx.sealed = rx.sealed = 1;
+    ck_assert_int_eq(resihp__wire_send_data(&tx, data, sizeof(data),
+                                            resihp__now_ms() + 3000),
+                     0);
+    /* the path: what was sent, maybe with one byte changed */
+    ssize_t n = recv(a[0], stream, sizeof(stream), 0);
+    ck_assert_int_eq(n, (ssize_t)sizeof(data) + RESIHP__MAC_LEN);
+    if (alter)
+      stream[500] ^= 1;
+    ck_assert_int_eq(send(b[1], stream, (size_t)n, 0), n);
+    ck_assert_int_eq(resihp__wire_recv_data(&rx, got, sizeof(got),
+                                            resihp__now_ms() + 3000),
+                     alter ? RESIHP_EAUTH : 0);
+    resihp__wire_free(&tx);
+    resihp__wire_free(&rx);
+    close(a[0]);
+    close(b[1]);
+  }
+}
+END_TEST
+
 /* The secret file: only a regular file of ours that nobody else may
  * touch, and never through a symbolic link. */
 START_TEST(secret_file_checks) {
@@ -1044,6 +1081,7 @@ static Suite *suite(void) {
   tc = tcase_create("hardening");
   tcase_set_timeout(tc, 90);
   tcase_add_test(tc, secret_file_checks);
+  tcase_add_test(tc, wire_data_tagged);
   tcase_add_test(tc, coord_strangers_do_not_delay);
   tcase_add_test(tc, coord_drip_dropped);
   tcase_add_test(tc, catchup_strangers_do_not_delay);

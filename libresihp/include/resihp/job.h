@@ -85,7 +85,10 @@ extern "C" {
 typedef struct resihp_job resihp_job_t;
 
 typedef struct {
-  int microbatches; /* global microbatches per step (constant), >= 1 */
+  /* global microbatches per step (constant), 1..165518: every list of
+   * microbatch ids must fit in one control message (join refuses more
+   * with RESIHP_ERANGE rather than cut a list short) */
+  int microbatches;
   long steps;       /* steps of the whole training run, >= 1 */
   /* NULL/-1: take them from RESIHP_COORDINATOR, RESIHP_REPLICA,
    * RESIHP_SECRET_FILE, RESIHP_INJECT (as the SPANK plugin and resihp-run

@@ -655,8 +655,8 @@ static int cepoch_decided(const resihp__coord_t *c, uint32_t ce) {
 }
 
 static void decide_rounds(resihp__coord_t *c) {
-  for (int k = 0; k < c->nrounds && c->state == RESIHP__COORD_RUNNING &&
-                  c->phase == P_RUN;
+  for (int k = 0;
+       k < c->nrounds && c->state == RESIHP__COORD_RUNNING && c->phase == P_RUN;
        k++) {
     round_t *rd = &c->rounds[k];
     if (!rd->decided && !cepoch_decided(c, rd->cepoch) &&
@@ -1296,9 +1296,8 @@ const char *resihp__coord_check(const resihp__coord_t *c) {
     const rep_t *p = &c->reps[r];
     if (p->state == R_MEMBER && !is_member(c, r))
       return "state MEMBER outside the group";
-    if (p->conn >= 0 &&
-        (p->conn >= c->nconns || c->conns[p->conn].w.fd < 0 ||
-         c->conns[p->conn].replica != r))
+    if (p->conn >= 0 && (p->conn >= c->nconns || c->conns[p->conn].w.fd < 0 ||
+                         c->conns[p->conn].replica != r))
       return "replica and connection disagree";
     healthy += p->state == R_MEMBER && p->conn >= 0 && !p->catching;
   }

@@ -70,9 +70,9 @@ static int nonce(char out[NONCE_HEX + 1]) {
 }
 
 /* Both ends key the session from the two nonces, as text. */
-static void seal_session(resihp__wire_t *w, const uint8_t *secret,
-                         size_t slen, const char *label, const char *ns,
-                         const char *nc, int is_client) {
+static void seal_session(resihp__wire_t *w, const uint8_t *secret, size_t slen,
+                         const char *label, const char *ns, const char *nc,
+                         int is_client) {
   resihp__msgauth_init(&w->auth, secret, slen, label, ns, strlen(ns), nc,
                        strlen(nc), is_client);
   w->sealed = 1;
@@ -228,8 +228,7 @@ void resihp__wire_hs_accept(resihp__wire_hs_t *h, int lfd) {
   }
 }
 
-int resihp__wire_hs_fds(const resihp__wire_hs_t *h, struct pollfd *p,
-                        int cap) {
+int resihp__wire_hs_fds(const resihp__wire_hs_t *h, struct pollfd *p, int cap) {
   int k = 0;
   for (int i = 0; i < h->n && k < cap; i++, k++) {
     p[k].fd = h->p[i].w.fd;
@@ -264,8 +263,7 @@ void resihp__wire_hs_stats(const resihp__wire_hs_t *h, long *refused,
 /* The client's answer, complete: check it, answer with our proof. */
 static int finish(resihp__wire_hs_t *h, pending_t *p, const char *line) {
   char nc[80], got[80], want[80], reply[96];
-  if (sscanf(line, "AUTH2 %64s %70s", nc, got) != 2 ||
-      strlen(nc) != NONCE_HEX)
+  if (sscanf(line, "AUTH2 %64s %70s", nc, got) != 2 || strlen(nc) != NONCE_HEX)
     return RESIHP_EPROTO;
   proof(h->secret, h->slen, h->label, "cli", p->ns, nc, want);
   if (!proof_ok(got, want))

@@ -103,7 +103,7 @@ int resihp__wire_take(resihp__wire_t *w, char *out, size_t cap) {
       const void *parts[1] = {w->buf};
       size_t lens[1] = {body};
       rc = resihp__msgauth_open(&w->auth, parts, lens, 1, tag) ? RESIHP_EAUTH
-                                                                : 1;
+                                                               : 1;
     }
   }
   if (rc == 1 && memchr(w->buf, '\0', body))
@@ -182,8 +182,7 @@ int resihp__wire_read(resihp__wire_t *w, void *buf, size_t len,
   }
   if (have == len)
     return 0;
-  return resihp__io_full(w->fd, (char *)buf + have, len - have, 0,
-                         deadline_ms);
+  return resihp__io_full(w->fd, (char *)buf + have, len - have, 0, deadline_ms);
 }
 
 int resihp__wire_seal(resihp__wire_t *w, const void *const *parts,
@@ -351,8 +350,8 @@ int resihp__wire_get_long(const char *msg, const char *key, long *out) {
   return decimal(v, out);
 }
 
-int resihp__wire_get_range(const char *msg, const char *key, long lo,
-                           long hi, long *out) {
+int resihp__wire_get_range(const char *msg, const char *key, long lo, long hi,
+                           long *out) {
   long x;
   int rc = resihp__wire_get_long(msg, key, &x);
   if (rc)
@@ -462,8 +461,8 @@ int resihp__wire_send_buf(resihp__wire_t *w, const resihp__wire_buf_t *b,
 int resihp__wire_max_microbatches(void) {
   /* Ids 0..M-1 written in full, each with a separator (the last one's
    * stands for the line's own room), digit-length block by block. */
-  size_t room = RESIHP__WIRE_LINE_MAX - RESIHP__WIRE_LIST_HEADROOM -
-                TAG_TEXT + 1,
+  size_t room =
+             RESIHP__WIRE_LINE_MAX - RESIHP__WIRE_LIST_HEADROOM - TAG_TEXT + 1,
          used = 0;
   long lo = 0, hi = 10;
   for (size_t per = 2;; per++, lo = hi, hi *= 10) {

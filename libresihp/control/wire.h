@@ -58,8 +58,8 @@ typedef struct {
   int fd;
   char *buf;
   size_t len, cap;
-  size_t max;  /* longest line accepted now */
-  int sealed;  /* lines carry a tag (set by the handshake) */
+  size_t max; /* longest line accepted now */
+  int sealed; /* lines carry a tag (set by the handshake) */
   resihp__msgauth_t auth;
 } resihp__wire_t;
 
@@ -79,8 +79,7 @@ int resihp__wire_recv(resihp__wire_t *w, char *out, size_t cap,
                       int64_t deadline_ms);
 /* Send one line (its tag and a '\n' are appended) before the deadline.
  * RESIHP_ERANGE (nothing sent) for a line over RESIHP__WIRE_LINE_MAX. */
-int resihp__wire_send(resihp__wire_t *w, const char *line,
-                      int64_t deadline_ms);
+int resihp__wire_send(resihp__wire_t *w, const char *line, int64_t deadline_ms);
 
 /* Raw bytes after a line: write/read exactly len bytes (read takes what
  * is buffered first). Then seal/unseal: the tag of the bytes given as n
@@ -145,8 +144,8 @@ int resihp__wire_listen(const char *host, int port, int *port_out);
 int resihp__wire_get(const char *msg, const char *key, char *out, size_t cap);
 /* A decimal value in [lo, hi]: 0, RESIHP_ENOENT, or RESIHP_EPROTO. */
 int resihp__wire_get_long(const char *msg, const char *key, long *out);
-int resihp__wire_get_range(const char *msg, const char *key, long lo,
-                           long hi, long *out);
+int resihp__wire_get_range(const char *msg, const char *key, long lo, long hi,
+                           long *out);
 /* Value of key taken to the end of the line: for a last key whose value is
  * free text with spaces (a probe summary). 0 or RESIHP_ENOENT/ERANGE. */
 int resihp__wire_get_rest(const char *msg, const char *key, char *out,

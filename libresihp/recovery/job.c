@@ -84,7 +84,7 @@ struct resihp_job {
   pthread_t hb_thread;
   int hb_started, hb_stop;
 
-  int lfd, slfd; /* all-reduce and catch-up listening sockets */
+  int lfd, slfd;                /* all-reduce and catch-up listening sockets */
   resihp__wire_hs_t *shs, *lhs; /* handshakes on slfd and llfd */
   char ep[96], sep[96];
 
@@ -312,7 +312,6 @@ static int local_send(resihp_job_t *j, resihp__wire_t *w, const char *line,
   return rc;
 }
 
-
 static int send_down(resihp_job_t *j, const char *line, const void *raw,
                      size_t len) {
   for (int k = 0; k < j->lsize - 1; k++) {
@@ -401,8 +400,8 @@ static int accept_ranks(resihp_job_t *j) {
     return RESIHP_ENOMEM;
   for (int k = 0; k < j->lsize - 1; k++)
     resihp__wire_init(&j->down[k], -1);
-  int rc = resihp__wire_hs_create(j->secret, j->secret_len, "local",
-                                  HS_PENDING, HS_TIMEOUT_MS, &j->lhs);
+  int rc = resihp__wire_hs_create(j->secret, j->secret_len, "local", HS_PENDING,
+                                  HS_TIMEOUT_MS, &j->lhs);
   if (rc)
     return rc;
   int64_t dl = resihp__now_ms() + 60000;
@@ -868,8 +867,8 @@ static void *serve_main(void *arg) {
       fire(j, j->inj[f].kind, RESIHP__INJECT_CATCHUP);
     }
     if (!rc)
-      rc = resihp__wire_write(&w, j->snap + half, j->state_len - half,
-                              deadline);
+      rc =
+          resihp__wire_write(&w, j->snap + half, j->state_len - half, deadline);
     /* the tag of the whole transfer: a tampered state is refused */
     const void *parts[1] = {j->snap};
     size_t lens[1] = {j->state_len};

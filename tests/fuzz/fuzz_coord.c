@@ -60,8 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int conn[NCONN];
   for (int i = 0; i < NCONN; i++) {
     int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
-                   sv))
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv))
       abort();
     close(sv[1]); /* what the coordinator sends fails at once */
     resihp__wire_t w;
@@ -104,14 +103,30 @@ static size_t gen(uint8_t *buf, size_t cap) {
       "HELLO replica=1 ep=127.0.0.1:3 sep=127.0.0.1:4 mbs=6 steps=4",
       "HELLO replica=2 ep=h:5 sep=h:6 mbs=6 steps=4 lep=h:7 node=n2",
       "HELLO replica=1 ep=a sep=b mbs=99999999 steps=9223372036854775807",
-      "BEGIN step=-1", "BEGIN step=$S", "BEGIN step=9", "READY epoch=$E",
-      "RESYNC epoch=$E", "READY epoch=4294967297",
-      "RECOVER step=$S cepoch=1 view=0:1", "RECOVER step=$S cepoch=2 view=0",
-      "RECOVER step=$S cepoch=1 view=0:1:2", "RECOVER step=$S cepoch=3 view=1:1",
-      "RECOVER step=$S cepoch=-1 view=", "CATCHUP_FAILED", "FINISH result=ok",
-      "FAULT kind=kill-rank step=$S node=n1", "FAULT kind=probe step=1 "
-      "summary=x", "SUBHELLO replica=1 lrank=1 jobid=1 stepid=2",
-      "SPARE node=s1 status=pass summary=-", "HB", "GO", "=", " ", ":", "@"};
+      "BEGIN step=-1",
+      "BEGIN step=$S",
+      "BEGIN step=9",
+      "READY epoch=$E",
+      "RESYNC epoch=$E",
+      "READY epoch=4294967297",
+      "RECOVER step=$S cepoch=1 view=0:1",
+      "RECOVER step=$S cepoch=2 view=0",
+      "RECOVER step=$S cepoch=1 view=0:1:2",
+      "RECOVER step=$S cepoch=3 view=1:1",
+      "RECOVER step=$S cepoch=-1 view=",
+      "CATCHUP_FAILED",
+      "FINISH result=ok",
+      "FAULT kind=kill-rank step=$S node=n1",
+      "FAULT kind=probe step=1 "
+      "summary=x",
+      "SUBHELLO replica=1 lrank=1 jobid=1 stepid=2",
+      "SPARE node=s1 status=pass summary=-",
+      "HB",
+      "GO",
+      "=",
+      " ",
+      ":",
+      "@"};
   size_t n = 0, lines = 1 + resihp__fuzz_rng() % 40;
   for (size_t i = 0; i < lines && n + 2 < cap; i++) {
     uint64_t r = resihp__fuzz_rng();
@@ -137,7 +152,7 @@ static size_t gen(uint8_t *buf, size_t cap) {
 }
 
 int main(int argc, char **argv) {
-  return resihp__fuzz_main(argc, argv, "fuzz_coord", "corpus-coord", 65536,
-                           gen, 5000);
+  return resihp__fuzz_main(argc, argv, "fuzz_coord", "corpus-coord", 65536, gen,
+                           5000);
 }
 #endif

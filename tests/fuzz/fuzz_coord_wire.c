@@ -59,8 +59,8 @@ static void parsers(const char *msg) {
     resihp__wire_buf_init(&b);
     resihp__wire_buf_ints(&b, ids, n);
     int *again = NULL, m = 0;
-    check(!b.err && !resihp__wire_parse_ints(b.s ? b.s : "", 100000, &again,
-                                             &m),
+    check(!b.err &&
+              !resihp__wire_parse_ints(b.s ? b.s : "", 100000, &again, &m),
           "parse_ints round trip");
     check(m == n && (!n || !memcmp(ids, again, sizeof(int) * (size_t)n)),
           "parse_ints round trip differs");
@@ -176,10 +176,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
 static size_t gen(uint8_t *buf, size_t cap) {
-  static const char *const atoms[] = {
-      "step=", "view=", "mbs=", "a=", "summary=", "1", "0", "-1", ":", "::",
-      "12:7:99999", "100000", "9223372036854775808", " ", "\n", "=", "x",
-      " mac=", "0123456789abcdef0123456789abcdef", "\0", "\xff"};
+  static const char *const atoms[] = {"step=",
+                                      "view=",
+                                      "mbs=",
+                                      "a=",
+                                      "summary=",
+                                      "1",
+                                      "0",
+                                      "-1",
+                                      ":",
+                                      "::",
+                                      "12:7:99999",
+                                      "100000",
+                                      "9223372036854775808",
+                                      " ",
+                                      "\n",
+                                      "=",
+                                      "x",
+                                      " mac=",
+                                      "0123456789abcdef0123456789abcdef",
+                                      "\0",
+                                      "\xff"};
   size_t n = 0;
   if (cap < 3)
     return 0;
@@ -189,7 +206,8 @@ static size_t gen(uint8_t *buf, size_t cap) {
   buf[n++] = (uint8_t)(r >> 16);
   size_t parts = resihp__fuzz_rng() % 40;
   for (size_t i = 0; i < parts; i++) {
-    const char *a = atoms[resihp__fuzz_rng() % (sizeof(atoms) / sizeof(atoms[0]))];
+    const char *a =
+        atoms[resihp__fuzz_rng() % (sizeof(atoms) / sizeof(atoms[0]))];
     size_t l = a[0] ? strlen(a) : 1;
     if (n + l > cap)
       break;

@@ -119,13 +119,12 @@ START_TEST(wire_auth) {
     ck_assert_int_eq(rc, 0);
     ck_assert_int_eq(WEXITSTATUS(st), 0);
     char line[64];
-    ck_assert_int_eq(resihp__wire_recv(&w, line, sizeof(line),
-                                       resihp__now_ms() + 3000),
-                     0);
+    ck_assert_int_eq(
+        resihp__wire_recv(&w, line, sizeof(line), resihp__now_ms() + 3000), 0);
     ck_assert_str_eq(line, "HELLO a=1");
-    ck_assert_int_eq(resihp__wire_recv(&w, line, sizeof(line),
-                                       resihp__now_ms() + 3000),
-                     RESIHP_EAUTH);
+    ck_assert_int_eq(
+        resihp__wire_recv(&w, line, sizeof(line), resihp__now_ms() + 3000),
+        RESIHP_EAUTH);
     resihp__wire_free(&w);
   }
   char v[32];
@@ -592,8 +591,8 @@ static int coord_open(const char *ep, const char *key, resihp__wire_t *w) {
   resihp__wire_init(w, resihp__wire_dial(ep, resihp__now_ms() + 5000));
   if (w->fd < 0)
     return w->fd;
-  return resihp__wire_auth_client(w, (const uint8_t *)key, strlen(key),
-                                  "coord", resihp__now_ms() + 10000);
+  return resihp__wire_auth_client(w, (const uint8_t *)key, strlen(key), "coord",
+                                  resihp__now_ms() + 10000);
 }
 
 /* The next line that is not a heartbeat. */
@@ -1011,9 +1010,9 @@ START_TEST(wire_data_tagged) {
     if (alter)
       stream[500] ^= 1;
     ck_assert_int_eq(send(b[1], stream, (size_t)n, 0), n);
-    ck_assert_int_eq(resihp__wire_recv_data(&rx, got, sizeof(got),
-                                            resihp__now_ms() + 3000),
-                     alter ? RESIHP_EAUTH : 0);
+    ck_assert_int_eq(
+        resihp__wire_recv_data(&rx, got, sizeof(got), resihp__now_ms() + 3000),
+        alter ? RESIHP_EAUTH : 0);
     resihp__wire_free(&tx);
     resihp__wire_free(&rx);
     close(a[0]);

@@ -89,7 +89,7 @@ typedef struct {
    * microbatch ids must fit in one control message (join refuses more
    * with RESIHP_ERANGE rather than cut a list short) */
   int microbatches;
-  long steps;       /* steps of the whole training run, >= 1 */
+  long steps; /* steps of the whole training run, >= 1 */
   /* NULL/-1: take them from RESIHP_COORDINATOR, RESIHP_REPLICA,
    * RESIHP_SECRET_FILE, RESIHP_INJECT (as the SPANK plugin and resihp-run
    * set them). */

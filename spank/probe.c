@@ -29,7 +29,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,17 +133,6 @@ static void results_path(char *buf, size_t len) {
   snprintf(buf, len, "%s/" RESULTS_FILE, resihp_plugin.run_dir);
 }
 
-/* Regain root in a helper child of slurmstepd (the real and saved uid are
- * still root while user_init runs with the job's euid). */
-static int become_root(void) {
-  if (geteuid() != 0 && seteuid(0) != 0)
-    return -1;
-  if (setgroups(0, NULL) != 0 || setresgid(0, 0, 0) != 0 ||
-      setresuid(0, 0, 0) != 0)
-    return -1;
-  return 0;
-}
-
 /* Root-only follow-ups of a probe run: Prometheus metrics and, when the
  * site asked for it, draining the node. Bounded; errors are logged by the
  * caller from the exit status (bit 0: metrics, bit 1: drain). */
@@ -165,7 +153,7 @@ static int root_actions(const resihp_probe_report_t *rep, const char *kind,
     resihp__helper_sanitize(-1, parent, "resihp-root");
     /* Without root, writing a root-owned metrics file or talking to
      * slurmctld as SlurmUser fails below and is reported by the caller. */
-    (void)become_root();
+    (void)resihp__helper_become_root(parent);
     int st = 0;
     if (*metrics && resihp__probe_update_metrics(rep, kind, metrics) != 0)
       st |= 1;

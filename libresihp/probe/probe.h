@@ -140,6 +140,14 @@ int resihp__probe_update_metrics(const resihp_probe_report_t *rep,
  * (or -1 when keep_fd was -1); _exit()s if the parent is already gone. */
 int resihp__helper_sanitize(int keep_fd, pid_t parent_pid, const char *name);
 
+/* In a helper sanitised against parent_pid while slurmstepd had dropped
+ * its effective ids to the job's user (user_init): regain root for good
+ * (real, effective and saved ids, no supplementary groups) and re-arm
+ * PR_SET_PDEATHSIG, which the credential change cleared. _exit()s if the
+ * parent is already gone. Returns 0 or RESIHP_ESYS (not root, or the real
+ * uid is not root either). */
+int resihp__helper_become_root(pid_t parent_pid);
+
 /* Reap a child within timeout_ms. A child killed with SIGKILL while in an
  * uninterruptible sleep (dead NFS server) cannot be reaped until the I/O
  * ends: rather than block the step, give up and let it become slurmstepd's

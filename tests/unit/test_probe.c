@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 START_TEST(parse_lists) {
@@ -305,6 +308,63 @@ START_TEST(helper_hygiene) {
 }
 END_TEST
 
+/* A root-actions helper is forked by slurmstepd while user_init runs with
+ * the job's effective uid, then regains root. The kernel clears
+ * PR_SET_PDEATHSIG on that credential change: the helper must arm it again,
+ * or it outlives a killed slurmstepd. Real processes: the test is the
+ * subreaper, A plays slurmstepd, B the helper; A is SIGKILLed and B must die
+ * of the parent-death signal rather than see the end of the socket. */
+START_TEST(become_root_keeps_parent_death_signal) {
+  if (geteuid() != 0) {
+    fprintf(stderr, "skipped: needs root to change credentials\n");
+    return;
+  }
+  ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  pid_t a = fork();
+  ck_assert_int_ge(a, 0);
+  if (a == 0) {
+    pid_t me = getpid();
+    pid_t b = fork();
+    if (b < 0)
+      _exit(1);
+    if (b == 0) {
+      int fd = resihp__helper_sanitize(sv[1], me, "unit-helper");
+      /* as in user_init: real and saved uid root, effective the user's */
+      if (seteuid(65534) != 0)
+        _exit(2);
+      int msg[3] = {(int)getpid(), resihp__helper_become_root(me), 0};
+      prctl(PR_GET_PDEATHSIG, &msg[2]);
+      if (write(fd, msg, sizeof(msg)) != (ssize_t)sizeof(msg))
+        _exit(3);
+      char c;
+      while (read(fd, &c, 1) > 0)
+        ;
+      _exit(0); /* survived its parent: the bug */
+    }
+    close(sv[0]);
+    close(sv[1]);
+    for (;;)
+      pause();
+  }
+  close(sv[1]);
+  int msg[3];
+  ck_assert_int_eq(read(sv[0], msg, sizeof(msg)), (ssize_t)sizeof(msg));
+  ck_assert_int_eq(msg[1], 0);
+  ck_assert_int_eq(msg[2], SIGKILL);
+  kill(a, SIGKILL);
+  int st;
+  ck_assert_int_eq(waitpid(a, &st, 0), a);
+  /* The parent-death signal was sent while A exited, before waitpid
+   * returned: from here B either is dying of it or reads EOF. */
+  close(sv[0]);
+  ck_assert_int_eq(waitpid((pid_t)msg[0], &st, 0), (pid_t)msg[0]);
+  ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+                "helper outlived its parent (status 0x%x)", st);
+}
+END_TEST
+
 START_TEST(new_settings_registered) {
   resihp_settings_t s;
   resihp_settings_init(&s);
@@ -334,6 +394,7 @@ int main(void) {
   tcase_add_test(tc, metrics_roundtrip_atomic);
   tcase_add_test(tc, helper_hygiene);
   tcase_add_test(tc, new_settings_registered);
+  tcase_add_test(tc, become_root_keeps_parent_death_signal);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

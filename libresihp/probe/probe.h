@@ -112,6 +112,21 @@ void resihp__probe_run_check(const resihp_probe_config_t *c, int check,
 int resihp__probe_run(const resihp_probe_config_t *c,
                       resihp_probe_report_t *rep);
 
+/* The verdict that may drain the node (see verdict.c): rep came from a run
+ * under eff (site settings + the user's options + the job's environment);
+ * out holds only the failed checks that site selects, each with its result
+ * under site's configuration (taken from rep when the check ran with the
+ * site's inputs, else from a new run of just those checks under site).
+ * out->healthy is 0 only when a site check fails under site values.
+ * rerun_mask (may be NULL) gets the checks that were run again. Returns 0,
+ * or a negative code when the new run could not start (then out is not a
+ * verdict: do not drain). */
+int resihp__probe_site_verdict(const resihp_probe_config_t *eff,
+                               const resihp_probe_report_t *rep,
+                               const resihp_probe_config_t *site,
+                               resihp_probe_report_t *out,
+                               unsigned *rerun_mask);
+
 /* "mem: available 100 MiB < 256 MiB; net: ..." for the failed checks
  * (bounded, printable). Returns the number of failed checks. */
 int resihp__probe_failure_summary(const resihp_probe_report_t *rep, char *buf,
@@ -128,9 +143,12 @@ void resihp__probe_print_text(const resihp_probe_report_t *rep, FILE *f);
 
 /* Update the Prometheus textfile at path (locked read-modify-write, atomic
  * replace): resihp_probe_runs_total, resihp_probe_failures_total{check},
- * resihp_probe_duration_seconds{check}, ... */
+ * resihp_probe_duration_seconds{check}, ... Bounded: a busy or untrusted
+ * lock file (see resihp__metrics_lock) skips this run's update with a
+ * sentence in err. */
 int resihp__probe_update_metrics(const resihp_probe_report_t *rep,
-                                 const char *kind, const char *path);
+                                 const char *kind, const char *path,
+                                 char *err, size_t errlen);
 
 /* Fork hygiene for helpers of slurmstepd: default signal dispositions and an
  * empty mask, stdio on /dev/null, every fd >= 3 closed except keep_fd (which

@@ -180,6 +180,78 @@ START_TEST(scratch_unwritable) {
 }
 END_TEST
 
+/* Only the site's configuration may drain: a failure that comes from the
+ * user's thresholds, the job's TMPDIR or the step's expectations is run
+ * again with the site's values (and passes there); one under the site's
+ * own inputs counts as it is. */
+START_TEST(site_verdict_ignores_user_inputs) {
+  resihp_probe_config_t site, eff;
+  resihp_probe_report_t rep, v;
+  unsigned rerun;
+  const unsigned MEM = 1u << RESIHP_PROBE_MEM, DISK = 1u << RESIHP_PROBE_DISK,
+                 TOPO = 1u << RESIHP_PROBE_TOPO;
+  config_only(&site, MEM | DISK | TOPO);
+  site.timeout_ms = 60000;
+
+  /* probe-min-free-mem=1P from the user, TMPDIR on nothing, a step that
+   * "needs" more CPUs than any machine has. */
+  eff = site;
+  eff.min_free_mem = 1L << 50;
+  snprintf(eff.scratch_dir, sizeof(eff.scratch_dir), "/nonexistent-resihp");
+  eff.expect_cpus = 1 << 20;
+  ck_assert_int_eq(resihp__probe_run(&eff, &rep), 0);
+  ck_assert_int_eq(rep.healthy, 0);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_MEM].status, RESIHP_PROBE_FAIL);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_DISK].status, RESIHP_PROBE_FAIL);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_TOPO].status, RESIHP_PROBE_FAIL);
+  ck_assert_int_eq(resihp__probe_site_verdict(&eff, &rep, &site, &v, &rerun), 0);
+  ck_assert_uint_eq(rerun, MEM | DISK | TOPO);
+  ck_assert_int_eq(v.healthy, 1);
+
+  /* A check the site did not select never drains, whatever its result. */
+  resihp_probe_config_t narrow = site;
+  narrow.checks = MEM;
+  ck_assert_int_eq(resihp__probe_site_verdict(&eff, &rep, &narrow, &v, &rerun),
+                   0);
+  ck_assert_uint_eq(rerun, MEM);
+  ck_assert_int_eq(v.healthy, 1);
+
+  /* A failure under the site's own inputs counts without a second run. */
+  site.test_fail = DISK;
+  eff = site;
+  ck_assert_int_eq(resihp__probe_run(&eff, &rep), 0);
+  ck_assert_int_eq(resihp__probe_site_verdict(&eff, &rep, &site, &v, &rerun), 0);
+  ck_assert_uint_eq(rerun, 0);
+  ck_assert_int_eq(v.healthy, 0);
+  ck_assert_uint_eq(v.checks, DISK);
+  char sum[256];
+  ck_assert_int_eq(resihp__probe_failure_summary(&v, sum, sizeof(sum)), 1);
+  ck_assert_ptr_nonnull(strstr(sum, "disk: failure forced"));
+
+  /* probe-timeout from the user shorter than the site's: a timeout is not
+   * the node's fault until the check is run under the site's deadline. */
+  config_only(&site, DISK);
+  site.timeout_ms = 60000;
+  site.test_delay_check = RESIHP_PROBE_DISK;
+  site.test_delay_ms = 300;
+  eff = site;
+  eff.timeout_ms = 100;
+  ck_assert_int_eq(resihp__probe_run(&eff, &rep), 0);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_DISK].status, RESIHP_PROBE_TIMEOUT);
+  ck_assert_int_eq(resihp__probe_site_verdict(&eff, &rep, &site, &v, &rerun), 0);
+  ck_assert_uint_eq(rerun, DISK);
+  ck_assert_int_eq(v.healthy, 1);
+  /* ... but a timeout under the site's own deadline counts. */
+  site.timeout_ms = 100;
+  eff = site;
+  ck_assert_int_eq(resihp__probe_run(&eff, &rep), 0);
+  ck_assert_int_eq(resihp__probe_site_verdict(&eff, &rep, &site, &v, &rerun), 0);
+  ck_assert_uint_eq(rerun, 0);
+  ck_assert_int_eq(v.healthy, 0);
+  ck_assert_int_eq(v.r[RESIHP_PROBE_DISK].status, RESIHP_PROBE_TIMEOUT);
+}
+END_TEST
+
 START_TEST(kv_and_json_render) {
   resihp_probe_config_t c;
   config_only(&c, (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_GPU));
@@ -264,9 +336,66 @@ START_TEST(metrics_roundtrip_atomic) {
   char tmp[160];
   snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
   ck_assert_int_ne(access(tmp, F_OK), 0);
-  int lk = resihp__metrics_lock(path);
+  int lk = resihp__metrics_lock(path, 1000, NULL, 0);
   ck_assert_int_ge(lk, 0);
   close(lk);
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* Nobody but resihp's root helpers may hold the metrics lock: it is 0600,
+ * taken without blocking, and a lock file that anyone else could open (a
+ * 0644 one, a planted symlink, another user's file) is refused. */
+START_TEST(metrics_lock_is_private_and_bounded) {
+  char dir[] = "/tmp/resihp-unit-mlock.XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[128], lock[160], target[160], err[512];
+  snprintf(path, sizeof(path), "%s/n.prom", dir);
+  snprintf(lock, sizeof(lock), "%s.lock", path);
+  snprintf(target, sizeof(target), "%s/target", dir);
+  umask(022);
+  int a = resihp__metrics_lock(path, 1000, err, sizeof(err));
+  ck_assert_int_ge(a, 0);
+  struct stat st;
+  ck_assert_int_eq(stat(lock, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0600);
+  /* Held elsewhere (another open file description): busy, not a wait. */
+  ck_assert_int_eq(resihp__metrics_lock(path, 20, err, sizeof(err)),
+                   RESIHP_EBUSY);
+  ck_assert_ptr_nonnull(strstr(err, "still held"));
+  close(a);
+  a = resihp__metrics_lock(path, 1000, err, sizeof(err));
+  ck_assert_int_ge(a, 0);
+  close(a);
+  /* A lock file others can open (older resihp made it 0644) is refused. */
+  ck_assert_int_eq(chmod(lock, 0644), 0);
+  ck_assert_int_eq(resihp__metrics_lock(path, 1000, err, sizeof(err)),
+                   RESIHP_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "remove it"));
+  /* A planted symlink is not followed. */
+  ck_assert_int_eq(unlink(lock), 0);
+  int t = open(target, O_WRONLY | O_CREAT, 0644);
+  ck_assert_int_ge(t, 0);
+  close(t);
+  ck_assert_int_eq(symlink(target, lock), 0);
+  ck_assert_int_eq(resihp__metrics_lock(path, 1000, err, sizeof(err)),
+                   RESIHP_EIO);
+  ck_assert_ptr_nonnull(strstr(err, "symbolic link"));
+  ck_assert_int_eq(stat(target, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0644);
+  ck_assert_int_eq(unlink(lock), 0);
+  /* Someone else's file, even with mode 0600. */
+  if (geteuid() == 0) {
+    t = open(lock, O_WRONLY | O_CREAT, 0600);
+    ck_assert_int_ge(t, 0);
+    ck_assert_int_eq(fchown(t, 65534, 65534), 0);
+    close(t);
+    ck_assert_int_eq(resihp__metrics_lock(path, 1000, err, sizeof(err)),
+                     RESIHP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "owner uid 65534"));
+  }
   char cmd[256];
   snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
   ck_assert_int_eq(system(cmd), 0);
@@ -390,8 +519,10 @@ int main(void) {
   tcase_add_test(tc, run_deadline_blames_the_slow_check);
   tcase_add_test(tc, mem_threshold_and_fake_proc);
   tcase_add_test(tc, scratch_unwritable);
+  tcase_add_test(tc, site_verdict_ignores_user_inputs);
   tcase_add_test(tc, kv_and_json_render);
   tcase_add_test(tc, metrics_roundtrip_atomic);
+  tcase_add_test(tc, metrics_lock_is_private_and_bounded);
   tcase_add_test(tc, helper_hygiene);
   tcase_add_test(tc, new_settings_registered);
   tcase_add_test(tc, become_root_keeps_parent_death_signal);

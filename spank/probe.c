@@ -43,7 +43,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RESULTS_FILE "probe.kv"
 #define ROOT_ACTIONS_TIMEOUT_MS 15000
 #define DRAIN_TIMEOUT_MS 10000
 
@@ -126,33 +125,67 @@ static int build_config(spank_t sp, resihp_probe_config_t *eff,
   return 0;
 }
 
+static const char *run_base(void) {
+  return resihp_settings_get_str(&resihp_plugin.settings,
+                                 RESIHP_SETTING_PROBE_RUN_DIR);
+}
+
 /* A fresh, unpredictable per-step directory created with the user's
- * credentials (mkdtemp: no pre-planted name can be reused). */
+ * credentials and locked for the step's life (rundir.c): the lock is what
+ * tells a later step's clean-up that this one still runs. */
 static int make_run_dir(spank_t sp) {
   uint32_t job = 0, step = 0;
   spank_get_item(sp, S_JOB_ID, &job);
   spank_get_item(sp, S_JOB_STEPID, &step);
-  const char *base =
-      resihp_settings_get_str(&resihp_plugin.settings, RESIHP_SETTING_PROBE_RUN_DIR);
-  if (!resihp__probe_valid_dir(base)) {
-    slurm_error("%s: probe-run-dir '%.80s' is not a usable absolute path",
-                PLUGIN_NAME, base);
+  char err[400];
+  int fd = resihp__rundir_create(run_base(), geteuid(), job, step,
+                                 resihp_plugin.run_dir,
+                                 sizeof(resihp_plugin.run_dir), err,
+                                 sizeof(err));
+  if (fd < 0) {
+    resihp_plugin.run_dir[0] = '\0';
+    slurm_error("%s: %s", PLUGIN_NAME, err);
     return -1;
   }
-  char tmpl[sizeof(resihp_plugin.run_dir)];
-  snprintf(tmpl, sizeof(tmpl), "%s/resihp.%u.%u.XXXXXX", base, job, step);
-  if (!mkdtemp(tmpl)) {
-    slurm_error("%s: cannot create a probe directory under %s: %s",
-                PLUGIN_NAME, base, strerror(errno));
-    return -1;
-  }
-  chmod(tmpl, 0755);
-  snprintf(resihp_plugin.run_dir, sizeof(resihp_plugin.run_dir), "%s", tmpl);
+  resihp_plugin.run_dir_fd = fd;
   return 0;
 }
 
+/* Directories of steps that died with their node (no slurm_spank_exit ran)
+ * are removed by the next step that starts here, in a helper that runs
+ * beside the probe: as root, so that any user's leftovers go, acting as
+ * each directory's owner (rundir.c). Bounded in entries looked at and in
+ * time: a user filling the directory cannot hold the step up. */
+#define STALE_MAX_ENTRIES 100000
+#define STALE_MAX_REMOVED 256
+#define STALE_TIMEOUT_MS 5000
+
+static pid_t start_stale_cleanup(void) {
+  const char *base = run_base();
+  if (!resihp__probe_valid_dir(base))
+    return -1;
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid != 0)
+    return pid;
+  resihp__helper_sanitize(-1, parent, "resihp-clean");
+  if (resihp__helper_become_root(parent) != 0)
+    _exit(2);
+  _exit(resihp__rundir_clean_stale(base, STALE_MAX_ENTRIES,
+                                   STALE_MAX_REMOVED) < 0);
+}
+
+static void finish_stale_cleanup(pid_t pid) {
+  if (pid <= 0)
+    return;
+  if (resihp__reap_bounded(pid, NULL, STALE_TIMEOUT_MS) == RESIHP_ETIMEDOUT) {
+    kill(pid, SIGKILL);
+    resihp__reap_bounded(pid, NULL, 1000);
+  }
+}
+
 static void results_path(char *buf, size_t len) {
-  snprintf(buf, len, "%s/" RESULTS_FILE, resihp_plugin.run_dir);
+  snprintf(buf, len, "%s/" RESIHP_RUNDIR_RESULTS, resihp_plugin.run_dir);
 }
 
 /* Whether a failed run under eff drains the node: only with drain=yes and
@@ -341,9 +374,11 @@ int resihp__probe_step_start(spank_t sp) {
   if (sc && sc[0] == '/' && strnlen(sc, sizeof(slurm_conf)) < sizeof(slurm_conf))
     snprintf(slurm_conf, sizeof(slurm_conf), "%s", sc);
 
+  pid_t cleaner = start_stale_cleanup();
   resihp_probe_report_t rep;
   int rc = resihp__probe_run(&c, &rep);
   if (rc) {
+    finish_stale_cleanup(cleaner);
     snprintf(resihp_plugin.probe_summary, sizeof(resihp_plugin.probe_summary),
              "probe helper could not start (%s)", strerror(errno));
     resihp_plugin.probe_failed = 1;
@@ -355,7 +390,9 @@ int resihp__probe_step_start(spank_t sp) {
   resihp_plugin.probe_failed = !rep.healthy;
   log_verdict(&rep, "step-start");
 
-  if (make_run_dir(sp) == 0) {
+  int made = make_run_dir(sp);
+  finish_stale_cleanup(cleaner);
+  if (made == 0) {
     char path[sizeof(resihp_plugin.run_dir) + 16];
     results_path(path, sizeof(path));
     if (resihp__probe_write_kv(&rep, "start", path, 0) != 0)
@@ -430,23 +467,24 @@ void resihp__probe_task_exit(spank_t sp) {
 }
 
 /* slurm_spank_exit runs as root while the directory belongs to the user,
- * who may have swapped it for a symlink: open it without following links,
- * check it is still the user's, and remove only our names inside it. */
+ * who may have swapped it for a symlink or another directory: remove it
+ * only through descriptors opened without following links, only when it
+ * still belongs to the job's user, and only our names inside it. */
 void resihp__probe_step_end(spank_t sp) {
   stop_periodic();
-  if (!resihp_plugin.run_dir[0])
-    return;
-  uid_t uid = 0;
-  spank_get_item(sp, S_JOB_UID, &uid);
-  int dfd = open(resihp_plugin.run_dir,
-                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  struct stat st;
-  if (dfd >= 0 && fstat(dfd, &st) == 0 && st.st_uid == uid) {
-    unlinkat(dfd, RESULTS_FILE, 0);
-    unlinkat(dfd, RESULTS_FILE ".tmp", 0);
-    rmdir(resihp_plugin.run_dir); /* fails harmlessly on a symlink */
+  if (resihp_plugin.run_dir[0]) {
+    uid_t uid = 0;
+    spank_get_item(sp, S_JOB_UID, &uid);
+    const char *name = strrchr(resihp_plugin.run_dir, '/');
+    int basefd = open(run_base(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (basefd >= 0 && name)
+      (void)resihp__rundir_remove(basefd, name + 1, uid, 0);
+    if (basefd >= 0)
+      close(basefd);
+    resihp_plugin.run_dir[0] = '\0';
   }
-  if (dfd >= 0)
-    close(dfd);
-  resihp_plugin.run_dir[0] = '\0';
+  if (resihp_plugin.run_dir_fd >= 0) {
+    close(resihp_plugin.run_dir_fd);
+    resihp_plugin.run_dir_fd = -1;
+  }
 }

@@ -13,7 +13,8 @@ libresihp_libresihp_probe_la_SOURCES = \
 	libresihp/probe/probe.h libresihp/probe/probe.c \
 	libresihp/probe/checks.h libresihp/probe/checks.c \
 	libresihp/probe/nvml.c libresihp/probe/helper.c \
-	libresihp/probe/report.c libresihp/probe/verdict.c
+	libresihp/probe/report.c libresihp/probe/verdict.c \
+	libresihp/probe/rundir.c
 libresihp_libresihp_probe_la_CFLAGS = $(AM_CFLAGS) $(HWLOC_CFLAGS)
 libresihp_libresihp_probe_la_LIBADD = libresihp/libresihp-metrics.la \
 	$(HWLOC_LIBS)
@@ -72,8 +73,10 @@ tests_fake_libfake_nvml_la_LDFLAGS = -module -avoid-version -shared \
 dist_check_SCRIPTS += tests/integration/plugin-exports.test \
 	tests/integration/resihp-probe.test \
 	tests/integration/spank-probes.test \
-	tests/integration/spank-drain.test
+	tests/integration/spank-drain.test \
+	tests/integration/spank-rundir.test
 TESTS += tests/integration/plugin-exports.test \
 	tests/integration/resihp-probe.test \
 	tests/integration/spank-probes.test \
-	tests/integration/spank-drain.test
+	tests/integration/spank-drain.test \
+	tests/integration/spank-rundir.test

@@ -181,6 +181,33 @@ int resihp__reap_bounded(pid_t pid, int *status, long timeout_ms);
 int resihp__run_command(char *const argv[], char *const env_extra[],
                         long timeout_ms);
 
+/* Per-step probe directories (rundir.c): BASE/resihp.UID.JOB.STEP.XXXXXX,
+ * holding the results file RESIHP_RUNDIR_RESULTS, locked by its step. */
+#define RESIHP_RUNDIR_RESULTS "probe.kv"
+
+/* 1 and the uid when name has exactly that form, else 0. */
+int resihp__rundir_parse_name(const char *name, uid_t *uid);
+
+/* Create a fresh directory with the caller's credentials (mode 0700) and
+ * lock it; path (len bytes) gets its name. Returns the lock fd (O_CLOEXEC;
+ * keep it open while the step runs) or a negative code with err. */
+int resihp__rundir_create(const char *base, uid_t uid, unsigned long job,
+                          unsigned long step, char *path, size_t len,
+                          char *err, size_t errlen);
+
+/* Remove basefd/name when it is a directory (not a symlink) owned by uid,
+ * unlocked unless if_unlocked is 0, and holding nothing but our files.
+ * Returns 0 when removed, a negative code when it was left alone. */
+int resihp__rundir_remove(int basefd, const char *name, uid_t uid,
+                          int if_unlocked);
+
+/* Remove the stale directories under base (see rundir.c), looking at most
+ * at max_entries entries and removing at most max_removed. As root, each
+ * is removed with its owner's effective uid; otherwise only the caller's
+ * own are considered. Returns how many were removed or a negative code. */
+int resihp__rundir_clean_stale(const char *base, long max_entries,
+                               int max_removed);
+
 /* Drain node with reason "resihp: <summary>" through scontrol. slurm_conf
  * may be NULL (scontrol's default). Returns 0 or a negative code. */
 int resihp__probe_drain(const char *node, const char *summary,

@@ -402,6 +402,116 @@ START_TEST(metrics_lock_is_private_and_bounded) {
 }
 END_TEST
 
+static void make_dir_with(const char *base, const char *name, uid_t owner,
+                          const char *file) {
+  char p[300];
+  snprintf(p, sizeof(p), "%s/%s", base, name);
+  ck_assert_int_eq(mkdir(p, 0700), 0);
+  if (file) {
+    char f[400];
+    snprintf(f, sizeof(f), "%s/%s", p, file);
+    int fd = open(f, O_WRONLY | O_CREAT, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    if (owner != geteuid())
+      ck_assert_int_eq(chown(f, owner, owner), 0);
+  }
+  if (owner != geteuid())
+    ck_assert_int_eq(chown(p, owner, owner), 0);
+}
+
+static int exists_at(const char *base, const char *name) {
+  char p[400];
+  snprintf(p, sizeof(p), "%s/%s", base, name);
+  struct stat st;
+  return lstat(p, &st) == 0;
+}
+
+START_TEST(rundir_names) {
+  uid_t u = 7;
+  ck_assert_int_eq(resihp__rundir_parse_name("resihp.1000.42.0.aB3xYz", &u), 1);
+  ck_assert_int_eq(u, 1000);
+  ck_assert_int_eq(
+      resihp__rundir_parse_name("resihp.0.4294967291.4294967291.000000", &u),
+      1);
+  ck_assert_int_eq(u, 0);
+  const char *bad[] = {"resihp.1000.42.aB3xYz",     "resihp.1000.42.0.aB3xY",
+                       "resihp.1000.42.0.aB3xYz0", "resihp.01000.42.0.aB3xYz",
+                       "resihp.1000.42.0.aB3/Yz",  "resihp.4294967296.1.0.abcdef",
+                       "resihp.-1.42.0.aB3xYz",    "xresihp.1.2.3.abcdef",
+                       "resihp..2.3.abcdef",       "probe.kv"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    ck_assert_msg(!resihp__rundir_parse_name(bad[i], &u), "%s", bad[i]);
+}
+END_TEST
+
+/* A node that dies leaves its step's directory; the next step removes it,
+ * but only what is provably resihp's and stale: a live step's (locked)
+ * directory, a planted symlink, a directory whose owner is not the uid its
+ * name carries, and one holding anything else stay. */
+START_TEST(rundir_stale_cleanup) {
+  char base[] = "/tmp/resihp-unit-rundir.XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(base));
+  ck_assert_int_eq(chmod(base, 01777), 0);
+  uid_t me = geteuid();
+  char live[320], err[256];
+  int lk = resihp__rundir_create(base, me, 42, 0, live, sizeof(live), err,
+                                 sizeof(err));
+  ck_assert_int_ge(lk, 0);
+  struct stat st;
+  ck_assert_int_eq(stat(live, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0700);
+  const char *live_name = strrchr(live, '/') + 1;
+  uid_t u;
+  ck_assert(resihp__rundir_parse_name(live_name, &u) && u == me);
+
+  char stale[64], other[64], victim[300], sym[64];
+  snprintf(stale, sizeof(stale), "resihp.%ld.41.0.AbC123", (long)me);
+  make_dir_with(base, stale, me, RESIHP_RUNDIR_RESULTS);
+  snprintf(other, sizeof(other), "resihp.%ld.40.0.Xtra12", (long)me);
+  make_dir_with(base, other, me, "users-own-file");
+  snprintf(victim, sizeof(victim), "%s/victim", base);
+  make_dir_with(base, "victim", me, RESIHP_RUNDIR_RESULTS);
+  snprintf(sym, sizeof(sym), "resihp.%ld.39.0.Sym123", (long)me);
+  char symp[400];
+  snprintf(symp, sizeof(symp), "%s/%s", base, sym);
+  ck_assert_int_eq(symlink(victim, symp), 0);
+  if (me == 0) {
+    /* named for root but owned by nobody; and nobody's own leftover,
+     * removed as nobody */
+    make_dir_with(base, "resihp.0.38.0.Frn123", 65534, RESIHP_RUNDIR_RESULTS);
+    make_dir_with(base, "resihp.65534.37.0.Nob123", 65534,
+                  RESIHP_RUNDIR_RESULTS);
+  }
+
+  int removed = resihp__rundir_clean_stale(base, 1000, 100);
+  ck_assert_int_eq(removed, me == 0 ? 2 : 1);
+  ck_assert(!exists_at(base, stale));
+  ck_assert(exists_at(base, live_name));
+  ck_assert(exists_at(base, other));
+  ck_assert(exists_at(base, sym));
+  ck_assert(exists_at(base, "victim/" RESIHP_RUNDIR_RESULTS));
+  if (me == 0) {
+    ck_assert(exists_at(base, "resihp.0.38.0.Frn123/" RESIHP_RUNDIR_RESULTS));
+    ck_assert(!exists_at(base, "resihp.65534.37.0.Nob123"));
+    ck_assert_int_eq(geteuid(), 0); /* back to root */
+  }
+
+  /* The step ends (or its node dies): its directory is stale now. */
+  close(lk);
+  ck_assert_int_eq(resihp__rundir_clean_stale(base, 1000, 100), 1);
+  ck_assert(!exists_at(base, live_name));
+  /* The scan is bounded. */
+  make_dir_with(base, stale, me, NULL);
+  ck_assert_int_eq(resihp__rundir_clean_stale(base, 1000, 0), 0);
+  ck_assert(exists_at(base, stale));
+
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(helper_hygiene) {
   /* A command run through the helper sees a clean environment, no
    * inherited fds beyond stdio, default signal mask and no pending
@@ -523,6 +633,8 @@ int main(void) {
   tcase_add_test(tc, kv_and_json_render);
   tcase_add_test(tc, metrics_roundtrip_atomic);
   tcase_add_test(tc, metrics_lock_is_private_and_bounded);
+  tcase_add_test(tc, rundir_names);
+  tcase_add_test(tc, rundir_stale_cleanup);
   tcase_add_test(tc, helper_hygiene);
   tcase_add_test(tc, new_settings_registered);
   tcase_add_test(tc, become_root_keeps_parent_death_signal);

@@ -57,12 +57,24 @@ tests_unit_test_probe_LDADD = libresihp/libresihp-probe.la $(UNIT_LDADD)
 TESTS += tests/unit/test_probe
 endif
 
-check_PROGRAMS += tests/fuzz/fuzz_options
-tests_fuzz_fuzz_options_SOURCES = tests/fuzz/fuzz_options.c
+check_PROGRAMS += tests/fuzz/fuzz_options tests/fuzz/fuzz_rundir_name
+tests_fuzz_fuzz_options_SOURCES = tests/fuzz/fuzz_options.c \
+	tests/fuzz/driver.c tests/fuzz/driver.h
 tests_fuzz_fuzz_options_LDADD = libresihp/libresihp-core.la
 TESTS += tests/fuzz/fuzz_options
+# The names root's stale-directory clean-up parses (rundir.c).
+tests_fuzz_fuzz_rundir_name_SOURCES = tests/fuzz/fuzz_rundir_name.c \
+	tests/fuzz/driver.c tests/fuzz/driver.h
+tests_fuzz_fuzz_rundir_name_CPPFLAGS = $(AM_CPPFLAGS) \
+	-I$(top_srcdir)/libresihp/probe
+tests_fuzz_fuzz_rundir_name_LDADD = libresihp/libresihp-probe.la \
+	libresihp/libresihp-core.la
+TESTS += tests/fuzz/fuzz_rundir_name
 EXTRA_DIST += tests/fuzz/corpus/plain tests/fuzz/corpus/many \
-	tests/fuzz/corpus/bad tests/fuzz/README
+	tests/fuzz/corpus/bad tests/fuzz/README \
+	tests/fuzz/corpus-rundir/valid tests/fuzz/corpus-rundir/max \
+	tests/fuzz/corpus-rundir/overflow tests/fuzz/corpus-rundir/leading-zero \
+	tests/fuzz/corpus-rundir/long-suffix
 
 # A fake libnvidia-ml for the gpu check's NVML path on GPU-less machines.
 check_LTLIBRARIES = tests/fake/libfake-nvml.la

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Standalone driver of the fuzz targets (see driver.h). */
+#include "config.h"
+
+#include "driver.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+uint64_t resihp_fuzz_rng(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+static int run_file(const char *name, const char *path, uint8_t *buf,
+                    size_t max_len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "%s: cannot open %s\n", name, path);
+    return -1;
+  }
+  size_t n = fread(buf, 1, max_len, f);
+  fclose(f);
+  LLVMFuzzerTestOneInput(buf, n);
+  return 0;
+}
+
+int resihp_fuzz_main(int argc, char **argv, const char *name,
+                     const char *corpus, size_t max_len,
+                     size_t (*gen)(uint8_t *buf, size_t cap)) {
+  uint8_t *buf = malloc(max_len + 1);
+  if (!buf)
+    return 1;
+  int files = 0, rc = 0;
+  for (int i = 1; i < argc && !rc; i++, files++)
+    rc = run_file(name, argv[i], buf, max_len);
+  const char *top = getenv("top_srcdir");
+  if (argc == 1 && top && !rc) {
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/tests/fuzz/%s", top, corpus);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && !rc && (e = readdir(d)) != NULL) {
+      if (e->d_name[0] == '.')
+        continue;
+      char path[4096 + 300];
+      snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+      rc = run_file(name, path, buf, max_len);
+      files++;
+    }
+    if (d)
+      closedir(d);
+  }
+  const char *r = getenv("RESIHP_FUZZ_RUNS"), *sd = getenv("RESIHP_FUZZ_SEED");
+  long runs = r ? strtol(r, NULL, 10) : 20000;
+  if (sd)
+    rng_state = strtoull(sd, NULL, 10) | 1;
+  for (long i = 0; i < runs && !rc; i++)
+    LLVMFuzzerTestOneInput(buf, gen(buf, max_len));
+  free(buf);
+  if (rc)
+    return 1;
+  printf("%s: %d corpus files and %ld generated inputs, no failure\n", name,
+         files, runs);
+  return 0;
+}

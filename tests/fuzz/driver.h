@@ -16,6 +16,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* Reproducible pseudo-random numbers (xorshift) for generators. */
 uint64_t resihp_fuzz_rng(void);
 
+/* Append up to parts atoms picked at random (and, when junk_one_in > 0,
+ * a random byte instead of an atom one time in junk_one_in) to buf, which
+ * holds n of cap bytes. Returns the new length. */
+size_t resihp_fuzz_atoms(uint8_t *buf, size_t n, size_t cap,
+                         const char *const *atoms, size_t natoms,
+                         size_t parts, unsigned junk_one_in);
+
 /* gen fills at most cap bytes and returns how many. max_len bounds what
  * is read from a corpus file. */
 int resihp_fuzz_main(int argc, char **argv, const char *name,

@@ -68,19 +68,9 @@ static size_t gen(uint8_t *buf, size_t cap) {
       "-1", "2s", "500ms", "1m", "4K", "256M", "9999999999999999999", "yes",
       "tcp", "spare", "all", "none", "mem:disk", "/tmp", "..", "\x01", "\xff",
       " ", "=="};
-  size_t n = 0, parts = resihp_fuzz_rng() % 12;
-  for (size_t i = 0; i < parts && n < cap; i++) {
-    if (resihp_fuzz_rng() % 5 == 0) {
-      buf[n++] = (uint8_t)resihp_fuzz_rng();
-      continue;
-    }
-    const char *a = atoms[resihp_fuzz_rng() % (sizeof(atoms) / sizeof(atoms[0]))];
-    size_t l = strlen(a);
-    if (n + l > cap)
-      break;
-    memcpy(buf + n, a, l);
-    n += l;
-  }
+  size_t n = resihp_fuzz_atoms(buf, 0, cap, atoms,
+                               sizeof(atoms) / sizeof(atoms[0]),
+                               resihp_fuzz_rng() % 12, 5);
   if (resihp_fuzz_rng() % 50 == 0) /* now and then, something very long */
     while (n < cap)
       buf[n++] = (uint8_t)('a' + resihp_fuzz_rng() % 3);

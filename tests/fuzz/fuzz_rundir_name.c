@@ -78,16 +78,9 @@ static size_t gen(uint8_t *buf, size_t cap) {
       buf[resihp_fuzz_rng() % n] = (uint8_t)resihp_fuzz_rng();
     return n;
   }
-  size_t parts = resihp_fuzz_rng() % 10;
-  for (size_t i = 0; i < parts; i++) {
-    const char *a = atoms[resihp_fuzz_rng() % (sizeof(atoms) / sizeof(atoms[0]))];
-    size_t l = strlen(a);
-    if (n + l > cap)
-      break;
-    memcpy(buf + n, a, l);
-    n += l;
-  }
-  return n;
+  return resihp_fuzz_atoms(buf, 0, cap, atoms,
+                           sizeof(atoms) / sizeof(atoms[0]),
+                           resihp_fuzz_rng() % 10, 0);
 }
 
 int main(int argc, char **argv) {

@@ -15,6 +15,7 @@ struct resihp_plugin resihp_plugin = {
     .drain_on_probe_failure = 0,
     .test_delay_check = -1,
     .periodic_pid = -1,
+    .run_dir_fd = -1,
 };
 
 int slurm_spank_init(spank_t sp, int argc, char **argv) {

@@ -37,6 +37,7 @@ struct resihp_plugin {
   char probe_summary[512];     /* what failed, for task_init's message */
   char node[128];              /* this node's Slurm name */
   char run_dir[320];           /* per-step directory (results file) */
+  int run_dir_fd;              /* its lock, held while the step runs; -1 */
   pid_t periodic_pid;          /* periodic probe helper, -1: none */
   uint32_t local_tasks;
   uint32_t tasks_exited;

@@ -249,8 +249,10 @@ int main(int argc, char **argv) {
   } else {
     resihp__probe_print_text(&rep, stdout);
   }
-  if (metrics && resihp__probe_update_metrics(&rep, "manual", metrics) != 0)
-    fprintf(stderr, "resihp-probe: cannot update metrics file %s\n", metrics);
+  char merr[512];
+  if (metrics && resihp__probe_update_metrics(&rep, "manual", metrics, merr,
+                                              sizeof(merr)) != 0)
+    fprintf(stderr, "resihp-probe: metrics not updated: %s\n", merr);
   if (!rep.healthy && !json && !kv) {
     char sum[512];
     resihp__probe_failure_summary(&rep, sum, sizeof(sum));

@@ -4,6 +4,8 @@
 
 #include "metrics.h"
 
+#include "../core/errbuf.h"
+
 #include <resihp/error.h>
 
 #include <errno.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_FAMILIES 32
@@ -208,7 +211,10 @@ int resihp__metrics_write(const resihp_metrics_t *m, const char *path) {
   if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >=
       (int)sizeof(tmp))
     return RESIHP_ERANGE;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+  /* O_EXCL: a leftover of a killed writer (same pid, a later boot) is
+   * removed first; anything else at that name is not written through. */
+  (void)unlink(tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
                 0644);
   if (fd < 0)
     return RESIHP_EIO;
@@ -249,18 +255,57 @@ int resihp__metrics_write(const resihp_metrics_t *m, const char *path) {
   return 0;
 }
 
-int resihp__metrics_lock(const char *path) {
+/* The lock serialises resihp's own root helpers, which hold it for the
+ * milliseconds of one read-modify-write. Anyone else who could open it
+ * could also flock() it (a read-only fd is enough) and stall every step
+ * start and the drain behind it: so it is 0600 and ours, and a lock file
+ * that is not (planted, or left by an older resihp with mode 0644) is
+ * refused rather than trusted. */
+int resihp__metrics_lock(const char *path, long timeout_ms, char *err,
+                         size_t errlen) {
   char lk[4096];
-  if (!path || snprintf(lk, sizeof(lk), "%s.lock", path) >= (int)sizeof(lk))
+  if (!path || snprintf(lk, sizeof(lk), "%s.lock", path) >= (int)sizeof(lk)) {
+    resihp__errf(err, errlen, "metrics path too long");
     return RESIHP_EINVAL;
-  int fd = open(lk, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0)
-    return RESIHP_EIO;
-  while (flock(fd, LOCK_EX) != 0) {
-    if (errno != EINTR) {
-      close(fd);
-      return RESIHP_EIO;
-    }
   }
-  return fd;
+  int fd = open(lk, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY,
+                0600);
+  if (fd < 0) {
+    resihp__errf(err, errlen, "cannot open the metrics lock %.200s: %s%s", lk,
+                 strerror(errno),
+                 errno == ELOOP ? " (a symbolic link: remove it)" : "");
+    return RESIHP_EIO;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_uid != geteuid() || (st.st_mode & 077) != 0 || st.st_nlink != 1) {
+    resihp__errf(err, errlen,
+                 "refusing the metrics lock %.200s (owner uid %ld, mode %04o, "
+                 "%ld links): it must be a regular file of uid %ld with mode "
+                 "0600; remove it and resihp recreates it",
+                 lk, (long)st.st_uid, (unsigned)(st.st_mode & 07777),
+                 (long)st.st_nlink, (long)geteuid());
+    close(fd);
+    return RESIHP_EINVAL;
+  }
+  struct timespec nap = {0, 5 * 1000 * 1000};
+  for (long waited = 0;; waited += 5) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+      return fd;
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      resihp__errf(err, errlen, "cannot lock %.200s: %s", lk, strerror(errno));
+      break;
+    }
+    if (waited >= timeout_ms) {
+      resihp__errf(err, errlen,
+                   "metrics lock %.200s still held after %ld ms; metrics of "
+                   "this probe run are not written",
+                   lk, timeout_ms);
+      close(fd);
+      return RESIHP_EBUSY;
+    }
+    nanosleep(&nap, NULL);
+  }
+  close(fd);
+  return RESIHP_EIO;
 }

@@ -51,7 +51,11 @@ int resihp__metrics_write(const resihp_metrics_t *m, const char *path);
 
 /* Serialise concurrent read-modify-write cycles on path (several steps on a
  * node): returns an fd holding an exclusive lock on "path.lock", or a
- * negative RESIHP_E* code. Close the fd to release it. */
-int resihp__metrics_lock(const char *path);
+ * negative RESIHP_E* code with a sentence in err. Close the fd to release
+ * it. The lock file is created 0600; an existing one that is not a regular
+ * file of ours with mode 0600 (or is a symlink) is refused (RESIHP_EINVAL).
+ * Never blocks: a lock still busy after timeout_ms gives RESIHP_EBUSY. */
+int resihp__metrics_lock(const char *path, long timeout_ms, char *err,
+                         size_t errlen);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -90,6 +91,21 @@ int resihp__helper_sanitize(int keep_fd, pid_t parent_pid, const char *name) {
   if (chdir("/") != 0)
     _exit(127);
   return kept;
+}
+
+int resihp__helper_become_root(pid_t parent_pid) {
+  if (geteuid() != 0 && seteuid(0) != 0)
+    return RESIHP_ESYS;
+  if (setgroups(0, NULL) != 0 || setresgid(0, 0, 0) != 0 ||
+      setresuid(0, 0, 0) != 0)
+    return RESIHP_ESYS;
+  /* The kernel clears the parent-death signal when the effective uid or gid
+   * changes, so the one resihp__helper_sanitize() set is gone: arm it again,
+   * and if the parent died in between (the signal was never sent), go. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent_pid)
+    _exit(127);
+  return 0;
 }
 
 static long long now_ms(void) {

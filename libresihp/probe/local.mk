@@ -13,7 +13,8 @@ libresihp_libresihp_probe_la_SOURCES = \
 	libresihp/probe/probe.h libresihp/probe/probe.c \
 	libresihp/probe/checks.h libresihp/probe/checks.c \
 	libresihp/probe/nvml.c libresihp/probe/helper.c \
-	libresihp/probe/report.c
+	libresihp/probe/report.c libresihp/probe/verdict.c \
+	libresihp/probe/rundir.c
 libresihp_libresihp_probe_la_CFLAGS = $(AM_CFLAGS) $(HWLOC_CFLAGS)
 libresihp_libresihp_probe_la_LIBADD = libresihp/libresihp-metrics.la \
 	$(HWLOC_LIBS)
@@ -56,12 +57,24 @@ tests_unit_test_probe_LDADD = libresihp/libresihp-probe.la $(UNIT_LDADD)
 TESTS += tests/unit/test_probe
 endif
 
-check_PROGRAMS += tests/fuzz/fuzz_options
-tests_fuzz_fuzz_options_SOURCES = tests/fuzz/fuzz_options.c
+check_PROGRAMS += tests/fuzz/fuzz_options tests/fuzz/fuzz_rundir_name
+tests_fuzz_fuzz_options_SOURCES = tests/fuzz/fuzz_options.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
 tests_fuzz_fuzz_options_LDADD = libresihp/libresihp-core.la
 TESTS += tests/fuzz/fuzz_options
+# The names root's stale-directory clean-up parses (rundir.c).
+tests_fuzz_fuzz_rundir_name_SOURCES = tests/fuzz/fuzz_rundir_name.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_rundir_name_CPPFLAGS = $(AM_CPPFLAGS) \
+	-I$(top_srcdir)/libresihp/probe
+tests_fuzz_fuzz_rundir_name_LDADD = libresihp/libresihp-probe.la \
+	libresihp/libresihp-core.la
+TESTS += tests/fuzz/fuzz_rundir_name
 EXTRA_DIST += tests/fuzz/corpus/plain tests/fuzz/corpus/many \
-	tests/fuzz/corpus/bad tests/fuzz/README
+	tests/fuzz/corpus/bad tests/fuzz/README \
+	tests/fuzz/corpus-rundir/valid tests/fuzz/corpus-rundir/max \
+	tests/fuzz/corpus-rundir/overflow tests/fuzz/corpus-rundir/leading-zero \
+	tests/fuzz/corpus-rundir/long-suffix
 
 # A fake libnvidia-ml for the gpu check's NVML path on GPU-less machines.
 check_LTLIBRARIES = tests/fake/libfake-nvml.la
@@ -71,7 +84,11 @@ tests_fake_libfake_nvml_la_LDFLAGS = -module -avoid-version -shared \
 
 dist_check_SCRIPTS += tests/integration/plugin-exports.test \
 	tests/integration/resihp-probe.test \
-	tests/integration/spank-probes.test
+	tests/integration/spank-probes.test \
+	tests/integration/spank-drain.test \
+	tests/integration/spank-rundir.test
 TESTS += tests/integration/plugin-exports.test \
 	tests/integration/resihp-probe.test \
-	tests/integration/spank-probes.test
+	tests/integration/spank-probes.test \
+	tests/integration/spank-drain.test \
+	tests/integration/spank-rundir.test

@@ -112,6 +112,21 @@ void resihp__probe_run_check(const resihp_probe_config_t *c, int check,
 int resihp__probe_run(const resihp_probe_config_t *c,
                       resihp_probe_report_t *rep);
 
+/* The verdict that may drain the node (see verdict.c): rep came from a run
+ * under eff (site settings + the user's options + the job's environment);
+ * out holds only the failed checks that site selects, each with its result
+ * under site's configuration (taken from rep when the check ran with the
+ * site's inputs, else from a new run of just those checks under site).
+ * out->healthy is 0 only when a site check fails under site values.
+ * rerun_mask (may be NULL) gets the checks that were run again. Returns 0,
+ * or a negative code when the new run could not start (then out is not a
+ * verdict: do not drain). */
+int resihp__probe_site_verdict(const resihp_probe_config_t *eff,
+                               const resihp_probe_report_t *rep,
+                               const resihp_probe_config_t *site,
+                               resihp_probe_report_t *out,
+                               unsigned *rerun_mask);
+
 /* "mem: available 100 MiB < 256 MiB; net: ..." for the failed checks
  * (bounded, printable). Returns the number of failed checks. */
 int resihp__probe_failure_summary(const resihp_probe_report_t *rep, char *buf,
@@ -128,9 +143,12 @@ void resihp__probe_print_text(const resihp_probe_report_t *rep, FILE *f);
 
 /* Update the Prometheus textfile at path (locked read-modify-write, atomic
  * replace): resihp_probe_runs_total, resihp_probe_failures_total{check},
- * resihp_probe_duration_seconds{check}, ... */
+ * resihp_probe_duration_seconds{check}, ... Bounded: a busy or untrusted
+ * lock file (see resihp__metrics_lock) skips this run's update with a
+ * sentence in err. */
 int resihp__probe_update_metrics(const resihp_probe_report_t *rep,
-                                 const char *kind, const char *path);
+                                 const char *kind, const char *path,
+                                 char *err, size_t errlen);
 
 /* Fork hygiene for helpers of slurmstepd: default signal dispositions and an
  * empty mask, stdio on /dev/null, every fd >= 3 closed except keep_fd (which
@@ -139,6 +157,14 @@ int resihp__probe_update_metrics(const resihp_probe_report_t *rep,
  * Call only in the child, first thing after fork(). Returns the new keep_fd
  * (or -1 when keep_fd was -1); _exit()s if the parent is already gone. */
 int resihp__helper_sanitize(int keep_fd, pid_t parent_pid, const char *name);
+
+/* In a helper sanitised against parent_pid while slurmstepd had dropped
+ * its effective ids to the job's user (user_init): regain root for good
+ * (real, effective and saved ids, no supplementary groups) and re-arm
+ * PR_SET_PDEATHSIG, which the credential change cleared. _exit()s if the
+ * parent is already gone. Returns 0 or RESIHP_ESYS (not root, or the real
+ * uid is not root either). */
+int resihp__helper_become_root(pid_t parent_pid);
 
 /* Reap a child within timeout_ms. A child killed with SIGKILL while in an
  * uninterruptible sleep (dead NFS server) cannot be reaped until the I/O
@@ -154,6 +180,33 @@ int resihp__reap_bounded(pid_t pid, int *status, long timeout_ms);
  * SIGKILL). */
 int resihp__run_command(char *const argv[], char *const env_extra[],
                         long timeout_ms);
+
+/* Per-step probe directories (rundir.c): BASE/resihp.UID.JOB.STEP.XXXXXX,
+ * holding the results file RESIHP_RUNDIR_RESULTS, locked by its step. */
+#define RESIHP_RUNDIR_RESULTS "probe.kv"
+
+/* 1 and the uid when name has exactly that form, else 0. */
+int resihp__rundir_parse_name(const char *name, uid_t *uid);
+
+/* Create a fresh directory with the caller's credentials (mode 0700) and
+ * lock it; path (len bytes) gets its name. Returns the lock fd (O_CLOEXEC;
+ * keep it open while the step runs) or a negative code with err. */
+int resihp__rundir_create(const char *base, uid_t uid, unsigned long job,
+                          unsigned long step, char *path, size_t len,
+                          char *err, size_t errlen);
+
+/* Remove basefd/name when it is a directory (not a symlink) owned by uid,
+ * unlocked unless if_unlocked is 0, and holding nothing but our files.
+ * Returns 0 when removed, a negative code when it was left alone. */
+int resihp__rundir_remove(int basefd, const char *name, uid_t uid,
+                          int if_unlocked);
+
+/* Remove the stale directories under base (see rundir.c), looking at most
+ * at max_entries entries and removing at most max_removed. As root, each
+ * is removed with its owner's effective uid; otherwise only the caller's
+ * own are considered. Returns how many were removed or a negative code. */
+int resihp__rundir_clean_stale(const char *base, long max_entries,
+                               int max_removed);
 
 /* Drain node with reason "resihp: <summary>" through scontrol. slurm_conf
  * may be NULL (scontrol's default). Returns 0 or a negative code. */

@@ -18,6 +18,7 @@
 
 #include "probe.h"
 
+#include "../core/errbuf.h"
 #include "../metrics/metrics.h"
 
 #include <resihp/error.h>
@@ -193,8 +194,14 @@ void resihp__probe_print_text(const resihp_probe_report_t *rep, FILE *f) {
           rep->usec / 1000.0, rep->timed_out ? ", deadline expired" : "");
 }
 
+/* Only resihp's root helpers take the lock, each for one read-modify-write
+ * of a small file: a wait this long means something is wrong, and the
+ * metrics of one run are not worth holding a step (or a drain) for. */
+#define METRICS_LOCK_TIMEOUT_MS 2000
+
 int resihp__probe_update_metrics(const resihp_probe_report_t *rep,
-                                 const char *kind, const char *path) {
+                                 const char *kind, const char *path,
+                                 char *err, size_t errlen) {
   if (!path || !*path)
     return 0;
   resihp_metrics_t *m = resihp__metrics_create();
@@ -219,7 +226,7 @@ int resihp__probe_update_metrics(const resihp_probe_report_t *rep,
   resihp__metrics_declare(m, "resihp_probe_last_run_timestamp_seconds",
                           RESIHP_METRIC_GAUGE,
                           "Unix time of the last probe run.");
-  int lock = resihp__metrics_lock(path);
+  int lock = resihp__metrics_lock(path, METRICS_LOCK_TIMEOUT_MS, err, errlen);
   if (lock < 0) {
     resihp__metrics_destroy(m);
     return lock;
@@ -248,6 +255,9 @@ int resihp__probe_update_metrics(const resihp_probe_report_t *rep,
                       (double)rep->time);
   if (rc == 0)
     rc = resihp__metrics_write(m, path);
+  if (rc)
+    resihp__errf(err, errlen, "cannot rewrite %.200s: %s", path,
+                 resihp_strerror(rc));
   close(lock);
   resihp__metrics_destroy(m);
   return rc;

@@ -33,6 +33,24 @@ uint64_t resihp__fuzz_rng(void) {
   return rng_state;
 }
 
+size_t resihp__fuzz_atoms(uint8_t *buf, size_t n, size_t cap,
+                          const char *const *atoms, size_t natoms,
+                          size_t parts, unsigned junk_one_in) {
+  for (size_t i = 0; i < parts && n < cap; i++) {
+    if (junk_one_in && resihp__fuzz_rng() % junk_one_in == 0) {
+      buf[n++] = (uint8_t)resihp__fuzz_rng();
+      continue;
+    }
+    const char *a = atoms[resihp__fuzz_rng() % natoms];
+    size_t l = strlen(a);
+    if (n + l > cap)
+      break;
+    memcpy(buf + n, a, l);
+    n += l;
+  }
+  return n;
+}
+
 static int run_file(const char *name, const char *path, uint8_t *buf,
                     size_t cap) {
   FILE *f = fopen(path, "rb");

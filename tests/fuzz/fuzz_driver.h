@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The standalone driver shared by the control plane's fuzz targets, so that
+/* The standalone driver shared by every fuzz target, so that
  * they build with gcc and run under `make check` (see README): every file
  * given on the command line, else the checked-in corpus directory under
  * $top_srcdir, then RESIHP_FUZZ_RUNS (default 20000) inputs made by the
@@ -19,6 +19,13 @@ void resihp__fuzz_quiet(void);
 
 /* The driver's random numbers, for generators. */
 uint64_t resihp__fuzz_rng(void);
+
+/* Append up to parts atoms picked at random (and, when junk_one_in > 0,
+ * a random byte instead of an atom one time in junk_one_in) to buf, which
+ * holds n of cap bytes. Returns the new length. For grammar-shaped inputs. */
+size_t resihp__fuzz_atoms(uint8_t *buf, size_t n, size_t cap,
+                          const char *const *atoms, size_t natoms,
+                          size_t parts, unsigned junk_one_in);
 
 /* gen fills at most cap bytes and returns how many. */
 int resihp__fuzz_main(int argc, char **argv, const char *name,

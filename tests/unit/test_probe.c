@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 START_TEST(parse_lists) {
@@ -177,6 +180,78 @@ START_TEST(scratch_unwritable) {
 }
 END_TEST
 
+/* Only the site's configuration may drain: a failure that comes from the
+ * user's thresholds, the job's TMPDIR or the step's expectations is run
+ * again with the site's values (and passes there); one under the site's
+ * own inputs counts as it is. */
+START_TEST(site_verdict_ignores_user_inputs) {
+  resihp_probe_config_t site, eff;
+  resihp_probe_report_t rep, v;
+  unsigned rerun;
+  const unsigned MEM = 1u << RESIHP_PROBE_MEM, DISK = 1u << RESIHP_PROBE_DISK,
+                 TOPO = 1u << RESIHP_PROBE_TOPO;
+  config_only(&site, MEM | DISK | TOPO);
+  site.timeout_ms = 60000;
+
+  /* probe-min-free-mem=1P from the user, TMPDIR on nothing, a step that
+   * "needs" more CPUs than any machine has. */
+  eff = site;
+  eff.min_free_mem = 1L << 50;
+  snprintf(eff.scratch_dir, sizeof(eff.scratch_dir), "/nonexistent-resihp");
+  eff.expect_cpus = 1 << 20;
+  ck_assert_int_eq(resihp__probe_run(&eff, &rep), 0);
+  ck_assert_int_eq(rep.healthy, 0);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_MEM].status, RESIHP_PROBE_FAIL);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_DISK].status, RESIHP_PROBE_FAIL);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_TOPO].status, RESIHP_PROBE_FAIL);
+  ck_assert_int_eq(resihp__probe_site_verdict(&eff, &rep, &site, &v, &rerun), 0);
+  ck_assert_uint_eq(rerun, MEM | DISK | TOPO);
+  ck_assert_int_eq(v.healthy, 1);
+
+  /* A check the site did not select never drains, whatever its result. */
+  resihp_probe_config_t narrow = site;
+  narrow.checks = MEM;
+  ck_assert_int_eq(resihp__probe_site_verdict(&eff, &rep, &narrow, &v, &rerun),
+                   0);
+  ck_assert_uint_eq(rerun, MEM);
+  ck_assert_int_eq(v.healthy, 1);
+
+  /* A failure under the site's own inputs counts without a second run. */
+  site.test_fail = DISK;
+  eff = site;
+  ck_assert_int_eq(resihp__probe_run(&eff, &rep), 0);
+  ck_assert_int_eq(resihp__probe_site_verdict(&eff, &rep, &site, &v, &rerun), 0);
+  ck_assert_uint_eq(rerun, 0);
+  ck_assert_int_eq(v.healthy, 0);
+  ck_assert_uint_eq(v.checks, DISK);
+  char sum[256];
+  ck_assert_int_eq(resihp__probe_failure_summary(&v, sum, sizeof(sum)), 1);
+  ck_assert_ptr_nonnull(strstr(sum, "disk: failure forced"));
+
+  /* probe-timeout from the user shorter than the site's: a timeout is not
+   * the node's fault until the check is run under the site's deadline. */
+  config_only(&site, DISK);
+  site.timeout_ms = 60000;
+  site.test_delay_check = RESIHP_PROBE_DISK;
+  site.test_delay_ms = 300;
+  eff = site;
+  eff.timeout_ms = 100;
+  ck_assert_int_eq(resihp__probe_run(&eff, &rep), 0);
+  ck_assert_int_eq(rep.r[RESIHP_PROBE_DISK].status, RESIHP_PROBE_TIMEOUT);
+  ck_assert_int_eq(resihp__probe_site_verdict(&eff, &rep, &site, &v, &rerun), 0);
+  ck_assert_uint_eq(rerun, DISK);
+  ck_assert_int_eq(v.healthy, 1);
+  /* ... but a timeout under the site's own deadline counts. */
+  site.timeout_ms = 100;
+  eff = site;
+  ck_assert_int_eq(resihp__probe_run(&eff, &rep), 0);
+  ck_assert_int_eq(resihp__probe_site_verdict(&eff, &rep, &site, &v, &rerun), 0);
+  ck_assert_uint_eq(rerun, 0);
+  ck_assert_int_eq(v.healthy, 0);
+  ck_assert_int_eq(v.r[RESIHP_PROBE_DISK].status, RESIHP_PROBE_TIMEOUT);
+}
+END_TEST
+
 START_TEST(kv_and_json_render) {
   resihp_probe_config_t c;
   config_only(&c, (1u << RESIHP_PROBE_MEM) | (1u << RESIHP_PROBE_GPU));
@@ -261,11 +336,178 @@ START_TEST(metrics_roundtrip_atomic) {
   char tmp[160];
   snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
   ck_assert_int_ne(access(tmp, F_OK), 0);
-  int lk = resihp__metrics_lock(path);
+  int lk = resihp__metrics_lock(path, 1000, NULL, 0);
   ck_assert_int_ge(lk, 0);
   close(lk);
   char cmd[256];
   snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* Nobody but resihp's root helpers may hold the metrics lock: it is 0600,
+ * taken without blocking, and a lock file that anyone else could open (a
+ * 0644 one, a planted symlink, another user's file) is refused. */
+START_TEST(metrics_lock_is_private_and_bounded) {
+  char dir[] = "/tmp/resihp-unit-mlock.XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[128], lock[160], target[160], err[512];
+  snprintf(path, sizeof(path), "%s/n.prom", dir);
+  snprintf(lock, sizeof(lock), "%s.lock", path);
+  snprintf(target, sizeof(target), "%s/target", dir);
+  umask(022);
+  int a = resihp__metrics_lock(path, 1000, err, sizeof(err));
+  ck_assert_int_ge(a, 0);
+  struct stat st;
+  ck_assert_int_eq(stat(lock, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0600);
+  /* Held elsewhere (another open file description): busy, not a wait. */
+  ck_assert_int_eq(resihp__metrics_lock(path, 20, err, sizeof(err)),
+                   RESIHP_EBUSY);
+  ck_assert_ptr_nonnull(strstr(err, "still held"));
+  close(a);
+  a = resihp__metrics_lock(path, 1000, err, sizeof(err));
+  ck_assert_int_ge(a, 0);
+  close(a);
+  /* A lock file others can open (older resihp made it 0644) is refused. */
+  ck_assert_int_eq(chmod(lock, 0644), 0);
+  ck_assert_int_eq(resihp__metrics_lock(path, 1000, err, sizeof(err)),
+                   RESIHP_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "remove it"));
+  /* A planted symlink is not followed. */
+  ck_assert_int_eq(unlink(lock), 0);
+  int t = open(target, O_WRONLY | O_CREAT, 0644);
+  ck_assert_int_ge(t, 0);
+  close(t);
+  ck_assert_int_eq(symlink(target, lock), 0);
+  ck_assert_int_eq(resihp__metrics_lock(path, 1000, err, sizeof(err)),
+                   RESIHP_EIO);
+  ck_assert_ptr_nonnull(strstr(err, "symbolic link"));
+  ck_assert_int_eq(stat(target, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0644);
+  ck_assert_int_eq(unlink(lock), 0);
+  /* Someone else's file, even with mode 0600. */
+  if (geteuid() == 0) {
+    t = open(lock, O_WRONLY | O_CREAT, 0600);
+    ck_assert_int_ge(t, 0);
+    ck_assert_int_eq(fchown(t, 65534, 65534), 0);
+    close(t);
+    ck_assert_int_eq(resihp__metrics_lock(path, 1000, err, sizeof(err)),
+                     RESIHP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "owner uid 65534"));
+  }
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+static void make_dir_with(const char *base, const char *name, uid_t owner,
+                          const char *file) {
+  char p[300];
+  snprintf(p, sizeof(p), "%s/%s", base, name);
+  ck_assert_int_eq(mkdir(p, 0700), 0);
+  if (file) {
+    char f[400];
+    snprintf(f, sizeof(f), "%s/%s", p, file);
+    int fd = open(f, O_WRONLY | O_CREAT, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    if (owner != geteuid())
+      ck_assert_int_eq(chown(f, owner, owner), 0);
+  }
+  if (owner != geteuid())
+    ck_assert_int_eq(chown(p, owner, owner), 0);
+}
+
+static int exists_at(const char *base, const char *name) {
+  char p[400];
+  snprintf(p, sizeof(p), "%s/%s", base, name);
+  struct stat st;
+  return lstat(p, &st) == 0;
+}
+
+START_TEST(rundir_names) {
+  uid_t u = 7;
+  ck_assert_int_eq(resihp__rundir_parse_name("resihp.1000.42.0.aB3xYz", &u), 1);
+  ck_assert_int_eq(u, 1000);
+  ck_assert_int_eq(
+      resihp__rundir_parse_name("resihp.0.4294967291.4294967291.000000", &u),
+      1);
+  ck_assert_int_eq(u, 0);
+  const char *bad[] = {"resihp.1000.42.aB3xYz",     "resihp.1000.42.0.aB3xY",
+                       "resihp.1000.42.0.aB3xYz0", "resihp.01000.42.0.aB3xYz",
+                       "resihp.1000.42.0.aB3/Yz",  "resihp.4294967296.1.0.abcdef",
+                       "resihp.-1.42.0.aB3xYz",    "xresihp.1.2.3.abcdef",
+                       "resihp..2.3.abcdef",       "probe.kv"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    ck_assert_msg(!resihp__rundir_parse_name(bad[i], &u), "%s", bad[i]);
+}
+END_TEST
+
+/* A node that dies leaves its step's directory; the next step removes it,
+ * but only what is provably resihp's and stale: a live step's (locked)
+ * directory, a planted symlink, a directory whose owner is not the uid its
+ * name carries, and one holding anything else stay. */
+START_TEST(rundir_stale_cleanup) {
+  char base[] = "/tmp/resihp-unit-rundir.XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(base));
+  ck_assert_int_eq(chmod(base, 01777), 0);
+  uid_t me = geteuid();
+  char live[320], err[256];
+  int lk = resihp__rundir_create(base, me, 42, 0, live, sizeof(live), err,
+                                 sizeof(err));
+  ck_assert_int_ge(lk, 0);
+  struct stat st;
+  ck_assert_int_eq(stat(live, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0700);
+  const char *live_name = strrchr(live, '/') + 1;
+  uid_t u;
+  ck_assert(resihp__rundir_parse_name(live_name, &u) && u == me);
+
+  char stale[64], other[64], victim[300], sym[64];
+  snprintf(stale, sizeof(stale), "resihp.%ld.41.0.AbC123", (long)me);
+  make_dir_with(base, stale, me, RESIHP_RUNDIR_RESULTS);
+  snprintf(other, sizeof(other), "resihp.%ld.40.0.Xtra12", (long)me);
+  make_dir_with(base, other, me, "users-own-file");
+  snprintf(victim, sizeof(victim), "%s/victim", base);
+  make_dir_with(base, "victim", me, RESIHP_RUNDIR_RESULTS);
+  snprintf(sym, sizeof(sym), "resihp.%ld.39.0.Sym123", (long)me);
+  char symp[400];
+  snprintf(symp, sizeof(symp), "%s/%s", base, sym);
+  ck_assert_int_eq(symlink(victim, symp), 0);
+  if (me == 0) {
+    /* named for root but owned by nobody; and nobody's own leftover,
+     * removed as nobody */
+    make_dir_with(base, "resihp.0.38.0.Frn123", 65534, RESIHP_RUNDIR_RESULTS);
+    make_dir_with(base, "resihp.65534.37.0.Nob123", 65534,
+                  RESIHP_RUNDIR_RESULTS);
+  }
+
+  int removed = resihp__rundir_clean_stale(base, 1000, 100);
+  ck_assert_int_eq(removed, me == 0 ? 2 : 1);
+  ck_assert(!exists_at(base, stale));
+  ck_assert(exists_at(base, live_name));
+  ck_assert(exists_at(base, other));
+  ck_assert(exists_at(base, sym));
+  ck_assert(exists_at(base, "victim/" RESIHP_RUNDIR_RESULTS));
+  if (me == 0) {
+    ck_assert(exists_at(base, "resihp.0.38.0.Frn123/" RESIHP_RUNDIR_RESULTS));
+    ck_assert(!exists_at(base, "resihp.65534.37.0.Nob123"));
+    ck_assert_int_eq(geteuid(), 0); /* back to root */
+  }
+
+  /* The step ends (or its node dies): its directory is stale now. */
+  close(lk);
+  ck_assert_int_eq(resihp__rundir_clean_stale(base, 1000, 100), 1);
+  ck_assert(!exists_at(base, live_name));
+  /* The scan is bounded. */
+  make_dir_with(base, stale, me, NULL);
+  ck_assert_int_eq(resihp__rundir_clean_stale(base, 1000, 0), 0);
+  ck_assert(exists_at(base, stale));
+
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
   ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
@@ -305,6 +547,63 @@ START_TEST(helper_hygiene) {
 }
 END_TEST
 
+/* A root-actions helper is forked by slurmstepd while user_init runs with
+ * the job's effective uid, then regains root. The kernel clears
+ * PR_SET_PDEATHSIG on that credential change: the helper must arm it again,
+ * or it outlives a killed slurmstepd. Real processes: the test is the
+ * subreaper, A plays slurmstepd, B the helper; A is SIGKILLed and B must die
+ * of the parent-death signal rather than see the end of the socket. */
+START_TEST(become_root_keeps_parent_death_signal) {
+  if (geteuid() != 0) {
+    fprintf(stderr, "skipped: needs root to change credentials\n");
+    return;
+  }
+  ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  pid_t a = fork();
+  ck_assert_int_ge(a, 0);
+  if (a == 0) {
+    pid_t me = getpid();
+    pid_t b = fork();
+    if (b < 0)
+      _exit(1);
+    if (b == 0) {
+      int fd = resihp__helper_sanitize(sv[1], me, "unit-helper");
+      /* as in user_init: real and saved uid root, effective the user's */
+      if (seteuid(65534) != 0)
+        _exit(2);
+      int msg[3] = {(int)getpid(), resihp__helper_become_root(me), 0};
+      prctl(PR_GET_PDEATHSIG, &msg[2]);
+      if (write(fd, msg, sizeof(msg)) != (ssize_t)sizeof(msg))
+        _exit(3);
+      char c;
+      while (read(fd, &c, 1) > 0)
+        ;
+      _exit(0); /* survived its parent: the bug */
+    }
+    close(sv[0]);
+    close(sv[1]);
+    for (;;)
+      pause();
+  }
+  close(sv[1]);
+  int msg[3];
+  ck_assert_int_eq(read(sv[0], msg, sizeof(msg)), (ssize_t)sizeof(msg));
+  ck_assert_int_eq(msg[1], 0);
+  ck_assert_int_eq(msg[2], SIGKILL);
+  kill(a, SIGKILL);
+  int st;
+  ck_assert_int_eq(waitpid(a, &st, 0), a);
+  /* The parent-death signal was sent while A exited, before waitpid
+   * returned: from here B either is dying of it or reads EOF. */
+  close(sv[0]);
+  ck_assert_int_eq(waitpid((pid_t)msg[0], &st, 0), (pid_t)msg[0]);
+  ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+                "helper outlived its parent (status 0x%x)", st);
+}
+END_TEST
+
 START_TEST(new_settings_registered) {
   resihp_settings_t s;
   resihp_settings_init(&s);
@@ -330,10 +629,15 @@ int main(void) {
   tcase_add_test(tc, run_deadline_blames_the_slow_check);
   tcase_add_test(tc, mem_threshold_and_fake_proc);
   tcase_add_test(tc, scratch_unwritable);
+  tcase_add_test(tc, site_verdict_ignores_user_inputs);
   tcase_add_test(tc, kv_and_json_render);
   tcase_add_test(tc, metrics_roundtrip_atomic);
+  tcase_add_test(tc, metrics_lock_is_private_and_bounded);
+  tcase_add_test(tc, rundir_names);
+  tcase_add_test(tc, rundir_stale_cleanup);
   tcase_add_test(tc, helper_hygiene);
   tcase_add_test(tc, new_settings_registered);
+  tcase_add_test(tc, become_root_keeps_parent_death_signal);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -23,8 +23,18 @@ libresihp_libresihp_internal_la_LIBADD += libresihp/libresihp-pmixwire.la
 resihpinclude_HEADERS += libresihp/include/resihp/job.h
 
 bin_PROGRAMS += tools/resihp-run
-tools_resihp_run_SOURCES = tools/resihp-run.c
+tools_resihp_run_SOURCES = tools/resihp-run.c tools/resihp-run-cmd.c \
+	tools/resihp-run-cmd.h
 tools_resihp_run_LDADD = libresihp/libresihp-internal.la
+# The fuzz target of its command templates (tests/fuzz/README), run by
+# `make check` over its corpus and generated inputs.
+check_PROGRAMS += tests/fuzz/fuzz_cmd
+tests_fuzz_fuzz_cmd_SOURCES = tests/fuzz/fuzz_cmd.c tests/fuzz/standalone.h \
+	tools/resihp-run-cmd.c tools/resihp-run-cmd.h
+TESTS += tests/fuzz/fuzz_cmd
+EXTRA_DIST += tests/fuzz/corpus-cmd/plain tests/fuzz/corpus-cmd/evil-node \
+	tests/fuzz/corpus-cmd/bad-escape tests/fuzz/corpus-cmd/empty \
+	tests/fuzz/corpus-cmd/escapes
 
 # The example trainer is built (not installed) for the tests and the demo.
 noinst_PROGRAMS += contrib/trainer/resihp-trainer
@@ -40,8 +50,9 @@ TESTS += tests/unit/test_recovery
 endif
 
 dist_check_SCRIPTS += tests/integration/recovery.test \
-	tests/integration/spares.test
-TESTS += tests/integration/recovery.test tests/integration/spares.test
+	tests/integration/spares.test tests/integration/launcher.test
+TESTS += tests/integration/recovery.test tests/integration/spares.test \
+	tests/integration/launcher.test
 
 dist_bin_SCRIPTS = tools/resihp-bench-recovery.sh
 EXTRA_DIST += contrib/demo/run-training-demo.sh

@@ -125,33 +125,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 #include "standalone.h"
 
 /* Inputs biased towards the grammar: words, blanks, escapes, shell
- * syntax, a NUL and a node name now and then, junk bytes. */
+ * syntax, junk bytes; now and then a NUL and a node name after it, or a
+ * great many words. */
 static size_t fuzz_generate(uint8_t *buf, size_t cap) {
   static const char *const atoms[] = {
       "scancel", "env", "LAB=/tmp/x", "killnode", "%n", "%%", "%", "%x",
       " ", "\t", "\n", "  ", ";", "$(", ")", "`", "'", "\"", "n1", "a%nb",
       "%n%n", "%%n", "/bin/true", "true", "--", "=", "*", "?", "\\"};
-  size_t n = 0, parts = fuzz_rng() % 16;
-  for (size_t i = 0; i < parts && n < cap; i++) {
-    uint64_t x = fuzz_rng();
-    if (x % 7 == 0) {
-      buf[n++] = (uint8_t)(x >> 8);
-      continue;
-    }
-    if (x % 23 == 0) {
-      buf[n++] = 0; /* then a node name */
-      continue;
-    }
-    const char *a = atoms[(x >> 8) % (sizeof(atoms) / sizeof(atoms[0]))];
-    size_t l = strlen(a);
-    if (n + l > cap)
-      break;
-    memcpy(buf + n, a, l);
-    n += l;
-  }
-  if (fuzz_rng() % 40 == 0) /* now and then, very long or many words */
-    for (int blank = fuzz_rng() % 2; n < cap; n++)
-      buf[n] = blank && n % 2 ? ' ' : (uint8_t)('a' + fuzz_rng() % 3);
+  size_t n =
+      fuzz_atoms(buf, cap, atoms, sizeof(atoms) / sizeof(atoms[0]), 16, 7, 80);
+  if (n && fuzz_rng() % 4 == 0)
+    buf[fuzz_rng() % n] = 0; /* TEMPLATE NUL NODE */
+  if (fuzz_rng() % 80 == 0)
+    for (size_t i = 1; i < n; i += 2)
+      buf[i] = ' ';
   return n;
 }
 #endif

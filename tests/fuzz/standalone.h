@@ -8,7 +8,7 @@
  * RESIHP_FUZZ_LIBFUZZER is defined, defines FUZZ_NAME (its name) and
  * FUZZ_CORPUS (its corpus directory under top_srcdir), includes this
  * header once, and defines fuzz_generate (declared below) with the help of
- * fuzz_rng. */
+ * fuzz_rng and fuzz_atoms. */
 #ifndef RESIHP_TESTS_FUZZ_STANDALONE_H
 #define RESIHP_TESTS_FUZZ_STANDALONE_H
 
@@ -32,6 +32,31 @@ static uint64_t fuzz_rng(void) {
   fuzz_rng_state ^= fuzz_rng_state >> 7;
   fuzz_rng_state ^= fuzz_rng_state << 17;
   return fuzz_rng_state;
+}
+
+/* An input biased towards a grammar: up to max_parts atoms, a random byte
+ * instead of an atom one time in junk_every, and one input in long_every
+ * padded to cap with letters (something very long). Returns its size. */
+static size_t fuzz_atoms(uint8_t *buf, size_t cap, const char *const *atoms,
+                         size_t natoms, size_t max_parts, unsigned junk_every,
+                         unsigned long_every) {
+  size_t n = 0, parts = fuzz_rng() % max_parts;
+  for (size_t i = 0; i < parts && n < cap; i++) {
+    if (fuzz_rng() % junk_every == 0) {
+      buf[n++] = (uint8_t)fuzz_rng();
+      continue;
+    }
+    const char *a = atoms[fuzz_rng() % natoms];
+    size_t l = strlen(a);
+    if (n + l > cap)
+      break;
+    memcpy(buf + n, a, l);
+    n += l;
+  }
+  if (fuzz_rng() % long_every == 0)
+    while (n < cap)
+      buf[n++] = (uint8_t)('a' + fuzz_rng() % 3);
+  return n;
 }
 
 static int fuzz_run_file(const char *path) {

@@ -31,10 +31,16 @@ tools_resihp_run_LDADD = libresihp/libresihp-internal.la
 check_PROGRAMS += tests/fuzz/fuzz_cmd
 tests_fuzz_fuzz_cmd_SOURCES = tests/fuzz/fuzz_cmd.c tests/fuzz/standalone.h \
 	tools/resihp-run-cmd.c tools/resihp-run-cmd.h
-TESTS += tests/fuzz/fuzz_cmd
+# and of the fault injection plans (--inject, RESIHP_INJECT).
+check_PROGRAMS += tests/fuzz/fuzz_inject
+tests_fuzz_fuzz_inject_SOURCES = tests/fuzz/fuzz_inject.c
+tests_fuzz_fuzz_inject_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_cmd tests/fuzz/fuzz_inject
 EXTRA_DIST += tests/fuzz/corpus-cmd/plain tests/fuzz/corpus-cmd/evil-node \
 	tests/fuzz/corpus-cmd/bad-escape tests/fuzz/corpus-cmd/empty \
-	tests/fuzz/corpus-cmd/escapes
+	tests/fuzz/corpus-cmd/escapes tests/fuzz/corpus-inject/plain \
+	tests/fuzz/corpus-inject/bad-step tests/fuzz/corpus-inject/trailing \
+	tests/fuzz/corpus-inject/too-many
 
 # The example trainer is built (not installed) for the tests and the demo.
 noinst_PROGRAMS += contrib/trainer/resihp-trainer

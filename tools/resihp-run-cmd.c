@@ -167,8 +167,8 @@ int resihp__prog_check(const char *prog, char *path, size_t pathlen) {
   while (*dirs) {
     size_t l = strcspn(dirs, ":");
     char cand[4096];
-    int w = snprintf(cand, sizeof(cand), "%.*s%s%s", (int)l, dirs,
-                     l ? "/" : "", prog);
+    int w = snprintf(cand, sizeof(cand), "%.*s%s%s", (int)l, dirs, l ? "/" : "",
+                     prog);
     dirs += l + (dirs[l] == ':');
     if (w < 0 || (size_t)w >= sizeof(cand))
       continue;

@@ -207,8 +207,7 @@ static void spawn_argv(char *const argv1[], char *const argv2[], int quiet) {
     argv1 = argv2;
   }
   execvp(argv1[0], argv1);
-  fprintf(stderr, "resihp-run: cannot run %s: %s\n", argv1[0],
-          strerror(errno));
+  fprintf(stderr, "resihp-run: cannot run %s: %s\n", argv1[0], strerror(errno));
   _exit(127);
 }
 
@@ -610,6 +609,8 @@ static void check_spares(void) {
   }
 }
 
+static void diagnosis_done(int r);
+
 /* Replica r's step ended before its rank joined. A node that cannot run a
  * task (dead slurmd, failed step-start probe) does that, but so does a
  * program that cannot start or leaves at once; burning spares on the
@@ -628,6 +629,7 @@ static void diagnose(int r, int st) {
                              RESIHP__SPARE_CHECKING, -1, NULL);
     start_check(p->nodes[k]);
   }
+  diagnosis_done(r); /* decides now if no check could start */
 }
 
 /* Did node i register healthy since its check started? */
@@ -650,7 +652,8 @@ static void diagnosis_done(int r) {
   size_t off = 0;
   for (int k = 0; k < p->nnodes; k++) {
     healthy &= registered_healthy(p->nodes[k]);
-    off += (size_t)snprintf(names + off, off < sizeof(names) ? sizeof(names) - off : 0,
+    off += (size_t)snprintf(names + off,
+                            off < sizeof(names) ? sizeof(names) - off : 0,
                             "%s%s", k ? "," : "", g.nodes[p->nodes[k]].name);
   }
   if (healthy && !g.stopping) {
@@ -659,8 +662,7 @@ static void diagnosis_done(int r) {
             "status %d) on %s, which passed %s health check - the program, "
             "not the node, failed; no spare used (srun's messages above say "
             "why)\n",
-            g.prog[0], p->early_status, names,
-            p->nnodes > 1 ? "their" : "its");
+            g.prog[0], p->early_status, names, p->nnodes > 1 ? "their" : "its");
     /* its nodes stay its own: they are no spares, and the run ends */
     g.program_failed = 1;
     p->given_up = 1;
@@ -1045,8 +1047,7 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   say("job %s: %d replica(s) x %d node(s), %d spare(s) of %d nodes; "
       "coordinator %s (listening on %s)",
-      g.jobid, g.R, g.K, spares_left() - g.R, g.nnodes, g.coord_ep,
-      bind_addr);
+      g.jobid, g.R, g.K, spares_left() - g.R, g.nnodes, g.coord_ep, bind_addr);
   ssize_t sl = readlink("/proc/self/exe", g.self, sizeof(g.self) - 1);
   if (sl > 0)
     g.self[sl] = '\0';
@@ -1109,9 +1110,9 @@ int main(int argc, char **argv) {
   for (int r = 0; r < g.R; r++)
     if (g.reps[r].pid > 0 && !g.reps[r].connected)
       kill(g.reps[r].pid, SIGKILL);
-  int64_t deadline = resihp__now_ms() + (killed                         ? 0
-                                          : state == RESIHP__COORD_DONE ? 15000
-                                                                        : 2000);
+  int64_t deadline = resihp__now_ms() + (killed                        ? 0
+                                         : state == RESIHP__COORD_DONE ? 15000
+                                                                       : 2000);
   for (;;) {
     reap();
     int left = 0;
@@ -1158,6 +1159,7 @@ int main(int argc, char **argv) {
   while (waitpid(-1, NULL, WNOHANG) > 0)
     ;
   resihp__coord_destroy(g.coord);
+  resihp__cmd_free(&g.kill_cmd);
   if (ledger)
     fclose(ledger);
   if (g.own_secret)

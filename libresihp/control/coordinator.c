@@ -217,7 +217,7 @@ static void fail_replica(resihp__coord_t *c, int r, const char *why) {
      * after the replica's last sign of life: report that, not the
      * detection time. */
     f->outside = !announced;
-    f->t_fault = announced         ? p->fault_ms
+    f->t_fault = announced          ? p->fault_ms
                  : p->last_life > 0 ? p->last_life
                                     : f->t_detect;
     f->step = announced ? p->fault_step : c->step;

@@ -129,9 +129,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
  * great many words. */
 static size_t fuzz_generate(uint8_t *buf, size_t cap) {
   static const char *const atoms[] = {
-      "scancel", "env", "LAB=/tmp/x", "killnode", "%n", "%%", "%", "%x",
-      " ", "\t", "\n", "  ", ";", "$(", ")", "`", "'", "\"", "n1", "a%nb",
-      "%n%n", "%%n", "/bin/true", "true", "--", "=", "*", "?", "\\"};
+      "scancel", "env",  "LAB=/tmp/x", "killnode", "%n",        "%%",
+      "%",       "%x",   " ",          "\t",       "\n",        "  ",
+      ";",       "$(",   ")",          "`",        "'",         "\"",
+      "n1",      "a%nb", "%n%n",       "%%n",      "/bin/true", "true",
+      "--",      "=",    "*",          "?",        "\\"};
   size_t n =
       fuzz_atoms(buf, cap, atoms, sizeof(atoms) / sizeof(atoms[0]), 16, 7, 80);
   if (n && fuzz_rng() % 4 == 0)

@@ -30,8 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int n = -1, m = -1;
   char err[400];
   memset(err, 'x', sizeof(err));
-  int rc = resihp__inject_parse(in, v, RESIHP__INJECT_MAX, &n, err,
-                                sizeof(err));
+  int rc =
+      resihp__inject_parse(in, v, RESIHP__INJECT_MAX, &n, err, sizeof(err));
   if (rc) {
     if (rc != RESIHP_EINVAL || n != 0 || !memchr(err, '\0', sizeof(err)))
       abort();
@@ -48,8 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* round trip: 64 items of at most ~40 bytes each */
   char buf[RESIHP__INJECT_MAX * 48];
   resihp__inject_format(v, n, buf, sizeof(buf));
-  if (resihp__inject_parse(buf, w, RESIHP__INJECT_MAX, &m, err,
-                           sizeof(err)) ||
+  if (resihp__inject_parse(buf, w, RESIHP__INJECT_MAX, &m, err, sizeof(err)) ||
       m != n)
     abort();
   for (int i = 0; i < n; i++)
@@ -68,10 +67,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 /* Inputs biased towards the grammar: kinds, ':', '@', numbers, "catchup",
  * separators, junk bytes. */
 static size_t fuzz_generate(uint8_t *buf, size_t cap) {
-  static const char *const atoms[] = {
-      "kill-rank", "kill-node", "hang-rank", "kill", ":", "@", ",", ",,",
-      "0", "1", "17", "-1", "+3", " 2", "1000000", "1000001",
-      "99999999999999999999", "catchup", "catch", "0x10", "\t", "\xff"};
+  static const char *const atoms[] = {"kill-rank",
+                                      "kill-node",
+                                      "hang-rank",
+                                      "kill",
+                                      ":",
+                                      "@",
+                                      ",",
+                                      ",,",
+                                      "0",
+                                      "1",
+                                      "17",
+                                      "-1",
+                                      "+3",
+                                      " 2",
+                                      "1000000",
+                                      "1000001",
+                                      "99999999999999999999",
+                                      "catchup",
+                                      "catch",
+                                      "0x10",
+                                      "\t",
+                                      "\xff"};
   return fuzz_atoms(buf, cap, atoms, sizeof(atoms) / sizeof(atoms[0]), 24, 9,
                     60);
 }

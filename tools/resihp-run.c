@@ -30,12 +30,15 @@
 #include "../libresihp/control/spare_agent.h"
 #include "../libresihp/recovery/inject.h"
 #include "../libresihp/transport/mesh.h"
+#include "resihp-run-cmd.h"
 
 #include <resihp.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,12 +51,15 @@
 #define MAXN 4096
 #define MAXR RESIHP__COORD_MAX_REPLICAS
 
+/* Exit codes, documented in resihp-run(1). */
 enum {
   EXIT_OK = 0,
   EXIT_USAGE = 1,
   EXIT_LOST = 2,
   EXIT_DISAGREE = 3,
-  EXIT_SIGNAL = 4
+  EXIT_SIGNAL = 4,  /* a second SIGINT/SIGTERM: stopped at once */
+  EXIT_STOPPED = 5, /* SIGINT/SIGTERM: stopped at a step boundary */
+  EXIT_PROGRAM = 6  /* the program could not start or left before joining */
 };
 
 typedef struct {
@@ -75,12 +81,16 @@ typedef struct {
   int tries;
   int launches;
   int given_up;
+  /* its step ended before its rank joined: its nodes are being checked to
+   * tell a broken node from a program that cannot run; the srun status */
+  int diagnosing;
+  int early_status;
 } replica_t;
 
 static struct {
   int R, S, K;
   const char *inject;
-  const char *kill_cmd;
+  resihp__cmd_t kill_cmd; /* n == 0: none */
   const char *mpi;
   const char *coord_host;
   int port;
@@ -104,12 +114,19 @@ static struct {
   int recheck_s;
   char self[4096]; /* this program, run as the spare agent */
   const char *ledger;
+  int hold;             /* --wait-for-replacements */
+  int stopping;         /* stop asked at the next step boundary */
+  int program_failed;   /* the program, not a node, failed to start */
+  char prog_path[4096]; /* PROGRAM as found in PATH */
 } g = {.K = 1, .S = -1, .launch_timeout_s = 60, .recheck_s = 30};
 
-static volatile sig_atomic_t got_signal;
+/* The first SIGINT/SIGTERM stops the training at a step boundary, a
+ * second one at once. */
+static volatile sig_atomic_t got_signal, nsignals;
 
 static void on_signal(int sig) {
   got_signal = sig;
+  nsignals++;
 }
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -132,18 +149,38 @@ static void usage(FILE *f) {
       "                  [--port P] [--coordinator-host HOST]\n"
       "                  [--secret-file PATH] [--silence-ms MS]\n"
       "                  [--launch-timeout S] [--no-spare-check]\n"
-      "                  [--spare-recheck S]\n"
+      "                  [--spare-recheck S] [--wait-for-replacements]\n"
       "                  [--ledger FILE] [--quiet] -- PROGRAM [ARGS...]\n"
       "Run PROGRAM as R data-parallel replicas, one Slurm job step each,\n"
       "inside the current allocation, and replace failed replicas on spare\n"
       "nodes while the others keep training. See resihp-run(1).\n");
 }
 
-/* Run a shell command in the background (reaped by the main loop, killed
- * at exit if still running). */
+/* Commands run in the background (reaped by the main loop, killed at
+ * exit if still running). Never through a shell: some of their words come
+ * from the ranks (node names, step ids). */
 static pid_t helpers[256];
 
-static void spawn_sh(const char *cmd) {
+/* A child of resihp-run: its own process group, so that a ^C at the
+ * terminal reaches resihp-run alone, which stops the steps in order. */
+static void child_setup(int quiet_stdio) {
+  setpgid(0, 0);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  int fd = open("/dev/null", O_RDWR);
+  if (fd >= 0) {
+    dup2(fd, 0);
+    if (quiet_stdio) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    if (fd > 2)
+      close(fd);
+  }
+}
+
+/* Run argv1, then (if not NULL) argv2 once argv1 has ended. */
+static void spawn_argv(char *const argv1[], char *const argv2[], int quiet) {
   pid_t p = fork();
   if (p > 0) {
     for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
@@ -153,18 +190,61 @@ static void spawn_sh(const char *cmd) {
       }
     return;
   }
-  if (p == 0) {
-    int fd = open("/dev/null", O_RDWR);
-    if (fd >= 0) {
-      dup2(fd, 0);
-      if (g.quiet) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-      }
+  if (p < 0) {
+    say("cannot start %s: %s", argv1[0], strerror(errno));
+    return;
+  }
+  child_setup(quiet);
+  if (argv2) {
+    pid_t q = fork();
+    if (q == 0) {
+      execvp(argv1[0], argv1);
+      _exit(127);
     }
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    if (q > 0)
+      while (waitpid(q, NULL, 0) < 0 && errno == EINTR)
+        ;
+    argv1 = argv2;
+  }
+  execvp(argv1[0], argv1);
+  fprintf(stderr, "resihp-run: cannot run %s: %s\n", argv1[0], strerror(errno));
+  _exit(127);
+}
+
+/* The lines a command prints (at most max, each cut to len), or -1. */
+static int capture_lines(char *const argv[], char (*lines)[64], int max) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC))
+    return -1;
+  pid_t p = fork();
+  if (p == 0) {
+    dup2(fds[1], 1);
+    execvp(argv[0], argv);
+    fprintf(stderr, "resihp-run: cannot run %s: %s\n", argv[0],
+            strerror(errno));
     _exit(127);
   }
+  close(fds[1]);
+  if (p < 0) {
+    close(fds[0]);
+    return -1;
+  }
+  FILE *f = fdopen(fds[0], "r");
+  int n = 0;
+  char line[256];
+  while (f && fgets(line, sizeof(line), f)) {
+    line[strcspn(line, "\r\n")] = '\0';
+    if (*line && n < max)
+      snprintf(lines[n++], 64, "%.63s", line);
+  }
+  if (f)
+    fclose(f);
+  else
+    close(fds[0]);
+  int st = 0;
+  while (waitpid(p, &st, 0) < 0 && errno == EINTR)
+    ;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? n : -1;
 }
 
 static int read_nodes(void) {
@@ -177,24 +257,15 @@ static int read_nodes(void) {
     return -1;
   }
   snprintf(g.jobid, sizeof(g.jobid), "%s", jid);
-  char cmd[8192];
-  snprintf(cmd, sizeof(cmd), "scontrol show hostnames '%s'", list);
-  FILE *p = popen(cmd, "r");
-  if (!p) {
-    fprintf(stderr, "resihp-run: cannot run scontrol: %s\n", strerror(errno));
-    return -1;
-  }
-  char line[256];
-  while (fgets(line, sizeof(line), p) && g.nnodes < MAXN) {
-    line[strcspn(line, "\r\n")] = '\0';
-    if (!*line)
-      continue;
-    snprintf(g.nodes[g.nnodes].name, sizeof(g.nodes[0].name), "%.63s", line);
+  static char names[MAXN][64];
+  char *const argv[] = {"scontrol", "show", "hostnames", (char *)list, NULL};
+  int n = capture_lines(argv, names, MAXN);
+  for (int i = 0; i < n; i++) {
+    snprintf(g.nodes[g.nnodes].name, sizeof(g.nodes[0].name), "%s", names[i]);
     g.nodes[g.nnodes].owner = -1;
     g.nnodes++;
   }
-  int rc = pclose(p);
-  if (rc != 0 || g.nnodes == 0) {
+  if (n <= 0) {
     fprintf(stderr, "resihp-run: 'scontrol show hostnames %s' failed\n", list);
     return -1;
   }
@@ -354,14 +425,13 @@ static int launch(int r) {
     argv[na + i] = g.prog[i];
   pid_t pid = fork();
   if (pid == 0) {
+    child_setup(0);
     setenv("RESIHP_INJECT", inj, 1);
     char rs[16];
     snprintf(rs, sizeof(rs), "%d", r);
     setenv("RESIHP_REPLICA", rs, 1);
     setenv("RESIHP_COORDINATOR", g.coord_ep, 1);
     setenv("RESIHP_SECRET_FILE", g.secret_file, 1);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
     execvp("srun", argv);
     fprintf(stderr, "resihp-run: cannot run srun: %s\n", strerror(errno));
     _exit(127);
@@ -375,8 +445,10 @@ static int launch(int r) {
   p->connected = 0;
   p->relaunch = 0;
   p->launches++;
-  if (p->launches > 1)
+  if (p->launches > 1) {
     g.nreplacements++;
+    resihp__coord_expect(g.coord, r, 1);
+  }
   say("replica %d: step launched on %s%s%s", r, nodelist,
       inj[0] ? ", injecting " : "", inj);
   return 0;
@@ -396,16 +468,17 @@ static void release_nodes(int r, int bad) {
   p->nnodes = 0;
 }
 
-static void cancel_step(long jobid, long stepid, pid_t srun) {
-  if (jobid >= 0 && stepid >= 0) {
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd),
-             "scancel --quiet --signal=KILL %ld.%ld 2>/dev/null; "
-             "scancel --quiet %ld.%ld 2>/dev/null",
-             jobid, stepid, jobid, stepid);
-    spawn_sh(cmd);
-  }
-  (void)srun;
+/* Kill the step at once, then cancel it (a signal alone does not end a
+ * step on a dead node). The ids are the rank's word: only a step of this
+ * job is ever touched. */
+static void cancel_step(long jobid, long stepid) {
+  if (jobid < 0 || stepid < 0 || jobid != strtol(g.jobid, NULL, 10))
+    return;
+  char id[64];
+  snprintf(id, sizeof(id), "%ld.%ld", jobid, stepid);
+  char *const kill9[] = {"scancel", "--quiet", "--signal=KILL", id, NULL};
+  char *const cancel[] = {"scancel", "--quiet", id, NULL};
+  spawn_argv(kill9, cancel, 1);
 }
 
 static void on_failed(void *ud, int r, const char *node, long jobid,
@@ -415,7 +488,7 @@ static void on_failed(void *ud, int r, const char *node, long jobid,
   say("replica %d failed (%s, node %s): cancelling step %ld.%ld, marking "
       "its node bad and starting a replacement",
       r, why, node, jobid, stepid);
-  cancel_step(jobid, stepid, p->pid);
+  cancel_step(jobid, stepid);
   if (p->pid > 0)
     p->kill_at = resihp__now_ms() + 2000;
   release_nodes(r, 1);
@@ -424,83 +497,213 @@ static void on_failed(void *ud, int r, const char *node, long jobid,
   p->tries = 0;
 }
 
-static void on_fault(void *ud, int r, const char *kind, const char *node,
-                     long step) {
-  (void)ud;
-  for (int i = 0; i < g.ninj; i++)
-    if (g.inj[i].replica == r && !g.fired[i] &&
-        !strcmp(resihp__inject_kind_name(g.inj[i].kind), kind) &&
-        (g.inj[i].step == step ||
-         (step < 0 && g.inj[i].step == RESIHP__INJECT_CATCHUP))) {
-      g.fired[i] = 1;
-      break;
-    }
-  if (strcmp(kind, "kill-node"))
-    return;
-  if (!g.kill_cmd) {
-    say("kill-node on %s: no --kill-node-cmd given, the rank kills itself",
-        node);
-    return;
-  }
-  char cmd[4096];
-  size_t off = 0;
-  for (const char *s = g.kill_cmd; *s && off < sizeof(cmd) - 70; s++) {
-    if (s[0] == '%' && s[1] == 'n') {
-      off += (size_t)snprintf(cmd + off, sizeof(cmd) - off, "%s", node);
-      s++;
-    } else {
-      cmd[off++] = *s;
-    }
-  }
-  cmd[off] = '\0';
-  say("kill-node: running '%s'", cmd);
-  spawn_sh(cmd);
+/* The node name as it may be printed: a rank's word, so anything odd is
+ * shown as '?'. */
+static const char *printable(const char *in, char *out, size_t len) {
+  size_t i = 0;
+  for (; in[i] && i + 1 < len; i++)
+    out[i] = in[i] > ' ' && in[i] < 0x7f ? in[i] : '?';
+  out[i] = '\0';
+  return out;
 }
 
-/* Check the free spares (those without a check in flight): one short
- * `srun --resilient-role=spare resihp-run --spare-agent` per node, which
- * registers the node and its probe verdict with the coordinator. */
+/* The rank of replica r says an injected fault fires (see
+ * resihp__coord_opts_t.on_fault). Only a fault this launcher injected into
+ * that replica, for that step and not fired yet, is accepted; a kill-node
+ * then runs --kill-node-cmd for the node, which must be one of the nodes
+ * the replica runs on. Anything else is refused (the coordinator logs and
+ * ignores it) and runs nothing. */
+static int on_fault(void *ud, int r, const char *kind, const char *node,
+                    long step) {
+  (void)ud;
+  char safe[80];
+  int hit = -1;
+  long now = resihp__coord_step(g.coord);
+  for (int i = 0; i < g.ninj && hit < 0; i++)
+    if (g.inj[i].replica == r && !g.fired[i] &&
+        !strcmp(resihp__inject_kind_name(g.inj[i].kind), kind) &&
+        ((step >= 0 && g.inj[i].step == step && step == now) ||
+         (step < 0 && g.inj[i].step == RESIHP__INJECT_CATCHUP)))
+      hit = i;
+  if (hit < 0) {
+    say("replica %d reported a %s fault at step %ld that resihp-run did not "
+        "inject: ignored",
+        r, printable(kind, safe, sizeof(safe)), step);
+    return -1;
+  }
+  if (g.inj[hit].kind != RESIHP__INJ_KILL_NODE) {
+    g.fired[hit] = 1;
+    return 0;
+  }
+  const replica_t *p = &g.reps[r];
+  int ni = -1;
+  for (int i = 0; i < p->nnodes; i++)
+    if (!strcmp(g.nodes[p->nodes[i]].name, node))
+      ni = p->nodes[i];
+  if (ni < 0) {
+    say("replica %d reported kill-node for node '%s', which is not one of "
+        "its nodes: ignored, nothing run",
+        r, printable(node, safe, sizeof(safe)));
+    return -1;
+  }
+  g.fired[hit] = 1;
+  if (!g.kill_cmd.n) {
+    say("kill-node on %s: no --kill-node-cmd given, the rank kills itself",
+        g.nodes[ni].name);
+    return 0;
+  }
+  char **argv = resihp__cmd_expand(&g.kill_cmd, g.nodes[ni].name);
+  if (!argv) {
+    say("kill-node on %s: out of memory, the rank kills itself",
+        g.nodes[ni].name);
+    return 0;
+  }
+  char shown[512];
+  size_t off = 0;
+  for (int i = 0; argv[i] && off < sizeof(shown); i++)
+    off += (size_t)snprintf(shown + off, sizeof(shown) - off, "%s%s",
+                            i ? " " : "", argv[i]);
+  say("kill-node: running %s", shown);
+  spawn_argv(argv, NULL, g.quiet);
+  resihp__cmd_argv_free(argv);
+  return 0;
+}
+
+/* Start a check step on node i: `srun --resilient-role=spare resihp-run
+ * --spare-agent`, which registers the node and its probe verdict with the
+ * coordinator. Used on free spares, and on the nodes of a replica whose
+ * step ended before its rank joined. */
+static void start_check(int i) {
+  node_t *n = &g.nodes[i];
+  resihp__coord_spare_add(g.coord, n->name);
+  resihp__coord_spare_state(g.coord, n->name, &n->check_regs);
+  pid_t p = fork();
+  if (p == 0) {
+    child_setup(1); /* what went wrong is in the coordinator's registry */
+    setenv("RESIHP_COORDINATOR", g.coord_ep, 1);
+    setenv("RESIHP_SECRET_FILE", g.secret_file, 1);
+    char res[4200], co[400], limit[16];
+    /* a spare that answers no more must be found out before the next
+     * recheck or two, not after srun's own (much longer) time-outs */
+    int lim = g.recheck_s ? 3 * g.recheck_s : 30;
+    snprintf(limit, sizeof(limit), "%d", lim < 5 ? 5 : lim > 30 ? 30 : lim);
+    snprintf(res, sizeof(res), "--resilient=secret-file=%s", g.secret_file);
+    snprintf(co, sizeof(co), "--resilient-coordinator=%s", g.coord_ep);
+    /* -k: srun waits for an unreachable node's step past SIGTERM */
+    execlp("timeout", "timeout", "-k", "2", limit, "srun", res,
+           "--resilient-role=spare", co, "-N", "1", "-n", "1", "-w", n->name,
+           "--input=none", "--job-name=resihp-spare-check", g.self,
+           "--spare-agent", (char *)NULL);
+    _exit(127);
+  }
+  if (p > 0)
+    n->check = p;
+}
+
+/* Check the free spares (those without a check in flight). */
 static void check_spares(void) {
   for (int i = 0; i < g.nnodes; i++) {
     node_t *n = &g.nodes[i];
-    if (n->bad || n->owner >= 0 || n->check > 0)
-      continue;
-    resihp__coord_spare_add(g.coord, n->name);
-    resihp__coord_spare_state(g.coord, n->name, &n->check_regs);
-    pid_t p = fork();
-    if (p == 0) {
-      int fd = open("/dev/null", O_RDWR);
-      if (fd >= 0) {
-        dup2(fd, 0);
-        dup2(fd, 1);
-        dup2(fd, 2); /* what went wrong is in the coordinator's registry */
-      }
-      setenv("RESIHP_COORDINATOR", g.coord_ep, 1);
-      setenv("RESIHP_SECRET_FILE", g.secret_file, 1);
-      char res[4200], co[400], limit[16];
-      /* a spare that answers no more must be found out before the next
-       * recheck or two, not after srun's own (much longer) time-outs */
-      int lim = g.recheck_s ? 3 * g.recheck_s : 30;
-      snprintf(limit, sizeof(limit), "%d", lim < 5 ? 5 : lim > 30 ? 30 : lim);
-      snprintf(res, sizeof(res), "--resilient=secret-file=%s", g.secret_file);
-      snprintf(co, sizeof(co), "--resilient-coordinator=%s", g.coord_ep);
-      /* -k: srun waits for an unreachable node's step past SIGTERM */
-      execlp("timeout", "timeout", "-k", "2", limit, "srun", res, "--resilient-role=spare",
-             co, "-N", "1", "-n", "1", "-w", n->name, "--input=none",
-             "--job-name=resihp-spare-check", g.self, "--spare-agent",
-             (char *)NULL);
-      _exit(127);
-    }
-    if (p > 0)
-      n->check = p;
+    if (!n->bad && n->owner < 0 && n->check <= 0)
+      start_check(i);
   }
 }
 
-/* A spare check step ended: the coordinator has its registration, or the
- * node never answered. */
+static void diagnosis_done(int r);
+
+/* Replica r's step ended before its rank joined. A node that cannot run a
+ * task (dead slurmd, failed step-start probe) does that, but so does a
+ * program that cannot start or leaves at once; burning spares on the
+ * latter only spreads the failure. Check its nodes the way spares are
+ * checked; check_done decides. */
+static void diagnose(int r, int st) {
+  replica_t *p = &g.reps[r];
+  p->diagnosing = 1;
+  p->early_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  say("replica %d: step ended before its rank joined (srun status %d): "
+      "checking its node%s",
+      r, p->early_status, p->nnodes > 1 ? "s" : "");
+  for (int k = 0; k < p->nnodes; k++) {
+    /* the launcher's verdict is wanted, not the promotion it had */
+    resihp__coord_spare_mark(g.coord, g.nodes[p->nodes[k]].name,
+                             RESIHP__SPARE_CHECKING, -1, NULL);
+    start_check(p->nodes[k]);
+  }
+  diagnosis_done(r); /* decides now if no check could start */
+}
+
+/* Did node i register healthy since its check started? */
+static int registered_healthy(int i) {
+  long regs = 0;
+  int st = resihp__coord_spare_state(g.coord, g.nodes[i].name, &regs);
+  return regs > g.nodes[i].check_regs && st == RESIHP__SPARE_HEALTHY;
+}
+
+/* Every node of a diagnosed replica has answered: healthy nodes mean the
+ * program failed; otherwise the bad nodes go and a replacement starts. */
+static void diagnosis_done(int r) {
+  replica_t *p = &g.reps[r];
+  for (int k = 0; k < p->nnodes; k++)
+    if (g.nodes[p->nodes[k]].check > 0)
+      return;
+  p->diagnosing = 0;
+  int healthy = 1;
+  char names[512] = "";
+  size_t off = 0;
+  for (int k = 0; k < p->nnodes; k++) {
+    healthy &= registered_healthy(p->nodes[k]);
+    off += (size_t)snprintf(names + off,
+                            off < sizeof(names) ? sizeof(names) - off : 0,
+                            "%s%s", k ? "," : "", g.nodes[p->nodes[k]].name);
+  }
+  if (healthy && !g.stopping) {
+    fprintf(stderr,
+            "resihp-run: %s: left before joining the coordinator (srun "
+            "status %d) on %s, which passed %s health check - the program, "
+            "not the node, failed; no spare used (srun's messages above say "
+            "why)\n",
+            g.prog[0], p->early_status, names, p->nnodes > 1 ? "their" : "its");
+    /* its nodes stay its own: they are no spares, and the run ends */
+    g.program_failed = 1;
+    p->given_up = 1;
+    resihp__coord_mark_failed(g.coord, r, "program failed to start");
+    return;
+  }
+  if (g.stopping) {
+    release_nodes(r, 0);
+    return;
+  }
+  /* free the nodes that answered healthy, mark the others bad */
+  for (int k = 0; k < p->nnodes; k++) {
+    node_t *n = &g.nodes[p->nodes[k]];
+    if (n->owner == r)
+      n->owner = -1;
+    if (!registered_healthy(p->nodes[k]) && !n->bad) {
+      if (resihp__coord_spare_state(g.coord, n->name, NULL) ==
+          RESIHP__SPARE_CHECKING)
+        resihp__coord_spare_mark(g.coord, n->name, RESIHP__SPARE_UNREACHABLE,
+                                 -1, "check step ended without registering");
+      say("replica %d: node %s failed its check: marked bad, trying other "
+          "nodes",
+          r, n->name);
+      n->bad = 1;
+      g.nbad++;
+    }
+  }
+  p->nnodes = 0;
+  p->relaunch = 1;
+  p->tries++;
+}
+
+/* A check step ended: the coordinator has its registration, or the node
+ * never answered. */
 static void check_done(int i, int st) {
   node_t *n = &g.nodes[i];
   n->check = 0;
+  if (n->owner >= 0 && g.reps[n->owner].diagnosing) {
+    diagnosis_done(n->owner);
+    return;
+  }
   long regs = 0;
   resihp__coord_spare_state(g.coord, n->name, &regs);
   if (regs == n->check_regs && n->owner < 0 && !n->bad) {
@@ -526,8 +729,8 @@ static void on_spare(void *ud, const char *node, int state,
   (void)ud;
   for (int i = 0; i < g.nnodes; i++) {
     node_t *n = &g.nodes[i];
-    if (strcmp(n->name, node))
-      continue;
+    if (strcmp(n->name, node) || n->owner >= 0)
+      continue; /* a replica's node being diagnosed is no spare */
     long regs = 0;
     resihp__coord_spare_state(g.coord, node, &regs);
     if (state == RESIHP__SPARE_HEALTHY && regs == 1)
@@ -552,16 +755,9 @@ static void reap(void) {
       if (p->pid != pid)
         continue;
       p->pid = 0;
-      if (!p->connected && !p->relaunch && !p->given_up &&
-          resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
-        say("replica %d: step ended before its rank joined (status %d): "
-            "marking %s bad, trying other nodes",
-            r, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st),
-            p->nnodes ? g.nodes[p->nodes[0]].name : "?");
-        release_nodes(r, 1);
-        p->relaunch = 1;
-        p->tries++;
-      }
+      if (!p->connected && !p->relaunch && !p->given_up && !g.stopping &&
+          resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING)
+        diagnose(r, st);
     }
   }
 }
@@ -585,7 +781,8 @@ static void tick(void) {
       p->relaunch = 1;
       p->tries++;
     }
-    if (p->relaunch && resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
+    if (p->relaunch && !g.stopping &&
+        resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
       int idx[64];
       /* no healthy spare yet, but some are still being checked: wait */
       if (p->launches && p->tries <= 3 && pick_nodes(idx, g.K, 0) &&
@@ -601,6 +798,18 @@ static void tick(void) {
       }
     }
   }
+}
+
+/* The first IPv4 address of host, as resihp__wire_dial picks it. */
+static int resolve_host(const char *host, char *out, size_t len) {
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *ai = NULL;
+  if (getaddrinfo(host, NULL, &hints, &ai) || !ai)
+    return -1;
+  const struct sockaddr_in *a = (const struct sockaddr_in *)ai->ai_addr;
+  int rc = inet_ntop(AF_INET, &a->sin_addr, out, (socklen_t)len) ? 0 : -1;
+  freeaddrinfo(ai);
+  return rc;
 }
 
 int main(int argc, char **argv) {
@@ -623,11 +832,12 @@ int main(int argc, char **argv) {
       {"no-spare-check", no_argument, 0, 'n'},
       {"ledger", required_argument, 0, 'L'},
       {"spare-recheck", required_argument, 0, 'C'},
+      {"wait-for-replacements", no_argument, 0, 'W'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "+r:s:k:i:c:m:p:H:f:S:T:qnL:C:h", lo,
+  while ((o = getopt_long(argc, argv, "+r:s:k:i:c:m:p:H:f:S:T:qnL:C:Wh", lo,
                           NULL)) != -1) {
     long v = 0;
     if (strchr("rskpSTC", o)) {
@@ -659,9 +869,15 @@ int main(int argc, char **argv) {
     case 'i':
       g.inject = optarg;
       break;
-    case 'c':
-      g.kill_cmd = optarg;
+    case 'c': {
+      char cerr[300];
+      resihp__cmd_free(&g.kill_cmd);
+      if (resihp__cmd_parse(optarg, &g.kill_cmd, cerr, sizeof(cerr))) {
+        fprintf(stderr, "resihp-run: --kill-node-cmd: %s\n", cerr);
+        return EXIT_USAGE;
+      }
       break;
+    }
     case 'm':
       g.mpi = optarg;
       break;
@@ -692,6 +908,9 @@ int main(int argc, char **argv) {
     case 'C':
       g.recheck_s = (int)v;
       break;
+    case 'W':
+      g.hold = 1;
+      break;
     case 'h':
       usage(stdout);
       return EXIT_OK;
@@ -706,6 +925,18 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   g.prog = argv + optind;
+  /* A program that cannot start would fail on every node: say so now
+   * rather than burn the nodes and spares one by one. (Checked on this
+   * host; the nodes see the same file system as a rule, and a failure
+   * there is caught when the step ends before joining.) */
+  int perr = resihp__prog_check(g.prog[0], g.prog_path, sizeof(g.prog_path));
+  if (perr) {
+    fprintf(stderr,
+            "resihp-run: %s: cannot execute (%s) - the program, not the "
+            "node, failed; no spare used\n",
+            g.prog[0], strerror(perr));
+    return EXIT_PROGRAM;
+  }
   if (g.R < 1 || g.R > MAXR || g.K < 1 || g.K > 64) {
     fprintf(stderr,
             "resihp-run: --replicas must be 1..%d and --nodes-per-replica "
@@ -757,8 +988,30 @@ int main(int argc, char **argv) {
       unlink(g.secret_file);
     return EXIT_USAGE;
   }
+  /* The ranks reach the coordinator under this host's name (or
+   * --coordinator-host): listen on the address that name resolves to, as
+   * the ranks will resolve it, and on no other interface. */
+  char host[256], bind_addr[INET_ADDRSTRLEN];
+  if (g.coord_host)
+    snprintf(host, sizeof(host), "%s", g.coord_host);
+  else if (gethostname(host, sizeof(host)))
+    snprintf(host, sizeof(host), "127.0.0.1");
+  host[sizeof(host) - 1] = '\0';
+  if (resolve_host(host, bind_addr, sizeof(bind_addr))) {
+    fprintf(stderr,
+            "resihp-run: cannot resolve '%s' to an IPv4 address for the "
+            "coordinator (give --coordinator-host NAME-OR-ADDRESS that the "
+            "nodes reach this host by)\n",
+            host);
+    memset(secret, 0, sizeof(secret));
+    if (g.own_secret)
+      unlink(g.secret_file);
+    return EXIT_USAGE;
+  }
   resihp__coord_opts_t co = {
       .replicas = g.R,
+      .bind_host = bind_addr,
+      .hold_for_replacements = g.hold,
       .port = g.port,
       .secret = secret,
       .secret_len = slen,
@@ -787,32 +1040,45 @@ int main(int argc, char **argv) {
       unlink(g.secret_file);
     return EXIT_USAGE;
   }
-  char host[256];
-  if (g.coord_host)
-    snprintf(host, sizeof(host), "%s", g.coord_host);
-  else if (gethostname(host, sizeof(host)))
-    snprintf(host, sizeof(host), "127.0.0.1");
   snprintf(g.coord_ep, sizeof(g.coord_ep), "%s:%d", host,
            resihp__coord_port(g.coord));
   struct sigaction sa = {.sa_handler = on_signal};
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   say("job %s: %d replica(s) x %d node(s), %d spare(s) of %d nodes; "
-      "coordinator %s",
-      g.jobid, g.R, g.K, spares_left() - g.R, g.nnodes, g.coord_ep);
-  int64_t t0 = resihp__now_ms();
-  for (int r = 0; r < g.R; r++)
-    if (launch(r))
-      g.reps[r].relaunch = 1;
+      "coordinator %s (listening on %s)",
+      g.jobid, g.R, g.K, spares_left() - g.R, g.nnodes, g.coord_ep, bind_addr);
   ssize_t sl = readlink("/proc/self/exe", g.self, sizeof(g.self) - 1);
   if (sl > 0)
     g.self[sl] = '\0';
   else
     snprintf(g.self, sizeof(g.self), "%s", argv[0]);
+  int64_t t0 = resihp__now_ms();
+  for (int r = 0; r < g.R; r++)
+    if (launch(r))
+      g.reps[r].relaunch = 1;
   int64_t next_check = 0;
-  int ret = EXIT_OK;
-  while (!got_signal && resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
-    if (!g.no_spare_check && resihp__now_ms() >= next_check) {
+  int ret = EXIT_OK, killed = 0;
+  while (resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
+    if (nsignals >= 2) {
+      say("%s again: stopping at once, in the middle of step %ld",
+          strsignal(got_signal), resihp__coord_step(g.coord));
+      killed = 1;
+      break;
+    }
+    /* A signal, or a program that cannot start: the step in progress
+     * commits, the next one does not start, every replica reports its
+     * result. */
+    if ((got_signal || g.program_failed) && !g.stopping) {
+      g.stopping = 1;
+      if (got_signal)
+        say("%s: stopping once the step in progress (step %ld) has "
+            "committed; send it again to stop at once",
+            strsignal(got_signal), resihp__coord_step(g.coord));
+      resihp__coord_stop(g.coord);
+      continue;
+    }
+    if (!g.stopping && !g.no_spare_check && resihp__now_ms() >= next_check) {
       check_spares();
       next_check = g.recheck_s ? resihp__now_ms() + g.recheck_s * 1000L
                                : INT64_MAX;
@@ -824,22 +1090,29 @@ int main(int argc, char **argv) {
     for (int r = 0; r < g.R; r++)
       live += !g.reps[r].given_up;
     if (!live) {
-      say("every replica has failed and no spare is left");
+      if (!g.program_failed)
+        say("every replica has failed and no spare is left");
       break;
     }
   }
   int state = resihp__coord_state(g.coord);
-  if (got_signal)
+  if (killed)
     ret = EXIT_SIGNAL;
+  else if (g.program_failed)
+    ret = EXIT_PROGRAM;
   else if (state != RESIHP__COORD_DONE)
     ret = EXIT_LOST;
+  else if (got_signal)
+    ret = EXIT_STOPPED;
   /* Let the steps end on their own, then cancel what is left. A step
    * whose rank never joined (a replacement still starting) is not waited
    * for. */
   for (int r = 0; r < g.R; r++)
     if (g.reps[r].pid > 0 && !g.reps[r].connected)
       kill(g.reps[r].pid, SIGKILL);
-  int64_t deadline = resihp__now_ms() + (ret == EXIT_OK ? 15000 : 2000);
+  int64_t deadline = resihp__now_ms() + (killed                        ? 0
+                                         : state == RESIHP__COORD_DONE ? 15000
+                                                                       : 2000);
   for (;;) {
     reap();
     int left = 0;
@@ -886,6 +1159,7 @@ int main(int argc, char **argv) {
   while (waitpid(-1, NULL, WNOHANG) > 0)
     ;
   resihp__coord_destroy(g.coord);
+  resihp__cmd_free(&g.kill_cmd);
   if (ledger)
     fclose(ledger);
   if (g.own_secret)

@@ -38,7 +38,7 @@ inject="kill-rank:1@$k1,kill-node:2@$k2,hang-rank:0@$k3"
 step "the same job with faults: --inject $inject"
 echo "   (kill-node runs: lab-cluster.sh killnode NODE - slurmd, slurmstepd and tasks, SIGKILL)"
 salloc -Q --no-kill -N5 "$B/tools/resihp-run" --replicas 3 --spares 2 \
-  --kill-node-cmd "LAB=$LAB $src/tests/harness/lab-cluster.sh killnode %n" \
+  --kill-node-cmd "env LAB=$LAB $src/tests/harness/lab-cluster.sh killnode %n" \
   --inject "$inject" -- "$B/contrib/trainer/resihp-trainer" $TARGS 2>&1 |
   grep -v -e '^resihp\[.*warn allreduce' -e '^srun: ' | tee "$LAB/ft.out"
 got=$(awk '/final result:/ {print $3}' "$LAB/ft.out")

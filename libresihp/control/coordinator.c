@@ -80,6 +80,8 @@ typedef struct {
   int open_fail; /* failure record waiting for this replica's comeback */
   int reports;   /* RECOVERs in this step */
   int resyncs;   /* RESYNCs in this step */
+  int64_t last_life; /* last line (heartbeat included) heard from it */
+  int expected;      /* the launcher started a replacement, not admitted yet */
 } rep_t;
 
 typedef struct {
@@ -117,6 +119,7 @@ typedef struct {
   char why[64];
   long step;
   int catchup; /* the fault hit during a catch-up transfer */
+  int outside; /* not injected: t_fault is the last sign of life */
   int64_t t_fault, t_detect, t_admit, t_train;
 } fail_t;
 
@@ -151,6 +154,7 @@ struct resihp__coord {
   char *line;            /* one received line */
   struct pollfd *pfd;
   int cappfd;
+  int stop; /* end at the next step boundary (resihp__coord_stop) */
 };
 
 static void logc(resihp_log_level_t l, const char *fmt, ...)
@@ -263,7 +267,13 @@ static void fail_replica(resihp__coord_t *c, int r, const char *why) {
     else
       strcpy(f->kind, "detected");
     snprintf(f->why, sizeof(f->why), "%s", why);
-    f->t_fault = announced ? p->fault_ms : f->t_detect;
+    /* An outside fault (nobody announced it) happened at an unknown time
+     * after the replica's last sign of life: report that, not the
+     * detection time. */
+    f->outside = !announced;
+    f->t_fault = announced          ? p->fault_ms
+                 : p->last_life > 0 ? p->last_life
+                                    : f->t_detect;
     f->step = announced ? p->fault_step : c->step;
     f->catchup = announced && p->fault_step < 0;
     if (f->step < 0)
@@ -281,6 +291,7 @@ void resihp__coord_mark_failed(resihp__coord_t *c, int r, const char *why) {
   if (r < 0 || r >= c->R)
     return;
   rep_t *p = &c->reps[r];
+  p->expected = 0; /* no replacement is coming */
   if (p->state == R_NONE) {
     p->state = R_GONE;
     logc(RESIHP_LOG_WARN, "replica %d given up (%s)", r, why);
@@ -458,6 +469,43 @@ static void commit_step(resihp__coord_t *c) {
     lose(c, "out of memory");
 }
 
+/* Every member has committed the last step: DONE instead of GO, to the
+ * joiners too (the trainers then FINISH with their result). Used at the
+ * last step and when the launcher asks to stop (resihp__coord_stop). */
+static void end_training(resihp__coord_t *c) {
+  c->phase = P_END;
+  c->t_done = resihp__now_ms();
+  for (int r = 0; r < c->R; r++)
+    if (c->reps[r].conn >= 0)
+      send_to(c, r, "DONE");
+}
+
+/* With hold_for_replacements, a step does not start while a replacement
+ * the launcher started has not reached the barrier: the replacement joins
+ * at the first boundary after it is up, however long its start takes. */
+static int replacement_on_its_way(const resihp__coord_t *c) {
+  if (!c->o.hold_for_replacements)
+    return 0;
+  for (int r = 0; r < c->R; r++)
+    if (c->reps[r].expected &&
+        !(c->reps[r].state == R_JOINING && c->reps[r].waiting))
+      return 1;
+  return 0;
+}
+
+void resihp__coord_stop(resihp__coord_t *c) {
+  if (!c->stop)
+    logc(RESIHP_LOG_INFO, "stop asked: step %ld is the last to start", c->step);
+  c->stop = 1;
+  advance(c);
+}
+
+void resihp__coord_expect(resihp__coord_t *c, int replica, int on) {
+  if (replica >= 0 && replica < c->R)
+    c->reps[replica].expected = on;
+  advance(c);
+}
+
 /* Move the state machine on as far as the replicas let it. */
 static void decide_rounds(resihp__coord_t *c);
 
@@ -496,11 +544,21 @@ static void advance(resihp__coord_t *c) {
       return;
     }
     /* P_BARRIER */
-    if (c->S == 0)
+    if (c->S == 0 && !c->stop)
       return; /* nobody said hello yet */
     for (int i = 0; i < c->nmembers; i++)
       if (c->reps[c->members[i]].begun < c->step)
         return;
+    if (c->nmembers == 0 && c->step > 0) {
+      lose(c, "every replica that held the state failed");
+      return;
+    }
+    if (c->stop || c->step >= c->S) {
+      end_training(c);
+      continue;
+    }
+    if (replacement_on_its_way(c))
+      return;
     int nwait = 0, pending = 0;
     for (int r = 0; r < c->R; r++) {
       if (c->reps[r].state == R_JOINING && c->reps[r].waiting)
@@ -509,22 +567,8 @@ static void advance(resihp__coord_t *c) {
                (c->reps[r].state == R_JOINING && !c->reps[r].waiting))
         pending++;
     }
-    if (c->nmembers == 0) {
-      if (c->step > 0) {
-        lose(c, "every replica that held the state failed");
-        return;
-      }
-      if (pending || !nwait)
-        return; /* the first step waits for every initial replica */
-    }
-    if (c->step >= c->S) {
-      c->phase = P_END;
-      c->t_done = resihp__now_ms();
-      for (int r = 0; r < c->R; r++)
-        if (c->reps[r].conn >= 0)
-          send_to(c, r, "DONE");
-      continue;
-    }
+    if (c->nmembers == 0 && (pending || !nwait))
+      return; /* the first step waits for every initial replica */
     for (int r = 0; r < c->R; r++) {
       rep_t *p = &c->reps[r];
       if (p->state == R_JOINING && p->waiting) {
@@ -533,6 +577,7 @@ static void advance(resihp__coord_t *c) {
         p->catching = c->step > 0;
         p->begun = c->step;
         p->finished = 0;
+        p->expected = 0;
         add_member(c, r);
         if (p->open_fail >= 0 && !c->fails[p->open_fail].t_admit)
           c->fails[p->open_fail].t_admit = resihp__now_ms();
@@ -847,6 +892,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   p->stepid = stepid;
   snprintf(p->lep, sizeof(p->lep), "%s", strcmp(lep, "-") ? lep : "");
   c->conns[k].replica = (int)r;
+  p->last_life = resihp__now_ms();
   char line[128];
   snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld", r, c->step);
   send_to(c, (int)r, line);
@@ -959,8 +1005,56 @@ static void on_spare(resihp__coord_t *c, int k, const char *msg) {
     c->o.on_spare(c->o.ud, node, sp->state, sp->summary);
 }
 
+/* FAULT kind=K step=S node=N from replica r. A periodic probe failure
+ * fails the replica at once. Any other kind claims to be an injected fault:
+ * only the launcher knows what it injected, so the report counts (and the
+ * failure that follows is attributed to it) only if on_fault accepts it;
+ * otherwise it is logged and ignored, and whatever happens to the replica
+ * next is an outside fault like any other. */
+static void on_fault_report(resihp__coord_t *c, int r, const char *msg) {
+  rep_t *p = &c->reps[r];
+  char kind[16] = "", node[64] = "";
+  long v;
+  resihp__wire_get(msg, "kind", kind, sizeof(kind));
+  resihp__wire_get(msg, "node", node, sizeof(node));
+  if (resihp__wire_get_long(msg, "step", &v))
+    v = c->step;
+  if (!strcmp(kind, "probe")) {
+    /* Not an injection: the replica's node failed a periodic probe and
+     * the replica is leaving; fail it now rather than wait for the
+     * socket to close. */
+    char summary[400] = "", why[64];
+    resihp__wire_get_rest(msg, "summary", summary, sizeof(summary));
+    logc(RESIHP_LOG_WARN,
+         "replica %d: node %s failed its periodic health probe (%s)", r,
+         node[0] ? node : p->node, summary);
+    snprintf(p->fault_kind, sizeof(p->fault_kind), "%s", kind);
+    p->fault_ms = resihp__now_ms();
+    p->fault_step = v < 0 ? -1 : c->step;
+    snprintf(why, sizeof(why), "periodic probe failed on %.32s",
+             node[0] ? node : p->node);
+    fail_replica(c, r, why);
+    return;
+  }
+  if (!c->o.on_fault ||
+      c->o.on_fault(c->o.ud, r, kind, node[0] ? node : p->node, v) != 0) {
+    logc(RESIHP_LOG_WARN,
+         "replica %d: ignored a FAULT report (kind %.16s, step %ld) that "
+         "matches no fault the launcher injected",
+         r, kind, v);
+    return;
+  }
+  snprintf(p->fault_kind, sizeof(p->fault_kind), "%s", kind);
+  p->fault_ms = resihp__now_ms();
+  p->fault_step = v < 0 ? -1 : c->step;
+  logc(RESIHP_LOG_INFO, "replica %d: injected %s fires (step %ld)", r, kind,
+       c->step);
+}
+
 static void on_line(resihp__coord_t *c, int k, const char *msg) {
   int r = c->conns[k].replica;
+  if (r >= 0)
+    c->reps[r].last_life = resihp__now_ms();
   if (!strncmp(msg, "HB", 2) && (msg[2] == '\0' || msg[2] == ' '))
     return;
   if (r < 0) {
@@ -1006,32 +1100,7 @@ static void on_line(resihp__coord_t *c, int k, const char *msg) {
   } else if (!strncmp(msg, "RECOVER ", 8)) {
     on_recover(c, k, r, msg);
   } else if (!strncmp(msg, "FAULT ", 6)) {
-    char kind[16] = "", node[64] = "";
-    resihp__wire_get(msg, "kind", kind, sizeof(kind));
-    resihp__wire_get(msg, "node", node, sizeof(node));
-    if (resihp__wire_get_long(msg, "step", &v))
-      v = c->step;
-    snprintf(p->fault_kind, sizeof(p->fault_kind), "%s", kind);
-    p->fault_ms = resihp__now_ms();
-    p->fault_step = v < 0 ? -1 : c->step;
-    if (!strcmp(kind, "probe")) {
-      /* Not an injection: the replica's node failed a periodic probe and
-       * the replica is leaving; fail it now rather than wait for the
-       * socket to close. */
-      char summary[400] = "", why[64];
-      resihp__wire_get_rest(msg, "summary", summary, sizeof(summary));
-      logc(RESIHP_LOG_WARN,
-           "replica %d: node %s failed its periodic health probe (%s)", r,
-           node[0] ? node : p->node, summary);
-      snprintf(why, sizeof(why), "periodic probe failed on %.32s",
-               node[0] ? node : p->node);
-      fail_replica(c, r, why);
-      return;
-    }
-    logc(RESIHP_LOG_INFO, "replica %d: injected %s fires (step %ld)", r, kind,
-         c->step);
-    if (c->o.on_fault)
-      c->o.on_fault(c->o.ud, r, kind, node[0] ? node : p->node, v);
+    on_fault_report(c, r, msg);
   } else if (!strncmp(msg, "CATCHUP_FAILED", 14)) {
     logc(RESIHP_LOG_WARN,
          "replica %d lost its catch-up source; it will be admitted again", r);
@@ -1346,8 +1415,10 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
     median = (double)d[n / 2];
   }
   free(d);
-  double secs = steps && c->start_ms && c->t_done
-                    ? (double)(c->t_done - c->start_ms[0]) / 1000.0
+  /* still running: the launcher was stopped at once, mid-step */
+  int64_t t_end = c->t_done ? c->t_done : resihp__now_ms();
+  double secs = steps && c->start_ms && c->start_ms[0]
+                    ? (double)(t_end - c->start_ms[0]) / 1000.0
                     : 0.0;
   if (seconds_out)
     *seconds_out = secs;
@@ -1394,11 +1465,19 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
       snprintf(sl, sizeof(sl), "%.0f ms", stall);
     else
       snprintf(sl, sizeof(sl), "n/a (step not completed)");
+    /* An injected fault's time is known; an outside one's is not, only
+     * how long before the detection the replica last showed life. */
+    char det[96];
+    snprintf(det, sizeof(det),
+             x->outside ? "outside fault: last sign of life %lld ms before "
+                          "detection"
+                        : "detected after %lld ms",
+             (long long)(x->t_detect - x->t_fault));
     fprintf(f,
-            "  failure %d: replica %d, %s%s at step %ld (%s); detected after "
-            "%lld ms; survivors' stall %s; %s\n",
+            "  failure %d: replica %d, %s%s at step %ld (%s); %s; survivors' "
+            "stall %s; %s\n",
             i + 1, x->replica, x->kind, x->catchup ? " during catch-up" : "", s,
-            x->why, (long long)(x->t_detect - x->t_fault), sl, rj);
+            x->why, det, sl, rj);
   }
   if (c->nfails && worst_rejoin > 0)
     fprintf(f, "  worst survivor stall:   %.0f ms; worst rejoin: %.2f s\n",

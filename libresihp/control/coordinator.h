@@ -74,13 +74,20 @@ typedef struct {
                     long stepid, const char *why);
   /* A spare registered (state is RESIHP__SPARE_*; summary "" if none). */
   void (*on_spare)(void *ud, const char *node, int state, const char *summary);
-  /* An injected fault is about to fire on replica (kind as in inject.h). */
-  void (*on_fault)(void *ud, int replica, const char *kind, const char *node,
-                   long step);
+  /* A rank of replica says an injected fault is about to fire (kind as in
+   * inject.h; node and step are the rank's word, not to be trusted). The
+   * launcher returns 0 if it injected that fault, else non-zero: the
+   * report is then logged and ignored. */
+  int (*on_fault)(void *ud, int replica, const char *kind, const char *node,
+                  long step);
   void *ud;
   /* If not NULL, every committed step appends one line "STEP r0 r1 ...":
    * the replica that computed each microbatch (the ledger). Not closed. */
   FILE *ledger;
+  /* Hold each step boundary while a replacement announced with
+   * resihp__coord_expect has not reached it (tests, reproducible runs):
+   * the survivors wait for it instead of training on without it. */
+  int hold_for_replacements;
 } resihp__coord_opts_t;
 
 enum {
@@ -101,6 +108,13 @@ uint32_t resihp__coord_epoch(const resihp__coord_t *c);
 int resihp__coord_members(const resihp__coord_t *c);
 /* 1 while replica has a live connection (joined or joining). */
 int resihp__coord_connected(const resihp__coord_t *c, int replica);
+/* End the training at the next step boundary: the step in progress
+ * commits, the next one does not start, every rank gets DONE and reports
+ * its result; the state becomes RESIHP__COORD_DONE once they have. */
+void resihp__coord_stop(resihp__coord_t *c);
+/* The launcher has started (on=1) a replacement of replica, or no longer
+ * waits for one (on=0); see hold_for_replacements. */
+void resihp__coord_expect(resihp__coord_t *c, int replica, int on);
 /* Forget a replica that never joined or was given up (no replacement). */
 void resihp__coord_mark_failed(resihp__coord_t *c, int replica,
                                const char *why);
@@ -146,7 +160,10 @@ void resihp__coord_feed(resihp__coord_t *c, int k, const char *line);
 const char *resihp__coord_check(const resihp__coord_t *c);
 
 /* Final summary (steps, failures with stall and rejoin, throughput, the
- * results the replicas reported). Returns 0 if all results agree. */
+ * results the replicas reported). A failure nobody injected is reported
+ * with the time between the replica's last sign of life (any line, its
+ * heartbeats included) and the detection. Returns 0 if all results
+ * agree. */
 int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
                           double *seconds_out);
 

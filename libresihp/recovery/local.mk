@@ -24,8 +24,26 @@ libresihp_libresihp_internal_la_LIBADD += libresihp/libresihp-pmixwire.la
 resihpinclude_HEADERS += libresihp/include/resihp/job.h
 
 bin_PROGRAMS += tools/resihp-run
-tools_resihp_run_SOURCES = tools/resihp-run.c
+tools_resihp_run_SOURCES = tools/resihp-run.c tools/resihp-run-cmd.c \
+	tools/resihp-run-cmd.h
 tools_resihp_run_LDADD = libresihp/libresihp-internal.la
+# The fuzz target of its command templates (tests/fuzz/README), run by
+# `make check` over its corpus and generated inputs.
+check_PROGRAMS += tests/fuzz/fuzz_cmd
+tests_fuzz_fuzz_cmd_SOURCES = tests/fuzz/fuzz_cmd.c tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h \
+	tools/resihp-run-cmd.c tools/resihp-run-cmd.h
+tests_fuzz_fuzz_cmd_LDADD = libresihp/libresihp-core.la
+# and of the fault injection plans (--inject, RESIHP_INJECT).
+check_PROGRAMS += tests/fuzz/fuzz_inject
+tests_fuzz_fuzz_inject_SOURCES = tests/fuzz/fuzz_inject.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_inject_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_cmd tests/fuzz/fuzz_inject
+EXTRA_DIST += tests/fuzz/corpus-cmd/plain tests/fuzz/corpus-cmd/evil-node \
+	tests/fuzz/corpus-cmd/bad-escape tests/fuzz/corpus-cmd/empty \
+	tests/fuzz/corpus-cmd/escapes tests/fuzz/corpus-inject/plain \
+	tests/fuzz/corpus-inject/bad-step tests/fuzz/corpus-inject/trailing \
+	tests/fuzz/corpus-inject/too-many
 
 # The example trainer is built (not installed) for the tests and the demo.
 noinst_PROGRAMS += contrib/trainer/resihp-trainer
@@ -41,8 +59,9 @@ TESTS += tests/unit/test_recovery
 endif
 
 dist_check_SCRIPTS += tests/integration/recovery.test \
-	tests/integration/spares.test
-TESTS += tests/integration/recovery.test tests/integration/spares.test
+	tests/integration/spares.test tests/integration/launcher.test
+TESTS += tests/integration/recovery.test tests/integration/spares.test \
+	tests/integration/launcher.test
 
 dist_bin_SCRIPTS = tools/resihp-bench-recovery.sh
 EXTRA_DIST += contrib/demo/run-training-demo.sh

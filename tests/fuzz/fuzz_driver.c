@@ -34,8 +34,8 @@ uint64_t resihp__fuzz_rng(void) {
 }
 
 size_t resihp__fuzz_atoms(uint8_t *buf, size_t n, size_t cap,
-                          const char *const *atoms, size_t natoms,
-                          size_t parts, unsigned junk_one_in) {
+                          const char *const *atoms, size_t natoms, size_t parts,
+                          unsigned junk_one_in) {
   for (size_t i = 0; i < parts && n < cap; i++) {
     if (junk_one_in && resihp__fuzz_rng() % junk_one_in == 0) {
       buf[n++] = (uint8_t)resihp__fuzz_rng();
@@ -48,6 +48,14 @@ size_t resihp__fuzz_atoms(uint8_t *buf, size_t n, size_t cap,
     memcpy(buf + n, a, l);
     n += l;
   }
+  return n;
+}
+
+size_t resihp__fuzz_pad_long(uint8_t *buf, size_t n, size_t cap,
+                             unsigned one_in) {
+  if (one_in && resihp__fuzz_rng() % one_in == 0)
+    while (n < cap)
+      buf[n++] = (uint8_t)('a' + resihp__fuzz_rng() % 3);
   return n;
 }
 

@@ -24,8 +24,13 @@ uint64_t resihp__fuzz_rng(void);
  * a random byte instead of an atom one time in junk_one_in) to buf, which
  * holds n of cap bytes. Returns the new length. For grammar-shaped inputs. */
 size_t resihp__fuzz_atoms(uint8_t *buf, size_t n, size_t cap,
-                          const char *const *atoms, size_t natoms,
-                          size_t parts, unsigned junk_one_in);
+                          const char *const *atoms, size_t natoms, size_t parts,
+                          unsigned junk_one_in);
+
+/* One time in one_in, pad buf (n of cap bytes) to cap with letters: an
+ * overlong input. Returns the new length. */
+size_t resihp__fuzz_pad_long(uint8_t *buf, size_t n, size_t cap,
+                             unsigned one_in);
 
 /* gen fills at most cap bytes and returns how many. */
 int resihp__fuzz_main(int argc, char **argv, const char *name,

@@ -61,24 +61,51 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 #ifndef RESIHP_FUZZ_LIBFUZZER
 /* Inputs biased towards the grammar: keys, '=', ',', units, junk bytes. */
 static size_t gen(uint8_t *buf, size_t cap) {
-  static const char *const atoms[] = {
-      "debug", "detect-timeout", "heartbeat", "transport", "chunk-bytes",
-      "deterministic", "probes", "probe-timeout", "probe-min-free-mem",
-      "probe-scratch", "replica", "role", "=", ",", ",,", "=", "1", "0",
-      "-1", "2s", "500ms", "1m", "4K", "256M", "9999999999999999999", "yes",
-      "tcp", "spare", "all", "none", "mem:disk", "/tmp", "..", "\x01", "\xff",
-      " ", "=="};
-  size_t n = resihp__fuzz_atoms(buf, 0, cap, atoms,
-                               sizeof(atoms) / sizeof(atoms[0]),
-                               resihp__fuzz_rng() % 12, 5);
-  if (resihp__fuzz_rng() % 50 == 0) /* now and then, something very long */
-    while (n < cap)
-      buf[n++] = (uint8_t)('a' + resihp__fuzz_rng() % 3);
-  return n;
+  static const char *const atoms[] = {"debug",
+                                      "detect-timeout",
+                                      "heartbeat",
+                                      "transport",
+                                      "chunk-bytes",
+                                      "deterministic",
+                                      "probes",
+                                      "probe-timeout",
+                                      "probe-min-free-mem",
+                                      "probe-scratch",
+                                      "replica",
+                                      "role",
+                                      "=",
+                                      ",",
+                                      ",,",
+                                      "=",
+                                      "1",
+                                      "0",
+                                      "-1",
+                                      "2s",
+                                      "500ms",
+                                      "1m",
+                                      "4K",
+                                      "256M",
+                                      "9999999999999999999",
+                                      "yes",
+                                      "tcp",
+                                      "spare",
+                                      "all",
+                                      "none",
+                                      "mem:disk",
+                                      "/tmp",
+                                      "..",
+                                      "\x01",
+                                      "\xff",
+                                      " ",
+                                      "=="};
+  size_t n =
+      resihp__fuzz_atoms(buf, 0, cap, atoms, sizeof(atoms) / sizeof(atoms[0]),
+                         resihp__fuzz_rng() % 12, 5);
+  return resihp__fuzz_pad_long(buf, n, cap, 50);
 }
 
 int main(int argc, char **argv) {
   return resihp__fuzz_main(argc, argv, "fuzz_options", "corpus",
-                          RESIHP_OPTS_MAX + 64, gen, 20000);
+                           RESIHP_OPTS_MAX + 64, gen, 20000);
 }
 #endif

@@ -561,7 +561,8 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
                             .timeout_ms = o->connect_timeout_ms > 0
                                               ? o->connect_timeout_ms
                                               : 30000};
-  rc = n > 1 ? resihp__mesh_connect(&mo, c->data_fds, c->ctrl_fds) : 0;
+  rc = n > 1 ? resihp__mesh_connect(&mo, c->data_fds, c->ctrl_fds, NULL, NULL)
+             : 0;
   if (filesecret) {
     memset(filesecret, 0, secret_len);
     free(filesecret);

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -841,6 +842,131 @@ START_TEST(auth_refuses_wrong_secret) {
 }
 END_TEST
 
+/* ---- pre-authentication stalls ------------------------------------------
+ * Rank 3 of the group plays an attacker who knows the endpoints but not the
+ * secret. Before the real ranks start it opens connections to rank 0's
+ * port that stay idle, connections that drip a plausible hello a byte at a
+ * time, and connections that drip garbage; once the ranks run it opens more
+ * idle ones than the server keeps pending. The three real ranks must set up
+ * and all-reduce as if nobody was there (their 10 s connect timeout is the
+ * only clock: with one idle connection costing its 3 s handshake deadline
+ * in turn, the old server ran out of it). */
+#define STALL_IDLE 60
+#define STALL_LATE 40
+#define STALL_DRIP 4
+static int stall_gate[2];
+
+static int open_to(const char *ep) {
+  int port = atoi(strrchr(ep, ':') + 1);
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 &&
+      errno != EINPROGRESS) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* 1 once nobody listens on ep any more (connection refused). */
+static int port_closed(const char *ep) {
+  int fd = open_to(ep), err = 0;
+  if (fd < 0)
+    return 1;
+  struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+  socklen_t el = sizeof(err);
+  if (poll(&pfd, 1, 100) == 1)
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+  close(fd);
+  return err == ECONNREFUSED;
+}
+
+static int rank_stall(int rank, int n, void *arg) {
+  (void)arg;
+  (void)n;
+  if (rank < 3) {
+    char go;
+    close(stall_gate[1]);
+    if (read(stall_gate[0], &go, 1) != 1)
+      return 1;
+    resihp_comm_t *c;
+    int rc = make_comm(rank, 3, SECRET, 4096, 0, &c);
+    if (rc) {
+      fprintf(stderr, "rank %d: set-up under attack: %s\n", rank,
+              resihp_strerror(rc));
+      return 1;
+    }
+    float x[1000];
+    fill(x, 1000, RESIHP_FLOAT32, rank);
+    if (resihp_allreduce(c, x, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM) ||
+        check(x, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM, 7, 3))
+      return 1;
+    resihp_comm_destroy(c);
+    return 0;
+  }
+  /* The attacker. */
+  close(stall_gate[0]);
+  int fds[STALL_IDLE + STALL_LATE + 2 * STALL_DRIP], nfd = 0;
+  for (int i = 0; i < STALL_IDLE; i++)
+    if ((fds[nfd] = open_to(eps[0])) >= 0)
+      nfd++;
+  int drip0 = nfd;
+  for (int i = 0; i < 2 * STALL_DRIP; i++)
+    if ((fds[nfd] = open_to(eps[i % 2 ? 1 : 0])) >= 0)
+      nfd++;
+  int drip1 = nfd;
+  if (write(stall_gate[1], "ggg", 3) != 3)
+    return 1;
+  close(stall_gate[1]);
+  for (int i = 0; i < STALL_LATE; i++)
+    if ((fds[nfd] = open_to(eps[0])) >= 0)
+      nfd++;
+  /* A hello that looks right (magic "RSHA", version 1) byte by byte, or
+   * bytes that do not; until both ports refuse connections, which means
+   * that the real ranks are done. */
+  static const uint8_t hello[] = {0x41, 0x48, 0x53, 0x52, 1, 0, 0, 0};
+  for (size_t tick = 0;; tick++) {
+    if (port_closed(eps[0]) && port_closed(eps[1]))
+      return 0;
+    for (int k = 0; k < nfd; k++) {
+      if (fds[k] < 0)
+        continue;
+      uint8_t sink[64];
+      ssize_t r = recv(fds[k], sink, sizeof(sink), MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                     errno != ENOTCONN)) {
+        close(fds[k]);
+        fds[k] = -1;
+        continue;
+      }
+      if (k >= drip0 && k < drip1) {
+        uint8_t b = (k - drip0) % 4 == 3 ? (uint8_t)tick
+                                         : hello[tick % sizeof(hello)];
+        if (send(fds[k], &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+            errno != EAGAIN && errno != ENOTCONN) {
+          close(fds[k]);
+          fds[k] = -1;
+        }
+      }
+    }
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+START_TEST(setup_despite_idle_and_garbage_connections) {
+  int st[MAXN];
+  ck_assert_int_eq(pipe(stall_gate), 0);
+  run_group(4, rank_stall, NULL, st);
+  close(stall_gate[0]);
+  close(stall_gate[1]);
+  close(rec_pipe[0]);
+  expect_all_ok(4, st);
+}
+END_TEST
+
 /* ---- hostile frames on the data plane ------------------------------------ */
 
 static void raw_frame(int fd, uint32_t magic, uint16_t type, uint32_t epoch,
@@ -1106,9 +1232,9 @@ static int rank_hostile(int rank, int n, void *arg) {
   }
   int64_t dl = resihp__now_ms() + 5000;
   int d = resihp__mesh_dial(eps[0], (const uint8_t *)SECRET, strlen(SECRET), 1,
-                            0, 2, 0, dl);
+                            0, 2, 0, dl, NULL);
   int k = resihp__mesh_dial(eps[0], (const uint8_t *)SECRET, strlen(SECRET), 1,
-                            0, 2, 1, dl);
+                            0, 2, 1, dl, NULL);
   if (d < 0 || k < 0)
     return 1;
   /* Play the transport set-up honestly (declining shared memory), then
@@ -1153,6 +1279,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, allreduce_lengths, 0, 8);
   tcase_add_test(tc, auth_refuses_wrong_secret);
   tcase_add_test(tc, hostile_peer_truncated_frame);
+  tcase_add_test(tc, setup_despite_idle_and_garbage_connections);
   tcase_add_test(tc, deterministic_with_failure);
   suite_add_tcase(s, tc);
   tc = tcase_create("faults");

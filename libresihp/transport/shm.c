@@ -32,9 +32,14 @@ struct ring_hdr {
   _Alignas(64) uint8_t data[];
 };
 
+/* The peer can write every byte of the shared header, so this side never
+ * trusts its own index there: it keeps it here (pos: head for the
+ * producer's mapping, tail for the consumer's) and only publishes it, and
+ * the peer's index is accepted only within one ring of it. */
 struct resihp__ring {
   struct ring_hdr *h;
   size_t map_len;
+  uint64_t pos;
 };
 
 struct setup_msg {
@@ -63,15 +68,33 @@ static resihp__ring_t *map_fd(int fd) {
   }
   r->h = p;
   r->map_len = map_len();
+  r->pos = 0; /* both indices start at 0 (a fresh, zeroed object) */
   return r;
 }
 
-size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
-                          int arm, int *doorbell) {
+/* Bytes in the ring, from this side's own index and the peer's, or
+ * RESIHP_EPROTO when the peer's index is impossible (it wrote past what is
+ * free, or moved backwards). */
+static int64_t used(uint64_t head, uint64_t tail) {
+  uint64_t n = head - tail;
+  if (n > RING_BYTES) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "shared-memory ring corrupted by the peer (head %llu, tail "
+               "%llu, size %zu): dropping the peer",
+               (unsigned long long)head, (unsigned long long)tail, RING_BYTES);
+    return RESIHP_EPROTO;
+  }
+  return (int64_t)n;
+}
+
+ssize_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov,
+                           int niov, int arm, int *doorbell) {
   struct ring_hdr *h = r->h;
-  uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
-  uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
-  size_t space = RING_BYTES - (size_t)(head - tail);
+  uint64_t head = r->pos;
+  int64_t n = used(head, atomic_load_explicit(&h->tail, memory_order_acquire));
+  if (n < 0)
+    return n;
+  size_t space = RING_BYTES - (size_t)n;
   if (!space && !arm)
     return 0;
   if (!space) {
@@ -79,8 +102,10 @@ size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
      * or we see its progress (both sides fence between store and load). */
     atomic_store(&h->prod_waiting, 1);
     atomic_thread_fence(memory_order_seq_cst);
-    tail = atomic_load_explicit(&h->tail, memory_order_acquire);
-    space = RING_BYTES - (size_t)(head - tail);
+    n = used(head, atomic_load_explicit(&h->tail, memory_order_acquire));
+    if (n < 0)
+      return n;
+    space = RING_BYTES - (size_t)n;
     if (!space)
       return 0;
   }
@@ -96,46 +121,51 @@ size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
     memcpy(h->data, src + first, len - first);
     done += len;
   }
-  atomic_store_explicit(&h->head, head + done, memory_order_release);
+  r->pos = head + done;
+  atomic_store_explicit(&h->head, r->pos, memory_order_release);
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load(&h->cons_waiting) && atomic_exchange(&h->cons_waiting, 0))
     *doorbell = 1;
-  return done;
+  return (ssize_t)done;
 }
 
-size_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
-                            int *doorbell,
-                            void (*consume)(void *arg, const uint8_t *bytes,
-                                            size_t n),
-                            void *arg) {
+ssize_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
+                             int *doorbell,
+                             void (*consume)(void *arg, const uint8_t *bytes,
+                                             size_t n),
+                             void *arg) {
   struct ring_hdr *h = r->h;
-  uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
-  uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
-  size_t avail = (size_t)(head - tail);
+  uint64_t tail = r->pos;
+  int64_t avail =
+      used(atomic_load_explicit(&h->head, memory_order_acquire), tail);
+  if (avail < 0)
+    return avail;
   if (!avail && !arm)
     return 0;
   if (!avail) {
     atomic_store(&h->cons_waiting, 1);
     atomic_thread_fence(memory_order_seq_cst);
-    head = atomic_load_explicit(&h->head, memory_order_acquire);
-    avail = (size_t)(head - tail);
-    if (!avail)
-      return 0;
+    avail = used(atomic_load_explicit(&h->head, memory_order_acquire), tail);
+    if (avail <= 0)
+      return avail;
   }
-  if (avail > RING_BYTES)
-    return 0; /* corrupted by a hostile producer: never read out of bounds */
-  if (len > avail)
-    len = avail;
+  if (len > (size_t)avail)
+    len = (size_t)avail;
   size_t pos = (size_t)tail & (RING_BYTES - 1);
   size_t first = RING_BYTES - pos < len ? RING_BYTES - pos : len;
   consume(arg, h->data + pos, first);
   if (len > first)
     consume(arg, h->data, len - first);
-  atomic_store_explicit(&h->tail, tail + len, memory_order_release);
+  r->pos = tail + len;
+  atomic_store_explicit(&h->tail, r->pos, memory_order_release);
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load(&h->prod_waiting) && atomic_exchange(&h->prod_waiting, 0))
     *doorbell = 1;
-  return len;
+  return (ssize_t)len;
+}
+
+_Atomic uint64_t *resihp__ring_test_index(resihp__ring_t *r, int which) {
+  return which ? &r->h->tail : &r->h->head;
 }
 
 struct copy_out {
@@ -150,8 +180,8 @@ static void copy_span(void *arg, const uint8_t *bytes, size_t n) {
   }
 }
 
-size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len, int arm,
-                         int *doorbell) {
+ssize_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len, int arm,
+                          int *doorbell) {
   struct copy_out c = {buf};
   return resihp__ring_consume(r, len, arm, doorbell, copy_span, &c);
 }

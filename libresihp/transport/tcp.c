@@ -199,7 +199,11 @@ static int drain_bells(struct peer *p) {
  * read away, but the armed access re-checks the ring after setting its
  * flag; a flag armed after the drain gets a bell poll will see. EOF only
  * matters once the ring is empty: the peer's last bytes precede it. */
-static ssize_t ring_got(struct peer *p, size_t n, int bell) {
+static ssize_t ring_got(struct peer *p, ssize_t n, int bell) {
+  if (n < 0) {
+    errno = EPROTO; /* the peer corrupted the ring's indices */
+    return -1;
+  }
   if (bell && ring_bell(p) < 0)
     return -1;
   if (n)
@@ -214,7 +218,7 @@ static ssize_t peer_recv(struct tcp *t, struct peer *p, void *buf, size_t len) {
   if (!p->rin)
     return recv(p->fd, buf, len, MSG_DONTWAIT);
   int bell = 0;
-  size_t n = resihp__ring_read(p->rin, buf, len, t->arm, &bell);
+  ssize_t n = resihp__ring_read(p->rin, buf, len, t->arm, &bell);
   return ring_got(p, n, bell);
 }
 
@@ -255,7 +259,7 @@ static ssize_t peer_recv_summing(struct tcp *t, struct peer *p) {
   if (p->rin) {
     struct summing s = {p, got};
     int bell = 0;
-    size_t n = resihp__ring_consume(p->rin, p->pay_left, t->arm, &bell,
+    ssize_t n = resihp__ring_consume(p->rin, p->pay_left, t->arm, &bell,
                                     sum_span, &s);
     return ring_got(p, n, bell);
   }
@@ -287,7 +291,11 @@ static ssize_t peer_sendv(struct tcp *t, struct peer *p, struct iovec *iov,
     return -1;
   }
   int bell = 0;
-  size_t n = resihp__ring_write(p->rout, iov, niov, t->arm, &bell);
+  ssize_t n = resihp__ring_write(p->rout, iov, niov, t->arm, &bell);
+  if (n < 0) {
+    errno = EPROTO;
+    return -1;
+  }
   if (bell && ring_bell(p) < 0)
     return -1;
   if (n)
@@ -358,6 +366,16 @@ static int consider_header(struct tcp *t, int peer) {
   return 0;
 }
 
+/* A socket or ring error (errno) on peer's link: RESIHP_EPEER, or
+ * RESIHP_EPROTO when the peer corrupted a shared-memory ring. */
+static int link_failed(int peer) {
+  if (errno == EPROTO)
+    return RESIHP_EPROTO; /* logged by the ring */
+  resihp_log(RESIHP_LOG_WARN, "allreduce", "link to rank %d failed: %s", peer,
+             strerror(errno));
+  return RESIHP_EPEER;
+}
+
 static void frame_finished(struct peer *p) {
   if (p->for_posted) {
     p->posted = 0;
@@ -402,9 +420,7 @@ static int read_peer(struct tcp *t, int peer) {
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
         return any;
-      resihp_log(RESIHP_LOG_WARN, "allreduce", "link to rank %d failed: %s",
-                 peer, strerror(errno));
-      return RESIHP_EPEER;
+      return link_failed(peer);
     }
     if (r == 0) {
       if (p->in_payload || p->rh_got) {
@@ -462,9 +478,7 @@ static int write_peer(struct tcp *t, int peer) {
       if (w < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
           return any;
-        resihp_log(RESIHP_LOG_WARN, "allreduce", "link to rank %d failed: %s",
-                   peer, strerror(errno));
-        return RESIHP_EPEER;
+        return link_failed(peer);
       }
       q->off += (size_t)w;
       any = 1;

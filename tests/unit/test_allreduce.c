@@ -28,6 +28,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1049,6 +1050,35 @@ static void *shm_side_setup(void *arg) {
   return NULL;
 }
 
+/* Two transports, rank 0 (rx) and rank 1 (tx), joined by shared-memory
+ * rings; *rx_in is rank 0's ring from rank 1, *tx_out rank 1's ring to
+ * rank 0 (both mappings of one object). */
+static void shm_pair(size_t max, resihp__transport_t **rx,
+                     resihp__transport_t **tx, resihp__ring_t **rx_in,
+                     resihp__ring_t **tx_out) {
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  struct shm_side side[2] = {{.self = 0, .fds = {-1, sv[0]}},
+                             {.self = 1, .fds = {sv[1], -1}}};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, shm_side_setup, &side[1]), 0);
+  shm_side_setup(&side[0]);
+  pthread_join(th, NULL);
+  ck_assert_int_eq(side[0].rc, 0);
+  ck_assert_int_eq(side[1].rc, 0);
+  ck_assert_ptr_nonnull(side[0].in[1]);
+  if (rx_in)
+    *rx_in = side[0].in[1];
+  if (tx_out)
+    *tx_out = side[1].out[0];
+  ck_assert_int_eq(resihp__tcp_transport_create(0, 2, side[0].fds, side[0].in,
+                                                side[0].out, max, -1, rx),
+                   0);
+  ck_assert_int_eq(resihp__tcp_transport_create(1, 2, side[1].fds, side[1].in,
+                                                side[1].out, max, -1, tx),
+                   0);
+}
+
 static void combine_f32(void *dst, const void *a, const void *b, size_t n,
                         int dtype) {
   resihp__reduce_sum_to(dst, a, b, n, dtype);
@@ -1086,24 +1116,9 @@ START_TEST(recv_reduce_sums_split_elements) {
     close(sv[1]);
     return;
   }
-  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-  struct shm_side side[2] = {{.self = 0, .fds = {-1, sv[0]}},
-                             {.self = 1, .fds = {sv[1], -1}}};
-  pthread_t th;
-  ck_assert_int_eq(pthread_create(&th, NULL, shm_side_setup, &side[1]), 0);
-  shm_side_setup(&side[0]);
-  pthread_join(th, NULL);
-  ck_assert_int_eq(side[0].rc, 0);
-  ck_assert_int_eq(side[1].rc, 0);
-  ck_assert_ptr_nonnull(side[0].in[1]);
   resihp__transport_t *rx, *tx;
   size_t big = (1u << 20) + 4; /* bytes per float frame */
-  ck_assert_int_eq(resihp__tcp_transport_create(0, 2, side[0].fds, side[0].in,
-                                                side[0].out, big, -1, &rx),
-                   0);
-  ck_assert_int_eq(resihp__tcp_transport_create(1, 2, side[1].fds, side[1].in,
-                                                side[1].out, big, -1, &tx),
-                   0);
+  shm_pair(big, &rx, &tx, NULL, NULL);
   /* Frame 0: three bfloat16 (6 bytes), so that every later float starts 2
    * bytes off a 4-byte boundary; then 6 float frames, 6 MiB in a 4 MiB
    * ring, all queued at once: the ring fills and wraps. */
@@ -1156,6 +1171,41 @@ START_TEST(recv_reduce_sums_split_elements) {
   tx->ops->destroy(tx);
   free(pay);
   free(add);
+  free(got);
+}
+END_TEST
+
+/* A peer that shares a ring can write its header: head and tail are
+ * checked against this side's own index, and an impossible one is a
+ * protocol error of that peer, never an access outside the mapping. _i = 0:
+ * the producer publishes a head beyond a full ring; 1: one behind the
+ * consumer's tail; 2: the consumer publishes a tail ahead of everything
+ * written (which once made the producer write past the mapping). */
+START_TEST(shm_ring_corrupt_index) {
+  resihp__transport_t *rx, *tx;
+  resihp__ring_t *ring_in, *ring_out;
+  size_t len = (4u << 20) + 8192;
+  shm_pair(len, &rx, &tx, &ring_in, &ring_out);
+  uint8_t *pay = calloc(1, len), *got = calloc(1, len);
+  resihp__tag_t tag = {0, 0, 0};
+  int bad = -1, rc = 0;
+  if (_i < 2) {
+    _Atomic uint64_t *head = resihp__ring_test_index(ring_out, 0);
+    atomic_store(head, _i == 0 ? (4u << 20) + 8192 : (uint64_t)-1);
+    ck_assert_int_eq(rx->ops->post_recv(rx, 1, tag, got, 64), 0);
+    for (int k = 0; k < 100 && rc >= 0; k++)
+      rc = rx->ops->progress(rx, 0, &bad);
+  } else {
+    atomic_store(resihp__ring_test_index(ring_in, 1), 8192);
+    ck_assert_int_eq(tx->ops->post_send(tx, 0, tag, pay, len), 0);
+    for (int k = 0; k < 100 && rc >= 0; k++)
+      rc = tx->ops->progress(tx, 0, &bad);
+  }
+  ck_assert_int_eq(rc, RESIHP_EPROTO);
+  ck_assert_int_eq(bad, _i < 2 ? 1 : 0);
+  rx->ops->destroy(rx);
+  tx->ops->destroy(tx);
+  free(pay);
   free(got);
 }
 END_TEST
@@ -1273,6 +1323,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, stale_epoch_and_duplicates_dropped);
   tcase_add_loop_test(tc, malformed_frames_rejected, 0, 7);
   tcase_add_loop_test(tc, recv_reduce_sums_split_elements, 0, 2);
+  tcase_add_loop_test(tc, shm_ring_corrupt_index, 0, 3);
   suite_add_tcase(s, tc);
   tc = tcase_create("group");
   tcase_set_timeout(tc, 60);

@@ -5,9 +5,14 @@
  * Failure detection. The monitor thread owns the read side of the control
  * connections. Every heartbeat period it sends a HEARTBEAT to each member
  * of the view; any byte from a peer refreshes that peer's last-heard time.
- * A peer silent for 90 % of the detection bound (hung, SIGSTOPped, or its
- * host gone), or whose control socket reports EOF/error (died, link cut), is
- * marked dead here; the data plane marks peers dead on socket errors as
+ * A peer silent for the detection bound T plus one heartbeat period hb
+ * (hung, SIGSTOPped, or its host gone), or whose control socket reports
+ * EOF/error (died, link cut), is marked dead here. The extra period is what
+ * makes T the bound the user asked for: the last beat of a peer that stops
+ * left up to hb before it stopped, so a pause shorter than T is never taken
+ * for a failure, and a longer one is caught between T and T + hb after it
+ * began. (At 90 % of T, a 1 s bound failed a rank paused for 0.87 s.) Peers
+ * are marked dead here; the data plane marks peers dead on socket errors as
  * well. Marking wakes the algorithm through an eventfd. Because heartbeats
  * come from a thread of their own, a rank busy computing between
  * collectives is never mistaken for a dead one.
@@ -278,6 +283,18 @@ static int read_ctrl(resihp_comm_t *c, int peer, struct rxstate *r) {
   }
 }
 
+/* Whether peer's control socket holds unread bytes (then its last-heard
+ * time becomes now): the silence may be this process's own, when it was
+ * stopped or interrupted itself, and the peer must not pay for that. */
+static int pending_input(resihp_comm_t *c, int peer, int64_t *last,
+                         int64_t now) {
+  struct pollfd p = {.fd = c->ctrl_fds[peer], .events = POLLIN};
+  if (p.fd < 0 || poll(&p, 1, 0) != 1)
+    return 0;
+  *last = now;
+  return 1;
+}
+
 static void *monitor_main(void *arg) {
   resihp_comm_t *c = arg;
   int n = c->world_size;
@@ -295,10 +312,10 @@ static void *monitor_main(void *arg) {
     goto out;
   }
   int64_t next_beat = 0;
-  /* Silence that makes a peer dead: 90 % of the bound (at least two missed
-   * heartbeats, as hb <= bound/3), leaving the rest for the abort to reach
-   * every survivor, so the whole detection stays within the bound. */
-  int64_t silence = (int64_t)c->detect_ms * 9 / 10;
+  /* Silence that makes a peer dead: the bound plus one heartbeat period
+   * (see the top of this file), so that only pauses longer than the bound
+   * count. */
+  int64_t silence = (int64_t)c->detect_ms + c->hb_ms;
   for (;;) {
     pthread_mutex_lock(&c->mu);
     if (c->epoch != seen_epoch) {
@@ -378,7 +395,8 @@ static void *monitor_main(void *arg) {
       next_beat = t + c->hb_ms;
     }
     for (int i = 0; i < n; i++)
-      if (live[i] && i != c->world_rank && t - last[i] >= silence) {
+      if (live[i] && i != c->world_rank && t - last[i] >= silence &&
+          !pending_input(c, i, &last[i], t)) {
         resihp_log(RESIHP_LOG_WARN, "allreduce",
                    "rank %d silent for %lld ms (bound %d ms): hung or gone",
                    i, (long long)(t - last[i]), c->detect_ms);

@@ -8,12 +8,15 @@
  * (reduce-scatter then all-gather) over the current view: the live members of
  * the current membership epoch.
  *
- * Failures. A peer that dies, hangs or whose link is cut is noticed within
- * the detection bound (RESIHP_DETECT_TIMEOUT_MS, default 1 s): a monitor
- * thread exchanges heartbeats (RESIHP_HEARTBEAT_MS, at most a third of the
- * bound) on the control connections and declares a peer dead after 90 % of
- * the bound in silence, socket errors are seen at once, and a rank whose
- * collective fails broadcasts an abort carrying its suspects. Every survivor's resihp_allreduce() then returns RESIHP_EPEER (a
+ * Failures. A peer that dies or whose link is cut is noticed at once (socket
+ * errors); one that hangs is judged by the detection bound T
+ * (RESIHP_DETECT_TIMEOUT_MS, default 1 s): a monitor thread exchanges
+ * heartbeats every hb (RESIHP_HEARTBEAT_MS, at most T/3) on the control
+ * connections and declares a peer failed once it has been silent for T + hb.
+ * So a peer that stops (SIGSTOP, a hung host) for less than T is never
+ * declared failed, and one that stays stopped is declared failed between T
+ * and T + hb after it stopped (plus scheduling delays on a busy host). A
+ * rank whose collective fails broadcasts an abort carrying its suspects. Every survivor's resihp_allreduce() then returns RESIHP_EPEER (a
  * socket failed or a peer reported a failure) or RESIHP_ETIMEDOUT (a peer
  * fell silent); resihp_comm_failed() names the suspects. The caller's buffer
  * is left exactly as it was. The caller then calls resihp_comm_shrink(): the

@@ -257,7 +257,7 @@ static int read_ctrl(resihp_comm_t *c, int peer, struct rxstate *r) {
                  ? 0
                  : RESIHP_EPEER;
     if (want && n == 0)
-      return r->got ? RESIHP_EPROTO : RESIHP_EPEER;
+      return RESIHP_EPEER; /* closed or died, also mid-frame */
     r->got += (size_t)n;
     if (r->got == sizeof(r->h)) {
       int with_set = r->h.type == RESIHP__FRAME_ABORT ||

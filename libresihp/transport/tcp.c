@@ -423,15 +423,12 @@ static int read_peer(struct tcp *t, int peer) {
       return link_failed(peer);
     }
     if (r == 0) {
-      if (p->in_payload || p->rh_got) {
-        resihp_log(RESIHP_LOG_ERROR, "allreduce",
-                   "rank %d closed its link in the middle of a frame "
-                   "(truncated frame)",
-                   peer);
-        return RESIHP_EPROTO;
-      }
-      resihp_log(RESIHP_LOG_WARN, "allreduce", "rank %d closed its link",
-                 peer);
+      /* In the middle of a frame too: a peer killed while sending is a
+       * dead peer, not a malformed frame (EPROTO is for what a live peer
+       * says). */
+      resihp_log(RESIHP_LOG_WARN, "allreduce", "rank %d closed its link%s",
+                 peer,
+                 p->in_payload || p->rh_got ? " in the middle of a frame" : "");
       return RESIHP_EPEER;
     }
     any = 1;

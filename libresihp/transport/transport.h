@@ -10,9 +10,10 @@
  * waits at most timeout_ms (also waking when wake_fd becomes readable).
  *
  * Failure contract: progress() returns a negative RESIHP_E* code and sets
- * *bad_peer when a peer's link fails (RESIHP_EPEER) or a peer sends a frame
- * that cannot be right (RESIHP_EPROTO: bad magic, unknown type, oversized or
- * truncated, wrong tag or length). Frames of an older epoch are dropped:
+ * *bad_peer when a peer's link fails or closes, also in the middle of a
+ * frame (RESIHP_EPEER: the peer died or left), or a live peer sends a frame
+ * that cannot be right (RESIHP_EPROTO: bad magic, unknown type, oversized,
+ * wrong tag or length, a failed MAC, a corrupt shared-memory ring). Frames of an older epoch are dropped:
  * they are leftovers of an aborted collective. cancel() abandons every
  * queued operation but keeps each stream framed (a half-sent frame is
  * finished with padding, a half-received one is skipped later), so the

@@ -1328,16 +1328,13 @@ START_TEST(malformed_frames_rejected) {
     raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 0,
               1u << 30, NULL, 0);
     break;
-  case 2: /* truncated payload, then the link closes */
-    raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 0, 16,
-              pay, 7);
-    close(sv[1]);
-    sv[1] = -1;
+  case 2: /* a length beyond the posted receive */
+    raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 0, 20,
+              pay, 16);
     break;
-  case 3: /* truncated header */
-    ck_assert_int_eq(write(sv[1], junk, 10), 10);
-    close(sv[1]);
-    sv[1] = -1;
+  case 3: /* unknown frame type with a plausible length */
+    raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_AGREE, 0, 1, 0, 0, 16,
+              pay, 16);
     break;
   case 4: /* right epoch, wrong step */
     raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 3, 16,
@@ -1362,7 +1359,43 @@ START_TEST(malformed_frames_rejected) {
 }
 END_TEST
 
-/* End to end: a peer that authenticates, then sends a truncated frame. */
+/* A peer whose link ends in the middle of a frame died (or left): that is
+ * RESIHP_EPEER, like any closed link, not a protocol error. _i = 0: the
+ * payload is cut short, 1: the header, 2: a real process is SIGKILLed after
+ * writing half a frame. */
+START_TEST(peer_gone_mid_frame) {
+  int sv[2], bad = -1;
+  resihp__transport_t *t = pair_transport(sv);
+  float pay[4] = {0};
+  if (_i == 0) {
+    raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 0, 16,
+              pay, 7);
+  } else if (_i == 1) {
+    ck_assert_int_eq(write(sv[1], pay, 10), 10);
+  } else {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+      raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 0,
+                16, pay, 9);
+      raise(SIGKILL);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert(WIFSIGNALED(st));
+  }
+  close(sv[1]);
+  float got[4];
+  resihp__tag_t tag = {0, 0, 0};
+  ck_assert_int_eq(t->ops->post_recv(t, 1, tag, got, 16), 0);
+  ck_assert_int_eq(pump(t, &bad), RESIHP_EPEER);
+  ck_assert_int_eq(bad, 1);
+  t->ops->destroy(t);
+}
+END_TEST
+
+/* End to end: a peer that authenticates, then sends a frame that cannot be
+ * right (longer than the chunk it stands for) and stays connected. */
 static int rank_hostile(int rank, int n, void *arg) {
   if (rank == 0) {
     resihp_comm_t *c;
@@ -1400,16 +1433,15 @@ static int rank_hostile(int rank, int n, void *arg) {
   resihp__frame_hdr_t h = {.magic = RESIHP__FRAME_MAGIC,
                            .type = RESIHP__FRAME_DATA,
                            .src = 1,
-                           .len = 2000};
+                           .len = 4000}; /* the chunk is 2000 */
   if (resihp__io_full(d, &h, sizeof(h), 1, dl) ||
       resihp__io_full(d, pay, sizeof(pay), 1, dl))
     return 1;
-  shutdown(d, SHUT_WR);
-  sleep(2); /* keep the control link open: the truncation must be the cause */
+  sleep(2); /* keep both links open: the bad frame must be the cause */
   return 0;
 }
 
-START_TEST(hostile_peer_truncated_frame) {
+START_TEST(hostile_peer_bad_frame) {
   int st[MAXN];
   run_group(2, rank_hostile, NULL, st);
   close(rec_pipe[0]);
@@ -1427,12 +1459,13 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, malformed_frames_rejected, 0, 7);
   tcase_add_loop_test(tc, recv_reduce_sums_split_elements, 0, 2);
   tcase_add_loop_test(tc, shm_ring_corrupt_index, 0, 3);
+  tcase_add_loop_test(tc, peer_gone_mid_frame, 0, 3);
   suite_add_tcase(s, tc);
   tc = tcase_create("group");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, allreduce_lengths, 0, 8);
   tcase_add_test(tc, auth_refuses_wrong_secret);
-  tcase_add_test(tc, hostile_peer_truncated_frame);
+  tcase_add_test(tc, hostile_peer_bad_frame);
   tcase_add_test(tc, setup_despite_idle_and_garbage_connections);
   tcase_add_test(tc, deterministic_with_failure);
   suite_add_tcase(s, tc);

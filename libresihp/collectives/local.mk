@@ -18,6 +18,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/transport/tcp.c \
 	libresihp/collectives/comm_internal.h \
 	libresihp/collectives/comm.c \
+	libresihp/collectives/ctrl_frame.c \
 	libresihp/collectives/ring_allreduce.c \
 	libresihp/collectives/allreduce.c \
 	libresihp/collectives/reduce.c

@@ -99,3 +99,57 @@ int resihp__mac_from_hex(const char *s, size_t len,
   }
   return 0;
 }
+
+/* HMAC (RFC 2104) by hand, as resihp__hmac_sha256 computes it, so that the
+ * message can come in pieces: keys are 32 bytes, shorter than a block. */
+static void padded_key(const uint8_t *key, uint8_t pad, uint8_t out[64]) {
+  for (int i = 0; i < 64; i++)
+    out[i] = (uint8_t)((i < RESIHP__SHA256_LEN ? key[i] : 0) ^ pad);
+}
+
+void resihp__macstream_begin(resihp__macstream_t *s,
+                             const resihp__macdir_t *d) {
+  uint8_t k[64], seq[8];
+  padded_key(d->key, 0x36, k);
+  for (int i = 0; i < 8; i++)
+    seq[i] = (uint8_t)(d->seq >> (8 * i));
+  s->key = d->key;
+  resihp__sha256_init(&s->inner);
+  resihp__sha256_update(&s->inner, k, sizeof(k));
+  resihp__sha256_update(&s->inner, seq, sizeof(seq));
+  memset(k, 0, sizeof(k));
+}
+
+void resihp__macstream_update(resihp__macstream_t *s, const void *p,
+                              size_t n) {
+  resihp__sha256_update(&s->inner, p, n);
+}
+
+static void stream_tag(resihp__macstream_t *s, uint8_t out[RESIHP__MAC_LEN]) {
+  uint8_t k[64], inner[RESIHP__SHA256_LEN], full[RESIHP__SHA256_LEN];
+  resihp__sha256_t outer;
+  resihp__sha256_final(&s->inner, inner);
+  padded_key(s->key, 0x5c, k);
+  resihp__sha256_init(&outer);
+  resihp__sha256_update(&outer, k, sizeof(k));
+  resihp__sha256_update(&outer, inner, sizeof(inner));
+  resihp__sha256_final(&outer, full);
+  memcpy(out, full, RESIHP__MAC_LEN);
+  memset(k, 0, sizeof(k));
+}
+
+void resihp__macstream_seal(resihp__macstream_t *s, resihp__macdir_t *tx,
+                            uint8_t tag[RESIHP__MAC_LEN]) {
+  stream_tag(s, tag);
+  tx->seq++;
+}
+
+int resihp__macstream_open(resihp__macstream_t *s, resihp__macdir_t *rx,
+                           const uint8_t tag[RESIHP__MAC_LEN]) {
+  uint8_t want[RESIHP__MAC_LEN];
+  stream_tag(s, want);
+  if (resihp__ct_memcmp(want, tag, RESIHP__MAC_LEN) != 0)
+    return RESIHP_EAUTH;
+  rx->seq++;
+  return 0;
+}

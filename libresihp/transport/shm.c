@@ -186,7 +186,41 @@ ssize_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len, int arm,
   return resihp__ring_consume(r, len, arm, doorbell, copy_span, &c);
 }
 
-int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
+/* The set-up messages travel on the authenticated data links, and with
+ * their MAC (auth, when not NULL): an object name or a verdict changed on
+ * the path could otherwise point this rank at memory someone else wrote. */
+static int send_sealed(int fd, resihp__msgauth_t *auth, const void *m,
+                       size_t len, int64_t deadline) {
+  uint8_t tag[RESIHP__MAC_LEN];
+  int rc = resihp__io_full(fd, (void *)m, len, 1, deadline);
+  if (rc || !auth)
+    return rc;
+  const void *parts[1] = {m};
+  resihp__msgauth_seal(auth, parts, &len, 1, tag);
+  return resihp__io_full(fd, tag, sizeof(tag), 1, deadline);
+}
+
+static int recv_sealed(int fd, resihp__msgauth_t *auth, void *m, size_t len,
+                       int64_t deadline, int peer) {
+  uint8_t tag[RESIHP__MAC_LEN];
+  int rc = resihp__io_full(fd, m, len, 0, deadline);
+  if (rc || !auth)
+    return rc;
+  if ((rc = resihp__io_full(fd, tag, sizeof(tag), 0, deadline)))
+    return rc;
+  const void *parts[1] = {m};
+  if (resihp__msgauth_open(auth, parts, &len, 1, tag)) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "transport set-up message from rank %d fails its MAC (changed "
+               "on the way)",
+               peer);
+    return RESIHP_EPROTO;
+  }
+  return 0;
+}
+
+int resihp__shm_setup(int self, int n, const int *data_fds,
+                      resihp__msgauth_t *auth, int want_shm,
                       int64_t deadline_ms, resihp__ring_t **in,
                       resihp__ring_t **out) {
   struct setup_msg *mine = calloc((size_t)n, sizeof(*mine));
@@ -218,7 +252,8 @@ int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
         m->name[0] = '\0';
       }
     }
-    if ((rc = resihp__io_full(data_fds[i], m, sizeof(*m), 1, deadline_ms)))
+    if ((rc = send_sealed(data_fds[i], auth ? &auth[i] : NULL, m, sizeof(*m),
+                          deadline_ms)))
       goto out;
   }
   /* 2. Map each peer's ring for us; 3. tell whether that worked. */
@@ -231,7 +266,8 @@ int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
     if (i == self || data_fds[i] < 0)
       continue;
     struct setup_msg p;
-    if ((rc = resihp__io_full(data_fds[i], &p, sizeof(p), 0, deadline_ms)))
+    if ((rc = recv_sealed(data_fds[i], auth ? &auth[i] : NULL, &p, sizeof(p),
+                          deadline_ms, i)))
       break;
     if (p.magic != SETUP_MAGIC) {
       resihp_log(RESIHP_LOG_ERROR, "allreduce",
@@ -261,13 +297,15 @@ int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
   for (int i = 0; i < n && !rc; i++) {
     if (i == self || data_fds[i] < 0)
       continue;
-    rc = resihp__io_full(data_fds[i], &ok_out[i], 1, 1, deadline_ms);
+    rc = send_sealed(data_fds[i], auth ? &auth[i] : NULL, &ok_out[i], 1,
+                     deadline_ms);
   }
   for (int i = 0; i < n && !rc; i++) {
     if (i == self || data_fds[i] < 0)
       continue;
     uint8_t peer_ok = 0;
-    if ((rc = resihp__io_full(data_fds[i], &peer_ok, 1, 0, deadline_ms)))
+    if ((rc = recv_sealed(data_fds[i], auth ? &auth[i] : NULL, &peer_ok, 1,
+                          deadline_ms, i)))
       break;
     /* Shared memory only if both directions work; else TCP both ways. */
     if (!(peer_ok && ok_out[i])) {

@@ -20,13 +20,18 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "msgauth.h"
+
 typedef struct resihp__ring resihp__ring_t;
 
 /* Decide per peer whether both ends can share memory, and map the rings.
  * Collective over the mesh: every rank calls it right after the mesh is up
  * with the same want_shm. in[i]/out[i] stay NULL for peers that use TCP.
- * Uses data_fds (blocking exchange bounded by deadline_ms). */
-int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
+ * Uses data_fds (blocking exchange bounded by deadline_ms); with auth (the
+ * data links' MAC state, n entries, or NULL) every message carries a MAC,
+ * and a bad one is RESIHP_EPROTO. */
+int resihp__shm_setup(int self, int n, const int *data_fds,
+                      resihp__msgauth_t *auth, int want_shm,
                       int64_t deadline_ms, resihp__ring_t **in,
                       resihp__ring_t **out);
 

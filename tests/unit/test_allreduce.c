@@ -45,6 +45,7 @@
 #define CALM_DETECT_MS 3000
 static int detect_ms = CALM_DETECT_MS;
 static int transport = -1; /* -1 default (shared memory on one host), 1 TCP */
+static int mac_data = 0;   /* MACs over gradient payloads too */
 
 static char ep_buf[MAXN][32];
 static const char *eps[MAXN];
@@ -90,6 +91,7 @@ static int make_comm(int rank, int n, const char *secret, long chunk,
   o.chunk_bytes = chunk;
   o.deterministic = deterministic;
   o.transport = transport;
+  o.mac_data = mac_data;
   return resihp_comm_create(&o, c);
 }
 
@@ -294,8 +296,9 @@ static void expect_all_ok(int n, const int st[MAXN]) {
 }
 
 START_TEST(allreduce_lengths) {
-  int n = 2 + _i / 2; /* 2..5 ranks, over shared memory and over TCP */
+  int n = 2 + _i / 2 % 4; /* 2..5 ranks, over shared memory and over TCP */
   transport = _i % 2 ? 1 : -1;
+  mac_data = _i >= 8; /* and again with MACs over the data (3..5 ranks) */
   int st[MAXN];
   run_group(n, rank_lengths, NULL, st);
   expect_all_ok(n, st);
@@ -311,7 +314,9 @@ struct scenario {
   enum fault fault;
   int tcp; /* 1: TCP only; 0: default transport (shared memory here); 2:
             * default transport, and rank victim2 is killed during the
-            * retry (a second failure, in epoch 1) */
+            * retry (a second failure, in epoch 1); 3: TCP only and 4:
+            * default transport, both with mac-data (frames cut short by
+            * the abort must still pass their MAC in the next epoch) */
   int victim;
   int step;     /* -1: random */
   long chunk;   /* -1: random; -2: last chunk */
@@ -464,6 +469,10 @@ static const struct scenario scenarios[] = {
     {6, F_KILL, 1, 5, 9, -2, 0},
     {4, F_STOP, 1, 2, -1, -1, 0},
     {4, F_CUT, 1, 1, -1, -1, 0},
+    /* With MACs over the data. */
+    {4, F_KILL, 3, 2, -1, -1, 0},
+    {4, F_STOP, 4, 1, -1, -1, 0},
+    {5, F_CUT, 3, 2, -1, -1, 0},
     /* Two failures: rank 1 dies, then rank 3 during the retry. */
     {5, F_KILL, 2, 1, -1, -1, 0},
     {6, F_STOP, 2, 0, 2, -2, 0},
@@ -489,9 +498,14 @@ START_TEST(allreduce_faults) {
           "fault scenario %d: n=%d fault=%d victim=%d step=%d chunk=%ld %s "
           "(seed %u)\n",
           _i, sc.n, (int)sc.fault, sc.victim, sc.step, sc.chunk,
-          sc.tcp == 1 ? "tcp" : sc.tcp == 2 ? "shm, 2nd failure" : "shm",
+          sc.tcp == 1   ? "tcp"
+          : sc.tcp == 2 ? "shm, 2nd failure"
+          : sc.tcp == 3 ? "tcp, mac-data"
+          : sc.tcp == 4 ? "shm, mac-data"
+                        : "shm",
           seed);
-  transport = sc.tcp == 1 ? 1 : -1;
+  transport = sc.tcp == 1 || sc.tcp == 3 ? 1 : -1;
+  mac_data = sc.tcp >= 3;
   int st[MAXN];
   run_group(sc.n, rank_fault, &sc, st);
   struct record rec[MAXN];
@@ -1116,6 +1130,170 @@ START_TEST(setup_despite_idle_and_garbage_connections) {
 }
 END_TEST
 
+/* ---- tampering on the path ------------------------------------------------
+ * Rank 2 of the group is a man in the middle: rank 1 reaches rank 0
+ * through it (its endpoint list says so), and it relays both connections
+ * faithfully through the handshake, which it cannot fake. After that it
+ * tampers with what rank 1 sends: _i = 0 slips a forged control frame in
+ * front of rank 1's first one (an agreement set that names rank 0, which
+ * rank 0 would obey by leaving the job), 1 changes a byte of rank 1's first
+ * genuine control frame, 2 (mac-data) flips a bit in the payload of rank
+ * 1's first data frame. Rank 0 must refuse the frame - never act on it -
+ * and suspect rank 1. 3 changes the shared-memory object name in rank 1's
+ * transport set-up message: rank 0 must refuse to set up. */
+#define HELLO_BYTES 52 /* mesh.c: struct hello */
+#define CLIENT_HS (HELLO_BYTES + 32)
+#define SERVER_HS (4 + 32 + 32 + 1)
+/* shm.c: struct setup_msg, then ok, each with its MAC */
+#define SHM_SETUP_BYTES (64 + RESIHP__MAC_LEN + 1 + RESIHP__MAC_LEN)
+
+static int mac_refusals;
+static void count_mac_refusals(resihp_log_level_t lvl, const char *sub,
+                               const char *msg, void *ud) {
+  (void)lvl, (void)sub, (void)ud;
+  if (strstr(msg, "fails its MAC"))
+    mac_refusals++;
+}
+
+static int dial_plain(const char *ep) {
+  int fd = open_to(ep);
+  struct pollfd p = {.fd = fd, .events = POLLOUT};
+  if (fd < 0 || poll(&p, 1, 5000) != 1)
+    return -1;
+  return fd;
+}
+
+/* Relay one direction's available bytes; apply the attack on the bytes
+ * rank 1 sends to rank 0 (up: 1). Returns -1 at EOF or error. */
+struct relay {
+  int from, to, up, channel;
+  size_t count; /* bytes relayed so far in this direction */
+};
+
+static int relay_once(struct relay *r, int mode, int *done) {
+  uint8_t buf[65536];
+  ssize_t n = recv(r->from, buf, sizeof(buf), MSG_DONTWAIT);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+    return -1;
+  if (n < 0)
+    return 0;
+  if (r->up && r->count <= CLIENT_HS && r->count + (size_t)n > CLIENT_HS &&
+      !*done) {
+    /* The first byte after the handshake is about to pass. */
+    size_t at = CLIENT_HS - r->count;
+    if (mode == 0 && r->channel == 1) {
+      ck_assert_int_eq(send(r->to, buf, at, MSG_NOSIGNAL), (ssize_t)at);
+      struct {
+        resihp__frame_hdr_t h;
+        uint8_t set[1 + RESIHP__MAC_LEN];
+      } f = {.h = {.magic = RESIHP__FRAME_MAGIC,
+                   .type = RESIHP__FRAME_AGREE,
+                   .src = 1,
+                   .len = 1},
+             .set = {1}};
+      ck_assert_int_eq(send(r->to, &f, sizeof(f), MSG_NOSIGNAL),
+                       (ssize_t)sizeof(f));
+      memmove(buf, buf + at, (size_t)n - at);
+      r->count += at;
+      n -= (ssize_t)at;
+      *done = 1;
+    }
+  }
+  size_t target = (size_t)-1;
+  if (mode == 1 && r->up && r->channel == 1)
+    target = CLIENT_HS + 16; /* the seq field of the first frame */
+  if (mode == 2 && r->up && r->channel == 0)
+    target = CLIENT_HS + SHM_SETUP_BYTES + sizeof(resihp__frame_hdr_t) + 100;
+  if (mode == 3 && r->up && r->channel == 0)
+    target = CLIENT_HS + 20; /* in setup_msg.name */
+  if (target >= r->count && target < r->count + (size_t)n && !*done) {
+    buf[target - r->count] ^= 0x10;
+    *done = 1;
+  }
+  r->count += (size_t)n;
+  ck_assert_int_eq(send(r->to, buf, (size_t)n, MSG_NOSIGNAL), n);
+  return 0;
+}
+
+static int rank_mitm(int rank, int n, void *arg) {
+  int mode = *(int *)arg;
+  (void)n;
+  transport = 1; /* the data must travel through the relay */
+  mac_data = mode == 2;
+  if (rank == 2) {
+    /* Rank 1 dials its two connections one after the other: relay the
+     * first while waiting for the second. */
+    struct relay r[4];
+    int done = 0, nr = 0;
+    for (;;) {
+      struct pollfd p[5];
+      for (int k = 0; k < nr; k++)
+        p[k] = (struct pollfd){.fd = r[k].from, .events = POLLIN};
+      p[nr] = (struct pollfd){.fd = nr < 4 ? lfds[2] : -1, .events = POLLIN};
+      if (poll(p, (nfds_t)nr + 1, -1) < 0)
+        return 1;
+      for (int k = 0; k < nr; k++)
+        if (p[k].revents && relay_once(&r[k], mode, &done) < 0)
+          return done ? 0 : 1; /* someone hung up: the test is over */
+      if (!p[nr].revents)
+        continue;
+      int cli = accept(lfds[2], NULL, NULL), srv = dial_plain(eps[0]);
+      uint8_t hello[HELLO_BYTES];
+      if (cli < 0 || srv < 0 ||
+          recv(cli, hello, sizeof(hello), MSG_WAITALL) != sizeof(hello) ||
+          send(srv, hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello))
+        return 1;
+      r[nr++] = (struct relay){cli, srv, 1, hello[6], HELLO_BYTES};
+      r[nr++] = (struct relay){srv, cli, 0, hello[6], 0};
+    }
+  }
+  resihp_comm_t *c;
+  if (rank == 1)
+    eps[0] = ep_buf[2]; /* rank 0, as rank 1 sees it: the relay */
+  else
+    resihp_log_set_handler(count_mac_refusals, NULL);
+  int rc = make_comm(rank, 2, SECRET, 4096, 0, &c);
+  if (mode == 3) {
+    if (rank == 0 && (rc != RESIHP_EPROTO || mac_refusals < 1)) {
+      fprintf(stderr, "rank 0: tampered set-up gave %s\n",
+              resihp_err_name(rc));
+      return 1;
+    }
+    if (!rc)
+      resihp_comm_destroy(c);
+    return 0;
+  }
+  if (rc)
+    return 1;
+  float x[1000];
+  for (int k = 0; k < 200 && !rc; k++) {
+    fill(x, 1000, RESIHP_FLOAT32, rank);
+    rc = resihp_allreduce(c, x, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM);
+    if (!rc && check(x, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM, 3, 2)) {
+      fprintf(stderr, "rank %d: a tampered result was accepted\n", rank);
+      return 1;
+    }
+  }
+  int f[2];
+  if (rank == 0 && (rc == 0 || rc == RESIHP_EEXCLUDED || mac_refusals < 1 ||
+                    resihp_comm_failed(c, f, 2) != 1 || f[0] != 1)) {
+    fprintf(stderr, "rank 0: tampering (mode %d) gave %s, %d MAC refusal(s)\n",
+            mode, resihp_err_name(rc), mac_refusals);
+    return 1;
+  }
+  resihp_comm_destroy(c);
+  return 0;
+}
+
+START_TEST(tampered_frames_refused) {
+  int st[MAXN], mode = _i;
+  run_group(3, rank_mitm, &mode, st);
+  close(rec_pipe[0]);
+  expect_all_ok(3, st);
+}
+END_TEST
+
+
 /* ---- hostile frames on the data plane ------------------------------------ */
 
 static void raw_frame(int fd, uint32_t magic, uint16_t type, uint32_t epoch,
@@ -1138,7 +1316,8 @@ static resihp__transport_t *pair_transport(int sv[2]) {
   int fds[2] = {-1, sv[0]};
   resihp__transport_t *t;
   ck_assert_int_eq(
-      resihp__tcp_transport_create(0, 2, fds, NULL, NULL, 1024, -1, &t), 0);
+      resihp__tcp_transport_create(0, 2, fds, NULL, NULL, 1024, -1, NULL,
+                                   0, &t), 0);
   return t;
 }
 
@@ -1193,7 +1372,8 @@ struct shm_side {
 
 static void *shm_side_setup(void *arg) {
   struct shm_side *s = arg;
-  s->rc = resihp__shm_setup(s->self, 2, s->fds, 1, resihp__now_ms() + 5000,
+  s->rc = resihp__shm_setup(s->self, 2, s->fds, NULL, 1,
+                            resihp__now_ms() + 5000,
                             s->in, s->out);
   return NULL;
 }
@@ -1220,10 +1400,10 @@ static void shm_pair(size_t max, resihp__transport_t **rx,
   if (tx_out)
     *tx_out = side[1].out[0];
   ck_assert_int_eq(resihp__tcp_transport_create(0, 2, side[0].fds, side[0].in,
-                                                side[0].out, max, -1, rx),
+                                                side[0].out, max, -1, NULL, 0, rx),
                    0);
   ck_assert_int_eq(resihp__tcp_transport_create(1, 2, side[1].fds, side[1].in,
-                                                side[1].out, max, -1, tx),
+                                                side[1].out, max, -1, NULL, 0, tx),
                    0);
 }
 
@@ -1462,8 +1642,9 @@ static int rank_hostile(int rank, int n, void *arg) {
     return 0;
   }
   int64_t dl = resihp__now_ms() + 5000;
+  resihp__msgauth_t auth[2];
   int d = resihp__mesh_dial(eps[0], (const uint8_t *)SECRET, strlen(SECRET), 1,
-                            0, 2, 0, dl, NULL);
+                            0, 2, 0, dl, &auth[0]);
   int k = resihp__mesh_dial(eps[0], (const uint8_t *)SECRET, strlen(SECRET), 1,
                             0, 2, 1, dl, NULL);
   if (d < 0 || k < 0)
@@ -1472,7 +1653,7 @@ static int rank_hostile(int rank, int n, void *arg) {
    * misbehave. */
   int fds[2] = {d, -1};
   resihp__ring_t *rin[2], *rout[2];
-  if (resihp__shm_setup(1, 2, fds, 0, dl, rin, rout))
+  if (resihp__shm_setup(1, 2, fds, auth, 0, dl, rin, rout))
     return 1;
   float pay[8] = {0};
   resihp__frame_hdr_t h = {.magic = RESIHP__FRAME_MAGIC,
@@ -1510,9 +1691,11 @@ static Suite *suite(void) {
   tc = tcase_create("group");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, allreduce_lengths, 0, 8);
+  tcase_add_loop_test(tc, allreduce_lengths, 10, 16);
   tcase_add_test(tc, auth_refuses_wrong_secret);
   tcase_add_test(tc, hostile_peer_bad_frame);
   tcase_add_test(tc, setup_despite_idle_and_garbage_connections);
+  tcase_add_loop_test(tc, tampered_frames_refused, 0, 4);
   tcase_add_test(tc, deterministic_with_failure);
   suite_add_tcase(s, tc);
   tc = tcase_create("faults");

@@ -97,10 +97,18 @@ typedef struct {
    * and no monitor thread: a failure may leave the buffer half reduced.
    * Exists to measure what fault tolerance costs. */
   int unprotected;
+  /* Every frame after the handshake carries a MAC with a sequence number
+   * (keyed by the handshake): control frames always, and the header of
+   * every data frame. mac_data extends it to gradient payloads, so that
+   * nobody on the path can change the numbers either: -1 = registry
+   * (RESIHP_MAC_DATA, mac-data, default off), 0 = off, 1 = on. Every rank
+   * must use the same value. A frame whose MAC fails makes its sender a
+   * suspect, like a malformed frame (RESIHP_EPROTO). */
+  int mac_data;
 } resihp_comm_opts_t;
 
-/* Defaults: listen_fd -1, deterministic -1, transport -1, everything else
- * 0/NULL. */
+/* Defaults: listen_fd -1, deterministic -1, transport -1, mac_data -1,
+ * everything else 0/NULL. */
 void resihp_comm_opts_init(resihp_comm_opts_t *opts);
 
 /* Connect to every other rank, authenticate each connection with the

@@ -1538,9 +1538,21 @@ START_TEST(shm_ring_corrupt_index) {
 }
 END_TEST
 
+/* A 16-byte receive from rank 1 fails with code, blaming rank 1; then t
+ * is destroyed. */
+static void receive_fails(resihp__transport_t *t, int code) {
+  float got[4];
+  int bad = -1;
+  resihp__tag_t tag = {0, 0, 0};
+  ck_assert_int_eq(t->ops->post_recv(t, 1, tag, got, 16), 0);
+  ck_assert_int_eq(pump(t, &bad), code);
+  ck_assert_int_eq(bad, 1);
+  t->ops->destroy(t);
+}
+
 /* _i selects the kind of malformed input. */
 START_TEST(malformed_frames_rejected) {
-  int sv[2], bad = -1;
+  int sv[2];
   resihp__transport_t *t = pair_transport(sv);
   uint8_t junk[64];
   memset(junk, 0xab, sizeof(junk));
@@ -1573,14 +1585,8 @@ START_TEST(malformed_frames_rejected) {
     raw_frame(sv[1], RESIHP__FRAME_MAGIC, 99, 0, 1, 0, 0, 0, NULL, 0);
     break;
   }
-  float got[4];
-  resihp__tag_t tag = {0, 0, 0};
-  ck_assert_int_eq(t->ops->post_recv(t, 1, tag, got, 16), 0);
-  ck_assert_int_eq(pump(t, &bad), RESIHP_EPROTO);
-  ck_assert_int_eq(bad, 1);
-  t->ops->destroy(t);
-  if (sv[1] >= 0)
-    close(sv[1]);
+  receive_fails(t, RESIHP_EPROTO);
+  close(sv[1]);
 }
 END_TEST
 
@@ -1589,7 +1595,7 @@ END_TEST
  * payload is cut short, 1: the header, 2: a real process is SIGKILLed after
  * writing half a frame. */
 START_TEST(peer_gone_mid_frame) {
-  int sv[2], bad = -1;
+  int sv[2];
   resihp__transport_t *t = pair_transport(sv);
   float pay[4] = {0};
   if (_i == 0) {
@@ -1610,12 +1616,7 @@ START_TEST(peer_gone_mid_frame) {
     ck_assert(WIFSIGNALED(st));
   }
   close(sv[1]);
-  float got[4];
-  resihp__tag_t tag = {0, 0, 0};
-  ck_assert_int_eq(t->ops->post_recv(t, 1, tag, got, 16), 0);
-  ck_assert_int_eq(pump(t, &bad), RESIHP_EPEER);
-  ck_assert_int_eq(bad, 1);
-  t->ops->destroy(t);
+  receive_fails(t, RESIHP_EPEER);
 }
 END_TEST
 

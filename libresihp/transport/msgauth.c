@@ -107,17 +107,34 @@ static void padded_key(const uint8_t *key, uint8_t pad, uint8_t out[64]) {
     out[i] = (uint8_t)((i < RESIHP__SHA256_LEN ? key[i] : 0) ^ pad);
 }
 
-void resihp__macstream_begin(resihp__macstream_t *s,
-                             const resihp__macdir_t *d) {
-  uint8_t k[64], seq[8];
-  padded_key(d->key, 0x36, k);
+void resihp__mackey_init(resihp__mackey_t *k, const resihp__macdir_t *d) {
+  uint8_t pad[64];
+  padded_key(d->key, 0x36, pad);
+  resihp__sha256_init(&k->inner);
+  resihp__sha256_update(&k->inner, pad, sizeof(pad));
+  padded_key(d->key, 0x5c, pad);
+  resihp__sha256_init(&k->outer);
+  resihp__sha256_update(&k->outer, pad, sizeof(pad));
+  memset(pad, 0, sizeof(pad));
+}
+
+void resihp__macstream_begin_key(resihp__macstream_t *s,
+                                 const resihp__mackey_t *k,
+                                 const resihp__macdir_t *d) {
+  uint8_t seq[8];
   for (int i = 0; i < 8; i++)
     seq[i] = (uint8_t)(d->seq >> (8 * i));
-  s->key = d->key;
-  resihp__sha256_init(&s->inner);
-  resihp__sha256_update(&s->inner, k, sizeof(k));
+  s->inner = k->inner;
+  s->outer = k->outer;
   resihp__sha256_update(&s->inner, seq, sizeof(seq));
-  memset(k, 0, sizeof(k));
+}
+
+void resihp__macstream_begin(resihp__macstream_t *s,
+                             const resihp__macdir_t *d) {
+  resihp__mackey_t k;
+  resihp__mackey_init(&k, d);
+  resihp__macstream_begin_key(s, &k, d);
+  memset(&k, 0, sizeof(k));
 }
 
 void resihp__macstream_update(resihp__macstream_t *s, const void *p,
@@ -126,16 +143,11 @@ void resihp__macstream_update(resihp__macstream_t *s, const void *p,
 }
 
 static void stream_tag(resihp__macstream_t *s, uint8_t out[RESIHP__MAC_LEN]) {
-  uint8_t k[64], inner[RESIHP__SHA256_LEN], full[RESIHP__SHA256_LEN];
-  resihp__sha256_t outer;
+  uint8_t inner[RESIHP__SHA256_LEN], full[RESIHP__SHA256_LEN];
   resihp__sha256_final(&s->inner, inner);
-  padded_key(s->key, 0x5c, k);
-  resihp__sha256_init(&outer);
-  resihp__sha256_update(&outer, k, sizeof(k));
-  resihp__sha256_update(&outer, inner, sizeof(inner));
-  resihp__sha256_final(&outer, full);
+  resihp__sha256_update(&s->outer, inner, sizeof(inner));
+  resihp__sha256_final(&s->outer, full);
   memcpy(out, full, RESIHP__MAC_LEN);
-  memset(k, 0, sizeof(k));
 }
 
 void resihp__macstream_seal(resihp__macstream_t *s, resihp__macdir_t *tx,

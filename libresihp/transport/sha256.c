@@ -189,15 +189,17 @@ void resihp__sha256_update(resihp__sha256_t *c, const void *data, size_t len) {
 
 void resihp__sha256_final(resihp__sha256_t *c, uint8_t out[RESIHP__SHA256_LEN]) {
   uint64_t bits = c->bytes * 8;
-  uint8_t pad = 0x80;
-  resihp__sha256_update(c, &pad, 1);
-  pad = 0;
-  while (c->fill != 56)
-    resihp__sha256_update(c, &pad, 1);
-  uint8_t len[8];
+  /* 0x80, zeros up to 56 bytes into a block, the length in bits. */
+  c->block[c->fill++] = 0x80;
+  if (c->fill > 56) {
+    memset(c->block + c->fill, 0, 64 - c->fill);
+    compress_blocks(c->h, c->block, 1);
+    c->fill = 0;
+  }
+  memset(c->block + c->fill, 0, 56 - c->fill);
   for (int i = 0; i < 8; i++)
-    len[i] = (uint8_t)(bits >> (56 - 8 * i));
-  resihp__sha256_update(c, len, 8);
+    c->block[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+  compress_blocks(c->h, c->block, 1);
   for (int i = 0; i < 8; i++) {
     out[4 * i] = (uint8_t)(c->h[i] >> 24);
     out[4 * i + 1] = (uint8_t)(c->h[i] >> 16);

@@ -84,6 +84,7 @@ struct peer {
   /* MACs (mac: this link has them). */
   int mac;
   resihp__msgauth_t auth;
+  resihp__mackey_t ktx, krx; /* auth's keys, pads hashed */
   resihp__macstream_t rmac; /* the frame being received */
   int rmac_pay;             /* ... covers its payload */
   uint8_t rtag[RESIHP__MAC_LEN];
@@ -352,7 +353,7 @@ static void begin_payload(struct peer *p, uint8_t *dst, const uint8_t *add,
   p->rtag_got = 0;
   p->rmac_pay = 0;
   if (p->mac) {
-    resihp__macstream_begin(&p->rmac, &p->auth.rx);
+    resihp__macstream_begin_key(&p->rmac, &p->krx, &p->auth.rx);
     resihp__macstream_update(&p->rmac, &p->rh, HDR);
     p->rmac_pay = (p->rh.flags & RESIHP__FRAME_F_MACPAY) != 0;
   }
@@ -515,7 +516,7 @@ static int read_peer(struct tcp *t, int peer) {
  * number (see the top of this file). */
 static void seal(struct peer *p, struct sendreq *q) {
   resihp__macstream_t m;
-  resihp__macstream_begin(&m, &p->auth.tx);
+  resihp__macstream_begin_key(&m, &p->ktx, &p->auth.tx);
   resihp__macstream_update(&m, &q->hdr, HDR);
   if (q->hdr.flags & RESIHP__FRAME_F_MACPAY)
     resihp__macstream_update(&m, q->buf, q->len);
@@ -865,6 +866,8 @@ int resihp__tcp_transport_create(int self, int nranks, const int *fds,
     if (auth && i != self) {
       t->p[i].mac = 1;
       t->p[i].auth = auth[i];
+      resihp__mackey_init(&t->p[i].ktx, &auth[i].tx);
+      resihp__mackey_init(&t->p[i].krx, &auth[i].rx);
     }
   }
   *out = &t->base;

@@ -287,7 +287,24 @@ static void sum_span(void *arg, const uint8_t *b, size_t n) {
   s->got += n;
 }
 
-static ssize_t peer_recv_summing(struct tcp *t, struct peer *p) {
+/* A socket read of the rest of a payload takes the frame's tag along: one
+ * system call per frame instead of two. *tagged: how many of the bytes
+ * read went to the tag. */
+static ssize_t sock_recv_tail(struct peer *p, void *buf, size_t len,
+                              size_t *tagged) {
+  struct iovec iov[2] = {{buf, len},
+                         {p->rtag + p->rtag_got, tag_len(p) - p->rtag_got}};
+  struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
+  ssize_t r = recvmsg(p->fd, &m, MSG_DONTWAIT);
+  if (r > (ssize_t)len) {
+    *tagged = (size_t)r - len;
+    p->rtag_got += *tagged;
+  }
+  return r;
+}
+
+static ssize_t peer_recv_summing(struct tcp *t, struct peer *p,
+                                 size_t *tagged) {
   size_t got = p->rh.len - p->pay_left, e = p->pelem;
   if (p->rin) {
     struct summing s = {p, got};
@@ -296,14 +313,16 @@ static ssize_t peer_recv_summing(struct tcp *t, struct peer *p) {
                                     sum_span, &s);
     return ring_got(p, n, bell);
   }
-  ssize_t r = recv(p->fd, p->pay_dst + got, p->pay_left, MSG_DONTWAIT);
+  ssize_t r = sock_recv_tail(p, p->pay_dst + got, p->pay_left, tagged);
   if (r > 0) {
+    r -= (ssize_t)*tagged;
     mac_in(p, p->pay_dst + got, (size_t)r);
     size_t sum = p->pay_summed, upto = (got + (size_t)r) / e * e;
     if (upto > sum)
       p->pcombine(p->pay_dst + sum, p->pay_dst + sum, p->pay_add + sum,
                   (upto - sum) / e, p->pdtype);
     p->pay_summed = upto > sum ? upto : sum;
+    r += (ssize_t)*tagged;
   }
   return r;
 }
@@ -454,6 +473,7 @@ static int read_peer(struct tcp *t, int peer) {
     if (!p->in_payload && !p->rh_got && (!p->posted || p->done))
       return any;
     uint8_t *into = NULL; /* plain payload bytes land here */
+    size_t tagged = 0;    /* bytes of the tag read along with the payload */
     if (!p->in_payload) {
       r = peer_recv(t, p, (uint8_t *)&p->rh + p->rh_got, HDR - p->rh_got);
     } else if (p->pay_left == 0 && p->rtag_got < tag_len(p)) {
@@ -470,14 +490,16 @@ static int read_peer(struct tcp *t, int peer) {
       any = 1;
       continue;
     } else if (p->pay_add) {
-      r = peer_recv_summing(t, p);
+      r = peer_recv_summing(t, p, &tagged);
     } else {
       uint8_t *dst = p->pay_dst ? p->pay_dst + (p->rh.len - p->pay_left)
                                 : t->scratch;
       size_t want = p->pay_left;
       if (!p->pay_dst && want > SCRATCH)
         want = SCRATCH;
-      r = peer_recv(t, p, dst, want);
+      r = !p->rin && p->mac && want == p->pay_left
+              ? sock_recv_tail(p, dst, want, &tagged)
+              : peer_recv(t, p, dst, want);
       into = dst;
     }
     if (r < 0) {
@@ -505,9 +527,10 @@ static int read_peer(struct tcp *t, int peer) {
     } else if (p->pay_left == 0) {
       p->rtag_got += (size_t)r;
     } else {
+      size_t got = (size_t)r - tagged;
       if (into)
-        mac_in(p, into, (size_t)r);
-      p->pay_left -= (size_t)r;
+        mac_in(p, into, got);
+      p->pay_left -= got;
     }
   }
 }

@@ -32,10 +32,10 @@ tests_unit_test_allreduce_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_allreduce
 endif
 
-# Fuzz targets of the frame readers (tests/fuzz/README): the control-frame
-# reader and the data-plane transport, each run in `make check` over its
-# corpus (tests/fuzz/corpus-NAME) plus generated inputs by the standalone
-# driver.
+# Fuzz targets of the frame readers (libFuzzer builds: see their sources):
+# the control-frame reader and the data-plane transport, each run in
+# `make check` over its corpus (tests/fuzz/corpus-frame-*) plus generated
+# inputs by the shared standalone driver.
 check_PROGRAMS += tests/fuzz/fuzz_frame_ctrl tests/fuzz/fuzz_frame_data
 tests_fuzz_fuzz_frame_ctrl_SOURCES = tests/fuzz/fuzz_frame_ctrl.c \
 	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h

@@ -13,7 +13,22 @@
  *
  * Invariants beyond "no crash" (ASan/UBSan): the reader never asks for
  * bytes outside its frame buffer nor for none at all, fails only with
- * RESIHP_EPROTO, and every frame it completes has a sound header. */
+ * RESIHP_EPROTO, and every frame it completes has a sound header.
+ *
+ * make check runs it over tests/fuzz/corpus-frame-ctrl plus generated
+ * inputs (shared driver, fuzz_driver.c). libFuzzer build, from the source
+ * tree after a configure in build/ (the same for fuzz_frame_data.c):
+ *
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -DRESIHP_FUZZ_LIBFUZZER \
+ *     -Ibuild -Ilibresihp/include tests/fuzz/fuzz_frame_ctrl.c \
+ *     tests/fuzz/fuzz_driver.c libresihp/core/[a-z]*.c libresihp/transport/tcp.c \
+ *     libresihp/transport/shm.c libresihp/transport/mesh.c \
+ *     libresihp/transport/msgauth.c libresihp/transport/sha256.c \
+ *     libresihp/collectives/ctrl_frame.c libresihp/collectives/reduce.c \
+ *     -lpthread -lm -o fuzz_frame_ctrl
+ *   ./fuzz_frame_ctrl -max_len=2048 -max_total_time=300 CORPUS_COPY/
+ *
+ * and merge new finds into the corpus with -merge=1. */
 #include "config.h"
 
 #include "fuzz_driver.h"
@@ -27,15 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char fuzz_name[] = "frame-ctrl";
-const long fuzz_default_runs = 20000;
-
 #define HDR sizeof(resihp__frame_hdr_t)
-
-static void silent(resihp_log_level_t l, const char *s, const char *m,
-                   void *u) {
-  (void)l, (void)s, (void)m, (void)u;
-}
 
 static void keys(resihp__msgauth_t *rx, resihp__msgauth_t *tx) {
   static const uint8_t secret[] = "fuzz-secret";
@@ -69,7 +76,7 @@ static size_t seal_records(const uint8_t *in, size_t n, uint8_t *out,
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static uint8_t sealed[1 << 17];
-  resihp_log_set_handler(silent, NULL);
+  resihp__fuzz_quiet();
   if (size < 2)
     return 0;
   int mac = data[0] & 1, seal = (data[0] >> 1) & 1, peer = (data[0] >> 2) & 3;
@@ -117,7 +124,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
 /* Mostly well-formed frames of every type, some damaged. */
-size_t fuzz_generate(uint8_t *buf, size_t cap, uint64_t (*rng)(void)) {
+static size_t gen(uint8_t *buf, size_t cap) {
+  uint64_t (*rng)(void) = resihp__fuzz_rng;
   size_t n = 0;
   uint8_t opts = (uint8_t)rng(), world = (uint8_t)(rng() % 8);
   buf[n++] = opts;
@@ -154,5 +162,10 @@ size_t fuzz_generate(uint8_t *buf, size_t cap, uint64_t (*rng)(void)) {
       buf[n++] = (uint8_t)rng();
   }
   return n;
+}
+
+int main(int argc, char **argv) {
+  return resihp__fuzz_main(argc, argv, "fuzz_frame_ctrl", "corpus-frame-ctrl",
+                           65536, gen, 20000);
 }
 #endif

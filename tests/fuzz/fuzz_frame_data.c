@@ -19,7 +19,8 @@
  *
  * Invariants beyond "no crash" (ASan/UBSan: receive buffers are exactly
  * the posted length): a failure is RESIHP_EPROTO or RESIHP_EPEER and names
- * the peer. */
+ * the peer. Corpus: tests/fuzz/corpus-frame-data; libFuzzer build as in
+ * fuzz_frame_ctrl.c (-max_len=4096). */
 #include "config.h"
 
 #include "fuzz_driver.h"
@@ -36,17 +37,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-const char fuzz_name[] = "frame-data";
-/* Each input sets up and tears down a transport on a socket pair. */
-const long fuzz_default_runs = 2000;
-
 #define HDR sizeof(resihp__frame_hdr_t)
 #define MAXPAY 512
-
-static void silent(resihp_log_level_t l, const char *s, const char *m,
-                   void *u) {
-  (void)l, (void)s, (void)m, (void)u;
-}
 
 struct input {
   const uint8_t *p;
@@ -102,7 +94,7 @@ static void combine(void *dst, const void *a, const void *b, size_t n,
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  resihp_log_set_handler(silent, NULL);
+  resihp__fuzz_quiet();
   if (size < 1)
     return 0;
   int mac = data[0] & 1, mac_data = (data[0] >> 1) & 1,
@@ -186,7 +178,8 @@ done:
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
 /* Receives posted, then frames that mostly match them, some damaged. */
-size_t fuzz_generate(uint8_t *buf, size_t cap, uint64_t (*rng)(void)) {
+static size_t gen(uint8_t *buf, size_t cap) {
+  uint64_t (*rng)(void) = resihp__fuzz_rng;
   size_t n = 0;
   buf[n++] = (uint8_t)(rng() | (rng() % 4 ? 4 : 0)); /* mostly sealed */
   int ops = (int)(rng() % 10);
@@ -228,5 +221,12 @@ size_t fuzz_generate(uint8_t *buf, size_t cap, uint64_t (*rng)(void)) {
     }
   }
   return n;
+}
+
+/* Each input sets up and tears down a transport on a socket pair: fewer
+ * runs than the cheaper targets. */
+int main(int argc, char **argv) {
+  return resihp__fuzz_main(argc, argv, "fuzz_frame_data", "corpus-frame-data",
+                           65536, gen, 2000);
 }
 #endif

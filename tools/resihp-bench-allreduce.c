@@ -14,9 +14,10 @@
  * Modes: ft (fault tolerant, out of place), ftip (fault tolerant, in place:
  * adds the private copy that keeps the input), noft (unprotected ring: no
  * monitor thread, no DONE round), det (fault tolerant + deterministic
- * fixed point) - all with the default host transport (shared-memory rings
- * between ranks of one host) - and fttcp (ft over TCP only, the medium of
- * Open MPI's tcp BTL). All but ftip use resihp_allreduce_to() with separate
+ * fixed point), mac (ft with mac-data: a MAC over every gradient byte) -
+ * all with the default host transport (shared-memory rings between ranks of
+ * one host) - and fttcp, mactcp (ft, mac over TCP only, the medium of Open
+ * MPI's tcp BTL). Every mode MACs its control frames and frame headers. All but ftip use resihp_allreduce_to() with separate
  * send and receive buffers, like the MPI twin. Data are float32 sums.
  */
 #include <resihp.h>
@@ -35,10 +36,10 @@
 #include <unistd.h>
 
 #define MAXR 64
-#define NMODES 5
+#define NMODES 7
 
-static const char *const mode_name[NMODES] = {"ft", "ftip", "noft", "det",
-                                              "fttcp"};
+static const char *const mode_name[NMODES] = {"ft",    "ftip", "noft",  "det",
+                                              "fttcp", "mac",  "mactcp"};
 
 static double now_s(void) {
   struct timespec ts;
@@ -79,7 +80,8 @@ static int run_rank(int rank, const struct cfg *cf,
     o.chunk_bytes = cf->chunk;
     o.unprotected = m == 2;
     o.deterministic = m == 3;
-    o.transport = m == 4 ? 1 : -1;
+    o.transport = m == 4 || m == 6 ? 1 : -1;
+    o.mac_data = m == 5 || m == 6;
     if ((rc = resihp_comm_create(&o, &c[m]))) {
       fprintf(stderr, "rank %d: %s\n", rank, resihp_strerror(rc));
       return 1;
@@ -140,7 +142,8 @@ fail:
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: resihp-bench-allreduce [--ranks N] [--mode ft,ftip,noft,det,fttcp]\n"
+          "usage: resihp-bench-allreduce [--ranks N]\n"
+          "         [--mode ft,ftip,noft,det,fttcp,mac,mactcp]\n"
           "         [--min BYTES] [--max BYTES] [--chunk BYTES] [--reps R]\n"
           "         [--quick|--full]\n"
           "  --quick (default): 4 KiB .. 16 MiB, 3 repetitions;\n"
@@ -170,7 +173,7 @@ int main(int argc, char **argv) {
                    .reps = 3,
                    .min_bytes = 4096,
                    .max_bytes = 16L << 20,
-                   .modes = {0, 1, 2, 3, 4},
+                   .modes = {0, 1, 2, 3, 4, 5, 6},
                    .nmodes = NMODES};
   static const struct option opts[] = {
       {"ranks", required_argument, 0, 'n'}, {"mode", required_argument, 0, 'm'},

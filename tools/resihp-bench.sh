@@ -12,9 +12,13 @@
 #   ftip    resihp, fault tolerant, in place (+ private copy of the input)
 #   noft    resihp, unprotected ring (what fault tolerance costs)
 #   det     resihp, fault tolerant + deterministic int64 fixed point
+#   mac     ft with mac-data: a MAC over every gradient byte (all modes MAC
+#           control frames and frame headers)
+#   mactcp  the same over TCP only
 #   mpi-sm  Open MPI, --mca btl self,vader,tcp (shared memory on one node)
 #   mpi-tcp Open MPI, --mca btl self,tcp over lo
-# ft/sm = ft / mpi-sm, tcp/tcp = fttcp / mpi-tcp, ft-cost = 1 - ft/noft.
+# ft/sm = ft / mpi-sm, tcp/tcp = fttcp / mpi-tcp, ft-cost = 1 - ft/noft,
+# mac-cost = 1 - mac/ft (what mac-data costs), mactcp-c = 1 - mactcp/fttcp.
 # --quick (default): 4 KiB .. 16 MiB; --full: 4 KiB .. 256 MiB. The build
 # tree is $BUILD_DIR (default: <source>/build).
 set -u
@@ -26,7 +30,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --quick|--full) size=$1 ;;
     --ranks) ranks=$2; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "resihp-bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -52,9 +56,10 @@ awk '
   { key = $3 " " $4; bw[$2, key] = $7; keys[key] = 1 }
   function v(m, k) { return ((m, k) in bw) ? sprintf("%6.2f", bw[m, k]) : "     -" }
   function ratio(a, b, k) { return (((a, k) in bw) && ((b, k) in bw) && bw[b, k] > 0) ? sprintf("%5.2f", bw[a, k] / bw[b, k]) : "    -" }
+  function cost(a, b, k, w) { return (((a, k) in bw) && ((b, k) in bw) && bw[b, k] > 0) ? sprintf("%" (w - 1) ".1f%%", 100 * (1 - bw[a, k] / bw[b, k])) : sprintf("%" w "s", "-") }
   function hum(b) { return b >= 1048576 ? (b / 1048576) "M" : (b / 1024) "K" }
   END {
-    printf "%5s %5s | %6s %6s %6s %6s %6s | %6s %6s | %5s %5s %7s\n", "ranks", "bytes", "ft", "fttcp", "ftip", "noft", "det", "mpi-sm", "mpitcp", "ft/sm", "tcp/t", "ft-cost"
+    printf "%5s %5s | %6s %6s %6s %6s %6s %6s %6s | %6s %6s | %5s %5s %7s %8s %8s\n", "ranks", "bytes", "ft", "fttcp", "ftip", "noft", "det", "mac", "mactcp", "mpi-sm", "mpitcp", "ft/sm", "tcp/t", "ft-cost", "mac-cost", "mactcp-c"
     n = 0; for (k in keys) list[++n] = k
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) {
       split(list[i], a, " "); split(list[j], b, " ")
@@ -62,7 +67,7 @@ awk '
     }
     for (i = 1; i <= n; i++) {
       k = list[i]; split(k, a, " ")
-      c = ((("noft", k) in bw) && bw["noft", k] > 0) ? sprintf("%6.1f%%", 100 * (1 - bw["ft", k] / bw["noft", k])) : "      -"
-      printf "%5s %5s | %s %s %s %s %s | %s %s | %s %s %s\n", a[1], hum(a[2]), v("ft", k), v("fttcp", k), v("ftip", k), v("noft", k), v("det", k), v("sm", k), v("tcp", k), ratio("ft", "sm", k), ratio("fttcp", "tcp", k), c
+      c = cost("ft", "noft", k, 7); mc = cost("mac", "ft", k, 8); mt = cost("mactcp", "fttcp", k, 8)
+      printf "%5s %5s | %s %s %s %s %s %s %s | %s %s | %s %s %s %s %s\n", a[1], hum(a[2]), v("ft", k), v("fttcp", k), v("ftip", k), v("noft", k), v("det", k), v("mac", k), v("mactcp", k), v("sm", k), v("tcp", k), ratio("ft", "sm", k), ratio("fttcp", "tcp", k), c, mc, mt
     }
   }' "$out"

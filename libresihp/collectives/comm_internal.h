@@ -25,12 +25,24 @@ static inline int resihp__set_has(const resihp__set_t *s, int i) {
   return (s->b[i >> 3] >> (i & 7)) & 1;
 }
 
-/* A control frame as received (header and, for sets, the payload). */
+/* A control frame as received (header and, for sets, the payload; the
+ * MAC tag that follows them). */
 struct rxstate {
   resihp__frame_hdr_t h;
   uint8_t set[RESIHP__SET_BYTES];
-  size_t got;
+  uint8_t tag[RESIHP__MAC_LEN];
+  size_t got; /* bytes of header + set + tag so far */
 };
+
+/* Reading control frames (ctrl_frame.c): the next bytes of the frame in r
+ * go to *dst, at most the returned count (tag_len: RESIHP__MAC_LEN, or 0
+ * without MACs). Once n of them arrived, resihp__ctrl_got returns 0 (more
+ * to come), 1 (a whole frame whose header is sound and whose MAC checked
+ * out with auth, when not NULL; the caller then sets r->got = 0) or
+ * RESIHP_EPROTO (logged). set_len is the set size of this world. */
+size_t resihp__ctrl_want(struct rxstate *r, size_t tag_len, uint8_t **dst);
+int resihp__ctrl_got(struct rxstate *r, size_t n, int peer, size_t set_len,
+                     resihp__msgauth_t *auth);
 
 /* Control frames of the next epoch that arrived before this rank got
  * there; replayed when it commits. */
@@ -51,11 +63,15 @@ struct resihp_comm {
   int *members, nmembers, my_index; /* the current view */
   uint32_t epoch, seq;
   int detect_ms, hb_ms, deterministic, frac_bits, unprotected, op_ms;
+  int mac_data; /* MACs over gradient payloads too (control: always) */
   size_t chunk_bytes;
   resihp__transport_t *tp;
   resihp__transport_t *gpu; /* NCCL data plane, when attached */
   int *data_fds; /* copies for the link-cut test hook */
   int *ctrl_fds;
+  /* Per-message MACs of the control links, by world rank: tx under
+   * ctrl_mu, rx by the monitor thread only. */
+  resihp__msgauth_t *ctrl_auth;
   /* Monitor thread: owned by the communicator, joined by destroy. */
   pthread_t monitor;
   int monitor_running;

@@ -18,6 +18,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/transport/tcp.c \
 	libresihp/collectives/comm_internal.h \
 	libresihp/collectives/comm.c \
+	libresihp/collectives/ctrl_frame.c \
 	libresihp/collectives/ring_allreduce.c \
 	libresihp/collectives/allreduce.c \
 	libresihp/collectives/reduce.c
@@ -30,6 +31,20 @@ tests_unit_test_allreduce_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_allreduce_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_allreduce
 endif
+
+# Fuzz targets of the frame readers (libFuzzer builds: see their sources):
+# the control-frame reader and the data-plane transport, each run in
+# `make check` over its corpus (tests/fuzz/corpus-frame-*) plus generated
+# inputs by the shared standalone driver.
+check_PROGRAMS += tests/fuzz/fuzz_frame_ctrl tests/fuzz/fuzz_frame_data
+tests_fuzz_fuzz_frame_ctrl_SOURCES = tests/fuzz/fuzz_frame_ctrl.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_frame_ctrl_LDADD = libresihp/libresihp-internal.la -lm
+tests_fuzz_fuzz_frame_data_SOURCES = tests/fuzz/fuzz_frame_data.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_frame_data_LDADD = libresihp/libresihp-internal.la -lm
+TESTS += tests/fuzz/fuzz_frame_ctrl tests/fuzz/fuzz_frame_data
+EXTRA_DIST += tests/fuzz/corpus-frame-ctrl tests/fuzz/corpus-frame-data
 
 # Benchmarks: resihp vs Open MPI on loopback (tools/resihp-bench.sh runs
 # both). The MPI twin is compiled and linked with $(MPICC): its object comes

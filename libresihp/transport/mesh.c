@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Full-mesh set-up with mutual HMAC-SHA-256 authentication (see mesh.h for
- * the exchange). Every wait is bounded by the caller's deadline; a single
- * bad connection never costs more than HANDSHAKE_MS. */
+ * the exchange). Every wait is bounded by the caller's deadline; the
+ * accepting side authenticates its connections concurrently, so a bad
+ * connection costs a genuine peer nothing but a slot (see accept_peers). */
 #include "config.h"
 
 #include "mesh.h"
+#include "msgauth.h"
 #include "sha256.h"
 
 #include <resihp/error.h>
@@ -159,35 +161,19 @@ static int connect_once(const struct sockaddr_storage *sa, socklen_t salen,
   return fd;
 }
 
-int resihp__mesh_dial(const char *endpoint, const uint8_t *secret,
-                      size_t secret_len, int src, int dst, int nranks,
-                      int channel, int64_t deadline_ms) {
-  struct sockaddr_storage sa;
-  socklen_t salen;
-  int rc = resolve(endpoint, &sa, &salen);
-  if (rc)
-    return rc;
-  int fd;
-  /* The peer may not listen yet: retry refused connections until the
-   * deadline. */
-  for (int delay = 5;; delay = delay < 200 ? delay * 2 : 200) {
-    fd = connect_once(&sa, salen, deadline_ms);
-    if (fd >= 0)
-      break;
-    if (fd != RESIHP_ECLOSED || remaining(deadline_ms) <= delay) {
-      resihp_log(RESIHP_LOG_ERROR, "allreduce",
-                 "cannot connect to rank %d at %s before the deadline: is it "
-                 "running?",
-                 dst, endpoint);
-      return RESIHP_ETIMEDOUT;
-    }
-    struct timespec ts = {0, delay * 1000000L};
-    nanosleep(&ts, NULL);
-  }
-  tune(fd);
-  int64_t hs_deadline = resihp__now_ms() + HANDSHAKE_MS;
-  if (hs_deadline > deadline_ms)
-    hs_deadline = deadline_ms;
+/* Label of a channel's session keys (msgauth.h). */
+static const char *channel_label(int channel) {
+  return channel ? "resihp-ctrl" : "resihp-data";
+}
+
+/* Client half of the exchange on a connected socket. RESIHP_ECLOSED means
+ * that the server closed before proving anything (an overloaded server
+ * dropping pending handshakes, or one that disliked the hello): worth
+ * another try. */
+static int client_handshake(int fd, const char *endpoint, const uint8_t *secret,
+                            size_t secret_len, int src, int dst, int nranks,
+                            int channel, int64_t hs_deadline,
+                            resihp__msgauth_t *auth) {
   struct hello h = {.magic = MESH_MAGIC,
                     .version = MESH_VERSION,
                     .channel = (uint8_t)channel,
@@ -196,13 +182,12 @@ int resihp__mesh_dial(const char *endpoint, const uint8_t *secret,
                     .nranks = (uint32_t)nranks};
   struct challenge c;
   uint8_t want[RESIHP__SHA256_LEN], resp[RESIHP__SHA256_LEN], verdict = 0;
-  if (getrandom(h.nonce, NONCE, 0) != NONCE) {
-    rc = RESIHP_ESYS;
-    goto fail;
-  }
+  int rc;
+  if (getrandom(h.nonce, NONCE, 0) != NONCE)
+    return RESIHP_ESYS;
   if ((rc = resihp__io_full(fd, &h, sizeof(h), 1, hs_deadline)) ||
       (rc = resihp__io_full(fd, &c, sizeof(c), 0, hs_deadline)))
-    goto fail;
+    return rc == RESIHP_EPEER ? RESIHP_ECLOSED : rc;
   mac(secret, secret_len, "resihp-srv", &h, c.nonce, want);
   if (c.magic != MESH_MAGIC ||
       resihp__ct_memcmp(want, c.mac, sizeof(want))) {
@@ -210,82 +195,335 @@ int resihp__mesh_dial(const char *endpoint, const uint8_t *secret,
                "rank %d at %s failed authentication (it does not know this "
                "job's secret): check RESIHP_SECRET_FILE on both sides",
                dst, endpoint);
-    rc = RESIHP_EAUTH;
-    goto fail;
+    return RESIHP_EAUTH;
   }
   mac(secret, secret_len, "resihp-cli", &h, c.nonce, resp);
   if ((rc = resihp__io_full(fd, resp, sizeof(resp), 1, hs_deadline)) ||
-      (rc = resihp__io_full(fd, &verdict, 1, 0, hs_deadline)))
-    goto fail;
+      (rc = resihp__io_full(fd, &verdict, 1, 0, hs_deadline))) {
+    if (rc == RESIHP_ECLOSED || rc == RESIHP_EPEER) {
+      /* The server proved that it holds the secret, then hung up on our
+       * proof: it does not accept ours. */
+      resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                 "rank %d at %s closed the connection during authentication "
+                 "(wrong secret?)",
+                 dst, endpoint);
+      rc = RESIHP_EAUTH;
+    }
+    return rc;
+  }
   if (verdict != 1) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
                "rank %d at %s refused this rank", dst, endpoint);
-    rc = RESIHP_EAUTH;
-    goto fail;
-  }
-  return fd;
-fail:
-  if (rc == RESIHP_ECLOSED || rc == RESIHP_EPEER) {
-    resihp_log(RESIHP_LOG_ERROR, "allreduce",
-               "rank %d at %s closed the connection during authentication "
-               "(wrong secret?)",
-               dst, endpoint);
-    rc = RESIHP_EAUTH;
-  }
-  close(fd);
-  return rc;
-}
-
-/* Server half on an accepted socket: returns 0 and sets *src and *channel, or
- * a negative code (the caller refuses the connection). */
-static int serve(int fd, const resihp__mesh_opts_t *o, int *src, int *channel,
-                 const char *who) {
-  int64_t deadline = resihp__now_ms() + HANDSHAKE_MS;
-  struct hello h;
-  struct challenge c = {.magic = MESH_MAGIC};
-  uint8_t want[RESIHP__SHA256_LEN], got[RESIHP__SHA256_LEN], verdict = 0;
-  int rc = resihp__io_full(fd, &h, sizeof(h), 0, deadline);
-  if (rc) {
-    resihp_log(RESIHP_LOG_WARN, "allreduce",
-               "refused connection from %s: no complete hello (%s)", who,
-               resihp_strerror(rc));
-    return rc;
-  }
-  if (h.magic != MESH_MAGIC || h.version != MESH_VERSION || h.channel > 1 ||
-      h.dst != (uint32_t)o->rank || h.nranks != (uint32_t)o->nranks ||
-      h.src <= (uint32_t)o->rank || h.src >= (uint32_t)o->nranks) {
-    resihp_log(RESIHP_LOG_WARN, "allreduce",
-               "refused connection from %s: bad hello (claims rank %u of %u "
-               "to rank %u): a stray client or a mismatched job",
-               who, h.src, h.nranks, h.dst);
-    return RESIHP_EPROTO;
-  }
-  if (getrandom(c.nonce, NONCE, 0) != NONCE)
-    return RESIHP_ESYS;
-  mac(o->secret, o->secret_len, "resihp-srv", &h, c.nonce, c.mac);
-  if ((rc = resihp__io_full(fd, &c, sizeof(c), 1, deadline)) ||
-      (rc = resihp__io_full(fd, got, sizeof(got), 0, deadline))) {
-    resihp_log(RESIHP_LOG_WARN, "allreduce",
-               "refused connection from %s claiming rank %u: it did not "
-               "answer the challenge (%s)",
-               who, h.src, resihp_strerror(rc));
-    return rc;
-  }
-  mac(o->secret, o->secret_len, "resihp-cli", &h, c.nonce, want);
-  if (resihp__ct_memcmp(want, got, sizeof(want))) {
-    resihp_log(RESIHP_LOG_WARN, "allreduce",
-               "refused connection from %s claiming rank %u: wrong HMAC "
-               "(it does not know this job's secret)",
-               who, h.src);
-    resihp__io_full(fd, &verdict, 1, 1, deadline);
     return RESIHP_EAUTH;
   }
-  verdict = 1;
-  if ((rc = resihp__io_full(fd, &verdict, 1, 1, deadline)))
-    return rc;
-  *src = (int)h.src;
-  *channel = h.channel;
+  if (auth)
+    resihp__msgauth_init(auth, secret, secret_len, channel_label(channel),
+                         c.nonce, NONCE, h.nonce, NONCE, 1);
   return 0;
+}
+
+int resihp__mesh_dial(const char *endpoint, const uint8_t *secret,
+                      size_t secret_len, int src, int dst, int nranks,
+                      int channel, int64_t deadline_ms,
+                      resihp__msgauth_t *auth) {
+  struct sockaddr_storage sa;
+  socklen_t salen;
+  int rc = resolve(endpoint, &sa, &salen);
+  if (rc)
+    return rc;
+  /* The peer may not listen yet (refused), or may be shedding a flood of
+   * pending handshakes (closed before its challenge): retry both until the
+   * deadline. */
+  int delay = 5, warned = 0;
+  for (;;) {
+    int fd = connect_once(&sa, salen, deadline_ms);
+    if (fd >= 0) {
+      tune(fd);
+      int64_t hs_deadline = resihp__now_ms() + HANDSHAKE_MS;
+      if (hs_deadline > deadline_ms)
+        hs_deadline = deadline_ms;
+      rc = client_handshake(fd, endpoint, secret, secret_len, src, dst, nranks,
+                            channel, hs_deadline, auth);
+      if (!rc)
+        return fd;
+      close(fd);
+      if (rc != RESIHP_ECLOSED)
+        return rc;
+      if (!warned++)
+        resihp_log(RESIHP_LOG_WARN, "allreduce",
+                   "rank %d at %s hung up before authenticating itself "
+                   "(busy, or a different job there?); retrying",
+                   dst, endpoint);
+    } else if (fd != RESIHP_ECLOSED) {
+      rc = fd;
+    }
+    if (remaining(deadline_ms) <= delay) {
+      resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                 "cannot connect to rank %d at %s before the deadline: is it "
+                 "running, with the same endpoint list and rank count?",
+                 dst, endpoint);
+      return RESIHP_ETIMEDOUT;
+    }
+    struct timespec ts = {0, delay * 1000000L};
+    nanosleep(&ts, NULL);
+    delay = delay < 200 ? delay * 2 : 200;
+  }
+}
+
+/* ---- server half: concurrent handshakes -----------------------------------
+ * Accepted connections are authenticated side by side in one poll loop,
+ * each a small state machine with its own deadline (HANDSHAKE_MS, capped
+ * by the set-up deadline). A connection that sends nothing, drips garbage
+ * or never answers the challenge only holds a slot until its deadline or
+ * until MAX_PENDING newer ones push it out, and a genuine peer is accepted
+ * the moment it has proved itself. So nobody without the secret can delay
+ * the ranks that hold it by more than a flood of MAX_PENDING connections
+ * per round trip, and a dropped genuine client simply dials again. */
+
+#define MAX_PENDING 64
+
+enum { HS_HELLO, HS_CHALLENGE, HS_RESPONSE, HS_VERDICT };
+
+struct pending {
+  int fd; /* -1: free slot */
+  int state;
+  size_t off; /* bytes of the current message moved */
+  int64_t deadline;
+  uint64_t order; /* accept order: the oldest goes first when full */
+  struct hello h;
+  struct challenge c;
+  uint8_t resp[RESIHP__SHA256_LEN];
+  uint8_t verdict;
+  char who[64];
+};
+
+static int hs_writing(const struct pending *p) {
+  return p->state == HS_CHALLENGE || p->state == HS_VERDICT;
+}
+
+static int bad_hello(const struct hello *h, const resihp__mesh_opts_t *o) {
+  return h->magic != MESH_MAGIC || h->version != MESH_VERSION ||
+         h->channel > 1 || h->dst != (uint32_t)o->rank ||
+         h->nranks != (uint32_t)o->nranks || h->src <= (uint32_t)o->rank ||
+         h->src >= (uint32_t)o->nranks;
+}
+
+/* Move one handshake as far as its socket allows without waiting. 0: not
+ * finished, 1: the peer proved itself (verdict sent), negative: refused
+ * (logged; the caller closes). */
+static int hs_step(struct pending *p, const resihp__mesh_opts_t *o) {
+  for (;;) {
+    uint8_t *buf;
+    size_t len;
+    switch (p->state) {
+    case HS_HELLO:
+      buf = (uint8_t *)&p->h, len = sizeof(p->h);
+      break;
+    case HS_CHALLENGE:
+      buf = (uint8_t *)&p->c, len = sizeof(p->c);
+      break;
+    case HS_RESPONSE:
+      buf = p->resp, len = sizeof(p->resp);
+      break;
+    default:
+      buf = &p->verdict, len = 1;
+      break;
+    }
+    while (p->off < len) {
+      ssize_t r = hs_writing(p)
+                      ? send(p->fd, buf + p->off, len - p->off,
+                             MSG_DONTWAIT | MSG_NOSIGNAL)
+                      : recv(p->fd, buf + p->off, len - p->off, MSG_DONTWAIT);
+      if (r > 0) {
+        p->off += (size_t)r;
+        /* Garbage shows in its first bytes: do not hold a slot for it. */
+        if (p->state == HS_HELLO && p->off >= sizeof(p->h.magic) &&
+            p->h.magic != MESH_MAGIC)
+          break;
+        continue;
+      }
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+      resihp_log(RESIHP_LOG_WARN, "allreduce",
+                 "refused connection from %s: it hung up during the "
+                 "handshake",
+                 p->who);
+      return RESIHP_ECLOSED;
+    }
+    p->off = 0;
+    switch (p->state) {
+    case HS_HELLO:
+      if (bad_hello(&p->h, o)) {
+        resihp_log(RESIHP_LOG_WARN, "allreduce",
+                   "refused connection from %s: bad hello (claims rank %u of "
+                   "%u to rank %u): a stray client or a mismatched job",
+                   p->who, p->h.src, p->h.nranks, p->h.dst);
+        return RESIHP_EPROTO;
+      }
+      p->c.magic = MESH_MAGIC;
+      if (getrandom(p->c.nonce, NONCE, 0) != NONCE)
+        return RESIHP_ESYS;
+      mac(o->secret, o->secret_len, "resihp-srv", &p->h, p->c.nonce, p->c.mac);
+      p->state = HS_CHALLENGE;
+      break;
+    case HS_CHALLENGE:
+      p->state = HS_RESPONSE;
+      break;
+    case HS_RESPONSE: {
+      uint8_t want[RESIHP__SHA256_LEN];
+      mac(o->secret, o->secret_len, "resihp-cli", &p->h, p->c.nonce, want);
+      if (resihp__ct_memcmp(want, p->resp, sizeof(want))) {
+        resihp_log(RESIHP_LOG_WARN, "allreduce",
+                   "refused connection from %s claiming rank %u: wrong HMAC "
+                   "(it does not know this job's secret)",
+                   p->who, p->h.src);
+        p->verdict = 0; /* best effort: the caller closes anyway */
+        if (send(p->fd, &p->verdict, 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+          /* nothing to do: the refusal is the close */
+        }
+        return RESIHP_EAUTH;
+      }
+      p->verdict = 1;
+      p->state = HS_VERDICT;
+      break;
+    }
+    default:
+      return 1;
+    }
+  }
+}
+
+static void hs_drop(struct pending *p) {
+  close(p->fd);
+  p->fd = -1;
+}
+
+/* A slot for a new connection: a free one, else the oldest that has not
+ * even sent a valid hello, else the oldest. */
+static struct pending *hs_slot(struct pending *pd) {
+  struct pending *victim = NULL;
+  for (int k = 0; k < MAX_PENDING; k++) {
+    struct pending *p = &pd[k];
+    if (p->fd < 0)
+      return p;
+    if (!victim || (p->state == HS_HELLO && victim->state != HS_HELLO) ||
+        ((p->state == HS_HELLO) == (victim->state == HS_HELLO) &&
+         p->order < victim->order))
+      victim = p;
+  }
+  resihp_log(RESIHP_LOG_WARN, "allreduce",
+             "%d handshakes pending: dropping the oldest unfinished one, from "
+             "%s",
+             MAX_PENDING, victim->who);
+  hs_drop(victim);
+  return victim;
+}
+
+static int accept_peers(const resihp__mesh_opts_t *o, int lfd,
+                        int64_t deadline, int *data_fds, int *ctrl_fds,
+                        resihp__msgauth_t *data_auth,
+                        resihp__msgauth_t *ctrl_auth) {
+  struct pending *pd = calloc(MAX_PENDING, sizeof(*pd));
+  struct pollfd pfd[MAX_PENDING + 1];
+  int idx[MAX_PENDING + 1];
+  int missing = 2 * (o->nranks - 1 - o->rank), rc = 0;
+  uint64_t order = 0;
+  if (!pd)
+    return RESIHP_ENOMEM;
+  for (int k = 0; k < MAX_PENDING; k++)
+    pd[k].fd = -1;
+  while (missing > 0) {
+    int64_t now = resihp__now_ms(), wake = deadline;
+    if (now >= deadline) {
+      resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                 "rank %d: %d connection(s) from higher ranks missing after "
+                 "%d ms: did every rank start, with the same endpoint list?",
+                 o->rank, missing, o->timeout_ms);
+      rc = RESIHP_ETIMEDOUT;
+      break;
+    }
+    int np = 0;
+    pfd[np] = (struct pollfd){.fd = lfd, .events = POLLIN};
+    idx[np++] = -1;
+    for (int k = 0; k < MAX_PENDING; k++) {
+      struct pending *p = &pd[k];
+      if (p->fd < 0)
+        continue;
+      if (now >= p->deadline) {
+        resihp_log(RESIHP_LOG_WARN, "allreduce",
+                   "refused connection from %s: no complete handshake within "
+                   "%d ms",
+                   p->who, HANDSHAKE_MS);
+        hs_drop(p);
+        continue;
+      }
+      if (p->deadline < wake)
+        wake = p->deadline;
+      pfd[np] = (struct pollfd){.fd = p->fd,
+                                .events = hs_writing(p) ? POLLOUT : POLLIN};
+      idx[np++] = k;
+    }
+    if (poll(pfd, (nfds_t)np, remaining(wake)) < 0 && errno != EINTR) {
+      rc = RESIHP_ESYS;
+      break;
+    }
+    /* Handshakes first, so that a connection accepted below cannot push
+     * out one that has just completed. */
+    for (int j = 1; j < np; j++) {
+      struct pending *p = &pd[idx[j]];
+      if (!pfd[j].revents)
+        continue;
+      int r = hs_step(p, o);
+      if (r == 0)
+        continue;
+      if (r < 0) {
+        hs_drop(p);
+        continue;
+      }
+      int src = (int)p->h.src, ch = p->h.channel;
+      int *slot = &(ch ? ctrl_fds : data_fds)[src];
+      if (*slot >= 0) {
+        resihp_log(RESIHP_LOG_WARN, "allreduce",
+                   "refused duplicate connection from %s (rank %d channel %d)",
+                   p->who, src, ch);
+        hs_drop(p);
+        continue;
+      }
+      resihp__msgauth_t *a = ch ? ctrl_auth : data_auth;
+      if (a)
+        resihp__msgauth_init(&a[src], o->secret, o->secret_len,
+                             channel_label(ch), p->c.nonce, NONCE, p->h.nonce,
+                             NONCE, 0);
+      *slot = p->fd;
+      p->fd = -1;
+      missing--;
+    }
+    if (!(pfd[0].revents & POLLIN) || missing <= 0)
+      continue;
+    /* One accept per wake-up: the listener may be the caller's, blocking. */
+    struct sockaddr_in from;
+    socklen_t fl = sizeof(from);
+    int fd = accept4(lfd, (struct sockaddr *)&from, &fl,
+                     SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+      continue;
+    tune(fd);
+    struct pending *p = hs_slot(pd);
+    memset(p, 0, sizeof(*p));
+    p->fd = fd;
+    p->state = HS_HELLO;
+    p->order = order++;
+    p->deadline = resihp__now_ms() + HANDSHAKE_MS;
+    if (p->deadline > deadline)
+      p->deadline = deadline;
+    snprintf(p->who, sizeof(p->who), "%s:%u", inet_ntoa(from.sin_addr),
+             ntohs(from.sin_port));
+  }
+  for (int k = 0; k < MAX_PENDING; k++)
+    if (pd[k].fd >= 0)
+      hs_drop(&pd[k]);
+  free(pd);
+  return rc;
 }
 
 static int open_listener(const char *ep) {
@@ -309,7 +547,8 @@ static int open_listener(const char *ep) {
 }
 
 int resihp__mesh_connect(const resihp__mesh_opts_t *o, int *data_fds,
-                         int *ctrl_fds) {
+                         int *ctrl_fds, resihp__msgauth_t *data_auth,
+                         resihp__msgauth_t *ctrl_auth) {
   int64_t deadline = resihp__now_ms() + o->timeout_ms;
   int lfd = o->listen_fd, own_listener = 0, rc = 0;
   for (int i = 0; i < o->nranks; i++)
@@ -325,7 +564,9 @@ int resihp__mesh_connect(const resihp__mesh_opts_t *o, int *data_fds,
   for (int j = 0; j < o->rank; j++) {
     for (int ch = 0; ch < 2; ch++) {
       int fd = resihp__mesh_dial(o->endpoints[j], o->secret, o->secret_len,
-                                 o->rank, j, o->nranks, ch, deadline);
+                                 o->rank, j, o->nranks, ch, deadline,
+                                 ch ? (ctrl_auth ? &ctrl_auth[j] : NULL)
+                                    : (data_auth ? &data_auth[j] : NULL));
       if (fd < 0) {
         rc = fd;
         goto fail;
@@ -333,44 +574,10 @@ int resihp__mesh_connect(const resihp__mesh_opts_t *o, int *data_fds,
       (ch ? ctrl_fds : data_fds)[j] = fd;
     }
   }
-  int missing = 2 * (o->nranks - 1 - o->rank);
-  while (missing > 0) {
-    struct pollfd pfd = {.fd = lfd, .events = POLLIN};
-    int t = remaining(deadline);
-    if (t == 0 || poll(&pfd, 1, t) == 0) {
-      resihp_log(RESIHP_LOG_ERROR, "allreduce",
-                 "rank %d: %d connection(s) from higher ranks missing after "
-                 "%d ms: did every rank start, with the same endpoint list?",
-                 o->rank, missing, o->timeout_ms);
-      rc = RESIHP_ETIMEDOUT;
-      goto fail;
-    }
-    struct sockaddr_in from;
-    socklen_t fl = sizeof(from);
-    int fd = accept4(lfd, (struct sockaddr *)&from, &fl,
-                     SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0)
-      continue;
-    tune(fd);
-    char who[64];
-    snprintf(who, sizeof(who), "%s:%u", inet_ntoa(from.sin_addr),
-             ntohs(from.sin_port));
-    int src = -1, ch = -1;
-    if (serve(fd, o, &src, &ch, who)) {
-      close(fd);
-      continue;
-    }
-    int *slot = &(ch ? ctrl_fds : data_fds)[src];
-    if (*slot >= 0) {
-      resihp_log(RESIHP_LOG_WARN, "allreduce",
-                 "refused duplicate connection from %s (rank %d channel %d)",
-                 who, src, ch);
-      close(fd);
-      continue;
-    }
-    *slot = fd;
-    missing--;
-  }
+  if (o->rank < o->nranks - 1 &&
+      (rc = accept_peers(o, lfd, deadline, data_fds, ctrl_fds, data_auth,
+                         ctrl_auth)))
+    goto fail;
   if (own_listener)
     close(lfd);
   return 0;

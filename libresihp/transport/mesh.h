@@ -14,13 +14,22 @@
  * Nc and Ns are fresh random nonces, so a recorded exchange cannot be
  * replayed. The client checks the server's MAC before proving anything
  * itself. A connection that fails any check is refused, logged with the
- * remote address, and the server keeps waiting for the genuine peer.
+ * remote address, and the server keeps waiting for the genuine peer. The
+ * server runs its handshakes concurrently, each with a deadline and at most
+ * 64 pending (the oldest unfinished one is dropped for a newer one), so
+ * idle or garbage connections cannot delay a genuine peer; a client whose
+ * connection was dropped before the challenge dials again.
+ *
+ * Both nonces also key the per-message MACs of the connection that follows
+ * (msgauth.h; labels "resihp-data" and "resihp-ctrl").
  */
 #ifndef RESIHP_TRANSPORT_MESH_H
 #define RESIHP_TRANSPORT_MESH_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "msgauth.h"
 
 typedef struct {
   int rank, nranks;
@@ -32,19 +41,23 @@ typedef struct {
 } resihp__mesh_opts_t;
 
 /* Fill data_fds[] and ctrl_fds[] (nranks entries, -1 for self) with
- * authenticated, non-blocking, TCP_NODELAY sockets. All or nothing. */
+ * authenticated, non-blocking, TCP_NODELAY sockets, and data_auth[] and
+ * ctrl_auth[] (nranks entries each, or NULL) with each connection's
+ * per-message MAC state. All or nothing. */
 int resihp__mesh_connect(const resihp__mesh_opts_t *o, int *data_fds,
-                         int *ctrl_fds);
+                         int *ctrl_fds, resihp__msgauth_t *data_auth,
+                         resihp__msgauth_t *ctrl_auth);
 
 /* Monotonic milliseconds. */
 int64_t resihp__now_ms(void);
 
 /* Client half, exposed for tests that play a peer: connect to endpoint and
  * authenticate as rank src towards rank dst on channel. Returns the fd or a
- * negative code. */
+ * negative code; fills *auth (if not NULL) with the connection's MAC state. */
 int resihp__mesh_dial(const char *endpoint, const uint8_t *secret,
                       size_t secret_len, int src, int dst, int nranks,
-                      int channel, int64_t deadline_ms);
+                      int channel, int64_t deadline_ms,
+                      resihp__msgauth_t *auth);
 
 /* Orderly close of n sockets (entries -1 are skipped; all set to -1):
  * shut down the sending side, then read and discard until every peer has

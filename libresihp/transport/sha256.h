@@ -25,6 +25,10 @@ void resihp__hmac_sha256(const void *key, size_t keylen, const void *const *part
                          const size_t *lens, int n,
                          uint8_t out[RESIHP__SHA256_LEN]);
 
+/* Tests and measurements: 1 forces the portable compression function, 0
+ * lets the next hash pick the fastest one the CPU offers (SHA-NI). */
+void resihp__sha256_select(int portable);
+
 /* Constant-time comparison; 0 when equal. */
 int resihp__ct_memcmp(const void *a, const void *b, size_t n);
 

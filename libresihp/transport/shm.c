@@ -32,9 +32,14 @@ struct ring_hdr {
   _Alignas(64) uint8_t data[];
 };
 
+/* The peer can write every byte of the shared header, so this side never
+ * trusts its own index there: it keeps it here (pos: head for the
+ * producer's mapping, tail for the consumer's) and only publishes it, and
+ * the peer's index is accepted only within one ring of it. */
 struct resihp__ring {
   struct ring_hdr *h;
   size_t map_len;
+  uint64_t pos;
 };
 
 struct setup_msg {
@@ -63,15 +68,33 @@ static resihp__ring_t *map_fd(int fd) {
   }
   r->h = p;
   r->map_len = map_len();
+  r->pos = 0; /* both indices start at 0 (a fresh, zeroed object) */
   return r;
 }
 
-size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
-                          int arm, int *doorbell) {
+/* Bytes in the ring, from this side's own index and the peer's, or
+ * RESIHP_EPROTO when the peer's index is impossible (it wrote past what is
+ * free, or moved backwards). */
+static int64_t used(uint64_t head, uint64_t tail) {
+  uint64_t n = head - tail;
+  if (n > RING_BYTES) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "shared-memory ring corrupted by the peer (head %llu, tail "
+               "%llu, size %zu): dropping the peer",
+               (unsigned long long)head, (unsigned long long)tail, RING_BYTES);
+    return RESIHP_EPROTO;
+  }
+  return (int64_t)n;
+}
+
+ssize_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov,
+                           int niov, int arm, int *doorbell) {
   struct ring_hdr *h = r->h;
-  uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
-  uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
-  size_t space = RING_BYTES - (size_t)(head - tail);
+  uint64_t head = r->pos;
+  int64_t n = used(head, atomic_load_explicit(&h->tail, memory_order_acquire));
+  if (n < 0)
+    return n;
+  size_t space = RING_BYTES - (size_t)n;
   if (!space && !arm)
     return 0;
   if (!space) {
@@ -79,8 +102,10 @@ size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
      * or we see its progress (both sides fence between store and load). */
     atomic_store(&h->prod_waiting, 1);
     atomic_thread_fence(memory_order_seq_cst);
-    tail = atomic_load_explicit(&h->tail, memory_order_acquire);
-    space = RING_BYTES - (size_t)(head - tail);
+    n = used(head, atomic_load_explicit(&h->tail, memory_order_acquire));
+    if (n < 0)
+      return n;
+    space = RING_BYTES - (size_t)n;
     if (!space)
       return 0;
   }
@@ -96,46 +121,51 @@ size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
     memcpy(h->data, src + first, len - first);
     done += len;
   }
-  atomic_store_explicit(&h->head, head + done, memory_order_release);
+  r->pos = head + done;
+  atomic_store_explicit(&h->head, r->pos, memory_order_release);
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load(&h->cons_waiting) && atomic_exchange(&h->cons_waiting, 0))
     *doorbell = 1;
-  return done;
+  return (ssize_t)done;
 }
 
-size_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
-                            int *doorbell,
-                            void (*consume)(void *arg, const uint8_t *bytes,
-                                            size_t n),
-                            void *arg) {
+ssize_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
+                             int *doorbell,
+                             void (*consume)(void *arg, const uint8_t *bytes,
+                                             size_t n),
+                             void *arg) {
   struct ring_hdr *h = r->h;
-  uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
-  uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
-  size_t avail = (size_t)(head - tail);
+  uint64_t tail = r->pos;
+  int64_t avail =
+      used(atomic_load_explicit(&h->head, memory_order_acquire), tail);
+  if (avail < 0)
+    return avail;
   if (!avail && !arm)
     return 0;
   if (!avail) {
     atomic_store(&h->cons_waiting, 1);
     atomic_thread_fence(memory_order_seq_cst);
-    head = atomic_load_explicit(&h->head, memory_order_acquire);
-    avail = (size_t)(head - tail);
-    if (!avail)
-      return 0;
+    avail = used(atomic_load_explicit(&h->head, memory_order_acquire), tail);
+    if (avail <= 0)
+      return avail;
   }
-  if (avail > RING_BYTES)
-    return 0; /* corrupted by a hostile producer: never read out of bounds */
-  if (len > avail)
-    len = avail;
+  if (len > (size_t)avail)
+    len = (size_t)avail;
   size_t pos = (size_t)tail & (RING_BYTES - 1);
   size_t first = RING_BYTES - pos < len ? RING_BYTES - pos : len;
   consume(arg, h->data + pos, first);
   if (len > first)
     consume(arg, h->data, len - first);
-  atomic_store_explicit(&h->tail, tail + len, memory_order_release);
+  r->pos = tail + len;
+  atomic_store_explicit(&h->tail, r->pos, memory_order_release);
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load(&h->prod_waiting) && atomic_exchange(&h->prod_waiting, 0))
     *doorbell = 1;
-  return len;
+  return (ssize_t)len;
+}
+
+_Atomic uint64_t *resihp__ring_test_index(resihp__ring_t *r, int which) {
+  return which ? &r->h->tail : &r->h->head;
 }
 
 struct copy_out {
@@ -150,13 +180,47 @@ static void copy_span(void *arg, const uint8_t *bytes, size_t n) {
   }
 }
 
-size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len, int arm,
-                         int *doorbell) {
+ssize_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len, int arm,
+                          int *doorbell) {
   struct copy_out c = {buf};
   return resihp__ring_consume(r, len, arm, doorbell, copy_span, &c);
 }
 
-int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
+/* The set-up messages travel on the authenticated data links, and with
+ * their MAC (auth, when not NULL): an object name or a verdict changed on
+ * the path could otherwise point this rank at memory someone else wrote. */
+static int send_sealed(int fd, resihp__msgauth_t *auth, const void *m,
+                       size_t len, int64_t deadline) {
+  uint8_t tag[RESIHP__MAC_LEN];
+  int rc = resihp__io_full(fd, (void *)m, len, 1, deadline);
+  if (rc || !auth)
+    return rc;
+  const void *parts[1] = {m};
+  resihp__msgauth_seal(auth, parts, &len, 1, tag);
+  return resihp__io_full(fd, tag, sizeof(tag), 1, deadline);
+}
+
+static int recv_sealed(int fd, resihp__msgauth_t *auth, void *m, size_t len,
+                       int64_t deadline, int peer) {
+  uint8_t tag[RESIHP__MAC_LEN];
+  int rc = resihp__io_full(fd, m, len, 0, deadline);
+  if (rc || !auth)
+    return rc;
+  if ((rc = resihp__io_full(fd, tag, sizeof(tag), 0, deadline)))
+    return rc;
+  const void *parts[1] = {m};
+  if (resihp__msgauth_open(auth, parts, &len, 1, tag)) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "transport set-up message from rank %d fails its MAC (changed "
+               "on the way)",
+               peer);
+    return RESIHP_EPROTO;
+  }
+  return 0;
+}
+
+int resihp__shm_setup(int self, int n, const int *data_fds,
+                      resihp__msgauth_t *auth, int want_shm,
                       int64_t deadline_ms, resihp__ring_t **in,
                       resihp__ring_t **out) {
   struct setup_msg *mine = calloc((size_t)n, sizeof(*mine));
@@ -188,7 +252,8 @@ int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
         m->name[0] = '\0';
       }
     }
-    if ((rc = resihp__io_full(data_fds[i], m, sizeof(*m), 1, deadline_ms)))
+    if ((rc = send_sealed(data_fds[i], auth ? &auth[i] : NULL, m, sizeof(*m),
+                          deadline_ms)))
       goto out;
   }
   /* 2. Map each peer's ring for us; 3. tell whether that worked. */
@@ -201,7 +266,8 @@ int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
     if (i == self || data_fds[i] < 0)
       continue;
     struct setup_msg p;
-    if ((rc = resihp__io_full(data_fds[i], &p, sizeof(p), 0, deadline_ms)))
+    if ((rc = recv_sealed(data_fds[i], auth ? &auth[i] : NULL, &p, sizeof(p),
+                          deadline_ms, i)))
       break;
     if (p.magic != SETUP_MAGIC) {
       resihp_log(RESIHP_LOG_ERROR, "allreduce",
@@ -231,13 +297,15 @@ int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
   for (int i = 0; i < n && !rc; i++) {
     if (i == self || data_fds[i] < 0)
       continue;
-    rc = resihp__io_full(data_fds[i], &ok_out[i], 1, 1, deadline_ms);
+    rc = send_sealed(data_fds[i], auth ? &auth[i] : NULL, &ok_out[i], 1,
+                     deadline_ms);
   }
   for (int i = 0; i < n && !rc; i++) {
     if (i == self || data_fds[i] < 0)
       continue;
     uint8_t peer_ok = 0;
-    if ((rc = resihp__io_full(data_fds[i], &peer_ok, 1, 0, deadline_ms)))
+    if ((rc = recv_sealed(data_fds[i], auth ? &auth[i] : NULL, &peer_ok, 1,
+                          deadline_ms, i)))
       break;
     /* Shared memory only if both directions work; else TCP both ways. */
     if (!(peer_ok && ok_out[i])) {

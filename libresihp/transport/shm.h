@@ -20,17 +20,26 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "msgauth.h"
+
 typedef struct resihp__ring resihp__ring_t;
 
 /* Decide per peer whether both ends can share memory, and map the rings.
  * Collective over the mesh: every rank calls it right after the mesh is up
  * with the same want_shm. in[i]/out[i] stay NULL for peers that use TCP.
- * Uses data_fds (blocking exchange bounded by deadline_ms). */
-int resihp__shm_setup(int self, int n, const int *data_fds, int want_shm,
+ * Uses data_fds (blocking exchange bounded by deadline_ms); with auth (the
+ * data links' MAC state, n entries, or NULL) every message carries a MAC,
+ * and a bad one is RESIHP_EPROTO. */
+int resihp__shm_setup(int self, int n, const int *data_fds,
+                      resihp__msgauth_t *auth, int want_shm,
                       int64_t deadline_ms, resihp__ring_t **in,
                       resihp__ring_t **out);
 
 void resihp__ring_unmap(resihp__ring_t *r);
+
+/* Every index the peer publishes is checked against this side's own: a
+ * ring operation returns RESIHP_EPROTO (and touches nothing) when the
+ * peer's head or tail is impossible; the caller then drops the peer. */
 
 /* Producer: copy up to the free space from iov; returns bytes written, 0
  * when full. With arm, a full ring also asks the consumer to ring once it
@@ -38,22 +47,25 @@ void resihp__ring_unmap(resihp__ring_t *r);
  * (a caller that is only polling the ring, so that nobody pays for a
  * doorbell it would not wait for). Sets *doorbell when the consumer asked
  * to be woken. */
-size_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov, int niov,
-                          int arm, int *doorbell);
+ssize_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov,
+                           int niov, int arm, int *doorbell);
 
 /* Consumer: copy up to len available bytes to buf (NULL: discard); returns
  * bytes read, 0 when empty (with arm, the producer will then ring). Sets
  * *doorbell when the producer asked to be woken. */
-size_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len, int arm,
-                         int *doorbell);
+ssize_t resihp__ring_read(resihp__ring_t *r, void *buf, size_t len, int arm,
+                          int *doorbell);
 
 /* Consumer, without a copy: hands up to len available bytes to
  * consume(arg, bytes, n) in place, as one or two spans (the ring wraps),
  * then frees them. Otherwise as resihp__ring_read. */
-size_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
-                            int *doorbell,
-                            void (*consume)(void *arg, const uint8_t *bytes,
-                                            size_t n),
-                            void *arg);
+ssize_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
+                             int *doorbell,
+                             void (*consume)(void *arg, const uint8_t *bytes,
+                                             size_t n),
+                             void *arg);
+
+/* Tests that play a hostile peer: the shared head (which 0) or tail (1). */
+_Atomic uint64_t *resihp__ring_test_index(resihp__ring_t *r, int which);
 
 #endif

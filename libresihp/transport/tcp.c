@@ -12,6 +12,14 @@
  * cannot be consumed yet (a later collective or epoch) is parked and the
  * socket is not read further until a matching receive is posted, which gives
  * flow control for free.
+ *
+ * MACs (transport.h): a frame is header | payload | tag. The sender seals
+ * a frame when it starts writing it, so frames dropped by cancel before
+ * their first byte never use a sequence number; the receiver hashes the
+ * bytes as they arrive (before they are summed) and only then completes
+ * the receive. Skipped and stale frames are checked too: the sequence must
+ * stay in step, and a frame is only known to be stale once its tag says
+ * that the epoch in its header is genuine.
  */
 #include "config.h"
 
@@ -41,7 +49,10 @@ struct sendreq {
   resihp__frame_hdr_t hdr;
   const uint8_t *buf; /* NULL: pad with zeros (frame cut short by cancel) */
   size_t len;
-  size_t off; /* bytes of header + payload written */
+  size_t off; /* bytes of header + payload (+ tag) written */
+  uint8_t tag[RESIHP__MAC_LEN];
+  int sealed;
+  uint8_t *own; /* private copy of a payload cut short by cancel, or NULL */
 };
 
 struct peer {
@@ -70,6 +81,14 @@ struct peer {
   size_t pelem;
   resihp__combine_fn pcombine;
   int pdtype;
+  /* MACs (mac: this link has them). */
+  int mac;
+  resihp__msgauth_t auth;
+  resihp__mackey_t ktx, krx; /* auth's keys, pads hashed */
+  resihp__macstream_t rmac; /* the frame being received */
+  int rmac_pay;             /* ... covers its payload */
+  uint8_t rtag[RESIHP__MAC_LEN];
+  size_t rtag_got;
 };
 
 struct tcp {
@@ -86,7 +105,12 @@ struct tcp {
   /* Rings: 1 when an empty/full ring should ask the peer for a doorbell
    * (this thread is about to sleep in poll), 0 while only spinning. */
   int arm;
+  int mac_data; /* gradient payloads are MACed too */
 };
+
+static size_t tag_len(const struct peer *p) {
+  return p->mac ? RESIHP__MAC_LEN : 0;
+}
 
 static const uint8_t zeros[SCRATCH];
 
@@ -112,6 +136,8 @@ static int tcp_post_send(resihp__transport_t *tt, int peer, resihp__tag_t tag,
   r->hdr.step = tag.step;
   r->hdr.chunk = tag.chunk;
   r->hdr.len = (uint32_t)len;
+  if (p->mac && (t->mac_data || tag.step >= RESIHP__STEP_CONTROL))
+    r->hdr.flags = RESIHP__FRAME_F_MACPAY;
   r->buf = buf;
   r->len = len;
   p->qcount++;
@@ -199,7 +225,11 @@ static int drain_bells(struct peer *p) {
  * read away, but the armed access re-checks the ring after setting its
  * flag; a flag armed after the drain gets a bell poll will see. EOF only
  * matters once the ring is empty: the peer's last bytes precede it. */
-static ssize_t ring_got(struct peer *p, size_t n, int bell) {
+static ssize_t ring_got(struct peer *p, ssize_t n, int bell) {
+  if (n < 0) {
+    errno = EPROTO; /* the peer corrupted the ring's indices */
+    return -1;
+  }
   if (bell && ring_bell(p) < 0)
     return -1;
   if (n)
@@ -214,7 +244,7 @@ static ssize_t peer_recv(struct tcp *t, struct peer *p, void *buf, size_t len) {
   if (!p->rin)
     return recv(p->fd, buf, len, MSG_DONTWAIT);
   int bell = 0;
-  size_t n = resihp__ring_read(p->rin, buf, len, t->arm, &bell);
+  ssize_t n = resihp__ring_read(p->rin, buf, len, t->arm, &bell);
   return ring_got(p, n, bell);
 }
 
@@ -226,9 +256,16 @@ struct summing {
   size_t got;
 };
 
+/* Payload bytes as they arrived, before anything is done with them. */
+static void mac_in(struct peer *p, const void *b, size_t n) {
+  if (p->rmac_pay)
+    resihp__macstream_update(&p->rmac, b, n);
+}
+
 static void sum_span(void *arg, const uint8_t *b, size_t n) {
   struct summing *s = arg;
   struct peer *p = s->p;
+  mac_in(p, b, n);
   size_t e = p->pelem, sum = p->pay_summed;
   uint8_t *dst = p->pay_dst;
   if (s->got > sum) {
@@ -250,22 +287,42 @@ static void sum_span(void *arg, const uint8_t *b, size_t n) {
   s->got += n;
 }
 
-static ssize_t peer_recv_summing(struct tcp *t, struct peer *p) {
+/* A socket read of the rest of a payload takes the frame's tag along: one
+ * system call per frame instead of two. *tagged: how many of the bytes
+ * read went to the tag. */
+static ssize_t sock_recv_tail(struct peer *p, void *buf, size_t len,
+                              size_t *tagged) {
+  struct iovec iov[2] = {{buf, len},
+                         {p->rtag + p->rtag_got, tag_len(p) - p->rtag_got}};
+  struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
+  ssize_t r = recvmsg(p->fd, &m, MSG_DONTWAIT);
+  if (r > (ssize_t)len) {
+    *tagged = (size_t)r - len;
+    p->rtag_got += *tagged;
+  }
+  return r;
+}
+
+static ssize_t peer_recv_summing(struct tcp *t, struct peer *p,
+                                 size_t *tagged) {
   size_t got = p->rh.len - p->pay_left, e = p->pelem;
   if (p->rin) {
     struct summing s = {p, got};
     int bell = 0;
-    size_t n = resihp__ring_consume(p->rin, p->pay_left, t->arm, &bell,
+    ssize_t n = resihp__ring_consume(p->rin, p->pay_left, t->arm, &bell,
                                     sum_span, &s);
     return ring_got(p, n, bell);
   }
-  ssize_t r = recv(p->fd, p->pay_dst + got, p->pay_left, MSG_DONTWAIT);
+  ssize_t r = sock_recv_tail(p, p->pay_dst + got, p->pay_left, tagged);
   if (r > 0) {
+    r -= (ssize_t)*tagged;
+    mac_in(p, p->pay_dst + got, (size_t)r);
     size_t sum = p->pay_summed, upto = (got + (size_t)r) / e * e;
     if (upto > sum)
       p->pcombine(p->pay_dst + sum, p->pay_dst + sum, p->pay_add + sum,
                   (upto - sum) / e, p->pdtype);
     p->pay_summed = upto > sum ? upto : sum;
+    r += (ssize_t)*tagged;
   }
   return r;
 }
@@ -287,7 +344,11 @@ static ssize_t peer_sendv(struct tcp *t, struct peer *p, struct iovec *iov,
     return -1;
   }
   int bell = 0;
-  size_t n = resihp__ring_write(p->rout, iov, niov, t->arm, &bell);
+  ssize_t n = resihp__ring_write(p->rout, iov, niov, t->arm, &bell);
+  if (n < 0) {
+    errno = EPROTO;
+    return -1;
+  }
   if (bell && ring_bell(p) < 0)
     return -1;
   if (n)
@@ -298,16 +359,45 @@ static ssize_t peer_sendv(struct tcp *t, struct peer *p, struct iovec *iov,
 
 /* Decide what to do with a complete header: accept its payload into the
  * posted buffer, skip it, or park it. Returns 0 or RESIHP_EPROTO. */
+/* Start taking the payload of the header in p->rh: into dst (NULL: skip
+ * it), summed with add when not NULL. */
+static void begin_payload(struct peer *p, uint8_t *dst, const uint8_t *add,
+                          int for_posted) {
+  p->in_payload = 1;
+  p->pay_left = p->rh.len;
+  p->pay_dst = dst;
+  p->pay_add = add;
+  p->pay_summed = 0;
+  p->for_posted = for_posted;
+  p->rtag_got = 0;
+  p->rmac_pay = 0;
+  if (p->mac) {
+    resihp__macstream_begin_key(&p->rmac, &p->krx, &p->auth.rx);
+    resihp__macstream_update(&p->rmac, &p->rh, HDR);
+    p->rmac_pay = (p->rh.flags & RESIHP__FRAME_F_MACPAY) != 0;
+  }
+}
+
 static int consider_header(struct tcp *t, int peer) {
   struct peer *p = &t->p[peer];
   const resihp__frame_hdr_t *h = &p->rh;
+  uint32_t flags_ok = p->mac ? RESIHP__FRAME_F_MACPAY : 0;
   if (h->magic != RESIHP__FRAME_MAGIC || h->type != RESIHP__FRAME_DATA ||
-      h->src != (uint32_t)peer || h->len > t->max_payload) {
+      h->src != (uint32_t)peer || h->len > t->max_payload ||
+      (h->flags & ~flags_ok)) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
-               "malformed frame from rank %d (magic %#x type %u src %u len "
-               "%u): dropping the peer; check that every rank runs the same "
-               "resihp version",
-               peer, h->magic, h->type, h->src, h->len);
+               "malformed frame from rank %d (magic %#x type %u flags %#x src "
+               "%u len %u): dropping the peer; check that every rank runs "
+               "the same resihp version",
+               peer, h->magic, h->type, h->flags, h->src, h->len);
+    return RESIHP_EPROTO;
+  }
+  if (p->mac && !(h->flags & RESIHP__FRAME_F_MACPAY) &&
+      (t->mac_data || h->step >= RESIHP__STEP_CONTROL)) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "rank %d sent a frame whose MAC does not cover its data: "
+               "dropping the peer; give every rank the same mac-data setting",
+               peer);
     return RESIHP_EPROTO;
   }
   p->parked = 0;
@@ -316,10 +406,7 @@ static int consider_header(struct tcp *t, int peer) {
     resihp_log(RESIHP_LOG_DEBUG, "allreduce",
                "dropping stale frame from rank %d (epoch %u < %u)", peer,
                h->epoch, t->epoch);
-    p->in_payload = 1;
-    p->pay_left = h->len;
-    p->pay_dst = NULL;
-    p->pay_add = NULL;
+    begin_payload(p, NULL, NULL, 0);
     return 0;
   }
   if (h->epoch > t->epoch || !p->posted || p->done) {
@@ -330,10 +417,7 @@ static int consider_header(struct tcp *t, int peer) {
     resihp_log(RESIHP_LOG_WARN, "allreduce",
                "dropping duplicate frame from rank %d (collective %u < %u)",
                peer, h->seq, p->ptag.seq);
-    p->in_payload = 1;
-    p->pay_left = h->len;
-    p->pay_dst = NULL;
-    p->pay_add = NULL;
+    begin_payload(p, NULL, NULL, 0);
     return 0;
   }
   if (h->seq > p->ptag.seq) {
@@ -349,13 +433,18 @@ static int consider_header(struct tcp *t, int peer) {
                p->plen);
     return RESIHP_EPROTO;
   }
-  p->in_payload = 1;
-  p->pay_left = h->len;
-  p->pay_dst = p->pbuf;
-  p->pay_add = p->padd;
-  p->pay_summed = 0;
-  p->for_posted = 1;
+  begin_payload(p, p->pbuf, p->padd, 1);
   return 0;
+}
+
+/* A socket or ring error (errno) on peer's link: RESIHP_EPEER, or
+ * RESIHP_EPROTO when the peer corrupted a shared-memory ring. */
+static int link_failed(int peer) {
+  if (errno == EPROTO)
+    return RESIHP_EPROTO; /* logged by the ring */
+  resihp_log(RESIHP_LOG_WARN, "allreduce", "link to rank %d failed: %s", peer,
+             strerror(errno));
+  return RESIHP_EPEER;
 }
 
 static void frame_finished(struct peer *p) {
@@ -383,39 +472,48 @@ static int read_peer(struct tcp *t, int peer) {
      * parked, and a peer that finished and closed must not look failed. */
     if (!p->in_payload && !p->rh_got && (!p->posted || p->done))
       return any;
+    uint8_t *into = NULL; /* plain payload bytes land here */
+    size_t tagged = 0;    /* bytes of the tag read along with the payload */
     if (!p->in_payload) {
       r = peer_recv(t, p, (uint8_t *)&p->rh + p->rh_got, HDR - p->rh_got);
+    } else if (p->pay_left == 0 && p->rtag_got < tag_len(p)) {
+      r = peer_recv(t, p, p->rtag + p->rtag_got, tag_len(p) - p->rtag_got);
     } else if (p->pay_left == 0) {
+      if (p->mac && resihp__macstream_open(&p->rmac, &p->auth.rx, p->rtag)) {
+        resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                   "frame from rank %d fails its MAC (forged, replayed or "
+                   "changed on the way): dropping the peer",
+                   peer);
+        return RESIHP_EPROTO;
+      }
       frame_finished(p);
       any = 1;
       continue;
     } else if (p->pay_add) {
-      r = peer_recv_summing(t, p);
+      r = peer_recv_summing(t, p, &tagged);
     } else {
       uint8_t *dst = p->pay_dst ? p->pay_dst + (p->rh.len - p->pay_left)
                                 : t->scratch;
       size_t want = p->pay_left;
       if (!p->pay_dst && want > SCRATCH)
         want = SCRATCH;
-      r = peer_recv(t, p, dst, want);
+      r = !p->rin && p->mac && want == p->pay_left
+              ? sock_recv_tail(p, dst, want, &tagged)
+              : peer_recv(t, p, dst, want);
+      into = dst;
     }
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
         return any;
-      resihp_log(RESIHP_LOG_WARN, "allreduce", "link to rank %d failed: %s",
-                 peer, strerror(errno));
-      return RESIHP_EPEER;
+      return link_failed(peer);
     }
     if (r == 0) {
-      if (p->in_payload || p->rh_got) {
-        resihp_log(RESIHP_LOG_ERROR, "allreduce",
-                   "rank %d closed its link in the middle of a frame "
-                   "(truncated frame)",
-                   peer);
-        return RESIHP_EPROTO;
-      }
-      resihp_log(RESIHP_LOG_WARN, "allreduce", "rank %d closed its link",
-                 peer);
+      /* In the middle of a frame too: a peer killed while sending is a
+       * dead peer, not a malformed frame (EPROTO is for what a live peer
+       * says). */
+      resihp_log(RESIHP_LOG_WARN, "allreduce", "rank %d closed its link%s",
+                 peer,
+                 p->in_payload || p->rh_got ? " in the middle of a frame" : "");
       return RESIHP_EPEER;
     }
     any = 1;
@@ -426,10 +524,27 @@ static int read_peer(struct tcp *t, int peer) {
         if (rc)
           return rc;
       }
+    } else if (p->pay_left == 0) {
+      p->rtag_got += (size_t)r;
     } else {
-      p->pay_left -= (size_t)r;
+      size_t got = (size_t)r - tagged;
+      if (into)
+        mac_in(p, into, got);
+      p->pay_left -= got;
     }
   }
+}
+
+/* Tag a frame as it starts to leave: this is where it takes its sequence
+ * number (see the top of this file). */
+static void seal(struct peer *p, struct sendreq *q) {
+  resihp__macstream_t m;
+  resihp__macstream_begin_key(&m, &p->ktx, &p->auth.tx);
+  resihp__macstream_update(&m, &q->hdr, HDR);
+  if (q->hdr.flags & RESIHP__FRAME_F_MACPAY)
+    resihp__macstream_update(&m, q->buf, q->len);
+  resihp__macstream_seal(&m, &p->auth.tx, q->tag);
+  q->sealed = 1;
 }
 
 static int write_peer(struct tcp *t, int peer) {
@@ -437,8 +552,11 @@ static int write_peer(struct tcp *t, int peer) {
   int any = 0;
   while (p->qcount) {
     struct sendreq *q = &p->q[p->qhead];
-    struct iovec iov[2];
+    struct iovec iov[3];
     int niov = 0;
+    size_t end = HDR + q->len; /* where the tag starts */
+    if (p->mac && !q->sealed)
+      seal(p, q);
     if (q->off < HDR) {
       iov[niov].iov_base = (uint8_t *)&q->hdr + q->off;
       iov[niov].iov_len = HDR - q->off;
@@ -456,20 +574,27 @@ static int write_peer(struct tcp *t, int peer) {
       }
       iov[niov].iov_len = l;
       niov++;
+      poff += l;
+    }
+    if (p->mac && poff >= q->len && q->off < end + RESIHP__MAC_LEN) {
+      size_t toff = q->off > end ? q->off - end : 0;
+      iov[niov].iov_base = q->tag + toff;
+      iov[niov].iov_len = RESIHP__MAC_LEN - toff;
+      niov++;
     }
     if (niov) {
       ssize_t w = peer_sendv(t, p, iov, niov, q->off == 0);
       if (w < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
           return any;
-        resihp_log(RESIHP_LOG_WARN, "allreduce", "link to rank %d failed: %s",
-                   peer, strerror(errno));
-        return RESIHP_EPEER;
+        return link_failed(peer);
       }
       q->off += (size_t)w;
       any = 1;
     }
-    if (q->off == HDR + q->len) {
+    if (q->off == end + tag_len(p)) {
+      free(q->own);
+      q->own = NULL;
       p->qhead = (p->qhead + 1) % SENDQ;
       p->qcount--;
     }
@@ -540,16 +665,13 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
    * look again for a short while, yielding the CPU, before paying for a
    * sleep in poll() and the wake-up that follows. Measured on loopback:
    * 4 KiB latency drops from ~100 us to ~12 us, 1 MiB rises by a third. */
-  {
-    static int xs=-1; if(xs<0){const char*e=getenv("X_SPIN"); xs=e?atoi(e):SPIN_US;}
-    int64_t until = mono_us() + xs;
-    do {
-      int r = optimistic(t, bad_peer);
-      if (r)
-        return r;
-      sched_yield();
-    } while (mono_us() < until);
-  }
+  int64_t until = mono_us() + SPIN_US;
+  do {
+    int r = optimistic(t, bad_peer);
+    if (r)
+      return r;
+    sched_yield();
+  } while (mono_us() < until);
   /* Headers parked earlier may be consumable now. */
   for (int i = 0; i < t->n; i++) {
     struct peer *p = &t->p[i];
@@ -561,8 +683,8 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
         *bad_peer = i;
         return rc;
       }
-      if (p->in_payload && p->pay_left == 0)
-        frame_finished(p);
+      /* An accepted frame (even an empty one) completes in read_peer,
+       * below, once its tag is in. */
     }
   }
   /* About to sleep: drain the doorbells of the rings waited on, then look
@@ -626,16 +748,40 @@ static int tcp_progress(resihp__transport_t *tt, int timeout_ms,
   return any;
 }
 
+/* The caller's buffer is only valid until cancel returns. A frame cut
+ * short is finished with zeros, unless its MAC covers the payload: then
+ * the receiver must get exactly the bytes that were sealed, so the rest is
+ * copied (without memory, zeros: the peer then drops the link). */
+static void keep_rest(struct sendreq *h) {
+  size_t poff = h->off > HDR ? h->off - HDR : 0;
+  if (!h->buf || h->own || poff >= h->len)
+    return;
+  if (h->hdr.flags & RESIHP__FRAME_F_MACPAY) {
+    h->own = malloc(h->len);
+    if (h->own) {
+      memcpy(h->own + poff, h->buf + poff, h->len - poff);
+      h->buf = h->own;
+      return;
+    }
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "out of memory finishing an aborted frame: its MAC will fail "
+               "and the peer will drop this rank");
+  }
+  h->buf = NULL;
+}
+
 static void tcp_cancel(resihp__transport_t *tt) {
   struct tcp *t = T(tt);
   for (int i = 0; i < t->n; i++) {
     struct peer *p = &t->p[i];
     if (p->qcount) {
       struct sendreq *h = &p->q[p->qhead];
-      if (h->off > 0 && h->off < HDR + h->len) {
-        h->buf = NULL; /* finish this frame with zeros; it is stale now */
+      if (h->off > 0 && h->off < HDR + h->len + tag_len(p)) {
+        keep_rest(h); /* finish this frame; it is stale now */
         p->qcount = 1;
       } else {
+        if (h->sealed && h->off == 0)
+          p->auth.tx.seq--; /* sealed, but not a byte left: never sent */
         p->qcount = 0;
       }
     }
@@ -663,6 +809,8 @@ static void tcp_drop_peer(resihp__transport_t *tt, int peer) {
     return;
   shutdown(t->p[peer].fd, SHUT_RDWR);
   close(t->p[peer].fd);
+  for (int k = 0; k < SENDQ; k++)
+    free(t->p[peer].q[k].own);
   resihp__ring_unmap(t->p[peer].rin);
   resihp__ring_unmap(t->p[peer].rout);
   memset(&t->p[peer], 0, sizeof(t->p[peer]));
@@ -677,6 +825,8 @@ static void tcp_destroy(resihp__transport_t *tt) {
   for (int i = 0; i < t->n; i++) {
     resihp__ring_unmap(t->p[i].rin);
     resihp__ring_unmap(t->p[i].rout);
+    for (int k = 0; k < SENDQ; k++)
+      free(t->p[i].q[k].own);
     if (fds)
       fds[i] = t->p[i].broken ? -1 : t->p[i].fd;
     if (t->p[i].fd >= 0 && (!fds || t->p[i].broken))
@@ -711,6 +861,7 @@ static const resihp__transport_ops_t tcp_ops = {
 int resihp__tcp_transport_create(int self, int nranks, const int *fds,
                                  resihp__ring_t **rin, resihp__ring_t **rout,
                                  size_t max_payload, int wake_fd,
+                                 const resihp__msgauth_t *auth, int mac_data,
                                  resihp__transport_t **out) {
   struct tcp *t = calloc(1, sizeof(*t));
   if (!t)
@@ -720,6 +871,7 @@ int resihp__tcp_transport_create(int self, int nranks, const int *fds,
   t->n = nranks;
   t->max_payload = max_payload;
   t->wake_fd = wake_fd;
+  t->mac_data = auth && mac_data;
   t->p = calloc((size_t)nranks, sizeof(*t->p));
   t->pfd = calloc((size_t)nranks + 1, sizeof(*t->pfd));
   t->pfd_peer = calloc((size_t)nranks + 1, sizeof(int));
@@ -734,6 +886,12 @@ int resihp__tcp_transport_create(int self, int nranks, const int *fds,
     t->p[i].fd = fds[i];
     t->p[i].rin = rin ? rin[i] : NULL;
     t->p[i].rout = rout ? rout[i] : NULL;
+    if (auth && i != self) {
+      t->p[i].mac = 1;
+      t->p[i].auth = auth[i];
+      resihp__mackey_init(&t->p[i].ktx, &auth[i].tx);
+      resihp__mackey_init(&t->p[i].krx, &auth[i].rx);
+    }
   }
   *out = &t->base;
   return 0;

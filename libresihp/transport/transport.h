@@ -10,16 +10,27 @@
  * waits at most timeout_ms (also waking when wake_fd becomes readable).
  *
  * Failure contract: progress() returns a negative RESIHP_E* code and sets
- * *bad_peer when a peer's link fails (RESIHP_EPEER) or a peer sends a frame
- * that cannot be right (RESIHP_EPROTO: bad magic, unknown type, oversized or
- * truncated, wrong tag or length). Frames of an older epoch are dropped:
+ * *bad_peer when a peer's link fails or closes, also in the middle of a
+ * frame (RESIHP_EPEER: the peer died or left), or a live peer sends a frame
+ * that cannot be right (RESIHP_EPROTO: bad magic, unknown type, oversized,
+ * wrong tag or length, a failed MAC, a corrupt shared-memory ring). Frames of an older epoch are dropped:
  * they are leftovers of an aborted collective. cancel() abandons every
  * queued operation but keeps each stream framed (a half-sent frame is
  * finished with padding, a half-received one is skipped later), so the
  * same links carry the next epoch.
+ *
+ * Integrity: with per-message MAC state for a link (msgauth.h, keyed by the
+ * handshake), every frame on it is followed by a RESIHP__MAC_LEN tag over
+ * its header - and its payload when the header has RESIHP__FRAME_F_MACPAY,
+ * which the sender sets under mac-data and for RESIHP__STEP_CONTROL frames -
+ * with the link's sequence number. A frame is only complete (its receive
+ * done, its data usable) once the tag checked out; a bad tag, or a payload
+ * left uncovered where this side wants it covered, is RESIHP_EPROTO.
  */
 #ifndef RESIHP_TRANSPORT_H
 #define RESIHP_TRANSPORT_H
+
+#include "msgauth.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -36,6 +47,14 @@ enum {
   RESIHP__FRAME_BYE = 6, /* orderly departure (resihp_comm_destroy) */
   RESIHP__FRAME_DECIDED = 7, /* the agreed set of an epoch already left */
 };
+
+/* Header flags. */
+#define RESIHP__FRAME_F_MACPAY 1u /* the frame's MAC covers its payload */
+
+/* Steps at or above this carry the communicator's own messages on the data
+ * links (DONE, the NCCL id), not gradients: their MAC always covers the
+ * payload. */
+#define RESIHP__STEP_CONTROL (UINT32_MAX - 1)
 
 /* Every frame starts with this header (host byte order: the ranks of a job
  * share one architecture). The epoch is in every frame so that late or
@@ -112,13 +131,16 @@ struct resihp__transport {
  * ownership passes too): the frames then travel through the rings and the
  * socket only carries doorbells. max_payload bounds what a peer may
  * announce. wake_fd (or -1) is polled too so another thread can interrupt a
- * wait. */
+ * wait. auth (nranks entries, copied) is each link's MAC state from the
+ * mesh, with mac_data asking for MACs over gradient payloads too; NULL
+ * turns MACs off (tests that play a peer with hand-made frames). */
 struct resihp__ring;
 int resihp__tcp_transport_create(int self, int nranks, const int *fds,
                                  struct resihp__ring **rin,
                                  struct resihp__ring **rout,
                                  size_t max_payload, int wake_fd,
-                                 resihp__transport_t **out);
+                                 const resihp__msgauth_t *auth,
+                                 int mac_data, resihp__transport_t **out);
 
 /* NCCL (built only when configure finds it): a non-blocking NCCL
  * communicator of nranks on CUDA device `device`, from a unique id that

@@ -25,8 +25,10 @@
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +45,7 @@
 #define CALM_DETECT_MS 3000
 static int detect_ms = CALM_DETECT_MS;
 static int transport = -1; /* -1 default (shared memory on one host), 1 TCP */
+static int mac_data = 0;   /* MACs over gradient payloads too */
 
 static char ep_buf[MAXN][32];
 static const char *eps[MAXN];
@@ -88,10 +91,15 @@ static int make_comm(int rank, int n, const char *secret, long chunk,
   o.chunk_bytes = chunk;
   o.deterministic = deterministic;
   o.transport = transport;
+  o.mac_data = mac_data;
   return resihp_comm_create(&o, c);
 }
 
 typedef int (*rank_fn)(int rank, int n, void *arg);
+
+/* run_group: the first time rank resume_rank stops itself, it is continued
+ * resume_ms later (-1: stopped ranks stay stopped). */
+static int resume_rank = -1, resume_ms;
 
 /* Fork n ranks running fn; returns their exit statuses in st[]. Ranks in
  * stop_mask that are still alive once the others are done get SIGKILL. */
@@ -127,6 +135,14 @@ static void run_group(int n, rank_fn fn, void *arg, int st[MAXN]) {
         continue;
       int s;
       pid_t w = waitpid(pid[r], &s, WNOHANG | WUNTRACED);
+      if (w == pid[r] && WIFSTOPPED(s) && r == resume_rank) {
+        struct timespec ts = {resume_ms / 1000,
+                              (resume_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        kill(pid[r], SIGCONT);
+        resume_rank = -1;
+        continue;
+      }
       if (w == pid[r] && WIFSTOPPED(s))
         continue;
       if (w == pid[r]) {
@@ -280,8 +296,9 @@ static void expect_all_ok(int n, const int st[MAXN]) {
 }
 
 START_TEST(allreduce_lengths) {
-  int n = 2 + _i / 2; /* 2..5 ranks, over shared memory and over TCP */
+  int n = 2 + _i / 2 % 4; /* 2..5 ranks, over shared memory and over TCP */
   transport = _i % 2 ? 1 : -1;
+  mac_data = _i >= 8; /* and again with MACs over the data (3..5 ranks) */
   int st[MAXN];
   run_group(n, rank_lengths, NULL, st);
   expect_all_ok(n, st);
@@ -297,7 +314,9 @@ struct scenario {
   enum fault fault;
   int tcp; /* 1: TCP only; 0: default transport (shared memory here); 2:
             * default transport, and rank victim2 is killed during the
-            * retry (a second failure, in epoch 1) */
+            * retry (a second failure, in epoch 1); 3: TCP only and 4:
+            * default transport, both with mac-data (frames cut short by
+            * the abort must still pass their MAC in the next epoch) */
   int victim;
   int step;     /* -1: random */
   long chunk;   /* -1: random; -2: last chunk */
@@ -450,6 +469,10 @@ static const struct scenario scenarios[] = {
     {6, F_KILL, 1, 5, 9, -2, 0},
     {4, F_STOP, 1, 2, -1, -1, 0},
     {4, F_CUT, 1, 1, -1, -1, 0},
+    /* With MACs over the data. */
+    {4, F_KILL, 3, 2, -1, -1, 0},
+    {4, F_STOP, 4, 1, -1, -1, 0},
+    {5, F_CUT, 3, 2, -1, -1, 0},
     /* Two failures: rank 1 dies, then rank 3 during the retry. */
     {5, F_KILL, 2, 1, -1, -1, 0},
     {6, F_STOP, 2, 0, 2, -2, 0},
@@ -475,9 +498,14 @@ START_TEST(allreduce_faults) {
           "fault scenario %d: n=%d fault=%d victim=%d step=%d chunk=%ld %s "
           "(seed %u)\n",
           _i, sc.n, (int)sc.fault, sc.victim, sc.step, sc.chunk,
-          sc.tcp == 1 ? "tcp" : sc.tcp == 2 ? "shm, 2nd failure" : "shm",
+          sc.tcp == 1   ? "tcp"
+          : sc.tcp == 2 ? "shm, 2nd failure"
+          : sc.tcp == 3 ? "tcp, mac-data"
+          : sc.tcp == 4 ? "shm, mac-data"
+                        : "shm",
           seed);
-  transport = sc.tcp == 1 ? 1 : -1;
+  transport = sc.tcp == 1 || sc.tcp == 3 ? 1 : -1;
+  mac_data = sc.tcp >= 3;
   int st[MAXN];
   run_group(sc.n, rank_fault, &sc, st);
   struct record rec[MAXN];
@@ -529,6 +557,97 @@ START_TEST(allreduce_faults) {
     ck_assert(!(rec[0].members >> sc.victim & 1));
   else
     ck_assert_int_eq(excluded + survivors, sc.n);
+}
+END_TEST
+
+/* ---- the detection bound is the one the user set -------------------------
+ * Rank 2 stops itself (SIGSTOP) at the start of a collective. The first
+ * time the parent continues it after PAUSE_MS, a little less than the
+ * bound: that collective must succeed everywhere with nobody suspected.
+ * The second time it stays stopped: the others must declare it failed,
+ * agree and finish without it. (With the old "90 % of the bound in
+ * silence" a pause of PAUSE_MS was always declared a failure.) The bound is
+ * large so that PAUSE_MS can stay 400 ms below it. */
+#define PAUSE_BOUND_MS 6000
+#define PAUSE_MS 5600
+#define PAUSE_VICTIM 2
+
+static void pause_hook(resihp_comm_t *c, int step, size_t chunk) {
+  (void)c;
+  if (step == 0 && chunk == 0 && hook_comm) {
+    hook_comm = NULL; /* once per arming */
+    raise(SIGSTOP);
+  }
+}
+
+static int rank_pause(int rank, int n, void *arg) {
+  (void)arg;
+  resihp_comm_t *c;
+  detect_ms = PAUSE_BOUND_MS;
+  if (make_comm(rank, n, SECRET, FCHUNK, 0, &c))
+    return 1;
+  float *buf = malloc(FCOUNT * sizeof(float));
+  fill(buf, FCOUNT, RESIHP_FLOAT32, rank);
+  if (resihp_allreduce(c, buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM))
+    return 1;
+  if (rank == PAUSE_VICTIM) {
+    resihp__ring_test_hook = pause_hook;
+    hook_comm = c;
+  }
+  /* Paused for less than the bound: tolerated. */
+  fill(buf, FCOUNT, RESIHP_FLOAT32, rank);
+  int rc = resihp_allreduce(c, buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM);
+  if (rc || resihp_comm_failed(c, NULL, 0) ||
+      check(buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c), n)) {
+    fprintf(stderr, "rank %d: a pause of %d ms with a bound of %d ms: %s\n",
+            rank, PAUSE_MS, PAUSE_BOUND_MS, resihp_err_name(rc));
+    return 1;
+  }
+  if (rank == PAUSE_VICTIM)
+    hook_comm = c; /* and now for good */
+  /* Stopped for good: detected, removed, and the others go on. */
+  fill(buf, FCOUNT, RESIHP_FLOAT32, rank);
+  double t0 = now_ms();
+  rc = resihp_allreduce(c, buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM);
+  double fail_ms = now_ms() - t0;
+  int failed[MAXN], nf = 0;
+  if ((rc != RESIHP_ETIMEDOUT && rc != RESIHP_EPEER) ||
+      resihp_comm_failed(c, failed, MAXN) != 1 || failed[0] != PAUSE_VICTIM) {
+    fprintf(stderr, "rank %d: a rank stopped for good: %s\n", rank,
+            resihp_err_name(rc));
+    return 1;
+  }
+  if (resihp_comm_shrink(c, NULL, 0, failed, MAXN, &nf) || nf != 1)
+    return 1;
+  fill(buf, FCOUNT, RESIHP_FLOAT32, rank);
+  if (resihp_allreduce(c, buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM) ||
+      check(buf, FCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c),
+            resihp_comm_size(c)))
+    return 1;
+  put_record(c, 1, fail_ms);
+  resihp_comm_destroy(c);
+  free(buf);
+  return 0;
+}
+
+START_TEST(pause_below_bound_tolerated_beyond_detected) {
+  int st[MAXN];
+  resume_rank = PAUSE_VICTIM;
+  resume_ms = PAUSE_MS;
+  run_group(3, rank_pause, NULL, st);
+  resume_rank = -1;
+  struct record rec[MAXN];
+  int k = read_records(rec, MAXN);
+  ck_assert_msg(WIFSIGNALED(st[PAUSE_VICTIM]), "victim status %#x",
+                st[PAUSE_VICTIM]);
+  for (int r = 0; r < 2; r++)
+    ck_assert_msg(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0,
+                  "rank %d status %#x", r, st[r]);
+  ck_assert_int_eq(k, 2);
+  for (int i = 0; i < k; i++) /* reported, not asserted */
+    fprintf(stderr, "  rank %d: stopped peer declared failed after <= %.0f ms "
+                    "(bound %d ms + heartbeat)\n",
+            rec[i].world_rank, rec[i].fail_ms, PAUSE_BOUND_MS);
 }
 END_TEST
 
@@ -740,6 +859,51 @@ START_TEST(sha256_vectors) {
       h, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
 }
 
+/* The SHA-NI and the portable compression give the same digests, for
+ * every length around block boundaries and input cut at odd places, and
+ * the FIPS 180-4 million-'a' vector. */
+static void digest_in_pieces(const uint8_t *d, size_t n, size_t piece,
+                             uint8_t out[32]) {
+  resihp__sha256_t s;
+  resihp__sha256_init(&s);
+  for (size_t off = 0; off < n; off += piece)
+    resihp__sha256_update(&s, d + off, n - off < piece ? n - off : piece);
+  resihp__sha256_final(&s, out);
+}
+
+START_TEST(sha256_implementations_agree) {
+  static uint8_t data[200000];
+  uint32_t x = 12345;
+  for (size_t i = 0; i < sizeof(data); i++)
+    data[i] = (uint8_t)((x = x * 1103515245u + 12345u) >> 24);
+  size_t lens[] = {0, 1, 55, 56, 63, 64, 65, 127, 128, 129, 1000, 4096,
+                   65537, sizeof(data)};
+  for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+    uint8_t a[32], b[32];
+    resihp__sha256_select(1);
+    digest_in_pieces(data, lens[k], 7, a);
+    resihp__sha256_select(0);
+    digest_in_pieces(data, lens[k], lens[k] % 3 ? 1000 : 64, b);
+    ck_assert_msg(!memcmp(a, b, 32), "length %zu differs", lens[k]);
+  }
+  memset(data, 'a', sizeof(data));
+  for (int portable = 0; portable < 2; portable++) {
+    resihp__sha256_t s;
+    uint8_t d[32];
+    char h[65];
+    resihp__sha256_select(portable);
+    resihp__sha256_init(&s);
+    for (int i = 0; i < 5; i++)
+      resihp__sha256_update(&s, data, 200000);
+    resihp__sha256_final(&s, d);
+    hex(d, h);
+    ck_assert_str_eq(
+        h, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  }
+  resihp__sha256_select(0);
+}
+END_TEST
+
 /* Per-message MACs: both ends derive matching keys, each direction its own;
  * a forged, replayed, reordered or cross-direction message is refused. */
 START_TEST(msgauth_seal_open) {
@@ -841,6 +1005,295 @@ START_TEST(auth_refuses_wrong_secret) {
 }
 END_TEST
 
+/* ---- pre-authentication stalls ------------------------------------------
+ * Rank 3 of the group plays an attacker who knows the endpoints but not the
+ * secret. Before the real ranks start it opens connections to rank 0's
+ * port that stay idle, connections that drip a plausible hello a byte at a
+ * time, and connections that drip garbage; once the ranks run it opens more
+ * idle ones than the server keeps pending. The three real ranks must set up
+ * and all-reduce as if nobody was there (their 10 s connect timeout is the
+ * only clock: with one idle connection costing its 3 s handshake deadline
+ * in turn, the old server ran out of it). */
+#define STALL_IDLE 60
+#define STALL_LATE 40
+#define STALL_DRIP 4
+static int stall_gate[2];
+
+static int open_to(const char *ep) {
+  int port = atoi(strrchr(ep, ':') + 1);
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 &&
+      errno != EINPROGRESS) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* 1 once nobody listens on ep any more (connection refused). */
+static int port_closed(const char *ep) {
+  int fd = open_to(ep), err = 0;
+  if (fd < 0)
+    return 1;
+  struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+  socklen_t el = sizeof(err);
+  if (poll(&pfd, 1, 100) == 1)
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+  close(fd);
+  return err == ECONNREFUSED;
+}
+
+static int rank_stall(int rank, int n, void *arg) {
+  (void)arg;
+  (void)n;
+  if (rank < 3) {
+    char go;
+    close(stall_gate[1]);
+    if (read(stall_gate[0], &go, 1) != 1)
+      return 1;
+    resihp_comm_t *c;
+    int rc = make_comm(rank, 3, SECRET, 4096, 0, &c);
+    if (rc) {
+      fprintf(stderr, "rank %d: set-up under attack: %s\n", rank,
+              resihp_strerror(rc));
+      return 1;
+    }
+    float x[1000];
+    fill(x, 1000, RESIHP_FLOAT32, rank);
+    if (resihp_allreduce(c, x, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM) ||
+        check(x, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM, 7, 3))
+      return 1;
+    resihp_comm_destroy(c);
+    return 0;
+  }
+  /* The attacker. */
+  close(stall_gate[0]);
+  int fds[STALL_IDLE + STALL_LATE + 2 * STALL_DRIP], nfd = 0;
+  for (int i = 0; i < STALL_IDLE; i++)
+    if ((fds[nfd] = open_to(eps[0])) >= 0)
+      nfd++;
+  int drip0 = nfd;
+  for (int i = 0; i < 2 * STALL_DRIP; i++)
+    if ((fds[nfd] = open_to(eps[i % 2 ? 1 : 0])) >= 0)
+      nfd++;
+  int drip1 = nfd;
+  if (write(stall_gate[1], "ggg", 3) != 3)
+    return 1;
+  close(stall_gate[1]);
+  for (int i = 0; i < STALL_LATE; i++)
+    if ((fds[nfd] = open_to(eps[0])) >= 0)
+      nfd++;
+  /* A hello that looks right (magic "RSHA", version 1) byte by byte, or
+   * bytes that do not; until both ports refuse connections, which means
+   * that the real ranks are done. */
+  static const uint8_t hello[] = {0x41, 0x48, 0x53, 0x52, 1, 0, 0, 0};
+  for (size_t tick = 0;; tick++) {
+    if (port_closed(eps[0]) && port_closed(eps[1]))
+      return 0;
+    for (int k = 0; k < nfd; k++) {
+      if (fds[k] < 0)
+        continue;
+      uint8_t sink[64];
+      ssize_t r = recv(fds[k], sink, sizeof(sink), MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                     errno != ENOTCONN)) {
+        close(fds[k]);
+        fds[k] = -1;
+        continue;
+      }
+      if (k >= drip0 && k < drip1) {
+        uint8_t b = (k - drip0) % 4 == 3 ? (uint8_t)tick
+                                         : hello[tick % sizeof(hello)];
+        if (send(fds[k], &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+            errno != EAGAIN && errno != ENOTCONN) {
+          close(fds[k]);
+          fds[k] = -1;
+        }
+      }
+    }
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+START_TEST(setup_despite_idle_and_garbage_connections) {
+  int st[MAXN];
+  ck_assert_int_eq(pipe(stall_gate), 0);
+  run_group(4, rank_stall, NULL, st);
+  close(stall_gate[0]);
+  close(stall_gate[1]);
+  close(rec_pipe[0]);
+  expect_all_ok(4, st);
+}
+END_TEST
+
+/* ---- tampering on the path ------------------------------------------------
+ * Rank 2 of the group is a man in the middle: rank 1 reaches rank 0
+ * through it (its endpoint list says so), and it relays both connections
+ * faithfully through the handshake, which it cannot fake. After that it
+ * tampers with what rank 1 sends: _i = 0 slips a forged control frame in
+ * front of rank 1's first one (an agreement set that names rank 0, which
+ * rank 0 would obey by leaving the job), 1 changes a byte of rank 1's first
+ * genuine control frame, 2 (mac-data) flips a bit in the payload of rank
+ * 1's first data frame. Rank 0 must refuse the frame - never act on it -
+ * and suspect rank 1. 3 changes the shared-memory object name in rank 1's
+ * transport set-up message: rank 0 must refuse to set up. */
+#define HELLO_BYTES 52 /* mesh.c: struct hello */
+#define CLIENT_HS (HELLO_BYTES + 32)
+#define SERVER_HS (4 + 32 + 32 + 1)
+/* shm.c: struct setup_msg, then ok, each with its MAC */
+#define SHM_SETUP_BYTES (64 + RESIHP__MAC_LEN + 1 + RESIHP__MAC_LEN)
+
+static int mac_refusals;
+static void count_mac_refusals(resihp_log_level_t lvl, const char *sub,
+                               const char *msg, void *ud) {
+  (void)lvl, (void)sub, (void)ud;
+  if (strstr(msg, "fails its MAC"))
+    mac_refusals++;
+}
+
+static int dial_plain(const char *ep) {
+  int fd = open_to(ep);
+  struct pollfd p = {.fd = fd, .events = POLLOUT};
+  if (fd < 0 || poll(&p, 1, 5000) != 1)
+    return -1;
+  return fd;
+}
+
+/* Relay one direction's available bytes; apply the attack on the bytes
+ * rank 1 sends to rank 0 (up: 1). Returns -1 at EOF or error. */
+struct relay {
+  int from, to, up, channel;
+  size_t count; /* bytes relayed so far in this direction */
+};
+
+static int relay_once(struct relay *r, int mode, int *done) {
+  uint8_t buf[65536];
+  ssize_t n = recv(r->from, buf, sizeof(buf), MSG_DONTWAIT);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+    return -1;
+  if (n < 0)
+    return 0;
+  if (r->up && r->count <= CLIENT_HS && r->count + (size_t)n > CLIENT_HS &&
+      !*done) {
+    /* The first byte after the handshake is about to pass. */
+    size_t at = CLIENT_HS - r->count;
+    if (mode == 0 && r->channel == 1) {
+      ck_assert_int_eq(send(r->to, buf, at, MSG_NOSIGNAL), (ssize_t)at);
+      struct {
+        resihp__frame_hdr_t h;
+        uint8_t set[1 + RESIHP__MAC_LEN];
+      } f = {.h = {.magic = RESIHP__FRAME_MAGIC,
+                   .type = RESIHP__FRAME_AGREE,
+                   .src = 1,
+                   .len = 1},
+             .set = {1}};
+      ck_assert_int_eq(send(r->to, &f, sizeof(f), MSG_NOSIGNAL),
+                       (ssize_t)sizeof(f));
+      memmove(buf, buf + at, (size_t)n - at);
+      r->count += at;
+      n -= (ssize_t)at;
+      *done = 1;
+    }
+  }
+  size_t target = (size_t)-1;
+  if (mode == 1 && r->up && r->channel == 1)
+    target = CLIENT_HS + 16; /* the seq field of the first frame */
+  if (mode == 2 && r->up && r->channel == 0)
+    target = CLIENT_HS + SHM_SETUP_BYTES + sizeof(resihp__frame_hdr_t) + 100;
+  if (mode == 3 && r->up && r->channel == 0)
+    target = CLIENT_HS + 20; /* in setup_msg.name */
+  if (target >= r->count && target < r->count + (size_t)n && !*done) {
+    buf[target - r->count] ^= 0x10;
+    *done = 1;
+  }
+  r->count += (size_t)n;
+  ck_assert_int_eq(send(r->to, buf, (size_t)n, MSG_NOSIGNAL), n);
+  return 0;
+}
+
+static int rank_mitm(int rank, int n, void *arg) {
+  int mode = *(int *)arg;
+  (void)n;
+  transport = 1; /* the data must travel through the relay */
+  mac_data = mode == 2;
+  if (rank == 2) {
+    /* Rank 1 dials its two connections one after the other: relay the
+     * first while waiting for the second. */
+    struct relay r[4];
+    int done = 0, nr = 0;
+    for (;;) {
+      struct pollfd p[5];
+      for (int k = 0; k < nr; k++)
+        p[k] = (struct pollfd){.fd = r[k].from, .events = POLLIN};
+      p[nr] = (struct pollfd){.fd = nr < 4 ? lfds[2] : -1, .events = POLLIN};
+      if (poll(p, (nfds_t)nr + 1, -1) < 0)
+        return 1;
+      for (int k = 0; k < nr; k++)
+        if (p[k].revents && relay_once(&r[k], mode, &done) < 0)
+          return done ? 0 : 1; /* someone hung up: the test is over */
+      if (!p[nr].revents)
+        continue;
+      int cli = accept(lfds[2], NULL, NULL), srv = dial_plain(eps[0]);
+      uint8_t hello[HELLO_BYTES];
+      if (cli < 0 || srv < 0 ||
+          recv(cli, hello, sizeof(hello), MSG_WAITALL) != sizeof(hello) ||
+          send(srv, hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello))
+        return 1;
+      r[nr++] = (struct relay){cli, srv, 1, hello[6], HELLO_BYTES};
+      r[nr++] = (struct relay){srv, cli, 0, hello[6], 0};
+    }
+  }
+  resihp_comm_t *c;
+  if (rank == 1)
+    eps[0] = ep_buf[2]; /* rank 0, as rank 1 sees it: the relay */
+  else
+    resihp_log_set_handler(count_mac_refusals, NULL);
+  int rc = make_comm(rank, 2, SECRET, 4096, 0, &c);
+  if (mode == 3) {
+    if (rank == 0 && (rc != RESIHP_EPROTO || mac_refusals < 1)) {
+      fprintf(stderr, "rank 0: tampered set-up gave %s\n",
+              resihp_err_name(rc));
+      return 1;
+    }
+    if (!rc)
+      resihp_comm_destroy(c);
+    return 0;
+  }
+  if (rc)
+    return 1;
+  float x[1000];
+  for (int k = 0; k < 200 && !rc; k++) {
+    fill(x, 1000, RESIHP_FLOAT32, rank);
+    rc = resihp_allreduce(c, x, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM);
+    if (!rc && check(x, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM, 3, 2)) {
+      fprintf(stderr, "rank %d: a tampered result was accepted\n", rank);
+      return 1;
+    }
+  }
+  int f[2];
+  if (rank == 0 && (rc == 0 || rc == RESIHP_EEXCLUDED || mac_refusals < 1 ||
+                    resihp_comm_failed(c, f, 2) != 1 || f[0] != 1)) {
+    fprintf(stderr, "rank 0: tampering (mode %d) gave %s, %d MAC refusal(s)\n",
+            mode, resihp_err_name(rc), mac_refusals);
+    return 1;
+  }
+  resihp_comm_destroy(c);
+  return 0;
+}
+
+START_TEST(tampered_frames_refused) {
+  int st[MAXN], mode = _i;
+  run_group(3, rank_mitm, &mode, st);
+  close(rec_pipe[0]);
+  expect_all_ok(3, st);
+}
+END_TEST
+
+
 /* ---- hostile frames on the data plane ------------------------------------ */
 
 static void raw_frame(int fd, uint32_t magic, uint16_t type, uint32_t epoch,
@@ -863,7 +1316,8 @@ static resihp__transport_t *pair_transport(int sv[2]) {
   int fds[2] = {-1, sv[0]};
   resihp__transport_t *t;
   ck_assert_int_eq(
-      resihp__tcp_transport_create(0, 2, fds, NULL, NULL, 1024, -1, &t), 0);
+      resihp__tcp_transport_create(0, 2, fds, NULL, NULL, 1024, -1, NULL,
+                                   0, &t), 0);
   return t;
 }
 
@@ -918,9 +1372,39 @@ struct shm_side {
 
 static void *shm_side_setup(void *arg) {
   struct shm_side *s = arg;
-  s->rc = resihp__shm_setup(s->self, 2, s->fds, 1, resihp__now_ms() + 5000,
+  s->rc = resihp__shm_setup(s->self, 2, s->fds, NULL, 1,
+                            resihp__now_ms() + 5000,
                             s->in, s->out);
   return NULL;
+}
+
+/* Two transports, rank 0 (rx) and rank 1 (tx), joined by shared-memory
+ * rings; *rx_in is rank 0's ring from rank 1, *tx_out rank 1's ring to
+ * rank 0 (both mappings of one object). */
+static void shm_pair(size_t max, resihp__transport_t **rx,
+                     resihp__transport_t **tx, resihp__ring_t **rx_in,
+                     resihp__ring_t **tx_out) {
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  struct shm_side side[2] = {{.self = 0, .fds = {-1, sv[0]}},
+                             {.self = 1, .fds = {sv[1], -1}}};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, shm_side_setup, &side[1]), 0);
+  shm_side_setup(&side[0]);
+  pthread_join(th, NULL);
+  ck_assert_int_eq(side[0].rc, 0);
+  ck_assert_int_eq(side[1].rc, 0);
+  ck_assert_ptr_nonnull(side[0].in[1]);
+  if (rx_in)
+    *rx_in = side[0].in[1];
+  if (tx_out)
+    *tx_out = side[1].out[0];
+  ck_assert_int_eq(resihp__tcp_transport_create(0, 2, side[0].fds, side[0].in,
+                                                side[0].out, max, -1, NULL, 0, rx),
+                   0);
+  ck_assert_int_eq(resihp__tcp_transport_create(1, 2, side[1].fds, side[1].in,
+                                                side[1].out, max, -1, NULL, 0, tx),
+                   0);
 }
 
 static void combine_f32(void *dst, const void *a, const void *b, size_t n,
@@ -960,24 +1444,9 @@ START_TEST(recv_reduce_sums_split_elements) {
     close(sv[1]);
     return;
   }
-  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-  struct shm_side side[2] = {{.self = 0, .fds = {-1, sv[0]}},
-                             {.self = 1, .fds = {sv[1], -1}}};
-  pthread_t th;
-  ck_assert_int_eq(pthread_create(&th, NULL, shm_side_setup, &side[1]), 0);
-  shm_side_setup(&side[0]);
-  pthread_join(th, NULL);
-  ck_assert_int_eq(side[0].rc, 0);
-  ck_assert_int_eq(side[1].rc, 0);
-  ck_assert_ptr_nonnull(side[0].in[1]);
   resihp__transport_t *rx, *tx;
   size_t big = (1u << 20) + 4; /* bytes per float frame */
-  ck_assert_int_eq(resihp__tcp_transport_create(0, 2, side[0].fds, side[0].in,
-                                                side[0].out, big, -1, &rx),
-                   0);
-  ck_assert_int_eq(resihp__tcp_transport_create(1, 2, side[1].fds, side[1].in,
-                                                side[1].out, big, -1, &tx),
-                   0);
+  shm_pair(big, &rx, &tx, NULL, NULL);
   /* Frame 0: three bfloat16 (6 bytes), so that every later float starts 2
    * bytes off a 4-byte boundary; then 6 float frames, 6 MiB in a 4 MiB
    * ring, all queued at once: the ring fills and wraps. */
@@ -1034,9 +1503,56 @@ START_TEST(recv_reduce_sums_split_elements) {
 }
 END_TEST
 
+/* A peer that shares a ring can write its header: head and tail are
+ * checked against this side's own index, and an impossible one is a
+ * protocol error of that peer, never an access outside the mapping. _i = 0:
+ * the producer publishes a head beyond a full ring; 1: one behind the
+ * consumer's tail; 2: the consumer publishes a tail ahead of everything
+ * written (which once made the producer write past the mapping). */
+START_TEST(shm_ring_corrupt_index) {
+  resihp__transport_t *rx, *tx;
+  resihp__ring_t *ring_in, *ring_out;
+  size_t len = (4u << 20) + 8192;
+  shm_pair(len, &rx, &tx, &ring_in, &ring_out);
+  uint8_t *pay = calloc(1, len), *got = calloc(1, len);
+  resihp__tag_t tag = {0, 0, 0};
+  int bad = -1, rc = 0;
+  if (_i < 2) {
+    _Atomic uint64_t *head = resihp__ring_test_index(ring_out, 0);
+    atomic_store(head, _i == 0 ? (4u << 20) + 8192 : (uint64_t)-1);
+    ck_assert_int_eq(rx->ops->post_recv(rx, 1, tag, got, 64), 0);
+    for (int k = 0; k < 100 && rc >= 0; k++)
+      rc = rx->ops->progress(rx, 0, &bad);
+  } else {
+    atomic_store(resihp__ring_test_index(ring_in, 1), 8192);
+    ck_assert_int_eq(tx->ops->post_send(tx, 0, tag, pay, len), 0);
+    for (int k = 0; k < 100 && rc >= 0; k++)
+      rc = tx->ops->progress(tx, 0, &bad);
+  }
+  ck_assert_int_eq(rc, RESIHP_EPROTO);
+  ck_assert_int_eq(bad, _i < 2 ? 1 : 0);
+  rx->ops->destroy(rx);
+  tx->ops->destroy(tx);
+  free(pay);
+  free(got);
+}
+END_TEST
+
+/* A 16-byte receive from rank 1 fails with code, blaming rank 1; then t
+ * is destroyed. */
+static void receive_fails(resihp__transport_t *t, int code) {
+  float got[4];
+  int bad = -1;
+  resihp__tag_t tag = {0, 0, 0};
+  ck_assert_int_eq(t->ops->post_recv(t, 1, tag, got, 16), 0);
+  ck_assert_int_eq(pump(t, &bad), code);
+  ck_assert_int_eq(bad, 1);
+  t->ops->destroy(t);
+}
+
 /* _i selects the kind of malformed input. */
 START_TEST(malformed_frames_rejected) {
-  int sv[2], bad = -1;
+  int sv[2];
   resihp__transport_t *t = pair_transport(sv);
   uint8_t junk[64];
   memset(junk, 0xab, sizeof(junk));
@@ -1049,16 +1565,13 @@ START_TEST(malformed_frames_rejected) {
     raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 0,
               1u << 30, NULL, 0);
     break;
-  case 2: /* truncated payload, then the link closes */
-    raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 0, 16,
-              pay, 7);
-    close(sv[1]);
-    sv[1] = -1;
+  case 2: /* a length beyond the posted receive */
+    raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 0, 20,
+              pay, 16);
     break;
-  case 3: /* truncated header */
-    ck_assert_int_eq(write(sv[1], junk, 10), 10);
-    close(sv[1]);
-    sv[1] = -1;
+  case 3: /* unknown frame type with a plausible length */
+    raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_AGREE, 0, 1, 0, 0, 16,
+              pay, 16);
     break;
   case 4: /* right epoch, wrong step */
     raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 3, 16,
@@ -1072,18 +1585,43 @@ START_TEST(malformed_frames_rejected) {
     raw_frame(sv[1], RESIHP__FRAME_MAGIC, 99, 0, 1, 0, 0, 0, NULL, 0);
     break;
   }
-  float got[4];
-  resihp__tag_t tag = {0, 0, 0};
-  ck_assert_int_eq(t->ops->post_recv(t, 1, tag, got, 16), 0);
-  ck_assert_int_eq(pump(t, &bad), RESIHP_EPROTO);
-  ck_assert_int_eq(bad, 1);
-  t->ops->destroy(t);
-  if (sv[1] >= 0)
-    close(sv[1]);
+  receive_fails(t, RESIHP_EPROTO);
+  close(sv[1]);
 }
 END_TEST
 
-/* End to end: a peer that authenticates, then sends a truncated frame. */
+/* A peer whose link ends in the middle of a frame died (or left): that is
+ * RESIHP_EPEER, like any closed link, not a protocol error. _i = 0: the
+ * payload is cut short, 1: the header, 2: a real process is SIGKILLed after
+ * writing half a frame. */
+START_TEST(peer_gone_mid_frame) {
+  int sv[2];
+  resihp__transport_t *t = pair_transport(sv);
+  float pay[4] = {0};
+  if (_i == 0) {
+    raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 0, 16,
+              pay, 7);
+  } else if (_i == 1) {
+    ck_assert_int_eq(write(sv[1], pay, 10), 10);
+  } else {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+      raw_frame(sv[1], RESIHP__FRAME_MAGIC, RESIHP__FRAME_DATA, 0, 1, 0, 0,
+                16, pay, 9);
+      raise(SIGKILL);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert(WIFSIGNALED(st));
+  }
+  close(sv[1]);
+  receive_fails(t, RESIHP_EPEER);
+}
+END_TEST
+
+/* End to end: a peer that authenticates, then sends a frame that cannot be
+ * right (longer than the chunk it stands for) and stays connected. */
 static int rank_hostile(int rank, int n, void *arg) {
   if (rank == 0) {
     resihp_comm_t *c;
@@ -1105,32 +1643,32 @@ static int rank_hostile(int rank, int n, void *arg) {
     return 0;
   }
   int64_t dl = resihp__now_ms() + 5000;
+  resihp__msgauth_t auth[2];
   int d = resihp__mesh_dial(eps[0], (const uint8_t *)SECRET, strlen(SECRET), 1,
-                            0, 2, 0, dl);
+                            0, 2, 0, dl, &auth[0]);
   int k = resihp__mesh_dial(eps[0], (const uint8_t *)SECRET, strlen(SECRET), 1,
-                            0, 2, 1, dl);
+                            0, 2, 1, dl, NULL);
   if (d < 0 || k < 0)
     return 1;
   /* Play the transport set-up honestly (declining shared memory), then
    * misbehave. */
   int fds[2] = {d, -1};
   resihp__ring_t *rin[2], *rout[2];
-  if (resihp__shm_setup(1, 2, fds, 0, dl, rin, rout))
+  if (resihp__shm_setup(1, 2, fds, auth, 0, dl, rin, rout))
     return 1;
   float pay[8] = {0};
   resihp__frame_hdr_t h = {.magic = RESIHP__FRAME_MAGIC,
                            .type = RESIHP__FRAME_DATA,
                            .src = 1,
-                           .len = 2000};
+                           .len = 4000}; /* the chunk is 2000 */
   if (resihp__io_full(d, &h, sizeof(h), 1, dl) ||
       resihp__io_full(d, pay, sizeof(pay), 1, dl))
     return 1;
-  shutdown(d, SHUT_WR);
-  sleep(2); /* keep the control link open: the truncation must be the cause */
+  sleep(2); /* keep both links open: the bad frame must be the cause */
   return 0;
 }
 
-START_TEST(hostile_peer_truncated_frame) {
+START_TEST(hostile_peer_bad_frame) {
   int st[MAXN];
   run_group(2, rank_hostile, NULL, st);
   close(rec_pipe[0]);
@@ -1142,23 +1680,30 @@ static Suite *suite(void) {
   Suite *s = suite_create("allreduce");
   TCase *tc = tcase_create("unit");
   tcase_add_test(tc, sha256_vectors);
+  tcase_add_test(tc, sha256_implementations_agree);
   tcase_add_test(tc, msgauth_seal_open);
   tcase_add_test(tc, fixed_point_helpers);
   tcase_add_test(tc, stale_epoch_and_duplicates_dropped);
   tcase_add_loop_test(tc, malformed_frames_rejected, 0, 7);
   tcase_add_loop_test(tc, recv_reduce_sums_split_elements, 0, 2);
+  tcase_add_loop_test(tc, shm_ring_corrupt_index, 0, 3);
+  tcase_add_loop_test(tc, peer_gone_mid_frame, 0, 3);
   suite_add_tcase(s, tc);
   tc = tcase_create("group");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, allreduce_lengths, 0, 8);
+  tcase_add_loop_test(tc, allreduce_lengths, 10, 16);
   tcase_add_test(tc, auth_refuses_wrong_secret);
-  tcase_add_test(tc, hostile_peer_truncated_frame);
+  tcase_add_test(tc, hostile_peer_bad_frame);
+  tcase_add_test(tc, setup_despite_idle_and_garbage_connections);
+  tcase_add_loop_test(tc, tampered_frames_refused, 0, 4);
   tcase_add_test(tc, deterministic_with_failure);
   suite_add_tcase(s, tc);
   tc = tcase_create("faults");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, allreduce_faults, 0,
                       (int)(sizeof(scenarios) / sizeof(scenarios[0])));
+  tcase_add_test(tc, pause_below_bound_tolerated_beyond_detected);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -8,12 +8,15 @@
  * (reduce-scatter then all-gather) over the current view: the live members of
  * the current membership epoch.
  *
- * Failures. A peer that dies, hangs or whose link is cut is noticed within
- * the detection bound (RESIHP_DETECT_TIMEOUT_MS, default 1 s): a monitor
- * thread exchanges heartbeats (RESIHP_HEARTBEAT_MS, at most a third of the
- * bound) on the control connections and declares a peer dead after 90 % of
- * the bound in silence, socket errors are seen at once, and a rank whose
- * collective fails broadcasts an abort carrying its suspects. Every survivor's resihp_allreduce() then returns RESIHP_EPEER (a
+ * Failures. A peer that dies or whose link is cut is noticed at once (socket
+ * errors); one that hangs is judged by the detection bound T
+ * (RESIHP_DETECT_TIMEOUT_MS, default 1 s): a monitor thread exchanges
+ * heartbeats every hb (RESIHP_HEARTBEAT_MS, at most T/3) on the control
+ * connections and declares a peer failed once it has been silent for T + hb.
+ * So a peer that stops (SIGSTOP, a hung host) for less than T is never
+ * declared failed, and one that stays stopped is declared failed between T
+ * and T + hb after it stopped (plus scheduling delays on a busy host). A
+ * rank whose collective fails broadcasts an abort carrying its suspects. Every survivor's resihp_allreduce() then returns RESIHP_EPEER (a
  * socket failed or a peer reported a failure) or RESIHP_ETIMEDOUT (a peer
  * fell silent); resihp_comm_failed() names the suspects. The caller's buffer
  * is left exactly as it was. The caller then calls resihp_comm_shrink(): the
@@ -94,10 +97,18 @@ typedef struct {
    * and no monitor thread: a failure may leave the buffer half reduced.
    * Exists to measure what fault tolerance costs. */
   int unprotected;
+  /* Every frame after the handshake carries a MAC with a sequence number
+   * (keyed by the handshake): control frames always, and the header of
+   * every data frame. mac_data extends it to gradient payloads, so that
+   * nobody on the path can change the numbers either: -1 = registry
+   * (RESIHP_MAC_DATA, mac-data, default off), 0 = off, 1 = on. Every rank
+   * must use the same value. A frame whose MAC fails makes its sender a
+   * suspect, like a malformed frame (RESIHP_EPROTO). */
+  int mac_data;
 } resihp_comm_opts_t;
 
-/* Defaults: listen_fd -1, deterministic -1, transport -1, everything else
- * 0/NULL. */
+/* Defaults: listen_fd -1, deterministic -1, transport -1, mac_data -1,
+ * everything else 0/NULL. */
 void resihp_comm_opts_init(resihp_comm_opts_t *opts);
 
 /* Connect to every other rank, authenticate each connection with the

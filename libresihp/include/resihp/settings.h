@@ -70,7 +70,9 @@ extern "C" {
   XX(FIXED_FRAC_BITS, "fixed-frac-bits", "RESIHP_FIXED_FRAC_BITS", INT, 32,    \
      0, 62, "", "fraction bits of the deterministic int64 fixed point")       \
   XX(COORD_TIMEOUT, "coord-timeout", "RESIHP_COORD_TIMEOUT_MS", MS, 3000, 100, \
-     600000, "", "coordinator: silence after which a replica is failed (ms)")
+     600000, "", "coordinator: silence after which a replica is failed (ms)") \
+  XX(MAC_DATA, "mac-data", "RESIHP_MAC_DATA", BOOL, 0, 0, 1, "",              \
+     "per-message MACs over gradient data too (control traffic: always)")
 
 typedef enum {
 #define RESIHP__SETTING_ENUM(id, ...) RESIHP_SETTING_##id,

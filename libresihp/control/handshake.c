@@ -37,15 +37,6 @@
 #define NONCE_LEN 16
 #define NONCE_HEX (2 * NONCE_LEN)
 
-static void hex(char *out, const uint8_t *in, size_t n) {
-  static const char d[] = "0123456789abcdef";
-  for (size_t i = 0; i < n; i++) {
-    out[2 * i] = d[in[i] >> 4];
-    out[2 * i + 1] = d[in[i] & 15];
-  }
-  out[2 * n] = '\0';
-}
-
 static void proof(const uint8_t *secret, size_t slen, const char *label,
                   const char *side, const char *n1, const char *n2,
                   char out[2 * RESIHP__SHA256_LEN + 1]) {
@@ -53,7 +44,7 @@ static void proof(const uint8_t *secret, size_t slen, const char *label,
   size_t lens[4] = {strlen(label), strlen(side), strlen(n1), strlen(n2)};
   uint8_t m[RESIHP__SHA256_LEN];
   resihp__hmac_sha256(secret, slen, parts, lens, 4, m);
-  hex(out, m, sizeof(m));
+  resihp__hex(out, m, sizeof(m));
 }
 
 static int proof_ok(const char *got, const char *want) {
@@ -65,7 +56,7 @@ static int nonce(char out[NONCE_HEX + 1]) {
   uint8_t r[NONCE_LEN];
   if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
     return RESIHP_ESYS;
-  hex(out, r, sizeof(r));
+  resihp__hex(out, r, sizeof(r));
   return 0;
 }
 

@@ -30,53 +30,37 @@ void resihp__msgauth_init(resihp__msgauth_t *a, const uint8_t *secret,
   a->tx.seq = a->rx.seq = 0;
 }
 
-/* The tag of message number seq. The part list is bounded by the callers
- * (a header and a payload at most); 8 leaves room. */
-static void tag_of(const resihp__macdir_t *d, const void *const *parts,
-                   const size_t *lens, int n, uint8_t out[RESIHP__MAC_LEN]) {
-  enum { MAXP = 8 };
-  const void *p[MAXP + 1];
-  size_t l[MAXP + 1];
-  uint8_t seq[8], full[RESIHP__SHA256_LEN];
-  if (n > MAXP)
-    n = MAXP;
-  for (int i = 0; i < 8; i++)
-    seq[i] = (uint8_t)(d->seq >> (8 * i));
-  p[0] = seq;
-  l[0] = sizeof(seq);
-  for (int i = 0; i < n; i++) {
-    p[i + 1] = parts[i];
-    l[i + 1] = lens[i];
-  }
-  resihp__hmac_sha256(d->key, sizeof(d->key), p, l, n + 1, full);
-  memcpy(out, full, RESIHP__MAC_LEN);
-}
-
 void resihp__msgauth_seal(resihp__msgauth_t *a, const void *const *parts,
                           const size_t *lens, int n,
                           uint8_t tag[RESIHP__MAC_LEN]) {
-  tag_of(&a->tx, parts, lens, n, tag);
-  a->tx.seq++;
+  resihp__macstream_t s;
+  resihp__macstream_begin(&s, &a->tx);
+  for (int i = 0; i < n; i++)
+    resihp__macstream_update(&s, parts[i], lens[i]);
+  resihp__macstream_seal(&s, &a->tx, tag);
 }
 
 int resihp__msgauth_open(resihp__msgauth_t *a, const void *const *parts,
                          const size_t *lens, int n,
                          const uint8_t tag[RESIHP__MAC_LEN]) {
-  uint8_t want[RESIHP__MAC_LEN];
-  tag_of(&a->rx, parts, lens, n, want);
-  if (resihp__ct_memcmp(want, tag, RESIHP__MAC_LEN) != 0)
-    return RESIHP_EAUTH;
-  a->rx.seq++;
-  return 0;
+  resihp__macstream_t s;
+  resihp__macstream_begin(&s, &a->rx);
+  for (int i = 0; i < n; i++)
+    resihp__macstream_update(&s, parts[i], lens[i]);
+  return resihp__macstream_open(&s, &a->rx, tag);
+}
+
+void resihp__hex(char *out, const uint8_t *in, size_t n) {
+  static const char d[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = d[in[i] >> 4];
+    out[2 * i + 1] = d[in[i] & 15];
+  }
+  out[2 * n] = '\0';
 }
 
 void resihp__mac_to_hex(const uint8_t tag[RESIHP__MAC_LEN], char *out) {
-  static const char d[] = "0123456789abcdef";
-  for (int i = 0; i < RESIHP__MAC_LEN; i++) {
-    out[2 * i] = d[tag[i] >> 4];
-    out[2 * i + 1] = d[tag[i] & 15];
-  }
-  out[RESIHP__MAC_HEX] = '\0';
+  resihp__hex(out, tag, RESIHP__MAC_LEN);
 }
 
 static int nibble(char c) {

@@ -88,6 +88,9 @@ void resihp__macstream_seal(resihp__macstream_t *s, resihp__macdir_t *tx,
 int resihp__macstream_open(resihp__macstream_t *s, resihp__macdir_t *rx,
                            const uint8_t tag[RESIHP__MAC_LEN]);
 
+/* n bytes as 2n lowercase hex digits and a NUL (out has 2n + 1 bytes). */
+void resihp__hex(char *out, const uint8_t *in, size_t n);
+
 /* Text forms for line protocols: the tag as RESIHP__MAC_HEX lowercase hex
  * digits (out has room for RESIHP__MAC_HEX + 1), and back. from_hex returns
  * 0 or RESIHP_EAUTH for anything that is not exactly that many hex digits. */

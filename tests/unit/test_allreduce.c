@@ -940,6 +940,20 @@ START_TEST(msgauth_seal_open) {
   size_t ls[2] = {5, 5};
   resihp__msgauth_seal(&a, split, ls, 2, t1);
   ck_assert_int_eq(resihp__msgauth_open(&b, m1, l, 1, t1), 0);
+  /* the tag is HMAC(K_dir, seq | message) truncated (msgauth.h), whether
+   * computed in one go or streamed: check against the one-shot HMAC */
+  {
+    resihp__msgauth_t x;
+    resihp__msgauth_init(&x, secret, 10, "coord", "NS", 2, "NC", 2, 0);
+    x.tx.seq = 7;
+    uint8_t seq[8] = {7, 0, 0, 0, 0, 0, 0, 0}, full[RESIHP__SHA256_LEN];
+    const void *hp[2] = {seq, "GO epoch=1"};
+    size_t hl[2] = {8, 10};
+    resihp__hmac_sha256(x.tx.key, sizeof(x.tx.key), hp, hl, 2, full);
+    resihp__msgauth_seal(&x, m1, l, 1, t2);
+    ck_assert_int_eq(memcmp(t2, full, RESIHP__MAC_LEN), 0);
+    ck_assert_uint_eq(x.tx.seq, 8);
+  }
   /* hex round trip; malformed hex refused */
   char h[RESIHP__MAC_HEX + 1];
   resihp__mac_to_hex(t1, h);

@@ -18,9 +18,9 @@ static void derive(uint8_t key[RESIHP__SHA256_LEN], const uint8_t *secret,
 }
 
 void resihp__msgauth_init(resihp__msgauth_t *a, const uint8_t *secret,
-                          size_t slen, const char *label,
-                          const void *nonce_srv, size_t nsrv,
-                          const void *nonce_cli, size_t ncli, int is_client) {
+                          size_t slen, const char *label, const void *nonce_srv,
+                          size_t nsrv, const void *nonce_cli, size_t ncli,
+                          int is_client) {
   resihp__macdir_t *s2c = is_client ? &a->rx : &a->tx;
   resihp__macdir_t *c2s = is_client ? &a->tx : &a->rx;
   derive(s2c->key, secret, slen, label, "s2c", nonce_srv, nsrv, nonce_cli,
@@ -121,8 +121,7 @@ void resihp__macstream_begin(resihp__macstream_t *s,
   memset(&k, 0, sizeof(k));
 }
 
-void resihp__macstream_update(resihp__macstream_t *s, const void *p,
-                              size_t n) {
+void resihp__macstream_update(resihp__macstream_t *s, const void *p, size_t n) {
   resihp__sha256_update(&s->inner, p, n);
 }
 

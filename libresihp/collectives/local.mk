@@ -21,6 +21,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/collectives/ctrl_frame.c \
 	libresihp/collectives/ring_allreduce.c \
 	libresihp/collectives/allreduce.c \
+	libresihp/collectives/p2p.c \
 	libresihp/collectives/reduce.c
 resihpinclude_HEADERS += libresihp/include/resihp/allreduce.h
 

@@ -1279,3 +1279,27 @@ int resihp_job_finish(resihp_job_t *j, const char *result) {
   snprintf(line, sizeof(line), "FINISH result=%s", j->valid_state ? r : "-");
   return send_line(j, line);
 }
+
+/* ---- sharded replicas: placeholders until the implementation lands ---- */
+int resihp_job_set_state_list(resihp_job_t *j, const resihp_job_buf_t *bufs,
+                              int n) {
+  if (!j || n < 0 || (n && !bufs))
+    return RESIHP_EINVAL;
+  if (n > 1)
+    return RESIHP_ENOTSUP;
+  return resihp_job_set_state(j, n ? bufs[0].data : NULL, n ? bufs[0].bytes : 0);
+}
+
+int resihp_job_allreduce_as(resihp_job_t *j, void *buf, size_t count,
+                            resihp_dtype_t dtype, resihp_op_t op) {
+  if (dtype == RESIHP_FIXED64 && op == RESIHP_OP_SUM)
+    return resihp_job_allreduce(j, buf, count);
+  return RESIHP_ENOTSUP;
+}
+
+int resihp_job_shard(const resihp_job_t *j) { return j ? j->lrank : -1; }
+int resihp_job_shards(const resihp_job_t *j) { return j ? j->lsize : 0; }
+resihp_comm_t *resihp_job_replica_comm(resihp_job_t *j) {
+  (void)j;
+  return NULL;
+}

@@ -152,6 +152,27 @@ int resihp_allreduce_to(resihp_comm_t *comm, const void *sendbuf,
                         void *recvbuf, size_t count, resihp_dtype_t dtype,
                         resihp_op_t op);
 
+/* ---- point to point and broadcast ----------------------------------------
+ * For a group whose members hold different shards (a replica's pipeline
+ * stages, tensor-parallel slices): activations and their gradients between
+ * stages, pieces broadcast from one member. peer and root are positions in
+ * the current view (resihp_comm_rank numbering). Messages between a pair
+ * arrive in the order they were sent; a receive must name the sender and
+ * the exact size (a frame of another size is RESIHP_EPROTO, the sender is
+ * then suspected). Sends to oneself and sizes of 0 are allowed.
+ *
+ * Failures as resihp_allreduce(): a peer that dies, whose link is cut or
+ * that hangs past the detection bound makes the call return RESIHP_EPEER or
+ * RESIHP_ETIMEDOUT (never RESIHP_EPROTO for a dead peer), and
+ * resihp_comm_failed() names it; a receive buffer is then unspecified, a
+ * send buffer is never written. A live peer that takes no part is waited
+ * for at most op_timeout_ms. resihp_bcast() returns 0 on a rank once it has
+ * the root's bytes and has passed them on; it is not an agreement (use
+ * resihp_allreduce for that). */
+int resihp_send(resihp_comm_t *comm, int peer, const void *buf, size_t bytes);
+int resihp_recv(resihp_comm_t *comm, int peer, void *buf, size_t bytes);
+int resihp_bcast(resihp_comm_t *comm, int root, void *buf, size_t bytes);
+
 /* ---- GPU data plane (NCCL) ----------------------------------------------
  * FTAR split: the CPU communicator keeps membership, failure detection and
  * agreement; NCCL moves device data. Built only when configure finds NCCL;

@@ -41,16 +41,35 @@
  * step (st.catching_up) but applies the step's all-reduced gradient like
  * everyone else. From the following step it gets its quota back.
  *
- * Several ranks per replica. When a replica's step has several tasks
- * (resihp-run --nodes-per-replica K), rank 0 of the step speaks for the
- * replica (coordinator, all-reduce across replicas); the other ranks find
- * it through PMIx (srun --mpi=pmix) or the coordinator and connect to it.
- * Every rank calls the same API: st.mbs and st.extra are that rank's share
- * of the replica's microbatches, resihp_job_allreduce sums the ranks'
- * accumulators exactly before the all-reduce across replicas and hands the
- * result to every rank. Any rank failing fails its whole replica. The state
- * is assumed replicated within a replica: a replacement's ranks all get the
- * serving replica's rank-0 state.
+ * Sharded replicas (hybrid parallelism). A replica's step may have K
+ * ranks (resihp-run --ranks-per-replica K): rank k of every replica owns
+ * shard k of the model (a pipeline stage, a tensor-parallel slice, an FSDP
+ * shard). Every rank of a replica gets the replica's whole microbatch list
+ * (st.mbs, st.extra): the shards of a replica process each microbatch
+ * together. For each k, the ranks k of the member replicas form a
+ * fault-tolerant data-parallel group of their own: resihp_job_allreduce on
+ * rank k exchanges shard k's gradient there, the K groups concurrently.
+ * The ranks of one replica form a communicator of their own
+ * (resihp_job_replica_comm: p2p for activations, all-reduce and broadcast
+ * for tensor-parallel pieces; rank k there is shard k).
+ *   A step commits in all K groups or in none: after its group's
+ * all-reduce each rank learns through the replica communicator whether all
+ * K groups succeeded. If one failed, the replica's rank 0 (which alone
+ * talks to the coordinator) reports the replicas left in every group; the
+ * coordinator's one decision removes a failed replica from all K groups in
+ * the same step and epoch and hands its microbatches to the survivors, whose
+ * K ranks all get RESIHP_EREASSIGNED with the same st.extra. Any rank of a
+ * replica failing fails the whole replica; resihp-run relaunches it, and
+ * rank k of the replacement receives shard k's state from rank k of a
+ * healthy replica (the K transfers in parallel, spread over the healthy
+ * replicas).
+ *   With K = 1 (the default) a replica is one rank and all of this reduces
+ * to the data-parallel job described above.
+ *
+ * State. The state a replacement copies is a list of buffers (parameters,
+ * optimizer moments, RNG state...): resihp_job_opts_t.state at join (its
+ * sizes are compared with every other replica's shard: a mismatch is
+ * refused at join) or resihp_job_set_state_list() before the first step.
  *
  * Fault injection (RESIHP_INJECT, see resihp-run(1)) is executed here:
  * begin_step fires the injection planned for this replica at this step
@@ -75,6 +94,8 @@
 #ifndef RESIHP_JOB_H
 #define RESIHP_JOB_H
 
+#include <resihp/allreduce.h>
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,6 +104,12 @@ extern "C" {
 #endif
 
 typedef struct resihp_job resihp_job_t;
+
+/* One buffer of a rank's state. */
+typedef struct {
+  void *data;
+  size_t bytes;
+} resihp_job_buf_t;
 
 typedef struct {
   /* global microbatches per step (constant), 1..165518: every list of
@@ -98,6 +125,14 @@ typedef struct {
   const char *secret_file;
   const char *inject;
   int timeout_ms; /* bound on every wait for the coordinator; 0 = 60000 */
+  /* The ranks per replica (shards) this program is written for; 0: any.
+   * Join fails (RESIHP_EINVAL) when the step has another number. */
+  int ranks_per_replica;
+  /* This rank's state (its shard), nstate buffers; may be NULL/0 and
+   * given later with resihp_job_set_state_list. Given here, its sizes are
+   * checked at join against the same shard of every other replica. */
+  const resihp_job_buf_t *state;
+  int nstate;
 } resihp_job_opts_t;
 
 typedef struct {
@@ -122,6 +157,11 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out);
  * parameters and optimizer state as one contiguous buffer). Call before
  * the first begin_step. A replacement receives into this buffer. */
 int resihp_job_set_state(resihp_job_t *job, void *state, size_t bytes);
+/* The same for a state of several buffers (copied list; the buffers stay
+ * the caller's). At most 4096 buffers. When the state was given at join,
+ * the sizes must be the same (RESIHP_EINVAL otherwise). */
+int resihp_job_set_state_list(resihp_job_t *job, const resihp_job_buf_t *bufs,
+                              int n);
 
 /* Wait for the step boundary (every member ready), re-create the
  * communicator if the membership changed, receive the state when this is
@@ -135,6 +175,13 @@ int resihp_job_begin_step(resihp_job_t *job, resihp_job_step_t *st);
  * the step struct last filled and call again), RESIHP_EEXCLUDED (the
  * others excluded this replica: leave) or another negative code. */
 int resihp_job_allreduce(resihp_job_t *job, int64_t *acc, size_t n);
+/* The same for gradients as they are: dtype RESIHP_FLOAT32, RESIHP_BFLOAT16,
+ * RESIHP_FLOAT64 or RESIHP_FIXED64; op RESIHP_OP_SUM, or RESIHP_OP_AVG
+ * (divided by the replicas in the group: st.nreplicas). Float sums depend on
+ * which replica computed what; for bitwise reproducible results accumulate
+ * in fixed point. One gradient exchange per step and rank. */
+int resihp_job_allreduce_as(resihp_job_t *job, void *buf, size_t count,
+                            resihp_dtype_t dtype, resihp_op_t op);
 
 /* Commit the step (the ledger records who computed what). */
 int resihp_job_end_step(resihp_job_t *job);
@@ -156,10 +203,19 @@ int resihp_job_microbatch_samples(const resihp_job_t *job,
                                   resihp_job_mb_sample_t *out, int max);
 
 int resihp_job_replica(const resihp_job_t *job);
+/* This rank's shard index k (0..K-1) and K, the ranks of its replica. */
+int resihp_job_shard(const resihp_job_t *job);
+int resihp_job_shards(const resihp_job_t *job);
+/* The communicator of this replica's K ranks (rank k = shard k), owned by
+ * the job; valid from join to destroy. A failure of one of its ranks fails
+ * the replica: on an error from it, leave (resihp_job_destroy, exit). */
+resihp_comm_t *resihp_job_replica_comm(resihp_job_t *job);
 
 /* Tell the coordinator the run is over, with a short result text (e.g. the
  * checksum of the final parameters, at most 200 printable characters,
- * no spaces) that resihp-run compares across replicas. */
+ * no spaces) that resihp-run compares across replicas. Every rank calls
+ * it with its shard's result; the replica reports "r0/r1/..." (shortened
+ * to a digest of them when longer than 200 characters). */
 int resihp_job_finish(resihp_job_t *job, const char *result);
 
 void resihp_job_destroy(resihp_job_t *job);

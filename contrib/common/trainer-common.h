@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* What the example trainers (contrib/trainer, contrib/pipeline-trainer)
+ * share: the synthetic data, the checksum, the clock, and the file
+ * rendezvous of their baselines that run without resihp-run.
+ *
+ * Data. Microbatch mb of step s is B sequences drawn from (seed, s, mb)
+ * alone, so any replica (and any pipeline stage) can regenerate it: each
+ * sequence belongs to a class and draws half of its 4..63 tokens from that
+ * class's block of the vocabulary. */
+#ifndef TRAINER_COMMON_H
+#define TRAINER_COMMON_H
+
+#include <resihp.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Longest sequence trainer_sequence draws. */
+#define TRAINER_MAX_LEN 63
+
+uint64_t trainer_splitmix(uint64_t *x);
+
+/* The generator state of microbatch mb of step s. */
+uint64_t trainer_mb_rng(uint64_t seed, long s, int mb);
+
+/* Draw the next sequence from *r over a vocabulary of V tokens and C
+ * classes: its class in *cls, its tokens in tok[0..len-1]; returns len
+ * (4..TRAINER_MAX_LEN). */
+int trainer_sequence(uint64_t *r, int V, int C, int *cls, int *tok);
+
+/* FNV-1a 64 of n bytes, continuing from h (TRAINER_FNV_INIT to start). */
+#define TRAINER_FNV_INIT 0xcbf29ce484222325ULL
+uint64_t trainer_fnv1a_more(uint64_t h, const void *p, size_t n);
+uint64_t trainer_fnv1a(const void *p, size_t n);
+
+double trainer_now_s(void);
+void trainer_sleep_ms(int ms);
+/* An integer from the environment, def when unset or empty. */
+int trainer_envint(const char *name, int def);
+
+/* The rendezvous of the baselines (one plain srun step, no resihp-run):
+ * listen on an ephemeral port, publish host:port in DIR/NAME.RANK, wait
+ * (at most 30 s) for the n ranks' files and build a communicator of them
+ * (unprotected: resihp_comm_opts_t.unprotected). Messages are prefixed
+ * with prog. Returns 0, 2 for a local set-up error (listen, files) or 1
+ * when the communicator cannot be built. */
+int trainer_rendezvous(const char *prog, const char *dir, const char *name,
+                       int rank, int n, int unprotected, resihp_comm_t **out);
+
+#endif /* TRAINER_COMMON_H */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* What the example trainers (contrib/trainer, contrib/pipeline-trainer)
  * share: the synthetic data, the checksum, the clock, and the file
- * rendezvous of their baselines that run without resihp-run.
+ * rendezvous of their baselines that run without resihp-run, and the
+ * layers both models are made of.
  *
  * Data. Microbatch mb of step s is B sequences drawn from (seed, s, mb)
  * alone, so any replica (and any pipeline stage) can regenerate it: each
@@ -32,6 +33,25 @@ int trainer_sequence(uint64_t *r, int V, int C, int *cls, int *tok);
 #define TRAINER_FNV_INIT 0xcbf29ce484222325ULL
 uint64_t trainer_fnv1a_more(uint64_t h, const void *p, size_t n);
 uint64_t trainer_fnv1a(const void *p, size_t n);
+
+/* Layers, for one sequence (trainer-layers.c). W is out x in, row-major.
+ * x = the mean of the rows tok[0..len) of E (D wide), and its backward:
+ * gE's rows tok += dx / len. */
+void trainer_embed_mean(const float *E, int D, const int *tok, int len,
+                        float *x);
+void trainer_embed_mean_bwd(float *gE, int D, const int *tok, int len,
+                            const float *dx);
+/* y = W x + b, through tanh when act_tanh. */
+void trainer_dense(const float *W, const float *b, int in, int out,
+                   const float *x, float *y, int act_tanh);
+/* da = dh * (1 - h^2): from tanh's output back to its input. */
+void trainer_tanh_bwd(const float *h, const float *dh, int n, float *da);
+/* Backward of y = W x + b: gW += dy x^T, gb += dy, dx = W^T dy. */
+void trainer_dense_bwd(const float *W, int in, int out, const float *x,
+                       const float *dy, float *gW, float *gb, float *dx);
+/* Softmax of the logits z[0..n) and its cross-entropy with class cls:
+ * z becomes dloss/dz (p - onehot); returns the loss. */
+double trainer_softmax_xent(float *z, int n, int cls);
 
 double trainer_now_s(void);
 void trainer_sleep_ms(int ms);

@@ -54,6 +54,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +105,7 @@ typedef struct {
   slot_t *slots;
   int nslots;
   float *d[2], *drecv; /* gradient scratch, B x widest boundary */
+  float *da;           /* one sequence's, widest boundary */
   resihp_job_t *job;
 } stage_t;
 
@@ -168,113 +170,48 @@ static void gen_data(const cfg_t *c, slot_t *sl, long s, int mb) {
                                   sl->tok + (size_t)b * TRAINER_MAX_LEN);
 }
 
-static void embed_fwd(const cfg_t *c, const unit_t *u, const slot_t *sl,
-                      float *out) {
-  for (int b = 0; b < c->B; b++) {
-    float *x = out + (size_t)b * c->D;
-    const int *tok = sl->tok + (size_t)b * TRAINER_MAX_LEN;
-    for (int d = 0; d < c->D; d++)
-      x[d] = 0;
-    for (int t = 0; t < sl->len[b]; t++)
-      for (int d = 0; d < c->D; d++)
-        x[d] += u->p[(size_t)tok[t] * c->D + d];
-    for (int d = 0; d < c->D; d++)
-      x[d] /= (float)sl->len[b];
-  }
-}
-
-static void embed_bwd(const cfg_t *c, unit_t *u, const slot_t *sl,
-                      const float *dout) {
-  for (int b = 0; b < c->B; b++) {
-    const float *dx = dout + (size_t)b * c->D;
-    const int *tok = sl->tok + (size_t)b * TRAINER_MAX_LEN;
-    for (int t = 0; t < sl->len[b]; t++)
-      for (int d = 0; d < c->D; d++)
-        u->g[(size_t)tok[t] * c->D + d] += dx[d] / (float)sl->len[b];
-  }
-}
-
-static void hidden_fwd(const cfg_t *c, const unit_t *u, const float *in,
-                       float *out) {
-  const float *W = u->p, *bias = u->p + (size_t)u->out * u->in;
-  for (int b = 0; b < c->B; b++) {
-    const float *x = in + (size_t)b * u->in;
-    for (int i = 0; i < u->out; i++) {
-      float a = bias[i];
-      for (int j = 0; j < u->in; j++)
-        a += W[(size_t)i * u->in + j] * x[j];
-      out[(size_t)b * u->out + i] = tanhf(a);
-    }
-  }
-}
-
-static void hidden_bwd(const cfg_t *c, unit_t *u, const float *in,
-                       const float *out, const float *dout, float *din) {
-  const float *W = u->p;
-  float *gW = u->g, *gb = u->g + (size_t)u->out * u->in;
-  for (int b = 0; b < c->B; b++) {
-    const float *x = in + (size_t)b * u->in, *h = out + (size_t)b * u->out,
-                *dh = dout + (size_t)b * u->out;
-    float *dx = din + (size_t)b * u->in;
-    for (int j = 0; j < u->in; j++)
-      dx[j] = 0;
-    for (int i = 0; i < u->out; i++) {
-      float da = dh[i] * (1 - h[i] * h[i]);
-      gb[i] += da;
-      for (int j = 0; j < u->in; j++) {
-        gW[(size_t)i * u->in + j] += da * x[j];
-        dx[j] += W[(size_t)i * u->in + j] * da;
-      }
-    }
-  }
-}
-
-/* Logits, softmax and the summed loss; out gets dloss/dlogits. */
-static double classifier_fwd(const cfg_t *c, const unit_t *u, const float *in,
-                             float *out, const int *cls) {
-  const float *W = u->p, *bias = u->p + (size_t)u->out * u->in;
+/* A unit over the B sequences of a microbatch, from the layers of
+ * trainer-common.h. in and out are the boundaries around it (B x width);
+ * after the classifier, out holds dloss/dlogits. */
+static double unit_fwd(const cfg_t *c, const unit_t *u, int j, const slot_t *sl,
+                       const float *in, float *out) {
   double loss = 0;
+  const float *bias = u->p + (size_t)u->out * u->in;
   for (int b = 0; b < c->B; b++) {
-    const float *h = in + (size_t)b * u->in;
-    float *z = out + (size_t)b * u->out, mx = -1e30f, sum = 0;
-    for (int k = 0; k < u->out; k++) {
-      float a = bias[k];
-      for (int i = 0; i < u->in; i++)
-        a += W[(size_t)k * u->in + i] * h[i];
-      z[k] = a;
-      if (a > mx)
-        mx = a;
+    float *y = out + (size_t)b * u->out;
+    if (j == 0) {
+      trainer_embed_mean(u->p, c->D, sl->tok + (size_t)b * TRAINER_MAX_LEN,
+                         sl->len[b], y);
+      continue;
     }
-    for (int k = 0; k < u->out; k++) {
-      z[k] = expf(z[k] - mx);
-      sum += z[k];
-    }
-    for (int k = 0; k < u->out; k++) {
-      float p = z[k] / sum;
-      z[k] = p - (k == cls[b] ? 1.0f : 0.0f);
-      if (k == cls[b])
-        loss += -log((double)p + 1e-12);
-    }
+    const float *x = in + (size_t)b * u->in;
+    trainer_dense(u->p, bias, u->in, u->out, x, y, j < nunits(c) - 1);
+    if (j == nunits(c) - 1)
+      loss += trainer_softmax_xent(y, u->out, sl->cls[b]);
   }
   return loss;
 }
 
-static void classifier_bwd(const cfg_t *c, unit_t *u, const float *in,
-                           const float *dz_all, float *din) {
-  const float *W = u->p;
-  float *gW = u->g, *gb = u->g + (size_t)u->out * u->in;
+/* Adds the unit's gradient to u->g; din gets the gradient at its input
+ * (not for the embedding). dout is unused after the classifier, whose out
+ * is already dloss/dlogits. da: scratch of the unit's output width. */
+static void unit_bwd(const cfg_t *c, unit_t *u, int j, const slot_t *sl,
+                     const float *in, const float *out, const float *dout,
+                     float *din, float *da) {
+  float *gb = u->g + (size_t)u->out * u->in;
   for (int b = 0; b < c->B; b++) {
-    const float *h = in + (size_t)b * u->in, *dz = dz_all + (size_t)b * u->out;
-    float *dh = din + (size_t)b * u->in;
-    for (int i = 0; i < u->in; i++)
-      dh[i] = 0;
-    for (int k = 0; k < u->out; k++) {
-      gb[k] += dz[k];
-      for (int i = 0; i < u->in; i++) {
-        gW[(size_t)k * u->in + i] += dz[k] * h[i];
-        dh[i] += W[(size_t)k * u->in + i] * dz[k];
-      }
+    const float *y = out + (size_t)b * u->out, *dy = da;
+    if (j == 0) {
+      trainer_embed_mean_bwd(u->g, c->D, sl->tok + (size_t)b * TRAINER_MAX_LEN,
+                             sl->len[b], dout + (size_t)b * c->D);
+      continue;
     }
+    if (j == nunits(c) - 1)
+      dy = y;
+    else
+      trainer_tanh_bwd(y, dout + (size_t)b * u->out, u->out, da);
+    trainer_dense_bwd(u->p, u->in, u->out, in + (size_t)b * u->in, dy, u->g, gb,
+                      din + (size_t)b * u->in);
   }
 }
 
@@ -315,6 +252,7 @@ static void stage_init(stage_t *st, const cfg_t *c, unit_t *units, int k, int K,
   st->d[0] = xcalloc((size_t)c->B * wmax, sizeof(float));
   st->d[1] = xcalloc((size_t)c->B * wmax, sizeof(float));
   st->drecv = xcalloc((size_t)c->B * wmax, sizeof(float));
+  st->da = xcalloc((size_t)wmax, sizeof(float));
 }
 
 static void stage_free(stage_t *st) {
@@ -330,6 +268,7 @@ static void stage_free(stage_t *st) {
   free(st->d[0]);
   free(st->d[1]);
   free(st->drecv);
+  free(st->da);
 }
 
 /* GPipe keeps every microbatch of a pass in flight. */
@@ -377,15 +316,11 @@ static void stage_fwd(stage_t *st, slot_t *sl, long s, int mb) {
   double t0 = trainer_now_s();
   gen_data(c, sl, s, mb);
   for (int j = st->u0; j < st->u1; j++) {
-    unit_t *u = &st->units[j];
-    if (j == 0) {
-      embed_fwd(c, u, sl, bnd(st, sl, 1));
-    } else if (j == nunits(c) - 1) {
-      float lf = (float)classifier_fwd(c, u, bnd(st, sl, j), bnd(st, sl, j + 1),
-                                       sl->cls);
+    double loss = unit_fwd(c, &st->units[j], j, sl, j ? bnd(st, sl, j) : NULL,
+                           bnd(st, sl, j + 1));
+    if (j == nunits(c) - 1) {
+      float lf = (float)loss;
       accumulate(st, st->nacc - 1, &lf, 1);
-    } else {
-      hidden_fwd(c, u, bnd(st, sl, j), bnd(st, sl, j + 1));
     }
   }
   trainer_sleep_ms(c->mb_ms);
@@ -406,12 +341,7 @@ static const float *stage_bwd(stage_t *st, slot_t *sl, const float *dout) {
     float *din = j == 0 ? NULL : st->d[w];
     w ^= 1;
     memset(u->g, 0, u->n * sizeof(float));
-    if (j == 0)
-      embed_bwd(c, u, sl, d);
-    else if (j == nunits(c) - 1)
-      classifier_bwd(c, u, bnd(st, sl, j), bnd(st, sl, j + 1), din);
-    else
-      hidden_bwd(c, u, bnd(st, sl, j), bnd(st, sl, j + 1), d, din);
+    unit_bwd(c, u, j, sl, bnd(st, sl, j), bnd(st, sl, j + 1), d, din, st->da);
     accumulate(st, u->off, u->g, u->n);
     d = din;
   }
@@ -575,6 +505,23 @@ static void stage_range(const int *layers, int k, int *u0, int *u1) {
   *u1 = *u0 + layers[k];
 }
 
+/* Stage k of K as a process of its own holds: units[] gets the stage's
+ * units only. */
+static void stage_open(stage_t *st, const cfg_t *c, unit_t *units,
+                       const int *layers, int k, int K, resihp_job_t *job) {
+  int u0, u1;
+  stage_range(layers, k, &u0, &u1);
+  for (int j = u0; j < u1; j++)
+    init_unit(c, &units[j], j);
+  stage_init(st, c, units, k, K, u0, u1, job);
+}
+
+static void stage_close(stage_t *st) {
+  for (int j = st->u0; j < st->u1; j++)
+    free_unit(&st->units[j]);
+  stage_free(st);
+}
+
 /* ---- modes ------------------------------------------------------------ */
 
 static int run_reference(const cfg_t *c) {
@@ -663,7 +610,7 @@ static int run_job(const cfg_t *c) {
     return 1;
   }
   int me = resihp_job_replica(job), k = resihp_job_shard(job),
-      K = resihp_job_shards(job), layers[MAX_UNITS], u0, u1, ret = 1;
+      K = resihp_job_shards(job), layers[MAX_UNITS], ret = 1;
   char who[64];
   snprintf(who, sizeof(who), "[replica %d stage %d] ", me, k);
   const char *from;
@@ -679,12 +626,9 @@ static int run_job(const cfg_t *c) {
   }
   if (!c->quiet)
     print_partition(c, who, K, layers, from);
-  stage_range(layers, k, &u0, &u1);
   unit_t units[MAX_UNITS] = {0};
-  for (int j = u0; j < u1; j++)
-    init_unit(c, &units[j], j);
   stage_t st;
-  stage_init(&st, c, units, k, K, u0, u1, job);
+  stage_open(&st, c, units, layers, k, K, job);
   resihp_job_buf_t bufs[2 * MAX_UNITS];
   if ((rc = resihp_job_set_state_list(job, bufs, stage_state(&st, bufs)))) {
     fprintf(stderr, "%scannot register the state: %s\n", who,
@@ -742,8 +686,9 @@ static int run_job(const cfg_t *c) {
     goto out;
   }
   char sum[32];
-  snprintf(sum, sizeof(sum), "%016llx",
-           (unsigned long long)units_fnv(TRAINER_FNV_INIT, units, u0, u1));
+  snprintf(
+      sum, sizeof(sum), "%016llx",
+      (unsigned long long)units_fnv(TRAINER_FNV_INIT, units, st.u0, st.u1));
   double secs = trainer_now_s() - t0;
   printf("%straining done: %ld steps here in %.2f s, mean step %.2f ms (step "
          "boundaries %.2f s, pipeline %.2f s, gradient exchange %.2f s); "
@@ -755,9 +700,7 @@ static int run_job(const cfg_t *c) {
   ret = 0;
 out:
   resihp_job_destroy(job);
-  stage_free(&st);
-  for (int j = u0; j < u1; j++)
-    free_unit(&units[j]);
+  stage_close(&st);
   return ret;
 }
 
@@ -775,7 +718,7 @@ static int run_plain(const cfg_t *c) {
             K, t, n);
     return 2;
   }
-  int R = n / K, r = t / K, k = t % K, layers[MAX_UNITS], u0, u1, ret = 1;
+  int R = n / K, r = t / K, k = t % K, layers[MAX_UNITS], ret = 1;
   const char *attempt = getenv("RESIHP_ATTEMPT"), *from;
   if (!attempt || !*attempt)
     attempt = "0";
@@ -798,12 +741,9 @@ static int run_plain(const cfg_t *c) {
       return rc;
     }
   }
-  stage_range(layers, k, &u0, &u1);
   unit_t units[MAX_UNITS] = {0};
-  for (int j = u0; j < u1; j++)
-    init_unit(c, &units[j], j);
   stage_t st;
-  stage_init(&st, c, units, k, K, u0, u1, NULL);
+  stage_open(&st, c, units, layers, k, K, NULL);
   int *mbs = xcalloc((size_t)c->M, sizeof(int)), nmbs = 0;
   for (int mb = r; mb < c->M; mb += R)
     mbs[nmbs++] = mb;
@@ -829,8 +769,9 @@ static int run_plain(const cfg_t *c) {
   /* replica 0's stages send their checksums to its stage 0, which prints
    * the replica's result as resihp-run would */
   char sum[17];
-  snprintf(sum, sizeof(sum), "%016llx",
-           (unsigned long long)units_fnv(TRAINER_FNV_INIT, units, u0, u1));
+  snprintf(
+      sum, sizeof(sum), "%016llx",
+      (unsigned long long)units_fnv(TRAINER_FNV_INIT, units, st.u0, st.u1));
   if (r == 0 && k > 0 && (rc = resihp_send(pp, 0, sum, 16)))
     goto fail;
   if (t == 0) {
@@ -856,9 +797,7 @@ out:
   resihp_comm_destroy(pp);
   resihp_comm_destroy(dp);
   free(mbs);
-  stage_free(&st);
-  for (int j = u0; j < u1; j++)
-    free_unit(&units[j]);
+  stage_close(&st);
   return ret;
 }
 
@@ -942,72 +881,54 @@ int main(int argc, char **argv) {
              .momentum = 0.9,
              .seed = 1,
              .print_every = 10};
-  static const struct option lo[] = {
-      {"steps", 1, 0, 's'},  {"microbatches", 1, 0, 'M'},
-      {"batch", 1, 0, 'B'},  {"vocab", 1, 0, 'V'},
-      {"embed", 1, 0, 'D'},  {"hidden", 1, 0, 'H'},
-      {"layers", 1, 0, 'L'}, {"classes", 1, 0, 'C'},
-      {"lr", 1, 0, 'l'},     {"momentum", 1, 0, 'u'},
-      {"seed", 1, 0, 'S'},   {"mb-ms", 1, 0, 'w'},
-      {"stages", 1, 0, 'K'}, {"partition", 1, 0, 'P'},
-      {"float", 0, 0, 'f'},  {"print-every", 1, 0, 'p'},
-      {"quiet", 0, 0, 'q'},  {"reference", 0, 0, 'r'},
-      {"plain", 1, 0, 'x'},  {"help", 0, 0, 'h'},
-      {0, 0, 0, 0}};
+  /* the integer options, by their bounds; getopt returns 256 + index */
+  static const struct {
+    const char *name;
+    size_t off;
+    long lo, hi;
+  } iopt[] = {{"microbatches", offsetof(cfg_t, M), 1, 165518},
+              {"batch", offsetof(cfg_t, B), 1, 4096},
+              {"vocab", offsetof(cfg_t, V), 2, 1000000},
+              {"embed", offsetof(cfg_t, D), 1, 4096},
+              {"hidden", offsetof(cfg_t, H), 1, 4096},
+              {"layers", offsetof(cfg_t, L), 1, MAX_LAYERS},
+              {"classes", offsetof(cfg_t, C), 2, 1024},
+              {"mb-ms", offsetof(cfg_t, mb_ms), 0, 60000},
+              {"stages", offsetof(cfg_t, K), 1, MAX_UNITS},
+              {"print-every", offsetof(cfg_t, print_every), 0, 1000000000}};
+  enum { NI = sizeof(iopt) / sizeof(iopt[0]) };
+  struct option lo[NI + 16] = {
+      {"steps", 1, 0, 's'}, {"lr", 1, 0, 'l'},        {"momentum", 1, 0, 'u'},
+      {"seed", 1, 0, 'S'},  {"partition", 1, 0, 'P'}, {"float", 0, 0, 'f'},
+      {"quiet", 0, 0, 'q'}, {"reference", 0, 0, 'r'}, {"plain", 1, 0, 'x'},
+      {"help", 0, 0, 'h'}};
+  for (int i = 0; i < NI; i++)
+    lo[10 + i] = (struct option){iopt[i].name, 1, 0, 256 + i};
   int o;
   while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-    const char *n = NULL; /* the option's name, for messages */
-    for (int i = 0; lo[i].name; i++)
-      if (lo[i].val == o)
-        n = lo[i].name;
+    if (o >= 256 && o < 256 + NI) {
+      *(int *)((char *)&c + iopt[o - 256].off) = (int)num(
+          iopt[o - 256].name, optarg, iopt[o - 256].lo, iopt[o - 256].hi);
+      continue;
+    }
     switch (o) {
     case 's':
-      c.steps = num(n, optarg, 1, 1000000000L);
-      break;
-    case 'M':
-      c.M = (int)num(n, optarg, 1, 165518);
-      break;
-    case 'B':
-      c.B = (int)num(n, optarg, 1, 4096);
-      break;
-    case 'V':
-      c.V = (int)num(n, optarg, 2, 1000000);
-      break;
-    case 'D':
-      c.D = (int)num(n, optarg, 1, 4096);
-      break;
-    case 'H':
-      c.H = (int)num(n, optarg, 1, 4096);
-      break;
-    case 'L':
-      c.L = (int)num(n, optarg, 1, MAX_LAYERS);
-      break;
-    case 'C':
-      c.C = (int)num(n, optarg, 2, 1024);
+      c.steps = num("steps", optarg, 1, 1000000000L);
       break;
     case 'l':
-      c.lr = real(n, optarg);
+      c.lr = real("lr", optarg);
       break;
     case 'u':
-      c.momentum = real(n, optarg);
+      c.momentum = real("momentum", optarg);
       break;
     case 'S':
-      c.seed = (uint64_t)num(n, optarg, 0, 0x7fffffffffffffffL);
-      break;
-    case 'w':
-      c.mb_ms = (int)num(n, optarg, 0, 60000);
-      break;
-    case 'K':
-      c.K = (int)num(n, optarg, 1, MAX_UNITS);
+      c.seed = (uint64_t)num("seed", optarg, 0, 0x7fffffffffffffffL);
       break;
     case 'P':
       parse_partition(&c, optarg);
       break;
     case 'f':
       c.use_float = 1;
-      break;
-    case 'p':
-      c.print_every = (int)num(n, optarg, 0, 1000000000);
       break;
     case 'q':
       c.quiet = 1;

@@ -92,7 +92,7 @@ static double microbatch(model_t *m, long s, int mb, long *tokens,
   float *gE = m->grad, *gW1 = gE + (size_t)c->V * c->D,
         *gb1 = gW1 + (size_t)c->H * c->D, *gW2 = gb1 + c->H,
         *gb2 = gW2 + (size_t)c->C * c->H;
-  float x[256], h[256], z[64], dz[64], dh[256], dx[256];
+  float x[256], h[256], dz[64], dh[256], dx[256];
   int tok[64];
   double loss = 0;
   *tokens = 0;
@@ -103,61 +103,14 @@ static double microbatch(model_t *m, long s, int mb, long *tokens,
     int L = trainer_sequence(&r, c->V, c->C, &cls, tok);
     *tokens += L;
     *sum_l2 += (double)L * L;
-    for (int d = 0; d < c->D; d++)
-      x[d] = 0;
-    for (int t = 0; t < L; t++)
-      for (int d = 0; d < c->D; d++)
-        x[d] += m->E[(size_t)tok[t] * c->D + d];
-    for (int d = 0; d < c->D; d++)
-      x[d] /= (float)L;
-    for (int i = 0; i < c->H; i++) {
-      float a = m->b1[i];
-      for (int d = 0; d < c->D; d++)
-        a += m->W1[(size_t)i * c->D + d] * x[d];
-      h[i] = tanhf(a);
-    }
-    float mx = -1e30f;
-    for (int k = 0; k < c->C; k++) {
-      float a = m->b2[k];
-      for (int i = 0; i < c->H; i++)
-        a += m->W2[(size_t)k * c->H + i] * h[i];
-      z[k] = a;
-      if (a > mx)
-        mx = a;
-    }
-    float sum = 0;
-    for (int k = 0; k < c->C; k++) {
-      z[k] = expf(z[k] - mx);
-      sum += z[k];
-    }
-    for (int k = 0; k < c->C; k++) {
-      float p = z[k] / sum;
-      dz[k] = p - (k == cls ? 1.0f : 0.0f);
-      if (k == cls)
-        loss += -log((double)p + 1e-12);
-    }
-    for (int i = 0; i < c->H; i++)
-      dh[i] = 0;
-    for (int k = 0; k < c->C; k++) {
-      gb2[k] += dz[k];
-      for (int i = 0; i < c->H; i++) {
-        gW2[(size_t)k * c->H + i] += dz[k] * h[i];
-        dh[i] += m->W2[(size_t)k * c->H + i] * dz[k];
-      }
-    }
-    for (int d = 0; d < c->D; d++)
-      dx[d] = 0;
-    for (int i = 0; i < c->H; i++) {
-      float da = dh[i] * (1 - h[i] * h[i]);
-      gb1[i] += da;
-      for (int d = 0; d < c->D; d++) {
-        gW1[(size_t)i * c->D + d] += da * x[d];
-        dx[d] += m->W1[(size_t)i * c->D + d] * da;
-      }
-    }
-    for (int t = 0; t < L; t++)
-      for (int d = 0; d < c->D; d++)
-        gE[(size_t)tok[t] * c->D + d] += dx[d] / (float)L;
+    trainer_embed_mean(m->E, c->D, tok, L, x);
+    trainer_dense(m->W1, m->b1, c->D, c->H, x, h, 1);
+    trainer_dense(m->W2, m->b2, c->H, c->C, h, dz, 0);
+    loss += trainer_softmax_xent(dz, c->C, cls);
+    trainer_dense_bwd(m->W2, c->H, c->C, h, dz, gW2, gb2, dh);
+    trainer_tanh_bwd(h, dh, c->H, dh);
+    trainer_dense_bwd(m->W1, c->D, c->H, x, dh, gW1, gb1, dx);
+    trainer_embed_mean_bwd(gE, c->D, tok, L, dx);
   }
   trainer_sleep_ms(c->mb_ms);
   return loss;

@@ -50,6 +50,25 @@ uint64_t trainer_fnv1a(const void *p, size_t n) {
   return trainer_fnv1a_more(TRAINER_FNV_INIT, p, n);
 }
 
+int trainer_parse_counts(const char *s, int *out, int max, int hi) {
+  int n = 0;
+  for (;;) {
+    long v = 0;
+    const char *start = s;
+    /* v stops growing past hi: no overflow, however many digits */
+    for (; *s >= '0' && *s <= '9'; s++)
+      if (v <= hi)
+        v = v * 10 + (*s - '0');
+    if (s == start || v < 1 || v > hi || n == max)
+      return -1;
+    out[n++] = (int)v;
+    if (!*s)
+      return n;
+    if (*s++ != ',')
+      return -1;
+  }
+}
+
 double trainer_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -53,6 +53,11 @@ void trainer_dense_bwd(const float *W, int in, int out, const float *x,
  * z becomes dloss/dz (p - onehot); returns the loss. */
 double trainer_softmax_xent(float *z, int n, int cls);
 
+/* A list of counts "2,3,1" (--partition): decimal digits only, each
+ * 1..hi, at most max of them, written to out. Returns how many, or -1 for
+ * anything else (signs, spaces, empty items, too many, too large). */
+int trainer_parse_counts(const char *s, int *out, int max, int hi);
+
 double trainer_now_s(void);
 void trainer_sleep_ms(int ms);
 /* An integer from the environment, def when unset or empty. */

@@ -830,27 +830,15 @@ static double real(const char *opt, const char *arg) {
   return v;
 }
 
-/* "2,3,1": at most MAX_UNITS counts >= 1. Their sum is checked against
- * the model once all options are known. */
+/* Their sum is checked against the model once all options are known. */
 static void parse_partition(cfg_t *c, const char *arg) {
-  const char *p = arg;
-  c->npart = 0;
-  for (;;) {
-    char *end;
-    errno = 0;
-    long v = strtol(p, &end, 10);
-    if (errno || end == p || v < 1 || v > MAX_UNITS || c->npart == MAX_UNITS ||
-        (*end && *end != ',')) {
-      fprintf(stderr,
-              "resihp-pipeline-trainer: --partition wants unit counts >= 1 "
-              "separated by commas, one per stage (e.g. 2,4), not '%s'\n",
-              arg);
-      exit(2);
-    }
-    c->part[c->npart++] = (int)v;
-    if (!*end)
-      return;
-    p = end + 1;
+  c->npart = trainer_parse_counts(arg, c->part, MAX_UNITS, MAX_UNITS);
+  if (c->npart < 0) {
+    fprintf(stderr,
+            "resihp-pipeline-trainer: --partition wants unit counts >= 1 "
+            "separated by commas, one per stage (e.g. 2,4), not '%s'\n",
+            arg);
+    exit(2);
   }
 }
 

@@ -28,6 +28,7 @@
 #include "config.h"
 
 #include "../transport/mesh.h"
+#include "coord_internal.h"
 #include "coordinator.h"
 #include "wire.h"
 
@@ -45,131 +46,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define MAXR RESIHP__COORD_MAX_REPLICAS
-#define MAX_FAIL 256
 /* RECOVER reports one member may make in one step: each stands for a
  * failure it saw, and a replica sees few in one step; more is a fault. */
 #define REPORTS_PER_STEP 8
 /* Same for RESYNC (a member that cannot set up an epoch). */
 #define RESYNCS_PER_STEP 8
-/* Most steps a job may declare: the summary keeps one time per step. */
-#define MAX_STEPS 1000000000L
 /* Pending handshakes, and how long each may take. */
 #define HS_PENDING 64
 #define HS_TIMEOUT_MS 3000
 
-enum { R_NONE, R_JOINING, R_MEMBER, R_GONE };
-enum { P_BARRIER, P_SETUP, P_RUN, P_END };
-
-typedef struct {
-  int state;
-  int conn; /* index into conns, -1 when none */
-  char ep[96], sep[96], node[64];
-  char lep[96]; /* the leader's address for the step's other ranks */
-  long jobid, stepid;
-  long begun;   /* last BEGIN step (members) */
-  int waiting;  /* joiner waiting for admission */
-  int ready;    /* READY for the current setup epoch */
-  int catching; /* catching up in the current step */
-  int catchup_failed;
-  int finished;
-  char result[224];
-  char fault_kind[16]; /* injected fault announced, not yet seen failing */
-  int64_t fault_ms;
-  long fault_step;
-  int open_fail; /* failure record waiting for this replica's comeback */
-  int reports;   /* RECOVERs in this step */
-  int resyncs;   /* RESYNCs in this step */
-  int64_t last_life; /* last line (heartbeat included) heard from it */
-  int expected;      /* the launcher started a replacement, not admitted yet */
-} rep_t;
-
-typedef struct {
-  resihp__wire_t w;
-  int replica;
-  int64_t last_heard;
-  /* a non-leader rank waiting for its leader's address */
-  int sub_replica;
-  long sub_stepid, sub_jobid;
-} conn_t;
-
-/* One view reported by survivors for a (step, communicator epoch). Honest
- * survivors all report the same view; a different one is a candidate of
- * its own, so that nobody can spoil a round by reporting first. */
-typedef struct {
-  uint32_t cepoch;
-  char inview[MAXR];
-  char reported[MAXR]; /* reporters waiting for (or given) the answer */
-  int decided;
-  int n;
-  int *mb, *to;
-} round_t;
-
-typedef struct {
-  char node[64];
-  int state; /* RESIHP__SPARE_* */
-  long registrations;
-  int replica; /* promoted to */
-  char summary[200];
-} spare_t;
-
-typedef struct {
-  int replica;
-  char kind[16];
-  char why[64];
-  long step;
-  int catchup; /* the fault hit during a catch-up transfer */
-  int outside; /* not injected: t_fault is the last sign of life */
-  int64_t t_fault, t_detect, t_admit, t_train;
-} fail_t;
-
-struct resihp__coord {
-  resihp__coord_opts_t o; /* o.secret: the caller's, read at create only */
-  int lfd, port;
-  conn_t *conns;
-  int nconns, capconns;
-  rep_t reps[MAXR];
-  int R, M;
-  long S;
-  long step;
-  int phase, state;
-  uint32_t epoch;
-  int members[MAXR], nmembers;
-  int last_list[MAXR], nlast; /* members of the last started epoch */
-  int changed; /* a member left or joined since (same ids, new process) */
-  int *owner;
-  char in_step[MAXR]; /* members when the step started */
-  round_t *rounds;
-  int nrounds, caprounds;
-  int64_t *start_ms; /* START time of each step, index step */
-  long capsteps;     /* entries of start_ms: grows with the steps done */
-  int64_t t_done;
-  fail_t fails[MAX_FAIL];
-  int nfails;
-  long reassigned;
-  int64_t last_hb;
-  spare_t *spares;
-  int nspares, capspares;
-  resihp__wire_hs_t *hs; /* handshakes in progress */
-  char *line;            /* one received line */
-  struct pollfd *pfd;
-  int cappfd;
-  int stop; /* end at the next step boundary (resihp__coord_stop) */
-};
-
-static void logc(resihp_log_level_t l, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void logc(resihp_log_level_t l, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  resihp_vlog(l, "coord", fmt, ap);
-  va_end(ap);
-}
-
-static void close_conn(resihp__coord_t *c, int k);
-static void fail_replica(resihp__coord_t *c, int r, const char *why);
-
-static void send_to(resihp__coord_t *c, int r, const char *line) {
+void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line) {
   rep_t *p = &c->reps[r];
   if (p->conn < 0)
     return;
@@ -178,20 +64,20 @@ static void send_to(resihp__coord_t *c, int r, const char *line) {
     logc(RESIHP_LOG_WARN, "cannot send to replica %d", r);
 }
 
-static void send_buf_to(resihp__coord_t *c, int r,
-                        const resihp__wire_buf_t *b) {
+void resihp__coord_send_buf_to(resihp__coord_t *c, int r,
+                               const resihp__wire_buf_t *b) {
   if (b->err) {
     logc(RESIHP_LOG_ERROR, "cannot build a message for replica %d (%s)", r,
          resihp_strerror(b->err));
     return;
   }
-  send_to(c, r, b->s);
+  resihp__coord_send_to(c, r, b->s);
 }
 
 /* Refuse a message from connection k: say why, then hang up if it was
  * malformed (the caller's loop sees the connection gone). */
-static void refuse(resihp__coord_t *c, int k, const char *reason, int hangup,
-                   const char *msg) {
+void resihp__coord_refuse(resihp__coord_t *c, int k, const char *reason,
+                          int hangup, const char *msg) {
   char line[96];
   logc(RESIHP_LOG_ERROR, "refused '%.120s' (%s)%s", msg, reason,
        hangup ? ": connection dropped" : "");
@@ -202,28 +88,28 @@ static void refuse(resihp__coord_t *c, int k, const char *reason, int hangup,
   /* a replica's connection: the replica goes with it (not the job) */
   int r = c->conns[k].replica;
   if (r >= 0)
-    fail_replica(c, r, "sent a malformed message");
+    resihp__coord_fail_replica(c, r, "sent a malformed message");
   if (c->conns[k].w.fd >= 0)
-    close_conn(c, k);
+    resihp__coord_close_conn(c, k);
 }
 
-static int is_member(const resihp__coord_t *c, int r) {
+int resihp__coord_is_member(const resihp__coord_t *c, int r) {
   for (int i = 0; i < c->nmembers; i++)
     if (c->members[i] == r)
       return 1;
   return 0;
 }
 
-static void remove_member(resihp__coord_t *c, int r) {
+void resihp__coord_remove_member(resihp__coord_t *c, int r) {
   int k = 0;
-  c->changed |= is_member(c, r);
+  c->changed |= resihp__coord_is_member(c, r);
   for (int i = 0; i < c->nmembers; i++)
     if (c->members[i] != r)
       c->members[k++] = c->members[i];
   c->nmembers = k;
 }
 
-static void add_member(resihp__coord_t *c, int r) {
+void resihp__coord_add_member(resihp__coord_t *c, int r) {
   int i = c->nmembers++;
   c->changed = 1;
   while (i > 0 && c->members[i - 1] > r) {
@@ -233,7 +119,7 @@ static void add_member(resihp__coord_t *c, int r) {
   c->members[i] = r;
 }
 
-static void close_conn(resihp__coord_t *c, int k) {
+void resihp__coord_close_conn(resihp__coord_t *c, int k) {
   conn_t *cn = &c->conns[k];
   resihp__wire_free(&cn->w);
   if (cn->replica >= 0 && c->reps[cn->replica].conn == k)
@@ -241,18 +127,15 @@ static void close_conn(resihp__coord_t *c, int k) {
   cn->replica = -1;
 }
 
-static void send_go(resihp__coord_t *c);
-static void advance(resihp__coord_t *c);
-
 /* Replica r has failed: leave it out, tell the launcher. */
-static void fail_replica(resihp__coord_t *c, int r, const char *why) {
+void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why) {
   rep_t *p = &c->reps[r];
   if (p->state == R_GONE || p->state == R_NONE)
     return;
-  int was_member = is_member(c, r);
-  remove_member(c, r);
+  int was_member = resihp__coord_is_member(c, r);
+  resihp__coord_remove_member(c, r);
   if (p->conn >= 0)
-    close_conn(c, p->conn);
+    resihp__coord_close_conn(c, p->conn);
   p->state = R_GONE;
   p->catching = 0;
   logc(RESIHP_LOG_WARN, "replica %d failed at step %ld (%s)", r, c->step, why);
@@ -284,7 +167,7 @@ static void fail_replica(resihp__coord_t *c, int r, const char *why) {
   if (c->o.on_failed && c->phase != P_END)
     c->o.on_failed(c->o.ud, r, p->node, p->jobid, p->stepid, why);
   if (was_member && c->phase == P_SETUP)
-    send_go(c); /* a new epoch without it */
+    resihp__coord_send_go(c); /* a new epoch without it */
 }
 
 void resihp__coord_mark_failed(resihp__coord_t *c, int r, const char *why) {
@@ -296,9 +179,9 @@ void resihp__coord_mark_failed(resihp__coord_t *c, int r, const char *why) {
     p->state = R_GONE;
     logc(RESIHP_LOG_WARN, "replica %d given up (%s)", r, why);
   } else {
-    fail_replica(c, r, why);
+    resihp__coord_fail_replica(c, r, why);
   }
-  advance(c);
+  resihp__coord_advance(c);
 }
 
 static void member_list(resihp__coord_t *c, resihp__wire_buf_t *b) {
@@ -309,7 +192,7 @@ static void member_list(resihp__coord_t *c, resihp__wire_buf_t *b) {
 
 /* Start of a step's set-up: GO to every member, a new epoch if the member
  * list differs from the last one started. */
-static void send_go(resihp__coord_t *c) {
+void resihp__coord_send_go(resihp__coord_t *c) {
   if (c->nmembers == 0) {
     c->phase = P_BARRIER;
     return;
@@ -329,7 +212,7 @@ static void send_go(resihp__coord_t *c) {
   member_list(c, &b);
   for (int i = 0; i < c->nmembers; i++) {
     c->reps[c->members[i]].ready = same;
-    send_buf_to(c, c->members[i], &b);
+    resihp__coord_send_buf_to(c, c->members[i], &b);
   }
   memcpy(c->last_list, c->members, sizeof(int) * (size_t)c->nmembers);
   c->nlast = c->nmembers;
@@ -347,7 +230,7 @@ static int contributors(resihp__coord_t *c, int *out) {
   return n;
 }
 
-static void lose(resihp__coord_t *c, const char *why) {
+void resihp__coord_lose(resihp__coord_t *c, const char *why) {
   logc(RESIHP_LOG_ERROR,
        "training cannot go on at step %ld: %s; the job's state is lost "
        "(add spares or replicas)",
@@ -356,11 +239,11 @@ static void lose(resihp__coord_t *c, const char *why) {
   c->t_done = resihp__now_ms();
   for (int r = 0; r < c->R; r++)
     if (c->reps[r].conn >= 0)
-      send_to(c, r, "NO reason=job-lost");
+      resihp__coord_send_to(c, r, "NO reason=job-lost");
 }
 
 /* start_ms grows with the steps done, never with what a HELLO claims. */
-static int ensure_steps(resihp__coord_t *c, long n) {
+int resihp__coord_ensure_steps(resihp__coord_t *c, long n) {
   if (n <= c->capsteps)
     return 0;
   long cap = c->capsteps ? c->capsteps : 64;
@@ -375,7 +258,7 @@ static int ensure_steps(resihp__coord_t *c, long n) {
   return 0;
 }
 
-static void free_rounds(resihp__coord_t *c) {
+void resihp__coord_free_rounds(resihp__coord_t *c) {
   for (int k = 0; k < c->nrounds; k++) {
     free(c->rounds[k].mb);
     free(c->rounds[k].to);
@@ -387,16 +270,16 @@ static void start_step(resihp__coord_t *c) {
   int contrib[MAXR];
   int nc = contributors(c, contrib);
   if (nc == 0) {
-    lose(c, "no member holds a valid state");
+    resihp__coord_lose(c, "no member holds a valid state");
     return;
   }
-  if (ensure_steps(c, c->step + 2)) {
-    lose(c, "out of memory");
+  if (resihp__coord_ensure_steps(c, c->step + 2)) {
+    resihp__coord_lose(c, "out of memory");
     return;
   }
   for (int mb = 0; mb < c->M; mb++)
     c->owner[mb] = contrib[(long)mb * nc / c->M];
-  free_rounds(c);
+  resihp__coord_free_rounds(c);
   memset(c->in_step, 0, sizeof(c->in_step));
   for (int i = 0; i < c->nmembers; i++) {
     c->in_step[c->members[i]] = 1;
@@ -408,7 +291,7 @@ static void start_step(resihp__coord_t *c) {
   c->phase = P_RUN;
   int *mine = malloc(sizeof(int) * (size_t)c->M);
   if (!mine) {
-    lose(c, "out of memory");
+    resihp__coord_lose(c, "out of memory");
     return;
   }
   for (int i = 0; i < c->nmembers; i++) {
@@ -445,7 +328,7 @@ static void start_step(resihp__coord_t *c) {
         p->open_fail = -1;
       }
     }
-    send_buf_to(c, r, &b);
+    resihp__coord_send_buf_to(c, r, &b);
     resihp__wire_buf_free(&b);
   }
   free(mine);
@@ -465,8 +348,8 @@ static void commit_step(resihp__coord_t *c) {
     c->reps[c->members[i]].catching = 0;
   c->step++;
   c->phase = P_BARRIER;
-  if (ensure_steps(c, c->step + 1))
-    lose(c, "out of memory");
+  if (resihp__coord_ensure_steps(c, c->step + 1))
+    resihp__coord_lose(c, "out of memory");
 }
 
 /* Every member has committed the last step: DONE instead of GO, to the
@@ -477,7 +360,7 @@ static void end_training(resihp__coord_t *c) {
   c->t_done = resihp__now_ms();
   for (int r = 0; r < c->R; r++)
     if (c->reps[r].conn >= 0)
-      send_to(c, r, "DONE");
+      resihp__coord_send_to(c, r, "DONE");
 }
 
 /* With hold_for_replacements, a step does not start while a replacement
@@ -497,29 +380,27 @@ void resihp__coord_stop(resihp__coord_t *c) {
   if (!c->stop)
     logc(RESIHP_LOG_INFO, "stop asked: step %ld is the last to start", c->step);
   c->stop = 1;
-  advance(c);
+  resihp__coord_advance(c);
 }
 
 void resihp__coord_expect(resihp__coord_t *c, int replica, int on) {
   if (replica >= 0 && replica < c->R)
     c->reps[replica].expected = on;
-  advance(c);
+  resihp__coord_advance(c);
 }
 
 /* Move the state machine on as far as the replicas let it. */
-static void decide_rounds(resihp__coord_t *c);
-
-static void advance(resihp__coord_t *c) {
+void resihp__coord_advance(resihp__coord_t *c) {
   for (int guard = 0; guard < 8 && c->state == RESIHP__COORD_RUNNING; guard++) {
     if (c->phase == P_RUN) {
-      decide_rounds(c);
+      resihp__coord_decide_rounds(c);
       if (c->state != RESIHP__COORD_RUNNING || c->phase != P_RUN)
         continue;
       for (int i = 0; i < c->nmembers; i++)
         if (c->reps[c->members[i]].begun <= c->step)
           return;
       if (c->nmembers == 0 && c->step > 0) {
-        lose(c, "every replica failed");
+        resihp__coord_lose(c, "every replica failed");
         return;
       }
       commit_step(c);
@@ -550,7 +431,7 @@ static void advance(resihp__coord_t *c) {
       if (c->reps[c->members[i]].begun < c->step)
         return;
     if (c->nmembers == 0 && c->step > 0) {
-      lose(c, "every replica that held the state failed");
+      resihp__coord_lose(c, "every replica that held the state failed");
       return;
     }
     if (c->stop || c->step >= c->S) {
@@ -578,12 +459,12 @@ static void advance(resihp__coord_t *c) {
         p->begun = c->step;
         p->finished = 0;
         p->expected = 0;
-        add_member(c, r);
+        resihp__coord_add_member(c, r);
         if (p->open_fail >= 0 && !c->fails[p->open_fail].t_admit)
           c->fails[p->open_fail].t_admit = resihp__now_ms();
       }
     }
-    send_go(c);
+    resihp__coord_send_go(c);
   }
 }
 
@@ -634,7 +515,7 @@ static void answer_round(resihp__coord_t *c, const round_t *rd, int r) {
       resihp__wire_buf_printf(&b, "%s%d", first ? "" : ":", rd->mb[i]);
       first = 0;
     }
-  send_buf_to(c, r, &b);
+  resihp__coord_send_buf_to(c, r, &b);
   resihp__wire_buf_free(&b);
 }
 
@@ -648,13 +529,13 @@ static void decide_round(resihp__coord_t *c, round_t *rd) {
   for (int i = 0; i < ng; i++) {
     rep_t *p = &c->reps[gone[i]];
     if (p->catchup_failed && p->conn >= 0) {
-      remove_member(c, gone[i]);
+      resihp__coord_remove_member(c, gone[i]);
       p->state = R_JOINING;
       p->waiting = 1;
       p->catching = 0;
       p->catchup_failed = 0;
     } else {
-      fail_replica(c, gone[i], "left out by the survivors");
+      resihp__coord_fail_replica(c, gone[i], "left out by the survivors");
     }
   }
   int contrib[MAXR], nc = 0;
@@ -664,7 +545,7 @@ static void decide_round(resihp__coord_t *c, round_t *rd) {
   rd->mb = malloc(sizeof(int) * (size_t)c->M);
   rd->to = malloc(sizeof(int) * (size_t)c->M);
   if (!rd->mb || !rd->to) {
-    lose(c, "out of memory");
+    resihp__coord_lose(c, "out of memory");
     return;
   }
   int k = 0;
@@ -672,7 +553,7 @@ static void decide_round(resihp__coord_t *c, round_t *rd) {
     if (rd->inview[c->owner[mb]])
       continue;
     if (nc == 0) {
-      lose(c, "no survivor holds a valid state");
+      resihp__coord_lose(c, "no survivor holds a valid state");
       return;
     }
     int to = contrib[k++ % nc];
@@ -699,7 +580,7 @@ static int cepoch_decided(const resihp__coord_t *c, uint32_t ce) {
   return 0;
 }
 
-static void decide_rounds(resihp__coord_t *c) {
+void resihp__coord_decide_rounds(resihp__coord_t *c) {
   for (int k = 0;
        k < c->nrounds && c->state == RESIHP__COORD_RUNNING && c->phase == P_RUN;
        k++) {
@@ -710,7 +591,8 @@ static void decide_rounds(resihp__coord_t *c) {
   }
 }
 
-static void on_recover(resihp__coord_t *c, int k, int r, const char *msg) {
+void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
+                              const char *msg) {
   long s = -1, ce = -1;
   char view[MAXR * 8];
   int *v = NULL, nv = 0;
@@ -719,7 +601,7 @@ static void on_recover(resihp__coord_t *c, int k, int r, const char *msg) {
       resihp__wire_get(msg, "view", view, sizeof(view)) ||
       resihp__wire_parse_ints(view, c->R, &v, &nv) || nv < 1) {
     free(v);
-    refuse(c, k, "bad-recover", 1, msg);
+    resihp__coord_refuse(c, k, "bad-recover", 1, msg);
     return;
   }
   char inview[MAXR] = {0};
@@ -730,16 +612,16 @@ static void on_recover(resihp__coord_t *c, int k, int r, const char *msg) {
   }
   free(v);
   if (bad || !inview[r] || s > c->step) {
-    refuse(c, k, "bad-recover", 1, msg);
+    resihp__coord_refuse(c, k, "bad-recover", 1, msg);
     return;
   }
   rep_t *p = &c->reps[r];
-  if (s != c->step || c->phase != P_RUN || !is_member(c, r)) {
-    refuse(c, k, "late-recover", 0, msg);
+  if (s != c->step || c->phase != P_RUN || !resihp__coord_is_member(c, r)) {
+    resihp__coord_refuse(c, k, "late-recover", 0, msg);
     return;
   }
   if (++p->reports > REPORTS_PER_STEP) {
-    refuse(c, k, "too-many-recovers", 0, msg);
+    resihp__coord_refuse(c, k, "too-many-recovers", 0, msg);
     return;
   }
   round_t *rd = NULL;
@@ -750,7 +632,8 @@ static void on_recover(resihp__coord_t *c, int k, int r, const char *msg) {
     if (!memcmp(x->inview, inview, sizeof(inview)))
       rd = x;
     else if (x->reported[r]) {
-      refuse(c, k, "bad-recover", 1, msg); /* two views of one epoch */
+      /* two views of one epoch */
+      resihp__coord_refuse(c, k, "bad-recover", 1, msg);
       return;
     }
   }
@@ -761,7 +644,7 @@ static void on_recover(resihp__coord_t *c, int k, int r, const char *msg) {
       int n = c->caprounds ? 2 * c->caprounds : 8;
       round_t *x = realloc(c->rounds, sizeof(round_t) * (size_t)n);
       if (!x) {
-        refuse(c, k, "out-of-memory", 0, msg);
+        resihp__coord_refuse(c, k, "out-of-memory", 0, msg);
         return;
       }
       c->rounds = x;
@@ -776,7 +659,7 @@ static void on_recover(resihp__coord_t *c, int k, int r, const char *msg) {
   if (rd->decided)
     answer_round(c, rd, r);
   else
-    decide_rounds(c);
+    resihp__coord_decide_rounds(c);
 }
 
 /* Tell the waiting non-leader ranks of replica r where their leader is. */
@@ -801,7 +684,7 @@ static void on_subhello(resihp__coord_t *c, int k, const char *msg) {
   if (resihp__wire_get_range(msg, "replica", 0, c->R - 1, &r) ||
       resihp__wire_get_range(msg, "stepid", -1, LONG_MAX, &sid) ||
       resihp__wire_get_range(msg, "jobid", -1, LONG_MAX, &jid)) {
-    refuse(c, k, "bad-subhello", 1, msg);
+    resihp__coord_refuse(c, k, "bad-subhello", 1, msg);
     return;
   }
   c->conns[k].sub_replica = (int)r;
@@ -842,7 +725,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
           RESIHP_EPROTO ||
       resihp__wire_get_range(msg, "stepid", -1, LONG_MAX, &stepid) ==
           RESIHP_EPROTO) {
-    refuse(c, k, "bad-hello", 1, msg);
+    resihp__coord_refuse(c, k, "bad-hello", 1, msg);
     return;
   }
   if (m > maxm) {
@@ -850,7 +733,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
          "replica %ld has %ld microbatches per step; at most %d fit in a "
          "message: use fewer, larger microbatches",
          r, m, maxm);
-    refuse(c, k, "too-many-microbatches", 1, msg);
+    resihp__coord_refuse(c, k, "too-many-microbatches", 1, msg);
     return;
   }
   if (c->S && (m != c->M || s != c->S)) {
@@ -858,22 +741,22 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
          "replica %ld has %ld microbatches x %ld steps, the job %d x %ld: "
          "refused (every replica must run the same training)",
          r, m, s, c->M, c->S);
-    refuse(c, k, "mismatch", 1, msg);
+    resihp__coord_refuse(c, k, "mismatch", 1, msg);
     return;
   }
   rep_t *p = &c->reps[r];
   if (p->state == R_MEMBER || (p->state == R_JOINING && p->conn >= 0) ||
       c->state != RESIHP__COORD_RUNNING) {
     logc(RESIHP_LOG_ERROR, "replica %ld is already running", r);
-    refuse(c, k, "duplicate", 1, msg);
+    resihp__coord_refuse(c, k, "duplicate", 1, msg);
     return;
   }
   if (!c->S) {
     c->owner = calloc((size_t)m, sizeof(int));
-    if (!c->owner || ensure_steps(c, 1)) {
+    if (!c->owner || resihp__coord_ensure_steps(c, 1)) {
       free(c->owner);
       c->owner = NULL;
-      refuse(c, k, "out-of-memory", 1, msg);
+      resihp__coord_refuse(c, k, "out-of-memory", 1, msg);
       return;
     }
     c->M = (int)m;
@@ -895,7 +778,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   p->last_life = resihp__now_ms();
   char line[128];
   snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld", r, c->step);
-  send_to(c, (int)r, line);
+  resihp__coord_send_to(c, (int)r, line);
   logc(RESIHP_LOG_INFO, "replica %ld joined from %s (node %s, step %ld.%ld)", r,
        ep, node, jobid, stepid);
   answer_subs(c, (int)r);
@@ -974,14 +857,14 @@ void resihp__coord_spare_mark(resihp__coord_t *c, const char *node, int state,
 }
 
 /* SPARE node=N status=pass|fail summary=TEXT from a spare agent. */
-static void on_spare(resihp__coord_t *c, int k, const char *msg) {
+void resihp__coord_on_spare(resihp__coord_t *c, int k, const char *msg) {
   char node[64] = "", status[8] = "", summary[400] = "", line[128];
   if (resihp__wire_get(msg, "node", node, sizeof(node)) ||
       !resihp__wire_token_ok(node, sizeof(node)) ||
       resihp__wire_get(msg, "status", status, sizeof(status)) ||
       (strcmp(status, "pass") && strcmp(status, "fail")) ||
       resihp__coord_spare_add(c, node)) {
-    refuse(c, k, "bad-spare", 1, msg);
+    resihp__coord_refuse(c, k, "bad-spare", 1, msg);
     return;
   }
   resihp__wire_get_rest(msg, "summary", summary, sizeof(summary));
@@ -1033,7 +916,7 @@ static void on_fault_report(resihp__coord_t *c, int r, const char *msg) {
     p->fault_step = v < 0 ? -1 : c->step;
     snprintf(why, sizeof(why), "periodic probe failed on %.32s",
              node[0] ? node : p->node);
-    fail_replica(c, r, why);
+    resihp__coord_fail_replica(c, r, why);
     return;
   }
   if (!c->o.on_fault ||
@@ -1051,7 +934,7 @@ static void on_fault_report(resihp__coord_t *c, int r, const char *msg) {
        c->step);
 }
 
-static void on_line(resihp__coord_t *c, int k, const char *msg) {
+void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   int r = c->conns[k].replica;
   if (r >= 0)
     c->reps[r].last_life = resihp__now_ms();
@@ -1063,16 +946,16 @@ static void on_line(resihp__coord_t *c, int k, const char *msg) {
     else if (!strncmp(msg, "SUBHELLO ", 9))
       on_subhello(c, k, msg);
     else if (!strncmp(msg, "SPARE ", 6))
-      on_spare(c, k, msg);
+      resihp__coord_on_spare(c, k, msg);
     else
-      refuse(c, k, "hello-first", 1, msg);
+      resihp__coord_refuse(c, k, "hello-first", 1, msg);
     return;
   }
   rep_t *p = &c->reps[r];
   long v;
   if (!strncmp(msg, "BEGIN ", 6)) {
     if (resihp__wire_get_range(msg, "step", -1, c->step + 1, &v)) {
-      refuse(c, k, "bad-begin", 1, msg);
+      resihp__coord_refuse(c, k, "bad-begin", 1, msg);
       return;
     }
     if (p->state == R_MEMBER && v > p->begun)
@@ -1082,7 +965,7 @@ static void on_line(resihp__coord_t *c, int k, const char *msg) {
   } else if (!strncmp(msg, "READY ", 6) || !strncmp(msg, "RESYNC ", 7)) {
     int ready = msg[2] == 'A';
     if (resihp__wire_get_range(msg, "epoch", 0, UINT32_MAX, &v)) {
-      refuse(c, k, ready ? "bad-ready" : "bad-resync", 1, msg);
+      resihp__coord_refuse(c, k, ready ? "bad-ready" : "bad-resync", 1, msg);
       return;
     }
     if ((uint32_t)v != c->epoch || p->state != R_MEMBER)
@@ -1090,15 +973,15 @@ static void on_line(resihp__coord_t *c, int k, const char *msg) {
     if (ready) {
       p->ready = 1;
     } else if (c->phase == P_SETUP && ++p->resyncs > RESYNCS_PER_STEP) {
-      fail_replica(c, r, "cannot set up a communicator");
+      resihp__coord_fail_replica(c, r, "cannot set up a communicator");
     } else if (c->phase == P_SETUP) {
       logc(RESIHP_LOG_WARN,
            "replica %d could not set up epoch %u; trying a new epoch", r,
            c->epoch);
-      send_go(c);
+      resihp__coord_send_go(c);
     }
   } else if (!strncmp(msg, "RECOVER ", 8)) {
-    on_recover(c, k, r, msg);
+    resihp__coord_on_recover(c, k, r, msg);
   } else if (!strncmp(msg, "FAULT ", 6)) {
     on_fault_report(c, r, msg);
   } else if (!strncmp(msg, "CATCHUP_FAILED", 14)) {
@@ -1108,7 +991,7 @@ static void on_line(resihp__coord_t *c, int k, const char *msg) {
     /* It leaves this step's group at once (it contributed nothing): the
      * step must not wait for it, even if no survivor reports a RECOVER. */
     if (p->state == R_MEMBER && p->catching) {
-      remove_member(c, r);
+      resihp__coord_remove_member(c, r);
       p->state = R_JOINING;
       p->waiting = 1;
       p->catching = 0;
@@ -1120,7 +1003,7 @@ static void on_line(resihp__coord_t *c, int k, const char *msg) {
       rc = *q < '!' || *q > '~';
     if (rc || !res[0]) {
       /* Not taken as a result: the run's verdict compares them. */
-      refuse(c, k, "bad-finish", 0, msg);
+      resihp__coord_refuse(c, k, "bad-finish", 0, msg);
       snprintf(res, sizeof(res), "-");
     }
     memcpy(p->result, res, sizeof(res));
@@ -1175,23 +1058,23 @@ static void drain_conn(resihp__coord_t *c, int k, int rc) {
       rc = t;
       break;
     }
-    on_line(c, k, c->line);
+    resihp__coord_on_line(c, k, c->line);
     cn = &c->conns[k];
   }
   if (rc < 0 && cn->w.fd >= 0) {
     int r = cn->replica;
-    close_conn(c, k);
+    resihp__coord_close_conn(c, k);
     if (r >= 0 && c->state == RESIHP__COORD_RUNNING &&
         !(c->phase == P_END && c->reps[r].finished))
-      fail_replica(c, r, "connection lost");
+      resihp__coord_fail_replica(c, r, "connection lost");
   }
 }
 
 void resihp__coord_feed(resihp__coord_t *c, int k, const char *line) {
   if (k < 0 || k >= c->nconns || c->conns[k].w.fd < 0)
     return;
-  on_line(c, k, line);
-  advance(c);
+  resihp__coord_on_line(c, k, line);
+  resihp__coord_advance(c);
 }
 
 /* Handshakes never hold this loop: each pending one is a record in c->hs,
@@ -1246,16 +1129,16 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
       int r = cn->replica;
       logc(RESIHP_LOG_WARN, "replica %d silent for %lld ms", r,
            (long long)(now - cn->last_heard));
-      fail_replica(c, r, "silent");
+      resihp__coord_fail_replica(c, r, "silent");
     }
   }
   if (now - c->last_hb >= 500) {
     c->last_hb = now;
     for (int r = 0; r < c->R; r++)
       if (c->reps[r].conn >= 0)
-        send_to(c, r, "HB");
+        resihp__coord_send_to(c, r, "HB");
   }
-  advance(c);
+  resihp__coord_advance(c);
   return 0;
 }
 
@@ -1302,7 +1185,7 @@ void resihp__coord_destroy(resihp__coord_t *c) {
     return;
   for (int i = 0; i < c->nconns; i++)
     resihp__wire_free(&c->conns[i].w);
-  free_rounds(c);
+  resihp__coord_free_rounds(c);
   free(c->rounds);
   free(c->conns);
   free(c->spares);
@@ -1363,7 +1246,7 @@ const char *resihp__coord_check(const resihp__coord_t *c) {
   int healthy = 0;
   for (int r = 0; r < c->R; r++) {
     const rep_t *p = &c->reps[r];
-    if (p->state == R_MEMBER && !is_member(c, r))
+    if (p->state == R_MEMBER && !resihp__coord_is_member(c, r))
       return "state MEMBER outside the group";
     if (p->conn >= 0 && (p->conn >= c->nconns || c->conns[p->conn].w.fd < 0 ||
                          c->conns[p->conn].replica != r))

@@ -8,6 +8,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/handshake.c \
 	libresihp/control/coordinator.h \
 	libresihp/control/coord_internal.h \
+	libresihp/control/coord_members.c \
 	libresihp/control/coordinator.c \
 	libresihp/control/spare_agent.h \
 	libresihp/control/spare_agent.c \

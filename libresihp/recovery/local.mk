@@ -14,7 +14,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/coord_spares.c \
 	libresihp/control/coord_protocol.c \
 	libresihp/control/coord_summary.c \
-	libresihp/control/coordinator.c \
+	libresihp/control/coord_loop.c \
 	libresihp/control/spare_agent.h \
 	libresihp/control/spare_agent.c \
 	libresihp/recovery/inject.h \

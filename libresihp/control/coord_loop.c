@@ -1,56 +1,26 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The job coordinator (see coordinator.h for the protocol).
- *
- * Membership. The group is the set of replicas that take part in the
- * current step. It changes only at step boundaries (a replacement is
- * admitted, or a replica that died is left out), and every change is a new
- * epoch in which the members re-create their communicator; within a step a
- * failure is handled by the survivors' own shrink, and the coordinator only
- * learns the agreed view through RECOVER.
- *
- * Ledger. owner[mb] says which replica computes microbatch mb of the
- * current step. At START the M microbatches are cut into contiguous blocks
- * over the contributing members (replicas catching up contribute nothing).
- * A RECOVER with view V moves every microbatch whose owner is outside V to
- * the contributors in V, round-robin in microbatch order; the moves are kept
- * per (step, communicator epoch) so that every survivor of the same view
- * gets the same answer, whatever order their RECOVERs arrive in. Because a
- * failed all-reduce leaves every survivor's buffer untouched, a microbatch
- * whose owner left the view was never counted: moving it neither drops nor
- * double-counts a sample.
- *
- * Failure detection here is coarse (socket EOF, silence for silence_ms, or
- * exclusion by the survivors' view); the survivors' all-reduce detects
- * within its own, tighter bound. A replica declared failed is reported to
- * the launcher, which kills its step before starting a replacement, so a
- * replica is never alive twice.
+/* The coordinator object, its connections and its event loop: create and
+ * destroy, the listener and the handshakes in progress (handshake.c), one
+ * poll round (resihp__coord_poll: read, hand every line to the protocol,
+ * coord_protocol.c), heartbeats to every replica, and silence detection:
+ * a replica whose connection is lost or silent for silence_ms has failed
+ * (coord_members.c). It owns no thread. Also the accessors, and the
+ * hooks of the tests and the fuzz target: adopt a connection without a
+ * handshake, feed it a line, check the invariants (resihp__coord_check).
  */
 #include "config.h"
 
 #include "../transport/mesh.h"
 #include "coord_internal.h"
-#include "coordinator.h"
-#include "wire.h"
 
 #include <resihp/error.h>
-#include <resihp/log.h>
 
 #include <errno.h>
-#include <limits.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-/* RECOVER reports one member may make in one step: each stands for a
- * failure it saw, and a replica sees few in one step; more is a fault. */
-#define REPORTS_PER_STEP 8
-/* Same for RESYNC (a member that cannot set up an epoch). */
-#define RESYNCS_PER_STEP 8
 /* Pending handshakes, and how long each may take. */
 #define HS_PENDING 64
 #define HS_TIMEOUT_MS 3000

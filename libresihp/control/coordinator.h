@@ -2,6 +2,7 @@
 /* The job coordinator: membership epochs, heartbeats, the replica table,
  * the microbatch ledger and catch-up sources. resihp-run embeds it and
  * drives it from its main loop (resihp__coord_poll); it owns no thread.
+ * The code is a file per idea, coord_*.c (the map: coord_internal.h).
  *
  * Protocol (text lines, see wire.h; connections authenticated with the
  * per-job secret). A rank says HELLO (replica, endpoints, node, Slurm step,

@@ -7,7 +7,14 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/wire.c \
 	libresihp/control/handshake.c \
 	libresihp/control/coordinator.h \
-	libresihp/control/coordinator.c \
+	libresihp/control/coord_internal.h \
+	libresihp/control/coord_members.c \
+	libresihp/control/coord_schedule.c \
+	libresihp/control/coord_rounds.c \
+	libresihp/control/coord_spares.c \
+	libresihp/control/coord_protocol.c \
+	libresihp/control/coord_summary.c \
+	libresihp/control/coord_loop.c \
 	libresihp/control/spare_agent.h \
 	libresihp/control/spare_agent.c \
 	libresihp/recovery/inject.h \

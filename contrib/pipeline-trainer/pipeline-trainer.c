@@ -648,15 +648,20 @@ static int run_job(const cfg_t *c) {
       printf("%scaught up at step %ld; training again from the next step\n",
              who, ss.step);
     stage_zero(&st);
+    const char *what = "the pipeline";
     t = trainer_now_s();
     rc = pipe_pass(&st, pp, ss.step, ss.mbs, ss.nmbs);
     t_pipe += trainer_now_s() - t;
     t = trainer_now_s();
-    while (!rc && (rc = job_exchange(&st)) == RESIHP_EREASSIGNED) {
+    while (!rc) {
+      what = "the gradient exchange";
+      if ((rc = job_exchange(&st)) != RESIHP_EREASSIGNED)
+        break;
       if (!c->quiet)
         printf("%sstep %ld: %d microbatch(es) of failed replicas reassigned "
                "here (%d replicas left)\n",
                who, ss.step, ss.nextra, ss.nreplicas);
+      what = "the pipeline";
       double t1 = trainer_now_s();
       rc = pipe_pass(&st, pp, ss.step, ss.extra, ss.nextra);
       t_pipe += trainer_now_s() - t1;
@@ -664,11 +669,10 @@ static int run_job(const cfg_t *c) {
     }
     t_ex += trainer_now_s() - t;
     if (rc) {
-      /* a stage of this replica is gone (or the group excluded it): the
+      /* a stage of this replica is gone, or the group excluded it: the
        * replica fails as a whole and resihp-run relaunches it */
       fprintf(stderr, "%sstep %ld: %s failed: %s; leaving\n", who, ss.step,
-              rc == RESIHP_EEXCLUDED ? "the gradient exchange" : "the pipeline",
-              resihp_strerror(rc));
+              what, resihp_strerror(rc));
       goto out;
     }
     double loss = stage_apply(&st);

@@ -28,3 +28,6 @@ TESTS += tests/fuzz/fuzz_partition
 EXTRA_DIST += tests/fuzz/corpus-partition/plain \
 	tests/fuzz/corpus-partition/too-many \
 	tests/fuzz/corpus-partition/empty-item tests/fuzz/corpus-partition/huge
+# As sharded replicas under resihp-run on a lab cluster.
+dist_check_SCRIPTS += tests/integration/pipeline.test
+TESTS += tests/integration/pipeline.test

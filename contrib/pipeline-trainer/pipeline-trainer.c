@@ -48,6 +48,9 @@
  *                   plain srun step (task t = replica t/K, stage t%K) meet
  *                   through files in DIR, exchange gradients over plain
  *                   communicators (unprotected) and print the step time.
+ * --stages K gives K where no job does (--reference, --plain) and is checked
+ * against the job's otherwise; --mb-ms N makes each stage sleep N ms per
+ * microbatch after its forward pass (a heavier model, for demos).
  */
 #include "../common/trainer-common.h"
 

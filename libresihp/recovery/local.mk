@@ -19,7 +19,13 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/spare_agent.c \
 	libresihp/recovery/inject.h \
 	libresihp/recovery/inject.c \
+	libresihp/recovery/job_internal.h \
 	libresihp/recovery/job.c \
+	libresihp/recovery/job_replica.c \
+	libresihp/recovery/job_step.c \
+	libresihp/recovery/job_exchange.c \
+	libresihp/recovery/job_catchup.c \
+	libresihp/recovery/job_faults.c \
 	libresihp/recovery/pmix_wireup.h
 # The PMIx wire-up inside a replica's step, on its own so that only it sees
 # PMIx's headers.

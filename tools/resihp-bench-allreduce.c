@@ -17,8 +17,9 @@
  * fixed point), mac (ft with mac-data: a MAC over every gradient byte) -
  * all with the default host transport (shared-memory rings between ranks of
  * one host) - and fttcp, mactcp (ft, mac over TCP only, the medium of Open
- * MPI's tcp BTL). Every mode MACs its control frames and frame headers. All but ftip use resihp_allreduce_to() with separate
- * send and receive buffers, like the MPI twin. Data are float32 sums.
+ * MPI's tcp BTL). Every mode MACs its control frames and frame headers. All but
+ * ftip use resihp_allreduce_to() with separate send and receive buffers, like
+ * the MPI twin. Data are float32 sums.
  *
  * --p2p: point-to-point bandwidth instead, 2 ranks: rank 0 sends a stream
  * of messages of each size to rank 1 with resihp_send (rank 1: resihp_recv,
@@ -256,13 +257,17 @@ int main(int argc, char **argv) {
                    .max_bytes = 16L << 20,
                    .modes = {0, 1, 2, 3, 4, 5, 6},
                    .nmodes = NMODES};
-  static const struct option opts[] = {
-      {"ranks", required_argument, 0, 'n'}, {"mode", required_argument, 0, 'm'},
-      {"min", required_argument, 0, 'a'},   {"max", required_argument, 0, 'b'},
-      {"chunk", required_argument, 0, 'c'}, {"reps", required_argument, 0, 'r'},
-      {"quick", no_argument, 0, 'q'},       {"full", no_argument, 0, 'f'},
-      {"help", no_argument, 0, 'h'},        {"p2p", no_argument, 0, 'p'},
-      {0, 0, 0, 0}};
+  static const struct option opts[] = {{"ranks", required_argument, 0, 'n'},
+                                       {"mode", required_argument, 0, 'm'},
+                                       {"min", required_argument, 0, 'a'},
+                                       {"max", required_argument, 0, 'b'},
+                                       {"chunk", required_argument, 0, 'c'},
+                                       {"reps", required_argument, 0, 'r'},
+                                       {"quick", no_argument, 0, 'q'},
+                                       {"full", no_argument, 0, 'f'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {"p2p", no_argument, 0, 'p'},
+                                       {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "n:m:a:b:c:r:qfhp", opts, NULL)) != -1) {
     switch (ch) {

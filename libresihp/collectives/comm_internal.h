@@ -127,8 +127,7 @@ void resihp__comm_mark_dead(resihp_comm_t *c, int peer, int code);
 /* A call of this rank failed (rc; bad_peer, a world rank, or -1): mark the
  * peer, cancel the transport, broadcast ABORT with the suspects and return
  * the code the caller sees (allreduce.c). what names the call in logs. */
-int resihp__comm_fail(resihp_comm_t *c, int rc, int bad_peer,
-                      const char *what);
+int resihp__comm_fail(resihp_comm_t *c, int rc, int bad_peer, const char *what);
 /* Whether peer (world rank) broke off what this rank does with it alone
  * (p2p.c): this rank excluded (RESIHP_EEXCLUDED), any member aborted, or
  * peer failed (not merely left: what it sent before BYE still arrives).
@@ -146,8 +145,7 @@ void resihp__p2p_flush(resihp_comm_t *c);
 void resihp__p2p_free(resihp_comm_t *c);
 /* Test hook (fault injection): called before a receive posts frame `frame`
  * (send 0) and before a broadcast sends it on (send 1). */
-extern void (*resihp__p2p_test_hook)(resihp_comm_t *c, int send,
-                                     size_t frame);
+extern void (*resihp__p2p_test_hook)(resihp_comm_t *c, int send, size_t frame);
 
 /* The chunk-pipelined ring over the transport (ring_allreduce.c). */
 int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,

@@ -38,8 +38,8 @@
  */
 #include "config.h"
 
-#include "comm_internal.h"
 #include "../transport/mesh.h"
+#include "comm_internal.h"
 
 #include <resihp/error.h>
 #include <resihp/log.h>
@@ -132,8 +132,8 @@ static int broken(resihp_comm_t *c, int w, const char *what) {
   return rc ? resihp__comm_fail(c, RESIHP_EABORTED, -1, what) : 0;
 }
 
-static int check_args(resihp_comm_t *c, int peer, const void *buf,
-                      size_t bytes, const char *what) {
+static int check_args(resihp_comm_t *c, int peer, const void *buf, size_t bytes,
+                      const char *what) {
   /* Frames are numbered in 31 bits; far beyond any real message. */
   if (!c || peer < 0 || peer >= c->nmembers || (!buf && bytes) ||
       bytes / c->chunk_bytes >= RESIHP__CHUNK_LAST - 1) {
@@ -278,7 +278,8 @@ int resihp_recv(resihp_comm_t *c, int peer, void *buf, size_t bytes) {
     size_t len = frame_len(c, bytes, i);
     if (resihp__p2p_test_hook)
       resihp__p2p_test_hook(c, 0, i);
-    if ((rc = ops->post_recv(c->tp, w, tag, len ? b + i * c->chunk_bytes : b, len)))
+    if ((rc = ops->post_recv(c->tp, w, tag, len ? b + i * c->chunk_bytes : b,
+                             len)))
       return resihp__comm_fail(c, rc, rc == RESIHP_EPEER ? w : -1, "recv");
     if ((rc = wait_recv(c, w, "recv")))
       return rc;
@@ -366,8 +367,7 @@ void resihp__p2p_flush(resihp_comm_t *c) {
   for (int i = 0; i < c->nmembers; i++) {
     int w = c->members[i], bad = -1;
     while (w != c->world_rank && ops->sends_pending(c->tp, w) &&
-           resihp__now_ms() < deadline &&
-           !broken_quiet(c, w))
+           resihp__now_ms() < deadline && !broken_quiet(c, w))
       if (ops->progress(c->tp, c->hb_ms, &bad) < 0)
         return;
   }

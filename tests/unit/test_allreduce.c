@@ -1718,6 +1718,14 @@ static int p2p_comm(int rank, int n, long chunk, resihp_comm_t **c) {
   return rc;
 }
 
+/* Test _i: TCP only when odd; every rank must exit 0. */
+static void p2p_group(int i, int n, rank_fn fn, void *arg) {
+  transport = i % 2 ? 1 : -1;
+  int st[MAXN];
+  run_group(n, fn, arg, st);
+  expect_all_ok(n, st);
+}
+
 /* An all-reduce whose result is checked: interleaved with messages. */
 static int checked_allreduce(resihp_comm_t *c) {
   float v[1000];
@@ -1781,12 +1789,7 @@ static int rank_round_trip(int rank, int n, void *arg) {
   return 0;
 }
 
-START_TEST(p2p_round_trips) {
-  transport = _i % 2 ? 1 : -1;
-  int st[MAXN];
-  run_group(3, rank_round_trip, NULL, st);
-  expect_all_ok(3, st);
-}
+START_TEST(p2p_round_trips) { p2p_group(_i, 3, rank_round_trip, NULL); }
 END_TEST
 
 /* Both ends send first and receive second, with messages below and far
@@ -1821,19 +1824,40 @@ static int rank_both_ways(int rank, int n, void *arg) {
   return 0;
 }
 
-START_TEST(p2p_both_directions_at_once) {
-  transport = _i % 2 ? 1 : -1;
-  int st[MAXN];
-  run_group(2, rank_both_ways, NULL, st);
-  expect_all_ok(2, st);
-}
+START_TEST(p2p_both_directions_at_once) { p2p_group(_i, 2, rank_both_ways, NULL); }
 END_TEST
 
 /* A three-stage pipeline: forward messages 0 -> 1 -> 2, gradients back,
  * then an all-reduce and a broadcast on the same communicator, a few
  * times over. Many messages of many sizes per pair, checked in order. */
 #define PIPE_MSGS 40
-static size_t pipe_len(int m) { return (size_t)(m * 7919) % 70000 + (m & 1); }
+static size_t pipe_len(int m) {
+  return (size_t)(m * 7919) % 70000 + (m & 1);
+}
+
+/* One pass of PIPE_MSGS messages through the stages: dir 1 forward (from
+ * rank - 1 to rank + 1), -1 backward. */
+static int pipe_pass(resihp_comm_t *c, int rank, int n, int it, int dir) {
+  static uint8_t b[70001];
+  int from = rank - dir, to = rank + dir;
+  for (int m = 0; m < PIPE_MSGS; m++) {
+    unsigned seed = (unsigned)(it * 1000 + m + (dir < 0 ? 500 : 0));
+    int rc = 0;
+    if (from >= 0 && from < n &&
+        (rc = resihp_recv(c, from, b, pipe_len(m))) == 0 &&
+        !pattern_ok(b, pipe_len(m), seed + (unsigned)from))
+      return 1;
+    pattern(b, pipe_len(m), seed + (unsigned)rank);
+    if (!rc && to >= 0 && to < n)
+      rc = resihp_send(c, to, b, pipe_len(m));
+    if (rc) {
+      fprintf(stderr, "rank %d: %s %d: %s\n", rank,
+              dir > 0 ? "forward" : "backward", m, resihp_err_name(rc));
+      return 1;
+    }
+  }
+  return 0;
+}
 
 static int rank_pipeline(int rank, int n, void *arg) {
   (void)arg;
@@ -1842,37 +1866,8 @@ static int rank_pipeline(int rank, int n, void *arg) {
     return 1;
   uint8_t *b = malloc(70001);
   for (int it = 0; it < 3; it++) {
-    for (int m = 0; m < PIPE_MSGS; m++) {
-      unsigned seed = (unsigned)(it * 1000 + m);
-      int rc = 0;
-      if (rank > 0 && (rc = resihp_recv(c, rank - 1, b, pipe_len(m))) == 0 &&
-          !pattern_ok(b, pipe_len(m), seed + (unsigned)rank - 1))
-        return 1;
-      pattern(b, pipe_len(m), seed + (unsigned)rank);
-      if (!rc && rank < n - 1)
-        rc = resihp_send(c, rank + 1, b, pipe_len(m));
-      if (rc) {
-        fprintf(stderr, "rank %d: forward %d: %s\n", rank, m,
-                resihp_err_name(rc));
-        return 1;
-      }
-    }
-    for (int m = 0; m < PIPE_MSGS; m++) {
-      unsigned seed = (unsigned)(it * 1000 + m + 500);
-      int rc = 0;
-      if (rank < n - 1 &&
-          (rc = resihp_recv(c, rank + 1, b, pipe_len(m))) == 0 &&
-          !pattern_ok(b, pipe_len(m), seed + (unsigned)rank + 1))
-        return 1;
-      pattern(b, pipe_len(m), seed + (unsigned)rank);
-      if (!rc && rank > 0)
-        rc = resihp_send(c, rank - 1, b, pipe_len(m));
-      if (rc) {
-        fprintf(stderr, "rank %d: backward %d: %s\n", rank, m,
-                resihp_err_name(rc));
-        return 1;
-      }
-    }
+    if (pipe_pass(c, rank, n, it, 1) || pipe_pass(c, rank, n, it, -1))
+      return 1;
     if (checked_allreduce(c))
       return 1;
     int root = it % n;
@@ -1892,12 +1887,7 @@ static int rank_pipeline(int rank, int n, void *arg) {
   return 0;
 }
 
-START_TEST(p2p_pipeline_ordered_and_interleaved) {
-  transport = _i % 2 ? 1 : -1;
-  int st[MAXN];
-  run_group(3, rank_pipeline, NULL, st);
-  expect_all_ok(3, st);
-}
+START_TEST(p2p_pipeline_ordered_and_interleaved) { p2p_group(_i, 3, rank_pipeline, NULL); }
 END_TEST
 
 static int rank_bcast(int rank, int n, void *arg) {
@@ -1929,11 +1919,7 @@ static int rank_bcast(int rank, int n, void *arg) {
 }
 
 START_TEST(bcast_from_every_root) {
-  int n = 2 + _i / 2; /* 2..5 ranks */
-  transport = _i % 2 ? 1 : -1;
-  int st[MAXN];
-  run_group(n, rank_bcast, NULL, st);
-  expect_all_ok(n, st);
+  p2p_group(_i, 2 + _i / 2, rank_bcast, NULL); /* 2..5 ranks */
 }
 END_TEST
 
@@ -1976,10 +1962,7 @@ static int rank_mismatch(int rank, int n, void *arg) {
 
 START_TEST(p2p_size_mismatch_is_eproto) {
   int k = _i / 2;
-  transport = _i % 2 ? 1 : -1;
-  int st[MAXN];
-  run_group(2, rank_mismatch, &k, st);
-  expect_all_ok(2, st);
+  p2p_group(_i, 2, rank_mismatch, &k);
 }
 END_TEST
 
@@ -2041,8 +2024,7 @@ static int rank_p2p_fault(int rank, int n, void *arg) {
    * it could take it along (TCP resets a link that dies with unread data). */
   uint8_t ack = 0;
   if (rank == 1) {
-    if (resihp_send(c, 0, &pid, sizeof(pid)) ||
-        resihp_recv(c, 0, &ack, 1))
+    if (resihp_send(c, 0, &pid, sizeof(pid)) || resihp_recv(c, 0, &ack, 1))
       return 1;
     if (f->victim_sends) {
       resihp_send(c, 0, b, BIG); /* and no more: see below */
@@ -2101,9 +2083,8 @@ static int rank_p2p_fault(int rank, int n, void *arg) {
 static const size_t kill_frames[] = {0, 3, 17, 31};
 
 START_TEST(p2p_peer_killed_mid_message) {
-  struct p2p_fault f = {.victim_sends = _i / 2 % 2,
-                        .frame = kill_frames[_i / 4],
-                        .sig = SIGKILL};
+  struct p2p_fault f = {
+      .victim_sends = _i / 2 % 2, .frame = kill_frames[_i / 4], .sig = SIGKILL};
   transport = _i % 2 ? 1 : -1;
   int st[MAXN];
   run_group(2, rank_p2p_fault, &f, st);
@@ -2190,8 +2171,7 @@ START_TEST(bcast_root_killed) {
     if (r != BC_VICTIM)
       ck_assert_msg(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0,
                     "rank %d status %#x", r, st[r]);
-  ck_assert_msg(WIFSIGNALED(st[BC_VICTIM]), "victim status %#x",
-                st[BC_VICTIM]);
+  ck_assert_msg(WIFSIGNALED(st[BC_VICTIM]), "victim status %#x", st[BC_VICTIM]);
 }
 END_TEST
 

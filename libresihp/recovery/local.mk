@@ -7,12 +7,25 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/wire.c \
 	libresihp/control/handshake.c \
 	libresihp/control/coordinator.h \
-	libresihp/control/coordinator.c \
+	libresihp/control/coord_internal.h \
+	libresihp/control/coord_members.c \
+	libresihp/control/coord_schedule.c \
+	libresihp/control/coord_rounds.c \
+	libresihp/control/coord_spares.c \
+	libresihp/control/coord_protocol.c \
+	libresihp/control/coord_summary.c \
+	libresihp/control/coord_loop.c \
 	libresihp/control/spare_agent.h \
 	libresihp/control/spare_agent.c \
 	libresihp/recovery/inject.h \
 	libresihp/recovery/inject.c \
+	libresihp/recovery/job_internal.h \
 	libresihp/recovery/job.c \
+	libresihp/recovery/job_replica.c \
+	libresihp/recovery/job_step.c \
+	libresihp/recovery/job_exchange.c \
+	libresihp/recovery/job_catchup.c \
+	libresihp/recovery/job_faults.c \
 	libresihp/recovery/pmix_wireup.h
 # The PMIx wire-up inside a replica's step, on its own so that only it sees
 # PMIx's headers.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Fuzz target of the coordinator's message handler (the real one, in
- * libresihp/control/coordinator.c), with the handshake stubbed: four
+ * libresihp/control/coord_*.c), with the handshake stubbed: four
  * already-authenticated connections, and the input is a sequence of lines
  * "<conn><message>\n" fed as if connection <conn> ('0'..'3') had sent
  * <message>. In a message, "$E" and "$S" stand for the coordinator's

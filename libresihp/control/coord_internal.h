@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The coordinator's private header: its state (struct resihp__coord and
+ * the records it keeps) and the functions its files share. The API and the
+ * protocol are in coordinator.h. The code is a file per idea:
+ *
+ *   coord_members.c   membership and epochs: the group, a replica's
+ *                     failure, the set-up of an epoch (GO, READY, RESYNC)
+ *   coord_schedule.c  the step schedule and the microbatch ledger: the
+ *                     state machine from barrier to commit, START lists,
+ *                     catch-up sources
+ *   coord_rounds.c    in-step recovery: RECOVER rounds and REASSIGN
+ *   coord_spares.c    the spare registry (SPARE)
+ *   coord_protocol.c  the ranks' messages: HELLO, SUBHELLO/LEADER, BEGIN,
+ *                     READY/RESYNC, FAULT, CATCHUP_FAILED, FINISH
+ *   coord_loop.c      the coordinator object, its connections and event
+ *                     loop: handshakes, poll, heartbeats, silence
+ *   coord_summary.c   the final summary and its statistics
+ *
+ * Not for use outside these files (tests use coordinator.h).
+ */
+#ifndef RESIHP_CONTROL_COORD_INTERNAL_H
+#define RESIHP_CONTROL_COORD_INTERNAL_H
+
+#include "coordinator.h"
+#include "wire.h"
+
+#include <resihp/log.h>
+
+#include <poll.h>
+#include <stdint.h>
+
+#define MAXR RESIHP__COORD_MAX_REPLICAS
+/* Ranks per replica (shards), and the addresses they give. */
+#define RESIHP__COORD_MAX_SHARDS 64
+#define RESIHP__COORD_EP_MAX 48
+#define RESIHP__COORD_EPS_MAX (RESIHP__COORD_MAX_SHARDS * RESIHP__COORD_EP_MAX)
+#define MAX_FAIL 256
+/* Most steps a job may declare: the summary keeps one time per step. */
+#define MAX_STEPS 1000000000L
+
+enum { R_NONE, R_JOINING, R_MEMBER, R_GONE };
+enum { P_BARRIER, P_SETUP, P_RUN, P_END };
+
+typedef struct {
+  int state;
+  int conn; /* index into conns, -1 when none */
+  /* the addresses of its K ranks, "a/b/...": shard groups, catch-up */
+  char ep[RESIHP__COORD_EPS_MAX], sep[RESIHP__COORD_EPS_MAX];
+  char node[64];
+  char lep[RESIHP__COORD_EP_MAX]; /* the leader's, for the other ranks */
+  long jobid, stepid;
+  long begun;   /* last BEGIN step (members) */
+  int waiting;  /* joiner waiting for admission */
+  int ready;    /* READY for the current setup epoch */
+  int catching; /* catching up in the current step */
+  int catchup_failed;
+  int finished;
+  char result[224];
+  char fault_kind[16]; /* injected fault announced, not yet seen failing */
+  int64_t fault_ms;
+  long fault_step;
+  int open_fail; /* failure record waiting for this replica's comeback */
+  int reports;   /* RECOVERs in this step */
+  int resyncs;   /* RESYNCs in this step */
+  int64_t last_life; /* last line (heartbeat included) heard from it */
+  int expected;      /* the launcher started a replacement, not admitted yet */
+} rep_t;
+
+typedef struct {
+  resihp__wire_t w;
+  int replica;
+  int64_t last_heard;
+  /* a non-leader rank waiting for its leader's address */
+  int sub_replica;
+  long sub_stepid, sub_jobid;
+  /* a leader that said where its ranks find it (LEP), before its HELLO */
+  int lep_replica;
+  long lep_stepid, lep_jobid;
+  char lep[RESIHP__COORD_EP_MAX];
+} conn_t;
+
+/* One view reported by survivors for a (step, communicator epoch). Honest
+ * survivors all report the same view; a different one is a candidate of
+ * its own, so that nobody can spoil a round by reporting first. */
+typedef struct {
+  uint32_t cepoch;
+  char inview[MAXR];
+  char reported[MAXR]; /* reporters waiting for (or given) the answer */
+  int decided;
+  int n;
+  int *mb, *to;
+} round_t;
+
+typedef struct {
+  char node[64];
+  int state; /* RESIHP__SPARE_* */
+  long registrations;
+  int replica; /* promoted to */
+  char summary[200];
+} spare_t;
+
+typedef struct {
+  int replica;
+  char kind[16];
+  char why[64];
+  long step;
+  int catchup; /* the fault hit during a catch-up transfer */
+  int outside; /* not injected: t_fault is the last sign of life */
+  int64_t t_fault, t_detect, t_admit, t_train;
+} fail_t;
+
+struct resihp__coord {
+  resihp__coord_opts_t o; /* o.secret: the caller's, read at create only */
+  int lfd, port;
+  conn_t *conns;
+  int nconns, capconns;
+  rep_t reps[MAXR];
+  int R, M;
+  int K;          /* ranks per replica (the first HELLO sets it) */
+  char shape[20]; /* digest of the shards' state sizes, or "-" */
+  long S;
+  long step;
+  int phase, state;
+  uint32_t epoch;
+  int members[MAXR], nmembers;
+  int last_list[MAXR], nlast; /* members of the last started epoch */
+  int changed; /* a member left or joined since (same ids, new process) */
+  int *owner;
+  char in_step[MAXR]; /* members when the step started */
+  round_t *rounds;
+  int nrounds, caprounds;
+  int64_t *start_ms; /* START time of each step, index step */
+  long capsteps;     /* entries of start_ms: grows with the steps done */
+  int64_t t_done;
+  fail_t fails[MAX_FAIL];
+  int nfails;
+  long reassigned;
+  int64_t last_hb;
+  spare_t *spares;
+  int nspares, capspares;
+  resihp__wire_hs_t *hs; /* handshakes in progress */
+  char *line;            /* one received line */
+  struct pollfd *pfd;
+  int cappfd;
+  int stop; /* end at the next step boundary (resihp__coord_stop) */
+};
+
+/* The coordinator's log lines (subsystem "coord"). */
+#define logc(l, ...) resihp_log((l), "coord", __VA_ARGS__)
+
+/* coord_loop.c: connections. */
+void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line);
+void resihp__coord_send_buf_to(resihp__coord_t *c, int r,
+                               const resihp__wire_buf_t *b);
+void resihp__coord_close_conn(resihp__coord_t *c, int k);
+
+/* coord_members.c */
+int resihp__coord_is_member(const resihp__coord_t *c, int r);
+void resihp__coord_remove_member(resihp__coord_t *c, int r);
+void resihp__coord_add_member(resihp__coord_t *c, int r);
+void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why);
+void resihp__coord_send_go(resihp__coord_t *c);
+
+/* coord_schedule.c */
+void resihp__coord_advance(resihp__coord_t *c);
+void resihp__coord_lose(resihp__coord_t *c, const char *why);
+int resihp__coord_ensure_steps(resihp__coord_t *c, long n);
+
+/* coord_rounds.c */
+void resihp__coord_free_rounds(resihp__coord_t *c);
+void resihp__coord_decide_rounds(resihp__coord_t *c);
+void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
+                              const char *msg);
+
+/* coord_spares.c */
+void resihp__coord_on_spare(resihp__coord_t *c, int k, const char *msg);
+
+/* coord_protocol.c */
+void resihp__coord_refuse(resihp__coord_t *c, int k, const char *reason,
+                          int hangup, const char *msg);
+void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg);
+
+#endif

@@ -1,0 +1,325 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The coordinator object, its connections and its event loop: create and
+ * destroy, the listener and the handshakes in progress (handshake.c), one
+ * poll round (resihp__coord_poll: read, hand every line to the protocol,
+ * coord_protocol.c), heartbeats to every replica, and silence detection:
+ * a replica whose connection is lost or silent for silence_ms has failed
+ * (coord_members.c). It owns no thread. Also the accessors, and the
+ * hooks of the tests and the fuzz target: adopt a connection without a
+ * handshake, feed it a line, check the invariants (resihp__coord_check).
+ */
+#include "config.h"
+
+#include "../transport/mesh.h"
+#include "coord_internal.h"
+
+#include <resihp/error.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Pending handshakes, and how long each may take. */
+#define HS_PENDING 64
+#define HS_TIMEOUT_MS 3000
+
+void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line) {
+  rep_t *p = &c->reps[r];
+  if (p->conn < 0)
+    return;
+  if (resihp__wire_send(&c->conns[p->conn].w, line, resihp__now_ms() + 2000) <
+      0)
+    logc(RESIHP_LOG_WARN, "cannot send to replica %d", r);
+}
+
+void resihp__coord_send_buf_to(resihp__coord_t *c, int r,
+                               const resihp__wire_buf_t *b) {
+  if (b->err) {
+    logc(RESIHP_LOG_ERROR, "cannot build a message for replica %d (%s)", r,
+         resihp_strerror(b->err));
+    return;
+  }
+  resihp__coord_send_to(c, r, b->s);
+}
+
+void resihp__coord_close_conn(resihp__coord_t *c, int k) {
+  conn_t *cn = &c->conns[k];
+  resihp__wire_free(&cn->w);
+  if (cn->replica >= 0 && c->reps[cn->replica].conn == k)
+    c->reps[cn->replica].conn = -1;
+  cn->replica = -1;
+}
+
+int resihp__coord_adopt(resihp__coord_t *c, resihp__wire_t *w) {
+  int k = -1;
+  for (int i = 0; i < c->nconns; i++)
+    if (c->conns[i].w.fd < 0) {
+      k = i;
+      break;
+    }
+  if (k < 0) {
+    if (c->nconns == c->capconns) {
+      int nc = c->capconns ? 2 * c->capconns : 16;
+      conn_t *n = realloc(c->conns, sizeof(conn_t) * (size_t)nc);
+      if (!n) {
+        resihp__wire_free(w);
+        return RESIHP_ENOMEM;
+      }
+      c->conns = n;
+      c->capconns = nc;
+    }
+    k = c->nconns++;
+  }
+  c->conns[k].w = *w;
+  c->conns[k].replica = -1;
+  c->conns[k].sub_replica = -1;
+  c->conns[k].lep_replica = -1;
+  c->conns[k].lep[0] = '\0';
+  c->conns[k].last_heard = resihp__now_ms();
+  resihp__wire_init(w, -1);
+  return k;
+}
+
+/* Every complete line that connection k has buffered, then what its
+ * socket said (rc from resihp__wire_fill, or a bad line) if it is gone. */
+static void drain_conn(resihp__coord_t *c, int k, int rc) {
+  conn_t *cn = &c->conns[k];
+  int t;
+  while (cn->w.fd >= 0 &&
+         (t = resihp__wire_take(&cn->w, c->line, RESIHP__WIRE_LINE_MAX + 1))) {
+    if (t < 0) {
+      logc(RESIHP_LOG_ERROR,
+           "a connection%s sent a line that %s: connection dropped",
+           cn->replica >= 0 ? " of a replica" : "",
+           t == RESIHP_EAUTH ? "failed its integrity check (altered, "
+                               "injected or replayed)"
+                             : "is malformed");
+      rc = t;
+      break;
+    }
+    resihp__coord_on_line(c, k, c->line);
+    cn = &c->conns[k];
+  }
+  if (rc < 0 && cn->w.fd >= 0) {
+    int r = cn->replica;
+    resihp__coord_close_conn(c, k);
+    if (r >= 0 && c->state == RESIHP__COORD_RUNNING &&
+        !(c->phase == P_END && c->reps[r].finished))
+      resihp__coord_fail_replica(c, r, "connection lost");
+  }
+}
+
+void resihp__coord_feed(resihp__coord_t *c, int k, const char *line) {
+  if (k < 0 || k >= c->nconns || c->conns[k].w.fd < 0)
+    return;
+  resihp__coord_on_line(c, k, line);
+  resihp__coord_advance(c);
+}
+
+/* Handshakes never hold this loop: each pending one is a record in c->hs,
+ * moved on when its socket has something (see handshake.c). */
+static void accept_conns(resihp__coord_t *c, int listener_ready) {
+  if (listener_ready)
+    resihp__wire_hs_accept(c->hs, c->lfd);
+  resihp__wire_t w;
+  while (resihp__wire_hs_next(c->hs, &w) == 1) {
+    int k = resihp__coord_adopt(c, &w);
+    if (k >= 0)
+      drain_conn(c, k, 0); /* lines that came with the handshake */
+  }
+}
+
+int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
+  int want = c->nconns + 1 + resihp__wire_hs_pending(c->hs);
+  if (want > c->cappfd) {
+    struct pollfd *np = realloc(c->pfd, sizeof(*np) * (size_t)want);
+    if (!np)
+      return RESIHP_ENOMEM;
+    c->pfd = np;
+    c->cappfd = want;
+  }
+  struct pollfd *p = c->pfd;
+  p[0].fd = c->lfd;
+  p[0].events = POLLIN;
+  p[0].revents = 0;
+  for (int i = 0; i < c->nconns; i++) {
+    p[i + 1].fd = c->conns[i].w.fd;
+    p[i + 1].events = POLLIN;
+    p[i + 1].revents = 0;
+  }
+  int n = c->nconns;
+  int nh = resihp__wire_hs_fds(c->hs, p + n + 1, want - n - 1);
+  poll(p, (nfds_t)(n + 1 + nh), resihp__wire_hs_wait_ms(c->hs, timeout_ms));
+  int64_t now = resihp__now_ms();
+  for (int i = 0; i < n; i++) {
+    conn_t *cn = &c->conns[i];
+    if (cn->w.fd < 0 || !p[i + 1].revents)
+      continue;
+    int rc = resihp__wire_fill(&cn->w);
+    cn->last_heard = now;
+    drain_conn(c, i, rc);
+  }
+  accept_conns(c, p[0].revents != 0);
+  for (int i = 0; i < c->nconns; i++) {
+    conn_t *cn = &c->conns[i];
+    if (cn->w.fd >= 0 && cn->replica >= 0 &&
+        now - cn->last_heard > c->o.silence_ms &&
+        c->state == RESIHP__COORD_RUNNING) {
+      int r = cn->replica;
+      logc(RESIHP_LOG_WARN, "replica %d silent for %lld ms", r,
+           (long long)(now - cn->last_heard));
+      resihp__coord_fail_replica(c, r, "silent");
+    }
+  }
+  if (now - c->last_hb >= 500) {
+    c->last_hb = now;
+    for (int r = 0; r < c->R; r++)
+      if (c->reps[r].conn >= 0)
+        resihp__coord_send_to(c, r, "HB");
+  }
+  resihp__coord_advance(c);
+  return 0;
+}
+
+int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
+  if (!o || o->replicas < 1 || o->replicas > MAXR || !o->secret ||
+      !o->secret_len)
+    return RESIHP_EINVAL;
+  resihp__coord_t *c = calloc(1, sizeof(*c));
+  if (!c)
+    return RESIHP_ENOMEM;
+  c->o = *o;
+  c->lfd = -1;
+  if (c->o.silence_ms <= 0)
+    c->o.silence_ms = 3000;
+  c->line = malloc(RESIHP__WIRE_LINE_MAX + 1);
+  int rc = RESIHP_ENOMEM;
+  if (!c->line)
+    goto fail;
+  c->R = o->replicas;
+  for (int r = 0; r < MAXR; r++) {
+    c->reps[r].conn = -1;
+    c->reps[r].begun = -1;
+    c->reps[r].open_fail = -1;
+  }
+  if ((rc = resihp__wire_hs_create(o->secret, o->secret_len, "coord",
+                                   HS_PENDING, HS_TIMEOUT_MS, &c->hs)))
+    goto fail;
+  c->lfd = resihp__wire_listen(o->bind_host, o->port, &c->port);
+  if (c->lfd < 0) {
+    logc(RESIHP_LOG_ERROR, "cannot listen on %s:%d: %s",
+         o->bind_host ? o->bind_host : "*", o->port, strerror(errno));
+    rc = c->lfd;
+    goto fail;
+  }
+  *out = c;
+  return 0;
+fail:
+  resihp__coord_destroy(c);
+  return rc;
+}
+
+void resihp__coord_destroy(resihp__coord_t *c) {
+  if (!c)
+    return;
+  for (int i = 0; i < c->nconns; i++)
+    resihp__wire_free(&c->conns[i].w);
+  resihp__coord_free_rounds(c);
+  free(c->rounds);
+  free(c->conns);
+  free(c->spares);
+  if (c->lfd >= 0)
+    close(c->lfd);
+  resihp__wire_hs_destroy(c->hs);
+  free(c->line);
+  free(c->pfd);
+  free(c->owner);
+  free(c->start_ms);
+  free(c);
+}
+
+int resihp__coord_port(const resihp__coord_t *c) {
+  return c->port;
+}
+int resihp__coord_state(const resihp__coord_t *c) {
+  return c->state;
+}
+long resihp__coord_step(const resihp__coord_t *c) {
+  return c->step;
+}
+uint32_t resihp__coord_epoch(const resihp__coord_t *c) {
+  return c->epoch;
+}
+int resihp__coord_members(const resihp__coord_t *c) {
+  return c->nmembers;
+}
+int resihp__coord_connected(const resihp__coord_t *c, int r) {
+  return r >= 0 && r < c->R && c->reps[r].conn >= 0;
+}
+
+int resihp__coord_replica_eps(const resihp__coord_t *c, int r, const char **ep,
+                              const char **sep, const char **lep) {
+  if (r < 0 || r >= c->R)
+    return RESIHP_ENOENT;
+  if (!c->reps[r].ep[0]) {
+    /* a leader still gathering its ranks has only said LEP */
+    for (int k = 0; lep && k < c->nconns; k++)
+      if (c->conns[k].w.fd >= 0 && c->conns[k].lep_replica == r &&
+          c->conns[k].lep[0]) {
+        *lep = c->conns[k].lep;
+        if (ep)
+          *ep = "";
+        if (sep)
+          *sep = "";
+        return 0;
+      }
+    return RESIHP_ENOENT;
+  }
+  if (ep)
+    *ep = c->reps[r].ep;
+  if (sep)
+    *sep = c->reps[r].sep;
+  if (lep)
+    *lep = c->reps[r].lep;
+  return 0;
+}
+
+const char *resihp__coord_check(const resihp__coord_t *c) {
+  if (c->nmembers < 0 || c->nmembers > c->R)
+    return "member count out of range";
+  for (int i = 0; i < c->nmembers; i++) {
+    int m = c->members[i];
+    if (m < 0 || m >= c->R)
+      return "member id out of range";
+    if (i && c->members[i - 1] >= m)
+      return "members not sorted or repeated";
+    if (c->reps[m].state != R_MEMBER)
+      return "a member is not in state MEMBER";
+  }
+  int healthy = 0;
+  for (int r = 0; r < c->R; r++) {
+    const rep_t *p = &c->reps[r];
+    if (p->state == R_MEMBER && !resihp__coord_is_member(c, r))
+      return "state MEMBER outside the group";
+    if (p->conn >= 0 && (p->conn >= c->nconns || c->conns[p->conn].w.fd < 0 ||
+                         c->conns[p->conn].replica != r))
+      return "replica and connection disagree";
+    healthy += p->state == R_MEMBER && p->conn >= 0 && !p->catching;
+  }
+  for (int mb = 0; mb < c->M; mb++) {
+    if (c->owner[mb] < 0 || c->owner[mb] >= c->R)
+      return "ledger owner out of range";
+    if (c->phase == P_RUN && !c->in_step[c->owner[mb]])
+      return "ledger owner was not in the step";
+  }
+  if (c->S && (c->step > c->S || c->capsteps < c->step + 1))
+    return "step out of range";
+  for (int k = 0; k < c->nrounds; k++)
+    if (c->rounds[k].n < 0 || c->rounds[k].n > c->M)
+      return "round moves out of range";
+  if (c->state == RESIHP__COORD_LOST && healthy)
+    return "job lost while a connected member held the state";
+  return NULL;
+}

@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The coordinator's membership and epochs: which replicas are in the
+ * group, what becomes of one that fails, and the set-up of each epoch (GO
+ * to every member, then READY or RESYNC from each, coord_protocol.c).
+ *
+ * The group is the set of replicas that take part in the current step. It
+ * changes only at step boundaries (a replacement is admitted, or a replica
+ * that died is left out), and every change is a new epoch in which the
+ * members re-create their communicator; within a step a failure is handled
+ * by the survivors' own shrink, and the coordinator only learns the agreed
+ * view through RECOVER (coord_rounds.c).
+ *
+ * Failure detection here is coarse (socket EOF, silence for silence_ms, or
+ * exclusion by the survivors' view); the survivors' all-reduce detects
+ * within its own, tighter bound. A replica declared failed is reported to
+ * the launcher, which kills its step before starting a replacement, so a
+ * replica is never alive twice. Its failure record (fail_t) opens here;
+ * coord_schedule.c dates its replacement's admission and first training
+ * step, coord_summary.c reports it.
+ */
+#include "config.h"
+
+#include "../transport/mesh.h"
+#include "coord_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int resihp__coord_is_member(const resihp__coord_t *c, int r) {
+  for (int i = 0; i < c->nmembers; i++)
+    if (c->members[i] == r)
+      return 1;
+  return 0;
+}
+
+void resihp__coord_remove_member(resihp__coord_t *c, int r) {
+  int k = 0;
+  c->changed |= resihp__coord_is_member(c, r);
+  for (int i = 0; i < c->nmembers; i++)
+    if (c->members[i] != r)
+      c->members[k++] = c->members[i];
+  c->nmembers = k;
+}
+
+void resihp__coord_add_member(resihp__coord_t *c, int r) {
+  int i = c->nmembers++;
+  c->changed = 1;
+  while (i > 0 && c->members[i - 1] > r) {
+    c->members[i] = c->members[i - 1];
+    i--;
+  }
+  c->members[i] = r;
+}
+
+/* Replica r has failed: leave it out, tell the launcher. */
+void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why) {
+  rep_t *p = &c->reps[r];
+  if (p->state == R_GONE || p->state == R_NONE)
+    return;
+  int was_member = resihp__coord_is_member(c, r);
+  resihp__coord_remove_member(c, r);
+  if (p->conn >= 0)
+    resihp__coord_close_conn(c, p->conn);
+  p->state = R_GONE;
+  p->catching = 0;
+  logc(RESIHP_LOG_WARN, "replica %d failed at step %ld (%s)", r, c->step, why);
+  if (c->nfails < MAX_FAIL && c->state == RESIHP__COORD_RUNNING) {
+    fail_t *f = &c->fails[c->nfails];
+    memset(f, 0, sizeof(*f));
+    f->replica = r;
+    f->t_detect = resihp__now_ms();
+    int announced = p->fault_kind[0] && f->t_detect - p->fault_ms < 120000;
+    if (announced)
+      memcpy(f->kind, p->fault_kind, sizeof(f->kind));
+    else
+      strcpy(f->kind, "detected");
+    snprintf(f->why, sizeof(f->why), "%s", why);
+    /* An outside fault (nobody announced it) happened at an unknown time
+     * after the replica's last sign of life: report that, not the
+     * detection time. */
+    f->outside = !announced;
+    f->t_fault = announced          ? p->fault_ms
+                 : p->last_life > 0 ? p->last_life
+                                    : f->t_detect;
+    f->step = announced ? p->fault_step : c->step;
+    f->catchup = announced && p->fault_step < 0;
+    if (f->step < 0)
+      f->step = c->step;
+    p->open_fail = c->nfails++;
+  }
+  p->fault_kind[0] = '\0';
+  if (c->o.on_failed && c->phase != P_END)
+    c->o.on_failed(c->o.ud, r, p->node, p->jobid, p->stepid, why);
+  if (was_member && c->phase == P_SETUP)
+    resihp__coord_send_go(c); /* a new epoch without it */
+}
+
+void resihp__coord_mark_failed(resihp__coord_t *c, int r, const char *why) {
+  if (r < 0 || r >= c->R)
+    return;
+  rep_t *p = &c->reps[r];
+  p->expected = 0; /* no replacement is coming */
+  if (p->state == R_NONE) {
+    p->state = R_GONE;
+    logc(RESIHP_LOG_WARN, "replica %d given up (%s)", r, why);
+  } else {
+    resihp__coord_fail_replica(c, r, why);
+  }
+  resihp__coord_advance(c);
+}
+
+static void member_list(resihp__coord_t *c, resihp__wire_buf_t *b) {
+  for (int i = 0; i < c->nmembers; i++)
+    resihp__wire_buf_printf(b, "%s%d@%s", i ? "," : "", c->members[i],
+                            c->reps[c->members[i]].ep);
+}
+
+/* Start of a step's set-up: GO to every member, a new epoch if the member
+ * list differs from the last one started. */
+void resihp__coord_send_go(resihp__coord_t *c) {
+  if (c->nmembers == 0) {
+    c->phase = P_BARRIER;
+    return;
+  }
+  int same = c->nmembers == c->nlast && !c->changed;
+  c->changed = 0;
+  for (int i = 0; same && i < c->nmembers; i++)
+    same = c->members[i] == c->last_list[i];
+  if (!same || c->phase == P_SETUP)
+    c->epoch++;
+  c->phase = P_SETUP;
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_printf(&b, "GO step=%ld epoch=%u new=%d members=", c->step,
+                          c->epoch, same ? 0 : 1);
+  size_t list_at = b.len;
+  member_list(c, &b);
+  for (int i = 0; i < c->nmembers; i++) {
+    c->reps[c->members[i]].ready = same;
+    resihp__coord_send_buf_to(c, c->members[i], &b);
+  }
+  memcpy(c->last_list, c->members, sizeof(int) * (size_t)c->nmembers);
+  c->nlast = c->nmembers;
+  if (!same)
+    logc(RESIHP_LOG_INFO, "step %ld: epoch %u with %d replicas: %.400s",
+         c->step, c->epoch, c->nmembers, b.s ? b.s + list_at : "");
+  resihp__wire_buf_free(&b);
+}

@@ -1,0 +1,331 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The coordinator's protocol front end: what a connection may say and in
+ * which order (see coordinator.h). A connection first says who it is
+ * (HELLO from a replica's rank 0, SUBHELLO from one of its other ranks,
+ * answered with LEADER, or SPARE from a spare agent, coord_spares.c); a
+ * replica's connection then sends BEGIN, READY/RESYNC, RECOVER
+ * (coord_rounds.c), FAULT, CATCHUP_FAILED and FINISH. Anything malformed is
+ * refused and its connection dropped, taking its replica with it.
+ */
+#include "config.h"
+
+#include "../transport/mesh.h"
+#include "coord_internal.h"
+
+#include <resihp/error.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* RESYNC reports one member may make in one step (a member that cannot
+ * set up an epoch). */
+#define RESYNCS_PER_STEP 8
+
+/* Refuse a message from connection k: say why, then hang up if it was
+ * malformed (the caller's loop sees the connection gone). */
+void resihp__coord_refuse(resihp__coord_t *c, int k, const char *reason,
+                          int hangup, const char *msg) {
+  char line[96];
+  logc(RESIHP_LOG_ERROR, "refused '%.120s' (%s)%s", msg, reason,
+       hangup ? ": connection dropped" : "");
+  snprintf(line, sizeof(line), "NO reason=%s", reason);
+  resihp__wire_send(&c->conns[k].w, line, resihp__now_ms() + 1000);
+  if (!hangup)
+    return;
+  /* a replica's connection: the replica goes with it (not the job) */
+  int r = c->conns[k].replica;
+  if (r >= 0)
+    resihp__coord_fail_replica(c, r, "sent a malformed message");
+  if (c->conns[k].w.fd >= 0)
+    resihp__coord_close_conn(c, k);
+}
+
+/* Tell the waiting non-leader ranks of replica r where their leader is:
+ * from its LEP (said before HELLO, while it gathers its ranks' addresses)
+ * or its HELLO, for the ranks of the same Slurm step. */
+static void answer_subs(resihp__coord_t *c, int r) {
+  for (int i = 0; i < c->nconns; i++) {
+    conn_t *cn = &c->conns[i];
+    if (cn->w.fd < 0 || cn->sub_replica != r)
+      continue;
+    const char *lep = NULL;
+    for (int l = 0; !lep && l < c->nconns; l++) {
+      const conn_t *ln = &c->conns[l];
+      if (ln->w.fd >= 0 && ln->lep_replica == r && ln->lep[0] &&
+          ln->lep_stepid == cn->sub_stepid && ln->lep_jobid == cn->sub_jobid)
+        lep = ln->lep;
+    }
+    const rep_t *p = &c->reps[r];
+    if (!lep && p->lep[0] && p->conn >= 0 && p->stepid == cn->sub_stepid &&
+        p->jobid == cn->sub_jobid)
+      lep = p->lep;
+    if (!lep)
+      continue;
+    char line[160];
+    snprintf(line, sizeof(line), "LEADER ep=%s", lep);
+    resihp__wire_send(&cn->w, line, resihp__now_ms() + 1000);
+    cn->sub_replica = -1;
+  }
+}
+
+/* SUBHELLO (a rank that waits for its leader's address) and LEP (a leader
+ * that gives it): replica and Slurm step, so that the ranks of a step that
+ * is gone never meet its successor's leader. */
+static void on_subhello(resihp__coord_t *c, int k, const char *msg) {
+  long r = -1, sid = -1, jid = -1;
+  int lep = !strncmp(msg, "LEP ", 4);
+  conn_t *cn = &c->conns[k];
+  if (resihp__wire_get_range(msg, "replica", 0, c->R - 1, &r) ||
+      resihp__wire_get_range(msg, "stepid", -1, LONG_MAX, &sid) ||
+      resihp__wire_get_range(msg, "jobid", -1, LONG_MAX, &jid) ||
+      (lep && (resihp__wire_get(msg, "lep", cn->lep, sizeof(cn->lep)) ||
+               !resihp__wire_token_ok(cn->lep, sizeof(cn->lep))))) {
+    cn->lep[0] = '\0';
+    resihp__coord_refuse(c, k, lep ? "bad-lep" : "bad-subhello", 1, msg);
+    return;
+  }
+  if (lep) {
+    cn->lep_replica = (int)r;
+    cn->lep_stepid = sid;
+    cn->lep_jobid = jid;
+  } else {
+    cn->sub_replica = (int)r;
+    cn->sub_stepid = sid;
+    cn->sub_jobid = jid;
+  }
+  answer_subs(c, (int)r);
+}
+
+/* An optional name: absent (out unchanged), or a plain token. */
+static int opt_token(const char *msg, const char *key, char *out, size_t cap) {
+  char v[128];
+  int rc = resihp__wire_get(msg, key, v, sizeof(v));
+  if (rc == RESIHP_ENOENT)
+    return 0;
+  if (rc || !resihp__wire_token_ok(v, cap))
+    return RESIHP_EPROTO;
+  memcpy(out, v, strlen(v) + 1); /* fits: token_ok checked the length */
+  return 0;
+}
+
+/* HELLO: every field bounded, names and addresses plain tokens (they end
+ * up inside lists that others parse), and the training the same as the
+ * job's (the first HELLO sets it). */
+static void on_hello(resihp__coord_t *c, int k, const char *msg) {
+  long r = -1, m = 0, s = 0, jobid = -1, stepid = -1, K = 1;
+  char ep[RESIHP__COORD_EPS_MAX] = "", sep[RESIHP__COORD_EPS_MAX] = "";
+  char node[64] = "?", lep[RESIHP__COORD_EP_MAX] = "-", shape[20] = "-";
+  int maxm = resihp__wire_max_microbatches();
+  if (resihp__wire_get_range(msg, "replica", 0, c->R - 1, &r) ||
+      resihp__wire_get_long(msg, "mbs", &m) ||
+      resihp__wire_get_range(msg, "steps", 1, MAX_STEPS, &s) ||
+      resihp__wire_get_range(msg, "lsize", 1, RESIHP__COORD_MAX_SHARDS, &K) ==
+          RESIHP_EPROTO ||
+      resihp__wire_get(msg, "ep", ep, sizeof(ep)) ||
+      !resihp__wire_list_ok(ep, (int)K, RESIHP__COORD_EP_MAX) ||
+      resihp__wire_get(msg, "sep", sep, sizeof(sep)) ||
+      !resihp__wire_list_ok(sep, (int)K, RESIHP__COORD_EP_MAX) || m < 1 ||
+      opt_token(msg, "shape", shape, sizeof(shape)) ||
+      opt_token(msg, "node", node, sizeof(node)) ||
+      opt_token(msg, "lep", lep, sizeof(lep)) ||
+      resihp__wire_get_range(msg, "jobid", -1, LONG_MAX, &jobid) ==
+          RESIHP_EPROTO ||
+      resihp__wire_get_range(msg, "stepid", -1, LONG_MAX, &stepid) ==
+          RESIHP_EPROTO) {
+    resihp__coord_refuse(c, k, "bad-hello", 1, msg);
+    return;
+  }
+  if (m > maxm) {
+    logc(RESIHP_LOG_ERROR,
+         "replica %ld has %ld microbatches per step; at most %d fit in a "
+         "message: use fewer, larger microbatches",
+         r, m, maxm);
+    resihp__coord_refuse(c, k, "too-many-microbatches", 1, msg);
+    return;
+  }
+  if (c->S && (m != c->M || s != c->S)) {
+    logc(RESIHP_LOG_ERROR,
+         "replica %ld has %ld microbatches x %ld steps, the job %d x %ld: "
+         "refused (every replica must run the same training)",
+         r, m, s, c->M, c->S);
+    resihp__coord_refuse(c, k, "mismatch", 1, msg);
+    return;
+  }
+  if (c->S && (K != c->K || strcmp(shape, c->shape))) {
+    logc(RESIHP_LOG_ERROR,
+         "replica %ld has %ld rank(s) whose state buffers have the shape "
+         "%s, the job %d rank(s) of shape %s: refused (every replica must "
+         "hold the same shards: same ranks per replica, same state buffers "
+         "and sizes)",
+         r, K, shape, c->K, c->shape);
+    resihp__coord_refuse(c, k, "mismatch", 1, msg);
+    return;
+  }
+  rep_t *p = &c->reps[r];
+  if (p->state == R_MEMBER || (p->state == R_JOINING && p->conn >= 0) ||
+      c->state != RESIHP__COORD_RUNNING) {
+    logc(RESIHP_LOG_ERROR, "replica %ld is already running", r);
+    resihp__coord_refuse(c, k, "duplicate", 1, msg);
+    return;
+  }
+  if (!c->S) {
+    c->owner = calloc((size_t)m, sizeof(int));
+    if (!c->owner || resihp__coord_ensure_steps(c, 1)) {
+      free(c->owner);
+      c->owner = NULL;
+      resihp__coord_refuse(c, k, "out-of-memory", 1, msg);
+      return;
+    }
+    c->M = (int)m;
+    c->S = s;
+    c->K = (int)K;
+    snprintf(c->shape, sizeof(c->shape), "%s", shape);
+  }
+  p->state = R_JOINING;
+  p->conn = k;
+  p->waiting = 0;
+  p->catchup_failed = 0;
+  p->catching = 0;
+  p->finished = 0;
+  snprintf(p->ep, sizeof(p->ep), "%s", ep);
+  snprintf(p->sep, sizeof(p->sep), "%s", sep);
+  snprintf(p->node, sizeof(p->node), "%s", node);
+  p->jobid = jobid;
+  p->stepid = stepid;
+  snprintf(p->lep, sizeof(p->lep), "%s", strcmp(lep, "-") ? lep : "");
+  c->conns[k].replica = (int)r;
+  p->last_life = resihp__now_ms();
+  char line[128];
+  snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld", r, c->step);
+  resihp__coord_send_to(c, (int)r, line);
+  logc(RESIHP_LOG_INFO, "replica %ld joined from %s (node %s, step %ld.%ld)", r,
+       ep, node, jobid, stepid);
+  answer_subs(c, (int)r);
+}
+
+/* FAULT kind=K step=S node=N from replica r. A periodic probe failure
+ * fails the replica at once. Any other kind claims to be an injected fault:
+ * only the launcher knows what it injected, so the report counts (and the
+ * failure that follows is attributed to it) only if on_fault accepts it;
+ * otherwise it is logged and ignored, and whatever happens to the replica
+ * next is an outside fault like any other. */
+static void on_fault_report(resihp__coord_t *c, int r, const char *msg) {
+  rep_t *p = &c->reps[r];
+  char kind[16] = "", node[64] = "";
+  long v;
+  resihp__wire_get(msg, "kind", kind, sizeof(kind));
+  resihp__wire_get(msg, "node", node, sizeof(node));
+  if (resihp__wire_get_long(msg, "step", &v))
+    v = c->step;
+  if (!strcmp(kind, "probe")) {
+    /* Not an injection: the replica's node failed a periodic probe and
+     * the replica is leaving; fail it now rather than wait for the
+     * socket to close. */
+    char summary[400] = "", why[64];
+    resihp__wire_get_rest(msg, "summary", summary, sizeof(summary));
+    logc(RESIHP_LOG_WARN,
+         "replica %d: node %s failed its periodic health probe (%s)", r,
+         node[0] ? node : p->node, summary);
+    snprintf(p->fault_kind, sizeof(p->fault_kind), "%s", kind);
+    p->fault_ms = resihp__now_ms();
+    p->fault_step = v < 0 ? -1 : c->step;
+    snprintf(why, sizeof(why), "periodic probe failed on %.32s",
+             node[0] ? node : p->node);
+    resihp__coord_fail_replica(c, r, why);
+    return;
+  }
+  if (!c->o.on_fault ||
+      c->o.on_fault(c->o.ud, r, kind, node[0] ? node : p->node, v) != 0) {
+    logc(RESIHP_LOG_WARN,
+         "replica %d: ignored a FAULT report (kind %.16s, step %ld) that "
+         "matches no fault the launcher injected",
+         r, kind, v);
+    return;
+  }
+  snprintf(p->fault_kind, sizeof(p->fault_kind), "%s", kind);
+  p->fault_ms = resihp__now_ms();
+  p->fault_step = v < 0 ? -1 : c->step;
+  logc(RESIHP_LOG_INFO, "replica %d: injected %s fires (step %ld)", r, kind,
+       c->step);
+}
+
+void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
+  int r = c->conns[k].replica;
+  if (r >= 0)
+    c->reps[r].last_life = resihp__now_ms();
+  if (!strncmp(msg, "HB", 2) && (msg[2] == '\0' || msg[2] == ' '))
+    return;
+  if (r < 0) {
+    if (!strncmp(msg, "HELLO ", 6))
+      on_hello(c, k, msg);
+    else if (!strncmp(msg, "SUBHELLO ", 9) || !strncmp(msg, "LEP ", 4))
+      on_subhello(c, k, msg);
+    else if (!strncmp(msg, "SPARE ", 6))
+      resihp__coord_on_spare(c, k, msg);
+    else
+      resihp__coord_refuse(c, k, "hello-first", 1, msg);
+    return;
+  }
+  rep_t *p = &c->reps[r];
+  long v;
+  if (!strncmp(msg, "BEGIN ", 6)) {
+    if (resihp__wire_get_range(msg, "step", -1, c->step + 1, &v)) {
+      resihp__coord_refuse(c, k, "bad-begin", 1, msg);
+      return;
+    }
+    if (p->state == R_MEMBER && v > p->begun)
+      p->begun = v;
+    else if (p->state == R_JOINING)
+      p->waiting = 1;
+  } else if (!strncmp(msg, "READY ", 6) || !strncmp(msg, "RESYNC ", 7)) {
+    int ready = msg[2] == 'A';
+    if (resihp__wire_get_range(msg, "epoch", 0, UINT32_MAX, &v)) {
+      resihp__coord_refuse(c, k, ready ? "bad-ready" : "bad-resync", 1, msg);
+      return;
+    }
+    if ((uint32_t)v != c->epoch || p->state != R_MEMBER)
+      return; /* stale */
+    if (ready) {
+      p->ready = 1;
+    } else if (c->phase == P_SETUP && ++p->resyncs > RESYNCS_PER_STEP) {
+      resihp__coord_fail_replica(c, r, "cannot set up a communicator");
+    } else if (c->phase == P_SETUP) {
+      logc(RESIHP_LOG_WARN,
+           "replica %d could not set up epoch %u; trying a new epoch", r,
+           c->epoch);
+      resihp__coord_send_go(c);
+    }
+  } else if (!strncmp(msg, "RECOVER ", 8)) {
+    resihp__coord_on_recover(c, k, r, msg);
+  } else if (!strncmp(msg, "FAULT ", 6)) {
+    on_fault_report(c, r, msg);
+  } else if (!strncmp(msg, "CATCHUP_FAILED", 14)) {
+    logc(RESIHP_LOG_WARN,
+         "replica %d lost its catch-up source; it will be admitted again", r);
+    p->catchup_failed = 1;
+    /* It leaves this step's group at once (it contributed nothing): the
+     * step must not wait for it, even if no survivor reports a RECOVER. */
+    if (p->state == R_MEMBER && p->catching) {
+      resihp__coord_remove_member(c, r);
+      p->state = R_JOINING;
+      p->waiting = 1;
+      p->catching = 0;
+    }
+  } else if (!strncmp(msg, "FINISH ", 7)) {
+    char res[sizeof(p->result)];
+    int rc = resihp__wire_get(msg, "result", res, sizeof(res));
+    for (const char *q = res; !rc && *q; q++)
+      rc = *q < '!' || *q > '~';
+    if (rc || !res[0]) {
+      /* Not taken as a result: the run's verdict compares them. */
+      resihp__coord_refuse(c, k, "bad-finish", 0, msg);
+      snprintf(res, sizeof(res), "-");
+    }
+    memcpy(p->result, res, sizeof(res));
+    p->finished = 1;
+  } else {
+    logc(RESIHP_LOG_WARN, "replica %d: unknown message '%.40s'", r, msg);
+  }
+}

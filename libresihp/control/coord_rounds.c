@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* In-step recovery: the coordinator's RECOVER rounds and their REASSIGN
+ * answers.
+ *
+ * A RECOVER with view V moves every microbatch whose owner is outside V to
+ * the contributors in V, round-robin in microbatch order; the moves are kept
+ * per (step, communicator epoch) so that every survivor of the same view
+ * gets the same answer, whatever order their RECOVERs arrive in. Because a
+ * failed all-reduce leaves every survivor's buffer untouched, a microbatch
+ * whose owner left the view was never counted: moving it neither drops nor
+ * double-counts a sample. When the coordinator acts on a view is said
+ * below (confirm_ms).
+ */
+#include "config.h"
+
+#include "../transport/mesh.h"
+#include "coord_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* RECOVER reports one member may make in one step: each stands for a
+ * failure it saw, and a replica sees few in one step; more is a fault. */
+#define REPORTS_PER_STEP 8
+
+void resihp__coord_free_rounds(resihp__coord_t *c) {
+  for (int k = 0; k < c->nrounds; k++) {
+    free(c->rounds[k].mb);
+    free(c->rounds[k].to);
+  }
+  c->nrounds = 0;
+}
+
+/* RECOVER rounds.
+ *
+ * The survivors of a failure in a step agree on a view (resihp_comm_shrink)
+ * and each reports it. The coordinator acts on a view only when it cannot
+ * be one member's say-so: every member it leaves out is seen failing here
+ * too (its connection is gone, or it has been silent towards the
+ * coordinator for confirm_ms, five heartbeats: a hung process is), or the
+ * reporters of the same view are a majority of the members. A healthy
+ * replica that one rank claims is gone is therefore never evicted on that
+ * claim; the claim waits (the claimant waits for its answer), and if the
+ * claimant is the faulty one, the others soon leave it out themselves.
+ * A member may report at most REPORTS_PER_STEP times in a step. */
+static int64_t confirm_ms(const resihp__coord_t *c) {
+  int64_t ms = c->o.silence_ms / 3;
+  return ms < 400 ? 400 : ms;
+}
+
+static int round_confirmed(const resihp__coord_t *c, const round_t *rd) {
+  int64_t now = resihp__now_ms();
+  int reporters = 0, unconfirmed = 0;
+  for (int i = 0; i < c->nmembers; i++) {
+    int m = c->members[i];
+    const rep_t *p = &c->reps[m];
+    if (rd->inview[m]) {
+      reporters += rd->reported[m];
+      continue;
+    }
+    int seen = p->conn < 0 || p->catchup_failed ||
+               now - c->conns[p->conn].last_heard >= confirm_ms(c);
+    unconfirmed += !seen;
+  }
+  if (!reporters)
+    return 0; /* nobody still in the group is waiting for it */
+  return unconfirmed == 0 || 2 * reporters > c->nmembers;
+}
+
+static void answer_round(resihp__coord_t *c, const round_t *rd, int r) {
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_printf(&b, "REASSIGN step=%ld cepoch=%u extra=", c->step,
+                          rd->cepoch);
+  int first = 1;
+  for (int i = 0; i < rd->n && !b.err; i++)
+    if (rd->to[i] == r) {
+      resihp__wire_buf_printf(&b, "%s%d", first ? "" : ":", rd->mb[i]);
+      first = 0;
+    }
+  resihp__coord_send_buf_to(c, r, &b);
+  resihp__wire_buf_free(&b);
+}
+
+/* Act on a confirmed view: leave out the members outside it and move the
+ * microbatches whose owner is outside it to the contributors in it. */
+static void decide_round(resihp__coord_t *c, round_t *rd) {
+  int gone[MAXR], ng = 0;
+  for (int i = 0; i < c->nmembers; i++)
+    if (!rd->inview[c->members[i]])
+      gone[ng++] = c->members[i];
+  for (int i = 0; i < ng; i++) {
+    rep_t *p = &c->reps[gone[i]];
+    if (p->catchup_failed && p->conn >= 0) {
+      resihp__coord_remove_member(c, gone[i]);
+      p->state = R_JOINING;
+      p->waiting = 1;
+      p->catching = 0;
+      p->catchup_failed = 0;
+    } else {
+      resihp__coord_fail_replica(c, gone[i], "left out by the survivors");
+    }
+  }
+  int contrib[MAXR], nc = 0;
+  for (int r = 0; r < c->R; r++)
+    if (rd->inview[r] && c->reps[r].state == R_MEMBER && !c->reps[r].catching)
+      contrib[nc++] = r;
+  rd->mb = malloc(sizeof(int) * (size_t)c->M);
+  rd->to = malloc(sizeof(int) * (size_t)c->M);
+  if (!rd->mb || !rd->to) {
+    resihp__coord_lose(c, "out of memory");
+    return;
+  }
+  int k = 0;
+  for (int mb = 0; mb < c->M; mb++) {
+    if (rd->inview[c->owner[mb]])
+      continue;
+    if (nc == 0) {
+      resihp__coord_lose(c, "no survivor holds a valid state");
+      return;
+    }
+    int to = contrib[k++ % nc];
+    c->owner[mb] = to;
+    rd->mb[rd->n] = mb;
+    rd->to[rd->n] = to;
+    rd->n++;
+  }
+  rd->decided = 1;
+  c->reassigned += rd->n;
+  logc(RESIHP_LOG_INFO,
+       "step %ld: %d microbatches of failed replicas reassigned to %d "
+       "survivors",
+       c->step, rd->n, nc);
+  for (int r = 0; r < c->R; r++)
+    if (rd->reported[r] && c->reps[r].conn >= 0)
+      answer_round(c, rd, r);
+}
+
+static int cepoch_decided(const resihp__coord_t *c, uint32_t ce) {
+  for (int k = 0; k < c->nrounds; k++)
+    if (c->rounds[k].decided && c->rounds[k].cepoch == ce)
+      return 1;
+  return 0;
+}
+
+void resihp__coord_decide_rounds(resihp__coord_t *c) {
+  for (int k = 0;
+       k < c->nrounds && c->state == RESIHP__COORD_RUNNING && c->phase == P_RUN;
+       k++) {
+    round_t *rd = &c->rounds[k];
+    if (!rd->decided && !cepoch_decided(c, rd->cepoch) &&
+        round_confirmed(c, rd))
+      decide_round(c, rd);
+  }
+}
+
+void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
+                              const char *msg) {
+  long s = -1, ce = -1;
+  char view[MAXR * 8];
+  int *v = NULL, nv = 0;
+  if (resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &s) ||
+      resihp__wire_get_range(msg, "cepoch", 0, UINT32_MAX, &ce) ||
+      resihp__wire_get(msg, "view", view, sizeof(view)) ||
+      resihp__wire_parse_ints(view, c->R, &v, &nv) || nv < 1) {
+    free(v);
+    resihp__coord_refuse(c, k, "bad-recover", 1, msg);
+    return;
+  }
+  char inview[MAXR] = {0};
+  int bad = 0;
+  for (int i = 0; i < nv; i++) {
+    bad |= inview[v[i]] || !c->in_step[v[i]]; /* twice, or not a member */
+    inview[v[i]] = 1;
+  }
+  free(v);
+  if (bad || !inview[r] || s > c->step) {
+    resihp__coord_refuse(c, k, "bad-recover", 1, msg);
+    return;
+  }
+  rep_t *p = &c->reps[r];
+  if (s != c->step || c->phase != P_RUN || !resihp__coord_is_member(c, r)) {
+    resihp__coord_refuse(c, k, "late-recover", 0, msg);
+    return;
+  }
+  if (++p->reports > REPORTS_PER_STEP) {
+    resihp__coord_refuse(c, k, "too-many-recovers", 0, msg);
+    return;
+  }
+  round_t *rd = NULL;
+  for (int i = 0; i < c->nrounds; i++) {
+    round_t *x = &c->rounds[i];
+    if (x->cepoch != (uint32_t)ce)
+      continue;
+    if (!memcmp(x->inview, inview, sizeof(inview)))
+      rd = x;
+    else if (x->reported[r]) {
+      /* two views of one epoch */
+      resihp__coord_refuse(c, k, "bad-recover", 1, msg);
+      return;
+    }
+  }
+  if (!rd) {
+    if (c->nrounds == c->caprounds) {
+      /* bounded: every round is some member's report, REPORTS_PER_STEP
+       * each at most */
+      int n = c->caprounds ? 2 * c->caprounds : 8;
+      round_t *x = realloc(c->rounds, sizeof(round_t) * (size_t)n);
+      if (!x) {
+        resihp__coord_refuse(c, k, "out-of-memory", 0, msg);
+        return;
+      }
+      c->rounds = x;
+      c->caprounds = n;
+    }
+    rd = &c->rounds[c->nrounds++];
+    memset(rd, 0, sizeof(*rd));
+    rd->cepoch = (uint32_t)ce;
+    memcpy(rd->inview, inview, sizeof(inview));
+  }
+  rd->reported[r] = 1;
+  if (rd->decided)
+    answer_round(c, rd, r);
+  else
+    resihp__coord_decide_rounds(c);
+}

@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The coordinator's step schedule and microbatch ledger: the state machine
+ * (resihp__coord_advance) that takes each step from its barrier (every
+ * member said BEGIN; replicas waiting to join are admitted) through its
+ * set-up (coord_members.c) to START, then to its commit, and DONE instead
+ * of GO at the end.
+ *
+ * Ledger. owner[mb] says which replica computes microbatch mb of the
+ * current step. At START the M microbatches are cut into contiguous blocks
+ * over the contributing members (replicas catching up contribute nothing),
+ * and each replica catching up is given one of the contributors as its
+ * source (serve=). A RECOVER may move microbatches within the step
+ * (coord_rounds.c); the step commits once every member has begun the next
+ * one, and the ledger file, if any, gets its owners.
+ */
+#include "config.h"
+
+#include "../transport/mesh.h"
+#include "coord_internal.h"
+
+#include <resihp/error.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int contributors(resihp__coord_t *c, int *out) {
+  int n = 0;
+  for (int i = 0; i < c->nmembers; i++)
+    if (!c->reps[c->members[i]].catching)
+      out[n++] = c->members[i];
+  return n;
+}
+
+void resihp__coord_lose(resihp__coord_t *c, const char *why) {
+  logc(RESIHP_LOG_ERROR,
+       "training cannot go on at step %ld: %s; the job's state is lost "
+       "(add spares or replicas)",
+       c->step, why);
+  c->state = RESIHP__COORD_LOST;
+  c->t_done = resihp__now_ms();
+  for (int r = 0; r < c->R; r++)
+    if (c->reps[r].conn >= 0)
+      resihp__coord_send_to(c, r, "NO reason=job-lost");
+}
+
+/* start_ms grows with the steps done, never with what a HELLO claims. */
+int resihp__coord_ensure_steps(resihp__coord_t *c, long n) {
+  if (n <= c->capsteps)
+    return 0;
+  long cap = c->capsteps ? c->capsteps : 64;
+  while (cap < n)
+    cap *= 2;
+  int64_t *x = realloc(c->start_ms, sizeof(int64_t) * (size_t)cap);
+  if (!x)
+    return RESIHP_ENOMEM;
+  memset(x + c->capsteps, 0, sizeof(int64_t) * (size_t)(cap - c->capsteps));
+  c->start_ms = x;
+  c->capsteps = cap;
+  return 0;
+}
+
+static void start_step(resihp__coord_t *c) {
+  int contrib[MAXR];
+  int nc = contributors(c, contrib);
+  if (nc == 0) {
+    resihp__coord_lose(c, "no member holds a valid state");
+    return;
+  }
+  if (resihp__coord_ensure_steps(c, c->step + 2)) {
+    resihp__coord_lose(c, "out of memory");
+    return;
+  }
+  for (int mb = 0; mb < c->M; mb++)
+    c->owner[mb] = contrib[(long)mb * nc / c->M];
+  resihp__coord_free_rounds(c);
+  memset(c->in_step, 0, sizeof(c->in_step));
+  for (int i = 0; i < c->nmembers; i++) {
+    c->in_step[c->members[i]] = 1;
+    c->reps[c->members[i]].reports = 0;
+    c->reps[c->members[i]].resyncs = 0;
+  }
+  int64_t now = resihp__now_ms();
+  c->start_ms[c->step] = now;
+  c->phase = P_RUN;
+  int *mine = malloc(sizeof(int) * (size_t)c->M);
+  if (!mine) {
+    resihp__coord_lose(c, "out of memory");
+    return;
+  }
+  for (int i = 0; i < c->nmembers; i++) {
+    int r = c->members[i];
+    rep_t *p = &c->reps[r];
+    resihp__wire_buf_t b;
+    resihp__wire_buf_init(&b);
+    resihp__wire_buf_printf(&b, "START step=%ld epoch=%u mbs=", c->step,
+                            c->epoch);
+    int nq = 0;
+    for (int mb = 0; mb < c->M; mb++)
+      if (c->owner[mb] == r)
+        mine[nq++] = mb;
+    resihp__wire_buf_ints(&b, mine, nq);
+    if (p->catching) {
+      resihp__wire_buf_printf(&b, " catchup=1");
+    } else {
+      /* the joiners' shards are spread over the contributors: shard k of
+       * the ji-th joiner comes from contributor ji + k, so that the K
+       * transfers of one joiner run from different replicas */
+      int sfirst = 1, ji = 0;
+      for (int k = 0; k < c->nmembers; k++) {
+        rep_t *q = &c->reps[c->members[k]];
+        if (!q->catching)
+          continue;
+        for (int sh = 0; sh < c->K; sh++) {
+          char ep[RESIHP__COORD_EP_MAX];
+          if (contrib[(ji + sh) % nc] != r ||
+              resihp__wire_list_item(q->sep, sh, ep, sizeof(ep)))
+            continue;
+          resihp__wire_buf_printf(&b, "%s%d.%d@%s", sfirst ? " serve=" : ",",
+                                  c->members[k], sh, ep);
+          sfirst = 0;
+        }
+        ji++;
+      }
+      if (p->open_fail >= 0 && nq > 0) {
+        fail_t *f = &c->fails[p->open_fail];
+        if (!f->t_train)
+          f->t_train = now;
+        p->open_fail = -1;
+      }
+    }
+    resihp__coord_send_buf_to(c, r, &b);
+    resihp__wire_buf_free(&b);
+  }
+  free(mine);
+}
+
+static void commit_step(resihp__coord_t *c) {
+  logc(RESIHP_LOG_DEBUG, "step %ld committed by %d replicas", c->step,
+       c->nmembers);
+  if (c->o.ledger) {
+    fprintf(c->o.ledger, "%ld", c->step);
+    for (int mb = 0; mb < c->M; mb++)
+      fprintf(c->o.ledger, " %d", c->owner[mb]);
+    fputc('\n', c->o.ledger);
+    fflush(c->o.ledger);
+  }
+  for (int i = 0; i < c->nmembers; i++)
+    c->reps[c->members[i]].catching = 0;
+  c->step++;
+  c->phase = P_BARRIER;
+  if (resihp__coord_ensure_steps(c, c->step + 1))
+    resihp__coord_lose(c, "out of memory");
+}
+
+/* Every member has committed the last step: DONE instead of GO, to the
+ * joiners too (the trainers then FINISH with their result). Used at the
+ * last step and when the launcher asks to stop (resihp__coord_stop). */
+static void end_training(resihp__coord_t *c) {
+  c->phase = P_END;
+  c->t_done = resihp__now_ms();
+  for (int r = 0; r < c->R; r++)
+    if (c->reps[r].conn >= 0)
+      resihp__coord_send_to(c, r, "DONE");
+}
+
+/* With hold_for_replacements, a step does not start while a replacement
+ * the launcher started has not reached the barrier: the replacement joins
+ * at the first boundary after it is up, however long its start takes. */
+static int replacement_on_its_way(const resihp__coord_t *c) {
+  if (!c->o.hold_for_replacements)
+    return 0;
+  for (int r = 0; r < c->R; r++)
+    if (c->reps[r].expected &&
+        !(c->reps[r].state == R_JOINING && c->reps[r].waiting))
+      return 1;
+  return 0;
+}
+
+void resihp__coord_stop(resihp__coord_t *c) {
+  if (!c->stop)
+    logc(RESIHP_LOG_INFO, "stop asked: step %ld is the last to start", c->step);
+  c->stop = 1;
+  resihp__coord_advance(c);
+}
+
+void resihp__coord_expect(resihp__coord_t *c, int replica, int on) {
+  if (replica >= 0 && replica < c->R)
+    c->reps[replica].expected = on;
+  resihp__coord_advance(c);
+}
+
+/* Move the state machine on as far as the replicas let it. */
+void resihp__coord_advance(resihp__coord_t *c) {
+  for (int guard = 0; guard < 8 && c->state == RESIHP__COORD_RUNNING; guard++) {
+    if (c->phase == P_RUN) {
+      resihp__coord_decide_rounds(c);
+      if (c->state != RESIHP__COORD_RUNNING || c->phase != P_RUN)
+        continue;
+      for (int i = 0; i < c->nmembers; i++)
+        if (c->reps[c->members[i]].begun <= c->step)
+          return;
+      if (c->nmembers == 0 && c->step > 0) {
+        resihp__coord_lose(c, "every replica failed");
+        return;
+      }
+      commit_step(c);
+      continue;
+    }
+    if (c->phase == P_SETUP) {
+      for (int i = 0; i < c->nmembers; i++)
+        if (!c->reps[c->members[i]].ready)
+          return;
+      if (c->nmembers == 0) {
+        c->phase = P_BARRIER;
+        continue;
+      }
+      start_step(c);
+      return;
+    }
+    if (c->phase == P_END) {
+      for (int i = 0; i < c->nmembers; i++)
+        if (!c->reps[c->members[i]].finished)
+          return;
+      c->state = RESIHP__COORD_DONE;
+      return;
+    }
+    /* P_BARRIER */
+    if (c->S == 0 && !c->stop)
+      return; /* nobody said hello yet */
+    for (int i = 0; i < c->nmembers; i++)
+      if (c->reps[c->members[i]].begun < c->step)
+        return;
+    if (c->nmembers == 0 && c->step > 0) {
+      resihp__coord_lose(c, "every replica that held the state failed");
+      return;
+    }
+    if (c->stop || c->step >= c->S) {
+      end_training(c);
+      continue;
+    }
+    if (replacement_on_its_way(c))
+      return;
+    int nwait = 0, pending = 0;
+    for (int r = 0; r < c->R; r++) {
+      if (c->reps[r].state == R_JOINING && c->reps[r].waiting)
+        nwait++;
+      else if (c->reps[r].state == R_NONE ||
+               (c->reps[r].state == R_JOINING && !c->reps[r].waiting))
+        pending++;
+    }
+    if (c->nmembers == 0 && (pending || !nwait))
+      return; /* the first step waits for every initial replica */
+    for (int r = 0; r < c->R; r++) {
+      rep_t *p = &c->reps[r];
+      if (p->state == R_JOINING && p->waiting) {
+        p->state = R_MEMBER;
+        p->waiting = 0;
+        p->catching = c->step > 0;
+        p->begun = c->step;
+        p->finished = 0;
+        p->expected = 0;
+        resihp__coord_add_member(c, r);
+        if (p->open_fail >= 0 && !c->fails[p->open_fail].t_admit)
+          c->fails[p->open_fail].t_admit = resihp__now_ms();
+      }
+    }
+    resihp__coord_send_go(c);
+  }
+}

@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The coordinator's final summary: steps done, throughput and the median
+ * step, every failure (fail_t records, coord_members.c) with the
+ * survivors' stall and the replacement's rejoin time, the spares, and
+ * whether the replicas' results agree.
+ */
+#include "config.h"
+
+#include "../transport/mesh.h"
+#include "coord_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Duration of step s (its START to the next one, or to the end). */
+static int64_t step_ms(const resihp__coord_t *c, long s) {
+  if (s < 0 || s >= c->step || !c->start_ms[s])
+    return -1;
+  int64_t end = s + 1 < c->step ? c->start_ms[s + 1] : c->t_done;
+  return end - c->start_ms[s];
+}
+
+int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
+                          double *seconds_out) {
+  long steps = c->step;
+  int64_t *d = malloc(sizeof(int64_t) * (size_t)(steps + 1));
+  int n = 0;
+  for (long s = 0; d && s < steps; s++) {
+    int64_t x = step_ms(c, s);
+    if (x >= 0)
+      d[n++] = x;
+  }
+  double median = 0;
+  if (n) {
+    qsort(d, (size_t)n, sizeof(int64_t), cmp_i64);
+    median = (double)d[n / 2];
+  }
+  free(d);
+  /* still running: the launcher was stopped at once, mid-step */
+  int64_t t_end = c->t_done ? c->t_done : resihp__now_ms();
+  double secs = steps && c->start_ms && c->start_ms[0]
+                    ? (double)(t_end - c->start_ms[0]) / 1000.0
+                    : 0.0;
+  if (seconds_out)
+    *seconds_out = secs;
+  fprintf(f, "resihp-run summary\n");
+  fprintf(f, "  steps completed:        %ld of %ld (%d microbatches each)\n",
+          steps, c->S, c->M);
+  fprintf(f,
+          "  training time:          %.3f s (%.2f steps/s, %.1f "
+          "microbatches/s; median step %.0f ms)\n",
+          secs, secs > 0 ? steps / secs : 0.0,
+          secs > 0 ? (double)steps * c->M / secs : 0.0, median);
+  fprintf(f,
+          "  failures:               %d (%ld microbatches reassigned "
+          "within their step)\n",
+          c->nfails, c->reassigned);
+  double worst_stall = 0, worst_rejoin = 0;
+  for (int i = 0; i < c->nfails; i++) {
+    const fail_t *x = &c->fails[i];
+    /* the step in which the fault happened */
+    long s = x->step;
+    for (long k = 0; c->start_ms && k <= steps && k < c->S; k++)
+      if (c->start_ms[k] && c->start_ms[k] <= x->t_fault)
+        s = k;
+    int64_t sd = step_ms(c, s);
+    double stall = sd >= 0 ? (double)sd - median : -1;
+    if (stall < 0 && sd >= 0)
+      stall = 0;
+    double rejoin =
+        x->t_train ? (double)(x->t_train - x->t_fault) / 1000.0 : -1;
+    if (stall > worst_stall)
+      worst_stall = stall;
+    if (rejoin > worst_rejoin)
+      worst_rejoin = rejoin;
+    char rj[64];
+    if (rejoin >= 0)
+      snprintf(rj, sizeof(rj), "replacement training again after %.2f s",
+               rejoin);
+    else if (x->t_admit)
+      snprintf(rj, sizeof(rj), "its replacement failed while catching up");
+    else
+      snprintf(rj, sizeof(rj), "not replaced");
+    char sl[48];
+    if (stall >= 0)
+      snprintf(sl, sizeof(sl), "%.0f ms", stall);
+    else
+      snprintf(sl, sizeof(sl), "n/a (step not completed)");
+    /* An injected fault's time is known; an outside one's is not, only
+     * how long before the detection the replica last showed life. */
+    char det[96];
+    snprintf(det, sizeof(det),
+             x->outside ? "outside fault: last sign of life %lld ms before "
+                          "detection"
+                        : "detected after %lld ms",
+             (long long)(x->t_detect - x->t_fault));
+    fprintf(f,
+            "  failure %d: replica %d, %s%s at step %ld (%s); %s; survivors' "
+            "stall %s; %s\n",
+            i + 1, x->replica, x->kind, x->catchup ? " during catch-up" : "", s,
+            x->why, det, sl, rj);
+  }
+  if (c->nfails && worst_rejoin > 0)
+    fprintf(f, "  worst survivor stall:   %.0f ms; worst rejoin: %.2f s\n",
+            worst_stall, worst_rejoin);
+  else if (c->nfails)
+    fprintf(f, "  worst survivor stall:   %.0f ms; no replica rejoined\n",
+            worst_stall);
+  for (int i = 0; i < c->nspares; i++) {
+    const spare_t *sp = &c->spares[i];
+    char extra[260] = "";
+    if (sp->state == RESIHP__SPARE_PROMOTED)
+      snprintf(extra, sizeof(extra), " to replica %d", sp->replica);
+    else if (sp->summary[0])
+      snprintf(extra, sizeof(extra), " (%s)", sp->summary);
+    fprintf(f, "  spare %s: %s%s; %ld registration(s)\n", sp->node,
+            resihp__spare_state_name(sp->state), extra, sp->registrations);
+  }
+  const char *ref = NULL;
+  int agree = 1, nres = 0;
+  for (int r = 0; r < c->R; r++) {
+    const rep_t *p = &c->reps[r];
+    if (!p->finished || !p->result[0] || !strcmp(p->result, "-"))
+      continue;
+    nres++;
+    if (!ref)
+      ref = p->result;
+    else if (strcmp(ref, p->result))
+      agree = 0;
+  }
+  for (int r = 0; r < c->R && !agree; r++)
+    if (c->reps[r].finished)
+      fprintf(f, "  replica %d result:      %s\n", r, c->reps[r].result);
+  fprintf(f, "  final result:           %s (%d replicas %s)\n",
+          ref ? ref : "none", nres, agree ? "agree" : "DISAGREE");
+  return agree && ref ? 0 : -1;
+}

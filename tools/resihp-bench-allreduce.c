@@ -17,8 +17,17 @@
  * fixed point), mac (ft with mac-data: a MAC over every gradient byte) -
  * all with the default host transport (shared-memory rings between ranks of
  * one host) - and fttcp, mactcp (ft, mac over TCP only, the medium of Open
- * MPI's tcp BTL). Every mode MACs its control frames and frame headers. All but ftip use resihp_allreduce_to() with separate
- * send and receive buffers, like the MPI twin. Data are float32 sums.
+ * MPI's tcp BTL). Every mode MACs its control frames and frame headers. All but
+ * ftip use resihp_allreduce_to() with separate send and receive buffers, like
+ * the MPI twin. Data are float32 sums.
+ *
+ * --p2p: point-to-point bandwidth instead, 2 ranks: rank 0 sends a stream
+ * of messages of each size to rank 1 with resihp_send (rank 1: resihp_recv,
+ * then a 1-byte reply so that the time covers their arrival), over the
+ * shared-memory rings (ft) and over TCP (fttcp), beside a plain memcpy of
+ * the same size timed in the same run and process; best repetition:
+ *
+ *   p2p BYTES SHM_GBPS TCP_GBPS MEMCPY_GBPS
  */
 #include <resihp.h>
 
@@ -51,6 +60,7 @@ struct cfg {
   int ranks, scale, reps;
   long min_bytes, max_bytes, chunk;
   int modes[NMODES], nmodes;
+  int p2p;
 };
 
 static int iters_for(long bytes, int scale) {
@@ -60,6 +70,70 @@ static int iters_for(long bytes, int scale) {
   if (it > 100)
     it = 100;
   return (int)it;
+}
+
+/* Seconds per message of bytes from rank 0 to rank 1 (rank 0's view). */
+static double p2p_time(resihp_comm_t *c, int rank, uint8_t *buf, long bytes,
+                       long iters, int *rc) {
+  uint8_t one = 0;
+  /* Line up (the reply of the previous round may still be in flight). */
+  if ((*rc = resihp_bcast(c, 0, &one, 1)))
+    return 0;
+  double t0 = now_s();
+  for (long it = 0; it < iters && !*rc; it++)
+    *rc = rank == 0 ? resihp_send(c, 1, buf, (size_t)bytes)
+                    : resihp_recv(c, 0, buf, (size_t)bytes);
+  if (!*rc)
+    *rc = rank == 0 ? resihp_recv(c, 1, &one, 1) : resihp_send(c, 0, &one, 1);
+  return (now_s() - t0) / iters;
+}
+
+static int run_p2p(int rank, const struct cfg *cf, resihp_comm_t **c) {
+  uint8_t *buf = malloc((size_t)cf->max_bytes);
+  uint8_t *dst = malloc((size_t)cf->max_bytes);
+  int rc = 0;
+  if (!buf || !dst)
+    return 1;
+  memset(buf, 0x5a, (size_t)cf->max_bytes);
+  memset(dst, 0, (size_t)cf->max_bytes);
+  if (rank == 0)
+    printf("# p2p BYTES SHM_GBPS TCP_GBPS MEMCPY_GBPS (one way, best of %d)\n",
+           cf->reps);
+  for (long bytes = cf->min_bytes; bytes <= cf->max_bytes; bytes *= 4) {
+    /* 64 MiB a timing, however small the messages: the fixed costs of a
+     * round (lining up, the reply) must not pass for per-message costs. */
+    long iters = (64L << 20) * cf->scale / bytes;
+    iters = iters < 4 ? 4 : iters > 20000 ? 20000 : iters;
+    double shm = 1e30, tcp = 1e30, mem = 1e30;
+    for (int rep = 0; rep < cf->reps; rep++) {
+      double t = p2p_time(c[0], rank, buf, bytes, iters, &rc);
+      if (rc)
+        goto fail;
+      shm = t < shm ? t : shm;
+      t = p2p_time(c[4], rank, buf, bytes, iters, &rc);
+      if (rc)
+        goto fail;
+      tcp = t < tcp ? t : tcp;
+      double t0 = now_s();
+      for (long it = 0; it < iters; it++) {
+        memcpy(dst, buf, (size_t)bytes);
+        __asm__ volatile("" : : "r"(dst) : "memory"); /* keep every copy */
+      }
+      t = (now_s() - t0) / iters;
+      mem = t < mem ? t : mem;
+    }
+    if (rank == 0) {
+      printf("p2p %ld %.3f %.3f %.3f\n", bytes, (double)bytes / shm / 1e9,
+             (double)bytes / tcp / 1e9, (double)bytes / mem / 1e9);
+      fflush(stdout);
+    }
+  }
+  free(buf);
+  free(dst);
+  return 0;
+fail:
+  fprintf(stderr, "rank %d: p2p failed: %s\n", rank, resihp_strerror(rc));
+  return 1;
 }
 
 static int run_rank(int rank, const struct cfg *cf,
@@ -86,6 +160,12 @@ static int run_rank(int rank, const struct cfg *cf,
       fprintf(stderr, "rank %d: %s\n", rank, resihp_strerror(rc));
       return 1;
     }
+  }
+  if (cf->p2p) {
+    rc = run_p2p(rank, cf, c);
+    for (int m = 0; m < NMODES; m++)
+      resihp_comm_destroy(c[m]);
+    return rc;
   }
   size_t maxn = (size_t)cf->max_bytes / sizeof(float);
   float *src = malloc(maxn * sizeof(float)), *buf = malloc(maxn * sizeof(float));
@@ -145,9 +225,11 @@ static void usage(void) {
           "usage: resihp-bench-allreduce [--ranks N]\n"
           "         [--mode ft,ftip,noft,det,fttcp,mac,mactcp]\n"
           "         [--min BYTES] [--max BYTES] [--chunk BYTES] [--reps R]\n"
-          "         [--quick|--full]\n"
+          "         [--quick|--full] [--p2p]\n"
           "  --quick (default): 4 KiB .. 16 MiB, 3 repetitions;\n"
-          "  --full: 4 KiB .. 256 MiB, 5 repetitions, twice the iterations\n");
+          "  --full: 4 KiB .. 256 MiB, 5 repetitions, twice the iterations\n"
+          "  --p2p: resihp_send/recv bandwidth over shared memory and TCP\n"
+          "         beside memcpy (2 ranks)\n");
 }
 
 static int parse_modes(struct cfg *cf, const char *s) {
@@ -175,14 +257,19 @@ int main(int argc, char **argv) {
                    .max_bytes = 16L << 20,
                    .modes = {0, 1, 2, 3, 4, 5, 6},
                    .nmodes = NMODES};
-  static const struct option opts[] = {
-      {"ranks", required_argument, 0, 'n'}, {"mode", required_argument, 0, 'm'},
-      {"min", required_argument, 0, 'a'},   {"max", required_argument, 0, 'b'},
-      {"chunk", required_argument, 0, 'c'}, {"reps", required_argument, 0, 'r'},
-      {"quick", no_argument, 0, 'q'},       {"full", no_argument, 0, 'f'},
-      {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+  static const struct option opts[] = {{"ranks", required_argument, 0, 'n'},
+                                       {"mode", required_argument, 0, 'm'},
+                                       {"min", required_argument, 0, 'a'},
+                                       {"max", required_argument, 0, 'b'},
+                                       {"chunk", required_argument, 0, 'c'},
+                                       {"reps", required_argument, 0, 'r'},
+                                       {"quick", no_argument, 0, 'q'},
+                                       {"full", no_argument, 0, 'f'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {"p2p", no_argument, 0, 'p'},
+                                       {0, 0, 0, 0}};
   int ch;
-  while ((ch = getopt_long(argc, argv, "n:m:a:b:c:r:qfh", opts, NULL)) != -1) {
+  while ((ch = getopt_long(argc, argv, "n:m:a:b:c:r:qfhp", opts, NULL)) != -1) {
     switch (ch) {
     case 'n':
       cf.ranks = atoi(optarg);
@@ -208,6 +295,9 @@ int main(int argc, char **argv) {
     case 'q':
       cf.max_bytes = 16L << 20;
       break;
+    case 'p':
+      cf.p2p = 1;
+      break;
     case 'f':
       cf.max_bytes = 256L << 20;
       cf.reps = 5;
@@ -217,6 +307,12 @@ int main(int argc, char **argv) {
       usage();
       return ch == 'h' ? 0 : 2;
     }
+  }
+  if (cf.p2p) { /* two ranks; the shared-memory and the TCP communicator */
+    cf.ranks = 2;
+    cf.modes[0] = 0;
+    cf.modes[1] = 4;
+    cf.nmodes = 2;
   }
   if (cf.ranks < 1 || cf.ranks > MAXR || cf.min_bytes < 4 || cf.reps < 1 ||
       cf.max_bytes < cf.min_bytes) {

@@ -89,6 +89,7 @@ typedef struct {
 
 static struct {
   int R, S, K;
+  int ranks; /* ranks per replica (shards); 0: one per node */
   const char *inject;
   resihp__cmd_t kill_cmd; /* n == 0: none */
   const char *mpi;
@@ -144,7 +145,8 @@ static void say(const char *fmt, ...) {
 static void usage(FILE *f) {
   fprintf(
       f,
-      "usage: resihp-run --replicas R [--spares S] [--nodes-per-replica K]\n"
+      "usage: resihp-run --replicas R [--spares S] [--nodes-per-replica N]\n"
+      "                  [--ranks-per-replica K]\n"
       "                  [--inject SPEC] [--kill-node-cmd CMD] [--mpi TYPE]\n"
       "                  [--port P] [--coordinator-host HOST]\n"
       "                  [--secret-file PATH] [--silence-ms MS]\n"
@@ -326,8 +328,7 @@ static int usable(int i, int initial) {
   const node_t *n = &g.nodes[i];
   if (n->bad || n->owner >= 0)
     return 0;
-  return initial || g.no_spare_check ||
-         spare_state(i) == RESIHP__SPARE_HEALTHY;
+  return initial || g.no_spare_check || spare_state(i) == RESIHP__SPARE_HEALTHY;
 }
 
 static int pick_nodes(int *out, int k, int initial) {
@@ -388,14 +389,15 @@ static int launch(int r) {
                             i ? "," : "", g.nodes[idx[i]].name);
   }
   p->nnodes = g.K;
-  char inj[2048], opt_res[4200], opt_rep[64], opt_co[400], nk[16], jn[64],
-      mpi[80];
+  char inj[2048], opt_res[4200], opt_rep[64], opt_co[400], nk[16], nr[16],
+      jn[64], mpi[80];
   inject_for(r, inj, sizeof(inj));
   snprintf(opt_res, sizeof(opt_res), "--resilient=secret-file=%s",
            g.secret_file);
   snprintf(opt_rep, sizeof(opt_rep), "--resilient-replica=%d", r);
   snprintf(opt_co, sizeof(opt_co), "--resilient-coordinator=%s", g.coord_ep);
   snprintf(nk, sizeof(nk), "%d", g.K);
+  snprintf(nr, sizeof(nr), "%d", g.ranks);
   snprintf(jn, sizeof(jn), "--job-name=resihp-replica-%d", r);
   snprintf(mpi, sizeof(mpi), "--mpi=%s", g.mpi ? g.mpi : "none");
   const char *argv0[32] = {"srun",
@@ -406,7 +408,7 @@ static int launch(int r) {
                            "-N",
                            nk,
                            "-n",
-                           nk,
+                           nr,
                            "-w",
                            nodelist,
                            "--input=none",
@@ -820,6 +822,7 @@ int main(int argc, char **argv) {
       {"replicas", required_argument, 0, 'r'},
       {"spares", required_argument, 0, 's'},
       {"nodes-per-replica", required_argument, 0, 'k'},
+      {"ranks-per-replica", required_argument, 0, 'K'},
       {"inject", required_argument, 0, 'i'},
       {"kill-node-cmd", required_argument, 0, 'c'},
       {"mpi", required_argument, 0, 'm'},
@@ -837,10 +840,10 @@ int main(int argc, char **argv) {
       {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "+r:s:k:i:c:m:p:H:f:S:T:qnL:C:Wh", lo,
+  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:Wh", lo,
                           NULL)) != -1) {
     long v = 0;
-    if (strchr("rskpSTC", o)) {
+    if (strchr("rskKpSTC", o)) {
       errno = 0;
       v = strtol(optarg, &end, 10);
       if (errno || end == optarg || *end || v < 0 || v > 100000) {
@@ -848,6 +851,7 @@ int main(int argc, char **argv) {
                 o == 'r'   ? "replicas"
                 : o == 's' ? "spares"
                 : o == 'k' ? "nodes-per-replica"
+                : o == 'K' ? "ranks-per-replica"
                 : o == 'p' ? "port"
                 : o == 'S' ? "silence-ms"
                 : o == 'C' ? "spare-recheck"
@@ -865,6 +869,9 @@ int main(int argc, char **argv) {
       break;
     case 'k':
       g.K = (int)v;
+      break;
+    case 'K':
+      g.ranks = (int)v;
       break;
     case 'i':
       g.inject = optarg;
@@ -942,6 +949,16 @@ int main(int argc, char **argv) {
             "resihp-run: --replicas must be 1..%d and --nodes-per-replica "
             "1..64\n",
             MAXR);
+    return EXIT_USAGE;
+  }
+  if (!g.ranks)
+    g.ranks = g.K;
+  if (g.ranks < g.K || g.ranks > 64 || g.ranks % g.K) {
+    fprintf(stderr,
+            "resihp-run: --ranks-per-replica %d does not fit replicas of %d "
+            "node(s): it must be a multiple of --nodes-per-replica (the same "
+            "number of ranks on each node of a replica), at most 64\n",
+            g.ranks, g.K);
     return EXIT_USAGE;
   }
   char err[512];
@@ -1080,8 +1097,8 @@ int main(int argc, char **argv) {
     }
     if (!g.stopping && !g.no_spare_check && resihp__now_ms() >= next_check) {
       check_spares();
-      next_check = g.recheck_s ? resihp__now_ms() + g.recheck_s * 1000L
-                               : INT64_MAX;
+      next_check =
+          g.recheck_s ? resihp__now_ms() + g.recheck_s * 1000L : INT64_MAX;
     }
     resihp__coord_poll(g.coord, 50);
     reap();

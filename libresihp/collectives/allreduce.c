@@ -42,11 +42,19 @@ static void suspects(resihp_comm_t *c, resihp__set_t *s) {
 
 /* The ring of collective seq failed here (ring_rc): tell everyone, return
  * the code the caller sees. */
-static int fail(resihp_comm_t *c, int ring_rc, int bad_peer) {
+int resihp__comm_fail(resihp_comm_t *c, int ring_rc, int bad_peer,
+                      const char *what) {
   resihp_log(RESIHP_LOG_DEBUG, "allreduce",
-             "rank %d: collective %u of epoch %u failed here: %s (peer %d)",
-             c->world_rank, c->seq, c->epoch, resihp_err_name(ring_rc),
+             "rank %d: %s (collective %u of epoch %u) failed here: %s (peer "
+             "%d)",
+             c->world_rank, what, c->seq, c->epoch, resihp_err_name(ring_rc),
              bad_peer);
+  if (c->unprotected) {
+    /* No monitor, nobody reads aborts: just keep the streams framed. */
+    c->tp->ops->cancel(c->tp);
+    c->seq++;
+    return ring_rc;
+  }
   if (bad_peer >= 0 && (ring_rc == RESIHP_EPEER || ring_rc == RESIHP_EPROTO ||
                         ring_rc == RESIHP_ETIMEDOUT))
     resihp__comm_mark_dead(c, bad_peer, ring_rc);
@@ -67,10 +75,45 @@ static int fail(resihp_comm_t *c, int ring_rc, int bad_peer) {
     if (resihp__set_has(&s, i))
       off += (size_t)snprintf(who + off, sizeof(who) - off, " %d", i);
   resihp_log(RESIHP_LOG_WARN, "allreduce",
-             "rank %d: all-reduce aborted in epoch %u (%s); suspected:%s; "
+             "rank %d: %s aborted in epoch %u (%s); suspected:%s; "
              "call resihp_comm_shrink() and retry",
-             c->world_rank, c->epoch, resihp_strerror(code), who);
+             c->world_rank, what, c->epoch, resihp_strerror(code), who);
   return code;
+}
+
+static int fail(resihp_comm_t *c, int ring_rc, int bad_peer) {
+  return resihp__comm_fail(c, ring_rc, bad_peer, "all-reduce");
+}
+
+int resihp__comm_peer_broken(resihp_comm_t *c, int peer) {
+  int rc = 0;
+  pthread_mutex_lock(&c->mu);
+  if (c->excluded_by >= 0)
+    rc = RESIHP_EEXCLUDED;
+  for (int i = 0; i < c->nmembers && !rc; i++)
+    if (c->abort_seq[c->members[i]])
+      rc = RESIHP_EPEER;
+  if (!rc && peer >= 0 && resihp__set_has(&c->dead, peer) &&
+      !resihp__set_has(&c->departed, peer))
+    rc = c->dead_code ? c->dead_code : RESIHP_EPEER;
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int resihp__comm_enter(resihp_comm_t *c, const char *what) {
+  if (c->unprotected || !atomic_load(&c->failed))
+    return 0;
+  pthread_mutex_lock(&c->mu);
+  int excluded = c->excluded_by >= 0;
+  pthread_mutex_unlock(&c->mu);
+  if (excluded) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "rank %d was excluded from the membership by its peers; it "
+               "must leave the job",
+               c->world_rank);
+    return RESIHP_EEXCLUDED;
+  }
+  return resihp__comm_fail(c, RESIHP_EPEER, -1, what);
 }
 
 /* Ring done here: wait until every member is done or dead, or one aborted.
@@ -185,19 +228,8 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
     return RESIHP_EINVAL;
   }
   int bad = -1, rc;
-  if (!c->unprotected && atomic_load(&c->failed)) {
-    pthread_mutex_lock(&c->mu);
-    int excluded = c->excluded_by >= 0;
-    pthread_mutex_unlock(&c->mu);
-    if (excluded) {
-      resihp_log(RESIHP_LOG_ERROR, "allreduce",
-                 "rank %d was excluded from the membership by its peers; it "
-                 "must leave the job",
-                 c->world_rank);
-      return RESIHP_EEXCLUDED;
-    }
-    return fail(c, RESIHP_EPEER, -1);
-  }
+  if ((rc = resihp__comm_enter(c, "all-reduce")))
+    return rc;
   int fixed = c->deterministic && dtype != RESIHP_FIXED64;
   int wire = fixed ? RESIHP_FIXED64 : (int)dtype;
   size_t wsz = resihp__dtype_size(wire);
@@ -236,7 +268,7 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
   }
   rc = resihp__ring_allreduce(c, in, work, staging, count, wire, &bad);
   if (rc)
-    return c->unprotected ? (c->seq++, rc) : fail(c, rc, bad);
+    return fail(c, rc, bad);
   if (!c->unprotected && c->nmembers > 1 && (rc = commit(c)))
     return fail(c, rc, -1);
   c->seq++;

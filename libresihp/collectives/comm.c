@@ -228,6 +228,7 @@ static int handle_ctrl(resihp_comm_t *c, int peer, const struct rxstate *r) {
     /* The peer destroyed its communicator: gone, but not a fault. */
     if (c->in_view[peer] && !resihp__set_has(&c->dead, peer)) {
       resihp__set_add(&c->dead, peer);
+      resihp__set_add(&c->departed, peer);
       if (!c->dead_code)
         c->dead_code = RESIHP_EPEER;
       resihp_log(RESIHP_LOG_INFO, "allreduce", "rank %d left the communicator",
@@ -435,6 +436,8 @@ static int read_secret(const char *path, uint8_t **out, size_t *len) {
 void resihp_comm_destroy(resihp_comm_t *c) {
   if (!c)
     return;
+  if (c->tp)
+    resihp__p2p_flush(c); /* messages handed over must leave first */
   if (c->monitor_running) {
     resihp__comm_broadcast_ctrl(c, RESIHP__FRAME_BYE, c->seq, NULL);
     if (write(c->stop_pipe[1], "x", 1) < 0) {
@@ -478,6 +481,7 @@ void resihp_comm_destroy(resihp_comm_t *c) {
   free(c->abort_seq);
   free(c->done_seq);
   free(c->mbox);
+  resihp__p2p_free(c);
   free(c->work);
   free(c->staging);
   free(c);
@@ -867,6 +871,7 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
   c->seq = 0;
   memset(&c->dead, 0, sizeof(c->dead));
   memset(&c->blamed, 0, sizeof(c->blamed));
+  memset(&c->departed, 0, sizeof(c->departed));
   c->dead_code = 0;
   for (int i = 0; i < c->world_size; i++) {
     c->abort_seq[i] = c->done_seq[i] = 0;

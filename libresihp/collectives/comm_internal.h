@@ -85,6 +85,7 @@ struct resihp_comm {
   resihp__set_t dead;   /* noticed here: socket error, silence, bad frame */
   int dead_code;        /* RESIHP_EPEER or ETIMEDOUT: first cause */
   resihp__set_t blamed; /* suspects reported by peers' aborts */
+  resihp__set_t departed; /* in dead after a BYE: orderly, data still due */
   int64_t *abort_seq;   /* by world rank: seq+1 of its last abort, 0 none */
   int64_t *done_seq;    /* by world rank: seq+1 of its last DONE */
   struct mbox (*mbox)[2];
@@ -99,6 +100,12 @@ struct resihp_comm {
   resihp__set_t prev_decided;
   uint8_t *reply_decided; /* by world rank */
   struct resihp__stash *stash; /* by world rank */
+  /* Point to point (p2p.c): message numbers of each ordered pair in epoch
+   * p2p_epoch, by world rank (NULL until the first call), and the
+   * messages sent to this rank itself, oldest first. */
+  uint32_t p2p_epoch;
+  uint32_t *p2p_tx, *p2p_rx;
+  struct resihp__selfmsg *self_head, *self_tail;
   /* Private buffers reused across calls. */
   void *work, *staging;
   size_t work_cap, staging_cap;
@@ -116,6 +123,29 @@ void resihp__comm_broadcast_ctrl(resihp_comm_t *c, int type, uint32_t seq,
                                  const resihp__set_t *set);
 /* Record a failure of peer noticed by this process. */
 void resihp__comm_mark_dead(resihp_comm_t *c, int peer, int code);
+
+/* A call of this rank failed (rc; bad_peer, a world rank, or -1): mark the
+ * peer, cancel the transport, broadcast ABORT with the suspects and return
+ * the code the caller sees (allreduce.c). what names the call in logs. */
+int resihp__comm_fail(resihp_comm_t *c, int rc, int bad_peer, const char *what);
+/* Whether peer (world rank) broke off what this rank does with it alone
+ * (p2p.c): this rank excluded (RESIHP_EEXCLUDED), any member aborted, or
+ * peer failed (not merely left: what it sent before BYE still arrives).
+ * 0 when neither. */
+int resihp__comm_peer_broken(resihp_comm_t *c, int peer);
+
+/* At the start of a call: 0, or the error of a communicator that failed
+ * (RESIHP_EEXCLUDED, or as resihp__comm_fail). */
+int resihp__comm_enter(resihp_comm_t *c, const char *what);
+
+/* Point to point (p2p.c): before the communicator goes, let sends that
+ * were handed to the transport leave (bounded by op_ms, stops at the first
+ * failure); then free the p2p state. */
+void resihp__p2p_flush(resihp_comm_t *c);
+void resihp__p2p_free(resihp_comm_t *c);
+/* Test hook (fault injection): called before a receive posts frame `frame`
+ * (send 0) and before a broadcast sends it on (send 1). */
+extern void (*resihp__p2p_test_hook)(resihp_comm_t *c, int send, size_t frame);
 
 /* The chunk-pipelined ring over the transport (ring_allreduce.c). */
 int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,

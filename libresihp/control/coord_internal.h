@@ -30,6 +30,10 @@
 #include <stdint.h>
 
 #define MAXR RESIHP__COORD_MAX_REPLICAS
+/* Ranks per replica (shards), and the addresses they give. */
+#define RESIHP__COORD_MAX_SHARDS 64
+#define RESIHP__COORD_EP_MAX 48
+#define RESIHP__COORD_EPS_MAX (RESIHP__COORD_MAX_SHARDS * RESIHP__COORD_EP_MAX)
 #define MAX_FAIL 256
 /* Most steps a job may declare: the summary keeps one time per step. */
 #define MAX_STEPS 1000000000L
@@ -40,8 +44,10 @@ enum { P_BARRIER, P_SETUP, P_RUN, P_END };
 typedef struct {
   int state;
   int conn; /* index into conns, -1 when none */
-  char ep[96], sep[96], node[64];
-  char lep[96]; /* the leader's address for the step's other ranks */
+  /* the addresses of its K ranks, "a/b/...": shard groups, catch-up */
+  char ep[RESIHP__COORD_EPS_MAX], sep[RESIHP__COORD_EPS_MAX];
+  char node[64];
+  char lep[RESIHP__COORD_EP_MAX]; /* the leader's, for the other ranks */
   long jobid, stepid;
   long begun;   /* last BEGIN step (members) */
   int waiting;  /* joiner waiting for admission */
@@ -67,6 +73,10 @@ typedef struct {
   /* a non-leader rank waiting for its leader's address */
   int sub_replica;
   long sub_stepid, sub_jobid;
+  /* a leader that said where its ranks find it (LEP), before its HELLO */
+  int lep_replica;
+  long lep_stepid, lep_jobid;
+  char lep[RESIHP__COORD_EP_MAX];
 } conn_t;
 
 /* One view reported by survivors for a (step, communicator epoch). Honest
@@ -106,6 +116,8 @@ struct resihp__coord {
   int nconns, capconns;
   rep_t reps[MAXR];
   int R, M;
+  int K;          /* ranks per replica (the first HELLO sets it) */
+  char shape[20]; /* digest of the shards' state sizes, or "-" */
   long S;
   long step;
   int phase, state;

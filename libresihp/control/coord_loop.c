@@ -75,6 +75,8 @@ int resihp__coord_adopt(resihp__coord_t *c, resihp__wire_t *w) {
   c->conns[k].w = *w;
   c->conns[k].replica = -1;
   c->conns[k].sub_replica = -1;
+  c->conns[k].lep_replica = -1;
+  c->conns[k].lep[0] = '\0';
   c->conns[k].last_heard = resihp__now_ms();
   resihp__wire_init(w, -1);
   return k;
@@ -259,8 +261,22 @@ int resihp__coord_connected(const resihp__coord_t *c, int r) {
 
 int resihp__coord_replica_eps(const resihp__coord_t *c, int r, const char **ep,
                               const char **sep, const char **lep) {
-  if (r < 0 || r >= c->R || !c->reps[r].ep[0])
+  if (r < 0 || r >= c->R)
     return RESIHP_ENOENT;
+  if (!c->reps[r].ep[0]) {
+    /* a leader still gathering its ranks has only said LEP */
+    for (int k = 0; lep && k < c->nconns; k++)
+      if (c->conns[k].w.fd >= 0 && c->conns[k].lep_replica == r &&
+          c->conns[k].lep[0]) {
+        *lep = c->conns[k].lep;
+        if (ep)
+          *ep = "";
+        if (sep)
+          *sep = "";
+        return 0;
+      }
+    return RESIHP_ENOENT;
+  }
   if (ep)
     *ep = c->reps[r].ep;
   if (sep)

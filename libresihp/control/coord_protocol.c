@@ -42,34 +42,59 @@ void resihp__coord_refuse(resihp__coord_t *c, int k, const char *reason,
     resihp__coord_close_conn(c, k);
 }
 
-/* Tell the waiting non-leader ranks of replica r where their leader is. */
+/* Tell the waiting non-leader ranks of replica r where their leader is:
+ * from its LEP (said before HELLO, while it gathers its ranks' addresses)
+ * or its HELLO, for the ranks of the same Slurm step. */
 static void answer_subs(resihp__coord_t *c, int r) {
-  rep_t *p = &c->reps[r];
-  if (!p->lep[0] || p->conn < 0)
-    return;
-  char line[160];
-  snprintf(line, sizeof(line), "LEADER ep=%s", p->lep);
   for (int i = 0; i < c->nconns; i++) {
     conn_t *cn = &c->conns[i];
-    if (cn->w.fd < 0 || cn->sub_replica != r || cn->sub_stepid != p->stepid ||
-        cn->sub_jobid != p->jobid)
+    if (cn->w.fd < 0 || cn->sub_replica != r)
       continue;
+    const char *lep = NULL;
+    for (int l = 0; !lep && l < c->nconns; l++) {
+      const conn_t *ln = &c->conns[l];
+      if (ln->w.fd >= 0 && ln->lep_replica == r && ln->lep[0] &&
+          ln->lep_stepid == cn->sub_stepid && ln->lep_jobid == cn->sub_jobid)
+        lep = ln->lep;
+    }
+    const rep_t *p = &c->reps[r];
+    if (!lep && p->lep[0] && p->conn >= 0 && p->stepid == cn->sub_stepid &&
+        p->jobid == cn->sub_jobid)
+      lep = p->lep;
+    if (!lep)
+      continue;
+    char line[160];
+    snprintf(line, sizeof(line), "LEADER ep=%s", lep);
     resihp__wire_send(&cn->w, line, resihp__now_ms() + 1000);
     cn->sub_replica = -1;
   }
 }
 
+/* SUBHELLO (a rank that waits for its leader's address) and LEP (a leader
+ * that gives it): replica and Slurm step, so that the ranks of a step that
+ * is gone never meet its successor's leader. */
 static void on_subhello(resihp__coord_t *c, int k, const char *msg) {
   long r = -1, sid = -1, jid = -1;
+  int lep = !strncmp(msg, "LEP ", 4);
+  conn_t *cn = &c->conns[k];
   if (resihp__wire_get_range(msg, "replica", 0, c->R - 1, &r) ||
       resihp__wire_get_range(msg, "stepid", -1, LONG_MAX, &sid) ||
-      resihp__wire_get_range(msg, "jobid", -1, LONG_MAX, &jid)) {
-    resihp__coord_refuse(c, k, "bad-subhello", 1, msg);
+      resihp__wire_get_range(msg, "jobid", -1, LONG_MAX, &jid) ||
+      (lep && (resihp__wire_get(msg, "lep", cn->lep, sizeof(cn->lep)) ||
+               !resihp__wire_token_ok(cn->lep, sizeof(cn->lep))))) {
+    cn->lep[0] = '\0';
+    resihp__coord_refuse(c, k, lep ? "bad-lep" : "bad-subhello", 1, msg);
     return;
   }
-  c->conns[k].sub_replica = (int)r;
-  c->conns[k].sub_stepid = sid;
-  c->conns[k].sub_jobid = jid;
+  if (lep) {
+    cn->lep_replica = (int)r;
+    cn->lep_stepid = sid;
+    cn->lep_jobid = jid;
+  } else {
+    cn->sub_replica = (int)r;
+    cn->sub_stepid = sid;
+    cn->sub_jobid = jid;
+  }
   answer_subs(c, (int)r);
 }
 
@@ -89,16 +114,20 @@ static int opt_token(const char *msg, const char *key, char *out, size_t cap) {
  * up inside lists that others parse), and the training the same as the
  * job's (the first HELLO sets it). */
 static void on_hello(resihp__coord_t *c, int k, const char *msg) {
-  long r = -1, m = 0, s = 0, jobid = -1, stepid = -1;
-  char ep[96] = "", sep[96] = "", node[64] = "?", lep[96] = "-";
+  long r = -1, m = 0, s = 0, jobid = -1, stepid = -1, K = 1;
+  char ep[RESIHP__COORD_EPS_MAX] = "", sep[RESIHP__COORD_EPS_MAX] = "";
+  char node[64] = "?", lep[RESIHP__COORD_EP_MAX] = "-", shape[20] = "-";
   int maxm = resihp__wire_max_microbatches();
   if (resihp__wire_get_range(msg, "replica", 0, c->R - 1, &r) ||
       resihp__wire_get_long(msg, "mbs", &m) ||
       resihp__wire_get_range(msg, "steps", 1, MAX_STEPS, &s) ||
+      resihp__wire_get_range(msg, "lsize", 1, RESIHP__COORD_MAX_SHARDS, &K) ==
+          RESIHP_EPROTO ||
       resihp__wire_get(msg, "ep", ep, sizeof(ep)) ||
-      !resihp__wire_token_ok(ep, sizeof(ep)) ||
+      !resihp__wire_list_ok(ep, (int)K, RESIHP__COORD_EP_MAX) ||
       resihp__wire_get(msg, "sep", sep, sizeof(sep)) ||
-      !resihp__wire_token_ok(sep, sizeof(sep)) || m < 1 ||
+      !resihp__wire_list_ok(sep, (int)K, RESIHP__COORD_EP_MAX) || m < 1 ||
+      opt_token(msg, "shape", shape, sizeof(shape)) ||
       opt_token(msg, "node", node, sizeof(node)) ||
       opt_token(msg, "lep", lep, sizeof(lep)) ||
       resihp__wire_get_range(msg, "jobid", -1, LONG_MAX, &jobid) ==
@@ -124,6 +153,16 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     resihp__coord_refuse(c, k, "mismatch", 1, msg);
     return;
   }
+  if (c->S && (K != c->K || strcmp(shape, c->shape))) {
+    logc(RESIHP_LOG_ERROR,
+         "replica %ld has %ld rank(s) whose state buffers have the shape "
+         "%s, the job %d rank(s) of shape %s: refused (every replica must "
+         "hold the same shards: same ranks per replica, same state buffers "
+         "and sizes)",
+         r, K, shape, c->K, c->shape);
+    resihp__coord_refuse(c, k, "mismatch", 1, msg);
+    return;
+  }
   rep_t *p = &c->reps[r];
   if (p->state == R_MEMBER || (p->state == R_JOINING && p->conn >= 0) ||
       c->state != RESIHP__COORD_RUNNING) {
@@ -141,6 +180,8 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     }
     c->M = (int)m;
     c->S = s;
+    c->K = (int)K;
+    snprintf(c->shape, sizeof(c->shape), "%s", shape);
   }
   p->state = R_JOINING;
   p->conn = k;
@@ -219,7 +260,7 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   if (r < 0) {
     if (!strncmp(msg, "HELLO ", 6))
       on_hello(c, k, msg);
-    else if (!strncmp(msg, "SUBHELLO ", 9))
+    else if (!strncmp(msg, "SUBHELLO ", 9) || !strncmp(msg, "LEP ", 4))
       on_subhello(c, k, msg);
     else if (!strncmp(msg, "SPARE ", 6))
       resihp__coord_on_spare(c, k, msg);

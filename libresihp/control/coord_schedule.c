@@ -103,17 +103,24 @@ static void start_step(resihp__coord_t *c) {
     if (p->catching) {
       resihp__wire_buf_printf(&b, " catchup=1");
     } else {
-      /* joiners are spread over the contributors */
+      /* the joiners' shards are spread over the contributors: shard k of
+       * the ji-th joiner comes from contributor ji + k, so that the K
+       * transfers of one joiner run from different replicas */
       int sfirst = 1, ji = 0;
       for (int k = 0; k < c->nmembers; k++) {
         rep_t *q = &c->reps[c->members[k]];
         if (!q->catching)
           continue;
-        if (contrib[ji++ % nc] == r) {
-          resihp__wire_buf_printf(&b, "%s%d@%s", sfirst ? " serve=" : ",",
-                                  c->members[k], q->sep);
+        for (int sh = 0; sh < c->K; sh++) {
+          char ep[RESIHP__COORD_EP_MAX];
+          if (contrib[(ji + sh) % nc] != r ||
+              resihp__wire_list_item(q->sep, sh, ep, sizeof(ep)))
+            continue;
+          resihp__wire_buf_printf(&b, "%s%d.%d@%s", sfirst ? " serve=" : ",",
+                                  c->members[k], sh, ep);
           sfirst = 0;
         }
+        ji++;
       }
       if (p->open_fail >= 0 && nq > 0) {
         fail_t *f = &c->fails[p->open_fail];

@@ -5,19 +5,27 @@
  * The code is a file per idea, coord_*.c (the map: coord_internal.h).
  *
  * Protocol (text lines, see wire.h; connections authenticated with the
- * per-job secret). A rank says HELLO (replica, endpoints, node, Slurm step,
- * microbatches, steps) and gets WELCOME. Each step:
+ * per-job secret). A replica's rank 0 says HELLO (replica, endpoints,
+ * node, Slurm step, microbatches, steps, lsize=K ranks and shape=D, a
+ * digest of its shards' state sizes) and gets WELCOME; K and D must be the
+ * job's (the first HELLO sets them). With K ranks, ep= and sep= list one
+ * address per rank, "a/b/..." in shard order. Each step:
  *
  *   rank  -> BEGIN step=s            (at the step boundary)
- *   coord -> GO step=s epoch=e new=0|1 members=r@ep,...
+ *   coord -> GO step=s epoch=e new=0|1 members=r@ep,...  (ep: the list)
  *            once every member has sent BEGIN s; replicas waiting to join
  *            are admitted here, which makes a new epoch (new=1)
  *   rank  -> READY epoch=e | RESYNC epoch=e  (only when new=1: after
  *            re-creating the communicator, or failing to)
- *   coord -> START step=s epoch=e mbs=a:b:c [serve=r@ep,...] [catchup=1]
- *            (after every READY; a RESYNC or a death makes a new GO)
+ *   coord -> START step=s epoch=e mbs=a:b:c [serve=r.k@ep,...] [catchup=1]
+ *            (after every READY; a RESYNC or a death makes a new GO;
+ *            serve: this replica's rank k sends shard k to replica r, whose
+ *            rank k listens at ep; a joiner's K shards are spread over the
+ *            healthy members)
  *   rank  -> RECOVER step=s cepoch=c view=r:r:r   (all-reduce failed; view
- *            is what resihp_comm_shrink agreed)
+ *            is the replicas left in all K shard groups after
+ *            resihp_comm_shrink; c counts the recoveries since the groups
+ *            were made)
  *   coord -> REASSIGN step=s cepoch=c extra=a:b  (the microbatches of
  *            replicas outside the view, spread over the view; the same
  *            answer for every member of the same (s, c))
@@ -29,7 +37,8 @@
  * to be admitted again), FINISH result=... at the end, and for replicas
  * of several ranks SUBHELLO replica= jobid= stepid= from a rank other than
  * the step's rank 0, answered with LEADER ep=... once that rank 0 has said
- * HELLO with lep=... (its address for the step's other ranks).
+ * LEP replica= jobid= stepid= lep=... (its address for the step's other
+ * ranks; before HELLO, which needs their addresses) or HELLO with lep=.
  *
  * A rank whose node failed a periodic health probe (a kind=periodic block
  * with healthy=0 in its RESIHP_PROBE_RESULTS file) says, at its next step
@@ -142,9 +151,10 @@ int resihp__coord_spare_state(const resihp__coord_t *c, const char *node,
 void resihp__coord_spare_mark(resihp__coord_t *c, const char *node, int state,
                               int replica, const char *why);
 
-/* A replica's addresses as its HELLO gave them (all-reduce, catch-up,
- * leader of its other ranks; "" when none). RESIHP_ENOENT if it never
- * said HELLO. */
+/* A replica's addresses as its HELLO gave them (all-reduce, catch-up: one
+ * per rank, "a/b/..."; leader of its other ranks, "" when none). Before
+ * its HELLO, only the leader's address when it said LEP (ep and sep "");
+ * RESIHP_ENOENT if it said neither. */
 int resihp__coord_replica_eps(const resihp__coord_t *c, int replica,
                               const char **ep, const char **sep,
                               const char **lep);

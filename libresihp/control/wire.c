@@ -403,6 +403,39 @@ int resihp__wire_token_ok(const char *s, size_t cap) {
   return n >= 1 && n < cap;
 }
 
+int resihp__wire_list_item(const char *list, int k, char *out, size_t cap) {
+  const char *p = list;
+  for (int i = 0; i < k && p; i++) {
+    p = strchr(p, '/');
+    if (p)
+      p++;
+  }
+  if (!p || k < 0)
+    return RESIHP_EPROTO;
+  size_t n = strcspn(p, "/");
+  if (n == 0 || n >= cap)
+    return RESIHP_EPROTO;
+  memcpy(out, p, n);
+  out[n] = '\0';
+  return 0;
+}
+
+int resihp__wire_list_ok(const char *list, int n, size_t item_cap) {
+  char item[256];
+  if (item_cap > sizeof(item))
+    item_cap = sizeof(item);
+  int count = 1;
+  for (const char *p = list; *p; p++)
+    count += *p == '/';
+  if (count != n)
+    return 0;
+  for (int k = 0; k < n; k++)
+    if (resihp__wire_list_item(list, k, item, item_cap) ||
+        !resihp__wire_token_ok(item, item_cap))
+      return 0;
+  return 1;
+}
+
 void resihp__wire_buf_init(resihp__wire_buf_t *b) {
   memset(b, 0, sizeof(*b));
 }

@@ -153,6 +153,12 @@ int resihp__wire_get_rest(const char *msg, const char *key, char *out,
 /* Parse a ':'-separated list of ints, each in [0, max) ("3:5:9", "" is
  * empty), into a malloc'ed array. RESIHP_EPROTO for anything else. */
 int resihp__wire_parse_ints(const char *s, int max, int **out, int *n);
+/* Element k (0-based) of a list "a/b/c" (a sharded replica's addresses)
+ * into out; RESIHP_EPROTO if there is none or it is empty or too long. */
+int resihp__wire_list_item(const char *list, int k, char *out, size_t cap);
+/* 1 if list has exactly n elements separated by '/', each a plain token
+ * (resihp__wire_token_ok) shorter than item_cap. */
+int resihp__wire_list_ok(const char *list, int n, size_t item_cap);
 /* 1 if s is a plausible token for a name or an endpoint: 1..cap-1 bytes of
  * [A-Za-z0-9._:-] (so it cannot break a list such as "r@host:port,..."). */
 int resihp__wire_token_ok(const char *s, size_t cap);

@@ -27,9 +27,9 @@ int resihp__inject_kind_lookup(const char *name) {
 static int bad(char *err, size_t errlen, const char *item, const char *why) {
   if (err && errlen)
     snprintf(err, errlen,
-             "bad fault injection '%s': %s (expected KIND:REPLICA@STEP with "
-             "KIND kill-rank|kill-node|hang-rank, STEP a step number or "
-             "'catchup', items separated by ',')",
+             "bad fault injection '%s': %s (expected KIND:REPLICA@STEP or "
+             "KIND:REPLICA.RANK@STEP with KIND kill-rank|kill-node|hang-rank, "
+             "STEP a step number or 'catchup', items separated by ',')",
              item, why);
   return RESIHP_EINVAL;
 }
@@ -68,8 +68,17 @@ int resihp__inject_parse(const char *spec, resihp__inject_t *out, int max,
     char *end;
     errno = 0;
     long r = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || end != at || errno || r < 0 || r > 1000000)
+    if (end == colon + 1 || (end != at && *end != '.') || errno || r < 0 ||
+        r > 1000000)
       return bad(err, errlen, item, "REPLICA must be a number >= 0");
+    long rank = -1;
+    if (*end == '.') {
+      const char *rs = end + 1;
+      errno = 0;
+      rank = strtol(rs, &end, 10);
+      if (end == rs || end != at || errno || rank < 0 || rank > 1000000)
+        return bad(err, errlen, item, "RANK must be a number >= 0");
+    }
     long s;
     if (!strcmp(at + 1, "catchup")) {
       s = RESIHP__INJECT_CATCHUP;
@@ -84,6 +93,7 @@ int resihp__inject_parse(const char *spec, resihp__inject_t *out, int max,
       return bad(err, errlen, item, "too many items");
     out[cnt].kind = (resihp__inj_kind_t)k;
     out[cnt].replica = (int)r;
+    out[cnt].rank = (int)rank;
     out[cnt].step = s;
     cnt++;
   }
@@ -101,8 +111,11 @@ char *resihp__inject_format(const resihp__inject_t *v, int n, char *buf,
       snprintf(st, sizeof(st), "catchup");
     else
       snprintf(st, sizeof(st), "%ld", v[i].step);
-    int w = snprintf(buf + off, len - off, "%s%s:%d@%s", i ? "," : "",
-                     resihp__inject_kind_name(v[i].kind), v[i].replica, st);
+    char rk[16] = "";
+    if (v[i].rank >= 0)
+      snprintf(rk, sizeof(rk), ".%d", v[i].rank);
+    int w = snprintf(buf + off, len - off, "%s%s:%d%s@%s", i ? "," : "",
+                     resihp__inject_kind_name(v[i].kind), v[i].replica, rk, st);
     if (w < 0)
       break;
     off += (size_t)w;

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Fault injection plans: "KIND:REPLICA@STEP,..." (see resihp-run(1)).
+ * REPLICA may be REPLICA.RANK: the fault hits that rank of the replica's
+ * step (a shard); without it kill-rank and hang-rank hit the replica's last
+ * rank and kill-node its rank 0's node.
  *
  * KIND is kill-rank (the rank SIGKILLs itself), kill-node (resihp-run runs
  * its --kill-node-cmd on the rank's node and the rank waits to be killed)
@@ -23,6 +26,7 @@ typedef enum {
 typedef struct {
   resihp__inj_kind_t kind;
   int replica;
+  int rank;  /* rank of the replica's step, or -1: the kind's default */
   long step; /* or RESIHP__INJECT_CATCHUP */
 } resihp__inject_t;
 

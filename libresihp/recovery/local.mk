@@ -19,7 +19,13 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/spare_agent.c \
 	libresihp/recovery/inject.h \
 	libresihp/recovery/inject.c \
+	libresihp/recovery/job_internal.h \
 	libresihp/recovery/job.c \
+	libresihp/recovery/job_replica.c \
+	libresihp/recovery/job_step.c \
+	libresihp/recovery/job_exchange.c \
+	libresihp/recovery/job_catchup.c \
+	libresihp/recovery/job_faults.c \
 	libresihp/recovery/pmix_wireup.h
 # The PMIx wire-up inside a replica's step, on its own so that only it sees
 # PMIx's headers.
@@ -50,7 +56,7 @@ EXTRA_DIST += tests/fuzz/corpus-cmd/plain tests/fuzz/corpus-cmd/evil-node \
 	tests/fuzz/corpus-cmd/bad-escape tests/fuzz/corpus-cmd/empty \
 	tests/fuzz/corpus-cmd/escapes tests/fuzz/corpus-inject/plain \
 	tests/fuzz/corpus-inject/bad-step tests/fuzz/corpus-inject/trailing \
-	tests/fuzz/corpus-inject/too-many
+	tests/fuzz/corpus-inject/too-many tests/fuzz/corpus-inject/ranks
 
 # The example trainer is built (not installed) for the tests and the demo.
 noinst_PROGRAMS += contrib/trainer/resihp-trainer
@@ -91,6 +97,17 @@ tests_fuzz_fuzz_coord_wire_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_coord tests/fuzz/fuzz_coord_wire
 EXTRA_DIST += tests/fuzz/corpus-coord/session tests/fuzz/corpus-coord/recover \
 	tests/fuzz/corpus-coord/rogue tests/fuzz/corpus-coord/bad-hello \
+	tests/fuzz/corpus-coord/sharded \
 	tests/fuzz/corpus-coord-wire/plain tests/fuzz/corpus-coord-wire/sealed \
 	tests/fuzz/corpus-coord-wire/sealed-intact \
 	tests/fuzz/corpus-coord-wire/ints
+
+# Fuzz target of the address lists of sharded replicas (ep=a/b/... in
+# HELLO and GO, parsed by the coordinator and by every rank).
+check_PROGRAMS += tests/fuzz/fuzz_addr_list
+tests_fuzz_fuzz_addr_list_SOURCES = tests/fuzz/fuzz_addr_list.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_addr_list_LDADD = libresihp/libresihp-internal.la -lm
+TESTS += tests/fuzz/fuzz_addr_list
+EXTRA_DIST += tests/fuzz/corpus-addr-list/two \
+	tests/fuzz/corpus-addr-list/empty-item tests/fuzz/corpus-addr-list/trailing

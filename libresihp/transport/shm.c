@@ -164,6 +164,10 @@ ssize_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
   return (ssize_t)len;
 }
 
+int resihp__ring_pending(resihp__ring_t *r) {
+  return atomic_load_explicit(&r->h->head, memory_order_acquire) != r->pos;
+}
+
 _Atomic uint64_t *resihp__ring_test_index(resihp__ring_t *r, int which) {
   return which ? &r->h->tail : &r->h->head;
 }

@@ -65,6 +65,10 @@ ssize_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
                                              size_t n),
                              void *arg);
 
+/* Consumer: whether the producer wrote bytes not read yet (no copy, no
+ * doorbell; a corrupted index counts as bytes, the next read reports it). */
+int resihp__ring_pending(resihp__ring_t *r);
+
 /* Tests that play a hostile peer: the shared head (which 0) or tail (1). */
 _Atomic uint64_t *resihp__ring_test_index(resihp__ring_t *r, int which);
 

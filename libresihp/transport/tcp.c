@@ -13,6 +13,12 @@
  * socket is not read further until a matching receive is posted, which gives
  * flow control for free.
  *
+ * A point-to-point message (post_send_msg) is one queue entry that leaves
+ * as a run of frames of at most max_payload bytes: the next frame's header
+ * is made (and sealed) when the previous frame has left. detach_sends
+ * copies what is left of queued messages, so that a sender need not wait
+ * for a receiver that is itself sending to it (p2p.c).
+ *
  * MACs (transport.h): a frame is header | payload | tag. The sender seals
  * a frame when it starts writing it, so frames dropped by cancel before
  * their first byte never use a sequence number; the receiver hashes the
@@ -52,7 +58,8 @@ struct sendreq {
   size_t off; /* bytes of header + payload (+ tag) written */
   uint8_t tag[RESIHP__MAC_LEN];
   int sealed;
-  uint8_t *own; /* private copy of a payload cut short by cancel, or NULL */
+  uint8_t *own; /* private copy (cancel, detach_sends): buf points into it */
+  size_t rest;  /* bytes of a message after this frame (post_send_msg) */
 };
 
 struct peer {
@@ -142,6 +149,62 @@ static int tcp_post_send(resihp__transport_t *tt, int peer, resihp__tag_t tag,
   r->len = len;
   p->qcount++;
   return 0;
+}
+
+static int tcp_post_send_msg(resihp__transport_t *tt, int peer,
+                             resihp__tag_t tag, const void *buf, size_t len) {
+  struct tcp *t = T(tt);
+  size_t first = len < t->max_payload ? len : t->max_payload;
+  tag.chunk = len > first ? 0 : RESIHP__CHUNK_LAST;
+  int rc = tcp_post_send(tt, peer, tag, buf, first);
+  if (rc)
+    return rc;
+  struct peer *p = &t->p[peer];
+  p->q[(p->qhead + p->qcount - 1) % SENDQ].rest = len - first;
+  return 0;
+}
+
+/* The next frame of a message whose current frame has left. */
+static void next_frame(struct tcp *t, struct sendreq *q) {
+  q->buf += q->len;
+  q->len = q->rest < t->max_payload ? q->rest : t->max_payload;
+  q->rest -= q->len;
+  q->hdr.chunk = (q->hdr.chunk & ~RESIHP__CHUNK_LAST) + 1;
+  if (!q->rest)
+    q->hdr.chunk |= RESIHP__CHUNK_LAST;
+  q->hdr.len = (uint32_t)q->len;
+  q->off = 0;
+  q->sealed = 0;
+}
+
+static int tcp_detach_sends(resihp__transport_t *tt, int peer) {
+  struct peer *p = &T(tt)->p[peer];
+  for (int k = 0; k < p->qcount; k++) {
+    struct sendreq *q = &p->q[(p->qhead + k) % SENDQ];
+    if (!q->buf || q->own)
+      continue; /* padding, or private already */
+    size_t poff = q->off > HDR ? q->off - HDR : 0, total = q->len + q->rest;
+    uint8_t *own = malloc(total ? total : 1);
+    if (!own)
+      return RESIHP_ENOMEM;
+    if (total > poff)
+      memcpy(own + poff, q->buf + poff, total - poff);
+    q->own = own;
+    q->buf = own;
+  }
+  return 0;
+}
+
+static int tcp_has_input(resihp__transport_t *tt, int peer) {
+  struct peer *p = &T(tt)->p[peer];
+  if (p->fd < 0 || p->broken)
+    return 0;
+  if (p->rh_got || p->in_payload)
+    return 1;
+  if (p->rin)
+    return resihp__ring_pending(p->rin);
+  char b;
+  return recv(p->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
 }
 
 static int tcp_post_recv(resihp__transport_t *tt, int peer, resihp__tag_t tag,
@@ -413,6 +476,16 @@ static int consider_header(struct tcp *t, int peer) {
     p->parked = 1;
     return 0;
   }
+  int got_p2p = h->step == RESIHP__STEP_P2P;
+  if (got_p2p != (p->ptag.step == RESIHP__STEP_P2P)) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "rank %d sent %s while this rank waits for %s: the calls of the "
+               "two ranks do not match (receive every message before either "
+               "rank starts the next collective); dropping the peer",
+               peer, got_p2p ? "a point-to-point message" : "collective data",
+               got_p2p ? "collective data" : "a point-to-point message");
+    return RESIHP_EPROTO;
+  }
   if (h->seq < p->ptag.seq) {
     resihp_log(RESIHP_LOG_WARN, "allreduce",
                "dropping duplicate frame from rank %d (collective %u < %u)",
@@ -426,6 +499,17 @@ static int consider_header(struct tcp *t, int peer) {
   }
   if (h->step != p->ptag.step || h->chunk != p->ptag.chunk ||
       h->len != p->plen) {
+    if (h->step == p->ptag.step && (got_p2p || h->step == RESIHP__STEP_BCAST)) {
+      uint32_t idx = p->ptag.chunk & ~RESIHP__CHUNK_LAST;
+      resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                 "rank %d sent a message of another size than this rank "
+                 "receives (frame %u of it holds %u bytes%s, expected %zu%s): "
+                 "both ranks must name the same size; dropping the peer",
+                 peer, idx, h->len,
+                 h->chunk & RESIHP__CHUNK_LAST ? ", the last" : "", p->plen,
+                 p->ptag.chunk & RESIHP__CHUNK_LAST ? ", the last" : "");
+      return RESIHP_EPROTO;
+    }
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
                "out-of-order frame from rank %d: got step %u chunk %u len %u, "
                "expected step %u chunk %u len %zu",
@@ -591,6 +675,10 @@ static int write_peer(struct tcp *t, int peer) {
       }
       q->off += (size_t)w;
       any = 1;
+    }
+    if (q->off == end + tag_len(p) && q->rest) {
+      next_frame(t, q);
+      continue;
     }
     if (q->off == end + tag_len(p)) {
       free(q->own);
@@ -778,6 +866,7 @@ static void tcp_cancel(resihp__transport_t *tt) {
       struct sendreq *h = &p->q[p->qhead];
       if (h->off > 0 && h->off < HDR + h->len + tag_len(p)) {
         keep_rest(h); /* finish this frame; it is stale now */
+        h->rest = 0;  /* and not the rest of its message */
         p->qcount = 1;
       } else {
         if (h->sealed && h->off == 0)
@@ -848,6 +937,9 @@ static const resihp__transport_ops_t tcp_ops = {
     .name = "tcp",
     .post_send = tcp_post_send,
     .post_recv = tcp_post_recv,
+    .post_send_msg = tcp_post_send_msg,
+    .detach_sends = tcp_detach_sends,
+    .has_input = tcp_has_input,
     .post_recv_reduce = tcp_post_recv_reduce,
     .recv_done = tcp_recv_done,
     .sends_pending = tcp_sends_pending,

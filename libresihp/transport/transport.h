@@ -56,6 +56,18 @@ enum {
  * payload. */
 #define RESIHP__STEP_CONTROL (UINT32_MAX - 1)
 
+/* Point-to-point messages (p2p.c): seq is the number of the message on its
+ * ordered pair of ranks in this epoch, chunk the index of the frame in the
+ * message, with RESIHP__CHUNK_LAST on its last frame (so that a message of
+ * another size never passes for the one a receive expects). Broadcast
+ * frames: seq is the collective number, chunk as for messages. A frame of
+ * the point-to-point kind never completes a receive of the collective kind
+ * (every other step) or the other way round: the two ranks' calls do not
+ * match, and the receiver reports RESIHP_EPROTO rather than misreading it. */
+#define RESIHP__STEP_P2P (UINT32_MAX - 2)
+#define RESIHP__STEP_BCAST (UINT32_MAX - 3)
+#define RESIHP__CHUNK_LAST 0x80000000u
+
 /* Every frame starts with this header (host byte order: the ranks of a job
  * share one architecture). The epoch is in every frame so that late or
  * duplicate messages of an older membership are recognised and dropped. */
@@ -96,6 +108,18 @@ typedef struct {
   int (*post_recv_reduce)(resihp__transport_t *t, int peer, resihp__tag_t tag,
                           void *buf, const void *addend, size_t len,
                           size_t elem, resihp__combine_fn combine, int dtype);
+  /* Optional: a RESIHP__STEP_P2P message of any length, cut by the
+   * transport into frames of at most max_payload bytes (chunk numbered as
+   * above; tag.chunk is ignored). One queue entry however long. */
+  int (*post_send_msg)(resihp__transport_t *t, int peer, resihp__tag_t tag,
+                       const void *buf, size_t len);
+  /* Optional: the caller's buffers of the sends still queued for peer stop
+   * being valid; what has not left yet is copied into private memory and
+   * leaves during later progress() calls. 0 or RESIHP_ENOMEM. */
+  int (*detach_sends)(resihp__transport_t *t, int peer);
+  /* Optional: 1 when peer has sent bytes that no receive took yet (it is
+   * sending to this rank), 0 otherwise; EOF does not count. */
+  int (*has_input)(resihp__transport_t *t, int peer);
   /* 1 once the receive posted for peer has completed (clears it). */
   int (*recv_done)(resihp__transport_t *t, int peer);
   /* Sends queued for peer that have not completed. */

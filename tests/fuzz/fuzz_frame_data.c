@@ -12,10 +12,13 @@
  *   1 a frame: 32 header bytes, then as many payload bytes as the header
  *     asks for (at most what is left), then the tag (sealed here, or 16
  *     bytes of the input);
- *   2 post a receive: seq, step, chunk (0..3 each) and a length byte;
+ *   2 post a receive: seq (0..3), step (0, 1, point to point or
+ *     broadcast), chunk (0..3, bit 2: the last of a message) and a length
+ *     byte (receives of either kind meet frames of both);
  *   3 the same summing float32 while it arrives (post_recv_reduce);
  *   4 set the epoch (0..3);  5 cancel.
- * After each operation the transport makes progress.
+ * After each operation the transport makes progress and is asked whether
+ * the peer has input waiting (has_input, which peeks at the socket).
  *
  * Invariants beyond "no crash" (ASan/UBSan: receive buffers are exactly
  * the posted length): a failure is RESIHP_EPROTO or RESIHP_EPEER and names
@@ -88,6 +91,12 @@ static void frame(struct input *in, int fd, int mac, int seal,
   put(fd, tag, sizeof(tag));
 }
 
+/* Steps of both kinds, collective (0, 1) and point to point. */
+static uint32_t step_of(uint8_t v) {
+  static const uint32_t steps[4] = {0, 1, RESIHP__STEP_P2P, RESIHP__STEP_BCAST};
+  return steps[v & 3];
+}
+
 static void combine(void *dst, const void *a, const void *b, size_t n,
                     int dtype) {
   resihp__reduce_sum_to(dst, a, b, n, dtype);
@@ -135,7 +144,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (take(&in, b, 4) || posted)
         break;
       {
-        resihp__tag_t tag = {b[0] & 3u, b[1] & 3u, b[2] & 3u};
+        resihp__tag_t tag = {b[0] & 3u, step_of(b[1]),
+                             (b[2] & 3u) | (b[2] & 4 ? RESIHP__CHUNK_LAST : 0)};
         size_t len = op % 6 == 3 ? (size_t)(b[3] & ~3u) : b[3];
         free(buf);
         free(add);
@@ -157,6 +167,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       posted = 0;
       break;
     }
+    if ((unsigned)t->ops->has_input(t, 1) > 1)
+      abort();
     for (int k = 0; k < 4; k++) {
       int bad = -1, rc = t->ops->progress(t, 0, &bad);
       if (rc < 0) {
@@ -185,8 +197,8 @@ static size_t gen(uint8_t *buf, size_t cap) {
   int ops = (int)(rng() % 10);
   for (int i = 0; i < ops && n + HDR + 300 < cap; i++) {
     uint8_t op = (uint8_t)(rng() % 8 < 3 ? 2 + rng() % 2 : rng() % 6);
-    uint8_t seq = (uint8_t)(rng() % 2), step = (uint8_t)(rng() % 2),
-            len = (uint8_t)(rng() % 64 * 4);
+    uint8_t seq = (uint8_t)(rng() % 2), step = (uint8_t)(rng() % 4),
+            last = (uint8_t)(rng() % 2 * 4), len = (uint8_t)(rng() % 64 * 4);
     buf[n++] = op;
     switch (op) {
     case 0:
@@ -201,7 +213,8 @@ static size_t gen(uint8_t *buf, size_t cap) {
                                .epoch = (uint32_t)(rng() % 2),
                                .src = 1,
                                .seq = seq,
-                               .step = step,
+                               .step = step_of(step),
+                               .chunk = last ? RESIHP__CHUNK_LAST : 0,
                                .len = len};
       if (rng() % 6 == 0)
         ((uint8_t *)&h)[rng() % HDR] ^= (uint8_t)(1u << (rng() % 8));
@@ -213,7 +226,7 @@ static size_t gen(uint8_t *buf, size_t cap) {
     }
     case 2:
     case 3:
-      buf[n++] = seq, buf[n++] = step, buf[n++] = 0, buf[n++] = len;
+      buf[n++] = seq, buf[n++] = step, buf[n++] = last, buf[n++] = len;
       break;
     case 4:
       buf[n++] = (uint8_t)rng();

@@ -42,10 +42,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   for (int i = 0; i < n; i++)
     if ((unsigned)v[i].kind > RESIHP__INJ_HANG_RANK || v[i].replica < 0 ||
+        v[i].rank < -1 ||
         (v[i].step < 0 && v[i].step != RESIHP__INJECT_CATCHUP) ||
         !strcmp(resihp__inject_kind_name(v[i].kind), "?"))
       abort();
-  /* round trip: 64 items of at most ~40 bytes each */
+  /* round trip: 64 items of at most 46 bytes each */
   char buf[RESIHP__INJECT_MAX * 48];
   resihp__inject_format(v, n, buf, sizeof(buf));
   if (resihp__inject_parse(buf, w, RESIHP__INJECT_MAX, &m, err, sizeof(err)) ||
@@ -53,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   for (int i = 0; i < n; i++)
     if (w[i].kind != v[i].kind || w[i].replica != v[i].replica ||
-        w[i].step != v[i].step)
+        w[i].rank != v[i].rank || w[i].step != v[i].step)
       abort();
   free(in);
   return 0;

@@ -1690,6 +1690,491 @@ START_TEST(hostile_peer_bad_frame) {
 }
 END_TEST
 
+/* ---- point to point and broadcast ------------------------------------------
+ * Real ranks over TCP only (_i odd) and over shared memory (_i even).
+ * Message bytes say who sent them and which message they are, so that a
+ * misrouted, reordered or truncated message is seen. */
+
+#define MIB ((size_t)1 << 20)
+
+static void pattern(uint8_t *b, size_t len, unsigned seed) {
+  for (size_t i = 0; i < len; i++)
+    b[i] = (uint8_t)(i * 131u + seed * 7u + (i >> 9) + (seed >> 3));
+}
+
+static int pattern_ok(const uint8_t *b, size_t len, unsigned seed) {
+  for (size_t i = 0; i < len; i++)
+    if (b[i] != (uint8_t)(i * 131u + seed * 7u + (i >> 9) + (seed >> 3))) {
+      fprintf(stderr, "byte %zu of %zu differs (seed %u)\n", i, len, seed);
+      return 0;
+    }
+  return 1;
+}
+
+static int p2p_comm(int rank, int n, long chunk, resihp_comm_t **c) {
+  int rc = make_comm(rank, n, SECRET, chunk, 0, c);
+  if (rc)
+    fprintf(stderr, "rank %d: create: %s\n", rank, resihp_strerror(rc));
+  return rc;
+}
+
+/* Test _i: TCP only when odd; every rank must exit 0. */
+static void p2p_group(int i, int n, rank_fn fn, void *arg) {
+  transport = i % 2 ? 1 : -1;
+  int st[MAXN];
+  run_group(n, fn, arg, st);
+  expect_all_ok(n, st);
+}
+
+/* An all-reduce whose result is checked: interleaved with messages. */
+static int checked_allreduce(resihp_comm_t *c) {
+  float v[1000];
+  fill(v, 1000, RESIHP_FLOAT32, resihp_comm_world_rank(c));
+  int rc = resihp_allreduce(c, v, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM);
+  if (rc || check(v, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c),
+                  resihp_comm_size(c))) {
+    fprintf(stderr, "rank %d: all-reduce between messages: %s\n",
+            resihp_comm_world_rank(c), resihp_err_name(rc));
+    return 1;
+  }
+  return 0;
+}
+
+static const size_t rt_sizes[] = {0, 1, 4097, 4096, MIB, 8 * MIB};
+#define NRT (sizeof(rt_sizes) / sizeof(rt_sizes[0]))
+
+/* Rank 0 and rank 2 (not ring neighbours) bounce every size; rank 1 sends
+ * to itself; then everyone all-reduces. */
+static int rank_round_trip(int rank, int n, void *arg) {
+  (void)arg;
+  resihp_comm_t *c;
+  if (p2p_comm(rank, n, 0, &c))
+    return 1;
+  uint8_t *b = malloc(8 * MIB + 1);
+  for (size_t k = 0; k < NRT; k++) {
+    size_t len = rt_sizes[k];
+    int rc = 0, ok = 1;
+    if (rank == 0) {
+      pattern(b, len, (unsigned)k);
+      if ((rc = resihp_send(c, 2, b, len)) == 0) {
+        memset(b, 0xee, len);
+        rc = resihp_recv(c, 2, b, len);
+        ok = pattern_ok(b, len, (unsigned)k + 100);
+      }
+    } else if (rank == 2) {
+      memset(b, 0xee, len);
+      if ((rc = resihp_recv(c, 0, b, len)) == 0) {
+        ok = pattern_ok(b, len, (unsigned)k);
+        pattern(b, len, (unsigned)k + 100);
+        rc = resihp_send(c, 0, b, len);
+      }
+    } else {
+      pattern(b, len, (unsigned)k);
+      if ((rc = resihp_send(c, 1, b, len)) == 0) {
+        memset(b, 0xee, len);
+        rc = resihp_recv(c, 1, b, len);
+        ok = pattern_ok(b, len, (unsigned)k);
+      }
+    }
+    if (rc || !ok) {
+      fprintf(stderr, "rank %d: round trip of %zu bytes: %s\n", rank, len,
+              resihp_err_name(rc));
+      return 1;
+    }
+    if (checked_allreduce(c))
+      return 1;
+  }
+  free(b);
+  resihp_comm_destroy(c);
+  return 0;
+}
+
+START_TEST(p2p_round_trips) { p2p_group(_i, 3, rank_round_trip, NULL); }
+END_TEST
+
+/* Both ends send first and receive second, with messages below and far
+ * above what a link buffers (4 MiB per shared-memory ring). */
+static int rank_both_ways(int rank, int n, void *arg) {
+  (void)arg;
+  resihp_comm_t *c;
+  if (p2p_comm(rank, n, 0, &c))
+    return 1;
+  static const size_t sizes[] = {4096, MIB, 5 * MIB, 16 * MIB + 5};
+  uint8_t *out = malloc(16 * MIB + 5), *in = malloc(16 * MIB + 5);
+  int other = 1 - rank;
+  for (int round = 0; round < 2; round++)
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+      size_t len = sizes[k];
+      pattern(out, len, (unsigned)(rank * 10 + k));
+      int rc = resihp_send(c, other, out, len);
+      memset(out, 0, len); /* the send's buffer is the caller's again */
+      if (!rc)
+        rc = resihp_recv(c, other, in, len);
+      if (rc || !pattern_ok(in, len, (unsigned)(other * 10 + k))) {
+        fprintf(stderr, "rank %d: both ways, %zu bytes: %s\n", rank, len,
+                resihp_err_name(rc));
+        return 1;
+      }
+    }
+  if (checked_allreduce(c))
+    return 1;
+  free(out);
+  free(in);
+  resihp_comm_destroy(c);
+  return 0;
+}
+
+START_TEST(p2p_both_directions_at_once) { p2p_group(_i, 2, rank_both_ways, NULL); }
+END_TEST
+
+/* A three-stage pipeline: forward messages 0 -> 1 -> 2, gradients back,
+ * then an all-reduce and a broadcast on the same communicator, a few
+ * times over. Many messages of many sizes per pair, checked in order. */
+#define PIPE_MSGS 40
+static size_t pipe_len(int m) {
+  return (size_t)(m * 7919) % 70000 + (m & 1);
+}
+
+/* One pass of PIPE_MSGS messages through the stages: dir 1 forward (from
+ * rank - 1 to rank + 1), -1 backward. */
+static int pipe_pass(resihp_comm_t *c, int rank, int n, int it, int dir) {
+  static uint8_t b[70001];
+  int from = rank - dir, to = rank + dir;
+  for (int m = 0; m < PIPE_MSGS; m++) {
+    unsigned seed = (unsigned)(it * 1000 + m + (dir < 0 ? 500 : 0));
+    int rc = 0;
+    if (from >= 0 && from < n &&
+        (rc = resihp_recv(c, from, b, pipe_len(m))) == 0 &&
+        !pattern_ok(b, pipe_len(m), seed + (unsigned)from))
+      return 1;
+    pattern(b, pipe_len(m), seed + (unsigned)rank);
+    if (!rc && to >= 0 && to < n)
+      rc = resihp_send(c, to, b, pipe_len(m));
+    if (rc) {
+      fprintf(stderr, "rank %d: %s %d: %s\n", rank,
+              dir > 0 ? "forward" : "backward", m, resihp_err_name(rc));
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int rank_pipeline(int rank, int n, void *arg) {
+  (void)arg;
+  resihp_comm_t *c;
+  if (p2p_comm(rank, n, 16384, &c))
+    return 1;
+  uint8_t *b = malloc(70001);
+  for (int it = 0; it < 3; it++) {
+    if (pipe_pass(c, rank, n, it, 1) || pipe_pass(c, rank, n, it, -1))
+      return 1;
+    if (checked_allreduce(c))
+      return 1;
+    int root = it % n;
+    if (rank == root)
+      pattern(b, 50000, (unsigned)(77 + it));
+    else
+      memset(b, 0, 50000);
+    int rc = resihp_bcast(c, root, b, 50000);
+    if (rc || !pattern_ok(b, 50000, (unsigned)(77 + it))) {
+      fprintf(stderr, "rank %d: bcast in the pipeline: %s\n", rank,
+              resihp_err_name(rc));
+      return 1;
+    }
+  }
+  free(b);
+  resihp_comm_destroy(c);
+  return 0;
+}
+
+START_TEST(p2p_pipeline_ordered_and_interleaved) { p2p_group(_i, 3, rank_pipeline, NULL); }
+END_TEST
+
+static int rank_bcast(int rank, int n, void *arg) {
+  (void)arg;
+  resihp_comm_t *c;
+  if (p2p_comm(rank, n, 65536, &c))
+    return 1;
+  static const size_t sizes[] = {0, 1, 777, MIB + 3};
+  uint8_t *b = malloc(MIB + 3);
+  for (int root = 0; root < n; root++)
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+      unsigned seed = (unsigned)(root * 10 + k);
+      if (rank == root)
+        pattern(b, sizes[k], seed);
+      else
+        memset(b, 0, sizes[k]);
+      int rc = resihp_bcast(c, root, sizes[k] ? b : NULL, sizes[k]);
+      if (rc || !pattern_ok(b, sizes[k], seed)) {
+        fprintf(stderr, "rank %d: bcast of %zu bytes from %d: %s\n", rank,
+                sizes[k], root, resihp_err_name(rc));
+        return 1;
+      }
+    }
+  if (checked_allreduce(c))
+    return 1;
+  free(b);
+  resihp_comm_destroy(c);
+  return 0;
+}
+
+START_TEST(bcast_from_every_root) {
+  p2p_group(_i, 2 + _i / 2, rank_bcast, NULL); /* 2..5 ranks */
+}
+END_TEST
+
+/* A receive that names another size than was sent: RESIHP_EPROTO on the
+ * receiver, the sender suspected; the sender's next call fails through the
+ * abort. Case 3: a message where the receiver is in a collective. */
+#define MM_CHUNK 65536
+static const size_t mm_sent[] = {1000, 2 * MM_CHUNK, MM_CHUNK, 100};
+static const size_t mm_recv[] = {999, MM_CHUNK, 2 * MM_CHUNK, 0};
+
+static int rank_mismatch(int rank, int n, void *arg) {
+  int k = *(int *)arg;
+  resihp_comm_t *c;
+  if (p2p_comm(rank, n, MM_CHUNK, &c))
+    return 1;
+  uint8_t *b = calloc(1, 2 * MM_CHUNK);
+  int rc;
+  if (rank == 0) {
+    rc = resihp_send(c, 1, b, mm_sent[k]);
+    if (!rc)
+      rc = k == 3 ? resihp_allreduce(c, b, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM)
+                  : resihp_recv(c, 1, b, 1);
+    if (rc != RESIHP_EPEER && rc != RESIHP_ETIMEDOUT) {
+      fprintf(stderr, "sender after a mismatch: %s\n", resihp_err_name(rc));
+      return 1;
+    }
+    return 0;
+  }
+  rc = k == 3 ? resihp_allreduce(c, b, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM)
+              : resihp_recv(c, 0, b, mm_recv[k]);
+  int failed[MAXN];
+  if (rc != RESIHP_EPROTO || resihp_comm_failed(c, failed, MAXN) != 1 ||
+      failed[0] != 0) {
+    fprintf(stderr, "receiver of a mismatch (case %d): %s\n", k,
+            resihp_err_name(rc));
+    return 1;
+  }
+  return 0;
+}
+
+START_TEST(p2p_size_mismatch_is_eproto) {
+  int k = _i / 2;
+  p2p_group(_i, 2, rank_mismatch, &k);
+}
+END_TEST
+
+/* ---- faults during messages ------------------------------------------------
+ * An 8 MiB message (32 frames) between two ranks; the receiver dies
+ * (SIGKILL) before it posts frame k, or the sender is killed by the
+ * receiver at that point. The survivor's call that notices must return
+ * RESIHP_EPEER or RESIHP_ETIMEDOUT, never RESIHP_EPROTO, and name the
+ * victim. */
+#define BIG (8 * MIB)
+static size_t p2p_hook_frame;
+static int p2p_hook_armed, p2p_hook_sig;
+static pid_t p2p_hook_pid; /* 0: raise in this process */
+
+static void p2p_fault_hook(resihp_comm_t *c, int send, size_t frame) {
+  (void)c;
+  (void)send;
+  if (!p2p_hook_armed || frame != p2p_hook_frame)
+    return;
+  p2p_hook_armed = 0;
+  if (p2p_hook_pid)
+    kill(p2p_hook_pid, p2p_hook_sig);
+  else
+    raise(p2p_hook_sig);
+}
+
+struct p2p_fault {
+  int victim_sends; /* 0: the victim receives */
+  size_t frame;
+  int sig;
+};
+
+/* The survivor's failed call: the right code, the victim named. */
+static int survivor_saw(resihp_comm_t *c, int rc, int want_code) {
+  int failed[MAXN];
+  if ((want_code ? rc != want_code
+                 : rc != RESIHP_EPEER && rc != RESIHP_ETIMEDOUT) ||
+      resihp_comm_failed(c, failed, MAXN) != 1 || failed[0] != 1) {
+    fprintf(stderr, "survivor: %s (%d suspected)\n", resihp_err_name(rc),
+            resihp_comm_failed(c, NULL, 0));
+    return 1;
+  }
+  return 0;
+}
+
+static int rank_p2p_fault(int rank, int n, void *arg) {
+  struct p2p_fault *f = arg;
+  resihp_comm_t *c;
+  detect_ms = DETECT_MS;
+  if (p2p_comm(rank, n, 0, &c))
+    return 1;
+  uint8_t *b = malloc(BIG);
+  pattern(b, BIG, 5);
+  int32_t pid = (int32_t)getpid();
+  /* Rank 1 is the victim; a warm link first. */
+  if (checked_allreduce(c))
+    return 1;
+  /* The victim's pid, acknowledged: a kill before the survivor has read
+   * it could take it along (TCP resets a link that dies with unread data). */
+  uint8_t ack = 0;
+  if (rank == 1) {
+    if (resihp_send(c, 0, &pid, sizeof(pid)) || resihp_recv(c, 0, &ack, 1))
+      return 1;
+    if (f->victim_sends) {
+      resihp_send(c, 0, b, BIG); /* and no more: see below */
+    } else {
+      p2p_hook_frame = f->frame;
+      p2p_hook_sig = f->sig;
+      p2p_hook_armed = 1;
+      resihp__p2p_test_hook = p2p_fault_hook;
+      resihp_recv(c, 0, b, BIG);
+    }
+    pause(); /* killed by now, or about to be */
+    return 1;
+  }
+  if (resihp_recv(c, 1, &pid, sizeof(pid)) || resihp_send(c, 1, &ack, 1))
+    return 1;
+  int rc;
+  double t0 = now_ms();
+  if (f->victim_sends) {
+    p2p_hook_frame = f->frame;
+    p2p_hook_sig = f->sig;
+    p2p_hook_pid = pid;
+    p2p_hook_armed = 1;
+    resihp__p2p_test_hook = p2p_fault_hook;
+    rc = resihp_recv(c, 1, b, BIG);
+    if (!rc) /* it had all left before the kill: the next one never does */
+      rc = resihp_recv(c, 1, b, 1);
+  } else {
+    rc = resihp_send(c, 1, b, BIG);
+    if (!rc)
+      rc = resihp_recv(c, 1, b, 1);
+  }
+  double fail_ms = now_ms() - t0;
+  if (survivor_saw(c, rc, f->sig == SIGSTOP ? RESIHP_ETIMEDOUT : 0))
+    return 1;
+  if (f->sig == SIGSTOP) {
+    /* Silence is only failure after the bound: never earlier. */
+    if (fail_ms < DETECT_MS) {
+      fprintf(stderr, "stopped peer declared failed after %.0f ms < %d ms\n",
+              fail_ms, DETECT_MS);
+      return 1;
+    }
+    fprintf(stderr,
+            "  stopped peer: message call failed after %.0f ms (bound %d ms "
+            "+ heartbeat)\n",
+            fail_ms, DETECT_MS);
+  }
+  /* And the survivor goes on alone. */
+  if (resihp_comm_shrink(c, NULL, 0, NULL, 0, NULL) ||
+      resihp_comm_size(c) != 1 || resihp_send(c, 0, b, 10) ||
+      resihp_recv(c, 0, b, 10) || resihp_bcast(c, 0, b, 10))
+    return 1;
+  resihp_comm_destroy(c);
+  return 0;
+}
+
+static const size_t kill_frames[] = {0, 3, 17, 31};
+
+START_TEST(p2p_peer_killed_mid_message) {
+  struct p2p_fault f = {
+      .victim_sends = _i / 2 % 2, .frame = kill_frames[_i / 4], .sig = SIGKILL};
+  transport = _i % 2 ? 1 : -1;
+  int st[MAXN];
+  run_group(2, rank_p2p_fault, &f, st);
+  ck_assert_msg(WIFEXITED(st[0]) && WEXITSTATUS(st[0]) == 0,
+                "survivor status %#x", st[0]);
+  ck_assert_msg(WIFSIGNALED(st[1]), "victim status %#x", st[1]);
+}
+END_TEST
+
+START_TEST(p2p_peer_stopped_mid_message) {
+  struct p2p_fault f = {.victim_sends = _i / 2, .frame = 2, .sig = SIGSTOP};
+  transport = _i % 2 ? 1 : -1;
+  int st[MAXN];
+  run_group(2, rank_p2p_fault, &f, st);
+  ck_assert_msg(WIFEXITED(st[0]) && WEXITSTATUS(st[0]) == 0,
+                "survivor status %#x", st[0]);
+  ck_assert_msg(WIFSIGNALED(st[1]), "victim status %#x", st[1]);
+}
+END_TEST
+
+/* Four ranks; the root of a broadcast dies while sending frame 2 of 17.
+ * Every survivor fails with EPEER/ETIMEDOUT naming it, shrinks, and the
+ * three then broadcast from their new view rank 0 and pass their world
+ * ranks around a ring of view ranks (p2p after the renumbering). */
+#define BC_VICTIM 1
+static int rank_bcast_root_killed(int rank, int n, void *arg) {
+  (void)arg;
+  resihp_comm_t *c;
+  detect_ms = DETECT_MS;
+  if (p2p_comm(rank, n, 65536, &c))
+    return 1;
+  size_t len = MIB + 7;
+  uint8_t *b = malloc(len);
+  if (checked_allreduce(c))
+    return 1;
+  if (rank == BC_VICTIM) {
+    pattern(b, len, 9);
+    p2p_hook_frame = 2;
+    p2p_hook_sig = SIGKILL;
+    p2p_hook_armed = 1;
+    resihp__p2p_test_hook = p2p_fault_hook;
+  }
+  int rc = resihp_bcast(c, BC_VICTIM, b, len);
+  int failed[MAXN];
+  if ((rc != RESIHP_EPEER && rc != RESIHP_ETIMEDOUT) ||
+      resihp_comm_failed(c, failed, MAXN) < 1 || failed[0] != BC_VICTIM) {
+    fprintf(stderr, "rank %d: bcast with the root killed: %s\n", rank,
+            resihp_err_name(rc));
+    return 1;
+  }
+  int nf = 0;
+  if (resihp_comm_shrink(c, NULL, 0, failed, MAXN, &nf) || nf != 1 ||
+      resihp_comm_size(c) != n - 1)
+    return 1;
+  int me = resihp_comm_rank(c), m = resihp_comm_size(c);
+  if (me == 0)
+    pattern(b, len, 10);
+  else
+    memset(b, 0, len);
+  if ((rc = resihp_bcast(c, 0, b, len)) || !pattern_ok(b, len, 10)) {
+    fprintf(stderr, "rank %d: bcast after shrink: %s\n", rank,
+            resihp_err_name(rc));
+    return 1;
+  }
+  int32_t mine = rank, got = -1;
+  if (resihp_send(c, (me + 1) % m, &mine, sizeof(mine)) ||
+      resihp_recv(c, (me + m - 1) % m, &got, sizeof(got)) ||
+      got != resihp_comm_member(c, (me + m - 1) % m)) {
+    fprintf(stderr, "rank %d: p2p after shrink got %d\n", rank, (int)got);
+    return 1;
+  }
+  if (checked_allreduce(c))
+    return 1;
+  free(b);
+  resihp_comm_destroy(c);
+  return 0;
+}
+
+START_TEST(bcast_root_killed) {
+  transport = _i % 2 ? 1 : -1;
+  int st[MAXN];
+  run_group(4, rank_bcast_root_killed, NULL, st);
+  for (int r = 0; r < 4; r++)
+    if (r != BC_VICTIM)
+      ck_assert_msg(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0,
+                    "rank %d status %#x", r, st[r]);
+  ck_assert_msg(WIFSIGNALED(st[BC_VICTIM]), "victim status %#x", st[BC_VICTIM]);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("allreduce");
   TCase *tc = tcase_create("unit");
@@ -1713,6 +2198,18 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, tampered_frames_refused, 0, 4);
   tcase_add_test(tc, deterministic_with_failure);
   suite_add_tcase(s, tc);
+  tc = tcase_create("p2p");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, p2p_round_trips, 0, 2);
+  tcase_add_loop_test(tc, p2p_both_directions_at_once, 0, 2);
+  tcase_add_loop_test(tc, p2p_pipeline_ordered_and_interleaved, 0, 2);
+  tcase_add_loop_test(tc, bcast_from_every_root, 0, 8);
+  tcase_add_loop_test(tc, p2p_size_mismatch_is_eproto, 0, 8);
+  tcase_add_loop_test(tc, p2p_peer_killed_mid_message, 0, 16);
+  tcase_add_loop_test(tc, p2p_peer_stopped_mid_message, 0, 4);
+  tcase_add_loop_test(tc, bcast_root_killed, 0, 2);
+  suite_add_tcase(s, tc);
+
   tc = tcase_create("faults");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, allreduce_faults, 0,

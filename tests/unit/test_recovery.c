@@ -200,9 +200,18 @@ static int g_mbs = 6, g_steps = 30;
 #define NSTATE 4
 
 static char secret_path[256];
+/* Sharded replicas: g_K ranks each (shard k adds its own pattern), and
+ * the rank of the victim replica that dies (-1: the default rank). */
+static int g_K = 1, g_victim_rank = -1, g_keep;
+
+static int64_t pattern(long step, int mb, int k, int shard) {
+  return (step + 1) * 1000 + mb * (k + 1) + shard * 7;
+}
 
 /* A rank: its "model" is a vector of int64; microbatch mb of step s adds a
- * known pattern, so the final state is known exactly. */
+ * known pattern, so the final state is known exactly. With several ranks
+ * per replica each is a shard with a pattern of its own, and the ranks of
+ * a replica check their communicator every step. */
 static int rank_main(int replica, int die_at) {
   char coord[64];
   snprintf(coord, sizeof(coord), "%s", getenv("TEST_COORD"));
@@ -215,7 +224,10 @@ static int rank_main(int replica, int die_at) {
   o.secret_file = secret_path;
   o.timeout_ms = 10000;
   char inj[64] = "";
-  if (die_at >= 0)
+  if (die_at >= 0 && g_victim_rank >= 0)
+    snprintf(inj, sizeof(inj), "kill-rank:%d.%d@%d", replica, g_victim_rank,
+             die_at);
+  else if (die_at >= 0)
     snprintf(inj, sizeof(inj), "kill-rank:%d@%d", replica, die_at);
   o.inject = inj;
   resihp_job_t *job;
@@ -223,6 +235,9 @@ static int rank_main(int replica, int die_at) {
     return 10;
   int64_t state[NSTATE] = {0}, acc[NSTATE];
   resihp_job_set_state(job, state, sizeof(state));
+  int sh = resihp_job_shard(job), K = resihp_job_shards(job);
+  if (K != g_K || sh < 0 || sh >= K)
+    return 15;
   resihp_job_step_t st;
   int rc;
   while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
@@ -230,15 +245,23 @@ static int rank_main(int replica, int die_at) {
     usleep(10000); /* a step takes time: a replacement can join */
     for (int i = 0; i < st.nmbs; i++) {
       for (int k = 0; k < NSTATE; k++)
-        acc[k] += (st.step + 1) * 1000 + st.mbs[i] * (k + 1);
+        acc[k] += pattern(st.step, st.mbs[i], k, sh);
       resihp_job_report_microbatch(job, st.mbs[i], 100, 2000, 2, 0.001);
     }
     while ((rc = resihp_job_allreduce(job, acc, NSTATE)) == RESIHP_EREASSIGNED)
       for (int i = 0; i < st.nextra; i++)
         for (int k = 0; k < NSTATE; k++)
-          acc[k] += (st.step + 1) * 1000 + st.extra[i] * (k + 1);
+          acc[k] += pattern(st.step, st.extra[i], k, sh);
     if (rc)
       return 11;
+    if (K > 1) {
+      int64_t v = sh + 1;
+      if (resihp_allreduce(resihp_job_replica_comm(job), &v, 1, RESIHP_FIXED64,
+                           RESIHP_OP_SUM))
+        return 16; /* a rank of the replica died: leave like a trainer */
+      if (v != K * (K + 1) / 2)
+        return 14;
+    }
     for (int k = 0; k < NSTATE; k++)
       state[k] = state[k] * 3 + acc[k]; /* order matters: a real recurrence */
     resihp_job_end_step(job);
@@ -258,26 +281,31 @@ static int rank_main(int replica, int die_at) {
   return 0;
 }
 
+/* The result of a failure-free run: "s0" or, sharded, "s0/s1/..." */
 static const char *expected(char *buf, size_t len) {
-  int64_t state[NSTATE] = {0};
-  for (int s = 0; s < STEPS; s++)
-    for (int k = 0; k < NSTATE; k++) {
-      int64_t a = 0;
-      for (int mb = 0; mb < M; mb++)
-        a += (s + 1) * 1000 + mb * (k + 1);
-      state[k] = state[k] * 3 + a;
-    }
-  snprintf(buf, len, "%lld.%lld", (long long)state[0],
-           (long long)state[NSTATE - 1]);
+  size_t off = 0;
+  for (int sh = 0; sh < g_K; sh++) {
+    int64_t state[NSTATE] = {0};
+    for (int s = 0; s < STEPS; s++)
+      for (int k = 0; k < NSTATE; k++) {
+        int64_t a = 0;
+        for (int mb = 0; mb < M; mb++)
+          a += pattern(s, mb, k, sh);
+        state[k] = state[k] * 3 + a;
+      }
+    off += (size_t)snprintf(buf + off, len - off, "%s%lld.%lld", sh ? "/" : "",
+                            (long long)state[0], (long long)state[NSTATE - 1]);
+  }
   return buf;
 }
 
 typedef struct {
   int R;
-  pid_t pids[8];
+  pid_t pids[8][8]; /* replica, rank */
   int failed[8];
   int replaced[8];
   int allow_replace;
+  int keep_failed; /* leave a failed replica's other ranks running */
 } harness_t;
 
 /* die_at PROBE_FAILS: the rank's node failed a periodic probe before it
@@ -300,6 +328,26 @@ static pid_t spawn_rank(int r, int die_at) {
   return p;
 }
 
+/* The g_K ranks of replica r, as the tasks of one Slurm step (no PMIx:
+ * the other ranks find rank 0 through the coordinator). */
+static void spawn_replica(pid_t *pids, int r, int die_at) {
+  if (g_K == 1) {
+    pids[0] = spawn_rank(r, die_at);
+    return;
+  }
+  char n[16], k[16];
+  snprintf(n, sizeof(n), "%d", g_K);
+  unsetenv("PMIX_RANK");
+  setenv("SLURM_NTASKS", n, 1);
+  for (int i = 0; i < g_K; i++) {
+    snprintf(k, sizeof(k), "%d", i);
+    setenv("SLURM_PROCID", k, 1);
+    pids[i] = spawn_rank(r, die_at);
+  }
+  unsetenv("SLURM_PROCID");
+  unsetenv("SLURM_NTASKS");
+}
+
 static void on_failed(void *ud, int r, const char *node, long j, long s,
                       const char *why) {
   (void)node;
@@ -308,10 +356,11 @@ static void on_failed(void *ud, int r, const char *node, long j, long s,
   (void)why;
   harness_t *h = ud;
   h->failed[r]++;
-  kill(h->pids[r], SIGKILL);
+  for (int k = 0; k < g_K && !h->keep_failed; k++)
+    kill(h->pids[r][k], SIGKILL);
   if (h->allow_replace && !h->replaced[r]) {
     h->replaced[r] = 1;
-    h->pids[r] = spawn_rank(r, -1);
+    spawn_replica(h->pids[r], r, -1);
   }
 }
 
@@ -325,7 +374,7 @@ static int run_job(int R, int victim, int die_at, int replace, char *out,
   fputs("unit-test-secret-0123456789", f);
   fclose(f);
   chmod(secret_path, 0600);
-  harness_t h = {.R = R, .allow_replace = replace};
+  harness_t h = {.R = R, .allow_replace = replace, .keep_failed = g_keep};
   resihp__coord_opts_t co = {.replicas = R,
                              .bind_host = "127.0.0.1",
                              .secret =
@@ -340,7 +389,7 @@ static int run_job(int R, int victim, int die_at, int replace, char *out,
   snprintf(ep, sizeof(ep), "127.0.0.1:%d", resihp__coord_port(c));
   setenv("TEST_COORD", ep, 1);
   for (int r = 0; r < R; r++)
-    h.pids[r] = spawn_rank(r, r == victim ? die_at : -1);
+    spawn_replica(h.pids[r], r, r == victim ? die_at : -1);
   int64_t deadline = resihp__now_ms() + 40000;
   int idle[64];
   const char *sep = NULL;
@@ -365,12 +414,13 @@ static int run_job(int R, int victim, int die_at, int replace, char *out,
   int agree = resihp__coord_summary(c, mem, NULL);
   fclose(mem);
   for (int r = 0; r < R; r++)
-    kill(h.pids[r], SIGKILL);
+    for (int k = 0; k < g_K; k++)
+      kill(h.pids[r][k], SIGKILL);
   while (waitpid(-1, NULL, 0) > 0)
     ;
   resihp__coord_destroy(c);
   unlink(secret_path);
-  ck_assert_int_eq(state, RESIHP__COORD_DONE);
+  ck_assert_msg(state == RESIHP__COORD_DONE, "%s", out);
   ck_assert_int_eq(agree, 0);
   if (victim >= 0)
     ck_assert_int_ge(h.failed[victim], 1);
@@ -400,6 +450,47 @@ START_TEST(job_rank_dies_replaced) {
   ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
   /* the replacement caught up and finished with the same state */
   ck_assert_msg(strstr(out, "2 replicas agree"), "%s", out);
+}
+END_TEST
+
+/* Sharded replicas, 3 x 2 ranks: without failure each shard's state is its
+ * own exact sum, and the replica reports both shards. */
+START_TEST(shards_without_failure) {
+  char out[8192], want[256];
+  g_K = 2;
+  run_job(3, -1, -1, 0, out, sizeof(out));
+  ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
+  ck_assert_msg(strstr(out, "3 replicas agree"), "%s", out);
+}
+END_TEST
+
+/* Rank 0 (shard 0) of replica 1 dies in step 4; its rank 1 is left
+ * running (g_keep), so the shard-1 group's all-reduce succeeds with
+ * replica 1's contribution while the shard-0 group fails. Both groups must
+ * drop replica 1 together and redo the step with its microbatches
+ * reassigned: had shard 1 kept its committed sum and added the reassigned
+ * microbatches too, its state would differ from the expected one. */
+START_TEST(shards_kill_in_one_group_aborts_all) {
+  char out[8192], want[256];
+  g_K = 2;
+  g_victim_rank = 0;
+  g_keep = 1;
+  run_job(3, 1, 4, 0, out, sizeof(out));
+  ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
+  ck_assert_msg(strstr(out, "2 replicas agree"), "%s", out);
+  ck_assert_msg(strstr(out, "reassigned"), "%s", out);
+}
+END_TEST
+
+/* Shard 1 of replica 0 dies; the replica is replaced and each shard of the
+ * replacement catches up from a healthy replica. */
+START_TEST(shards_replaced_per_shard_catchup) {
+  char out[8192], want[256];
+  g_K = 2;
+  g_victim_rank = 1;
+  run_job(3, 0, 3, 1, out, sizeof(out));
+  ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
+  ck_assert_msg(strstr(out, "3 replicas agree"), "%s", out);
 }
 END_TEST
 
@@ -693,6 +784,7 @@ START_TEST(leader_strangers_and_long_lists) {
   const char *key = "unit-test-secret-0123456789";
   g_mbs = 20000;
   g_steps = 3;
+  g_K = 2;
   snprintf(secret_path, sizeof(secret_path), "/tmp/resihp-test-secret-l.%d",
            (int)getpid());
   FILE *f = fopen(secret_path, "w");
@@ -1076,6 +1168,12 @@ static Suite *suite(void) {
   tcase_add_test(tc, job_wrong_secret_refused);
   tcase_add_test(tc, job_probe_failure_replaced);
   tcase_add_test(tc, spare_registry);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("shards");
+  tcase_set_timeout(tc, 90);
+  tcase_add_test(tc, shards_without_failure);
+  tcase_add_test(tc, shards_kill_in_one_group_aborts_all);
+  tcase_add_test(tc, shards_replaced_per_shard_catchup);
   suite_add_tcase(s, tc);
   tc = tcase_create("hardening");
   tcase_set_timeout(tc, 90);

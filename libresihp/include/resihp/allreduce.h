@@ -168,7 +168,18 @@ int resihp_allreduce_to(resihp_comm_t *comm, const void *sendbuf,
  * send buffer is never written. A live peer that takes no part is waited
  * for at most op_timeout_ms. resihp_bcast() returns 0 on a rank once it has
  * the root's bytes and has passed them on; it is not an agreement (use
- * resihp_allreduce for that). */
+ * resihp_allreduce for that).
+ *
+ * A send returns once its bytes have left the process. When the receiver
+ * is itself sending to this rank (both ends of a pipeline exchange send
+ * first), a send that cannot finish keeps the rest in a private copy and
+ * returns; it leaves during this rank's next calls on the communicator (and
+ * resihp_comm_destroy), so both directions at once never deadlock,
+ * whatever the size. A message sent before a collective must be received
+ * before that collective (messages are not buffered across collectives):
+ * a receiver that meets a message where it expects collective data, or the
+ * other way round, fails with RESIHP_EPROTO. Every rank must use the same
+ * chunk_bytes (messages travel in frames of that size). */
 int resihp_send(resihp_comm_t *comm, int peer, const void *buf, size_t bytes);
 int resihp_recv(resihp_comm_t *comm, int peer, void *buf, size_t bytes);
 int resihp_bcast(resihp_comm_t *comm, int root, void *buf, size_t bytes);

@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The gradient exchange of a step (see resihp/job.h).
+ *
+ * Rank k all-reduces shard k's gradient in its shard group. With K > 1 the
+ * result goes to a private buffer first, and the K ranks of the replica
+ * add up their failures over the replica communicator: the step commits in
+ * every group (the result is copied out) or in none (the caller's buffer
+ * is untouched). Each group's outcome is the same on all its survivors
+ * (resihp/allreduce.h), so every replica comes to the same conclusion.
+ *
+ * Recovery. When a group failed, its survivors have shrunk it
+ * (resihp_comm_shrink). The K ranks then add up which members each still
+ * has: the replicas present in all K groups are the replica's view, which
+ * the leader reports (RECOVER step=s cepoch=g view=...; g counts the
+ * recoveries applied since the groups were made, the same on every
+ * replica). The coordinator's one decision (REASSIGN, the same answer for
+ * every reporter of the same view) is relayed to the other ranks; every
+ * group then removes the members outside the view that it still has (a
+ * shrink naming them: the survivors of each group agree without waiting
+ * for them), so a replica leaves all K groups in the same step and epoch,
+ * and its microbatches go to the survivors as st->extra. */
+#include "config.h"
+
+#include "job_internal.h"
+
+#include <resihp/error.h>
+#include <resihp/log.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static size_t dtype_size(resihp_dtype_t t) {
+  switch (t) {
+  case RESIHP_FLOAT32:
+    return 4;
+  case RESIHP_BFLOAT16:
+    return 2;
+  case RESIHP_FLOAT64:
+  case RESIHP_FIXED64:
+    return 8;
+  }
+  return 0;
+}
+
+static int peer_failure(int rc) {
+  return rc == RESIHP_EPEER || rc == RESIHP_ETIMEDOUT || rc == RESIHP_EPROTO;
+}
+
+/* The replicas present in all K groups, as counts over j->members. */
+static int agreed_view(resihp_job_t *j, int64_t *in) {
+  memset(in, 0, sizeof(int64_t) * (size_t)j->nmembers);
+  int size = resihp_comm_size(j->comm);
+  for (int i = 0; i < size; i++) {
+    int w = resihp_comm_member(j->comm, i);
+    if (w >= 0 && w < j->nmembers)
+      in[w] = 1;
+  }
+  return resihp__job_replica_sum(j, in, (size_t)j->nmembers);
+}
+
+/* Leader: report the view, wait for the coordinator's decision and relay
+ * it. Others: the relayed decision. Either way j->msg holds REASSIGN. */
+static int decision(resihp_job_t *j, const int64_t *in) {
+  int rc;
+  if (j->lrank > 0) {
+    if ((rc = resihp__job_recv_up(j)))
+      return rc;
+    return strncmp(j->msg, "REASSIGN ", 9) ? RESIHP_EPROTO : 0;
+  }
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_printf(&b, "RECOVER step=%ld cepoch=%u view=", j->step,
+                          j->vgen);
+  int first = 1;
+  for (int w = 0; w < j->nmembers; w++)
+    if (in[w] == j->lsize) {
+      resihp__wire_buf_printf(&b, "%s%d", first ? "" : ":", j->members[w]);
+      first = 0;
+    }
+  rc = b.err ? b.err : resihp__job_send(j, b.s);
+  resihp__wire_buf_free(&b);
+  if (rc)
+    return rc;
+  do {
+    if ((rc = resihp__job_recv(j)))
+      return rc;
+  } while (strncmp(j->msg, "REASSIGN ", 9));
+  return resihp__job_send_down(j, j->msg);
+}
+
+/* Every group leaves out the members outside the agreed view. */
+static int apply_view(resihp_job_t *j, const int64_t *in) {
+  int *gone = malloc(sizeof(int) * (size_t)(j->nmembers ? j->nmembers : 1));
+  if (!gone)
+    return RESIHP_ENOMEM;
+  int ng = 0, size = resihp_comm_size(j->comm);
+  for (int i = 0; i < size; i++) {
+    int w = resihp_comm_member(j->comm, i);
+    if (w >= 0 && w < j->nmembers && in[w] != j->lsize)
+      gone[ng++] = w;
+  }
+  int rc = ng ? resihp_comm_shrink(j->comm, gone, ng, NULL, 0, NULL) : 0;
+  free(gone);
+  j->vgen++;
+  return rc;
+}
+
+static int recover(resihp_job_t *j, int nf) {
+  int64_t *in =
+      malloc(sizeof(int64_t) * (size_t)(j->nmembers ? j->nmembers : 1));
+  if (!in)
+    return RESIHP_ENOMEM;
+  int rc = agreed_view(j, in);
+  int size = 0;
+  for (int w = 0; !rc && w < j->nmembers; w++)
+    size += in[w] == j->lsize;
+  if (!rc && j->lrank == 0)
+    resihp_log(RESIHP_LOG_WARN, "job",
+               "replica %d: step %ld: %d peer(s) failed; %d replicas go on",
+               j->replica, j->step, nf, size);
+  if (!rc)
+    rc = decision(j, in);
+  if (!rc)
+    rc = apply_view(j, in);
+  free(in);
+  if (!rc)
+    rc = resihp__job_parse_mbs(j, j->msg, "extra", &j->extra, &j->nextra);
+  if (rc == RESIHP_EEXCLUDED)
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "replica %d: excluded by the other replicas; leaving",
+               j->replica);
+  return rc;
+}
+
+int resihp_job_allreduce_as(resihp_job_t *j, void *buf, size_t count,
+                            resihp_dtype_t dtype, resihp_op_t op) {
+  size_t esz = dtype_size(dtype);
+  if (!j || (!buf && count) || !esz ||
+      (op != RESIHP_OP_SUM && op != RESIHP_OP_AVG))
+    return RESIHP_EINVAL;
+  if (!j->in_step || !j->comm)
+    return RESIHP_ESTATE;
+  if (count > SIZE_MAX / esz)
+    return RESIHP_ERANGE;
+  void *out = buf;
+  if (j->lsize > 1) {
+    if (j->workcap < count * esz) {
+      void *w = realloc(j->work, count ? count * esz : 1);
+      if (!w)
+        return RESIHP_ENOMEM;
+      j->work = w;
+      j->workcap = count * esz;
+    }
+    out = j->work;
+  }
+  for (;;) {
+    int rc = resihp_allreduce_to(j->comm, buf, out, count, dtype, op);
+    int nf = 0, ar_failed = rc != 0;
+    if (rc) {
+      if (!peer_failure(rc))
+        return rc;
+      int failed[64];
+      if ((rc = resihp_comm_shrink(j->comm, NULL, 0, failed, 64, &nf))) {
+        if (rc == RESIHP_EEXCLUDED)
+          resihp_log(RESIHP_LOG_ERROR, "job",
+                     "replica %d: excluded by the other replicas; leaving",
+                     j->replica);
+        return rc;
+      }
+    }
+    int64_t failed_groups = ar_failed;
+    if (!failed_groups && j->lsize == 1)
+      return 0;
+    if ((rc = resihp__job_replica_sum(j, &failed_groups, 1)))
+      return rc;
+    if (!failed_groups) {
+      memcpy(buf, out, count * esz);
+      return 0;
+    }
+    if ((rc = recover(j, nf)))
+      return rc;
+    if (j->nextra == 0)
+      continue;
+    if (j->st) {
+      j->st->nextra = j->nextra;
+      j->st->extra = j->extra;
+      j->st->nreplicas = resihp_comm_size(j->comm);
+    }
+    return RESIHP_EREASSIGNED;
+  }
+}
+
+int resihp_job_allreduce(resihp_job_t *j, int64_t *acc, size_t n) {
+  return resihp_job_allreduce_as(j, acc, n, RESIHP_FIXED64, RESIHP_OP_SUM);
+}

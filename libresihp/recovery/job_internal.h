@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Internals of the in-rank job (resihp/job.h), shared by its files:
+ *
+ *   job.c          life cycle: options, join, the coordinator link and its
+ *                  heartbeat thread, accessors, finish, destroy
+ *   job_replica.c  the replica's K ranks: finding each other (star links
+ *                  to rank 0 for control lines), the replica communicator,
+ *                  agreement among the K ranks
+ *   job_step.c     step boundaries: GO (the shard groups of a new epoch),
+ *                  START (microbatches, catch-up, serving), DONE
+ *   job_exchange.c the gradient exchange in the shard group, the K groups'
+ *                  common outcome and in-step recovery (RECOVER/REASSIGN)
+ *   job_catchup.c  the state as a list of buffers, sending and receiving
+ *                  one shard's state
+ *   job_faults.c   injected faults and periodic probe verdicts
+ *
+ * Roles. Rank 0 of a replica's step (the leader) alone talks to the
+ * coordinator; it relays what the other ranks need as lines over
+ * authenticated "local" links (the star). Data between the ranks of a
+ * replica goes through the replica communicator (rcomm); the gradient of
+ * shard k goes through the shard group of rank k (comm), one
+ * fault-tolerant communicator per shard across the member replicas. */
+#ifndef RESIHP_RECOVERY_JOB_INTERNAL_H
+#define RESIHP_RECOVERY_JOB_INTERNAL_H
+
+#include "../control/wire.h"
+#include "../probe/results.h"
+#include "../transport/mesh.h"
+#include "inject.h"
+
+#include <resihp/allreduce.h>
+#include <resihp/job.h>
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define RESIHP__JOB_MSG_MAX (RESIHP__WIRE_LINE_MAX + 1)
+#define RESIHP__JOB_SAMPLES 4096
+/* Ranks per replica: each adds an address to the replica's HELLO. */
+#define RESIHP__JOB_MAX_SHARDS 64
+/* Buffers of one rank's state. */
+#define RESIHP__JOB_MAX_BUFS 4096
+/* One address "a.b.c.d:port", and a replica's list of K of them. */
+#define RESIHP__JOB_EP_MAX 48
+#define RESIHP__JOB_EPS_MAX (RESIHP__JOB_MAX_SHARDS * RESIHP__JOB_EP_MAX)
+/* Handshakes in progress on a listening socket, and each one's deadline
+ * (see wire.h: strangers are never waited for). */
+#define RESIHP__JOB_HS_PENDING 32
+#define RESIHP__JOB_HS_TIMEOUT_MS 3000
+
+struct resihp_job {
+  resihp_job_opts_t o;
+  char coordinator[256];
+  int replica;
+  uint8_t *secret;
+  size_t secret_len;
+  int timeout_ms;
+  int detect_ms;
+  char node[64];
+
+  /* the coordinator link (leader only) and the heartbeat thread */
+  resihp__wire_t cw;
+  pthread_mutex_t send_mu;
+  pthread_mutex_t hb_mu;
+  pthread_cond_t hb_cv;
+  pthread_t hb_thread;
+  int hb_started, hb_stop;
+  char *msg; /* the last line received (coordinator or leader) */
+
+  /* listening sockets: shard group, catch-up, replica communicator */
+  int lfd, slfd, rlfd;
+  resihp__wire_hs_t *shs; /* handshakes on slfd */
+  char ep[RESIHP__JOB_EP_MAX], sep[RESIHP__JOB_EP_MAX], rep[RESIHP__JOB_EP_MAX];
+
+  /* the replica's ranks: this one is shard lrank of lsize */
+  int lrank, lsize;
+  int pmix; /* the step's ranks found each other through PMIx */
+  int llfd; /* leader: where the other ranks connect */
+  char lep[RESIHP__JOB_EP_MAX];
+  resihp__wire_hs_t *lhs;
+  resihp__wire_t up;    /* non-leader: link to the leader */
+  resihp__wire_t *down; /* leader: links to ranks 1..lsize-1 */
+  /* the replica's lists, shard order, "a/b/...": shard groups and
+   * catch-up (leader), replica communicator (everyone) */
+  char eps[RESIHP__JOB_EPS_MAX], seps[RESIHP__JOB_EPS_MAX];
+  char reps[RESIHP__JOB_EPS_MAX];
+  char rshape[17];      /* leader: digest of every shard's state shape */
+  resihp_comm_t *rcomm; /* the replica communicator */
+  /* leader: the relay thread reading the star links */
+  pthread_t relay_thread;
+  int relay_started;
+  int relay_pipe[2];
+  pthread_mutex_t relay_mu; /* down_open, results */
+  pthread_cond_t relay_cv;
+  int *down_open;
+  char (*results)[224]; /* finish results, by rank ("" until said) */
+
+  /* the shard group of the current epoch */
+  resihp_comm_t *comm;
+  uint32_t epoch;
+  int *members, nmembers; /* replica ids, in the group's world-rank order */
+  uint32_t vgen;          /* REASSIGNs applied since the group was made */
+  int member;             /* in the group of the current step */
+  int valid_state;        /* holds the state of the last committed step */
+  int in_step;
+  long step;
+  int *mbs, nmbs, *extra, nextra;
+  resihp_job_step_t *st;
+  void *work; /* the exchange's result until the K groups agree */
+  size_t workcap;
+
+  /* the state: this rank's shard, a list of buffers */
+  resihp_job_buf_t *state;
+  int nstate;
+  size_t state_len; /* total bytes */
+  int shape_fixed;  /* sizes announced at join: later lists must match */
+  pthread_t serve_thread;
+  int serving;
+  uint8_t *snap;
+  char *serve_to; /* "replica@ep,..." this rank serves */
+  long serve_step;
+
+  resihp__inject_t inj[RESIHP__INJECT_MAX];
+  int ninj;
+  int inj_fired[RESIHP__INJECT_MAX];
+
+  resihp__probe_watch_t probes;
+  int watch_probes;
+
+  resihp_job_mb_sample_t samples[RESIHP__JOB_SAMPLES];
+  long nsamples;
+};
+
+/* job.c: the coordinator link (leader). recv skips heartbeats; its
+ * deadline is about the coordinator's silence. */
+int resihp__job_send(resihp_job_t *j, const char *line);
+int resihp__job_recv(resihp_job_t *j);
+/* Parse the microbatch list under key of msg into *out (freed first). */
+int resihp__job_parse_mbs(resihp_job_t *j, const char *msg, const char *key,
+                          int **out, int *n);
+
+/* job_replica.c */
+int resihp__job_join_leader(resihp_job_t *j, const char *jid, const char *sid);
+int resihp__job_accept_ranks(resihp_job_t *j);
+int resihp__job_replica_comm_create(resihp_job_t *j);
+/* Leader: line (and raw bytes) to every other rank. Non-leader: the next
+ * line from the leader (heartbeats skipped). */
+int resihp__job_send_down(resihp_job_t *j, const char *line);
+int resihp__job_send_down_buf(resihp_job_t *j, const resihp__wire_buf_t *b);
+int resihp__job_recv_up(resihp_job_t *j);
+/* Non-leader: a line to the leader (relayed to the coordinator when it
+ * is a FAULT). */
+int resihp__job_send_up(resihp_job_t *j, const char *line);
+/* Element-wise sum of v[0..n) over the replica's ranks (exact): how the K
+ * ranks agree. Returns RESIHP_EPEER when a rank of the replica failed. */
+int resihp__job_replica_sum(resihp_job_t *j, int64_t *v, size_t n);
+void resihp__job_relay_stop(resihp_job_t *j);
+/* Leader: mine, then every other rank's finish result, "/"-separated. */
+int resihp__job_results(resihp_job_t *j, const char *mine,
+                        resihp__wire_buf_t *b);
+/* A handshake-complete connection on lfd before the deadline; give_up
+ * (may be NULL) is asked between polls. */
+int resihp__job_accept_authed(resihp_job_t *j, resihp__wire_hs_t *hs, int lfd,
+                              int64_t deadline, int (*give_up)(resihp_job_t *),
+                              resihp__wire_t *out);
+
+/* job_catchup.c */
+int resihp__job_state_set(resihp_job_t *j, const resihp_job_buf_t *bufs, int n);
+/* Digest (16 hex) of the state's buffer sizes, "-" when no state. */
+void resihp__job_state_shape(const resihp_job_t *j, char out[17]);
+/* Digest (16 hex) of a text. */
+void resihp__job_shape_digest(const char *text, char out[17]);
+/* Start serving this rank's shard to the entries of serve for shard lrank
+ * ("replica.shard@ep,...") with the state of step s-1. */
+void resihp__job_serve_start(resihp_job_t *j, const char *serve, long s);
+void resihp__job_serve_join(resihp_job_t *j);
+int resihp__job_receive_state(resihp_job_t *j);
+void resihp__job_state_free(resihp_job_t *j);
+
+/* job_faults.c */
+void resihp__job_fire(resihp_job_t *j, resihp__inj_kind_t kind, long step);
+void resihp__job_maybe_fire(resihp_job_t *j, long step);
+int resihp__job_catchup_fault(resihp_job_t *j);
+int resihp__job_check_probes(resihp_job_t *j);
+
+#endif

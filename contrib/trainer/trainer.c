@@ -26,22 +26,16 @@
  *                  steps, and any failure ends the run (exit 1) so that the
  *                  caller restarts it from the last checkpoint.
  */
-#include <resihp.h>
+#include "../common/trainer-common.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -66,13 +60,6 @@ typedef struct {
   int64_t *acc; /* P + 1 (loss) */
 } model_t;
 
-static uint64_t splitmix(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 static void init_model(model_t *m) {
   cfg_t *c = &m->c;
   m->P = (size_t)c->V * c->D + (size_t)c->H * c->D + c->H +
@@ -91,7 +78,7 @@ static void init_model(model_t *m) {
   m->b2 = m->W2 + (size_t)c->C * c->H;
   uint64_t r = c->seed ^ 0x1234;
   for (size_t i = 0; i < m->P; i++) {
-    double u = (double)(splitmix(&r) >> 11) / 9007199254740992.0;
+    double u = (double)(trainer_splitmix(&r) >> 11) / 9007199254740992.0;
     m->state[i] = (float)((u - 0.5) * 1.0);
   }
 }
@@ -105,97 +92,34 @@ static double microbatch(model_t *m, long s, int mb, long *tokens,
   float *gE = m->grad, *gW1 = gE + (size_t)c->V * c->D,
         *gb1 = gW1 + (size_t)c->H * c->D, *gW2 = gb1 + c->H,
         *gb2 = gW2 + (size_t)c->C * c->H;
-  float x[256], h[256], z[64], dz[64], dh[256], dx[256];
+  float x[256], h[256], dz[64], dh[256], dx[256];
   int tok[64];
   double loss = 0;
   *tokens = 0;
   *sum_l2 = 0;
-  uint64_t r = c->seed * 1000003ULL + (uint64_t)s * 7919ULL + (uint64_t)mb;
-  splitmix(&r);
-  int block = c->V / c->C;
+  uint64_t r = trainer_mb_rng(c->seed, s, mb);
   for (int b = 0; b < c->B; b++) {
-    int cls = (int)(splitmix(&r) % (uint64_t)c->C);
-    int L = 4 + (int)(splitmix(&r) % 60);
+    int cls;
+    int L = trainer_sequence(&r, c->V, c->C, &cls, tok);
     *tokens += L;
     *sum_l2 += (double)L * L;
-    for (int t = 0; t < L; t++) {
-      uint64_t u = splitmix(&r);
-      tok[t] = (u & 1) ? cls * block + (int)((u >> 8) % (uint64_t)block)
-                       : (int)((u >> 8) % (uint64_t)c->V);
-    }
-    for (int d = 0; d < c->D; d++)
-      x[d] = 0;
-    for (int t = 0; t < L; t++)
-      for (int d = 0; d < c->D; d++)
-        x[d] += m->E[(size_t)tok[t] * c->D + d];
-    for (int d = 0; d < c->D; d++)
-      x[d] /= (float)L;
-    for (int i = 0; i < c->H; i++) {
-      float a = m->b1[i];
-      for (int d = 0; d < c->D; d++)
-        a += m->W1[(size_t)i * c->D + d] * x[d];
-      h[i] = tanhf(a);
-    }
-    float mx = -1e30f;
-    for (int k = 0; k < c->C; k++) {
-      float a = m->b2[k];
-      for (int i = 0; i < c->H; i++)
-        a += m->W2[(size_t)k * c->H + i] * h[i];
-      z[k] = a;
-      if (a > mx)
-        mx = a;
-    }
-    float sum = 0;
-    for (int k = 0; k < c->C; k++) {
-      z[k] = expf(z[k] - mx);
-      sum += z[k];
-    }
-    for (int k = 0; k < c->C; k++) {
-      float p = z[k] / sum;
-      dz[k] = p - (k == cls ? 1.0f : 0.0f);
-      if (k == cls)
-        loss += -log((double)p + 1e-12);
-    }
-    for (int i = 0; i < c->H; i++)
-      dh[i] = 0;
-    for (int k = 0; k < c->C; k++) {
-      gb2[k] += dz[k];
-      for (int i = 0; i < c->H; i++) {
-        gW2[(size_t)k * c->H + i] += dz[k] * h[i];
-        dh[i] += m->W2[(size_t)k * c->H + i] * dz[k];
-      }
-    }
-    for (int d = 0; d < c->D; d++)
-      dx[d] = 0;
-    for (int i = 0; i < c->H; i++) {
-      float da = dh[i] * (1 - h[i] * h[i]);
-      gb1[i] += da;
-      for (int d = 0; d < c->D; d++) {
-        gW1[(size_t)i * c->D + d] += da * x[d];
-        dx[d] += m->W1[(size_t)i * c->D + d] * da;
-      }
-    }
-    for (int t = 0; t < L; t++)
-      for (int d = 0; d < c->D; d++)
-        gE[(size_t)tok[t] * c->D + d] += dx[d] / (float)L;
+    trainer_embed_mean(m->E, c->D, tok, L, x);
+    trainer_dense(m->W1, m->b1, c->D, c->H, x, h, 1);
+    trainer_dense(m->W2, m->b2, c->H, c->C, h, dz, 0);
+    loss += trainer_softmax_xent(dz, c->C, cls);
+    trainer_dense_bwd(m->W2, c->H, c->C, h, dz, gW2, gb2, dh);
+    trainer_tanh_bwd(h, dh, c->H, dh);
+    trainer_dense_bwd(m->W1, c->D, c->H, x, dh, gW1, gb1, dx);
+    trainer_embed_mean_bwd(gE, c->D, tok, L, dx);
   }
-  if (c->mb_ms > 0) {
-    struct timespec ts = {c->mb_ms / 1000, (long)(c->mb_ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-  }
+  trainer_sleep_ms(c->mb_ms);
   return loss;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* acc (fixed point) += one microbatch */
 static void add_microbatch(model_t *m, resihp_job_t *job, long s, int mb,
                            int fb) {
-  double t0 = now_s();
+  double t0 = trainer_now_s();
   long tokens;
   double sum_l2;
   double loss = microbatch(m, s, mb, &tokens, &sum_l2);
@@ -204,7 +128,7 @@ static void add_microbatch(model_t *m, resihp_job_t *job, long s, int mb,
   resihp_fixed_accumulate_float(m->acc + m->P, &lf, 1, fb);
   if (job)
     resihp_job_report_microbatch(job, mb, (double)tokens, sum_l2, m->c.B,
-                                 now_s() - t0);
+                                 trainer_now_s() - t0);
 }
 
 /* SGD with momentum from the summed gradient; returns the mean loss. */
@@ -220,16 +144,6 @@ static double apply(model_t *m, int fb) {
     w[i] -= (float)c->lr * v[i];
   }
   return loss;
-}
-
-static uint64_t fnv1a(const void *p, size_t n) {
-  const unsigned char *b = p;
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < n; i++) {
-    h ^= b[i];
-    h *= 0x100000001b3ULL;
-  }
-  return h;
 }
 
 static int run_resilient(model_t *m) {
@@ -248,15 +162,15 @@ static int run_resilient(model_t *m) {
   int me = resihp_job_replica(job);
   resihp_job_set_state(job, m->state, 2 * m->P * sizeof(float));
   resihp_job_step_t st;
-  double t0 = now_s(), t_begin = 0, t_comp = 0, t_ar = 0, t;
+  double t0 = trainer_now_s(), t_begin = 0, t_comp = 0, t_ar = 0, t;
   long done_steps = 0;
   for (;;) {
-    t = now_s();
+    t = trainer_now_s();
     rc = resihp_job_begin_step(job, &st);
-    t_begin += now_s() - t;
+    t_begin += trainer_now_s() - t;
     if (rc || st.done)
       break;
-    t = now_s();
+    t = trainer_now_s();
     memset(m->acc, 0, (m->P + 1) * sizeof(int64_t));
     if (st.catching_up && !c->quiet)
       printf("[replica %d] caught up at step %ld; training again from the "
@@ -264,8 +178,8 @@ static int run_resilient(model_t *m) {
              me, st.step);
     for (int i = 0; i < st.nmbs; i++)
       add_microbatch(m, job, st.step, st.mbs[i], fb);
-    t_comp += now_s() - t;
-    t = now_s();
+    t_comp += trainer_now_s() - t;
+    t = trainer_now_s();
     while ((rc = resihp_job_allreduce(job, m->acc, m->P + 1)) ==
            RESIHP_EREASSIGNED) {
       if (!c->quiet)
@@ -281,7 +195,7 @@ static int run_resilient(model_t *m) {
       resihp_job_destroy(job);
       return 1;
     }
-    t_ar += now_s() - t;
+    t_ar += trainer_now_s() - t;
     double loss = apply(m, fb);
     resihp_job_end_step(job);
     done_steps++;
@@ -299,12 +213,13 @@ static int run_resilient(model_t *m) {
     return 1;
   }
   char sum[32];
-  snprintf(sum, sizeof(sum), "%016llx",
-           (unsigned long long)fnv1a(m->state, 2 * m->P * sizeof(float)));
+  snprintf(
+      sum, sizeof(sum), "%016llx",
+      (unsigned long long)trainer_fnv1a(m->state, 2 * m->P * sizeof(float)));
   printf("[replica %d] training done: %ld steps here in %.2f s (step "
          "boundaries %.2f s, microbatches %.2f s, all-reduce %.2f s); final "
          "checksum %s\n",
-         me, done_steps, now_s() - t0, t_begin, t_comp, t_ar, sum);
+         me, done_steps, trainer_now_s() - t0, t_begin, t_comp, t_ar, sum);
   fflush(stdout);
   resihp_job_finish(job, sum);
   resihp_job_destroy(job);
@@ -312,11 +227,6 @@ static int run_resilient(model_t *m) {
 }
 
 /* ---- checkpoint-restart baseline ------------------------------------- */
-
-static int envint(const char *name, int def) {
-  const char *v = getenv(name);
-  return v && *v ? atoi(v) : def;
-}
 
 static int save_ckpt(model_t *m, long next_step) {
   char tmp[4096], fin[4096];
@@ -363,7 +273,8 @@ static int dies_at(const char *list, long s) {
 static int run_checkpointed(model_t *m) {
   cfg_t *c = &m->c;
   int fb = resihp_fixed_frac_bits();
-  int rank = envint("SLURM_PROCID", 0), n = envint("SLURM_NTASKS", 1);
+  int rank = trainer_envint("SLURM_PROCID", 0),
+      n = trainer_envint("SLURM_NTASKS", 1);
   const char *attempt = getenv("RESIHP_ATTEMPT");
   long start = load_ckpt(m);
   if (start < 0) {
@@ -371,55 +282,12 @@ static int run_checkpointed(model_t *m) {
     return 2;
   }
   /* rendezvous through files: ep.<attempt>.<rank> = host:port */
-  char ep[300], path[4096], host[256];
-  int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  socklen_t al = sizeof(a);
-  if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) ||
-      listen(lfd, 64) || getsockname(lfd, (struct sockaddr *)&a, &al)) {
-    fprintf(stderr, "trainer: cannot listen: %s\n", strerror(errno));
-    return 2;
-  }
-  if (gethostname(host, sizeof(host)))
-    snprintf(host, sizeof(host), "127.0.0.1");
-  snprintf(ep, sizeof(ep), "%s:%d", host, ntohs(a.sin_port));
-  snprintf(path, sizeof(path), "%s/ep.%s.%d", c->ckpt_dir,
-           attempt ? attempt : "0", rank);
-  FILE *f = fopen(path, "w");
-  if (!f || fprintf(f, "%s\n", ep) < 0) {
-    fprintf(stderr, "trainer: cannot write %s\n", path);
-    return 2;
-  }
-  fclose(f);
-  char **eps = calloc((size_t)n, sizeof(char *));
-  for (int r = 0; r < n; r++) {
-    snprintf(path, sizeof(path), "%s/ep.%s.%d", c->ckpt_dir,
-             attempt ? attempt : "0", r);
-    eps[r] = calloc(1, 128);
-    for (int i = 0; i < 3000; i++) {
-      FILE *g = fopen(path, "r");
-      if (g) {
-        int got = fscanf(g, "%127s", eps[r]) == 1;
-        fclose(g);
-        if (got)
-          break;
-      }
-      usleep(10000);
-    }
-  }
-  resihp_comm_opts_t co;
-  resihp_comm_opts_init(&co);
-  co.rank = rank;
-  co.nranks = n;
-  co.endpoints = (const char *const *)eps;
-  co.listen_fd = lfd;
+  char name[64];
+  snprintf(name, sizeof(name), "ep.%s", attempt ? attempt : "0");
   resihp_comm_t *comm = NULL;
-  int rc = resihp_comm_create(&co, &comm);
-  if (rc) {
-    fprintf(stderr, "trainer[%d]: communicator: %s\n", rank,
-            resihp_strerror(rc));
-    return 1;
-  }
+  int rc = trainer_rendezvous("trainer", c->ckpt_dir, name, rank, n, 0, &comm);
+  if (rc)
+    return rc;
   for (long s = start; s < c->steps; s++) {
     if (c->die_at && rank == n - 1 && dies_at(c->die_at, s)) {
       char mark[4096];
@@ -453,8 +321,9 @@ static int run_checkpointed(model_t *m) {
   }
   resihp_comm_destroy(comm);
   if (rank == 0) {
-    printf("training done: final checksum %016llx\n",
-           (unsigned long long)fnv1a(m->state, 2 * m->P * sizeof(float)));
+    printf(
+        "training done: final checksum %016llx\n",
+        (unsigned long long)trainer_fnv1a(m->state, 2 * m->P * sizeof(float)));
     char done[4096];
     snprintf(done, sizeof(done), "%s/done", c->ckpt_dir);
     FILE *d = fopen(done, "w");

@@ -60,8 +60,12 @@ EXTRA_DIST += tests/fuzz/corpus-cmd/plain tests/fuzz/corpus-cmd/evil-node \
 
 # The example trainer is built (not installed) for the tests and the demo.
 noinst_PROGRAMS += contrib/trainer/resihp-trainer
-contrib_trainer_resihp_trainer_SOURCES = contrib/trainer/trainer.c
+contrib_trainer_resihp_trainer_SOURCES = contrib/trainer/trainer.c \
+	contrib/common/trainer-common.c contrib/common/trainer-layers.c \
+	contrib/common/trainer-common.h
 contrib_trainer_resihp_trainer_LDADD = libresihp/libresihp.la -lm
+# and the pipeline-parallel one (sharded replicas: --ranks-per-replica).
+include contrib/pipeline-trainer/local.mk
 
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_recovery

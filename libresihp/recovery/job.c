@@ -281,12 +281,14 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
     rc = RESIHP_ENOMEM;
     goto fail;
   }
-  if (o->ranks_per_replica && o->ranks_per_replica != j->lsize) {
+  /* with several ranks, rank 0 checks them all (job_replica.c), so that
+   * every rank of the replica learns it and leaves at once */
+  if (j->lsize == 1 && o->ranks_per_replica && o->ranks_per_replica != 1) {
     resihp_log(RESIHP_LOG_ERROR, "job",
                "this program is written for %d ranks per replica but the "
-               "replica's step has %d: run it with resihp-run "
+               "replica's step has 1: run it with resihp-run "
                "--ranks-per-replica %d",
-               o->ranks_per_replica, j->lsize, o->ranks_per_replica);
+               o->ranks_per_replica, o->ranks_per_replica);
     goto fail;
   }
   if (j->lsize > RESIHP__JOB_MAX_SHARDS) {

@@ -328,6 +328,7 @@ int resihp__job_receive_state(resihp_job_t *j) {
   }
   if (!rc) {
     int64_t ms = resihp__now_ms() - t0;
+    j->catchup_ms = ms;
     resihp_log(RESIHP_LOG_INFO, "job",
                "replica %d: caught up shard %d with the state of step %ld "
                "(%zu bytes in %lld ms, %.1f MB/s, digest checked)",

@@ -119,6 +119,7 @@ struct resihp_job {
   uint8_t *snap;
   char *serve_to; /* "replica@ep,..." this rank serves */
   long serve_step;
+  int64_t catchup_ms; /* the last catch-up received took so long */
 
   resihp__inject_t inj[RESIHP__INJECT_MAX];
   int ninj;

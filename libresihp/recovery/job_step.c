@@ -149,6 +149,10 @@ static int enter_step(resihp_job_t *j, resihp_job_step_t *st, long s, int cu) {
   st->mbs = j->mbs;
   st->epoch = j->epoch;
   st->nreplicas = resihp_comm_size(j->comm);
+  if (cu) {
+    st->catchup_bytes = j->state_len;
+    st->catchup_seconds = (double)j->catchup_ms / 1000.0;
+  }
   return 0;
 }
 

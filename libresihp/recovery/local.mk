@@ -76,9 +76,10 @@ TESTS += tests/unit/test_recovery
 endif
 
 dist_check_SCRIPTS += tests/integration/recovery.test \
-	tests/integration/spares.test tests/integration/launcher.test
+	tests/integration/spares.test tests/integration/launcher.test \
+	tests/integration/shards.test
 TESTS += tests/integration/recovery.test tests/integration/spares.test \
-	tests/integration/launcher.test
+	tests/integration/launcher.test tests/integration/shards.test
 
 dist_bin_SCRIPTS = tools/resihp-bench-recovery.sh
 EXTRA_DIST += contrib/demo/run-training-demo.sh

@@ -203,6 +203,9 @@ static char secret_path[256];
 /* Sharded replicas: g_K ranks each (shard k adds its own pattern), and
  * the rank of the victim replica that dies (-1: the default rank). */
 static int g_K = 1, g_victim_rank = -1, g_keep;
+/* Bad input: the ranks per replica each shard is written for (0: any),
+ * and a replica whose state is shorter than the others'. */
+static int g_rpr[2], g_short_state_replica = -1;
 
 static int64_t pattern(long step, int mb, int k, int shard) {
   return (step + 1) * 1000 + mb * (k + 1) + shard * 7;
@@ -230,11 +233,18 @@ static int rank_main(int replica, int die_at) {
   else if (die_at >= 0)
     snprintf(inj, sizeof(inj), "kill-rank:%d@%d", replica, die_at);
   o.inject = inj;
+  int64_t state[NSTATE] = {0}, acc[NSTATE];
+  /* the state is announced at join: its shape is checked there */
+  resihp_job_buf_t sb = {state, sizeof(state)};
+  if (replica == g_short_state_replica)
+    sb.bytes -= sizeof(int64_t);
+  o.state = &sb;
+  o.nstate = 1;
+  const char *pr = getenv("SLURM_PROCID");
+  o.ranks_per_replica = g_rpr[pr && *pr == '1'];
   resihp_job_t *job;
   if (resihp_job_join(&o, &job))
     return 10;
-  int64_t state[NSTATE] = {0}, acc[NSTATE];
-  resihp_job_set_state(job, state, sizeof(state));
   int sh = resihp_job_shard(job), K = resihp_job_shards(job);
   if (K != g_K || sh < 0 || sh >= K)
     return 15;
@@ -491,6 +501,84 @@ START_TEST(shards_replaced_per_shard_catchup) {
   run_job(3, 0, 3, 1, out, sizeof(out));
   ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
   ck_assert_msg(strstr(out, "3 replicas agree"), "%s", out);
+}
+END_TEST
+
+static resihp__coord_t *new_coord(int R, const char *key, int silence_ms,
+                                  char *ep, size_t eplen);
+
+/* Run R replicas of g_K ranks until every process has exited (the
+ * coordinator pumped meanwhile); the exit codes go to codes[r][k]. */
+static void run_until_exit(int R, int codes[][8]) {
+  const char *key = "unit-test-secret-0123456789";
+  snprintf(secret_path, sizeof(secret_path), "/tmp/resihp-test-secret-b.%d",
+           (int)getpid());
+  FILE *f = fopen(secret_path, "w");
+  fputs(key, f);
+  fclose(f);
+  chmod(secret_path, 0600);
+  char ep[64];
+  resihp__coord_t *c = new_coord(R, key, 10000, ep, sizeof(ep));
+  setenv("TEST_COORD", ep, 1);
+  pid_t pids[8][8];
+  for (int r = 0; r < R; r++)
+    spawn_replica(pids[r], r, -1);
+  int left = R * g_K;
+  int64_t deadline = resihp__now_ms() + 40000;
+  while (left > 0 && resihp__now_ms() < deadline) {
+    resihp__coord_poll(c, 20);
+    for (int r = 0; r < R; r++)
+      for (int k = 0; k < g_K; k++) {
+        int st;
+        if (pids[r][k] > 0 && waitpid(pids[r][k], &st, WNOHANG) > 0) {
+          codes[r][k] = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+          pids[r][k] = 0;
+          left--;
+        }
+      }
+    /* a replica that got through waits for the other: stop it once the
+     * refused one is gone */
+    if (g_short_state_replica >= 0 && (codes[0][0] >= 0 || codes[1][0] >= 0))
+      for (int r = 0; r < R; r++)
+        for (int k = 0; k < g_K; k++)
+          if (pids[r][k] > 0)
+            kill(pids[r][k], SIGKILL);
+  }
+  for (int r = 0; r < R; r++)
+    for (int k = 0; k < g_K; k++)
+      if (pids[r][k] > 0)
+        kill(pids[r][k], SIGKILL);
+  while (waitpid(-1, NULL, 0) > 0)
+    ;
+  resihp__coord_destroy(c);
+  unlink(secret_path);
+}
+
+/* The two ranks of a replica are written for different numbers of ranks
+ * per replica (2 and 3): both refuse at join, before anything started. */
+START_TEST(shards_disagree_on_k_refused) {
+  int codes[8][8];
+  memset(codes, -1, sizeof(codes));
+  g_K = 2;
+  g_rpr[0] = 2;
+  g_rpr[1] = 3;
+  run_until_exit(1, codes);
+  ck_assert_int_eq(codes[0][0], 10);
+  ck_assert_int_eq(codes[0][1], 10);
+}
+END_TEST
+
+/* A replica whose shard state differs in size from the first replica's is
+ * refused at join (the others' would not fit its buffers, or its theirs). */
+START_TEST(shards_state_mismatch_refused) {
+  int codes[8][8];
+  memset(codes, -1, sizeof(codes));
+  g_K = 2;
+  g_short_state_replica = 1;
+  run_until_exit(2, codes);
+  /* the first HELLO sets the job's shape: the other replica is refused */
+  ck_assert_msg((codes[0][0] == 10) != (codes[1][0] == 10), "%d %d",
+                codes[0][0], codes[1][0]);
 }
 END_TEST
 
@@ -1174,6 +1262,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, shards_without_failure);
   tcase_add_test(tc, shards_kill_in_one_group_aborts_all);
   tcase_add_test(tc, shards_replaced_per_shard_catchup);
+  tcase_add_test(tc, shards_disagree_on_k_refused);
+  tcase_add_test(tc, shards_state_mismatch_refused);
   suite_add_tcase(s, tc);
   tc = tcase_create("hardening");
   tcase_set_timeout(tc, 90);

@@ -145,6 +145,10 @@ typedef struct {
   const int *extra;
   uint32_t epoch; /* membership epoch of the step */
   int nreplicas;  /* replicas in this step's all-reduce group */
+  /* with catching_up: this rank's shard received, bytes and seconds from
+   * the start of the wait for it to the checked end */
+  size_t catchup_bytes;
+  double catchup_seconds;
 } resihp_job_step_t;
 
 void resihp_job_opts_init(resihp_job_opts_t *o);

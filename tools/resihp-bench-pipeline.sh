@@ -74,13 +74,13 @@ plain() { # NAME ARGS...
   pl_sum=$(awk '/final result:/ {print $3}' "$work/$n")
 }
 echo "resihp-bench-pipeline: $R replicas x $K pipeline stages (one rank per node), $M microbatches x $N steps (${MBMS} ms per microbatch and stage), no failure"
-printf '  %-10s %-44s %-44s\n' gradients "resihp-run (fault tolerant)" "plain srun step (no fault tolerance)"
+printf '  %-10s %-34s %-30s %s\n' gradients "resihp-run (fault tolerant)" "plain srun step (no FT)" "FT overhead"
 for dt in fixed float; do
   extra=(); [ $dt = float ] && extra=(--float)
   ft "ft-$dt" "${extra[@]}"
   plain "plain-$dt" "${extra[@]}"
-  printf '  %-10s mean step %8s ms (median %5s ms)%7s mean step %8s ms %13s overhead %s\n' \
-    "$dt" "${ft_mean:-?}" "${ft_median:-?}" "" "${pl_mean:-?}" "" \
+  printf '  %-10s %-34s %-30s %s\n' "$dt" "${ft_mean:-?} ms/step (median ${ft_median:-?} ms)" \
+    "${pl_mean:-?} ms/step" \
     "$( [ -n "$ft_mean" ] && [ -n "$pl_mean" ] && awk -v a="$ft_mean" -v b="$pl_mean" 'BEGIN {printf "%+.1f %%", 100 * (a - b) / b}')"
   if [ $dt = fixed ]; then
     if [ -n "$ft_sum" ] && [ "$ft_sum" = "$pl_sum" ]; then

@@ -7,7 +7,9 @@
 # survivors keep training; the failed replica's step is relaunched on a
 # spare while one is left (the third failure finds none: the job goes on
 # with 2 replicas and the same microbatches per step); the final parameters are compared bit for bit with a failure-free
-# run of the same job. Then resihp-bench-recovery.sh compares with
+# run of the same job. Then the same with sharded replicas (2 pipeline
+# stages per replica, contrib/pipeline-trainer) against one process
+# training both stages, and resihp-bench-recovery.sh compares with
 # checkpoint-restart. Always stops the cluster on exit. Run as root.
 # Env: KEEP_LAB=1 keeps the cluster's files; STEPS (60), MB_MS (5),
 # NO_BENCH=1 skips the comparison.
@@ -43,7 +45,7 @@ salloc -Q --no-kill -N5 "$B/tools/resihp-run" --replicas 3 --spares 2 \
   grep -v -e '^resihp\[.*warn allreduce' -e '^srun: ' | tee "$LAB/ft.out"
 got=$(awk '/final result:/ {print $3}' "$LAB/ft.out")
 step "verdict"
-if [ -n "$ref" ] && [ "$got" = "$ref" ]; then
+if [ -n "$ref" ] && [ "$got" = "$ref" ] && [ -n "$pref" ] && [ "$pgot" = "$pref" ]; then
   echo "final parameters with 3 failures: $got = failure-free $ref (bitwise identical)"
 else
   echo "MISMATCH: with failures '$got', failure-free '$ref'"
@@ -56,6 +58,28 @@ for n in $(sinfo -h -N -o '%N' | sort -u); do
   fi
 done
 
+# Sharded replicas: each replica is 2 ranks on 2 nodes, rank k a pipeline
+# stage of contrib/pipeline-trainer; a stage-1 rank and then a stage-0
+# rank die; the replica is replaced on the spare pair and each stage
+# catches up its own shard. Reference: one process training both stages.
+PARGS="--steps $STEPS --microbatches 12 --mb-ms $MB_MS --print-every 20"
+P=$B/contrib/pipeline-trainer/resihp-pipeline-trainer
+step "sharded replicas: 2 replicas x 2 pipeline stages (2 nodes each) + a spare pair"
+pref=$("$P" --reference --stages 2 $PARGS --quiet | awk '/^final result:/ {print $3}')
+echo "   one process training the 2 stages alone (--reference): $pref"
+pinject="kill-rank:0.1@$k1,kill-rank:1.0@$k3"
+echo "   --inject $pinject (stage 1 of replica 0, then stage 0 of replica 1)"
+for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 6 ] && break; sleep 0.2; done
+salloc -Q --no-kill -N6 "$B/tools/resihp-run" --mpi pmix --replicas 2 --nodes-per-replica 2 \
+  --ranks-per-replica 2 --spares 1 --inject "$pinject" -- "$P" $PARGS 2>&1 |
+  grep -v -e '^resihp\[.*warn allreduce' -e '^srun: ' | tee "$LAB/pipe.out"
+pgot=$(awk '/final result:/ {print $3}' "$LAB/pipe.out")
+if [ -n "$pref" ] && [ "$pgot" = "$pref" ]; then
+  echo "every stage's parameters with 2 failures: $pgot = --reference (bitwise identical)"
+else
+  echo "MISMATCH: sharded run '$pgot', --reference '$pref'"
+fi
+
 if [ -z "${NO_BENCH:-}" ]; then
   step "effective throughput vs checkpoint-restart (tools/resihp-bench-recovery.sh)"
   for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 5 ] && break; sleep 0.2; done
@@ -63,4 +87,4 @@ if [ -z "${NO_BENCH:-}" ]; then
     --trainer "$B/contrib/trainer/resihp-trainer" --steps "$STEPS" --mb-ms "$MB_MS" \
     --replicas 2 --spares 3
 fi
-[ -n "$ref" ] && [ "$got" = "$ref" ]
+[ -n "$ref" ] && [ "$got" = "$ref" ] && [ -n "$pref" ] && [ "$pgot" = "$pref" ]

@@ -648,8 +648,12 @@ static int run_job(const cfg_t *c) {
     if (rc || ss.done)
       break;
     if (ss.catching_up && !c->quiet)
-      printf("%scaught up at step %ld; training again from the next step\n",
-             who, ss.step);
+      printf("%scaught up at step %ld: shard of %zu bytes in %.3f s (%.1f "
+             "MB/s); training again from the next step\n",
+             who, ss.step, ss.catchup_bytes, ss.catchup_seconds,
+             ss.catchup_seconds > 0
+                 ? (double)ss.catchup_bytes / 1e6 / ss.catchup_seconds
+                 : 0.0);
     stage_zero(&st);
     const char *what = "the pipeline";
     t = trainer_now_s();

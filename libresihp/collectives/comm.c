@@ -766,14 +766,7 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
         int64_t left = deadline - now_ms();
         if (left <= 0)
           break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += left / 1000;
-        ts.tv_nsec += (left % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-          ts.tv_sec++;
-          ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = resihp__realtime_in(left);
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
       }
       if (mb->have && mb->round == round) {
@@ -818,13 +811,7 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
       if (!resihp__set_has(&S, m))
         continue;
       while (!c->ctrl_closed[m] && c->excluded_by < 0 && now_ms() < grace) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-          ts.tv_sec++;
-          ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = resihp__realtime_in(10);
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
       }
     }

@@ -91,13 +91,7 @@ static void *hb_main(void *arg) {
   resihp_job_t *j = arg;
   pthread_mutex_lock(&j->hb_mu);
   while (!j->hb_stop) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 200 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = resihp__realtime_in(200);
     pthread_cond_timedwait(&j->hb_cv, &j->hb_mu, &ts);
     if (j->hb_stop)
       break;

@@ -21,6 +21,7 @@
  * and its microbatches go to the survivors as st->extra. */
 #include "config.h"
 
+#include "../collectives/comm_internal.h"
 #include "job_internal.h"
 
 #include <resihp/error.h>
@@ -29,19 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static size_t dtype_size(resihp_dtype_t t) {
-  switch (t) {
-  case RESIHP_FLOAT32:
-    return 4;
-  case RESIHP_BFLOAT16:
-    return 2;
-  case RESIHP_FLOAT64:
-  case RESIHP_FIXED64:
-    return 8;
-  }
-  return 0;
-}
 
 static int peer_failure(int rc) {
   return rc == RESIHP_EPEER || rc == RESIHP_ETIMEDOUT || rc == RESIHP_EPROTO;
@@ -135,7 +123,7 @@ static int recover(resihp_job_t *j, int nf) {
 
 int resihp_job_allreduce_as(resihp_job_t *j, void *buf, size_t count,
                             resihp_dtype_t dtype, resihp_op_t op) {
-  size_t esz = dtype_size(dtype);
+  size_t esz = resihp__dtype_size(dtype);
   if (!j || (!buf && count) || !esz ||
       (op != RESIHP_OP_SUM && op != RESIHP_OP_AVG))
     return RESIHP_EINVAL;

@@ -144,6 +144,11 @@ int resihp__job_parse_mbs(resihp_job_t *j, const char *msg, const char *key,
 int resihp__job_join_leader(resihp_job_t *j, const char *jid, const char *sid);
 int resihp__job_accept_ranks(resihp_job_t *j);
 int resihp__job_replica_comm_create(resihp_job_t *j);
+/* A communicator of this job's secret: rank of n at eps, accepting on
+ * listen_fd (the shard group and the replica communicator). */
+int resihp__job_comm_create(resihp_job_t *j, int rank, int n,
+                            const char *const *eps, int listen_fd,
+                            int connect_timeout_ms, resihp_comm_t **out);
 /* Leader: line (and raw bytes) to every other rank. Non-leader: the next
  * line from the leader (heartbeats skipped). */
 int resihp__job_send_down(resihp_job_t *j, const char *line);

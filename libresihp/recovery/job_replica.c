@@ -276,16 +276,8 @@ int resihp__job_replica_comm_create(resihp_job_t *j) {
     eps[k] = items[k];
   }
   if (!rc) {
-    resihp_comm_opts_t co;
-    resihp_comm_opts_init(&co);
-    co.rank = j->lrank;
-    co.nranks = j->lsize;
-    co.endpoints = eps;
-    co.listen_fd = j->rlfd;
-    co.secret = j->secret;
-    co.secret_len = j->secret_len;
-    co.connect_timeout_ms = 30000;
-    rc = resihp_comm_create(&co, &j->rcomm);
+    rc = resihp__job_comm_create(j, j->lrank, j->lsize, eps, j->rlfd, 30000,
+                                 &j->rcomm);
     if (rc)
       resihp_log(RESIHP_LOG_ERROR, "job",
                  "replica %d rank %d: the replica communicator was not set "
@@ -294,6 +286,21 @@ int resihp__job_replica_comm_create(resihp_job_t *j) {
   }
   free(items);
   return rc;
+}
+
+int resihp__job_comm_create(resihp_job_t *j, int rank, int n,
+                            const char *const *eps, int listen_fd,
+                            int connect_timeout_ms, resihp_comm_t **out) {
+  resihp_comm_opts_t co;
+  resihp_comm_opts_init(&co);
+  co.rank = rank;
+  co.nranks = n;
+  co.endpoints = eps;
+  co.listen_fd = listen_fd;
+  co.secret = j->secret;
+  co.secret_len = j->secret_len;
+  co.connect_timeout_ms = connect_timeout_ms;
+  return resihp_comm_create(&co, out);
 }
 
 /* A line to one star link, atomically with respect to heartbeats. */
@@ -445,15 +452,11 @@ int resihp__job_results(resihp_job_t *j, const char *mine,
     int waiting = 0;
     for (int k = 0; k < j->lsize - 1; k++)
       waiting += j->down_open[k] && !j->results[k + 1][0];
-    if (!waiting || resihp__now_ms() >= dl)
+    int64_t left = dl - resihp__now_ms();
+    if (!waiting || left <= 0)
       break;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
+    /* the relay thread signals every result and every closed link */
+    struct timespec ts = resihp__realtime_in(left);
     pthread_cond_timedwait(&j->relay_cv, &j->relay_mu, &ts);
   }
   for (int k = 1; k < j->lsize; k++)

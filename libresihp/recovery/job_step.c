@@ -73,16 +73,7 @@ static int setup_group(resihp_job_t *j, const char *list) {
     rc = RESIHP_EPROTO;
     goto out;
   }
-  resihp_comm_opts_t co;
-  resihp_comm_opts_init(&co);
-  co.rank = me;
-  co.nranks = n;
-  co.endpoints = eps;
-  co.listen_fd = j->lfd;
-  co.secret = j->secret;
-  co.secret_len = j->secret_len;
-  co.connect_timeout_ms = 10000;
-  rc = resihp_comm_create(&co, &j->comm);
+  rc = resihp__job_comm_create(j, me, n, eps, j->lfd, 10000, &j->comm);
 out:
   free(copy);
   free(eps);

@@ -53,6 +53,18 @@ int64_t resihp__now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+struct timespec resihp__realtime_in(int64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
 static int remaining(int64_t deadline) {
   int64_t r = deadline - resihp__now_ms();
   return r < 0 ? 0 : (r > 1000000 ? 1000000 : (int)r);

@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "msgauth.h"
 
@@ -50,6 +51,9 @@ int resihp__mesh_connect(const resihp__mesh_opts_t *o, int *data_fds,
 
 /* Monotonic milliseconds. */
 int64_t resihp__now_ms(void);
+/* The CLOCK_REALTIME instant ms milliseconds from now (ms >= 0): the
+ * absolute deadline pthread_cond_timedwait wants. */
+struct timespec resihp__realtime_in(int64_t ms);
 
 /* Client half, exposed for tests that play a peer: connect to endpoint and
  * authenticate as rank src towards rank dst on channel. Returns the fd or a

@@ -119,7 +119,20 @@ static struct {
   int stopping;         /* stop asked at the next step boundary */
   int program_failed;   /* the program, not a node, failed to start */
   char prog_path[4096]; /* PROGRAM as found in PATH */
-} g = {.K = 1, .S = -1, .launch_timeout_s = 60, .recheck_s = 30};
+  /* fail-slow: how microbatches are spread (resihp_assign_mode_t), how long
+   * a swap for a spare takes (< 0: never swap), progress every N s */
+  int assign;
+  double swap_cost_s;
+  int progress_s;
+  int64_t next_progress;
+  long progress_step;
+} g = {.K = 1,
+       .S = -1,
+       .launch_timeout_s = 60,
+       .recheck_s = 30,
+       .assign = RESIHP_ASSIGN_COST,
+       .swap_cost_s = -2, /* not given: the planner's default */
+       .progress_s = 10};
 
 /* The first SIGINT/SIGTERM stops the training at a step boundary, a
  * second one at once. */
@@ -152,7 +165,9 @@ static void usage(FILE *f) {
       "                  [--secret-file PATH] [--silence-ms MS]\n"
       "                  [--launch-timeout S] [--no-spare-check]\n"
       "                  [--spare-recheck S] [--wait-for-replacements]\n"
-      "                  [--ledger FILE] [--quiet] -- PROGRAM [ARGS...]\n"
+      "                  [--ledger FILE] [--assign even|count|cost]\n"
+      "                  [--swap-cost SECONDS|never] [--progress SECONDS]\n"
+      "                  [--quiet] -- PROGRAM [ARGS...]\n"
       "Run PROGRAM as R data-parallel replicas, one Slurm job step each,\n"
       "inside the current allocation, and replace failed replicas on spare\n"
       "nodes while the others keep training. See resihp-run(1).\n");
@@ -499,6 +514,55 @@ static void on_failed(void *ud, int r, const char *node, long jobid,
   p->tries = 0;
 }
 
+/* A replica's speed changed (the coordinator's detector). */
+static void on_health(void *ud, int r, int shard, const char *state,
+                      double factor, long step) {
+  (void)ud;
+  if (factor > 1)
+    say("replica %d: %s x%.2f at step %ld (rank %d): it gets fewer "
+        "microbatches",
+        r, state, factor, step, shard);
+  else
+    say("replica %d: %s at step %ld: its microbatches return", r, state, step);
+}
+
+/* A healthy spare for a swap, now. */
+static int spare_free(void *ud) {
+  (void)ud;
+  int idx[64];
+  return !g.stopping && !pick_nodes(idx, g.K, 0);
+}
+
+/* Every --progress seconds, once a step more is done: the step, and each
+ * replica's speed and microbatches. */
+static void progress(void) {
+  long step = resihp__coord_step(g.coord);
+  int64_t now = resihp__now_ms();
+  if (!g.progress_s || now < g.next_progress || step == g.progress_step)
+    return;
+  if (!g.next_progress) {
+    g.next_progress = now + g.progress_s * 1000L;
+    return;
+  }
+  char line[4096];
+  size_t off = 0;
+  for (int r = 0; r < g.R && off < sizeof(line) - 64; r++) {
+    double slow;
+    int quota;
+    resihp__coord_replica_speed(g.coord, r, &slow, &quota);
+    off += (size_t)snprintf(line + off, sizeof(line) - off, " r%d:%s%d", r,
+                            !resihp__coord_connected(g.coord, r) ? "down/"
+                            : slow > 1                            ? "slow/"
+                                                                  : "",
+                            quota);
+    if (slow > 1)
+      off += (size_t)snprintf(line + off, sizeof(line) - off, "(x%.2f)", slow);
+  }
+  say("progress: step %ld; microbatches per replica:%s", step, line);
+  g.progress_step = step;
+  g.next_progress = now + g.progress_s * 1000L;
+}
+
 /* The node name as it may be printed: a rank's word, so anything odd is
  * shown as '?'. */
 static const char *printable(const char *in, char *out, size_t len) {
@@ -836,14 +900,17 @@ int main(int argc, char **argv) {
       {"ledger", required_argument, 0, 'L'},
       {"spare-recheck", required_argument, 0, 'C'},
       {"wait-for-replacements", no_argument, 0, 'W'},
+      {"assign", required_argument, 0, 'A'},
+      {"swap-cost", required_argument, 0, 'w'},
+      {"progress", required_argument, 0, 'P'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:Wh", lo,
+  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:w:P:h", lo,
                           NULL)) != -1) {
     long v = 0;
-    if (strchr("rskKpSTC", o)) {
+    if (strchr("rskKpSTCP", o)) {
       errno = 0;
       v = strtol(optarg, &end, 10);
       if (errno || end == optarg || *end || v < 0 || v > 100000) {
@@ -855,6 +922,7 @@ int main(int argc, char **argv) {
                 : o == 'p' ? "port"
                 : o == 'S' ? "silence-ms"
                 : o == 'C' ? "spare-recheck"
+                : o == 'P' ? "progress"
                            : "launch-timeout",
                 optarg);
         return EXIT_USAGE;
@@ -917,6 +985,34 @@ int main(int argc, char **argv) {
       break;
     case 'W':
       g.hold = 1;
+      break;
+    case 'A':
+      if ((g.assign = resihp_assign_mode_lookup(optarg)) < 0) {
+        fprintf(stderr,
+                "resihp-run: --assign wants even (equal counts, no "
+                "adaptation), count (counts by speed) or cost (by predicted "
+                "cost, the default), not '%s'\n",
+                optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'w':
+      errno = 0;
+      g.swap_cost_s = strtod(optarg, &end);
+      if (!strcmp(optarg, "never")) {
+        g.swap_cost_s = -1;
+      } else if (errno || end == optarg || *end || !(g.swap_cost_s >= 0) ||
+                 g.swap_cost_s > 1e7) {
+        fprintf(stderr,
+                "resihp-run: --swap-cost wants the seconds a replica is out "
+                "while a spare takes its place (e.g. 60), or 'never', not "
+                "'%s'\n",
+                optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'P':
+      g.progress_s = (int)v;
       break;
     case 'h':
       usage(stdout);
@@ -1038,7 +1134,16 @@ int main(int argc, char **argv) {
                                                   RESIHP_SETTING_COORD_TIMEOUT),
       .on_failed = on_failed,
       .on_spare = on_spare,
-      .on_fault = on_fault};
+      .on_fault = on_fault,
+      .assign = g.assign,
+      .on_health = on_health,
+      .swap_cost_s = g.swap_cost_s,
+      .spare_free = spare_free};
+  if (g.swap_cost_s == -2) {
+    resihp_escalation_costs_t ec;
+    resihp_escalation_costs_init(&ec);
+    co.swap_cost_s = ec.spare_swap_s;
+  }
   FILE *ledger = NULL;
   if (g.ledger && !(ledger = fopen(g.ledger, "w"))) {
     fprintf(stderr, "resihp-run: cannot write the ledger %s: %s\n", g.ledger,
@@ -1103,6 +1208,7 @@ int main(int argc, char **argv) {
     resihp__coord_poll(g.coord, 50);
     reap();
     tick();
+    progress();
     int live = 0;
     for (int r = 0; r < g.R; r++)
       live += !g.reps[r].given_up;

@@ -10,6 +10,8 @@
  *                     catch-up sources
  *   coord_rounds.c    in-step recovery: RECOVER rounds and REASSIGN
  *   coord_spares.c    the spare registry (SPARE)
+ *   coord_perf.c      fail-slow: the detector, microbatches by predicted
+ *                     cost, the swap of a slow replica (PERF, WL)
  *   coord_protocol.c  the ranks' messages: HELLO, SUBHELLO/LEADER, BEGIN,
  *                     READY/RESYNC, FAULT, CATCHUP_FAILED, FINISH
  *   coord_loop.c      the coordinator object, its connections and event
@@ -24,6 +26,7 @@
 #include "coordinator.h"
 #include "wire.h"
 
+#include <resihp/detector.h>
 #include <resihp/log.h>
 
 #include <poll.h>
@@ -64,6 +67,13 @@ typedef struct {
   int resyncs;   /* RESYNCs in this step */
   int64_t last_life; /* last line (heartbeat included) heard from it */
   int expected;      /* the launcher started a replacement, not admitted yet */
+  /* fail-slow (coord_perf.c): time multiplier now (1 = healthy), since
+   * which step, steps slow in a row and in all, episodes, the worst
+   * factor, microbatches in the last step, swapped for a spare (step) */
+  double slow, worst_slow;
+  long slow_since, slow_steps, slow_total, slow_episodes;
+  int quota;
+  long swapped_at;
 } rep_t;
 
 typedef struct {
@@ -143,6 +153,16 @@ struct resihp__coord {
   struct pollfd *pfd;
   int cappfd;
   int stop; /* end at the next step boundary (resihp__coord_stop) */
+  /* fail-slow adaptation (coord_perf.c) */
+  resihp_detector_t *det;
+  double *rank_slow;  /* R*K: each rank's multiplier (1: not SLOW) */
+  double *wl, *cost;  /* M*3 workloads of step wl_step, M costs */
+  long wl_step;
+  int wl_asked;       /* replica to send the next step's workloads */
+  int *pick;          /* M: contributor index of each microbatch */
+  long long *tuples;  /* M*5: one parsed PERF or WL list */
+  char *val;          /* one PERF or WL list as received */
+  long samples, costed, swaps;
 };
 
 /* The coordinator's log lines (subsystem "coord"). */
@@ -171,6 +191,16 @@ void resihp__coord_free_rounds(resihp__coord_t *c);
 void resihp__coord_decide_rounds(resihp__coord_t *c);
 void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
                               const char *msg);
+
+/* coord_perf.c */
+int resihp__coord_perf_init(resihp__coord_t *c);
+void resihp__coord_perf_free(resihp__coord_t *c);
+void resihp__coord_perf_reset(resihp__coord_t *c, int r);
+void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg);
+void resihp__coord_on_wl(resihp__coord_t *c, int k, int r, const char *msg);
+int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc);
+void resihp__coord_perf_commit(resihp__coord_t *c);
+int resihp__coord_pick_swap(resihp__coord_t *c);
 
 /* coord_spares.c */
 void resihp__coord_on_spare(resihp__coord_t *c, int k, const char *msg);

@@ -203,7 +203,9 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
     c->reps[r].conn = -1;
     c->reps[r].begun = -1;
     c->reps[r].open_fail = -1;
+    c->reps[r].swapped_at = -1;
   }
+  c->wl_asked = -1;
   if ((rc = resihp__wire_hs_create(o->secret, o->secret_len, "coord",
                                    HS_PENDING, HS_TIMEOUT_MS, &c->hs)))
     goto fail;
@@ -237,6 +239,7 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->pfd);
   free(c->owner);
   free(c->start_ms);
+  resihp__coord_perf_free(c);
   free(c);
 }
 

@@ -172,15 +172,18 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   }
   if (!c->S) {
     c->owner = calloc((size_t)m, sizeof(int));
-    if (!c->owner || resihp__coord_ensure_steps(c, 1)) {
+    c->M = (int)m;
+    c->K = (int)K;
+    if (!c->owner || resihp__coord_ensure_steps(c, 1) ||
+        resihp__coord_perf_init(c)) {
       free(c->owner);
       c->owner = NULL;
+      resihp__coord_perf_free(c);
+      c->M = c->K = 0;
       resihp__coord_refuse(c, k, "out-of-memory", 1, msg);
       return;
     }
-    c->M = (int)m;
     c->S = s;
-    c->K = (int)K;
     snprintf(c->shape, sizeof(c->shape), "%s", shape);
   }
   p->state = R_JOINING;
@@ -299,6 +302,10 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
     }
   } else if (!strncmp(msg, "RECOVER ", 8)) {
     resihp__coord_on_recover(c, k, r, msg);
+  } else if (!strncmp(msg, "PERF ", 5)) {
+    resihp__coord_on_perf(c, k, r, msg);
+  } else if (!strncmp(msg, "WL ", 3)) {
+    resihp__coord_on_wl(c, k, r, msg);
   } else if (!strncmp(msg, "FAULT ", 6)) {
     on_fault_report(c, r, msg);
   } else if (!strncmp(msg, "CATCHUP_FAILED", 14)) {

@@ -71,8 +71,10 @@ static void start_step(resihp__coord_t *c) {
     resihp__coord_lose(c, "out of memory");
     return;
   }
-  for (int mb = 0; mb < c->M; mb++)
-    c->owner[mb] = contrib[(long)mb * nc / c->M];
+  if (resihp__coord_assign(c, contrib, nc)) {
+    resihp__coord_lose(c, "out of memory");
+    return;
+  }
   resihp__coord_free_rounds(c);
   memset(c->in_step, 0, sizeof(c->in_step));
   for (int i = 0; i < c->nmembers; i++) {
@@ -100,6 +102,9 @@ static void start_step(resihp__coord_t *c) {
       if (c->owner[mb] == r)
         mine[nq++] = mb;
     resihp__wire_buf_ints(&b, mine, nq);
+    p->quota = nq;
+    if (r == c->wl_asked)
+      resihp__wire_buf_printf(&b, " wl=1");
     if (p->catching) {
       resihp__wire_buf_printf(&b, " catchup=1");
     } else {
@@ -147,6 +152,7 @@ static void commit_step(resihp__coord_t *c) {
   }
   for (int i = 0; i < c->nmembers; i++)
     c->reps[c->members[i]].catching = 0;
+  resihp__coord_perf_commit(c);
   c->step++;
   c->phase = P_BARRIER;
   if (resihp__coord_ensure_steps(c, c->step + 1))
@@ -175,6 +181,21 @@ static int replacement_on_its_way(const resihp__coord_t *c) {
         !(c->reps[r].state == R_JOINING && c->reps[r].waiting))
       return 1;
   return 0;
+}
+
+/* Fail the slow replica r between two steps (nothing of a step is lost):
+ * the launcher relaunches it on a spare as after a crash. */
+static void swap_for_spare(resihp__coord_t *c, int r) {
+  rep_t *p = &c->reps[r];
+  char why[64];
+  snprintf(why, sizeof(why), "slow x%.2f for %ld steps: swapped for a spare",
+           p->slow, p->slow_steps);
+  snprintf(p->fault_kind, sizeof(p->fault_kind), "slow");
+  p->fault_ms = resihp__now_ms();
+  p->fault_step = c->step;
+  p->swapped_at = c->step;
+  c->swaps++;
+  resihp__coord_fail_replica(c, r, why);
 }
 
 void resihp__coord_stop(resihp__coord_t *c) {
@@ -241,6 +262,9 @@ void resihp__coord_advance(resihp__coord_t *c) {
     }
     if (replacement_on_its_way(c))
       return;
+    int slow = resihp__coord_pick_swap(c);
+    if (slow >= 0)
+      swap_for_spare(c, slow);
     int nwait = 0, pending = 0;
     for (int r = 0; r < c->R; r++) {
       if (c->reps[r].state == R_JOINING && c->reps[r].waiting)
@@ -260,6 +284,7 @@ void resihp__coord_advance(resihp__coord_t *c) {
         p->begun = c->step;
         p->finished = 0;
         p->expected = 0;
+        resihp__coord_perf_reset(c, r);
         resihp__coord_add_member(c, r);
         if (p->open_fail >= 0 && !c->fails[p->open_fail].t_admit)
           c->fails[p->open_fail].t_admit = resihp__now_ms();

@@ -26,6 +26,36 @@ static int64_t step_ms(const resihp__coord_t *c, long s) {
   return end - c->start_ms[s];
 }
 
+/* What the fail-slow detector saw and what was done about it, per replica
+ * that was ever slow. */
+static void fail_slow(const resihp__coord_t *c, FILE *f) {
+  static const char *const how[] = {"equal counts (no adaptation)",
+                                    "counts by speed", "predicted cost"};
+  fprintf(f,
+          "  fail-slow:              %ld samples; microbatches by %s (%ld "
+          "steps with workloads); %ld swap(s) for a spare\n",
+          c->samples, how[c->o.assign >= 0 && c->o.assign <= 2 ? c->o.assign : 0],
+          c->costed, c->swaps);
+  for (int r = 0; r < c->R; r++) {
+    const rep_t *p = &c->reps[r];
+    if (p->worst_slow <= 1)
+      continue;
+    char act[96];
+    if (p->swapped_at >= 0)
+      snprintf(act, sizeof(act), "swapped for a spare at step %ld",
+               p->swapped_at);
+    else if (p->slow > 1)
+      snprintf(act, sizeof(act), "still slow at the end, fewer microbatches");
+    else
+      snprintf(act, sizeof(act), "recovered, its microbatches returned");
+    fprintf(f,
+            "  replica %d slow:         up to x%.2f, first at step %ld; %ld "
+            "step(s) slow in %ld episode(s); %s\n",
+            r, p->worst_slow, p->slow_since, p->slow_total, p->slow_episodes,
+            act);
+  }
+}
+
 int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
                           double *seconds_out) {
   long steps = c->step;
@@ -112,6 +142,7 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
   else if (c->nfails)
     fprintf(f, "  worst survivor stall:   %.0f ms; no replica rejoined\n",
             worst_stall);
+  fail_slow(c, f);
   for (int i = 0; i < c->nspares; i++) {
     const spare_t *sp = &c->spares[i];
     char extra[260] = "";

@@ -98,6 +98,18 @@ typedef struct {
    * resihp__coord_expect has not reached it (tests, reproducible runs):
    * the survivors wait for it instead of training on without it. */
   int hold_for_replacements;
+  /* Fail-slow adaptation (coord_perf.c). How each step's microbatches are
+   * spread (resihp_assign_mode_t: 0 = even, as if nothing were slow). */
+  int assign;
+  /* A replica's speed changed: state "slow" (factor > 1), "healthy" or
+   * "replaced"; shard is the rank that changed it. May be NULL. */
+  void (*on_health)(void *ud, int replica, int shard, const char *state,
+                    double factor, long step);
+  /* Swap a replica that stays slow for a spare when that saves time:
+   * swap_cost_s is how long a replica is out for it (< 0: never swap);
+   * spare_free says whether the launcher has a spare now (NULL: never). */
+  double swap_cost_s;
+  int (*spare_free)(void *ud);
 } resihp__coord_opts_t;
 
 enum {
@@ -175,6 +187,11 @@ const char *resihp__coord_check(const resihp__coord_t *c);
  * with the time between the replica's last sign of life (any line, its
  * heartbeats included) and the detection. Returns 0 if all results
  * agree. */
+/* Replica r now: its time multiplier (1: healthy) and the microbatches it
+ * got in the last step started. -1 for a replica out of range. */
+int resihp__coord_replica_speed(const resihp__coord_t *c, int r, double *slow,
+                                int *quota);
+
 int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
                           double *seconds_out);
 

@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -388,6 +389,40 @@ int resihp__wire_parse_ints(const char *s, int max, int **out, int *n) {
   }
   *out = a;
   *n = cnt;
+  return 0;
+}
+
+int resihp__wire_parse_tuples(const char *s, int arity, long long max,
+                              long long *out, int max_items, int *n) {
+  int items = 0;
+  *n = 0;
+  if (arity < 1 || max < 0 || max > (LLONG_MAX - 9) / 10)
+    return RESIHP_EINVAL; /* v * 10 + 9 must not overflow */
+  if (!*s)
+    return 0;
+  for (const char *p = s;;) {
+    if (items >= max_items)
+      return RESIHP_ERANGE;
+    for (int f = 0; f < arity; f++) {
+      if (*p < '0' || *p > '9')
+        return RESIHP_EPROTO;
+      long long v = 0;
+      for (; *p >= '0' && *p <= '9'; p++) {
+        v = v * 10 + (*p - '0');
+        if (v > max)
+          return RESIHP_EPROTO;
+      }
+      out[(size_t)items * (size_t)arity + (size_t)f] = v;
+      if (f + 1 < arity && *p++ != ':')
+        return RESIHP_EPROTO;
+    }
+    items++;
+    if (!*p)
+      break;
+    if (*p++ != ',')
+      return RESIHP_EPROTO;
+  }
+  *n = items;
   return 0;
 }
 

@@ -153,6 +153,14 @@ int resihp__wire_get_rest(const char *msg, const char *key, char *out,
 /* Parse a ':'-separated list of ints, each in [0, max) ("3:5:9", "" is
  * empty), into a malloc'ed array. RESIHP_EPROTO for anything else. */
 int resihp__wire_parse_ints(const char *s, int max, int **out, int *n);
+/* Parse a ','-separated list of tuples of `arity` ':'-separated decimal
+ * integers, each in [0, max] ("3:150:7,4:90:2"; "" is empty), into out
+ * (room for max_items tuples, arity values each, row by row); *n gets the
+ * number of tuples. RESIHP_EPROTO for anything else (a sign, a missing
+ * or extra field, an empty item, a value past max), RESIHP_ERANGE for more
+ * than max_items tuples; out is then not to be used. */
+int resihp__wire_parse_tuples(const char *s, int arity, long long max,
+                              long long *out, int max_items, int *n);
 /* Element k (0-based) of a list "a/b/c" (a sharded replica's addresses)
  * into out; RESIHP_EPROTO if there is none or it is empty or too long. */
 int resihp__wire_list_item(const char *list, int k, char *out, size_t cap);

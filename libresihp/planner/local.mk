@@ -8,7 +8,8 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/planner/partition.c \
 	libresihp/planner/quota.c \
 	libresihp/planner/plan.c \
-	libresihp/planner/escalate.c
+	libresihp/planner/escalate.c \
+	libresihp/planner/assign.c
 libresihp_libresihp_internal_la_LIBADD += -lm
 resihpinclude_HEADERS += libresihp/include/resihp/planner.h
 

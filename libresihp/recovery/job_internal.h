@@ -130,6 +130,11 @@ struct resihp_job {
 
   resihp_job_mb_sample_t samples[RESIHP__JOB_SAMPLES];
   long nsamples;
+  /* fail-slow (job_perf.c): the data loader's workloads, and whether the
+   * coordinator asked for the next step's (START wl=1) */
+  resihp_job_workload_fn wl_fn;
+  void *wl_ud;
+  int wl_asked;
 };
 
 /* job.c: the coordinator link (leader). recv skips heartbeats; its
@@ -169,6 +174,10 @@ int resihp__job_results(resihp_job_t *j, const char *mine,
 int resihp__job_accept_authed(resihp_job_t *j, resihp__wire_hs_t *hs, int lfd,
                               int64_t deadline, int (*give_up)(resihp_job_t *),
                               resihp__wire_t *out);
+
+/* job_perf.c: before BEGIN, the last step's samples (PERF, every rank)
+ * and, if asked, the next step's workloads (WL, leader). */
+void resihp__job_send_perf(resihp_job_t *j);
 
 /* job_catchup.c */
 int resihp__job_state_set(resihp_job_t *j, const resihp_job_buf_t *bufs, int n);

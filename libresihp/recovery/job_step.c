@@ -186,6 +186,9 @@ static int on_start(resihp_job_t *j, resihp_job_step_t *st) {
   if (resihp__wire_get_long(j->msg, "step", &s) || s < 0)
     return RESIHP_EPROTO;
   resihp__wire_get_long(j->msg, "catchup", &cu);
+  long wl = 0;
+  resihp__wire_get_long(j->msg, "wl", &wl);
+  j->wl_asked = wl == 1;
   if ((rc = resihp__job_parse_mbs(j, j->msg, "mbs", &j->mbs, &j->nmbs)))
     return rc;
   if (!j->comm)
@@ -223,6 +226,7 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
   int rc = resihp__job_check_probes(j);
   if (rc)
     return rc;
+  resihp__job_send_perf(j);
   if (j->lrank == 0) {
     char line[128];
     snprintf(line, sizeof(line), "BEGIN step=%ld",

@@ -14,6 +14,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/coord_spares.c \
 	libresihp/control/coord_protocol.c \
 	libresihp/control/coord_summary.c \
+	libresihp/control/coord_perf.c \
 	libresihp/control/coord_loop.c \
 	libresihp/control/spare_agent.h \
 	libresihp/control/spare_agent.c \
@@ -26,6 +27,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/recovery/job_exchange.c \
 	libresihp/recovery/job_catchup.c \
 	libresihp/recovery/job_faults.c \
+	libresihp/recovery/job_perf.c \
 	libresihp/recovery/pmix_wireup.h
 # The PMIx wire-up inside a replica's step, on its own so that only it sees
 # PMIx's headers.
@@ -73,6 +75,11 @@ tests_unit_test_recovery_SOURCES = tests/unit/test_recovery.c
 tests_unit_test_recovery_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_recovery_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_recovery
+check_PROGRAMS += tests/unit/test_failslow
+tests_unit_test_failslow_SOURCES = tests/unit/test_failslow.c
+tests_unit_test_failslow_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_failslow_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_failslow
 endif
 
 dist_check_SCRIPTS += tests/integration/recovery.test \
@@ -98,7 +105,7 @@ tests_fuzz_fuzz_coord_wire_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_coord tests/fuzz/fuzz_coord_wire
 EXTRA_DIST += tests/fuzz/corpus-coord/session tests/fuzz/corpus-coord/recover \
 	tests/fuzz/corpus-coord/rogue tests/fuzz/corpus-coord/bad-hello \
-	tests/fuzz/corpus-coord/sharded \
+	tests/fuzz/corpus-coord/sharded tests/fuzz/corpus-coord/failslow \
 	tests/fuzz/corpus-coord-wire/plain tests/fuzz/corpus-coord-wire/sealed \
 	tests/fuzz/corpus-coord-wire/sealed-intact \
 	tests/fuzz/corpus-coord-wire/ints
@@ -110,5 +117,13 @@ tests_fuzz_fuzz_addr_list_SOURCES = tests/fuzz/fuzz_addr_list.c \
 	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
 tests_fuzz_fuzz_addr_list_LDADD = libresihp/libresihp-internal.la -lm
 TESTS += tests/fuzz/fuzz_addr_list
+# Fuzz target of the figures ranks send the fail-slow detector (PERF, WL).
+check_PROGRAMS += tests/fuzz/fuzz_tuples
+tests_fuzz_fuzz_tuples_SOURCES = tests/fuzz/fuzz_tuples.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_tuples_LDADD = libresihp/libresihp-internal.la -lm
+TESTS += tests/fuzz/fuzz_tuples
+EXTRA_DIST += tests/fuzz/corpus-tuples/perf tests/fuzz/corpus-tuples/wl \
+	tests/fuzz/corpus-tuples/empty-item
 EXTRA_DIST += tests/fuzz/corpus-addr-list/two \
 	tests/fuzz/corpus-addr-list/empty-item tests/fuzz/corpus-addr-list/trailing

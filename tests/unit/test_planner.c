@@ -693,6 +693,86 @@ START_TEST(bad_input) {
 }
 END_TEST
 
+static unsigned long long lcg(void) {
+  return (unsigned long long)(rnd() * 1e12);
+}
+
+/* A step's assignment: every microbatch exactly one owner in range for
+ * any input (garbage figures included), the same twice, LPT within its 4/3
+ * bound of a lower bound on the optimum and no worse than equal counts;
+ * counts by speed match the quota solver. */
+START_TEST(assign_invariants_random) {
+  rng_state = 12345;
+  int owner[200], again[200];
+  double cost[200], slow[16];
+  for (int trial = 0; trial < 2000; trial++) {
+    int n = (int)(lcg() % 200), r = 1 + (int)(lcg() % 16);
+    double total = 0, fastest = INFINITY, biggest = 0;
+    for (int i = 0; i < n; i++) {
+      cost[i] = (double)(1 + lcg() % 1000);
+      if (lcg() % 50 == 0)
+        cost[i] *= 20; /* a long sequence */
+      total += cost[i];
+      biggest = cost[i] > biggest ? cost[i] : biggest;
+    }
+    double speed_sum = 0;
+    for (int j = 0; j < r; j++) {
+      slow[j] = lcg() % 4 ? 1.0 : 1.0 + (double)(lcg() % 300) / 100;
+      speed_sum += 1 / slow[j];
+      fastest = slow[j] < fastest ? slow[j] : fastest;
+    }
+    for (int mode = RESIHP_ASSIGN_EVEN; mode <= RESIHP_ASSIGN_COST; mode++) {
+      double span = -1, span2;
+      ck_assert_int_eq(resihp_planner_assign((resihp_assign_mode_t)mode, cost,
+                                             n, slow, r, owner, &span),
+                       0);
+      ck_assert_int_eq(resihp_planner_assign((resihp_assign_mode_t)mode, cost,
+                                             n, slow, r, again, &span2),
+                       0);
+      for (int i = 0; i < n; i++) {
+        ck_assert(owner[i] >= 0 && owner[i] < r);
+        ck_assert_int_eq(owner[i], again[i]);
+      }
+      if (mode == RESIHP_ASSIGN_COST && n) {
+        double lower = fmax(total / speed_sum, biggest * fastest);
+        ck_assert_msg(span <= lower * 4.0 / 3.0 + biggest * 3.0 + 1e-6,
+                      "LPT makespan %g, lower bound %g", span, lower);
+        double even;
+        resihp_planner_assign(RESIHP_ASSIGN_EVEN, cost, n, slow, r, again,
+                              &even);
+        ck_assert(span <= even + 1e-6);
+      }
+    }
+  }
+  /* garbage figures: still one owner each */
+  double bad[4] = {NAN, -1, INFINITY, 0};
+  ck_assert_int_eq(resihp_planner_assign(RESIHP_ASSIGN_COST, bad, 4, bad, 4,
+                                         owner, NULL),
+                   0);
+  for (int i = 0; i < 4; i++)
+    ck_assert(owner[i] >= 0 && owner[i] < 4);
+  ck_assert_int_eq(resihp_planner_assign(RESIHP_ASSIGN_COST, NULL, 4, NULL, 0,
+                                         owner, NULL),
+                   RESIHP_EINVAL);
+  /* counts by speed: 2x slow of 3 replicas and 10 microbatches: 4, 4, 2 */
+  double s3[3] = {1, 1, 2};
+  ck_assert_int_eq(
+      resihp_planner_assign(RESIHP_ASSIGN_COUNT, NULL, 10, s3, 3, owner, NULL),
+      0);
+  int cnt[3] = {0};
+  for (int i = 0; i < 10; i++)
+    cnt[owner[i]]++;
+  ck_assert(cnt[0] == 4 && cnt[1] == 4 && cnt[2] == 2);
+  ck_assert_int_eq(resihp_assign_mode_lookup("cost"), RESIHP_ASSIGN_COST);
+  ck_assert_int_eq(resihp_assign_mode_lookup("fast"), -1);
+  /* a swap pays back over many steps, not over few; never with one replica */
+  ck_assert(resihp_planner_swap_gain_s(4, 2.0, 1.0, 1000, 60) > 0);
+  ck_assert(resihp_planner_swap_gain_s(4, 2.0, 1.0, 10, 60) < 0);
+  ck_assert(resihp_planner_swap_gain_s(1, 2.0, 1.0, 1000, 60) < 0);
+  ck_assert(resihp_planner_swap_gain_s(4, 1.0, 1.0, 1000, 60) < 0);
+}
+END_TEST
+
 static Suite *planner_suite(void) {
   Suite *s = suite_create("planner");
   TCase *t = tcase_create("planner");
@@ -703,6 +783,7 @@ static Suite *planner_suite(void) {
   tcase_add_test(t, slow_stage_gets_fewer_layers);
   tcase_add_test(t, escalation_options);
   tcase_add_test(t, bad_input);
+  tcase_add_test(t, assign_invariants_random);
   suite_add_tcase(s, t);
   return s;
 }

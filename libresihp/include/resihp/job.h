@@ -193,7 +193,11 @@ int resihp_job_end_step(resihp_job_t *job);
 /* Record how long microbatch mb took and its workload (tokens, sum of
  * squared sequence lengths, number of sequences: what the fail-slow
  * detector's predictor needs, see the detector's T ~ a*N + b*sum(l^2) +
- * e*nseq + c). Kept in a ring of the last 4096 samples. */
+ * e*nseq + c). Kept in a ring of the last 4096 samples; at the next
+ * begin_step the step's samples go to the coordinator's detector, which
+ * moves microbatches away from a replica that turns slow (and may swap it
+ * for a spare, see resihp-run(1)). seconds is this rank's own compute time
+ * of the microbatch, not its waits for other ranks. */
 void resihp_job_report_microbatch(resihp_job_t *job, int mb, double tokens,
                                   double sum_l2, double nseq, double seconds);
 /* Copy up to max of the recorded samples, oldest first; returns how many. */
@@ -205,6 +209,19 @@ typedef struct {
 } resihp_job_mb_sample_t;
 int resihp_job_microbatch_samples(const resihp_job_t *job,
                                   resihp_job_mb_sample_t *out, int max);
+
+/* What the data loader knows of microbatch mb of step `step` before it is
+ * computed: tokens, sum of squared sequence lengths, sequences (as for
+ * resihp_job_report_microbatch). Return 0, or non-zero when unknown. */
+typedef int (*resihp_job_workload_fn)(long step, int mb, double *tokens,
+                                      double *sum_l2, double *nseq, void *ud);
+/* Let the coordinator assign microbatches by predicted cost: with
+ * sequence lengths that vary, equal counts are not equal work. One replica
+ * per step is asked for the next step's workloads; fn is then called for
+ * every microbatch of that step from begin_step, on the caller's thread.
+ * Without it, microbatches are assumed to cost the same. */
+int resihp_job_set_workload_fn(resihp_job_t *job, resihp_job_workload_fn fn,
+                               void *ud);
 
 int resihp_job_replica(const resihp_job_t *job);
 /* This rank's shard index k (0..K-1) and K, the ranks of its replica. */

@@ -154,6 +154,42 @@ typedef struct resihp_replica_class {
 int resihp_planner_quotas(resihp_replica_class_t *classes, int nclasses,
                           int microbatches, double *time_ms);
 
+/* --- One step's microbatches over the live replicas --- */
+
+typedef enum {
+  RESIHP_ASSIGN_EVEN,  /* equal counts in contiguous blocks: no adaptation */
+  RESIHP_ASSIGN_COUNT, /* counts by speed (resihp_planner_quotas), blocks */
+  RESIHP_ASSIGN_COST,  /* by predicted cost: longest first, each to the
+                          replica that would finish it first */
+} resihp_assign_mode_t;
+
+/* "even", "count", "cost"; and back (-1 for an unknown name). */
+const char *resihp_assign_mode_name(resihp_assign_mode_t m);
+int resihp_assign_mode_lookup(const char *name);
+
+/* Give each of the n microbatches to one of the r replicas: owner[i] in
+ * [0, r). cost[i] > 0 is microbatch i's predicted time on a healthy
+ * replica (NULL: all equal); slow[j] >= 1 is replica j's time multiplier
+ * (NULL: all 1). Every microbatch gets exactly one owner whatever the
+ * inputs (non-finite or non-positive figures count as 1), so the
+ * constant-microbatch invariant never depends on a prediction. The result
+ * is a function of the inputs only (ties go to the lower index): every
+ * process computing it gets the same assignment. *makespan_out (may be
+ * NULL) gets the predicted time of the slowest replica. O(n log n + n r)
+ * time; RESIHP_EINVAL for n < 0 or r < 1, RESIHP_ENOMEM. */
+int resihp_planner_assign(resihp_assign_mode_t mode, const double *cost, int n,
+                          const double *slow, int r, int *owner,
+                          double *makespan_out);
+
+/* Seconds a swap for a spare saves over the remaining steps for a data-
+ * parallel job of r replicas, one of them `factor` times slower (>= 1),
+ * its microbatches balanced by speed (the others absorb the difference),
+ * healthy step time step_s: the replica is out for swap_s seconds while the
+ * other r-1 carry the step, then all r run at full speed. Negative: the
+ * swap does not pay back. */
+double resihp_planner_swap_gain_s(int r, double factor, double step_s,
+                                  double remaining_steps, double swap_s);
+
 /* --- Escalation for one degraded device --- */
 
 typedef enum {

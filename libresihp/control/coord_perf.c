@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Fail-slow adaptation in the coordinator: the detector of the running
+ * job, the step's microbatches by predicted cost, and the swap of a
+ * replica that stays slow.
+ *
+ * Samples. After each step every rank sends its microbatch samples (PERF:
+ * microbatch, time, tokens, sum of squared lengths, sequences; the leader
+ * relays its other ranks'), which the detector records as rank
+ * replica * K + shard, stage = shard: ranks with the same shard do the same
+ * work. The detector's events (SLOW with a factor, HEALTHY again) set the
+ * replica's time multiplier, the largest over its ranks (a replica goes at
+ * its slowest stage's pace); SUSPECT changes nothing (it is a suspicion
+ * being checked), so quotas do not flap.
+ *
+ * Costs. One contributor is asked (START wl=1) to send the workloads of
+ * all M microbatches of the next step with its next BEGIN (WL), from the
+ * trainer's data loader (resihp_job_set_workload_fn). A microbatch's cost
+ * is the sum over shards of a healthy rank's prediction for it; without
+ * workloads or a warm predictor all microbatches cost the same. The
+ * assignment itself is resihp_planner_assign.
+ *
+ * Swap. A replica slow for swap_after steps in a row is swapped for a spare
+ * at a step boundary when resihp_planner_swap_gain_s says it pays back over
+ * the steps left and the launcher has a spare: it is failed with a reason
+ * the summary shows, so the launcher relaunches it on a spare exactly as
+ * after a crash; no microbatch is lost (the boundary is between steps).
+ *
+ * Cost per step: O(samples) to record, O(M log M + M R) to assign. What a
+ * rank says is bounded (at most M samples of one of the last two steps,
+ * every figure checked) and only ever moves work: the ledger stays exact.
+ */
+#include "config.h"
+
+#include "../transport/mesh.h"
+#include "coord_internal.h"
+
+#include <resihp/error.h>
+#include <resihp/planner.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Largest figure a sample or workload may carry (time in us, tokens,
+ * squared lengths): far beyond any real microbatch, small enough that the
+ * sums stay exact in a double. */
+#define PERF_MAX 1000000000000000LL
+/* Steps a replica stays slow before a swap is considered. */
+#define SWAP_AFTER_STEPS 3
+
+static void on_event(int rank, resihp_health_state_t prev,
+                     const resihp_rank_health_t *now, uint64_t iter,
+                     void *ud) {
+  (void)prev;
+  resihp__coord_t *c = ud;
+  int r = rank / c->K, k = rank % c->K;
+  c->rank_slow[rank] =
+      now->state == RESIHP_HEALTH_SLOW && now->slow_factor > 1
+          ? now->slow_factor
+          : 1.0;
+  if (now->state == RESIHP_HEALTH_SUSPECT)
+    return; /* a suspicion being checked: nothing to act on */
+  double f = 1.0;
+  for (int i = 0; i < c->K; i++)
+    if (c->rank_slow[r * c->K + i] > f)
+      f = c->rank_slow[r * c->K + i];
+  rep_t *p = &c->reps[r];
+  if (fabs(f - p->slow) < 0.05 * p->slow)
+    return;
+  const char *st = resihp_health_state_name(now->state);
+  if (f > 1 && p->slow <= 1 && !p->slow_episodes++)
+    p->slow_since = (long)iter;
+  if (f > p->worst_slow)
+    p->worst_slow = f;
+  p->slow = f;
+  if (f > 1)
+    logc(RESIHP_LOG_WARN,
+         "replica %d rank %d is %s at step %llu: the replica runs at x%.2f, "
+         "it gets fewer microbatches",
+         r, k, st, (unsigned long long)iter, f);
+  else
+    logc(RESIHP_LOG_WARN,
+         "replica %d is %s again at step %llu: its microbatches return", r, st,
+         (unsigned long long)iter);
+  if (c->o.on_health)
+    c->o.on_health(c->o.ud, r, k, f > 1 ? "slow" : "healthy", f, (long)iter);
+}
+
+int resihp__coord_perf_init(resihp__coord_t *c) {
+  int n = c->R * c->K;
+  resihp_detector_config_t cfg;
+  resihp_detector_config_init(&cfg, n);
+  cfg.on_event = on_event;
+  cfg.userdata = c;
+  c->rank_slow = malloc(sizeof(double) * (size_t)n);
+  c->wl = malloc(sizeof(double) * 3 * (size_t)c->M);
+  c->cost = malloc(sizeof(double) * (size_t)c->M);
+  c->pick = malloc(sizeof(int) * (size_t)c->M);
+  c->tuples = malloc(sizeof(long long) * 5 * (size_t)c->M);
+  c->val = malloc(RESIHP__WIRE_LINE_MAX + 1);
+  if (!c->val || !c->rank_slow || !c->wl || !c->cost || !c->pick || !c->tuples ||
+      resihp_detector_create(&c->det, &cfg))
+    return RESIHP_ENOMEM;
+  for (int i = 0; i < n; i++) {
+    c->rank_slow[i] = 1.0;
+    resihp_detector_set_stage(c->det, i, i % c->K);
+  }
+  for (int r = 0; r < c->R; r++)
+    c->reps[r].slow = 1.0;
+  c->wl_step = -1;
+  return 0;
+}
+
+void resihp__coord_perf_free(resihp__coord_t *c) {
+  resihp_detector_destroy(c->det);
+  c->det = NULL;
+  free(c->rank_slow);
+  free(c->wl);
+  free(c->cost);
+  free(c->pick);
+  free(c->tuples);
+  free(c->val);
+  c->rank_slow = c->wl = c->cost = NULL;
+  c->pick = NULL;
+  c->tuples = NULL;
+  c->val = NULL;
+}
+
+/* A new process for replica r (a replacement): forget the old one. */
+void resihp__coord_perf_reset(resihp__coord_t *c, int r) {
+  if (!c->det)
+    return;
+  for (int k = 0; k < c->K; k++) {
+    resihp_detector_reset_rank(c->det, r * c->K + k, (uint64_t)c->step);
+    c->rank_slow[r * c->K + k] = 1.0;
+  }
+  if (c->reps[r].slow > 1 && c->o.on_health)
+    c->o.on_health(c->o.ud, r, 0, "replaced", 1.0, c->step);
+  c->reps[r].slow = 1.0;
+}
+
+/* PERF [k=K] step=S s=mb:us:tokens:l2:nseq,... */
+void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg) {
+  long s, sh = 0;
+  int n = 0, e = 0;
+  /* k= is set by the leader's relay for its other ranks */
+  if (!c->det || resihp__wire_get_range(msg, "step", 0, c->step, &s) ||
+      ((e = resihp__wire_get_range(msg, "k", 0, c->K - 1, &sh)) &&
+       e != RESIHP_ENOENT) ||
+      resihp__wire_get(msg, "s", c->val, RESIHP__WIRE_LINE_MAX + 1) ||
+      resihp__wire_parse_tuples(c->val, 5, PERF_MAX, c->tuples, c->M, &n)) {
+    resihp__coord_refuse(c, k, "bad-perf", 0, msg);
+    return;
+  }
+  if (s + 2 < c->step)
+    return; /* too late to matter */
+  for (int i = 0; i < n; i++) {
+    const long long *t = &c->tuples[(size_t)i * 5];
+    resihp_workload_t w = {(double)t[2], (double)t[3], (double)t[4]};
+    if (t[0] >= c->M || t[1] == 0)
+      continue;
+    /* a bad workload is refused by the detector (logged), nothing kept */
+    resihp_detector_record(c->det, r * c->K + (int)sh, (uint64_t)s, &w,
+                           (double)t[1]);
+  }
+  c->samples += n;
+}
+
+/* WL step=S w=tokens:l2:nseq,... (all M microbatches of step S) */
+void resihp__coord_on_wl(resihp__coord_t *c, int k, int r, const char *msg) {
+  long s;
+  int n = 0;
+  if (!c->det || r != c->wl_asked ||
+      resihp__wire_get_range(msg, "step", c->step, c->step + 1, &s) ||
+      resihp__wire_get(msg, "w", c->val, RESIHP__WIRE_LINE_MAX + 1) ||
+      resihp__wire_parse_tuples(c->val, 3, PERF_MAX, c->tuples, c->M, &n) ||
+      n != c->M) {
+    resihp__coord_refuse(c, k, "bad-workloads", 0, msg);
+    return;
+  }
+  for (int i = 0; i < 3 * n; i++)
+    c->wl[i] = (double)c->tuples[i];
+  c->wl_step = s;
+}
+
+/* A healthy, warm rank of shard k among the contributors, or -1. */
+static int reference_rank(const resihp__coord_t *c, const int *contrib, int nc,
+                          int k) {
+  for (int i = 0; i < nc; i++) {
+    int rank = contrib[i] * c->K + k;
+    resihp_rank_health_t h;
+    double t;
+    resihp_workload_t w = {1, 1, 1};
+    if (!resihp_detector_health(c->det, rank, &h) &&
+        h.state == RESIHP_HEALTH_HEALTHY &&
+        !resihp_detector_predict(c->det, rank, &w, &t))
+      return rank;
+  }
+  return -1;
+}
+
+/* Predicted cost of each microbatch of this step; 0 if unknown. */
+static int predict_costs(resihp__coord_t *c, const int *contrib, int nc) {
+  if (c->wl_step != c->step)
+    return 0;
+  for (int mb = 0; mb < c->M; mb++)
+    c->cost[mb] = 0;
+  for (int k = 0; k < c->K; k++) {
+    int ref = reference_rank(c, contrib, nc, k);
+    if (ref < 0)
+      return 0;
+    for (int mb = 0; mb < c->M; mb++) {
+      resihp_workload_t w = {c->wl[3 * mb], c->wl[3 * mb + 1],
+                             c->wl[3 * mb + 2]};
+      double t;
+      if (resihp_detector_predict(c->det, ref, &w, &t) || !(t > 0))
+        return 0;
+      c->cost[mb] += t;
+    }
+  }
+  return 1;
+}
+
+int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc) {
+  double slow[MAXR];
+  for (int i = 0; i < nc; i++)
+    slow[i] = c->o.assign == RESIHP_ASSIGN_EVEN ? 1.0 : c->reps[contrib[i]].slow;
+  int have = c->det && c->o.assign == RESIHP_ASSIGN_COST &&
+             predict_costs(c, contrib, nc);
+  /* without costs, counts by speed (contiguous blocks) */
+  resihp_assign_mode_t mode = (resihp_assign_mode_t)c->o.assign;
+  if (mode == RESIHP_ASSIGN_COST && !have)
+    mode = RESIHP_ASSIGN_COUNT;
+  double makespan;
+  int rc = resihp_planner_assign(mode, have ? c->cost : NULL, c->M, slow, nc,
+                                 c->pick, &makespan);
+  if (rc)
+    return rc;
+  for (int mb = 0; mb < c->M; mb++)
+    c->owner[mb] = contrib[c->pick[mb]];
+  c->costed += have;
+  /* the next step's workloads, from the first contributor */
+  c->wl_asked = c->det && c->o.assign == RESIHP_ASSIGN_COST ? contrib[0] : -1;
+  return 0;
+}
+
+/* A step committed: count the steps each member has been slow. */
+void resihp__coord_perf_commit(resihp__coord_t *c) {
+  for (int i = 0; i < c->nmembers; i++) {
+    rep_t *p = &c->reps[c->members[i]];
+    p->slow_steps = p->slow > 1 ? p->slow_steps + 1 : 0;
+    p->slow_total += p->slow > 1;
+  }
+}
+
+/* At a step boundary: a member slow long enough to swap, if a swap pays
+ * back and a spare is there; -1 if none. */
+int resihp__coord_pick_swap(resihp__coord_t *c) {
+  int pick = -1;
+  double best = 0;
+  if (!(c->o.swap_cost_s >= 0) || !c->o.spare_free || c->step < 2 ||
+      c->nmembers < 2 || !c->o.spare_free(c->o.ud))
+    return -1;
+  for (int r = 0; r < c->R; r++)
+    if (c->reps[r].expected || (c->reps[r].state == R_MEMBER &&
+                                c->reps[r].catching))
+      return -1; /* one change at a time */
+  /* the last step's time is the absorbed one: back to the healthy time */
+  double last_s = (double)(c->start_ms[c->step - 1] - c->start_ms[c->step - 2]) /
+                  1000.0;
+  for (int i = 0; i < c->nmembers; i++) {
+    int r = c->members[i];
+    rep_t *p = &c->reps[r];
+    if (p->slow_steps < SWAP_AFTER_STEPS)
+      continue;
+    int n = c->nmembers;
+    double healthy = last_s * (n - 1 + 1 / p->slow) / n;
+    double gain = resihp_planner_swap_gain_s(n, p->slow, healthy,
+                                             (double)(c->S - c->step),
+                                             c->o.swap_cost_s);
+    if (gain > best) {
+      best = gain;
+      pick = r;
+    }
+  }
+  if (pick >= 0)
+    logc(RESIHP_LOG_WARN,
+         "replica %d slow x%.2f for %ld steps: a spare saves %.3g s over the "
+         "%ld steps left",
+         pick, c->reps[pick].slow, c->reps[pick].slow_steps, best,
+         c->S - c->step);
+  return pick;
+}
+
+int resihp__coord_replica_speed(const resihp__coord_t *c, int r, double *slow,
+                                int *quota) {
+  if (r < 0 || r >= c->R)
+    return -1;
+  *slow = c->reps[r].slow > 1 ? c->reps[r].slow : 1.0;
+  *quota = c->reps[r].quota;
+  return 0;
+}

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* What a rank tells the coordinator's fail-slow detector (see
+ * libresihp/control/coord_perf.c): after each step its microbatch samples
+ * (PERF), and, when the coordinator asked this replica, the workloads of
+ * the next step's microbatches from the trainer's data loader (WL), so
+ * that they can be assigned by predicted cost. Both are sent before the
+ * next BEGIN; a rank other than the leader sends its PERF up the star,
+ * and the leader's relay thread forwards it with the rank's index. */
+#include "config.h"
+
+#include "job_internal.h"
+
+#include <resihp/error.h>
+#include <resihp/log.h>
+
+#include <math.h>
+#include <stdlib.h>
+
+/* A figure as the coordinator takes it: a non-negative integer. */
+static long long whole(double v) {
+  if (!(v >= 0))
+    return 0;
+  return v > 1e15 ? 1000000000000000LL : llround(v);
+}
+
+static void send_line(resihp_job_t *j, const resihp__wire_buf_t *b) {
+  if (b->err || !b->s)
+    return;
+  if (j->lrank > 0)
+    resihp__job_send_up(j, b->s);
+  else
+    resihp__job_send(j, b->s);
+}
+
+static void send_samples(resihp_job_t *j) {
+  long s = j->step, first = j->nsamples;
+  long oldest = j->nsamples > RESIHP__JOB_SAMPLES
+                    ? j->nsamples - RESIHP__JOB_SAMPLES
+                    : 0;
+  while (first > oldest &&
+         j->samples[(first - 1) % RESIHP__JOB_SAMPLES].step == s)
+    first--;
+  if (first == j->nsamples)
+    return;
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_printf(&b, "PERF step=%ld s=", s);
+  for (long i = first; i < j->nsamples; i++) {
+    const resihp_job_mb_sample_t *x = &j->samples[i % RESIHP__JOB_SAMPLES];
+    long long us = whole(x->seconds * 1e6);
+    resihp__wire_buf_printf(&b, "%s%d:%lld:%lld:%lld:%lld",
+                            i > first ? "," : "", x->mb, us ? us : 1,
+                            whole(x->tokens), whole(x->sum_l2),
+                            whole(x->nseq));
+  }
+  send_line(j, &b);
+  resihp__wire_buf_free(&b);
+}
+
+static void send_workloads(resihp_job_t *j, long step) {
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_printf(&b, "WL step=%ld w=", step);
+  for (int mb = 0; mb < j->o.microbatches; mb++) {
+    double t = 0, l2 = 0, ns = 0;
+    if (j->wl_fn(step, mb, &t, &l2, &ns, j->wl_ud)) {
+      resihp_log(RESIHP_LOG_DEBUG, "job",
+                 "no workload for microbatch %d of step %ld: not sent", mb,
+                 step);
+      resihp__wire_buf_free(&b);
+      return;
+    }
+    resihp__wire_buf_printf(&b, "%s%lld:%lld:%lld", mb ? "," : "", whole(t),
+                            whole(l2), whole(ns));
+  }
+  send_line(j, &b);
+  resihp__wire_buf_free(&b);
+}
+
+void resihp__job_send_perf(resihp_job_t *j) {
+  if (!j->member)
+    return;
+  send_samples(j);
+  if (j->lrank == 0 && j->wl_asked && j->wl_fn)
+    send_workloads(j, j->step + 1);
+  j->wl_asked = 0;
+}
+
+int resihp_job_set_workload_fn(resihp_job_t *j, resihp_job_workload_fn fn,
+                               void *ud) {
+  if (!j)
+    return RESIHP_EINVAL;
+  j->wl_fn = fn;
+  j->wl_ud = ud;
+  return 0;
+}

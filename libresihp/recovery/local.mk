@@ -84,9 +84,10 @@ endif
 
 dist_check_SCRIPTS += tests/integration/recovery.test \
 	tests/integration/spares.test tests/integration/launcher.test \
-	tests/integration/shards.test
+	tests/integration/shards.test tests/integration/failslow.test
 TESTS += tests/integration/recovery.test tests/integration/spares.test \
-	tests/integration/launcher.test tests/integration/shards.test
+	tests/integration/launcher.test tests/integration/shards.test \
+	tests/integration/failslow.test
 
 dist_bin_SCRIPTS = tools/resihp-bench-recovery.sh
 EXTRA_DIST += contrib/demo/run-training-demo.sh

@@ -89,7 +89,7 @@ TESTS += tests/integration/recovery.test tests/integration/spares.test \
 	tests/integration/launcher.test tests/integration/shards.test \
 	tests/integration/failslow.test
 
-dist_bin_SCRIPTS = tools/resihp-bench-recovery.sh
+dist_bin_SCRIPTS = tools/resihp-bench-recovery.sh tools/resihp-bench-failslow.sh
 EXTRA_DIST += contrib/demo/run-training-demo.sh
 dist_man_MANS += man/resihp-run.1 man/resihp_job.3
 

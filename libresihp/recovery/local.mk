@@ -56,7 +56,8 @@ EXTRA_DIST += tests/fuzz/corpus-cmd/plain tests/fuzz/corpus-cmd/evil-node \
 	tests/fuzz/corpus-cmd/bad-escape tests/fuzz/corpus-cmd/empty \
 	tests/fuzz/corpus-cmd/escapes tests/fuzz/corpus-inject/plain \
 	tests/fuzz/corpus-inject/bad-step tests/fuzz/corpus-inject/trailing \
-	tests/fuzz/corpus-inject/too-many tests/fuzz/corpus-inject/ranks
+	tests/fuzz/corpus-inject/too-many tests/fuzz/corpus-inject/ranks \
+	tests/fuzz/corpus-inject/slow tests/fuzz/corpus-inject/slow-bad
 
 # The example trainer is built (not installed) for the tests and the demo.
 noinst_PROGRAMS += contrib/trainer/resihp-trainer

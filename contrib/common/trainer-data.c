@@ -151,28 +151,57 @@ double trainer_data_step_seqs(const trainer_data_t *d, long s, int M,
   return n;
 }
 
-double trainer_work(long tokens, double sum_l2, int nseq) {
-  return (double)tokens + sum_l2 / 256.0 + 4.0 * nseq + 64.0;
+double trainer_work(double tokens, double sum_l2, double nseq) {
+  return tokens + sum_l2 / 256.0 + 4.0 * nseq + 64.0;
+}
+
+/* Means per microbatch over a fixed sample of 256 microbatches, whatever
+ * d's seed: 0, or -1 when out of memory. */
+static int sample_means(const trainer_data_t *d, double *tokens, double *sum_l2,
+                        double *nseq) {
+  trainer_data_t sample = *d;
+  sample.seed = 0x7a11;
+  trainer_mb_t m;
+  if (trainer_mb_init(&m, &sample))
+    return -1;
+  enum { N = 256 };
+  *tokens = *sum_l2 = *nseq = 0;
+  for (int i = 0; i < N; i++) {
+    trainer_data_shape(&sample, i / 8, i % 8, &m);
+    *tokens += (double)m.tokens / N;
+    *sum_l2 += m.sum_l2 / N;
+    *nseq += (double)m.nseq / N;
+  }
+  trainer_mb_free(&m);
+  return 0;
+}
+
+int trainer_data_mean(const trainer_data_t *d, double *tok_per_seq,
+                      double *seqs) {
+  double t, l2, n;
+  if (d->kind == TRAINER_DATA_FIXED) {
+    *tok_per_seq = (4 + TRAINER_MAX_LEN) / 2.0;
+    *seqs = d->B;
+    return 0;
+  }
+  if (sample_means(d, &t, &l2, &n))
+    return -1;
+  *tok_per_seq = t / n;
+  *seqs = n;
+  return 0;
 }
 
 int trainer_cost_init(trainer_cost_t *c, const trainer_data_t *d,
                       double mean_ms) {
+  double t, l2, n;
   c->ms_per_work = 0;
   if (!(mean_ms > 0))
     return 0;
-  trainer_data_t sample = *d;
-  sample.seed = 0x7a11; /* the scale must not depend on the run's seed */
-  trainer_mb_t m;
-  if (trainer_mb_init(&m, &sample))
+  /* the work is linear in the three: the mean work is the work of the
+   * means */
+  if (sample_means(d, &t, &l2, &n))
     return -1;
-  double work = 0;
-  enum { N = 256 };
-  for (int i = 0; i < N; i++) {
-    trainer_data_shape(&sample, i / 8, i % 8, &m);
-    work += trainer_work(m.tokens, m.sum_l2, m.nseq);
-  }
-  trainer_mb_free(&m);
-  c->ms_per_work = mean_ms / (work / N);
+  c->ms_per_work = mean_ms / trainer_work(t, l2, n);
   return 0;
 }
 
@@ -183,7 +212,8 @@ static double now_ms(void) {
 }
 
 double trainer_compute_sleep(const trainer_cost_t *c, const trainer_mb_t *m) {
-  double want = c->ms_per_work * trainer_work(m->tokens, m->sum_l2, m->nseq);
+  double want =
+      c->ms_per_work * trainer_work((double)m->tokens, m->sum_l2, m->nseq);
   double done = 0;
   while (want - done > 1e-3) {
     double slice = want - done < 1.0 ? want - done : 1.0;

@@ -98,9 +98,14 @@ typedef struct {
 } trainer_cost_t;
 
 /* Work units of a microbatch (the formula above). */
-double trainer_work(long tokens, double sum_l2, int nseq);
-/* Scale so that the mean microbatch of d (over a fixed sample of 256,
- * whatever d's seed) takes mean_ms; 0 for no simulated compute. */
+double trainer_work(double tokens, double sum_l2, double nseq);
+/* The mean tokens of a sequence and sequences of a microbatch of d (over
+ * a fixed sample of 256 microbatches, whatever d's seed; exact for fixed
+ * data): 0, or -1 when out of memory. */
+int trainer_data_mean(const trainer_data_t *d, double *tok_per_seq,
+                      double *seqs);
+/* Scale so that the mean microbatch of d (over the same sample) takes
+ * mean_ms; 0 for no simulated compute. 0, or -1 when out of memory. */
 int trainer_cost_init(trainer_cost_t *c, const trainer_data_t *d,
                       double mean_ms);
 /* Sleep for the microbatch's work, in slices (see above); returns the

@@ -22,6 +22,7 @@ dist_check_SCRIPTS += tests/integration/spank-options.test
 TESTS += tests/integration/spank-options.test
 
 EXTRA_DIST += tests/harness/lab-cluster.sh tests/harness/tap.sh tests/run-tests.sh
+include tests/harness/local.mk
 
 dist_check_SCRIPTS += tests/tools/licence.test
 TESTS += tests/tools/licence.test

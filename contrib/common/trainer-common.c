@@ -25,15 +25,19 @@ uint64_t trainer_mb_rng(uint64_t seed, long s, int mb) {
   return r;
 }
 
-int trainer_sequence(uint64_t *r, int V, int C, int *cls, int *tok) {
+void trainer_tokens(uint64_t *r, int V, int C, int cls, int len, int *tok) {
   int block = V / C;
-  *cls = (int)(trainer_splitmix(r) % (uint64_t)C);
-  int len = 4 + (int)(trainer_splitmix(r) % (TRAINER_MAX_LEN - 3));
   for (int t = 0; t < len; t++) {
     uint64_t u = trainer_splitmix(r);
-    tok[t] = (u & 1) ? *cls * block + (int)((u >> 8) % (uint64_t)block)
+    tok[t] = (u & 1) ? cls * block + (int)((u >> 8) % (uint64_t)block)
                      : (int)((u >> 8) % (uint64_t)V);
   }
+}
+
+int trainer_sequence(uint64_t *r, int V, int C, int *cls, int *tok) {
+  *cls = (int)(trainer_splitmix(r) % (uint64_t)C);
+  int len = 4 + (int)(trainer_splitmix(r) % (TRAINER_MAX_LEN - 3));
+  trainer_tokens(r, V, C, *cls, len, tok);
   return len;
 }
 

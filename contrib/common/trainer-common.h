@@ -4,10 +4,12 @@
  * rendezvous of their baselines that run without resihp-run, and the
  * layers both models are made of.
  *
- * Data. Microbatch mb of step s is B sequences drawn from (seed, s, mb)
- * alone, so any replica (and any pipeline stage) can regenerate it: each
- * sequence belongs to a class and draws half of its 4..63 tokens from that
- * class's block of the vocabulary. */
+ * Data. Microbatch mb of step s is drawn from (seed, s, mb) alone, so any
+ * replica (and any pipeline stage) can regenerate it: by default B
+ * sequences, each of a class and drawing half of its 4..63 tokens from
+ * that class's block of the vocabulary; trainer-data.h has the other
+ * kinds of data (long-tailed lengths, packing) and the simulated
+ * compute. */
 #ifndef TRAINER_COMMON_H
 #define TRAINER_COMMON_H
 
@@ -28,6 +30,9 @@ uint64_t trainer_mb_rng(uint64_t seed, long s, int mb);
  * classes: its class in *cls, its tokens in tok[0..len-1]; returns len
  * (4..TRAINER_MAX_LEN). */
 int trainer_sequence(uint64_t *r, int V, int C, int *cls, int *tok);
+/* The len tokens of a sequence of class cls from *r: half from the
+ * class's block of the vocabulary, half from all of it. */
+void trainer_tokens(uint64_t *r, int V, int C, int cls, int len, int *tok);
 
 /* FNV-1a 64 of n bytes, continuing from h (TRAINER_FNV_INIT to start). */
 #define TRAINER_FNV_INIT 0xcbf29ce484222325ULL

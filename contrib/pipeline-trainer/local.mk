@@ -6,7 +6,8 @@ noinst_PROGRAMS += contrib/pipeline-trainer/resihp-pipeline-trainer
 contrib_pipeline_trainer_resihp_pipeline_trainer_SOURCES = \
 	contrib/pipeline-trainer/pipeline-trainer.c \
 	contrib/common/trainer-common.c contrib/common/trainer-layers.c \
-	contrib/common/trainer-common.h
+	contrib/common/trainer-common.h contrib/common/trainer-data.c \
+	contrib/common/trainer-data.h
 # No fused multiply-adds: a unit's arithmetic must round the same in every
 # context the compiler inlines it into, or the pipeline split is not exact.
 contrib_pipeline_trainer_resihp_pipeline_trainer_CFLAGS = $(AM_CFLAGS) \

@@ -49,10 +49,13 @@
  *                   through files in DIR, exchange gradients over plain
  *                   communicators (unprotected) and print the step time.
  * --stages K gives K where no job does (--reference, --plain) and is checked
- * against the job's otherwise; --mb-ms N makes each stage sleep N ms per
- * microbatch after its forward pass (a heavier model, for demos).
+ * against the job's otherwise; --mb-ms N makes each stage sleep after its
+ * forward pass for the simulated compute of the microbatch, N ms for a
+ * mean one and scaled by its workload (a heavier model, for demos);
+ * --data and --tokens pick the data (contrib/common/trainer-data.h).
  */
 #include "../common/trainer-common.h"
+#include "../common/trainer-data.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -73,6 +76,9 @@ typedef struct {
   double lr, momentum;
   uint64_t seed;
   int mb_ms, quiet, print_every, use_float, reference;
+  trainer_data_t data; /* --data, --tokens */
+  trainer_cost_t cost; /* from --mb-ms */
+  int maxs;            /* the most sequences in a microbatch */
   const char *plain_dir;
   int part[MAX_UNITS], npart; /* --partition */
 } cfg_t;
@@ -92,7 +98,7 @@ typedef struct {
  * activations at the stage's unit boundaries. */
 typedef struct {
   int mb;
-  int *cls, *len, *tok;
+  trainer_mb_t d;
   float *act;
   double secs;
 } slot_t;
@@ -107,18 +113,23 @@ typedef struct {
   float *facc;
   slot_t *slots;
   int nslots;
-  float *d[2], *drecv; /* gradient scratch, B x widest boundary */
-  float *da;           /* one sequence's, widest boundary */
+  float *d[2], *drecv;  /* gradient scratch, B x widest boundary */
+  float *da;            /* one sequence's, widest boundary */
+  trainer_mb_t scratch; /* for the step's sequence count */
+  trainer_mbstats_t times;
   resihp_job_t *job;
 } stage_t;
 
+static void oom(void) {
+  fprintf(stderr, "resihp-pipeline-trainer: out of memory (smaller "
+                  "--vocab/--embed/--hidden/--batch/--tokens?)\n");
+  exit(1);
+}
+
 static void *xcalloc(size_t n, size_t size) {
   void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "resihp-pipeline-trainer: out of memory (smaller "
-                    "--vocab/--embed/--hidden/--batch?)\n");
-    exit(1);
-  }
+  if (!p)
+    oom();
   return p;
 }
 
@@ -166,31 +177,29 @@ static void free_unit(unit_t *u) {
 /* ---- the units' arithmetic (the same whatever the partition) ---------- */
 
 static void gen_data(const cfg_t *c, slot_t *sl, long s, int mb) {
-  uint64_t r = trainer_mb_rng(c->seed, s, mb);
+  double t0 = trainer_now_s();
   sl->mb = mb;
-  for (int b = 0; b < c->B; b++)
-    sl->len[b] = trainer_sequence(&r, c->V, c->C, &sl->cls[b],
-                                  sl->tok + (size_t)b * TRAINER_MAX_LEN);
+  trainer_data_draw(&c->data, s, mb, &sl->d);
+  sl->secs = trainer_now_s() - t0;
 }
 
-/* A unit over the B sequences of a microbatch, from the layers of
- * trainer-common.h. in and out are the boundaries around it (B x width);
+/* A unit over the sequences of a microbatch, from the layers of
+ * trainer-common.h. in and out are the boundaries around it (nseq x width);
  * after the classifier, out holds dloss/dlogits. */
 static double unit_fwd(const cfg_t *c, const unit_t *u, int j, const slot_t *sl,
                        const float *in, float *out) {
   double loss = 0;
   const float *bias = u->p + (size_t)u->out * u->in;
-  for (int b = 0; b < c->B; b++) {
+  for (int b = 0; b < sl->d.nseq; b++) {
     float *y = out + (size_t)b * u->out;
     if (j == 0) {
-      trainer_embed_mean(u->p, c->D, sl->tok + (size_t)b * TRAINER_MAX_LEN,
-                         sl->len[b], y);
+      trainer_embed_mean(u->p, c->D, sl->d.tok + sl->d.off[b], sl->d.len[b], y);
       continue;
     }
     const float *x = in + (size_t)b * u->in;
     trainer_dense(u->p, bias, u->in, u->out, x, y, j < nunits(c) - 1);
     if (j == nunits(c) - 1)
-      loss += trainer_softmax_xent(y, u->out, sl->cls[b]);
+      loss += trainer_softmax_xent(y, u->out, sl->d.cls[b]);
   }
   return loss;
 }
@@ -202,11 +211,11 @@ static void unit_bwd(const cfg_t *c, unit_t *u, int j, const slot_t *sl,
                      const float *in, const float *out, const float *dout,
                      float *din, float *da) {
   float *gb = u->g + (size_t)u->out * u->in;
-  for (int b = 0; b < c->B; b++) {
+  for (int b = 0; b < sl->d.nseq; b++) {
     const float *y = out + (size_t)b * u->out, *dy = da;
     if (j == 0) {
-      trainer_embed_mean_bwd(u->g, c->D, sl->tok + (size_t)b * TRAINER_MAX_LEN,
-                             sl->len[b], dout + (size_t)b * c->D);
+      trainer_embed_mean_bwd(u->g, c->D, sl->d.tok + sl->d.off[b], sl->d.len[b],
+                             dout + (size_t)b * c->D);
       continue;
     }
     if (j == nunits(c) - 1)
@@ -224,8 +233,10 @@ static float *bnd(stage_t *st, slot_t *sl, int j) {
   return sl->act + st->aoff[j - st->u0];
 }
 
-static size_t bnd_bytes(const stage_t *st, int j) {
-  return (size_t)st->c->B * bwidth(st->c, j) * sizeof(float);
+/* What crosses boundary j for the microbatch in sl: its data is already
+ * drawn (every stage draws it, cheaper than shipping it). */
+static size_t bnd_bytes(const stage_t *st, const slot_t *sl, int j) {
+  return (size_t)sl->d.nseq * bwidth(st->c, j) * sizeof(float);
 }
 
 /* Stage k of K over units [u0, u1) of units (allocated by the caller). */
@@ -241,7 +252,7 @@ static void stage_init(stage_t *st, const cfg_t *c, unit_t *units, int k, int K,
                   .fb = resihp_fixed_frac_bits()};
   int wmax = 0;
   for (int j = u0; j <= u1; j++) {
-    st->aoff[j - u0 + 1] = st->aoff[j - u0] + (size_t)c->B * bwidth(c, j);
+    st->aoff[j - u0 + 1] = st->aoff[j - u0] + (size_t)c->maxs * bwidth(c, j);
     if (bwidth(c, j) > wmax)
       wmax = bwidth(c, j);
   }
@@ -252,19 +263,21 @@ static void stage_init(stage_t *st, const cfg_t *c, unit_t *units, int k, int K,
   st->nacc++;
   st->acc = xcalloc(st->nacc, sizeof(int64_t));
   st->facc = xcalloc(st->nacc, sizeof(float));
-  st->d[0] = xcalloc((size_t)c->B * wmax, sizeof(float));
-  st->d[1] = xcalloc((size_t)c->B * wmax, sizeof(float));
-  st->drecv = xcalloc((size_t)c->B * wmax, sizeof(float));
+  st->d[0] = xcalloc((size_t)c->maxs * wmax, sizeof(float));
+  st->d[1] = xcalloc((size_t)c->maxs * wmax, sizeof(float));
+  st->drecv = xcalloc((size_t)c->maxs * wmax, sizeof(float));
+  if (trainer_mb_init(&st->scratch, &c->data))
+    oom();
   st->da = xcalloc((size_t)wmax, sizeof(float));
 }
 
 static void stage_free(stage_t *st) {
   for (int i = 0; i < st->nslots; i++) {
-    free(st->slots[i].cls);
-    free(st->slots[i].len);
-    free(st->slots[i].tok);
+    trainer_mb_free(&st->slots[i].d);
     free(st->slots[i].act);
   }
+  trainer_mb_free(&st->scratch);
+  trainer_mbstats_free(&st->times);
   free(st->slots);
   free(st->acc);
   free(st->facc);
@@ -290,9 +303,8 @@ static void stage_slots(stage_t *st, int n) {
   const cfg_t *c = st->c;
   for (int i = st->nslots; i < n; i++) {
     slot_t *sl = &st->slots[i];
-    sl->cls = xcalloc((size_t)c->B, sizeof(int));
-    sl->len = xcalloc((size_t)c->B, sizeof(int));
-    sl->tok = xcalloc((size_t)c->B * TRAINER_MAX_LEN, sizeof(int));
+    if (trainer_mb_init(&sl->d, &c->data))
+      oom();
     sl->act = xcalloc(st->aoff[st->u1 - st->u0 + 1], sizeof(float));
   }
   st->nslots = n;
@@ -311,13 +323,12 @@ static void accumulate(stage_t *st, size_t off, const float *g, size_t n) {
     resihp_fixed_accumulate_float(st->acc + off, g, n, st->fb);
 }
 
-/* Forward pass of microbatch mb of step s through the stage; its input
- * (boundary u0) is already in the slot unless the stage starts with the
- * embedding. */
-static void stage_fwd(stage_t *st, slot_t *sl, long s, int mb) {
+/* Forward pass through the stage of the microbatch drawn into sl
+ * (gen_data); its input (boundary u0) is already in the slot unless the
+ * stage starts with the embedding. */
+static void stage_fwd(stage_t *st, slot_t *sl) {
   const cfg_t *c = st->c;
   double t0 = trainer_now_s();
-  gen_data(c, sl, s, mb);
   for (int j = st->u0; j < st->u1; j++) {
     double loss = unit_fwd(c, &st->units[j], j, sl, j ? bnd(st, sl, j) : NULL,
                            bnd(st, sl, j + 1));
@@ -326,8 +337,8 @@ static void stage_fwd(stage_t *st, slot_t *sl, long s, int mb) {
       accumulate(st, st->nacc - 1, &lf, 1);
     }
   }
-  trainer_sleep_ms(c->mb_ms);
-  sl->secs = trainer_now_s() - t0;
+  trainer_compute_sleep(&c->cost, &sl->d);
+  sl->secs += trainer_now_s() - t0;
 }
 
 /* Backward pass: dout is the gradient at boundary u1 (NULL on the last
@@ -349,23 +360,18 @@ static const float *stage_bwd(stage_t *st, slot_t *sl, const float *dout) {
     d = din;
   }
   sl->secs += trainer_now_s() - t0;
-  if (st->job) {
-    double tokens = 0, sum_l2 = 0;
-    for (int b = 0; b < c->B; b++) {
-      tokens += sl->len[b];
-      sum_l2 += (double)sl->len[b] * sl->len[b];
-    }
-    resihp_job_report_microbatch(st->job, sl->mb, tokens, sum_l2, c->B,
-                                 sl->secs);
-  }
+  trainer_mbstats_add(&st->times, sl->secs);
+  if (st->job)
+    resihp_job_report_microbatch(st->job, sl->mb, (double)sl->d.tokens,
+                                 sl->d.sum_l2, sl->d.nseq, sl->secs);
   return d;
 }
 
-/* SGD with momentum from the summed gradient of the step; returns the mean
- * loss on the last stage. */
-static double stage_apply(stage_t *st) {
+/* SGD with momentum from the summed gradient of step s; returns the mean
+ * loss per sequence on the last stage. */
+static double stage_apply(stage_t *st, long s) {
   const cfg_t *c = st->c;
-  double n = (double)c->M * c->B;
+  double n = trainer_data_step_seqs(&c->data, s, c->M, &st->scratch);
   for (int j = st->u0; j < st->u1; j++) {
     unit_t *u = &st->units[j];
     if (c->use_float)
@@ -411,20 +417,23 @@ static int pipe_pass(stage_t *st, resihp_comm_t *pp, long s, const int *mbs,
   stage_slots(st, n);
   for (int i = 0; i < n; i++) {
     slot_t *sl = &st->slots[i];
+    gen_data(st->c, sl, s, mbs[i]);
     if (!first && (rc = resihp_recv(pp, st->k - 1, bnd(st, sl, st->u0),
-                                    bnd_bytes(st, st->u0))))
+                                    bnd_bytes(st, sl, st->u0))))
       return rc;
-    stage_fwd(st, sl, s, mbs[i]);
+    stage_fwd(st, sl);
     if (!last && (rc = resihp_send(pp, st->k + 1, bnd(st, sl, st->u1),
-                                   bnd_bytes(st, st->u1))))
+                                   bnd_bytes(st, sl, st->u1))))
       return rc;
   }
   for (int i = n - 1; i >= 0; i--) {
+    slot_t *sl = &st->slots[i];
     if (!last &&
-        (rc = resihp_recv(pp, st->k + 1, st->drecv, bnd_bytes(st, st->u1))))
+        (rc = resihp_recv(pp, st->k + 1, st->drecv, bnd_bytes(st, sl, st->u1))))
       return rc;
-    const float *din = stage_bwd(st, &st->slots[i], last ? NULL : st->drecv);
-    if (!first && (rc = resihp_send(pp, st->k - 1, din, bnd_bytes(st, st->u0))))
+    const float *din = stage_bwd(st, sl, last ? NULL : st->drecv);
+    if (!first &&
+        (rc = resihp_send(pp, st->k - 1, din, bnd_bytes(st, sl, st->u0))))
       return rc;
   }
   return 0;
@@ -455,12 +464,16 @@ static int partition(const cfg_t *c, int K, int *layers, const char **from) {
     return 0;
   }
   /* cost of a unit per microbatch: its multiply-adds forward and backward
-   * (a sequence averages 33.5 tokens); the scale does not matter */
-  double ms[MAX_UNITS], mem[MAX_UNITS], speed[MAX_UNITS], cap[MAX_UNITS];
+   * per sequence (of a mean length), times the sequences of a mean
+   * microbatch; the scale does not matter */
+  double ms[MAX_UNITS], mem[MAX_UNITS], speed[MAX_UNITS], cap[MAX_UNITS], mtok,
+      mseq;
+  if (trainer_data_mean(&c->data, &mtok, &mseq))
+    oom();
   for (int j = 0; j < NU; j++) {
     double flops =
-        j == 0 ? 2 * 33.5 * c->D : 3.0 * bwidth(c, j) * bwidth(c, j + 1);
-    ms[j] = flops * c->B * 1e-6;
+        j == 0 ? 2 * mtok * c->D : 3.0 * bwidth(c, j) * bwidth(c, j + 1);
+    ms[j] = flops * mseq * 1e-6;
     mem[j] = 3.0 * sizeof(float) * unit_params(c, j) / 1e9;
   }
   for (int k = 0; k < K; k++)
@@ -472,7 +485,7 @@ static int partition(const cfg_t *c, int K, int *layers, const char **from) {
   m.layers = NU;
   m.layer_ms = ms;
   m.layer_mem_gb = mem;
-  m.boundary_mb = (double)c->B * c->H * sizeof(float) / 1e6;
+  m.boundary_mb = mseq * c->H * sizeof(float) / 1e6;
   m.microbatches = c->M;
   double fill, step;
   int rc = resihp_planner_partition(&cl, &m, 1, K, speed, cap, c->M, layers,
@@ -553,11 +566,12 @@ static int run_reference(const cfg_t *c) {
     for (int i = 0; i < c->M; i++)
       for (int k = 0; k < K; k++) {
         slot_t *sl = &st[k].slots[i];
+        gen_data(c, sl, s, i);
         if (k > 0)
           memcpy(bnd(&st[k], sl, st[k].u0),
                  bnd(&st[k - 1], &st[k - 1].slots[i], st[k - 1].u1),
-                 bnd_bytes(&st[k], st[k].u0));
-        stage_fwd(&st[k], sl, s, i);
+                 bnd_bytes(&st[k], sl, st[k].u0));
+        stage_fwd(&st[k], sl);
       }
     for (int i = c->M - 1; i >= 0; i--) {
       const float *d = NULL;
@@ -566,7 +580,7 @@ static int run_reference(const cfg_t *c) {
     }
     double loss = 0;
     for (int k = 0; k < K; k++)
-      loss = stage_apply(&st[k]);
+      loss = stage_apply(&st[k], s);
     if (!c->quiet && c->print_every > 0 &&
         (s % c->print_every == 0 || s == c->steps - 1))
       printf("step %ld loss %.4f\n", s, loss);
@@ -575,6 +589,11 @@ static int run_reference(const cfg_t *c) {
   printf("training done: %ld steps of %d microbatches, %d stage(s) in one "
          "process, mean step %.2f ms\n",
          c->steps, c->M, K, 1000 * secs / c->steps);
+  for (int k = 0; k < K && !c->quiet; k++) {
+    char who[32];
+    snprintf(who, sizeof(who), "stage %d ", k);
+    trainer_mbstats_print(&st[k].times, stdout, who);
+  }
   printf("model checksum %016llx\n",
          (unsigned long long)units_fnv(TRAINER_FNV_INIT, units, 0, NU));
   printf("final result:");
@@ -682,7 +701,7 @@ static int run_job(const cfg_t *c) {
               what, resihp_strerror(rc));
       goto out;
     }
-    double loss = stage_apply(&st);
+    double loss = stage_apply(&st, ss.step);
     resihp_job_end_step(job);
     done_steps++;
     if (!c->quiet && k == K - 1 && c->print_every > 0 &&
@@ -706,6 +725,8 @@ static int run_job(const cfg_t *c) {
          "stage checksum %s\n",
          who, done_steps, secs, done_steps ? 1000 * secs / done_steps : 0.0,
          t_begin, t_pipe, t_ex, sum);
+  if (!c->quiet)
+    trainer_mbstats_print(&st.times, stdout, who);
   fflush(stdout);
   resihp_job_finish(job, sum);
   ret = 0;
@@ -769,7 +790,7 @@ static int run_plain(const cfg_t *c) {
                                          RESIHP_OP_SUM);
     if (rc)
       goto fail;
-    double loss = stage_apply(&st);
+    double loss = stage_apply(&st, s);
     if (!c->quiet && r == 0 && k == K - 1 && c->print_every > 0 &&
         (s % c->print_every == 0 || s == c->steps - 1)) {
       printf("step %ld loss %.4f\n", s, loss);
@@ -860,7 +881,8 @@ static void usage(FILE *f) {
       "       [--batch B] [--vocab V] [--embed D] [--hidden H] [--layers L]\n"
       "       [--classes C] [--lr X] [--momentum X] [--seed S] [--mb-ms MS]\n"
       "       [--stages K] [--partition N,N..] [--float] [--print-every N]\n"
-      "       [--quiet] [--reference | --plain DIR]\n"
+      "       [--data fixed|longtail|packed] [--tokens N] [--quiet]\n"
+      "       [--reference | --plain DIR]\n"
       "Run under resihp-run --ranks-per-replica K (rank k trains pipeline\n"
       "stage k); --reference trains the K stages in one process, --plain DIR\n"
       "in one plain srun step of R*K tasks without fault tolerance. The\n"
@@ -885,24 +907,26 @@ int main(int argc, char **argv) {
     const char *name;
     size_t off;
     long lo, hi;
-  } iopt[] = {{"microbatches", offsetof(cfg_t, M), 1, 165518},
-              {"batch", offsetof(cfg_t, B), 1, 4096},
-              {"vocab", offsetof(cfg_t, V), 2, 1000000},
-              {"embed", offsetof(cfg_t, D), 1, 4096},
-              {"hidden", offsetof(cfg_t, H), 1, 4096},
-              {"layers", offsetof(cfg_t, L), 1, MAX_LAYERS},
-              {"classes", offsetof(cfg_t, C), 2, 1024},
-              {"mb-ms", offsetof(cfg_t, mb_ms), 0, 60000},
-              {"stages", offsetof(cfg_t, K), 1, MAX_UNITS},
-              {"print-every", offsetof(cfg_t, print_every), 0, 1000000000}};
+  } iopt[] = {
+      {"microbatches", offsetof(cfg_t, M), 1, 165518},
+      {"batch", offsetof(cfg_t, B), 1, 4096},
+      {"vocab", offsetof(cfg_t, V), 2, 1000000},
+      {"embed", offsetof(cfg_t, D), 1, 4096},
+      {"hidden", offsetof(cfg_t, H), 1, 4096},
+      {"layers", offsetof(cfg_t, L), 1, MAX_LAYERS},
+      {"classes", offsetof(cfg_t, C), 2, 1024},
+      {"mb-ms", offsetof(cfg_t, mb_ms), 0, 60000},
+      {"stages", offsetof(cfg_t, K), 1, MAX_UNITS},
+      {"tokens", offsetof(cfg_t, data.budget), TRAINER_LONG_MIN, 1 << 20},
+      {"print-every", offsetof(cfg_t, print_every), 0, 1000000000}};
   enum { NI = sizeof(iopt) / sizeof(iopt[0]) };
   struct option lo[NI + 16] = {
       {"steps", 1, 0, 's'}, {"lr", 1, 0, 'l'},        {"momentum", 1, 0, 'u'},
       {"seed", 1, 0, 'S'},  {"partition", 1, 0, 'P'}, {"float", 0, 0, 'f'},
       {"quiet", 0, 0, 'q'}, {"reference", 0, 0, 'r'}, {"plain", 1, 0, 'x'},
-      {"help", 0, 0, 'h'}};
+      {"help", 0, 0, 'h'},  {"data", 1, 0, 'T'}};
   for (int i = 0; i < NI; i++)
-    lo[10 + i] = (struct option){iopt[i].name, 1, 0, 256 + i};
+    lo[11 + i] = (struct option){iopt[i].name, 1, 0, 256 + i};
   int o;
   while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     if (o >= 256 && o < 256 + NI) {
@@ -938,6 +962,16 @@ int main(int argc, char **argv) {
     case 'x':
       c.plain_dir = optarg;
       break;
+    case 'T':
+      if (trainer_data_kind(optarg) < 0) {
+        fprintf(stderr,
+                "resihp-pipeline-trainer: --data wants fixed, longtail or "
+                "packed, not '%s'\n",
+                optarg);
+        return 2;
+      }
+      c.data.kind = (trainer_data_kind_t)trainer_data_kind(optarg);
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -968,6 +1002,15 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  c.data.B = c.B;
+  c.data.V = c.V;
+  c.data.C = c.C;
+  c.data.seed = c.seed;
+  if (!c.data.budget)
+    c.data.budget = 64 * c.B;
+  c.maxs = trainer_data_max_seqs(&c.data);
+  if (trainer_cost_init(&c.cost, &c.data, c.mb_ms))
+    oom();
   if (c.reference)
     return run_reference(&c);
   if (c.plain_dir)

@@ -4,11 +4,15 @@
  * Model: a bag-of-embeddings classifier over token sequences - an
  * embedding table (V x D), mean over the sequence, a tanh hidden layer
  * (H) and a softmax over C classes - trained with SGD and momentum on
- * deterministic synthetic sequences of variable length (4..63 tokens):
- * each sequence belongs to a class and draws half of its tokens from that
- * class's block of the vocabulary. Every step processes the same M
- * microbatches of B sequences; microbatch m of step s is generated from
- * (seed, s, m) alone, so any replica can compute any microbatch.
+ * deterministic synthetic sequences of variable length: each sequence
+ * belongs to a class and draws half of its tokens from that class's block
+ * of the vocabulary. Every step processes the same M microbatches;
+ * microbatch m of step s is generated from (seed, s, m) alone, so any
+ * replica can compute any microbatch. --data picks B sequences of 4..63
+ * tokens (fixed, the default), B of long-tailed lengths 8..1023
+ * (longtail) or as many as fit in --tokens (packed); --mb-ms is the mean
+ * simulated compute of a microbatch, scaled by its workload like a
+ * transformer's (contrib/common/trainer-data.h).
  *
  * Determinism. Per-microbatch gradients are accumulated in int64 fixed
  * point (resihp_fixed_accumulate_float) and summed exactly across
@@ -25,8 +29,12 @@
  *                  fixed communicator, rank 0 writes a checkpoint every K
  *                  steps, and any failure ends the run (exit 1) so that the
  *                  caller restarts it from the last checkpoint.
+ *   --reference    no job: one process computes all M microbatches of
+ *                  every step and prints the final checksum, which a run
+ *                  under resihp-run must match bitwise.
  */
 #include "../common/trainer-common.h"
+#include "../common/trainer-data.h"
 
 #include <fcntl.h>
 #include <getopt.h>
@@ -44,6 +52,8 @@ typedef struct {
   double lr, momentum;
   uint64_t seed;
   int mb_ms;
+  trainer_data_t data; /* --data, --tokens */
+  int reference;
   int quiet;
   int print_every;
   const char *ckpt_dir;
@@ -58,6 +68,9 @@ typedef struct {
   float *E, *W1, *b1, *W2, *b2;
   float *grad;
   int64_t *acc; /* P + 1 (loss) */
+  trainer_mb_t mb, scratch;
+  trainer_cost_t cost;
+  trainer_mbstats_t times;
 } model_t;
 
 static void init_model(model_t *m) {
@@ -67,7 +80,13 @@ static void init_model(model_t *m) {
   m->state = calloc(2 * m->P, sizeof(float));
   m->grad = calloc(m->P, sizeof(float));
   m->acc = calloc(m->P + 1, sizeof(int64_t));
-  if (!m->state || !m->grad || !m->acc) {
+  c->data.B = c->B;
+  c->data.V = c->V;
+  c->data.C = c->C;
+  c->data.seed = c->seed;
+  if (!m->state || !m->grad || !m->acc || trainer_mb_init(&m->mb, &c->data) ||
+      trainer_mb_init(&m->scratch, &c->data) ||
+      trainer_cost_init(&m->cost, &c->data, c->mb_ms)) {
     fprintf(stderr, "trainer: out of memory\n");
     exit(1);
   }
@@ -84,25 +103,20 @@ static void init_model(model_t *m) {
 }
 
 /* Gradient of the summed loss of microbatch mb of step s into m->grad;
- * returns the loss, the token count and the sum of squared lengths. */
-static double microbatch(model_t *m, long s, int mb, long *tokens,
-                         double *sum_l2) {
+ * returns the loss. The microbatch stays in m->mb. */
+static double microbatch(model_t *m, long s, int mb) {
   cfg_t *c = &m->c;
   memset(m->grad, 0, m->P * sizeof(float));
   float *gE = m->grad, *gW1 = gE + (size_t)c->V * c->D,
         *gb1 = gW1 + (size_t)c->H * c->D, *gW2 = gb1 + c->H,
         *gb2 = gW2 + (size_t)c->C * c->H;
   float x[256], h[256], dz[64], dh[256], dx[256];
-  int tok[64];
   double loss = 0;
-  *tokens = 0;
-  *sum_l2 = 0;
-  uint64_t r = trainer_mb_rng(c->seed, s, mb);
-  for (int b = 0; b < c->B; b++) {
-    int cls;
-    int L = trainer_sequence(&r, c->V, c->C, &cls, tok);
-    *tokens += L;
-    *sum_l2 += (double)L * L;
+  trainer_mb_t *d = &m->mb;
+  trainer_data_draw(&c->data, s, mb, d);
+  for (int b = 0; b < d->nseq; b++) {
+    int cls = d->cls[b], L = d->len[b];
+    const int *tok = d->tok + d->off[b];
     trainer_embed_mean(m->E, c->D, tok, L, x);
     trainer_dense(m->W1, m->b1, c->D, c->H, x, h, 1);
     trainer_dense(m->W2, m->b2, c->H, c->C, h, dz, 0);
@@ -112,7 +126,7 @@ static double microbatch(model_t *m, long s, int mb, long *tokens,
     trainer_dense_bwd(m->W1, c->D, c->H, x, dh, gW1, gb1, dx);
     trainer_embed_mean_bwd(gE, c->D, tok, L, dx);
   }
-  trainer_sleep_ms(c->mb_ms);
+  trainer_compute_sleep(&m->cost, d);
   return loss;
 }
 
@@ -120,21 +134,22 @@ static double microbatch(model_t *m, long s, int mb, long *tokens,
 static void add_microbatch(model_t *m, resihp_job_t *job, long s, int mb,
                            int fb) {
   double t0 = trainer_now_s();
-  long tokens;
-  double sum_l2;
-  double loss = microbatch(m, s, mb, &tokens, &sum_l2);
+  double loss = microbatch(m, s, mb);
   resihp_fixed_accumulate_float(m->acc, m->grad, m->P, fb);
   float lf = (float)loss;
   resihp_fixed_accumulate_float(m->acc + m->P, &lf, 1, fb);
+  double secs = trainer_now_s() - t0;
+  trainer_mbstats_add(&m->times, secs);
   if (job)
-    resihp_job_report_microbatch(job, mb, (double)tokens, sum_l2, m->c.B,
-                                 trainer_now_s() - t0);
+    resihp_job_report_microbatch(job, mb, (double)m->mb.tokens, m->mb.sum_l2,
+                                 m->mb.nseq, secs);
 }
 
-/* SGD with momentum from the summed gradient; returns the mean loss. */
-static double apply(model_t *m, int fb) {
+/* SGD with momentum from the summed gradient of step s; returns the mean
+ * loss per sequence. */
+static double apply(model_t *m, long s, int fb) {
   cfg_t *c = &m->c;
-  double n = (double)c->M * c->B;
+  double n = trainer_data_step_seqs(&c->data, s, c->M, &m->scratch);
   float *g = m->grad, loss;
   resihp_fixed_to_float(g, m->acc, m->P, fb, n);
   resihp_fixed_to_float(&loss, m->acc + m->P, 1, fb, n);
@@ -196,7 +211,7 @@ static int run_resilient(model_t *m) {
       return 1;
     }
     t_ar += trainer_now_s() - t;
-    double loss = apply(m, fb);
+    double loss = apply(m, st.step, fb);
     resihp_job_end_step(job);
     done_steps++;
     if (!c->quiet && c->print_every > 0 &&
@@ -220,9 +235,37 @@ static int run_resilient(model_t *m) {
          "boundaries %.2f s, microbatches %.2f s, all-reduce %.2f s); final "
          "checksum %s\n",
          me, done_steps, trainer_now_s() - t0, t_begin, t_comp, t_ar, sum);
+  char who[32];
+  snprintf(who, sizeof(who), "[replica %d] ", me);
+  if (!c->quiet)
+    trainer_mbstats_print(&m->times, stdout, who);
   fflush(stdout);
   resihp_job_finish(job, sum);
   resihp_job_destroy(job);
+  return 0;
+}
+
+/* ---- the reference: one process, every microbatch ------------------- */
+
+static int run_reference(model_t *m) {
+  cfg_t *c = &m->c;
+  int fb = resihp_fixed_frac_bits();
+  double t0 = trainer_now_s();
+  for (long s = 0; s < c->steps; s++) {
+    memset(m->acc, 0, (m->P + 1) * sizeof(int64_t));
+    for (int mb = 0; mb < c->M; mb++)
+      add_microbatch(m, NULL, s, mb, fb);
+    double loss = apply(m, s, fb);
+    if (!c->quiet && c->print_every > 0 &&
+        (s % c->print_every == 0 || s == c->steps - 1))
+      printf("step %ld loss %.4f\n", s, loss);
+  }
+  printf("reference done: %ld steps of %d microbatches (%s data) in %.2f s; "
+         "final checksum %016llx\n",
+         c->steps, c->M, trainer_data_name(c->data.kind), trainer_now_s() - t0,
+         (unsigned long long)trainer_fnv1a(m->state, 2 * m->P * sizeof(float)));
+  if (!c->quiet)
+    trainer_mbstats_print(&m->times, stdout, "");
   return 0;
 }
 
@@ -311,7 +354,7 @@ static int run_checkpointed(model_t *m) {
       resihp_comm_destroy(comm);
       return 1;
     }
-    double loss = apply(m, fb);
+    double loss = apply(m, s, fb);
     if (rank == 0 && !c->quiet && c->print_every > 0 &&
         (s % c->print_every == 0 || s == c->steps - 1))
       printf("step %ld loss %.4f\n", s, loss);
@@ -339,10 +382,13 @@ static void usage(FILE *f) {
       "usage: resihp-trainer [--steps N] [--microbatches M] [--batch B]\n"
       "       [--hidden H] [--embed D] [--vocab V] [--classes C] [--lr X]\n"
       "       [--momentum X] [--seed S] [--mb-ms MS] [--print-every N]\n"
-      "       [--quiet] [--checkpoint DIR --checkpoint-every K [--die-at "
-      "S,S..]]\n"
+      "       [--data fixed|longtail|packed] [--tokens N] [--quiet]\n"
+      "       [--reference | --checkpoint DIR --checkpoint-every K "
+      "[--die-at S,S..]]\n"
       "Run under resihp-run (see resihp-run(1)); prints the checksum of the\n"
-      "final parameters.\n");
+      "final parameters. --mb-ms is the mean simulated compute of a\n"
+      "microbatch, scaled by its tokens and squared lengths; --tokens is the\n"
+      "token budget of a packed microbatch (default 64 x --batch).\n");
 }
 
 int main(int argc, char **argv) {
@@ -374,6 +420,9 @@ int main(int argc, char **argv) {
                                      {"checkpoint", 1, 0, 'k'},
                                      {"checkpoint-every", 1, 0, 'K'},
                                      {"die-at", 1, 0, 'd'},
+                                     {"data", 1, 0, 'T'},
+                                     {"tokens", 1, 0, 'N'},
+                                     {"reference", 0, 0, 'r'},
                                      {"help", 0, 0, 'h'},
                                      {0, 0, 0, 0}};
   int o;
@@ -427,6 +476,29 @@ int main(int argc, char **argv) {
     case 'd':
       m.c.die_at = optarg;
       break;
+    case 'T':
+      if (trainer_data_kind(optarg) < 0) {
+        fprintf(stderr,
+                "resihp-trainer: --data wants fixed, longtail or packed, not "
+                "'%s'\n",
+                optarg);
+        return 2;
+      }
+      m.c.data.kind = (trainer_data_kind_t)trainer_data_kind(optarg);
+      break;
+    case 'N':
+      m.c.data.budget = atoi(optarg);
+      if (m.c.data.budget < TRAINER_LONG_MIN || m.c.data.budget > 1 << 20) {
+        fprintf(stderr,
+                "resihp-trainer: --tokens wants a token budget from %d to "
+                "%d, not '%s'\n",
+                TRAINER_LONG_MIN, 1 << 20, optarg);
+        return 2;
+      }
+      break;
+    case 'r':
+      m.c.reference = 1;
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -442,10 +514,22 @@ int main(int argc, char **argv) {
                     "2 <= classes <= 64 <= vocab)\n");
     return 2;
   }
+  if (m.c.B > 1 << 16 || (m.c.reference && m.c.ckpt_dir)) {
+    fprintf(stderr, "resihp-trainer: --batch is at most 65536, and "
+                    "--reference and --checkpoint do not go together\n");
+    return 2;
+  }
+  if (!m.c.data.budget)
+    m.c.data.budget = 64 * m.c.B;
   init_model(&m);
-  int rc = m.c.ckpt_dir ? run_checkpointed(&m) : run_resilient(&m);
+  int rc = m.c.reference  ? run_reference(&m)
+           : m.c.ckpt_dir ? run_checkpointed(&m)
+                          : run_resilient(&m);
   free(m.state);
   free(m.grad);
   free(m.acc);
+  trainer_mb_free(&m.mb);
+  trainer_mb_free(&m.scratch);
+  trainer_mbstats_free(&m.times);
   return rc;
 }

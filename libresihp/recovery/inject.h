@@ -8,7 +8,15 @@
  * its --kill-node-cmd on the rank's node and the rank waits to be killed)
  * or hang-rank (the rank SIGSTOPs itself). STEP is a step number, or
  * "catchup": the moment the replica takes part in a catch-up transfer
- * (half-way through sending or receiving the state). */
+ * (half-way through sending or receiving the state).
+ *
+ * slow-rank is a fail-slow, not a failure: "slow-rank:REPLICA[.RANK]@STEP
+ * xF[:D]" (also with the sign U+00D7 for 'x') makes the rank (default: the
+ * replica's last) F times slower from step STEP on, for D steps or, without
+ * :D, for good. F is a decimal in (1, 100] with at most 3 decimals, kept in
+ * thousandths so that printing and parsing it again is exact; STEP must be
+ * a number. The rank stretches its own microbatches (job_faults.c) and
+ * never announces it to the coordinator. */
 #ifndef RESIHP_RECOVERY_INJECT_H
 #define RESIHP_RECOVERY_INJECT_H
 
@@ -21,13 +29,23 @@ typedef enum {
   RESIHP__INJ_KILL_RANK = 0,
   RESIHP__INJ_KILL_NODE = 1,
   RESIHP__INJ_HANG_RANK = 2,
+  RESIHP__INJ_SLOW_RANK = 3,
 } resihp__inj_kind_t;
+
+/* Bounds of slow-rank's factor (thousandths) and duration (steps). */
+#define RESIHP__INJECT_SLOW_MIN_MILLI 1001
+#define RESIHP__INJECT_SLOW_MAX_MILLI 100000
+#define RESIHP__INJECT_SLOW_MAX_STEPS 1000000000L
 
 typedef struct {
   resihp__inj_kind_t kind;
   int replica;
   int rank;  /* rank of the replica's step, or -1: the kind's default */
   long step; /* or RESIHP__INJECT_CATCHUP */
+  /* slow-rank only (0 for the other kinds): the factor in thousandths and
+   * the number of slow steps, 0 for good */
+  int factor_milli;
+  long steps;
 } resihp__inject_t;
 
 /* Parse spec into out (at most max items); *n gets the count. On error

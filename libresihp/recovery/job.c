@@ -441,6 +441,7 @@ void resihp_job_report_microbatch(resihp_job_t *j, int mb, double tokens,
                                   double sum_l2, double nseq, double seconds) {
   if (!j)
     return;
+  seconds = resihp__job_slow_microbatch(j, seconds);
   resihp_job_mb_sample_t *x = &j->samples[j->nsamples % RESIHP__JOB_SAMPLES];
   x->step = j->step;
   x->mb = mb;

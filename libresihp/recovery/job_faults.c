@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Up to the coordinator: the leader says it itself, the others through
@@ -47,6 +48,8 @@ void resihp__job_fire(resihp_job_t *j, resihp__inj_kind_t kind, long step) {
       usleep(100000);
     raise(SIGKILL);
     break;
+  case RESIHP__INJ_SLOW_RANK:
+    break; /* not a failure: resihp__job_slow_microbatch */
   }
 }
 
@@ -59,12 +62,80 @@ static int my_fault(const resihp_job_t *j, int i) {
   return j->inj[i].replica == j->replica && j->lrank == who;
 }
 
+/* Whether slow-rank item i covers step s. */
+static int slow_at(const resihp_job_t *j, int i, long s) {
+  const resihp__inject_t *x = &j->inj[i];
+  return s >= x->step && (x->steps == 0 || s - x->step < x->steps);
+}
+
+/* A slow-rank is no failure: nothing goes to the coordinator, which must
+ * find it by itself from the microbatch times. The rank only says in its
+ * log when it starts and when it ends being slow (inj_fired 1 then 2); a
+ * replacement started after the slow period says nothing. */
+static void slow_log(resihp_job_t *j, int i, long step) {
+  const resihp__inject_t *x = &j->inj[i];
+  int on = slow_at(j, i, step);
+  if (j->inj_fired[i] == 0 && on) {
+    char until[64] = "for good";
+    if (x->steps)
+      snprintf(until, sizeof(until), "to step %ld", x->step + x->steps - 1);
+    j->inj_fired[i] = 1;
+    resihp_log(RESIHP_LOG_WARN, "job",
+               "replica %d rank %d: injected slowdown x%d.%03d from step %ld "
+               "%s (node %s)",
+               j->replica, j->lrank, x->factor_milli / 1000,
+               x->factor_milli % 1000, step, until, j->node);
+  } else if (j->inj_fired[i] == 1 && !on) {
+    j->inj_fired[i] = 2;
+    resihp_log(RESIHP_LOG_WARN, "job",
+               "replica %d rank %d: injected slowdown ends at step %ld "
+               "(node %s)",
+               j->replica, j->lrank, step, j->node);
+  }
+}
+
 void resihp__job_maybe_fire(resihp_job_t *j, long step) {
   for (int i = 0; i < j->ninj; i++)
-    if (!j->inj_fired[i] && my_fault(j, i) && j->inj[i].step == step) {
+    if (j->inj[i].kind == RESIHP__INJ_SLOW_RANK) {
+      if (my_fault(j, i))
+        slow_log(j, i, step);
+    } else if (!j->inj_fired[i] && my_fault(j, i) && j->inj[i].step == step) {
       j->inj_fired[i] = 1;
       resihp__job_fire(j, j->inj[i].kind, step);
     }
+}
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+double resihp__job_slow_microbatch(resihp_job_t *j, double seconds) {
+  int milli = 0;
+  for (int i = 0; i < j->ninj; i++)
+    if (j->inj[i].kind == RESIHP__INJ_SLOW_RANK && my_fault(j, i) &&
+        slow_at(j, i, j->step) && j->inj[i].factor_milli > milli)
+      milli = j->inj[i].factor_milli;
+  if (!milli || !(seconds > 0))
+    return seconds;
+  /* the missing (F - 1) x seconds, slept in slices of at most 1 ms as the
+   * trainers' simulated compute is, so that an outside stop (SIGSTOP, a
+   * debugger) still counts as lost time and not as work done; a sample of
+   * a day at most, whatever the caller measured */
+  double extra = seconds * (milli - 1000) / 1000.0;
+  if (extra > 86400)
+    extra = 86400;
+  double t0 = mono_s(), done = 0;
+  while (done < extra) {
+    double left = extra - done, slice = left < 1e-3 ? left : 1e-3;
+    struct timespec ts = {0, (long)(slice * 1e9)};
+    double a = mono_s();
+    nanosleep(&ts, NULL);
+    double dt = mono_s() - a;
+    done += dt < 1.5 * slice ? dt : 1.5 * slice;
+  }
+  return seconds + (mono_s() - t0);
 }
 
 /* A fault planned for a catch-up hits the named rank, else rank 0. */

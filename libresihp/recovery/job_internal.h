@@ -195,6 +195,10 @@ void resihp__job_state_free(resihp_job_t *j);
 /* job_faults.c */
 void resihp__job_fire(resihp_job_t *j, resihp__inj_kind_t kind, long step);
 void resihp__job_maybe_fire(resihp_job_t *j, long step);
+/* A microbatch of the current step took seconds: when a slow-rank
+ * injection covers this rank now, stretch it to F x seconds (sleeping the
+ * difference) and return the time it then took; else return seconds. */
+double resihp__job_slow_microbatch(resihp_job_t *j, double seconds);
 int resihp__job_catchup_fault(resihp_job_t *j);
 int resihp__job_check_probes(resihp_job_t *j);
 

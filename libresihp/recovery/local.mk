@@ -58,13 +58,15 @@ EXTRA_DIST += tests/fuzz/corpus-cmd/plain tests/fuzz/corpus-cmd/evil-node \
 	tests/fuzz/corpus-cmd/bad-escape tests/fuzz/corpus-cmd/empty \
 	tests/fuzz/corpus-cmd/escapes tests/fuzz/corpus-inject/plain \
 	tests/fuzz/corpus-inject/bad-step tests/fuzz/corpus-inject/trailing \
-	tests/fuzz/corpus-inject/too-many tests/fuzz/corpus-inject/ranks
+	tests/fuzz/corpus-inject/too-many tests/fuzz/corpus-inject/ranks \
+	tests/fuzz/corpus-inject/slow tests/fuzz/corpus-inject/slow-bad
 
 # The example trainer is built (not installed) for the tests and the demo.
 noinst_PROGRAMS += contrib/trainer/resihp-trainer
 contrib_trainer_resihp_trainer_SOURCES = contrib/trainer/trainer.c \
 	contrib/common/trainer-common.c contrib/common/trainer-layers.c \
-	contrib/common/trainer-common.h
+	contrib/common/trainer-common.h contrib/common/trainer-data.c \
+	contrib/common/trainer-data.h
 contrib_trainer_resihp_trainer_LDADD = libresihp/libresihp.la -lm
 # and the pipeline-parallel one (sharded replicas: --ranks-per-replica).
 include contrib/pipeline-trainer/local.mk

@@ -5,8 +5,10 @@
  *
  * Invariants beyond "does not crash": a refused plan yields no item and a
  * terminated message; an accepted one has at most the maximum of items,
- * each of a known kind with a replica >= 0 and a step >= 0 or "catchup",
- * and printing it and parsing that again gives the same items. */
+ * each of a known kind with a replica >= 0 and a step >= 0 or "catchup"
+ * (slow-rank: a number, a factor in (1, 100] and a duration >= 0, the
+ * other kinds neither), and printing it and parsing that again gives the
+ * same items. */
 #include "config.h"
 
 #include "../../libresihp/recovery/inject.h"
@@ -41,20 +43,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (n < 0 || n > RESIHP__INJECT_MAX)
     abort();
   for (int i = 0; i < n; i++)
-    if ((unsigned)v[i].kind > RESIHP__INJ_HANG_RANK || v[i].replica < 0 ||
+    if ((unsigned)v[i].kind > RESIHP__INJ_SLOW_RANK || v[i].replica < 0 ||
         v[i].rank < -1 ||
         (v[i].step < 0 && v[i].step != RESIHP__INJECT_CATCHUP) ||
-        !strcmp(resihp__inject_kind_name(v[i].kind), "?"))
+        !strcmp(resihp__inject_kind_name(v[i].kind), "?") ||
+        (v[i].kind == RESIHP__INJ_SLOW_RANK
+             ? v[i].step < 0 ||
+                   v[i].factor_milli < RESIHP__INJECT_SLOW_MIN_MILLI ||
+                   v[i].factor_milli > RESIHP__INJECT_SLOW_MAX_MILLI ||
+                   v[i].steps < 0 || v[i].steps > RESIHP__INJECT_SLOW_MAX_STEPS
+             : v[i].factor_milli != 0 || v[i].steps != 0))
       abort();
-  /* round trip: 64 items of at most 46 bytes each */
-  char buf[RESIHP__INJECT_MAX * 48];
+  /* round trip: 64 items of at most 80 bytes each */
+  char buf[RESIHP__INJECT_MAX * 80];
   resihp__inject_format(v, n, buf, sizeof(buf));
   if (resihp__inject_parse(buf, w, RESIHP__INJECT_MAX, &m, err, sizeof(err)) ||
       m != n)
     abort();
   for (int i = 0; i < n; i++)
     if (w[i].kind != v[i].kind || w[i].replica != v[i].replica ||
-        w[i].rank != v[i].rank || w[i].step != v[i].step)
+        w[i].rank != v[i].rank || w[i].step != v[i].step ||
+        w[i].factor_milli != v[i].factor_milli || w[i].steps != v[i].steps)
       abort();
   free(in);
   return 0;
@@ -69,6 +78,18 @@ static size_t fuzz_generate(uint8_t *buf, size_t cap) {
   static const char *const atoms[] = {"kill-rank",
                                       "kill-node",
                                       "hang-rank",
+                                      "slow-rank",
+                                      "slow-rank:1@3",
+                                      ":4",
+                                      "x",
+                                      "\xc3\x97",
+                                      "\xc3",
+                                      "1.5",
+                                      "100.000",
+                                      "100.001",
+                                      "1.0001",
+                                      ".5",
+                                      "2.",
                                       "kill",
                                       ":",
                                       "@",

@@ -60,6 +60,69 @@ START_TEST(inject_specs) {
 }
 END_TEST
 
+/* slow-rank: "x" or the sign U+00D7, F exact in thousandths, :D optional;
+ * printed back in the ASCII form; each refusal names the item and why. */
+START_TEST(inject_slow_specs) {
+  resihp__inject_t v[8];
+  int n = -1;
+  char err[512], buf[256];
+  ck_assert_int_eq(
+      resihp__inject_parse("slow-rank:1@5x2,slow-rank:0.1@10\xc3\x97"
+                           "1.5:20,slow-rank:2@0x100:1,slow-rank:3@7x1.001,"
+                           "kill-rank:1@9",
+                           v, 8, &n, err, sizeof(err)),
+      0);
+  ck_assert_int_eq(n, 5);
+  ck_assert_int_eq(v[0].kind, RESIHP__INJ_SLOW_RANK);
+  ck_assert_int_eq(v[0].replica, 1);
+  ck_assert_int_eq(v[0].rank, -1);
+  ck_assert_int_eq(v[0].step, 5);
+  ck_assert_int_eq(v[0].factor_milli, 2000);
+  ck_assert_int_eq(v[0].steps, 0);
+  ck_assert_int_eq(v[1].rank, 1);
+  ck_assert_int_eq(v[1].factor_milli, 1500);
+  ck_assert_int_eq(v[1].steps, 20);
+  ck_assert_int_eq(v[2].factor_milli, 100000);
+  ck_assert_int_eq(v[3].factor_milli, 1001);
+  ck_assert_int_eq(v[4].factor_milli, 0);
+  ck_assert_str_eq(resihp__inject_format(v, n, buf, sizeof(buf)),
+                   "slow-rank:1@5x2,slow-rank:0.1@10x1.5:20,"
+                   "slow-rank:2@0x100:1,slow-rank:3@7x1.001,kill-rank:1@9");
+  static const struct {
+    const char *spec, *why;
+  } bad[] = {
+      {"slow-rank:1@5", "needs a factor"},
+      {"slow-rank:1@5x1", "more than 1 and at most 100"},
+      {"slow-rank:1@5x1.0", "more than 1 and at most 100"},
+      {"slow-rank:1@5x100.001", "more than 1 and at most 100"},
+      {"slow-rank:1@5x99999999999", "more than 1 and at most 100"},
+      {"slow-rank:1@5x0.5", "more than 1 and at most 100"},
+      {"slow-rank:1@5x1.0005", "1 to 3 decimals"},
+      {"slow-rank:1@5x2.", "1 to 3 decimals"},
+      {"slow-rank:1@5x.5", "decimal number"},
+      {"slow-rank:1@5x-2", "decimal number"},
+      {"slow-rank:1@5x2:0", "D must be"},
+      {"slow-rank:1@5x2:", "D must be"},
+      {"slow-rank:1@5x2:3:4", "junk"},
+      {"slow-rank:1@5x2,5", "missing"},
+      {"slow-rank:1@catchupx2", "STEP must be"},
+      {"slow-rank:1@-5x2", "STEP must be"},
+      {"slow-rank:1@5\xc3x2", "needs a factor"},
+      {"kill-rank:1@5x2", "STEP must be"},
+      {"hang-rank:1@5:3", "STEP must be"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    err[0] = '\0';
+    ck_assert_int_eq(
+        resihp__inject_parse(bad[i].spec, v, 8, &n, err, sizeof(err)),
+        RESIHP_EINVAL);
+    ck_assert_int_eq(n, 0);
+    ck_assert_msg(strstr(err, bad[i].why), "%s: %s", bad[i].spec, err);
+    ck_assert_ptr_nonnull(strstr(err, "slow-rank:REPLICA[.RANK]@STEPxF[:D]"));
+  }
+}
+END_TEST
+
 /* Server side of a handshake on fd through the non-blocking machine. */
 static int serve_handshake(const uint8_t *key, size_t klen, int fd,
                            resihp__wire_t *out) {
@@ -206,6 +269,27 @@ static int g_K = 1, g_victim_rank = -1, g_keep;
 /* Bad input: the ranks per replica each shard is written for (0: any),
  * and a replica whose state is shorter than the others'. */
 static int g_rpr[2], g_short_state_replica = -1;
+/* A slow-rank plan given to every rank (NULL: none), and the factor and
+ * steps [from, to) it should stretch the samples of replica g_slow_r by. */
+static const char *g_slow;
+static int g_slow_r = -1;
+static long g_slow_from, g_slow_to;
+static double g_slow_f;
+
+/* Every sample of this replica is what it reported (1 ms), stretched by
+ * at least g_slow_f in the slow steps of the slow replica only. */
+static int samples_slowed_right(resihp_job_t *job, int replica) {
+  static resihp_job_mb_sample_t smp[1024];
+  int ns = resihp_job_microbatch_samples(job, smp, 1024), slow = 0;
+  for (int i = 0; i < ns; i++) {
+    int in = replica == g_slow_r && smp[i].step >= g_slow_from &&
+             smp[i].step < g_slow_to;
+    slow += in;
+    if (in ? smp[i].seconds < 0.001 * g_slow_f : smp[i].seconds != 0.001)
+      return 0;
+  }
+  return ns > 0 && (replica != g_slow_r || slow > 0);
+}
 
 static int64_t pattern(long step, int mb, int k, int shard) {
   return (step + 1) * 1000 + mb * (k + 1) + shard * 7;
@@ -232,7 +316,7 @@ static int rank_main(int replica, int die_at) {
              die_at);
   else if (die_at >= 0)
     snprintf(inj, sizeof(inj), "kill-rank:%d@%d", replica, die_at);
-  o.inject = inj;
+  o.inject = g_slow ? g_slow : inj;
   int64_t state[NSTATE] = {0}, acc[NSTATE];
   /* the state is announced at join: its shape is checked there */
   resihp_job_buf_t sb = {state, sizeof(state)};
@@ -286,6 +370,9 @@ static int rank_main(int replica, int die_at) {
   char res[64];
   snprintf(res, sizeof(res), "%lld.%lld", (long long)state[0],
            (long long)state[NSTATE - 1]);
+  /* a wrong stretch shows as a replica that disagrees */
+  if (g_slow && !samples_slowed_right(job, replica))
+    snprintf(res, sizeof(res), "samples-not-slowed-as-planned");
   resihp_job_finish(job, res);
   resihp_job_destroy(job);
   return 0;
@@ -460,6 +547,22 @@ START_TEST(job_rank_dies_replaced) {
   ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
   /* the replacement caught up and finished with the same state */
   ck_assert_msg(strstr(out, "2 replicas agree"), "%s", out);
+}
+END_TEST
+
+/* slow-rank:1@3x2.5:4: replica 1's samples of steps 3..6 are stretched
+ * 2.5 times (it sleeps the difference), nobody else's and no other step;
+ * the job finishes as usual with the same result (a slowdown is no fault). */
+START_TEST(job_slow_rank_stretches_samples) {
+  char out[8192], want[128];
+  g_slow = "slow-rank:1@3x2.5:4";
+  g_slow_r = 1;
+  g_slow_from = 3;
+  g_slow_to = 7;
+  g_slow_f = 2.5;
+  run_job(3, -1, -1, 0, out, sizeof(out));
+  ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
+  ck_assert_msg(strstr(out, "3 replicas agree"), "%s", out);
 }
 END_TEST
 
@@ -1245,6 +1348,7 @@ static Suite *suite(void) {
   Suite *s = suite_create("recovery");
   TCase *tc = tcase_create("specs");
   tcase_add_test(tc, inject_specs);
+  tcase_add_test(tc, inject_slow_specs);
   tcase_add_test(tc, wire_auth);
   tcase_add_test(tc, probe_results_watch);
   suite_add_tcase(s, tc);
@@ -1253,6 +1357,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, job_without_failure);
   tcase_add_test(tc, job_rank_dies_no_spare);
   tcase_add_test(tc, job_rank_dies_replaced);
+  tcase_add_test(tc, job_slow_rank_stretches_samples);
   tcase_add_test(tc, job_wrong_secret_refused);
   tcase_add_test(tc, job_probe_failure_replaced);
   tcase_add_test(tc, spare_registry);

@@ -272,3 +272,13 @@ void trainer_mbstats_free(trainer_mbstats_t *t) {
   free(t->v);
   memset(t, 0, sizeof(*t));
 }
+
+int trainer_workload(long s, int mb, double *tokens, double *sum_l2,
+                     double *nseq, void *ud) {
+  trainer_workload_t *wl = ud;
+  trainer_data_shape(wl->d, s, mb, &wl->scratch);
+  *tokens = (double)wl->scratch.tokens;
+  *sum_l2 = wl->scratch.sum_l2;
+  *nseq = wl->scratch.nseq;
+  return 0;
+}

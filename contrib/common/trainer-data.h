@@ -87,6 +87,17 @@ void trainer_data_draw(const trainer_data_t *d, long s, int mb,
 /* Its shape only (nseq, tokens, sum_l2; no token drawn, len[] filled). */
 void trainer_data_shape(const trainer_data_t *d, long s, int mb,
                         trainer_mb_t *m);
+/* What the data loader tells resihp before a step (a resihp_job_workload_fn:
+ * resihp_job_set_workload_fn(job, trainer_workload, &wl)): the shape of
+ * microbatch mb of step s, without drawing its tokens. wl.scratch is
+ * trainer_mb_init'ed for wl.d and used by nothing else. */
+typedef struct {
+  const trainer_data_t *d;
+  trainer_mb_t scratch;
+} trainer_workload_t;
+int trainer_workload(long s, int mb, double *tokens, double *sum_l2,
+                     double *nseq, void *wl);
+
 /* The sequences of microbatches 0..M-1 of step s: what a step's mean
  * gradient divides by (M x B but for packed data). */
 double trainer_data_step_seqs(const trainer_data_t *d, long s, int M,

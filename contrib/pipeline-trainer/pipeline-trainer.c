@@ -650,6 +650,7 @@ static int run_job(const cfg_t *c) {
     print_partition(c, who, K, layers, from);
   unit_t units[MAX_UNITS] = {0};
   stage_t st;
+  trainer_workload_t wl = {.d = &c->data};
   stage_open(&st, c, units, layers, k, K, job);
   resihp_job_buf_t bufs[2 * MAX_UNITS];
   if ((rc = resihp_job_set_state_list(job, bufs, stage_state(&st, bufs)))) {
@@ -657,6 +658,9 @@ static int run_job(const cfg_t *c) {
             resihp_strerror(rc));
     goto out;
   }
+  /* the next step's workloads, so that microbatches go by predicted cost */
+  if (trainer_mb_init(&wl.scratch, &c->data) == 0)
+    resihp_job_set_workload_fn(job, trainer_workload, &wl);
   resihp_job_step_t ss;
   double t0 = trainer_now_s(), t_begin = 0, t_pipe = 0, t_ex = 0, t;
   long done_steps = 0;
@@ -733,6 +737,7 @@ static int run_job(const cfg_t *c) {
 out:
   resihp_job_destroy(job);
   stage_close(&st);
+  trainer_mb_free(&wl.scratch);
   return ret;
 }
 

@@ -69,6 +69,7 @@ typedef struct {
   float *grad;
   int64_t *acc; /* P + 1 (loss) */
   trainer_mb_t mb, scratch;
+  trainer_workload_t wl; /* the next step's workloads, for resihp */
   trainer_cost_t cost;
   trainer_mbstats_t times;
 } model_t;
@@ -86,6 +87,7 @@ static void init_model(model_t *m) {
   c->data.seed = c->seed;
   if (!m->state || !m->grad || !m->acc || trainer_mb_init(&m->mb, &c->data) ||
       trainer_mb_init(&m->scratch, &c->data) ||
+      trainer_mb_init(&m->wl.scratch, &c->data) ||
       trainer_cost_init(&m->cost, &c->data, c->mb_ms)) {
     fprintf(stderr, "trainer: out of memory\n");
     exit(1);
@@ -176,6 +178,8 @@ static int run_resilient(model_t *m) {
   }
   int me = resihp_job_replica(job);
   resihp_job_set_state(job, m->state, 2 * m->P * sizeof(float));
+  m->wl.d = &c->data;
+  resihp_job_set_workload_fn(job, trainer_workload, &m->wl);
   resihp_job_step_t st;
   double t0 = trainer_now_s(), t_begin = 0, t_comp = 0, t_ar = 0, t;
   long done_steps = 0;
@@ -530,6 +534,7 @@ int main(int argc, char **argv) {
   free(m.acc);
   trainer_mb_free(&m.mb);
   trainer_mb_free(&m.scratch);
+  trainer_mb_free(&m.wl.scratch);
   trainer_mbstats_free(&m.times);
   return rc;
 }

@@ -370,11 +370,14 @@ static int spares_left(void) {
   return n / g.K;
 }
 
+/* The injections for replica r's next launch. A slowdown belongs to the
+ * hardware the replica ran on: a replacement on other nodes is not slow. */
 static void inject_for(int r, char *buf, size_t len) {
   resihp__inject_t v[RESIHP__INJECT_MAX];
   int n = 0;
   for (int i = 0; i < g.ninj; i++)
-    if (g.inj[i].replica == r && !g.fired[i])
+    if (g.inj[i].replica == r && !g.fired[i] &&
+        !(g.inj[i].kind == RESIHP__INJ_SLOW_RANK && g.reps[r].launches > 0))
       v[n++] = g.inj[i];
   resihp__inject_format(v, n, buf, len);
 }

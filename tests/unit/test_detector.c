@@ -216,6 +216,8 @@ static void run_iteration(resihp_detector_t *d, uint64_t it,
         ck_assert_int_eq(resihp_detector_record(d, r, it, &w, t), 0);
       }
     }
+  /* The coordinator ends every step this way: decisions at once. */
+  ck_assert_int_eq(resihp_detector_end_iter(d, it), 0);
 }
 
 START_TEST(variability_only_no_alarm) {

@@ -68,6 +68,7 @@
 #define FACTOR_ALPHA 0.3  /* smoothing of a SLOW rank's factor */
 #define BASE_ALPHA 0.02   /* memory of a stage's baseline: ~50 iterations */
 #define BASE_WARM 8       /* iterations averaged to set a baseline */
+#define BASE_MODEL_N 4    /* x warm-up: samples fitted before a baseline */
 #define WREF_N 64         /* samples averaged into a reference workload */
 #define OFFSET_WARM 16    /* iterations averaged into a rank's own offset */
 #define OFFSET_ALPHA 0.02 /* then its memory: ~50 iterations */
@@ -107,15 +108,18 @@ static double sigma(const struct resihp__rank *r) {
   return s > 0.003 ? s : 0.003;
 }
 
-/* Huber weights on the slow side only: a slowdown must not be learnt, but
- * a model that predicts too much must catch up at once. The noise is
- * measured around the running bias, so that a bias does not pass for noise
- * and widen the weights. */
+/* Huber weights, tight on the slow side (a slowdown must not be learnt)
+ * and loose on the fast side (a model that predicts too much must catch up
+ * quickly, but a sample many deviations too fast is a clock glitch, and the
+ * 1/T^2 weights of the fit would make it count many times over). The noise
+ * is measured around the running bias, so that a bias does not pass for
+ * noise and widen the weights. */
 static void fit(struct resihp__rank *r, const resihp_workload_t *w, double t,
                 double z) {
   double s = sigma(r);
   double u = (z - r->bias) / s;
-  resihp__pred_update(&r->pred, w, t, u <= HUBER ? 1.0 : HUBER / u);
+  double wt = u > HUBER ? HUBER / u : u < -4 * HUBER ? -4 * HUBER / u : 1.0;
+  resihp__pred_update(&r->pred, w, t, wt);
   double dev = fabs(z - r->bias);
   if (dev > 4 * s)
     dev = 4 * s;
@@ -165,6 +169,11 @@ void resihp__failslow_record(resihp_detector_t *d, int rank, uint64_t iter,
     r->it_n++;
   if (r->fs == RESIHP__FS_OK && r->run == 0)
     fit(r, w, t, z);
+  else if (r->fs == RESIHP__FS_SLOW)
+    /* The model keeps learning the workload at the healthy speed (a model
+     * frozen in a bad state would keep the rank SLOW), and predictions stay
+     * healthy-speed ones that the factor scales. */
+    fit(r, w, t / exp(r->factor_log), z - r->factor_log);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -323,6 +332,17 @@ static void ok_step(resihp_detector_t *d, int rank, uint64_t iter,
   r->cusum = 0;
 }
 
+/* A baseline is set only from models that have seen BASE_MODEL_N times
+ * the warm-up: the first fits, after heavy-tailed noise, can be off by
+ * more than a slowdown, and a baseline does not forget them quickly. */
+static int models_settled(const resihp_detector_t *d, int slot) {
+  for (int q = d->stages[slot].head; q >= 0; q = d->ranks[q].next_peer)
+    if (d->ranks[q].judged &&
+        d->ranks[q].pred.n < (uint64_t)BASE_MODEL_N * d->cfg.warmup)
+      return 0;
+  return 1;
+}
+
 void resihp__failslow_close(resihp_detector_t *d) {
   if (!d->open)
     return;
@@ -408,6 +428,8 @@ void resihp__failslow_close(resihp_detector_t *d) {
     if (!st->n_ref)
       continue;
     if (st->base_n < BASE_WARM) {
+      if (!models_settled(d, s))
+        continue;
       st->base_n++;
       st->base += (st->ref - st->base) / st->base_n;
     } else if (st->hx + J < d->s_min) {

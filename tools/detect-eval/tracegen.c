@@ -84,6 +84,26 @@ int ev_add_episode(ev_source_t *s, const ev_episode_t *e) {
   return 0;
 }
 
+double ev_episode_factor(const ev_episode_t *e, uint32_t it) {
+  if (!(e->ramp_from > 0) || e->end <= e->start + 1)
+    return e->factor;
+  double x = it <= e->start ? 0
+             : it >= e->end - 1
+                 ? 1
+                 : (double)(it - e->start) / (e->end - 1 - e->start);
+  return e->ramp_from + (e->factor - e->ramp_from) * x;
+}
+
+double ev_episode_effective(const ev_episode_t *e, uint32_t it) {
+  double f = ev_episode_factor(e, it);
+  double eff = e->eff > 0 ? e->eff : e->eff_n ? e->eff_sum / e->eff_n : 0;
+  if (!(eff > 0))
+    return f;
+  if (e->factor <= 1)
+    return eff;
+  return 1 + (eff - 1) * (f - 1) / (e->factor - 1);
+}
+
 void ev_source_destroy(ev_source_t *s) {
   if (s && s->destroy)
     s->destroy(s);
@@ -228,6 +248,7 @@ static void gen_destroy(ev_source_t *s) {
   free(g->cursor);
   free(g->rank_end);
   free(g->src.ep);
+  free(g->src.mbl);
   free(g);
 }
 

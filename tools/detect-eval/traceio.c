@@ -201,7 +201,11 @@ static int directive(struct file_src *f, char **tok, int nt, const char *where,
     e.factor = factor;
     e.kind = strcmp(tok[5], "comm") ? EV_COMPUTE : EV_COMM;
     f->src.labelled = 1;
-    return ev_add_episode(&f->src, &e);
+    if (ev_add_episode(&f->src, &e)) {
+      say(err, errlen, "%s: out of memory", where);
+      return -1;
+    }
+    return 0;
   }
   if (!strcmp(tok[0], "stop")) {
     ev_episode_t e = {0};
@@ -218,7 +222,11 @@ static int directive(struct file_src *f, char **tok, int nt, const char *where,
     e.end = (uint32_t)v[2];
     e.kind = EV_STOP;
     f->src.labelled = 1;
-    return ev_add_episode(&f->src, &e);
+    if (ev_add_episode(&f->src, &e)) {
+      say(err, errlen, "%s: out of memory", where);
+      return -1;
+    }
+    return 0;
   }
   say(err, errlen,
       "%s: unknown directive '#! %.32s' (known: mb, slow, stop, nofault)",
@@ -350,7 +358,7 @@ ev_source_t *ev_trace_read(FILE *fp, const char *path, char *err,
         say(err, errlen, "%s: empty directive", where);
         rc = -1;
       } else {
-        mb_given |= !strcmp(tok[0], "mb");
+        mb_given |= nt == 2 && !strcmp(tok[0], "mb");
         rc = directive(f, tok, nt, where, err, errlen);
       }
       continue;

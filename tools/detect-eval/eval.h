@@ -74,6 +74,9 @@ struct ev_source {
 };
 
 int ev_add_episode(ev_source_t *s, const ev_episode_t *e);
+/* Make room for element n of *arr (*cap elements of size bytes): doubles
+ * the array when full. 0, or -1 out of memory (*arr unchanged). */
+int ev_grow(void **arr, size_t *cap, size_t n, size_t size);
 void ev_source_destroy(ev_source_t *s);
 
 /* Synthetic traces (tracegen.c). */

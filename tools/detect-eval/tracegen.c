@@ -71,15 +71,21 @@ double ev_normal(ev_rng_t *r) {
   return sqrt(-2 * log(ev_uniform(r))) * cos(2 * M_PI * ev_uniform(r));
 }
 
+int ev_grow(void **arr, size_t *cap, size_t n, size_t size) {
+  if (n < *cap)
+    return 0;
+  size_t c = *cap ? 2 * *cap : 64;
+  void *p = realloc(*arr, c * size);
+  if (!p)
+    return -1;
+  *arr = p;
+  *cap = c;
+  return 0;
+}
+
 int ev_add_episode(ev_source_t *s, const ev_episode_t *e) {
-  if (s->nep == s->ep_cap) {
-    size_t cap = s->ep_cap ? 2 * s->ep_cap : 64;
-    ev_episode_t *p = realloc(s->ep, cap * sizeof(*p));
-    if (!p)
-      return -1;
-    s->ep = p;
-    s->ep_cap = cap;
-  }
+  if (ev_grow((void **)&s->ep, &s->ep_cap, s->nep, sizeof(*e)))
+    return -1;
   s->ep[s->nep++] = *e;
   return 0;
 }

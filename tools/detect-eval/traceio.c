@@ -71,14 +71,8 @@ static void file_destroy(ev_source_t *s) {
 }
 
 static int add_mb(ev_source_t *s, uint32_t iter, int rank, int count) {
-  if (s->nmb == s->mb_cap) {
-    size_t cap = s->mb_cap ? 2 * s->mb_cap : 64;
-    ev_mb_t *p = realloc(s->mbl, cap * sizeof(*p));
-    if (!p)
-      return -1;
-    s->mbl = p;
-    s->mb_cap = cap;
-  }
+  if (ev_grow((void **)&s->mbl, &s->mb_cap, s->nmb, sizeof(s->mbl[0])))
+    return -1;
   s->mbl[s->nmb++] = (ev_mb_t){iter, rank, count};
   return 0;
 }

@@ -4,20 +4,24 @@
  * against the faults that were injected or labelled.
  *
  * Every trace is replayed once; each iteration's samples go to all three
- * detectors. resihp gets every microbatch (resihp_detector_record), the
- * heartbeats implied by the samples (a rank with fewer samples than
- * microbatches per iteration missed the rest of its heartbeat periods; 1 %
- * of heartbeats are dropped at random on top, as a lossy network would)
- * and, when a failed rank shows up again, a reset (its replacement joined).
- * The baselines get each rank's iteration time. Only the detectors' own
- * calls are timed.
+ * detectors. resihp gets every microbatch (resihp_detector_record), then
+ * the end of the iteration (resihp_detector_end_iter, as the coordinator
+ * does at the end of a step), the heartbeats implied by the samples (an
+ * iteration has as many heartbeat periods as microbatches per rank, '#! mb';
+ * a rank with samples in it, or declared idle, sends them all, a rank
+ * without misses them all; 1 % are dropped at random on top, as a lossy
+ * network would; the count of samples itself says nothing, since the
+ * coordinator assigns microbatches by predicted cost) and, when a failed
+ * rank shows up again, a reset (its replacement joined). The baselines get
+ * each rank's iteration time. Only the detectors' own calls are timed.
  *
- * Scoring: an alarm is a transition into SLOW (baselines: raising the
- * alarm). It is a true positive when the rank has a labelled slowdown that
- * started at or before it and ended less than GRACE iterations before it;
- * the first one per episode detects it (latency = alarm iteration - start),
- * later ones are duplicates; every other alarm is false. Fail-stops are
- * scored the same way from transitions into FAILED. MAPE is the predictor's
+ * Scoring: an alarm is a transition into SLOW or FAILED (baselines: raising
+ * the alarm). A SLOW alarm is a true positive when the rank has a labelled
+ * slowdown that started at or before it and ended less than GRACE
+ * iterations before it, a FAILED one when the rank has a labelled stop
+ * under way; the first one per episode detects it (latency = alarm
+ * iteration - start), later ones are duplicates; every other alarm is
+ * false, FAILED ones included. MAPE is the predictor's
  * error on microbatches of ranks with no labelled fault, predicted from the
  * model as it stood at the start of the iteration.
  */
@@ -154,6 +158,13 @@ static int replay(struct run *run) {
     stage[r] = -1;
     last_seen[r] = -1;
   }
+  int *declared = malloc((size_t)nr * sizeof(int));
+  if (!declared) {
+    fprintf(stderr, "resihp-detect-eval: out of memory\n");
+    exit(1);
+  }
+  size_t mbc = 0;        /* cursor into src->mbl */
+  int periods = src->mb; /* heartbeat periods per iteration */
   ev_rng_t hb = {opt.seed ^ 0x5eedULL};
   uint32_t it;
   const ev_sample_t *s;
@@ -171,7 +182,16 @@ static int replay(struct run *run) {
     for (int r = 0; r < nr; r++) {
       count[r] = 0;
       itime[r] = 0;
+      declared[r] = -1;
       labelled_fault[r] = src->labelled ? (uint8_t)faulty(src, r, it) : 0;
+    }
+    /* Microbatch counts declared up to this iteration ('#! mb'). */
+    for (; mbc < src->nmb && src->mbl[mbc].iter <= it; mbc++) {
+      const ev_mb_t *m = &src->mbl[mbc];
+      if (m->rank < 0)
+        periods = m->count > 0 ? m->count : 1;
+      else if (m->iter == it)
+        declared[m->rank] = m->count;
     }
     /* Arrivals: stage changes, and replacements of failed ranks. */
     for (size_t i = 0; i < n; i++) {
@@ -203,6 +223,7 @@ static int replay(struct run *run) {
       if (resihp_detector_record(d, s[i].rank, it, &s[i].w, s[i].t) ==
           RESIHP_EINVAL)
         return -1;
+    resihp_detector_end_iter(d, it);
     R->ns += now_ns() - t0;
     R->updates += n;
     for (size_t i = 0; i < n; i++)
@@ -210,12 +231,14 @@ static int replay(struct run *run) {
         run->ape_sum += fabs(pred[i] - s[i].t) / s[i].t;
         run->ape_n++;
       }
-    /* Heartbeat periods: one per microbatch slot. */
-    for (int m = 0; m < src->mb; m++)
+    /* Heartbeat periods: as many as microbatches per rank. A rank that
+     * computed anything, or was given nothing, is alive all iteration. */
+    for (int m = 0; m < periods; m++)
       for (int r = 0; r < nr; r++) {
         if (last_seen[r] < 0)
           continue; /* not started yet */
-        int got = count[r] > m && ev_uniform(&hb) >= HB_LOSS;
+        int alive = count[r] > 0 || declared[r] == 0;
+        int got = alive && ev_uniform(&hb) >= HB_LOSS;
         resihp_detector_heartbeat(d, r, it, got);
       }
     for (int b = 0; b < 2; b++) {
@@ -233,6 +256,7 @@ static int replay(struct run *run) {
     run->iters = it + 1;
   }
   free(pred);
+  free(declared);
   free(stage);
   free(count);
   free(last_seen);
@@ -267,7 +291,9 @@ static int class_of(const ev_episode_t *e) {
   if (e->kind == EV_STOP)
     return C_STOP;
   if (e->kind == EV_COMM) {
-    double eff = e->eff_n ? e->eff_sum / e->eff_n : e->factor;
+    double eff = e->eff > 0 ? e->eff
+                 : e->eff_n ? e->eff_sum / e->eff_n
+                            : e->factor;
     return eff >= 1.05 ? C_COMM : C_COMM_LOW;
   }
   if (e->factor < 1.2 - 1e-9)
@@ -306,28 +332,27 @@ static void score_alarms(const ev_source_t *src, const struct alarms *al,
         break;
       }
     }
-    if (!stops)
-      sc->alarms++;
+    sc->alarms++;
     if (match == SIZE_MAX) {
       if (opt.verbose && al->n < 1000)
         printf("  false %s alarm: rank %d iteration %u factor %.2f\n",
                stops ? "fail-stop" : "fail-slow", a->rank, a->iter, a->factor);
       if (stops)
         sc->stop_fp++;
-      else
-        sc->fp++;
+      sc->fp++; /* a FAILED alarm without a labelled stop is false too */
       continue;
     }
     if (latency[match] != UINT32_MAX) {
       sc->dup++;
       continue;
     }
-    if (!stops)
-      sc->tp++;
+    sc->tp++;
     const ev_episode_t *e = &src->ep[match];
     latency[match] = a->iter - e->start;
     if (!stops && a->factor > 0) {
-      double eff = e->eff_n ? e->eff_sum / e->eff_n : e->factor;
+      /* the slowdown of the measured time at the alarm (ramps move) */
+      double eff =
+          ev_episode_effective(e, a->iter < e->end ? a->iter : e->end - 1);
       sc->ferr_sum += fabs(a->factor - eff) / eff;
       sc->ferr_n++;
     }
@@ -354,7 +379,7 @@ static void score(const struct run *run, int det, struct score *sc) {
              : src->ep[i].kind == EV_COMM ? "comm"
                                           : "compute",
              src->ep[i].factor,
-             src->ep[i].eff_n ? src->ep[i].eff_sum / src->ep[i].eff_n : 0,
+             ev_episode_effective(&src->ep[i], src->ep[i].end - 1),
              src->ep[i].start, src->ep[i].end);
     sc->n[c]++;
     if (latency[i] == UINT32_MAX)
@@ -421,8 +446,9 @@ static void report(struct run *run) {
     else
       snprintf(fa, sizeof(fa), "n/a");
     printf("%-18s %7s %-15s %6zu %7s %8s %9s %6s %9.0f\n", k ? "" : src->name,
-           iters, D->name, run->det[k].slow.n, buf[0], buf[1], fa,
-           k == DET_RESIHP ? mape : "-", D->updates ? D->ns / D->updates : 0.0);
+           iters, D->name, run->det[k].slow.n + run->det[k].failed.n, buf[0],
+           buf[1], fa, k == DET_RESIHP ? mape : "-",
+           D->updates ? D->ns / D->updates : 0.0);
   }
   if (src->nep) {
     printf("  %-27s %5s  %-15s %8s %8s %8s %5s %5s\n", "fault class", "n",
@@ -455,6 +481,10 @@ static void report(struct run *run) {
     if (sc[0].n[C_STOP])
       printf("  resihp fail-stop false alarms: %zu\n", sc[0].stop_fp);
   }
+  if (src->labelled && sc[0].stop_fp)
+    printf("  resihp FAILED without a labelled stop: %zu (counted as false "
+           "alarms)\n",
+           sc[0].stop_fp);
   if (opt.check) {
     if (src->labelled && src->nep == 0)
       target(run->det[0].slow.n == 0 && run->det[0].failed.n == 0, src->name,
@@ -595,7 +625,14 @@ static void usage(FILE *f) {
          "  --k K               k of the k*median baseline (1.2)\n"
          "  --check             exit 1 unless the detector meets its "
          "targets\n"
-         "  --verbose           list every alarm\n");
+         "  --verbose           list every alarm\n"
+         "Trace lines: 'iter rank stage tokens sum_l2 nseq time_us'; "
+         "directives:\n"
+         "  #! mb M | #! mb ITER M | #! mb ITER RANK M   microbatches per "
+         "iteration\n"
+         "  #! slow RANK START END FACTOR compute|comm [ramp=FROM] "
+         "[eff=EFFECTIVE]\n"
+         "  #! stop RANK START REJOIN        #! nofault   (ground truth)\n");
 }
 
 static int parse_num(const char *arg, const char *name, double lo, double hi,

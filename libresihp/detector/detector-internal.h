@@ -41,40 +41,51 @@ int resihp__detector_check_rank(const resihp_detector_t *d, int rank,
 int resihp__check_sample(const char *who, const resihp_workload_t *w,
                          double time);
 
+/* Level-shift the model by factor s (> 0): every prediction is multiplied
+ * by s and later samples refine it as before. */
+void resihp__pred_scale(struct resihp__pred *p, double s);
+
 /* ---- Detector state shared by detector.c, failslow.c and health.c ---- */
 
 /* Fail-slow sub-state of a rank (see failslow.c). */
 enum resihp__fs { RESIHP__FS_OK, RESIHP__FS_SUSPECT, RESIHP__FS_SLOW };
 
-/* Recent samples of a rank kept for validation and for fitting samples that
- * validation cleared. */
+/* Per-iteration values of a rank kept for validation (its last RING judged
+ * iterations). */
 #define RESIHP__RING 8
+/* Samples of one iteration whose median stands for the rank in it; more
+ * samples are fitted but not kept (the first ones are a random subset). */
+#define RESIHP__ITER_BUF 16
+/* Iterations over which a job-wide stall still excuses a rank's excess. */
+#define RESIHP__STALL_WINDOW 8
 
 struct resihp__rank {
   struct resihp__pred pred;
   int slot;      /* index of its stage in the detector's stage table */
   int next_peer; /* next rank of the same stage, -1 at the end */
   int stage;     /* the caller's stage id */
-  /* Fail-slow. z is log(measured / own prediction); z_rel the same less
-   * the mean z of the peers, so that swings every peer sees cancel. */
+  /* Per sample: z = log(measured / own prediction). */
+  double mad;    /* exponentially weighted mean |z - bias|, for Huber weights */
+  double bias;   /* exponentially weighted mean z of fitted samples */
+  unsigned it_n; /* samples in the open iteration */
+  double it_z[RESIHP__ITER_BUF];
+  double it_last; /* median z of its last judged iteration */
+  /* Per judged iteration (see failslow.c for A, X and y). */
+  double A, X, y;
+  int judged; /* has an A in the iteration being closed */
   enum resihp__fs fs;
-  double mad;         /* exponentially weighted mean |z_rel - bias| */
-  double bias;        /* exponentially weighted mean z_rel of fitted samples */
-  double cusum;       /* upper CUSUM of z_rel */
-  double down;        /* while SLOW: CUSUM towards recovery */
-  double zlast;       /* last z, the rank's contribution to its peers */
-  double factor_log;  /* while SLOW: smoothed log slowdown */
-  double base;        /* while SLOW: own model's excess over the peers' */
-  double reported;    /* factor in the last event */
-  int contrib;        /* counted in its stage's sum of z */
-  int model_gap_hits; /* consecutive peer checks finding a slow model */
-  unsigned run;       /* samples since the CUSUM left zero */
+  double isig;       /* exponentially weighted mean |y| while healthy */
+  double offset;     /* its usual y (silicon, thermal), 0..threshold */
+  unsigned offset_n; /* iterations in offset, up to OFFSET_WARM */
+  double cusum;      /* upper CUSUM of y over iterations */
+  double down;       /* while SLOW: CUSUM towards recovery */
+  unsigned run;      /* consecutive judged iterations with y above allowance */
+  double factor_log; /* while SLOW: smoothed log slowdown */
+  int vs_peers;      /* the slowdown is relative to healthy peers */
+  double reported;   /* factor in the last event */
   unsigned ring_n, ring_head;
-  double ring_z[RESIHP__RING];
-  double ring_t[RESIHP__RING];
-  resihp_workload_t ring_w[RESIHP__RING];
+  double ring_y[RESIHP__RING];
   uint64_t samples;
-  unsigned check_countdown;
   /* Fail-stop. */
   unsigned misses;
   int socket_err;
@@ -91,23 +102,34 @@ struct resihp__stage {
   int id;
   int members; /* ranks in this stage (0: slot free) */
   int head;    /* first member, -1 if none */
-  int count;   /* members contributing to sum */
-  double sum;  /* sum of their zlast */
+  /* Reference workload: the mean of the stage's first WREF samples, then
+   * fixed, so that the members' models are compared on the same work. */
+  resihp_workload_t wref;
+  unsigned wref_n;
+  /* Baseline: log time of the stage's faster half on wref, learnt slowly
+   * while the stage is healthy (base_n iterations so far). */
+  double base;
+  unsigned base_n;
+  /* Scratch of the iteration being closed. */
+  double ref;   /* faster-half mean of the members' A */
+  double hx;    /* faster-half mean of the members' X, less the job's */
+  int n_ref;    /* members in ref */
+  int ref_slow; /* ref includes SLOW members (all judged ones are) */
 };
 
 struct resihp_detector {
   resihp_detector_config_t cfg;
   double h;     /* log(1 + slow margin): CUSUM threshold */
-  double k_min; /* smallest CUSUM allowance per sample */
+  double k_min; /* smallest CUSUM allowance per iteration */
   double s_min; /* log(1 + min_slow) */
   struct resihp__rank *ranks;
-  struct resihp__stage *stages; /* cfg.n_ranks slots */
-  int count;                    /* ranks contributing to sum, over all stages */
-  double sum;                   /* sum of their zlast */
+  struct resihp__stage *stages;       /* cfg.n_ranks slots */
+  double *scratch;                    /* cfg.n_ranks values, for medians */
+  int open;                           /* an iteration has samples */
+  uint64_t cur_iter;                  /* that iteration */
+  double jhist[RESIHP__STALL_WINDOW]; /* the job's excess, last iterations */
+  unsigned jhist_n, jhist_head;
 };
-
-/* Add/remove a rank's zlast to/from its stage sum. */
-void resihp__contrib_set(resihp_detector_t *d, int rank, int on);
 
 /* Recompute a rank's published health from its fail-slow and fail-stop
  * state; log and call the event callback if it changed. */
@@ -117,7 +139,13 @@ void resihp__publish(resihp_detector_t *d, int rank, uint64_t iter);
 void resihp__failslow_record(resihp_detector_t *d, int rank, uint64_t iter,
                              const resihp_workload_t *w, double time);
 
+/* Judge the open iteration (all its samples are in). */
+void resihp__failslow_close(resihp_detector_t *d);
+
 /* Forget the fail-slow state of a rank (new warm-up). */
 void resihp__failslow_reset(resihp_detector_t *d, int rank);
+
+/* A stage slot starts anew (no reference workload, no baseline). */
+void resihp__stage_init(struct resihp__stage *s, int id);
 
 #endif /* RESIHP_DETECTOR_INTERNAL_H */

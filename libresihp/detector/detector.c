@@ -33,6 +33,7 @@ void resihp_detector_config_init(resihp_detector_config_t *cfg, int n_ranks) {
   if (cfg->failed_misses < 1)
     cfg->failed_misses = 1;
   cfg->peer_check = 32;
+  cfg->confirm_iters = 3;
 }
 
 static int bad_config(const char *what, double v, const char *allowed) {
@@ -63,6 +64,9 @@ int resihp_detector_create(resihp_detector_t **out,
     return bad_config("forget", cfg->forget, "use 0.9..1");
   if (cfg->warmup < 4)
     return bad_config("warmup", cfg->warmup, "use at least 4 samples");
+  if (cfg->confirm_iters < 1 || cfg->confirm_iters > 1000)
+    return bad_config("confirm_iters", cfg->confirm_iters,
+                      "use 1..1000 iterations");
   if (cfg->suspect_misses < 1 || cfg->failed_misses < cfg->suspect_misses)
     return bad_config("failed_misses", cfg->failed_misses,
                       "use 1 <= suspect_misses <= failed_misses");
@@ -71,8 +75,9 @@ int resihp_detector_create(resihp_detector_t **out,
   if (d) {
     d->ranks = calloc((size_t)cfg->n_ranks, sizeof(d->ranks[0]));
     d->stages = calloc((size_t)cfg->n_ranks, sizeof(d->stages[0]));
+    d->scratch = calloc((size_t)cfg->n_ranks, sizeof(d->scratch[0]));
   }
-  if (!d || !d->ranks || !d->stages) {
+  if (!d || !d->ranks || !d->stages || !d->scratch) {
     resihp_log(RESIHP_LOG_ERROR, "detector",
                "resihp_detector_create: out of memory for %d ranks",
                cfg->n_ranks);
@@ -86,8 +91,9 @@ int resihp_detector_create(resihp_detector_t **out,
   /* Until told otherwise every rank is alone in its own stage; caller ids
    * are >= 0, so the defaults (-1 - rank) cannot collide with them. */
   for (int i = 0; i < cfg->n_ranks; i++) {
-    d->stages[i] = (struct resihp__stage){
-        .id = -1 - i, .members = 1, .head = i, .count = 0, .sum = 0};
+    resihp__stage_init(&d->stages[i], -1 - i);
+    d->stages[i].members = 1;
+    d->stages[i].head = i;
     struct resihp__rank *r = &d->ranks[i];
     r->slot = i;
     r->next_peer = -1;
@@ -105,6 +111,7 @@ void resihp_detector_destroy(resihp_detector_t *d) {
     return;
   free(d->ranks);
   free(d->stages);
+  free(d->scratch);
   free(d);
 }
 
@@ -122,29 +129,6 @@ int resihp__detector_check_rank(const resihp_detector_t *d, int rank,
     return RESIHP_ERANGE;
   }
   return 0;
-}
-
-void resihp__contrib_set(resihp_detector_t *d, int rank, int on) {
-  struct resihp__rank *r = &d->ranks[rank];
-  struct resihp__stage *s = &d->stages[r->slot];
-  if (r->contrib) {
-    s->sum -= r->zlast;
-    s->count--;
-    d->sum -= r->zlast;
-    d->count--;
-  }
-  r->contrib = on ? 1 : 0;
-  if (on) {
-    s->sum += r->zlast;
-    s->count++;
-    d->sum += r->zlast;
-    d->count++;
-  }
-  /* no rounding residue carried into a new set of members */
-  if (s->count == 0)
-    s->sum = 0;
-  if (d->count == 0)
-    d->sum = 0;
 }
 
 static void unlink_rank(resihp_detector_t *d, int rank) {
@@ -182,7 +166,6 @@ int resihp_detector_set_stage(resihp_detector_t *d, int rank, int stage) {
     if (free_slot < 0 && d->stages[i].members == 0)
       free_slot = i;
   }
-  resihp__contrib_set(d, rank, 0);
   unlink_rank(d, rank);
   if (slot < 0) {
     /* There are as many slots as ranks and this rank just left one, so a
@@ -194,8 +177,7 @@ int resihp_detector_set_stage(resihp_detector_t *d, int rank, int stage) {
           break;
         }
     slot = free_slot;
-    d->stages[slot] = (struct resihp__stage){
-        .id = stage, .members = 0, .head = -1, .count = 0, .sum = 0};
+    resihp__stage_init(&d->stages[slot], stage);
   }
   struct resihp__stage *s = &d->stages[slot];
   r->slot = slot;
@@ -230,6 +212,18 @@ int resihp_detector_record(resihp_detector_t *d, int rank, uint64_t iter,
     return RESIHP_ESTATE;
   }
   resihp__failslow_record(d, rank, iter, w, time_us);
+  return 0;
+}
+
+int resihp_detector_end_iter(resihp_detector_t *d, uint64_t iter) {
+  if (!d) {
+    resihp_log(RESIHP_LOG_ERROR, "detector",
+               "resihp_detector_end_iter: detector is NULL");
+    return RESIHP_EINVAL;
+  }
+  /* Only the open iteration can end; an older one was judged already. */
+  if (d->open && iter >= d->cur_iter)
+    resihp__failslow_close(d);
   return 0;
 }
 

@@ -1,45 +1,55 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Fail-slow detection: from one rank's microbatch times to a validated
- * slowdown factor.
+/* Fail-slow detection: from the ranks' microbatch times to validated
+ * slowdown factors.
  *
- * Every sample is compared with the rank's own prediction for its workload:
- * z = log(measured / predicted). Sequence-length swings are what the
- * predictor explains, so z stays within the timing noise (about 1 %) on a
- * healthy device however much the raw times swing. What the predictor cannot
- * explain but other ranks see at the same moment (a slow shared filesystem
- * during a checkpoint, a cluster-wide network hiccup, a clock change) is
- * removed by comparing with two references: the mean z of the rank's peers
- * (the ranks that do the same work in the other replicas) and the mean z of
- * all ranks. The statistic is the smallest of the three excesses,
- *   y = min(z, z - mean z of peers, z - mean z of all ranks),
- * so a rank only looks slow if it is slower than its own model AND than the
- * others: a common swing cancels, and a peer whose model went stale (it was
- * frozen during a long slowdown) cannot make a healthy rank look slow.
+ * Per sample (O(1), no allocation): the rank's own predictor explains the
+ * sequence-length swings, z = log(measured / predicted) stays within the
+ * timing noise on a healthy device, and the sample is fitted (Huber weights
+ * on the slow side, so that the rare hiccup does not bend the model) unless
+ * the rank's last iteration was already in excess. The first ITER_BUF z of
+ * the iteration are kept.
  *
- * A one-sided CUSUM accumulates y in excess of an allowance k (the larger
- * of 0.8*log(1+min_slow) and three noise deviations, at most half the
- * threshold), each sample's contribution capped so that no single hiccup can
- * go far. At half the threshold the rank is SUSPECT and stops feeding its
- * predictor (a slowdown must not be learnt as the new normal). At the
- * threshold log(1 + slow_margin) -- the paper's 25 % margin, here reached by
- * accumulation so that a steady 1.1x shows up in a handful of microbatches
- * while a lone 1.3x spike does not -- and after at least RUN_MIN samples,
- * the excess is validated: the lower median of the recent y must exceed
- * log(1 + min_slow). A few spikes among normal samples fail that test; a
- * real slowdown passes it and its median is the speed factor. A validated
- * rank is SLOW and leaves the references; its factor follows its excess
- * over its peers while a second CUSUM watches for the return to normal
- * speed, which makes it HEALTHY again.
+ * Per iteration (when a sample of a later iteration arrives, or at
+ * resihp_detector_end_iter; O(ranks log ranks), amortised over the
+ * iteration's samples), each rank that had samples gets one number,
+ *   A = log(own model's time for the stage's reference workload) + median z,
+ * its speed on a fixed workload this iteration. A model that learnt a slow
+ * device predicts more and its z shrinks by as much, so A does not care
+ * whether the model is fresh, frozen or slow from the start. The rank's
+ * excess is judged against three references:
+ *   - its peers (the stage's other ranks, the same work): the mean A of the
+ *     stage's faster half, E = A - ref. The faster half, not the median, so
+ *     that a factor stays right when up to half the peers are slow too;
+ *   - its stage's baseline: the faster half's A learnt slowly while the
+ *     stage is healthy and frozen while it is not, X = A - base, so that a
+ *     stage that is slow as a whole (every peer shares the slowdown) is
+ *     still seen;
+ *   - the job: J, the faster-half mean of every rank's X, so that a stall
+ *     of the whole job (a checkpoint, a network hiccup) cancels.
+ * The statistic is y = min(X - J, max(E, Hs)) with Hs the stage's
+ * faster-half X less J: slower than its baseline beyond what the whole job
+ * sees, and either slower than its peers or in a stage slow as a whole.
  *
- * A device that is slow from its first sample, or degrades slowly enough
- * for the predictor to follow, has z ~ 0. For those, every peer_check
- * samples the rank's model is compared with its peers' models on the same
- * workload; a model that predicts more than the slow margin above the peers'
- * median twice in a row is a slow device too.
+ * Confirmation is over iterations, not samples: a one-sided CUSUM of y in
+ * excess of an allowance k (the larger of 0.8*log(1+min_slow) and three
+ * noise deviations, at most half the threshold), each iteration's step
+ * capped at CLIP of the threshold log(1 + slow_margin), so that the
+ * threshold takes at least three iterations; and y must have exceeded k in
+ * the last confirm_iters iterations in a row in which the rank had samples
+ * (a rank given no microbatch in a step neither confirms nor clears). The
+ * lower median of those iterations' y must exceed log(1 + min_slow) and is
+ * the factor. Two guards against stalls of the whole job whose start and end
+ * differ by a few iterations from node to node: the minimum run (a rank
+ * that enters a stall an iteration or two before the others never collects
+ * it) and the stall window: while the largest J of the last STALL_WINDOW
+ * iterations is within min_slow of the rank's X, its excess is the tail
+ * of a stall the job just had, and confirmation waits.
  *
- * Samples are fitted with Huber weights on y (full weight up to 2.5 noise
- * deviations above the prediction, decreasing beyond), so the rare outlier
- * that does not trigger the detector does not bend the model either.
+ * A SLOW verdict is re-validated every iteration with the same statistic: a
+ * second CUSUM of log(1+min_slow) - y makes the rank HEALTHY again after
+ * three iterations back at its peers' and baseline's speed, whatever its
+ * own model learnt (a rank flagged by noise while warming up does not stay
+ * SLOW). While SLOW the factor follows y.
  */
 #include "config.h"
 
@@ -48,34 +58,49 @@
 #include <resihp/log.h>
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-#define RUN_MIN 4
 #define HUBER 2.5
-#define CLIP 0.45        /* cap of one sample's CUSUM step, x threshold */
-#define MAD_ALPHA 0.02   /* memory of the noise estimate: ~50 samples */
-#define FACTOR_ALPHA 0.2 /* smoothing of a SLOW rank's factor */
-#define MAX_PEERS 64     /* peers looked at by the model check */
+#define CLIP 0.45         /* cap of one iteration's CUSUM step, x threshold */
+#define MAD_ALPHA 0.02    /* memory of the per-sample noise: ~50 samples */
+#define ISIG_ALPHA 0.05   /* memory of the per-iteration noise: ~20 */
+#define FACTOR_ALPHA 0.3  /* smoothing of a SLOW rank's factor */
+#define BASE_ALPHA 0.02   /* memory of a stage's baseline: ~50 iterations */
+#define BASE_WARM 8       /* iterations averaged to set a baseline */
+#define BASE_MODEL_N 4    /* x warm-up: samples fitted before a baseline */
+#define WREF_N 64         /* samples averaged into a reference workload */
+#define OFFSET_WARM 16    /* iterations averaged into a rank's own offset */
+#define OFFSET_ALPHA 0.02 /* then its memory: ~50 iterations */
+
+void resihp__stage_init(struct resihp__stage *s, int id) {
+  memset(s, 0, sizeof(*s));
+  s->id = id;
+  s->head = -1;
+}
 
 void resihp__failslow_reset(resihp_detector_t *d, int rank) {
   struct resihp__rank *r = &d->ranks[rank];
-  resihp__contrib_set(d, rank, 0);
   resihp__pred_init(&r->pred, d->cfg.forget);
-  r->fs = RESIHP__FS_OK;
   r->mad = 0;
   r->bias = 0;
+  r->it_n = 0;
+  r->it_last = 0;
+  r->A = r->X = r->y = 0;
+  r->judged = 0;
+  r->fs = RESIHP__FS_OK;
+  r->isig = 0;
+  r->offset = 0;
+  r->offset_n = 0;
   r->cusum = 0;
   r->down = 0;
-  r->zlast = 0;
-  r->factor_log = 0;
-  r->base = 0;
-  r->reported = 1;
-  r->model_gap_hits = 0;
   r->run = 0;
+  r->factor_log = 0;
+  r->vs_peers = 0;
+  r->reported = 1;
   r->ring_n = 0;
   r->ring_head = 0;
   r->samples = 0;
-  r->check_countdown = d->cfg.peer_check;
 }
 
 static double sigma(const struct resihp__rank *r) {
@@ -83,203 +108,44 @@ static double sigma(const struct resihp__rank *r) {
   return s > 0.003 ? s : 0.003;
 }
 
-/* Huber weights on the slow side only: a slowdown must not be learnt, but
- * a model that predicts too much (it was fitted during a cluster-wide swing,
- * or the device got faster) must catch up at once. The noise is measured
- * around the running bias, so that a bias does not pass for noise, widen
- * the CUSUM allowance and hide the next slowdown. */
+/* Huber weights, tight on the slow side (a slowdown must not be learnt)
+ * and loose on the fast side (a model that predicts too much must catch up
+ * quickly, but a sample many deviations too fast is a clock glitch, and the
+ * 1/T^2 weights of the fit would make it count many times over). The noise
+ * is measured around the running bias, so that a bias does not pass for
+ * noise and widen the weights. */
 static void fit(struct resihp__rank *r, const resihp_workload_t *w, double t,
-                double y) {
+                double z) {
   double s = sigma(r);
-  double u = y / s;
-  resihp__pred_update(&r->pred, w, t, u <= HUBER ? 1.0 : HUBER / u);
-  double dev = fabs(y - r->bias);
+  double u = (z - r->bias) / s;
+  double wt = u > HUBER ? HUBER / u : u < -4 * HUBER ? -4 * HUBER / u : 1.0;
+  resihp__pred_update(&r->pred, w, t, wt);
+  double dev = fabs(z - r->bias);
   if (dev > 4 * s)
     dev = 4 * s;
   r->mad += MAD_ALPHA * (dev - r->mad);
-  double zb = y > 4 * s ? 4 * s : y < -4 * s ? -4 * s : y;
+  double zb = z > 4 * s ? 4 * s : z < -4 * s ? -4 * s : z;
   r->bias += MAD_ALPHA * (zb - r->bias);
-}
-
-static void ring_push(struct resihp__rank *r, double y,
-                      const resihp_workload_t *w, double t) {
-  unsigned i = r->ring_head;
-  r->ring_z[i] = y;
-  r->ring_w[i] = *w;
-  r->ring_t[i] = t;
-  r->ring_head = (i + 1) % RESIHP__RING;
-  if (r->ring_n < RESIHP__RING)
-    r->ring_n++;
-}
-
-/* Index of the k-th most recent ring entry (k = 0: newest). */
-static unsigned ring_at(const struct resihp__rank *r, unsigned k) {
-  return (r->ring_head + RESIHP__RING - 1 - k) % RESIHP__RING;
-}
-
-static double lower_median(double *v, unsigned n) {
-  for (unsigned i = 1; i < n; i++) {
-    double x = v[i];
-    unsigned j = i;
-    for (; j > 0 && v[j - 1] > x; j--)
-      v[j] = v[j - 1];
-    v[j] = x;
-  }
-  return v[(n - 1) / 2];
-}
-
-/* Fit the last n samples (oldest first): they were held back while
- * suspect and turned out to be normal. */
-static void absorb(struct resihp__rank *r, unsigned n) {
-  if (n > r->ring_n)
-    n = r->ring_n;
-  for (unsigned k = n; k-- > 0;) {
-    unsigned i = ring_at(r, k);
-    fit(r, &r->ring_w[i], r->ring_t[i], r->ring_z[i]);
-  }
-}
-
-static void become_slow(resihp_detector_t *d, int rank, uint64_t iter, double f,
-                        double base) {
-  struct resihp__rank *r = &d->ranks[rank];
-  r->fs = RESIHP__FS_SLOW;
-  r->factor_log = f;
-  r->base = base;
-  r->down = 0;
-  r->cusum = 0;
-  resihp__contrib_set(d, rank, 0);
-  resihp__publish(d, rank, iter);
-}
-
-static void validate(resihp_detector_t *d, int rank, uint64_t iter) {
-  struct resihp__rank *r = &d->ranks[rank];
-  unsigned n = r->run > RUN_MIN ? r->run : RUN_MIN;
-  if (n > r->ring_n)
-    n = r->ring_n;
-  double v[RESIHP__RING];
-  for (unsigned k = 0; k < n; k++)
-    v[k] = r->ring_z[ring_at(r, k)];
-  double f = lower_median(v, n);
-  if (f >= d->s_min) {
-    become_slow(d, rank, iter, f, 0);
-    return;
-  }
-  resihp_log(RESIHP_LOG_DEBUG, "detector",
-             "rank %d: excess not confirmed (median %.3f), cleared", rank,
-             exp(f));
-  absorb(r, r->run);
-  r->cusum = 0;
-  r->run = 0;
-  r->fs = RESIHP__FS_OK;
-  resihp__publish(d, rank, iter);
-}
-
-/* Compare the rank's model with its peers' on workload w. */
-static void model_check(resihp_detector_t *d, int rank, uint64_t iter,
-                        const resihp_workload_t *w) {
-  struct resihp__rank *r = &d->ranks[rank];
-  double v[MAX_PEERS];
-  unsigned n = 0;
-  for (int q = d->stages[r->slot].head; q >= 0 && n < MAX_PEERS;
-       q = d->ranks[q].next_peer) {
-    const struct resihp__rank *p = &d->ranks[q];
-    if (q == rank || !p->contrib)
-      continue;
-    double t = resihp__pred_predict(&p->pred, w);
-    if (t > 0)
-      v[n++] = log(t);
-  }
-  double own = resihp__pred_predict(&r->pred, w);
-  if (!n || !(own > 0))
-    return;
-  double gap = log(own) - lower_median(v, n);
-  if (gap < d->h) {
-    r->model_gap_hits = 0;
-    return;
-  }
-  if (++r->model_gap_hits < 2)
-    return;
-  r->model_gap_hits = 0;
-  become_slow(d, rank, iter, gap, gap);
-}
-
-static void ok_step(resihp_detector_t *d, int rank, uint64_t iter,
-                    const resihp_workload_t *w, double t, double y) {
-  struct resihp__rank *r = &d->ranks[rank];
-  double s = sigma(r);
-  double k = 3 * s > d->k_min ? 3 * s : d->k_min;
-  if (k > 0.5 * d->h)
-    k = 0.5 * d->h; /* however noisy, a slowdown past the margin adds up */
-  double step = y - k;
-  if (step > CLIP * d->h)
-    step = CLIP * d->h;
-  r->cusum += step;
-  ring_push(r, y, w, t);
-  if (r->cusum <= 0) {
-    unsigned held = r->run;
-    r->cusum = 0;
-    r->run = 0;
-    if (r->fs == RESIHP__FS_SUSPECT) {
-      absorb(r, held + 1);
-      r->fs = RESIHP__FS_OK;
-      resihp__publish(d, rank, iter);
-      return;
-    }
-  } else {
-    r->run++;
-  }
-  if (r->fs == RESIHP__FS_OK && r->cusum < 0.5 * d->h) {
-    fit(r, w, t, y);
-    if (d->cfg.peer_check && --r->check_countdown == 0) {
-      r->check_countdown = d->cfg.peer_check;
-      model_check(d, rank, iter, w);
-    }
-    return;
-  }
-  if (r->fs == RESIHP__FS_OK) {
-    r->fs = RESIHP__FS_SUSPECT;
-    resihp__publish(d, rank, iter);
-  }
-  if (r->cusum >= d->h && r->run >= RUN_MIN)
-    validate(d, rank, iter);
-}
-
-static void slow_step(resihp_detector_t *d, int rank, uint64_t iter,
-                      double z_ref) {
-  struct resihp__rank *r = &d->ranks[rank];
-  double zs = z_ref + r->base;
-  r->factor_log += FACTOR_ALPHA * (zs - r->factor_log);
-  double hr = 0.5 * d->h;
-  double step = d->s_min - zs;
-  if (step > CLIP * hr)
-    step = CLIP * hr;
-  r->down += step;
-  if (r->down < 0)
-    r->down = 0;
-  if (r->down < hr) {
-    resihp__publish(d, rank, iter); /* reports a factor that moved */
-    return;
-  }
-  r->fs = RESIHP__FS_OK;
-  r->cusum = 0;
-  r->run = 0;
-  r->down = 0;
-  r->factor_log = 0;
-  if (r->base != 0) {
-    /* Its model had learnt the slow device: learn the healthy one. */
-    double mad = r->mad;
-    resihp__pred_init(&r->pred, d->cfg.forget);
-    r->mad = mad;
-    r->base = 0;
-  }
-  resihp__publish(d, rank, iter);
 }
 
 void resihp__failslow_record(resihp_detector_t *d, int rank, uint64_t iter,
                              const resihp_workload_t *w, double t) {
+  if (d->open && iter > d->cur_iter)
+    resihp__failslow_close(d);
+  if (!d->open) {
+    d->open = 1;
+    d->cur_iter = iter;
+  }
   struct resihp__rank *r = &d->ranks[rank];
+  struct resihp__stage *st = &d->stages[r->slot];
   r->samples++;
-  if (r->pred.n < d->cfg.warmup && r->fs != RESIHP__FS_SLOW) {
+  if (st->wref_n < WREF_N) {
+    double n = ++st->wref_n;
+    st->wref.tokens += (w->tokens - st->wref.tokens) / n;
+    st->wref.sum_l2 += (w->sum_l2 - st->wref.sum_l2) / n;
+    st->wref.nseq += (w->nseq - st->wref.nseq) / n;
+  }
+  if (r->pred.n < d->cfg.warmup) {
     /* Warm-up: learn, and measure the noise once the fit means something. */
     if (r->pred.n >= d->cfg.warmup / 2) {
       double p = resihp__pred_predict(&r->pred, w);
@@ -297,34 +163,277 @@ void resihp__failslow_record(resihp_detector_t *d, int rank, uint64_t iter,
     return;
   }
   double z = log(t / p);
+  if (r->it_n < RESIHP__ITER_BUF)
+    r->it_z[r->it_n] = z;
+  if (r->it_n < UINT32_MAX)
+    r->it_n++;
+  if (r->fs == RESIHP__FS_OK && r->run == 0)
+    fit(r, w, t, z);
+  else if (r->fs == RESIHP__FS_SLOW)
+    /* The model keeps learning the workload at the healthy speed (a model
+     * frozen in a bad state would keep the rank SLOW), and predictions stay
+     * healthy-speed ones that the factor scales. */
+    fit(r, w, t / exp(r->factor_log), z - r->factor_log);
+}
 
-  /* References: the mean z of the other ranks of the stage (same work)
-   * and of all other ranks (what the whole job sees at this moment). */
-  struct resihp__stage *s = &d->stages[r->slot];
-  double own = r->contrib ? r->zlast : 0;
-  int others = s->count - r->contrib;
-  int everyone = d->count - r->contrib;
-  double z_rel = z, z_all = z, y = z;
-  if (others > 0) {
-    z_rel = z - (s->sum - own) / others;
-    y = z_rel < y ? z_rel : y;
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, unsigned n) {
+  qsort(v, n, sizeof(v[0]), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Mean of the smaller half (at least one value) of v[0..n), n >= 1: the
+ * healthy part of a set of which up to half may be slow. */
+static double faster_half(double *v, unsigned n) {
+  qsort(v, n, sizeof(v[0]), cmp_double);
+  unsigned k = n / 2 ? n / 2 : 1;
+  double s = 0;
+  for (unsigned i = 0; i < k; i++)
+    s += v[i];
+  return s / k;
+}
+
+enum field { F_A, F_X };
+
+/* Faster-half mean of a field over the judged members of a stage (slot),
+ * or of the whole job (slot < 0), leaving SLOW ranks out unless all are
+ * (*with_slow set then). Returns the number of values, 0 if none. */
+static unsigned reference(resihp_detector_t *d, int slot, enum field f,
+                          double *out, int *with_slow) {
+  for (int pass = 0; pass < 2; pass++) {
+    unsigned n = 0;
+    int q = slot >= 0 ? d->stages[slot].head : 0;
+    for (; q >= 0 && q < d->cfg.n_ranks;
+         q = slot >= 0 ? d->ranks[q].next_peer : q + 1) {
+      const struct resihp__rank *r = &d->ranks[q];
+      if (!r->judged || (pass == 0 && r->fs == RESIHP__FS_SLOW))
+        continue;
+      d->scratch[n++] = f == F_A ? r->A : r->X;
+    }
+    if (n) {
+      *out = faster_half(d->scratch, n);
+      if (with_slow)
+        *with_slow = pass;
+      return n;
+    }
   }
-  if (everyone > 0) {
-    z_all = z - (d->sum - own) / everyone;
-    y = z_all < y ? z_all : y;
-  }
-  if (r->contrib) {
-    s->sum += z - r->zlast;
-    d->sum += z - r->zlast;
-  }
-  r->zlast = z;
-  if (r->fs == RESIHP__FS_SLOW) {
-    /* How slow, for the planner: relative to the ranks it could hand work
-     * to, its peers first. */
-    slow_step(d, rank, iter, others > 0 ? z_rel : z_all);
+  return 0;
+}
+
+static void ring_push(struct resihp__rank *r, double y) {
+  r->ring_y[r->ring_head] = y;
+  r->ring_head = (r->ring_head + 1) % RESIHP__RING;
+  if (r->ring_n < RESIHP__RING)
+    r->ring_n++;
+}
+
+/* Lower median of the last n iterations' y. */
+static double recent_median(const struct resihp__rank *r, unsigned n) {
+  double v[RESIHP__RING];
+  if (n > r->ring_n)
+    n = r->ring_n;
+  for (unsigned k = 0; k < n; k++)
+    v[k] = r->ring_y[(r->ring_head + RESIHP__RING - 1 - k) % RESIHP__RING];
+  qsort(v, n, sizeof(v[0]), cmp_double);
+  return v[(n - 1) / 2];
+}
+
+static void slow_step(resihp_detector_t *d, int rank, uint64_t iter) {
+  struct resihp__rank *r = &d->ranks[rank];
+  r->factor_log += FACTOR_ALPHA * (r->y - r->factor_log);
+  double hr = 0.5 * d->h;
+  double step = d->s_min - (r->y - r->offset);
+  if (step > CLIP * hr)
+    step = CLIP * hr;
+  r->down += step;
+  if (r->down < 0)
+    r->down = 0;
+  if (r->down < hr)
+    return;
+  r->fs = RESIHP__FS_OK;
+  r->cusum = 0;
+  r->run = 0;
+  r->down = 0;
+  r->factor_log = 0;
+  /* Its model stood still while it was slow (or learnt a device that was
+   * slow from the start): move it to the speed it has now. */
+  if (fabs(r->it_last) > d->s_min)
+    resihp__pred_scale(&r->pred, exp(r->it_last));
+  resihp_log(RESIHP_LOG_DEBUG, "detector",
+             "rank %d: back at its peers' and baseline's speed at iteration "
+             "%llu",
+             rank, (unsigned long long)iter);
+}
+
+/* One judged iteration of a rank that is not SLOW. gate: its excess over
+ * the largest job-wide excess of the last iterations. */
+static void ok_step(resihp_detector_t *d, int rank, uint64_t iter,
+                    double gate) {
+  struct resihp__rank *r = &d->ranks[rank];
+  double y = r->y - r->offset;
+  if (r->offset_n < OFFSET_WARM) {
+    /* A rank's first iterations set its offset; nothing is judged. */
+    r->offset_n++;
+    r->offset += (r->y - r->offset) / r->offset_n;
+    r->offset = r->offset < 0 ? 0 : r->offset > d->h ? d->h : r->offset;
     return;
   }
-  if (!r->contrib)
-    resihp__contrib_set(d, rank, 1);
-  ok_step(d, rank, iter, w, t, y);
+  double s = 1.2533 * r->isig;
+  double k = 3 * s > d->k_min ? 3 * s : d->k_min;
+  if (k > 0.5 * d->h)
+    k = 0.5 * d->h; /* however noisy, a slowdown past the margin adds up */
+  double step = y - k;
+  if (step > CLIP * d->h)
+    step = CLIP * d->h;
+  r->cusum += step;
+  if (r->cusum < 0)
+    r->cusum = 0;
+  if (r->cusum > 2 * d->h)
+    r->cusum = 2 * d->h; /* a deferred excess does not build up credit */
+  if (y > k) {
+    r->run++;
+    ring_push(r, r->y);
+  } else {
+    r->run = 0;
+    double dev = fabs(y), cap = 4 * (s > 0.003 ? s : 0.003);
+    r->isig += ISIG_ALPHA * ((dev < cap ? dev : cap) - r->isig);
+    if (r->cusum == 0) {
+      r->offset += OFFSET_ALPHA * (r->y - r->offset);
+      r->offset = r->offset < 0 ? 0 : r->offset > d->h ? d->h : r->offset;
+    }
+  }
+  r->fs = r->cusum >= 0.5 * d->h ? RESIHP__FS_SUSPECT : RESIHP__FS_OK;
+  if (r->cusum < d->h || r->run < d->cfg.confirm_iters)
+    return;
+  if (gate < d->s_min) {
+    resihp_log(RESIHP_LOG_DEBUG, "detector",
+               "rank %d: excess within a job-wide stall of the last %d "
+               "iterations, not confirmed yet",
+               rank, RESIHP__STALL_WINDOW);
+    return;
+  }
+  double f = recent_median(r, r->run);
+  if (f - r->offset < d->s_min) {
+    resihp_log(RESIHP_LOG_DEBUG, "detector",
+               "rank %d: excess not confirmed (median %.3f) at iteration %llu",
+               rank, exp(f), (unsigned long long)iter);
+    r->cusum = 0;
+    r->run = 0;
+    r->fs = RESIHP__FS_OK;
+    return;
+  }
+  r->fs = RESIHP__FS_SLOW;
+  r->factor_log = f;
+  r->down = 0;
+  r->cusum = 0;
+}
+
+/* A baseline is set only from models that have seen BASE_MODEL_N times
+ * the warm-up: the first fits, after heavy-tailed noise, can be off by
+ * more than a slowdown, and a baseline does not forget them quickly. */
+static int models_settled(const resihp_detector_t *d, int slot) {
+  for (int q = d->stages[slot].head; q >= 0; q = d->ranks[q].next_peer)
+    if (d->ranks[q].judged &&
+        d->ranks[q].pred.n < (uint64_t)BASE_MODEL_N * d->cfg.warmup)
+      return 0;
+  return 1;
+}
+
+void resihp__failslow_close(resihp_detector_t *d) {
+  if (!d->open)
+    return;
+  d->open = 0;
+  uint64_t iter = d->cur_iter;
+  int nr = d->cfg.n_ranks;
+  int judged = 0;
+  /* Each rank's speed on its stage's reference workload. */
+  for (int q = 0; q < nr; q++) {
+    struct resihp__rank *r = &d->ranks[q];
+    r->judged = 0;
+    if (!r->it_n)
+      continue;
+    unsigned n = r->it_n < RESIHP__ITER_BUF ? r->it_n : RESIHP__ITER_BUF;
+    r->it_n = 0;
+    double m = median(r->it_z, n);
+    const struct resihp__stage *st = &d->stages[r->slot];
+    if (st->wref_n < WREF_N || r->state == RESIHP_HEALTH_FAILED)
+      continue;
+    double L = resihp__pred_predict(&r->pred, &st->wref);
+    if (!(L > 0))
+      continue;
+    r->it_last = m;
+    r->A = log(L) + m;
+    r->judged = 1;
+    judged++;
+  }
+  if (!judged)
+    return;
+  for (int s = 0; s < nr; s++) {
+    struct resihp__stage *st = &d->stages[s];
+    st->n_ref = 0;
+    if (st->members > 0)
+      st->n_ref = (int)reference(d, s, F_A, &st->ref, &st->ref_slow);
+  }
+  for (int q = 0; q < nr; q++) {
+    struct resihp__rank *r = &d->ranks[q];
+    if (r->judged) {
+      const struct resihp__stage *st = &d->stages[r->slot];
+      r->X = r->A - (st->base_n ? st->base : st->ref);
+    }
+  }
+  double J = 0;
+  if (reference(d, -1, F_X, &J, NULL) < 2)
+    J = 0; /* alone: its own baseline is all there is */
+  d->jhist[d->jhist_head] = J;
+  d->jhist_head = (d->jhist_head + 1) % RESIHP__STALL_WINDOW;
+  if (d->jhist_n < RESIHP__STALL_WINDOW)
+    d->jhist_n++;
+  double jpeak = J;
+  for (unsigned i = 0; i < d->jhist_n; i++)
+    jpeak = d->jhist[i] > jpeak ? d->jhist[i] : jpeak;
+  for (int s = 0; s < nr; s++) {
+    struct resihp__stage *st = &d->stages[s];
+    if (st->n_ref) {
+      double hx;
+      reference(d, s, F_X, &hx, NULL);
+      st->hx = hx - J;
+    }
+  }
+  for (int q = 0; q < nr; q++) {
+    struct resihp__rank *r = &d->ranks[q];
+    if (!r->judged)
+      continue;
+    const struct resihp__stage *st = &d->stages[r->slot];
+    /* Peers: the members in the reference other than itself. */
+    int in_ref = st->ref_slow || r->fs != RESIHP__FS_SLOW;
+    double E = st->n_ref - in_ref >= 1 ? r->A - st->ref : -INFINITY;
+    double alone = E > st->hx ? E : st->hx;
+    double g = r->X - J;
+    r->y = g < alone ? g : alone;
+    r->vs_peers = E >= st->hx;
+    if (r->fs == RESIHP__FS_SLOW)
+      slow_step(d, q, iter);
+    else
+      ok_step(d, q, iter, r->X - jpeak);
+    resihp__publish(d, q, iter);
+  }
+  /* Baselines follow a healthy stage slowly (thermal drift, a model that
+   * improved) and stand still while its faster half is in excess. */
+  for (int s = 0; s < nr; s++) {
+    struct resihp__stage *st = &d->stages[s];
+    if (!st->n_ref)
+      continue;
+    if (st->base_n < BASE_WARM) {
+      if (!models_settled(d, s))
+        continue;
+      st->base_n++;
+      st->base += (st->ref - st->base) / st->base_n;
+    } else if (st->hx + J < d->s_min) {
+      st->base += BASE_ALPHA * (st->ref - st->base);
+    }
+  }
 }

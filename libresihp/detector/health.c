@@ -53,7 +53,7 @@ void resihp__publish(resihp_detector_t *d, int rank, uint64_t iter) {
   unsigned why = 0;
   if (r->fs != RESIHP__FS_OK)
     why |= RESIHP_WHY_SLOW;
-  if (r->fs == RESIHP__FS_SLOW && d->stages[r->slot].count > 0)
+  if (r->fs == RESIHP__FS_SLOW && r->vs_peers)
     why |= RESIHP_WHY_PEERS;
   if (r->misses)
     why |= RESIHP_WHY_HEARTBEAT;
@@ -90,7 +90,7 @@ void resihp__publish(resihp_detector_t *d, int rank, uint64_t iter) {
     r->state = st;
     r->since_iter = iter;
     if (st == RESIHP_HEALTH_FAILED)
-      resihp__contrib_set(d, rank, 0);
+      r->it_n = 0; /* its last samples are not judged */
   }
   r->reported = factor;
   if (st == RESIHP_HEALTH_SLOW)
@@ -98,7 +98,7 @@ void resihp__publish(resihp_detector_t *d, int rank, uint64_t iter) {
                "rank %d: %s -> slow at iteration %llu: %.2fx slower than %s",
                rank, resihp_health_state_name(prev), (unsigned long long)iter,
                factor,
-               (why & RESIHP_WHY_PEERS) ? "its peers" : "its own history");
+               (why & RESIHP_WHY_PEERS) ? "its peers" : "its stage's baseline");
   else
     resihp_log(st == RESIHP_HEALTH_FAILED ? RESIHP_LOG_WARN : RESIHP_LOG_INFO,
                "detector", "rank %d: %s -> %s at iteration %llu (%s)", rank,

@@ -32,3 +32,16 @@ endif
 
 dist_check_SCRIPTS += tests/unit/detect-eval.test
 TESTS += tests/unit/detect-eval.test
+
+# The fuzz target of resihp-detect-eval's trace reader (tests/fuzz/README).
+check_PROGRAMS += tests/fuzz/fuzz_detect_trace
+tests_fuzz_fuzz_detect_trace_SOURCES = tests/fuzz/fuzz_detect_trace.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h \
+	tools/detect-eval/eval.h tools/detect-eval/traceio.c \
+	tools/detect-eval/tracegen.c
+tests_fuzz_fuzz_detect_trace_LDADD = libresihp/libresihp.la -lm
+TESTS += tests/fuzz/fuzz_detect_trace
+EXTRA_DIST += tests/fuzz/corpus-detect-trace/labelled \
+	tests/fuzz/corpus-detect-trace/counts \
+	tests/fuzz/corpus-detect-trace/contradiction \
+	tests/fuzz/corpus-detect-trace/bad

@@ -108,6 +108,19 @@ void resihp__pred_update(struct resihp__pred *p, const resihp_workload_t *w,
   solve(p);
 }
 
+/* theta = R^-1 r with every sample weighted by 1/y^2: multiplying all past
+ * times by s divides R by s^2 and r by s, which multiplies theta by s. */
+void resihp__pred_scale(struct resihp__pred *p, double s) {
+  if (!p->n || !(s > 0) || !isfinite(s))
+    return;
+  for (int i = 0; i < NF * (NF + 1) / 2; i++)
+    p->R[i] /= s * s;
+  for (int i = 0; i < NF; i++) {
+    p->r[i] /= s;
+    p->theta[i] *= s;
+  }
+}
+
 double resihp__pred_predict(const struct resihp__pred *p,
                             const resihp_workload_t *w) {
   double x[NF];

@@ -165,7 +165,7 @@ END_TEST
 #define MB 4 /* microbatches per rank per iteration */
 
 struct events {
-  int n_slow, n_failed, n_suspect;
+  int n_slow, n_failed, n_suspect, n_recovered;
   int rank_slow[NRANKS];
   uint64_t first_slow_iter[NRANKS];
   double factor[NRANKS];
@@ -186,6 +186,8 @@ static void on_event(int rank, resihp_health_state_t prev,
     e->n_failed++;
   if (now->state == RESIHP_HEALTH_SUSPECT)
     e->n_suspect++;
+  if (prev == RESIHP_HEALTH_SLOW && now->state == RESIHP_HEALTH_HEALTHY)
+    e->n_recovered++; /* the scheduler gives the rank its quota back */
 }
 
 static resihp_detector_t *make_detector(struct events *e) {
@@ -201,21 +203,59 @@ static resihp_detector_t *make_detector(struct events *e) {
   return d;
 }
 
-/* One iteration: every replica draws MB microbatches, every stage of the
- * replica runs them (stage s costs 1 + 0.1 s times the base model). slow[r]
- * multiplies rank r's times; global multiplies everyone's. */
-static void run_iteration(resihp_detector_t *d, uint64_t it,
-                          const double slow[NRANKS], double global) {
-  for (int m = 0; m < MB; m++)
+/* Heavy-tailed noise: with probability p a sample's time is multiplied or
+ * divided by exp(x), x Pareto-tailed (alpha 1.2) up to 2 (a preempted
+ * kernel, a page-fault storm, a clock that jumped). */
+static double tail(double p) {
+  if (p <= 0 || uniform() >= p)
+    return 1;
+  double x = 0.05 * (pow(uniform(), -1 / 1.2) - 1);
+  x = x > 2 ? 2 : x;
+  return uniform() < 0.5 ? exp(x) : exp(-x);
+}
+
+/* One iteration: replica rep draws mbs[rep] microbatches (any number, 0
+ * included), every stage of the replica runs them (stage s costs 1 + 0.1 s
+ * times the base model). slow[r] multiplies rank r's times, global[rep]
+ * everyone's in replica rep; tail_p adds heavy-tailed noise to every
+ * sample. */
+static void run_shaped(resihp_detector_t *d, uint64_t it,
+                       const double slow[NRANKS], const double global[REPLICAS],
+                       const int mbs[REPLICAS], double tail_p) {
+  int most = 0;
+  for (int rep = 0; rep < REPLICAS; rep++)
+    most = mbs[rep] > most ? mbs[rep] : most;
+  for (int m = 0; m < most; m++)
     for (int rep = 0; rep < REPLICAS; rep++) {
+      if (m >= mbs[rep])
+        continue;
       resihp_workload_t w = random_workload();
       for (int s = 0; s < STAGES; s++) {
         int r = rep * STAGES + s;
         double t = true_time(&w) * (1 + 0.1 * s) * exp(0.01 * normal()) *
-                   slow[r] * global;
+                   slow[r] * global[rep] * tail(tail_p);
         ck_assert_int_eq(resihp_detector_record(d, r, it, &w, t), 0);
       }
     }
+  /* The coordinator ends every step this way: decisions at once. */
+  ck_assert_int_eq(resihp_detector_end_iter(d, it), 0);
+}
+
+/* MB microbatches per replica; global multiplies everyone's times. */
+static void run_iteration(resihp_detector_t *d, uint64_t it,
+                          const double slow[NRANKS], double global) {
+  double g[REPLICAS];
+  int mbs[REPLICAS];
+  for (int rep = 0; rep < REPLICAS; rep++) {
+    g[rep] = global;
+    mbs[rep] = MB;
+  }
+  run_shaped(d, it, slow, g, mbs, 0);
+}
+
+static void all_healthy(double slow[NRANKS]) {
+  for (int r = 0; r < NRANKS; r++)
+    slow[r] = 1;
 }
 
 START_TEST(variability_only_no_alarm) {
@@ -276,6 +316,7 @@ START_TEST(persistent_slowdown_detected_and_recovered) {
   ck_assert_int_eq(resihp_detector_health(d, victim, &h), 0);
   ck_assert_str_eq(resihp_health_state_name(h.state), "healthy");
   ck_assert_double_eq(h.slow_factor, 1.0);
+  ck_assert_int_eq(e.n_recovered, 1); /* the event that returns its quota */
   for (; it < 1000; it++)
     run_iteration(d, it, slow, 1);
   ck_assert_int_eq(e.n_slow, 1);
@@ -337,6 +378,182 @@ START_TEST(slow_from_start_caught_by_peers) {
     run_iteration(d, it, slow, 1);
   ck_assert_int_eq(resihp_detector_health(d, 2, &h), 0);
   ck_assert_int_eq(h.state, RESIHP_HEALTH_HEALTHY);
+  resihp_detector_destroy(d);
+}
+END_TEST
+
+/* ---- shapes an evaluation with trace families of its own found hard ---- */
+
+/* A whole pipeline stage slow at once (every peer shares the slowdown):
+ * only the stage's baseline and the other stages can tell. */
+START_TEST(whole_stage_slow_detected) {
+  struct events e = {0};
+  resihp_detector_t *d = make_detector(&e);
+  double slow[NRANKS];
+  all_healthy(slow);
+  uint64_t it = 0;
+  for (; it < 200; it++)
+    run_iteration(d, it, slow, 1);
+  for (int r = 1; r < NRANKS; r += STAGES)
+    slow[r] = 1.3; /* every replica's stage 1 */
+  for (; it < 204; it++)
+    run_iteration(d, it, slow, 1);
+  for (int r = 0; r < NRANKS; r++) {
+    resihp_rank_health_t h;
+    ck_assert_int_eq(resihp_detector_health(d, r, &h), 0);
+    if (r % STAGES == 1) {
+      ck_assert_msg(h.state == RESIHP_HEALTH_SLOW, "rank %d is %s", r,
+                    resihp_health_state_name(h.state));
+      ck_assert_double_eq_tol(h.slow_factor, 1.3, 0.06);
+      ck_assert(!(h.why & RESIHP_WHY_PEERS)); /* against its baseline */
+    } else {
+      ck_assert_int_eq(h.state, RESIHP_HEALTH_HEALTHY);
+    }
+  }
+  /* It stays detected (the baseline does not learn it), nobody else. */
+  for (; it < 600; it++)
+    run_iteration(d, it, slow, 1);
+  ck_assert_int_eq(e.n_slow, REPLICAS);
+  for (int r = 1; r < NRANKS; r += STAGES) {
+    resihp_rank_health_t h;
+    resihp_detector_health(d, r, &h);
+    ck_assert_int_eq(h.state, RESIHP_HEALTH_SLOW);
+  }
+  resihp_detector_destroy(d);
+}
+END_TEST
+
+/* One slow iteration on one rank (all its microbatches of that step, 2x)
+ * is not a fail-slow: confirmation needs the excess over several
+ * iterations, whatever the number of samples in one. */
+START_TEST(single_slow_iteration_no_alarm) {
+  struct events e = {0};
+  resihp_detector_t *d = make_detector(&e);
+  double slow[NRANKS];
+  all_healthy(slow);
+  double g[REPLICAS] = {1, 1, 1, 1};
+  int mbs[REPLICAS] = {16, 16, 16, 16};
+  for (uint64_t it = 0; it < 800; it++) {
+    slow[5] = it % 100 == 50 ? 2.0 : 1.0;
+    run_shaped(d, it, slow, g, mbs, 0);
+  }
+  ck_assert_int_eq(e.n_slow, 0);
+  resihp_detector_destroy(d);
+}
+END_TEST
+
+/* A stall of the whole job (3x, a checkpoint on a shared filesystem) that
+ * reaches the replicas up to 2 iterations apart and leaves them up to 6
+ * apart: no alarm. A real fault after it is still seen. */
+START_TEST(skewed_job_stall_no_alarm) {
+  struct events e = {0};
+  resihp_detector_t *d = make_detector(&e);
+  double slow[NRANKS];
+  all_healthy(slow);
+  int mbs[REPLICAS] = {MB, MB, MB, MB};
+  static const int start_skew[REPLICAS] = {0, 2, 1, 0};
+  static const int end_skew[REPLICAS] = {0, 6, 3, 1};
+  uint64_t it = 0;
+  for (; it < 700; it++) {
+    double g[REPLICAS];
+    for (int rep = 0; rep < REPLICAS; rep++) {
+      int stall = 0;
+      for (uint64_t s0 = 200; s0 <= 500; s0 += 150) /* three stalls */
+        stall |= it >= s0 + start_skew[rep] && it < s0 + 20 + end_skew[rep];
+      g[rep] = stall ? 3.0 : 1.0;
+    }
+    run_shaped(d, it, slow, g, mbs, 0);
+  }
+  ck_assert_int_eq(e.n_slow, 0);
+  slow[3] = 1.4;
+  for (; it < 710; it++)
+    run_iteration(d, it, slow, 1);
+  ck_assert_int_eq(e.n_slow, 1);
+  ck_assert_int_eq(e.rank_slow[3], 1);
+  resihp_detector_destroy(d);
+}
+END_TEST
+
+/* Heavy-tailed noise on every rank while the models warm up (first 30
+ * iterations): whatever verdicts that noise causes must not outlive it
+ * (the old detector kept such ranks SLOW on frozen models for hundreds of
+ * iterations). */
+START_TEST(warmup_heavy_tail_recovers) {
+  struct events e = {0};
+  resihp_detector_t *d = make_detector(&e);
+  double slow[NRANKS];
+  all_healthy(slow);
+  double g[REPLICAS] = {1, 1, 1, 1};
+  int mbs[REPLICAS] = {MB, MB, MB, MB};
+  int slow_iters = 0;
+  for (uint64_t it = 0; it < 400; it++) {
+    run_shaped(d, it, slow, g, mbs, it < 30 ? 0.3 : 0);
+    for (int r = 0; r < NRANKS && it >= 100; r++) {
+      resihp_rank_health_t h;
+      resihp_detector_health(d, r, &h);
+      slow_iters += h.state == RESIHP_HEALTH_SLOW;
+    }
+  }
+  ck_assert_int_eq(slow_iters, 0); /* rank-iterations SLOW after 100 */
+  ck_assert_int_eq(e.n_slow, e.n_recovered);
+  resihp_detector_destroy(d);
+}
+END_TEST
+
+/* The coordinator assigns microbatches by predicted cost: every replica's
+ * count changes every step, 0 included. No alarm from that, and a slow
+ * rank is still found with its factor. */
+START_TEST(varying_microbatches_harmless) {
+  struct events e = {0};
+  resihp_detector_t *d = make_detector(&e);
+  double slow[NRANKS];
+  all_healthy(slow);
+  double g[REPLICAS] = {1, 1, 1, 1};
+  uint64_t it = 0;
+  for (; it < 600; it++) {
+    int mbs[REPLICAS];
+    for (int rep = 0; rep < REPLICAS; rep++)
+      mbs[rep] = (int)(uniform() * 9); /* 0..8 */
+    if (it == 400)
+      slow[4] = 1.3;
+    run_shaped(d, it, slow, g, mbs, 0);
+    if (it < 400)
+      ck_assert_int_eq(e.n_slow, 0);
+  }
+  ck_assert_int_eq(e.n_slow, 1);
+  ck_assert_int_eq(e.rank_slow[4], 1);
+  ck_assert_uint_le(e.first_slow_iter[4], 412);
+  resihp_rank_health_t h;
+  resihp_detector_health(d, 4, &h);
+  ck_assert_int_eq(h.state, RESIHP_HEALTH_SLOW);
+  ck_assert_double_eq_tol(h.slow_factor, 1.3, 0.06);
+  ck_assert_int_eq(e.n_failed, 0);
+  resihp_detector_destroy(d);
+}
+END_TEST
+
+/* Half of a stage's ranks slow at once: the factor is measured against the
+ * healthy half, not the median of a partly slow set. */
+START_TEST(half_peers_slow_factor) {
+  struct events e = {0};
+  resihp_detector_t *d = make_detector(&e);
+  double slow[NRANKS];
+  all_healthy(slow);
+  uint64_t it = 0;
+  for (; it < 200; it++)
+    run_iteration(d, it, slow, 1);
+  slow[0] = slow[2] = 1.5; /* stage 0 of replicas 0 and 1 */
+  for (; it < 260; it++)
+    run_iteration(d, it, slow, 1);
+  ck_assert_int_eq(e.n_slow, 2);
+  for (int r = 0; r <= 2; r += 2) {
+    resihp_rank_health_t h;
+    resihp_detector_health(d, r, &h);
+    ck_assert_int_eq(h.state, RESIHP_HEALTH_SLOW);
+    ck_assert_uint_le(e.first_slow_iter[r], 203);
+    ck_assert_double_eq_tol(e.factor[r], 1.5, 0.06);
+    ck_assert_double_eq_tol(h.slow_factor, 1.5, 0.06);
+  }
   resihp_detector_destroy(d);
 }
 END_TEST
@@ -509,6 +726,12 @@ static Suite *detector_suite(void) {
   tcase_add_test(t, persistent_slowdown_detected_and_recovered);
   tcase_add_test(t, fault_during_global_swing);
   tcase_add_test(t, slow_from_start_caught_by_peers);
+  tcase_add_test(t, whole_stage_slow_detected);
+  tcase_add_test(t, single_slow_iteration_no_alarm);
+  tcase_add_test(t, skewed_job_stall_no_alarm);
+  tcase_add_test(t, warmup_heavy_tail_recovers);
+  tcase_add_test(t, varying_microbatches_harmless);
+  tcase_add_test(t, half_peers_slow_factor);
   tcase_add_test(t, heartbeats_suspect_then_failed);
   tcase_add_test(t, state_names);
   suite_add_tcase(s, t);

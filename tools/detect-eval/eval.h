@@ -34,7 +34,24 @@ typedef struct {
   enum ev_kind kind;
   double eff_sum;
   unsigned eff_n;
+  double ramp_from; /* > 0: the factor ramps from this at start to factor
+                       at end - 1 (label ramp=) */
+  double eff;       /* > 0: effective slowdown of the microbatch at factor
+                       (label eff=) */
 } ev_episode_t;
+
+/* Factor of episode e at iteration it, and the slowdown it causes on the
+ * measured microbatch time then (the effective one, for comm). */
+double ev_episode_factor(const ev_episode_t *e, uint32_t it);
+double ev_episode_effective(const ev_episode_t *e, uint32_t it);
+
+/* Microbatches per iteration (label mb): for every rank from iter on
+ * (rank < 0), or for one rank at iter only. */
+typedef struct {
+  uint32_t iter;
+  int rank;
+  int count;
+} ev_mb_t;
 
 /* A source of iterations. next() returns 1 with the samples of the next
  * iteration that has any (valid until the following call), 0 at the end, <0
@@ -51,10 +68,15 @@ struct ev_source {
   int labelled;     /* episodes below are the complete ground truth */
   ev_episode_t *ep;
   size_t nep, ep_cap;
+  ev_mb_t *mbl; /* sorted by iteration; global entries first */
+  size_t nmb, mb_cap;
   char err[512];
 };
 
 int ev_add_episode(ev_source_t *s, const ev_episode_t *e);
+/* Make room for element n of *arr (*cap elements of size bytes): doubles
+ * the array when full. 0, or -1 out of memory (*arr unchanged). */
+int ev_grow(void **arr, size_t *cap, size_t n, size_t size);
 void ev_source_destroy(ev_source_t *s);
 
 /* Synthetic traces (tracegen.c). */
@@ -71,6 +93,9 @@ ev_source_t *ev_gen_create(const ev_gen_params_t *p, const char *name);
 
 /* Trace files (traceio.c). */
 ev_source_t *ev_file_open(const char *path, char *err, size_t errlen);
+/* The same from an open stream (name: for messages); fp is not closed. */
+ev_source_t *ev_trace_read(FILE *fp, const char *name, char *err,
+                           size_t errlen);
 /* Drain src into path in the documented text format. */
 int ev_write_trace(ev_source_t *src, const char *path, const char *comment,
                    char *err, size_t errlen);

@@ -71,17 +71,43 @@ double ev_normal(ev_rng_t *r) {
   return sqrt(-2 * log(ev_uniform(r))) * cos(2 * M_PI * ev_uniform(r));
 }
 
+int ev_grow(void **arr, size_t *cap, size_t n, size_t size) {
+  if (n < *cap)
+    return 0;
+  size_t c = *cap ? 2 * *cap : 64;
+  void *p = realloc(*arr, c * size);
+  if (!p)
+    return -1;
+  *arr = p;
+  *cap = c;
+  return 0;
+}
+
 int ev_add_episode(ev_source_t *s, const ev_episode_t *e) {
-  if (s->nep == s->ep_cap) {
-    size_t cap = s->ep_cap ? 2 * s->ep_cap : 64;
-    ev_episode_t *p = realloc(s->ep, cap * sizeof(*p));
-    if (!p)
-      return -1;
-    s->ep = p;
-    s->ep_cap = cap;
-  }
+  if (ev_grow((void **)&s->ep, &s->ep_cap, s->nep, sizeof(*e)))
+    return -1;
   s->ep[s->nep++] = *e;
   return 0;
+}
+
+double ev_episode_factor(const ev_episode_t *e, uint32_t it) {
+  if (!(e->ramp_from > 0) || e->end <= e->start + 1)
+    return e->factor;
+  double x = it <= e->start ? 0
+             : it >= e->end - 1
+                 ? 1
+                 : (double)(it - e->start) / (e->end - 1 - e->start);
+  return e->ramp_from + (e->factor - e->ramp_from) * x;
+}
+
+double ev_episode_effective(const ev_episode_t *e, uint32_t it) {
+  double f = ev_episode_factor(e, it);
+  double eff = e->eff > 0 ? e->eff : e->eff_n ? e->eff_sum / e->eff_n : 0;
+  if (!(eff > 0))
+    return f;
+  if (e->factor <= 1)
+    return eff;
+  return 1 + (eff - 1) * (f - 1) / (e->factor - 1);
 }
 
 void ev_source_destroy(ev_source_t *s) {
@@ -228,6 +254,7 @@ static void gen_destroy(ev_source_t *s) {
   free(g->cursor);
   free(g->rank_end);
   free(g->src.ep);
+  free(g->src.mbl);
   free(g);
 }
 

@@ -4,9 +4,12 @@
  * man/resihp-detect-eval.1):
  *
  *   # comment
- *   #! mb M                            microbatches per rank per iteration
- *   #! slow RANK START END FACTOR compute|comm    ground truth (optional)
- *   #! stop RANK START REJOIN
+ *   #! mb M                  microbatches per rank per iteration
+ *   #! mb ITER M             ... for every rank from iteration ITER on
+ *   #! mb ITER RANK M        ... for RANK at ITER only (0: idle, alive)
+ *   #! slow RANK START END FACTOR compute|comm [ramp=FROM] [eff=EFF]
+ *   #! stop RANK START REJOIN               ground truth (optional)
+ *   #! nofault                              ground truth: no fault at all
  *   iter rank stage tokens sum_l2 nseq time_us
  *
  * Iterations must not decrease from one sample line to the next. Every
@@ -32,6 +35,7 @@ struct file_src {
   ev_source_t src;
   ev_sample_t *s;
   size_t n, cap, pos;
+  int nofault;
 };
 
 static void say(char *err, size_t len, const char *fmt, ...)
@@ -62,7 +66,22 @@ static void file_destroy(ev_source_t *s) {
   struct file_src *f = (struct file_src *)s;
   free(f->s);
   free(f->src.ep);
+  free(f->src.mbl);
   free(f);
+}
+
+static int add_mb(ev_source_t *s, uint32_t iter, int rank, int count) {
+  if (ev_grow((void **)&s->mbl, &s->mb_cap, s->nmb, sizeof(s->mbl[0])))
+    return -1;
+  s->mbl[s->nmb++] = (ev_mb_t){iter, rank, count};
+  return 0;
+}
+
+static int cmp_mb(const void *a, const void *b) {
+  const ev_mb_t *x = a, *y = b;
+  if (x->iter != y->iter)
+    return (x->iter > y->iter) - (x->iter < y->iter);
+  return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
 /* Strict number parsing: the whole token, finite. */
@@ -98,28 +117,75 @@ static int split(char *line, char **tok, int max) {
   return n;
 }
 
+/* Optional key=value words after a slow label. */
+static int slow_option(ev_episode_t *e, const char *tok) {
+  double v;
+  if (!strncmp(tok, "ramp=", 5) && !num(tok + 5, &v) && v >= 1) {
+    e->ramp_from = v;
+    return 0;
+  }
+  if (!strncmp(tok, "eff=", 4) && !num(tok + 4, &v) && v >= 1) {
+    e->eff = v;
+    return 0;
+  }
+  return -1;
+}
+
 static int directive(struct file_src *f, char **tok, int nt, const char *where,
                      char *err, size_t errlen) {
   long v[3];
   double factor;
   if (!strcmp(tok[0], "mb")) {
-    if (nt != 2 || whole(tok[1], 1, 1 << 16, &v[0])) {
-      say(err, errlen, "%s: expected '#! mb M' with 1 <= M <= 65536", where);
+    int bad = nt < 2 || nt > 4;
+    if (!bad && nt == 2)
+      bad = whole(tok[1], 1, 1 << 16, &v[0]);
+    if (!bad && nt == 3)
+      bad = whole(tok[1], 0, UINT32_MAX - 1, &v[0]) ||
+            whole(tok[2], 0, 1 << 16, &v[1]);
+    if (!bad && nt == 4)
+      bad = whole(tok[1], 0, UINT32_MAX - 1, &v[0]) ||
+            whole(tok[2], 0, RANK_MAX - 1, &v[1]) ||
+            whole(tok[3], 0, 1 << 16, &v[2]);
+    if (bad) {
+      say(err, errlen,
+          "%s: expected '#! mb M' (1 <= M <= 65536), '#! mb ITER M' or "
+          "'#! mb ITER RANK M' (0 <= M <= 65536)",
+          where);
       return -1;
     }
-    f->src.mb = (int)v[0];
+    if (nt == 2) {
+      f->src.mb = (int)v[0];
+      return 0;
+    }
+    int rc = nt == 3 ? add_mb(&f->src, (uint32_t)v[0], -1, (int)v[1])
+                     : add_mb(&f->src, (uint32_t)v[0], (int)v[1], (int)v[2]);
+    if (rc)
+      say(err, errlen, "%s: out of memory", where);
+    return rc;
+  }
+  if (!strcmp(tok[0], "nofault")) {
+    if (nt != 1) {
+      say(err, errlen, "%s: expected '#! nofault' alone", where);
+      return -1;
+    }
+    f->nofault = 1;
+    f->src.labelled = 1;
     return 0;
   }
   if (!strcmp(tok[0], "slow")) {
     ev_episode_t e = {0};
-    if (nt != 6 || whole(tok[1], 0, RANK_MAX - 1, &v[0]) ||
-        whole(tok[2], 0, UINT32_MAX - 1, &v[1]) ||
-        whole(tok[3], 0, UINT32_MAX - 1, &v[2]) || v[2] <= v[1] ||
-        num(tok[4], &factor) || factor < 1 ||
-        (strcmp(tok[5], "compute") && strcmp(tok[5], "comm"))) {
+    int bad = nt < 6 || nt > 8 || whole(tok[1], 0, RANK_MAX - 1, &v[0]) ||
+              whole(tok[2], 0, UINT32_MAX - 1, &v[1]) ||
+              whole(tok[3], 0, UINT32_MAX - 1, &v[2]) || v[2] <= v[1] ||
+              num(tok[4], &factor) || factor < 1 ||
+              (strcmp(tok[5], "compute") && strcmp(tok[5], "comm"));
+    for (int i = 6; !bad && i < nt; i++)
+      bad = slow_option(&e, tok[i]);
+    if (bad) {
       say(err, errlen,
-          "%s: expected '#! slow RANK START END FACTOR compute|comm' with "
-          "START < END and FACTOR >= 1",
+          "%s: expected '#! slow RANK START END FACTOR compute|comm "
+          "[ramp=FROM] [eff=EFFECTIVE]' with START < END and FACTOR, FROM, "
+          "EFFECTIVE >= 1",
           where);
       return -1;
     }
@@ -129,7 +195,11 @@ static int directive(struct file_src *f, char **tok, int nt, const char *where,
     e.factor = factor;
     e.kind = strcmp(tok[5], "comm") ? EV_COMPUTE : EV_COMM;
     f->src.labelled = 1;
-    return ev_add_episode(&f->src, &e);
+    if (ev_add_episode(&f->src, &e)) {
+      say(err, errlen, "%s: out of memory", where);
+      return -1;
+    }
+    return 0;
   }
   if (!strcmp(tok[0], "stop")) {
     ev_episode_t e = {0};
@@ -146,9 +216,14 @@ static int directive(struct file_src *f, char **tok, int nt, const char *where,
     e.end = (uint32_t)v[2];
     e.kind = EV_STOP;
     f->src.labelled = 1;
-    return ev_add_episode(&f->src, &e);
+    if (ev_add_episode(&f->src, &e)) {
+      say(err, errlen, "%s: out of memory", where);
+      return -1;
+    }
+    return 0;
   }
-  say(err, errlen, "%s: unknown directive '#! %.32s' (known: mb, slow, stop)",
+  say(err, errlen,
+      "%s: unknown directive '#! %.32s' (known: mb, slow, stop, nofault)",
       where, tok[0]);
   return -1;
 }
@@ -236,11 +311,17 @@ ev_source_t *ev_file_open(const char *path, char *err, size_t errlen) {
     say(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     return NULL;
   }
+  ev_source_t *s = ev_trace_read(fp, path, err, errlen);
+  if (fp != stdin)
+    fclose(fp);
+  return s;
+}
+
+ev_source_t *ev_trace_read(FILE *fp, const char *path, char *err,
+                           size_t errlen) {
   struct file_src *f = calloc(1, sizeof(*f));
   if (!f) {
     say(err, errlen, "%s: out of memory", path);
-    if (fp != stdin)
-      fclose(fp);
     return NULL;
   }
   f->src.next = file_next;
@@ -271,7 +352,7 @@ ev_source_t *ev_file_open(const char *path, char *err, size_t errlen) {
         say(err, errlen, "%s: empty directive", where);
         rc = -1;
       } else {
-        mb_given |= !strcmp(tok[0], "mb");
+        mb_given |= nt == 2 && !strcmp(tok[0], "mb");
         rc = directive(f, tok, nt, where, err, errlen);
       }
       continue;
@@ -288,8 +369,13 @@ ev_source_t *ev_file_open(const char *path, char *err, size_t errlen) {
     say(err, errlen, "%s: read error: %s", path, strerror(errno));
     rc = -1;
   }
-  if (fp != stdin)
-    fclose(fp);
+  if (!rc && f->nofault && f->src.nep) {
+    say(err, errlen,
+        "%s: '#! nofault' and fault labels ('#! slow', '#! stop') "
+        "contradict each other; keep one",
+        path);
+    rc = -1;
+  }
   if (!rc && f->n == 0) {
     say(err, errlen,
         "%s: no sample lines (expected 'iter rank stage tokens "
@@ -328,6 +414,17 @@ ev_source_t *ev_file_open(const char *path, char *err, size_t errlen) {
       file_destroy(&f->src);
       return NULL;
     }
+  for (size_t i = 0; i < f->src.nmb; i++)
+    if (f->src.mbl[i].rank > max_rank) {
+      say(err, errlen,
+          "%s: '#! mb' names rank %d, which has no samples; list only the "
+          "job's ranks",
+          path, f->src.mbl[i].rank);
+      file_destroy(&f->src);
+      return NULL;
+    }
+  if (f->src.nmb)
+    qsort(f->src.mbl, f->src.nmb, sizeof(f->src.mbl[0]), cmp_mb);
   f->src.n_ranks = max_rank + 1;
   if (!mb_given)
     f->src.mb = mb;
@@ -348,13 +445,21 @@ int ev_write_trace(ev_source_t *src, const char *path, const char *comment,
           "# iter rank stage tokens sum_l2 nseq time_us\n"
           "#! mb %d\n",
           comment, src->mb);
+  if (src->labelled && !src->nep)
+    fprintf(fp, "#! nofault\n");
   for (size_t i = 0; i < src->nep; i++) {
     const ev_episode_t *e = &src->ep[i];
     if (e->kind == EV_STOP)
       fprintf(fp, "#! stop %d %u %u\n", e->rank, e->start, e->end);
-    else
-      fprintf(fp, "#! slow %d %u %u %g %s\n", e->rank, e->start, e->end,
+    else {
+      fprintf(fp, "#! slow %d %u %u %g %s", e->rank, e->start, e->end,
               e->factor, e->kind == EV_COMM ? "comm" : "compute");
+      if (e->ramp_from > 0)
+        fprintf(fp, " ramp=%g", e->ramp_from);
+      if (e->eff > 0)
+        fprintf(fp, " eff=%g", e->eff);
+      fputc('\n', fp);
+    }
   }
   uint32_t it;
   const ev_sample_t *s;

@@ -9,17 +9,29 @@
  *     T ~ a*N + b*sum(l_i^2) + e*nseq + c
  *
  * (N tokens, l_i the lengths of the packed sequences: the attention term,
- * nseq the number of sequences), and watches the ratio measured/predicted.
- * A sustained excess (CUSUM on the log-ratio, net of what the peers that do
- * the same work and the rest of the job see at the same moment) makes the
- * rank SUSPECT; once the accumulated excess passes the slow margin (setting
- * slow-margin, default 25 %) it is validated on the median of the recent
- * samples and the rank becomes SLOW with a speed factor f (the rank needs f
- * times as long as a healthy peer for the same work), which the planner can
- * use to move work. It returns to HEALTHY when the device recovers. Missed
- * heartbeats, socket errors and failed probes fold into the same per-rank
- * health state (SUSPECT, then FAILED). SUSPECT is a passing state (a
- * suspicion being checked, a late heartbeat): act on SLOW and FAILED.
+ * nseq the number of sequences), and from it the rank's speed on a fixed
+ * workload in every iteration. A rank is slow when that speed is below its
+ * peers' (the ranks that do the same work: the faster half of them, so that
+ * a factor stays right when up to half of them are slow too) or below its
+ * stage's baseline (learnt while the stage is healthy: a stage slow as a
+ * whole is seen), beyond what the whole job sees at the same moment (a
+ * job-wide stall cancels, and a stall that reaches nodes a few iterations
+ * apart does too). The excess must persist: it is accumulated over
+ * iterations (CUSUM up to log(1 + slow-margin), default 25 %, at least
+ * confirm_iters iterations in a row in which the rank had samples; a rank
+ * given no microbatch in a step neither confirms nor clears), then the rank
+ * becomes SLOW with a speed factor f (the rank needs f times as long as a
+ * healthy peer for the same work), which the planner can use to move work.
+ * The verdict is re-validated every iteration and the rank returns to
+ * HEALTHY (an event) once it is back at its peers' and baseline's speed.
+ * Missed heartbeats, socket errors and failed probes fold into the same
+ * per-rank health state (SUSPECT, then FAILED). SUSPECT is a passing state
+ * (a suspicion being checked, a late heartbeat): act on SLOW and FAILED.
+ *
+ * Decisions are made per iteration: when the first sample of a later
+ * iteration is recorded, or at once with resihp_detector_end_iter. The
+ * number of microbatches a rank computes may change from one iteration to
+ * the next (and be 0).
  *
  * With a single rank there is nothing to compare with: a slowdown of the
  * whole job (a slow filesystem) is then reported as that rank being slow.
@@ -27,9 +39,10 @@
  * Ownership: resihp_detector_create and resihp_predictor_create allocate the
  * handle; the caller frees it with the matching _destroy (NULL is fine).
  * Nothing else is allocated after creation: recording a sample never
- * allocates. A detector is not thread-safe: call it from one thread or hold a
- * lock around it. Every int-returning call returns 0 or a negative RESIHP_E*
- * code and has logged why (subsystem "detector").
+ * allocates and costs O(1); judging an iteration costs O(ranks log ranks). A
+ * detector is not thread-safe: call it from one thread or hold a lock around
+ * it. Every int-returning call returns 0 or a negative RESIHP_E* code and has
+ * logged why (subsystem "detector").
  */
 #ifndef RESIHP_DETECTOR_H
 #define RESIHP_DETECTOR_H
@@ -100,7 +113,8 @@ const char *resihp_health_state_name(resihp_health_state_t s);
 /* Why a rank is not healthy (bit set in resihp_rank_health_t.why). */
 enum {
   RESIHP_WHY_SLOW = 1 << 0,      /* microbatches slower than predicted */
-  RESIHP_WHY_PEERS = 1 << 1,     /* ... and than its peers (validated) */
+  RESIHP_WHY_PEERS = 1 << 1,     /* SLOW relative to its peers (else to its
+                                    stage's baseline: the whole stage is) */
   RESIHP_WHY_HEARTBEAT = 1 << 2, /* missed heartbeats */
   RESIHP_WHY_SOCKET = 1 << 3,    /* a socket to it failed */
   RESIHP_WHY_PROBE = 1 << 4,     /* a health probe failed on its node */
@@ -130,8 +144,10 @@ typedef struct {
   unsigned suspect_misses; /* consecutive heartbeat misses -> SUSPECT (2) */
   unsigned failed_misses;  /* consecutive misses -> FAILED
                               (detect-timeout / heartbeat, i.e. 10) */
-  unsigned peer_check;     /* compare a rank's model with its peers' every
-                              this many samples (32; 0 = never) */
+  unsigned peer_check;     /* unused (kept for source compatibility: the
+                              peers' models are compared every iteration) */
+  unsigned confirm_iters;  /* iterations in a row an excess must last
+                              before SLOW (3; 1..1000) */
   resihp_detector_event_fn on_event; /* optional */
   void *userdata;
 } resihp_detector_config_t;
@@ -153,10 +169,17 @@ int resihp_detector_set_stage(resihp_detector_t *d, int rank, int stage);
 
 /* One microbatch measured on rank: time_us is the rank's own execution time
  * of the microbatch (forward+backward with its own collectives, not waits for
- * other pipeline stages). RESIHP_EINVAL on a bad workload or time (nothing
- * recorded), RESIHP_ESTATE for a FAILED rank. */
+ * other pipeline stages). iter must not decrease from call to call (a
+ * smaller one counts in the iteration being recorded); the first sample of a
+ * larger iter judges the iteration before it. RESIHP_EINVAL on a bad
+ * workload or time (nothing recorded), RESIHP_ESTATE for a FAILED rank. */
 int resihp_detector_record(resihp_detector_t *d, int rank, uint64_t iter,
                            const resihp_workload_t *w, double time_us);
+
+/* Every sample of iteration iter has been recorded: judge it now (events
+ * fire from inside this call) rather than at the first sample of the next
+ * one. An iteration already judged, or one without samples, is a no-op. */
+int resihp_detector_end_iter(resihp_detector_t *d, uint64_t iter);
 
 /* Heartbeat bookkeeping, called once per heartbeat period per rank:
  * received = 1 when the rank's heartbeat arrived in this period, 0 when it

@@ -5,8 +5,9 @@
 # Runs the example trainer (variable-length data) as R replicas inside the
 # current allocation (salloc --no-kill -N R+1: the last node is the spare)
 # and slows the last replica's trainer from outside by a factor F (a
-# SIGSTOP/SIGCONT duty cycle by tests/harness/throttle; the trainer is not
-# told) for the whole run. For each F it prints, side by side, the
+# SIGSTOP/SIGCONT duty cycle by tests/harness/throttle with a 4 ms period,
+# shorter than a microbatch, as a slow device slows every microbatch; the
+# trainer is not told) for the whole run. For each F it prints, side by side, the
 # training throughput (steps/s over the training, launch excluded) of
 #   none      equal counts, no adaptation        (--assign even)
 #   count     counts by speed                    (--assign count)
@@ -63,7 +64,7 @@ chmod +x "$work/victim"
 run() {
   local name=$1 f=$2 thr=""; shift 2
   if [ "$f" != 1 ]; then
-    "$THROTTLE" -f "$f" --pids-from "$work/victim" --refresh 100 -t 3600 > /dev/null 2>&1 &
+    "$THROTTLE" -f "$f" -p 4 --pids-from "$work/victim" --refresh 100 -t 3600 > /dev/null 2>&1 &
     thr=$!
   fi
   "$RUN" --quiet --progress 0 --replicas "$R" --spares 1 "$@" -- "$TRAINER" $TARGS > "$work/$name" 2> "$work/$name.err"

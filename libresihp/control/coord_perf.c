@@ -72,9 +72,11 @@ static void on_event(int rank, resihp_health_state_t prev,
     p->slow_since = (long)iter;
   if (f > p->worst_slow)
     p->worst_slow = f;
+  /* a new episode, or its end, is news; a factor that moves is not */
+  int news = (f > 1) != (p->slow > 1) || f > 1.25 * p->slow;
   p->slow = f;
   if (f > 1)
-    logc(RESIHP_LOG_WARN,
+    logc(news ? RESIHP_LOG_WARN : RESIHP_LOG_DEBUG,
          "replica %d rank %d is %s at step %llu: the replica runs at x%.2f, "
          "it gets fewer microbatches",
          r, k, st, (unsigned long long)iter, f);
@@ -82,7 +84,7 @@ static void on_event(int rank, resihp_health_state_t prev,
     logc(RESIHP_LOG_WARN,
          "replica %d is %s again at step %llu: its microbatches return", r, st,
          (unsigned long long)iter);
-  if (c->o.on_health)
+  if (c->o.on_health && news)
     c->o.on_health(c->o.ud, r, k, f > 1 ? "slow" : "healthy", f, (long)iter);
 }
 
@@ -244,8 +246,13 @@ int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc) {
   return 0;
 }
 
-/* A step committed: count the steps each member has been slow. */
+/* A step committed: judge it now when all its samples are in (each leader
+ * sent its PERF before its next BEGIN; the other ranks' come through their
+ * leader's relay and may be later: then the next step's first sample
+ * judges it), and count the steps each member has been slow. */
 void resihp__coord_perf_commit(resihp__coord_t *c) {
+  if (c->det && c->K == 1)
+    resihp_detector_end_iter(c->det, (uint64_t)c->step);
   for (int i = 0; i < c->nmembers; i++) {
     rep_t *p = &c->reps[c->members[i]];
     p->slow_steps = p->slow > 1 ? p->slow_steps + 1 : 0;

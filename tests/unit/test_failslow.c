@@ -90,7 +90,8 @@ static int rank_main(int replica, int never_slow) {
   o.secret_file = g_secret;
   o.inject = "";
   o.timeout_ms = 10000;
-  int64_t state = 0, acc;
+  uint64_t state = 0; /* wraps: a recurrence where order matters */
+  int64_t acc;
   resihp_job_buf_t sb = {&state, sizeof(state)};
   o.state = &sb;
   o.nstate = 1;
@@ -117,13 +118,13 @@ static int rank_main(int replica, int never_slow) {
         acc += pattern(st.step, st.extra[i]);
     if (rc)
       return 11;
-    state = state * 3 + acc;
+    state = state * 3 + (uint64_t)acc;
     resihp_job_end_step(job);
   }
   if (rc)
     return 12;
   char res[64];
-  snprintf(res, sizeof(res), "%lld", (long long)state);
+  snprintf(res, sizeof(res), "%llu", (unsigned long long)state);
   resihp_job_finish(job, res);
   resihp_job_destroy(job);
   return 0;
@@ -235,15 +236,16 @@ static void run(harness_t *h, double swap_cost_s, char *out, size_t outlen) {
   ck_assert_msg(state == RESIHP__COORD_DONE, "%s", out);
   ck_assert_msg(agree == 0, "%s", out);
   /* every microbatch of every step once: the exact sum */
-  int64_t want = 0;
+  uint64_t want = 0;
   for (long s = 0; s < g_steps; s++) {
     int64_t a = 0;
     for (int mb = 0; mb < M; mb++)
       a += pattern(s, mb);
-    want = want * 3 + a;
+    want = want * 3 + (uint64_t)a;
   }
   char w[64];
-  snprintf(w, sizeof(w), "final result:           %lld ", (long long)want);
+  snprintf(w, sizeof(w), "final result:           %llu ",
+           (unsigned long long)want);
   ck_assert_msg(strstr(out, w), "want %s in\n%s", w, out);
   read_ledger(ledger);
   fclose(ledger);

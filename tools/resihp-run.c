@@ -552,11 +552,16 @@ static void progress(void) {
   for (int r = 0; r < g.R && off < sizeof(line) - 64; r++) {
     double slow;
     int quota;
-    resihp__coord_replica_speed(g.coord, r, &slow, &quota);
-    off += (size_t)snprintf(line + off, sizeof(line) - off, " r%d:%s%d", r,
-                            !resihp__coord_connected(g.coord, r) ? "down/"
-                            : slow > 1                            ? "slow/"
-                                                                  : "",
+    const char *st;
+    resihp__coord_replica_speed(g.coord, r, &slow, &quota, &st);
+    int healthy = !strcmp(st, "healthy");
+    off += (size_t)snprintf(line + off, sizeof(line) - off, " r%d:%s%s%d", r,
+                            !resihp__coord_connected(g.coord, r) ? "down"
+                            : healthy                             ? ""
+                                                                  : st,
+                            !resihp__coord_connected(g.coord, r) || !healthy
+                                ? "/"
+                                : "",
                             quota);
     if (slow > 1)
       off += (size_t)snprintf(line + off, sizeof(line) - off, "(x%.2f)", slow);

@@ -156,6 +156,7 @@ struct resihp__coord {
   /* fail-slow adaptation (coord_perf.c) */
   resihp_detector_t *det;
   double *rank_slow;  /* R*K: each rank's multiplier (1: not SLOW) */
+  unsigned char *rank_state; /* R*K: each rank's resihp_health_state_t */
   double *wl, *cost;  /* M*3 workloads of step wl_step, M costs */
   long wl_step;
   int wl_asked;       /* replica to send the next step's workloads */

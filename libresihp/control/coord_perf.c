@@ -58,6 +58,7 @@ static void on_event(int rank, resihp_health_state_t prev,
       now->state == RESIHP_HEALTH_SLOW && now->slow_factor > 1
           ? now->slow_factor
           : 1.0;
+  c->rank_state[rank] = (unsigned char)now->state;
   if (now->state == RESIHP_HEALTH_SUSPECT)
     return; /* a suspicion being checked: nothing to act on */
   double f = 1.0;
@@ -95,12 +96,13 @@ int resihp__coord_perf_init(resihp__coord_t *c) {
   cfg.on_event = on_event;
   cfg.userdata = c;
   c->rank_slow = malloc(sizeof(double) * (size_t)n);
+  c->rank_state = calloc((size_t)n, 1);
   c->wl = malloc(sizeof(double) * 3 * (size_t)c->M);
   c->cost = malloc(sizeof(double) * (size_t)c->M);
   c->pick = malloc(sizeof(int) * (size_t)c->M);
   c->tuples = malloc(sizeof(long long) * 5 * (size_t)c->M);
   c->val = malloc(RESIHP__WIRE_LINE_MAX + 1);
-  if (!c->val || !c->rank_slow || !c->wl || !c->cost || !c->pick || !c->tuples ||
+  if (!c->val || !c->rank_state || !c->rank_slow || !c->wl || !c->cost || !c->pick || !c->tuples ||
       resihp_detector_create(&c->det, &cfg))
     return RESIHP_ENOMEM;
   for (int i = 0; i < n; i++) {
@@ -117,6 +119,8 @@ void resihp__coord_perf_free(resihp__coord_t *c) {
   resihp_detector_destroy(c->det);
   c->det = NULL;
   free(c->rank_slow);
+  free(c->rank_state);
+  c->rank_state = NULL;
   free(c->wl);
   free(c->cost);
   free(c->pick);
@@ -135,6 +139,7 @@ void resihp__coord_perf_reset(resihp__coord_t *c, int r) {
   for (int k = 0; k < c->K; k++) {
     resihp_detector_reset_rank(c->det, r * c->K + k, (uint64_t)c->step);
     c->rank_slow[r * c->K + k] = 1.0;
+    c->rank_state[r * c->K + k] = RESIHP_HEALTH_HEALTHY;
   }
   if (c->reps[r].slow > 1 && c->o.on_health)
     c->o.on_health(c->o.ud, r, 0, "replaced", 1.0, c->step);
@@ -300,9 +305,14 @@ int resihp__coord_pick_swap(resihp__coord_t *c) {
 }
 
 int resihp__coord_replica_speed(const resihp__coord_t *c, int r, double *slow,
-                                int *quota) {
+                                int *quota, const char **state) {
   if (r < 0 || r >= c->R)
     return -1;
+  int worst = RESIHP_HEALTH_HEALTHY;
+  for (int k = 0; c->rank_state && k < c->K; k++)
+    if (c->rank_state[r * c->K + k] > worst)
+      worst = c->rank_state[r * c->K + k];
+  *state = resihp_health_state_name((resihp_health_state_t)worst);
   *slow = c->reps[r].slow > 1 ? c->reps[r].slow : 1.0;
   *quota = c->reps[r].quota;
   return 0;

@@ -187,10 +187,11 @@ const char *resihp__coord_check(const resihp__coord_t *c);
  * with the time between the replica's last sign of life (any line, its
  * heartbeats included) and the detection. Returns 0 if all results
  * agree. */
-/* Replica r now: its time multiplier (1: healthy) and the microbatches it
- * got in the last step started. -1 for a replica out of range. */
+/* Replica r now: its time multiplier (1: healthy), the microbatches it
+ * got in the last step started, and its worst rank's detector state
+ * ("healthy", "suspect", "slow", "failed"). -1 for a replica out of range. */
 int resihp__coord_replica_speed(const resihp__coord_t *c, int r, double *slow,
-                                int *quota);
+                                int *quota, const char **state);
 
 int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
                           double *seconds_out);

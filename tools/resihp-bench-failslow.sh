@@ -4,10 +4,13 @@
 #
 # Runs the example trainer (variable-length data) as R replicas inside the
 # current allocation (salloc --no-kill -N R+1: the last node is the spare)
-# and slows the last replica's trainer from outside by a factor F (a
+# and slows the trainer on the last replica's node from outside by a
+# factor F (a
 # SIGSTOP/SIGCONT duty cycle by tests/harness/throttle with a 4 ms period,
 # shorter than a microbatch, as a slow device slows every microbatch; the
-# trainer is not told) for the whole run. For each F it prints, side by side, the
+# trainer is not told) for the whole run; with --inband instead by
+# --inject slow-rank:R-1@0xF (the rank stretches its own microbatches, its
+# communication is not slowed). For each F it prints, side by side, the
 # training throughput (steps/s over the training, launch excluded) of
 #   none      equal counts, no adaptation        (--assign even)
 #   count     counts by speed                    (--assign count)
@@ -19,9 +22,9 @@
 #
 # usage: resihp-bench-failslow.sh [--replicas R] [--steps N]
 #          [--microbatches M] [--mb-ms MS] [--data KIND] [--factors "1.5 2"]
-#          [--bindir DIR] [--trainer PATH] [--throttle PATH]
+#          [--inband] [--bindir DIR] [--trainer PATH] [--throttle PATH]
 set -u
-R=3 N=150 M=24 MBMS=4 DATA=longtail FACTORS="1.5 2"
+R=3 N=150 M=24 MBMS=4 DATA=longtail FACTORS="1.5 2" INBAND=0
 BINDIR=$(cd "$(dirname "$0")" && pwd)
 TRAINER="" THROTTLE=""
 while [ $# -gt 0 ]; do
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
     --mb-ms) MBMS=$2; shift ;;
     --data) DATA=$2; shift ;;
     --factors) FACTORS=$2; shift ;;
+    --inband) INBAND=1 ;;
     --bindir) BINDIR=$2; shift ;;
     --trainer) TRAINER=$2; shift ;;
     --throttle) THROTTLE=$2; shift ;;
@@ -52,10 +56,12 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/resihp-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 TARGS="--steps $N --microbatches $M --mb-ms $MBMS --data $DATA --print-every 0 --quiet"
 victim=$((R - 1))
+# the node, not the replica: a replacement on the spare is not slow
+vnode=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n "${R}p")
 cat > "$work/victim" <<EOF
 #!/bin/sh
 for p in \$(pgrep -x "$(basename "$TRAINER" | cut -c1-15)"); do
-  tr '\\0' '\\n' < /proc/\$p/environ 2>/dev/null | grep -qx RESIHP_REPLICA=$victim && echo \$p
+  tr '\\0' '\\n' < /proc/\$p/environ 2>/dev/null | grep -qx SLURMD_NODENAME=$vnode && echo \$p
 done
 EOF
 chmod +x "$work/victim"
@@ -63,7 +69,9 @@ chmod +x "$work/victim"
 # run NAME FACTOR RESIHP-RUN-ARGS...: FACTOR 1 = no slowdown
 run() {
   local name=$1 f=$2 thr=""; shift 2
-  if [ "$f" != 1 ]; then
+  if [ "$f" != 1 ] && [ "$INBAND" = 1 ]; then
+    set -- "$@" --inject "slow-rank:$victim@0x$f"
+  elif [ "$f" != 1 ]; then
     "$THROTTLE" -f "$f" -p 4 --pids-from "$work/victim" --refresh 100 -t 3600 > /dev/null 2>&1 &
     thr=$!
   fi
@@ -76,7 +84,9 @@ res() { awk '/final result:/ {print $3}' "$work/$1"; }
 
 run ref 1
 ref_rate=$(rate ref)
-echo "resihp-bench-failslow: $R replicas x $M microbatches x $N steps, data $DATA (${MBMS} ms per microbatch on average), replica $victim slowed from outside"
+how="node $vnode (replica $victim) slowed from outside"
+[ "$INBAND" = 1 ] && how="replica $victim slowed in band (slow-rank)"
+echo "resihp-bench-failslow: $R replicas x $M microbatches x $N steps, data $DATA (${MBMS} ms per microbatch on average), $how"
 printf '  %-30s %8s steps/s\n' "failure-free" "$ref_rate"
 bad=0
 for f in $FACTORS; do

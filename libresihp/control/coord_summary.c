@@ -89,8 +89,9 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
           secs > 0 ? (double)steps * c->M / secs : 0.0, median);
   fprintf(f,
           "  failures:               %d (%ld microbatches reassigned "
-          "within their step)\n",
-          c->nfails, c->reassigned);
+          "within their step)%s\n",
+          c->nfails - (int)c->swaps, c->reassigned,
+          c->swaps ? "; swaps for a spare are listed with them" : "");
   double worst_stall = 0, worst_rejoin = 0;
   for (int i = 0; i < c->nfails; i++) {
     const fail_t *x = &c->fails[i];

@@ -555,14 +555,12 @@ static void progress(void) {
     const char *st;
     resihp__coord_replica_speed(g.coord, r, &slow, &quota, &st);
     int healthy = !strcmp(st, "healthy");
-    off += (size_t)snprintf(line + off, sizeof(line) - off, " r%d:%s%s%d", r,
-                            !resihp__coord_connected(g.coord, r) ? "down"
-                            : healthy                             ? ""
-                                                                  : st,
-                            !resihp__coord_connected(g.coord, r) || !healthy
-                                ? "/"
-                                : "",
-                            quota);
+    off += (size_t)snprintf(
+        line + off, sizeof(line) - off, " r%d:%s%s%d", r,
+        !resihp__coord_connected(g.coord, r) ? "down"
+        : healthy                            ? ""
+                                             : st,
+        !resihp__coord_connected(g.coord, r) || !healthy ? "/" : "", quota);
     if (slow > 1)
       off += (size_t)snprintf(line + off, sizeof(line) - off, "(x%.2f)", slow);
   }
@@ -915,8 +913,8 @@ int main(int argc, char **argv) {
       {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:w:P:h", lo,
-                          NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:w:P:h",
+                          lo, NULL)) != -1) {
     long v = 0;
     if (strchr("rskKpSTCP", o)) {
       errno = 0;

@@ -62,9 +62,9 @@ typedef struct {
   char fault_kind[16]; /* injected fault announced, not yet seen failing */
   int64_t fault_ms;
   long fault_step;
-  int open_fail; /* failure record waiting for this replica's comeback */
-  int reports;   /* RECOVERs in this step */
-  int resyncs;   /* RESYNCs in this step */
+  int open_fail;     /* failure record waiting for this replica's comeback */
+  int reports;       /* RECOVERs in this step */
+  int resyncs;       /* RESYNCs in this step */
   int64_t last_life; /* last line (heartbeat included) heard from it */
   int expected;      /* the launcher started a replacement, not admitted yet */
   /* fail-slow (coord_perf.c): time multiplier now (1 = healthy), since
@@ -155,14 +155,14 @@ struct resihp__coord {
   int stop; /* end at the next step boundary (resihp__coord_stop) */
   /* fail-slow adaptation (coord_perf.c) */
   resihp_detector_t *det;
-  double *rank_slow;  /* R*K: each rank's multiplier (1: not SLOW) */
+  double *rank_slow;         /* R*K: each rank's multiplier (1: not SLOW) */
   unsigned char *rank_state; /* R*K: each rank's resihp_health_state_t */
-  double *wl, *cost;  /* M*3 workloads of step wl_step, M costs */
+  double *wl, *cost;         /* M*3 workloads of step wl_step, M costs */
   long wl_step;
-  int wl_asked;       /* replica to send the next step's workloads */
-  int *pick;          /* M: contributor index of each microbatch */
-  long long *tuples;  /* M*5: one parsed PERF or WL list */
-  char *val;          /* one PERF or WL list as received */
+  int wl_asked;      /* replica to send the next step's workloads */
+  int *pick;         /* M: contributor index of each microbatch */
+  long long *tuples; /* M*5: one parsed PERF or WL list */
+  char *val;         /* one PERF or WL list as received */
   long samples, costed, swaps;
 };
 

@@ -49,15 +49,13 @@
 #define SWAP_AFTER_STEPS 3
 
 static void on_event(int rank, resihp_health_state_t prev,
-                     const resihp_rank_health_t *now, uint64_t iter,
-                     void *ud) {
+                     const resihp_rank_health_t *now, uint64_t iter, void *ud) {
   (void)prev;
   resihp__coord_t *c = ud;
   int r = rank / c->K, k = rank % c->K;
-  c->rank_slow[rank] =
-      now->state == RESIHP_HEALTH_SLOW && now->slow_factor > 1
-          ? now->slow_factor
-          : 1.0;
+  c->rank_slow[rank] = now->state == RESIHP_HEALTH_SLOW && now->slow_factor > 1
+                           ? now->slow_factor
+                           : 1.0;
   c->rank_state[rank] = (unsigned char)now->state;
   if (now->state == RESIHP_HEALTH_SUSPECT)
     return; /* a suspicion being checked: nothing to act on */
@@ -102,8 +100,8 @@ int resihp__coord_perf_init(resihp__coord_t *c) {
   c->pick = malloc(sizeof(int) * (size_t)c->M);
   c->tuples = malloc(sizeof(long long) * 5 * (size_t)c->M);
   c->val = malloc(RESIHP__WIRE_LINE_MAX + 1);
-  if (!c->val || !c->rank_state || !c->rank_slow || !c->wl || !c->cost || !c->pick || !c->tuples ||
-      resihp_detector_create(&c->det, &cfg))
+  if (!c->val || !c->rank_state || !c->rank_slow || !c->wl || !c->cost ||
+      !c->pick || !c->tuples || resihp_detector_create(&c->det, &cfg))
     return RESIHP_ENOMEM;
   for (int i = 0; i < n; i++) {
     c->rank_slow[i] = 1.0;
@@ -231,7 +229,8 @@ static int predict_costs(resihp__coord_t *c, const int *contrib, int nc) {
 int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc) {
   double slow[MAXR];
   for (int i = 0; i < nc; i++)
-    slow[i] = c->o.assign == RESIHP_ASSIGN_EVEN ? 1.0 : c->reps[contrib[i]].slow;
+    slow[i] =
+        c->o.assign == RESIHP_ASSIGN_EVEN ? 1.0 : c->reps[contrib[i]].slow;
   int have = c->det && c->o.assign == RESIHP_ASSIGN_COST &&
              predict_costs(c, contrib, nc);
   /* without costs, counts by speed (contiguous blocks) */
@@ -274,12 +273,12 @@ int resihp__coord_pick_swap(resihp__coord_t *c) {
       c->nmembers < 2 || !c->o.spare_free(c->o.ud))
     return -1;
   for (int r = 0; r < c->R; r++)
-    if (c->reps[r].expected || (c->reps[r].state == R_MEMBER &&
-                                c->reps[r].catching))
+    if (c->reps[r].expected ||
+        (c->reps[r].state == R_MEMBER && c->reps[r].catching))
       return -1; /* one change at a time */
   /* the last step's time is the absorbed one: back to the healthy time */
-  double last_s = (double)(c->start_ms[c->step - 1] - c->start_ms[c->step - 2]) /
-                  1000.0;
+  double last_s =
+      (double)(c->start_ms[c->step - 1] - c->start_ms[c->step - 2]) / 1000.0;
   for (int i = 0; i < c->nmembers; i++) {
     int r = c->members[i];
     rep_t *p = &c->reps[r];
@@ -287,9 +286,8 @@ int resihp__coord_pick_swap(resihp__coord_t *c) {
       continue;
     int n = c->nmembers;
     double healthy = last_s * (n - 1 + 1 / p->slow) / n;
-    double gain = resihp_planner_swap_gain_s(n, p->slow, healthy,
-                                             (double)(c->S - c->step),
-                                             c->o.swap_cost_s);
+    double gain = resihp_planner_swap_gain_s(
+        n, p->slow, healthy, (double)(c->S - c->step), c->o.swap_cost_s);
     if (gain > best) {
       best = gain;
       pick = r;

@@ -34,7 +34,8 @@ static void fail_slow(const resihp__coord_t *c, FILE *f) {
   fprintf(f,
           "  fail-slow:              %ld samples; microbatches by %s (%ld "
           "steps with workloads); %ld swap(s) for a spare\n",
-          c->samples, how[c->o.assign >= 0 && c->o.assign <= 2 ? c->o.assign : 0],
+          c->samples,
+          how[c->o.assign >= 0 && c->o.assign <= 2 ? c->o.assign : 0],
           c->costed, c->swaps);
   for (int r = 0; r < c->R; r++) {
     const rep_t *p = &c->reps[r];

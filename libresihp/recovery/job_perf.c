@@ -34,9 +34,8 @@ static void send_line(resihp_job_t *j, const resihp__wire_buf_t *b) {
 
 static void send_samples(resihp_job_t *j) {
   long s = j->step, first = j->nsamples;
-  long oldest = j->nsamples > RESIHP__JOB_SAMPLES
-                    ? j->nsamples - RESIHP__JOB_SAMPLES
-                    : 0;
+  long oldest =
+      j->nsamples > RESIHP__JOB_SAMPLES ? j->nsamples - RESIHP__JOB_SAMPLES : 0;
   while (first > oldest &&
          j->samples[(first - 1) % RESIHP__JOB_SAMPLES].step == s)
     first--;
@@ -50,8 +49,7 @@ static void send_samples(resihp_job_t *j) {
     long long us = whole(x->seconds * 1e6);
     resihp__wire_buf_printf(&b, "%s%d:%lld:%lld:%lld:%lld",
                             i > first ? "," : "", x->mb, us ? us : 1,
-                            whole(x->tokens), whole(x->sum_l2),
-                            whole(x->nseq));
+                            whole(x->tokens), whole(x->sum_l2), whole(x->nseq));
   }
   send_line(j, &b);
   resihp__wire_buf_free(&b);

@@ -49,7 +49,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (x < 0 || x > max)
         abort();
       o += (size_t)snprintf(back + o, sizeof(back) - o, "%s%lld",
-                            f ? ":" : i ? "," : "", x);
+                            f   ? ":"
+                            : i ? ","
+                                : "",
+                            x);
     }
   if (!strstr(in, "0") && strcmp(back, in))
     abort(); /* not what was sent */
@@ -61,12 +64,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 #ifndef RESIHP_FUZZ_LIBFUZZER
 static size_t gen(uint8_t *buf, size_t cap) {
   static const char *const atoms[] = {
-      "1", "12", "999", "1000", "0", "00", "99999999999999999999", ":", ",",
-      "-", " ", "\n", "1:2:3:4:5", "7:8:9", "1,", ",1", "::", "+1"};
+      "1",  "12", "999", "1000", "0",  "00",        "99999999999999999999",
+      ":",  ",",  "-",   " ",    "\n", "1:2:3:4:5", "7:8:9",
+      "1,", ",1", "::",  "+1"};
   buf[0] = (uint8_t)resihp__fuzz_rng();
-  size_t n = resihp__fuzz_atoms(buf, 1, cap, atoms,
-                                sizeof(atoms) / sizeof(atoms[0]),
-                                1 + resihp__fuzz_rng() % 60, 16);
+  size_t n =
+      resihp__fuzz_atoms(buf, 1, cap, atoms, sizeof(atoms) / sizeof(atoms[0]),
+                         1 + resihp__fuzz_rng() % 60, 16);
   return resihp__fuzz_pad_long(buf, n, cap, 50);
 }
 

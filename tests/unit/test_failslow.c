@@ -51,13 +51,14 @@ static uint64_t mix(uint64_t x) {
 
 /* Long-tailed lengths: mostly short, now and then 8-16x longer. */
 static int seq_len(long step, int mb, int i) {
-  uint64_t h = mix((uint64_t)step * 1000003u + (uint64_t)mb * 131u + (uint64_t)i);
+  uint64_t h =
+      mix((uint64_t)step * 1000003u + (uint64_t)mb * 131u + (uint64_t)i);
   int base = 32 + (int)(h % 64);
   return (h >> 20) % 8 == 0 ? base * (8 + (int)((h >> 30) % 9)) : base;
 }
 
-static int workload(long step, int mb, double *tokens, double *l2,
-                    double *nseq, void *ud) {
+static int workload(long step, int mb, double *tokens, double *l2, double *nseq,
+                    void *ud) {
   (void)ud;
   *tokens = *l2 = 0;
   for (int i = 0; i < B; i++) {
@@ -269,15 +270,16 @@ START_TEST(slow_replica_gets_less_then_returns) {
       double d = cost_share(s, r) - 1.0 / R;
       worst = d > worst ? d : -d > worst ? -d : worst;
     }
-  ck_assert_msg(worst < 0.12, "unbalanced before any slowdown: %.3f\n%s",
-                worst, out);
+  ck_assert_msg(worst < 0.12, "unbalanced before any slowdown: %.3f\n%s", worst,
+                out);
   /* Slow x2: its share of the cost goes to 1/(2(R-1)+1) = 0.2, on some
    * step of the slow period and on most of its second half. */
   int low = 0;
   for (long s = (g_from + g_to) / 2; s < g_to; s++)
     low += cost_share(s, g_slow) < 0.27;
-  ck_assert_msg(low > (g_to - g_from) / 4, "slow replica kept its share "
-                                           "(%d steps lower)\n%s",
+  ck_assert_msg(low > (g_to - g_from) / 4,
+                "slow replica kept its share "
+                "(%d steps lower)\n%s",
                 low, out);
   /* back to its fair share by the end */
   int fair = 0;

@@ -746,14 +746,14 @@ START_TEST(assign_invariants_random) {
   }
   /* garbage figures: still one owner each */
   double bad[4] = {NAN, -1, INFINITY, 0};
-  ck_assert_int_eq(resihp_planner_assign(RESIHP_ASSIGN_COST, bad, 4, bad, 4,
-                                         owner, NULL),
-                   0);
+  ck_assert_int_eq(
+      resihp_planner_assign(RESIHP_ASSIGN_COST, bad, 4, bad, 4, owner, NULL),
+      0);
   for (int i = 0; i < 4; i++)
     ck_assert(owner[i] >= 0 && owner[i] < 4);
-  ck_assert_int_eq(resihp_planner_assign(RESIHP_ASSIGN_COST, NULL, 4, NULL, 0,
-                                         owner, NULL),
-                   RESIHP_EINVAL);
+  ck_assert_int_eq(
+      resihp_planner_assign(RESIHP_ASSIGN_COST, NULL, 4, NULL, 0, owner, NULL),
+      RESIHP_EINVAL);
   /* counts by speed: 2x slow of 3 replicas and 10 microbatches: 4, 4, 2 */
   double s3[3] = {1, 1, 2};
   ck_assert_int_eq(

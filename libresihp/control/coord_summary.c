@@ -93,6 +93,7 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
           "within their step)%s\n",
           c->nfails - (int)c->swaps, c->reassigned,
           c->swaps ? "; swaps for a spare are listed with them" : "");
+  /* (a swap's record is a fail_t of kind "slow": coord_schedule.c) */
   double worst_stall = 0, worst_rejoin = 0;
   for (int i = 0; i < c->nfails; i++) {
     const fail_t *x = &c->fails[i];
@@ -133,10 +134,11 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
                         : "detected after %lld ms",
              (long long)(x->t_detect - x->t_fault));
     fprintf(f,
-            "  failure %d: replica %d, %s%s at step %ld (%s); %s; survivors' "
+            "  %s %d: replica %d, %s%s at step %ld (%s); %s; survivors' "
             "stall %s; %s\n",
-            i + 1, x->replica, x->kind, x->catchup ? " during catch-up" : "", s,
-            x->why, det, sl, rj);
+            strcmp(x->kind, "slow") ? "failure" : "swap", i + 1, x->replica,
+            x->kind, x->catchup ? " during catch-up" : "", s, x->why, det, sl,
+            rj);
   }
   if (c->nfails && worst_rejoin > 0)
     fprintf(f, "  worst survivor stall:   %.0f ms; worst rejoin: %.2f s\n",

@@ -227,19 +227,17 @@ static int predict_costs(resihp__coord_t *c, const int *contrib, int nc) {
 }
 
 int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc) {
-  double slow[MAXR];
+  double slow[MAXR]; /* even ignores them */
   for (int i = 0; i < nc; i++)
-    slow[i] =
-        c->o.assign == RESIHP_ASSIGN_EVEN ? 1.0 : c->reps[contrib[i]].slow;
+    slow[i] = c->reps[contrib[i]].slow;
   int have = c->det && c->o.assign == RESIHP_ASSIGN_COST &&
              predict_costs(c, contrib, nc);
   /* without costs, counts by speed (contiguous blocks) */
   resihp_assign_mode_t mode = (resihp_assign_mode_t)c->o.assign;
   if (mode == RESIHP_ASSIGN_COST && !have)
     mode = RESIHP_ASSIGN_COUNT;
-  double makespan;
   int rc = resihp_planner_assign(mode, have ? c->cost : NULL, c->M, slow, nc,
-                                 c->pick, &makespan);
+                                 c->pick, NULL);
   if (rc)
     return rc;
   for (int mb = 0; mb < c->M; mb++)

@@ -17,7 +17,7 @@
 
 /* Up to the coordinator: the leader says it itself, the others through
  * the leader's relay. */
-static void tell(resihp_job_t *j, const char *line) {
+void resihp__job_tell(resihp_job_t *j, const char *line) {
   if (j->lrank > 0)
     resihp__job_send_up(j, line);
   else
@@ -33,7 +33,7 @@ void resihp__job_fire(resihp_job_t *j, resihp__inj_kind_t kind, long step) {
              "replica %d rank %d: injected fault %s at step %ld (node %s)",
              j->replica, j->lrank, resihp__inject_kind_name(kind), step,
              j->node);
-  tell(j, line);
+  resihp__job_tell(j, line);
   switch (kind) {
   case RESIHP__INJ_KILL_RANK:
     raise(SIGKILL);
@@ -171,7 +171,7 @@ int resihp__job_check_probes(resihp_job_t *j) {
                "replica %d: node %s failed its periodic health probe (%s): "
                "leaving so that the replica is relaunched on a healthy node",
                j->replica, j->node, b.summary[0] ? b.summary : b.failed);
-    tell(j, line);
+    resihp__job_tell(j, line);
     j->watch_probes = 0;
     return RESIHP_EPROBE;
   }

@@ -24,12 +24,8 @@ static long long whole(double v) {
 }
 
 static void send_line(resihp_job_t *j, const resihp__wire_buf_t *b) {
-  if (b->err || !b->s)
-    return;
-  if (j->lrank > 0)
-    resihp__job_send_up(j, b->s);
-  else
-    resihp__job_send(j, b->s);
+  if (!b->err && b->s)
+    resihp__job_tell(j, b->s);
 }
 
 static void send_samples(resihp_job_t *j) {

@@ -5,7 +5,9 @@ TEST_EXTENSIONS = .test
 TEST_LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
 AM_TESTS_ENVIRONMENT = \
 	top_srcdir='$(abs_top_srcdir)'; top_builddir='$(abs_top_builddir)'; \
-	export top_srcdir top_builddir;
+	RESIHP_PYTHON='$(PYTHON)'; PYTHONPATH='$(abs_top_srcdir)/python'; \
+	RESIHP_LIBRARY='$(abs_top_builddir)/libresihp/.libs/libresihp.so'; \
+	export top_srcdir top_builddir RESIHP_PYTHON PYTHONPATH RESIHP_LIBRARY;
 
 if HAVE_CHECK
 UNIT_LDADD = libresihp/libresihp-internal.la $(CHECK_LIBS)
@@ -27,3 +29,7 @@ include tests/harness/local.mk
 dist_check_SCRIPTS += tests/tools/licence.test
 TESTS += tests/tools/licence.test
 EXTRA_DIST += contrib/debian/copyright contrib/rpm/resihp.spec
+
+dist_check_SCRIPTS += tests/python/torch-local.test
+TESTS += tests/python/torch-local.test
+EXTRA_DIST += tests/python/torch_local.py

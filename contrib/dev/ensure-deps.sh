@@ -7,7 +7,7 @@ RESIHP_DEBS="gcc make autoconf automake libtool pkg-config
   slurm-wlm slurmctld slurmd slurm-client munge
   openmpi-bin libopenmpi-dev
   bc iproute2 procps util-linux psmisc
-  python3"
+  python3 python3-torch"
 
 ensure_deps() {
   local missing=() p

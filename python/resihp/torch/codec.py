@@ -4,6 +4,7 @@ hyper-parameters, LR scheduler, RNG): JSON with tags for what JSON lacks
 (tuples, dicts with non-string keys, bytes, small tensors). Unlike pickle,
 decoding what a peer sent cannot run code; anything else is refused."""
 import base64
+import binascii
 import json
 
 import torch
@@ -29,7 +30,8 @@ def _enc(x):
         t = x.detach().cpu().contiguous()
         if str(t.dtype) not in _DTYPES:
             raise TypeError("a tensor of dtype %s" % t.dtype)
-        raw = t.view(torch.uint8) if t.dtype != torch.bool else t.to(
+        flat = t.reshape(-1)
+        raw = flat.view(torch.uint8) if t.dtype != torch.bool else flat.to(
             torch.uint8)
         return {"x": str(t.dtype), "s": list(t.shape),
                 "v": base64.b64encode(bytes(raw.numpy())).decode()}
@@ -63,4 +65,9 @@ def encode(obj):
 
 
 def decode(blob):
-    return _dec(json.loads(blob.decode()))
+    """The object encode() wrote; ValueError for anything else."""
+    try:
+        return _dec(json.loads(blob.decode()))
+    except (ValueError, TypeError, KeyError, IndexError, RuntimeError,
+            binascii.Error, RecursionError) as e:
+        raise ValueError("malformed replica state (%s)" % e) from None

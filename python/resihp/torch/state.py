@@ -136,7 +136,10 @@ class ReplicaState:
         if n > self.meta.numel() - 8:
             raise ProgramError("the state received is malformed (meta length "
                                "%d)" % n)
-        meta = codec.decode(bytes(self.meta[8:8 + n].numpy()))
+        try:
+            meta = codec.decode(bytes(self.meta[8:8 + n].numpy()))
+        except ValueError as e:
+            raise ProgramError("the state received is %s" % e) from None
         sd = meta["optimizer"]
         for st in sd["state"].values():
             for k, v in st.items():

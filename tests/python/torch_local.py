@@ -1,0 +1,185 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""resihp.torch without a cluster (TAP): the state encoding and its fuzzing,
+the catch-up round trip of model/optimizer/scheduler/RNG through the
+replica state buffers, determinism of the reference, bad input refused."""
+import ctypes
+import random
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import resihp
+import resihp.torch as rt
+from resihp.torch import codec
+from resihp.torch.state import ReplicaState
+
+results = []
+
+
+def ok(cond, what):
+    results.append((bool(cond), what))
+
+
+def raises(exc, fn, what, needle=""):
+    try:
+        fn()
+    except exc as e:
+        ok(needle in str(e), "%s (%s)" % (what, e))
+        return
+    except Exception as e:  # the wrong kind
+        ok(False, "%s: %s instead of %s" % (what, type(e).__name__,
+                                              exc.__name__))
+        return
+    ok(False, "%s: no exception" % what)
+
+
+def build(seed=1):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2),
+                          nn.Linear(16, 3))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+    return model, opt, sched
+
+
+def batch(step, mb):
+    g = torch.Generator().manual_seed(1000 * step + mb)
+    return torch.randn(4, 8, generator=g), torch.randint(0, 3, (4,),
+                                                         generator=g)
+
+
+def train(tr, model, steps=None):
+    losses = []
+    for step in tr:
+        for mb in step:
+            x, y = batch(step.index, mb)
+            step.backward(F.cross_entropy(model(x), y))
+        losses.append(step.loss)
+        if steps is not None and step.index + 1 >= steps:
+            break
+    return losses
+
+
+# -- the safe encoding -----------------------------------------------------
+model, opt, sched = build()
+tr = rt.Trainer(model, opt, scheduler=sched, microbatches=4, steps=3,
+                standalone=True)
+train(tr, model)
+meta = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+        "rng": torch.get_rng_state(), "k": {1: (2.5, float("inf"), None)}}
+meta["scheduler"].pop("lr_lambdas", None)
+back = codec.decode(codec.encode(meta))
+ok(back["k"] == {1: (2.5, float("inf"), None)} and
+   torch.equal(back["rng"], meta["rng"]) and
+   back["optimizer"]["param_groups"][0]["betas"] ==
+   meta["optimizer"]["param_groups"][0]["betas"] and
+   torch.equal(back["optimizer"]["state"][0]["exp_avg"],
+               meta["optimizer"]["state"][0]["exp_avg"]),
+   "codec: optimizer/scheduler/RNG state round-trips")
+raises(TypeError, lambda: codec.encode({"f": lambda: 0}),
+       "codec: a function is not encoded", "cannot encode")
+blob = codec.encode(meta)
+rnd = random.Random(13)
+other = []
+for i in range(3000):  # mutations of a real blob: ValueError or a value
+    b = bytearray(blob)
+    for _ in range(rnd.randint(1, 8)):
+        op = rnd.randrange(3)
+        at = rnd.randrange(len(b))
+        if op == 0:
+            b[at] = rnd.randrange(256)
+        elif op == 1:
+            del b[at:at + rnd.randint(1, 64)]
+        else:
+            b[at:at] = bytes(rnd.choice(b'{}[]":,0123456789tdbxsv') for _ in
+                             range(rnd.randint(1, 8)))
+    try:
+        codec.decode(bytes(b))
+    except ValueError:
+        pass
+    except Exception as e:
+        other.append("%s: %s" % (type(e).__name__, e))
+ok(not other, "codec fuzz: 3000 mutated states give a value or ValueError "
+   "(%s)" % (other[:2] or "nothing else"))
+raises(ValueError, lambda: codec.decode(b'{"x":"torch.float32","s":[9],'
+                                        b'"v":"AAAA"}'),
+       "codec: a tensor whose bytes do not fill its shape is refused")
+
+# -- catch-up round trip through the buffers ---------------------------------
+# A trains 3 steps; B (built from another seed) receives A's buffers byte
+# for byte, as libresihp's catch-up does, and loads them; both train 3 more.
+ma, oa, sa = build(1)
+ta = rt.Trainer(ma, oa, scheduler=sa, microbatches=4, steps=6,
+                standalone=True)
+la = train(ta, ma, steps=3)
+mb_, ob, sb = build(2)
+tb = rt.Trainer(mb_, ob, scheduler=sb, microbatches=4, steps=6,
+                standalone=True)
+src, dst = ta.state.buffers(), tb.state.buffers()
+ok([n for _, n in src] == [n for _, n in dst],
+   "the state buffers of two replicas have the same sizes")
+for (sa_, n), (da, _) in zip(src, dst):
+    ctypes.memmove(da, sa_, n)
+step_of = tb.state.load()
+tb._next = step_of + 1
+ok(step_of == 2, "the received state is of step 2 (%d)" % step_of)
+ok(rt.state_digest(ma, oa) == rt.state_digest(mb_, ob) and
+   sa.state_dict()["last_epoch"] == sb.state_dict()["last_epoch"],
+   "after load: model, optimizer and scheduler equal the source's")
+la += train(ta, ma)
+lb = train(tb, mb_)
+ok(rt.state_digest(ma, oa) == rt.state_digest(mb_, ob) and la[3:] == lb,
+   "the caught-up replica trains on bitwise like its source")
+tb.state.meta[8:12] = torch.tensor([1, 2, 3, 4], dtype=torch.uint8)
+raises(resihp.ProgramError, tb.state.load,
+       "a corrupt received state is refused", "malformed")
+
+# -- the reference is deterministic; modes --------------------------------
+digests = []
+for mode in ("deterministic", "deterministic", "float32", "bfloat16"):
+    m, o, s = build()
+    train(rt.Trainer(m, o, scheduler=s, microbatches=5, steps=4, mode=mode,
+                     standalone=True), m)
+    digests.append(rt.state_digest(m, o))
+ok(digests[0] == digests[1], "deterministic mode: same digest twice")
+ok(len(set(digests[1:])) == 3, "float32 and bfloat16 exchanges train too "
+   "(their own results)")
+
+# -- bad input -------------------------------------------------------------
+m, o, s = build()
+raises(resihp.ProgramError, lambda: rt.Trainer(m, o, microbatches=2,
+                                               steps=1, mode="fp8",
+                                               standalone=True),
+       "an unknown mode is refused", "use one of")
+mm = nn.Linear(4, 4).to("meta")
+raises(resihp.ProgramError,
+       lambda: rt.Trainer(mm, torch.optim.SGD(mm.parameters(), lr=0.1),
+                          microbatches=2, steps=1, standalone=True),
+       "a model not on the CPU is refused", "CPU")
+md = nn.Linear(4, 4).double()
+raises(resihp.ProgramError,
+       lambda: rt.Trainer(md, torch.optim.SGD(md.parameters(), lr=0.1),
+                          microbatches=2, steps=1, standalone=True),
+       "float64 parameters are refused", "float32")
+m, o, s = build()
+t = rt.Trainer(m, o, microbatches=2, steps=1, standalone=True)
+
+
+def skip_backward():
+    for step in t:
+        for mb in step:
+            pass
+
+
+raises(resihp.ProgramError, skip_backward,
+       "a microbatch without backward is refused", "step.backward")
+raises(resihp.ResihpError,
+       lambda: rt.Trainer(m, o, microbatches=2, steps=1,
+                          job_options={"coordinator": "", "replica": -1}),
+       "no coordinator: the C error name comes with the exception",
+       "RESIHP_EINVAL")
+
+print("1..%d" % len(results))
+for i, (good, what) in enumerate(results, 1):
+    print("%s %d - %s" % ("ok" if good else "not ok", i, what))

@@ -11,6 +11,7 @@ resihptorchdir = $(pythondir)/resihp/torch
 dist_resihptorch_DATA = \
 	python/resihp/torch/__init__.py python/resihp/torch/codec.py \
 	python/resihp/torch/digest.py python/resihp/torch/grads.py \
+	python/resihp/torch/overlap.py \
 	python/resihp/torch/state.py python/resihp/torch/trainer.py
 
 # where make install puts libresihp, for _lib.py to find it

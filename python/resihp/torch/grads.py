@@ -2,22 +2,31 @@
 """A replica's gradients for one step and their exchange.
 
 The parameters' .grad are views into one flat float32 buffer, so backward
-accumulates straight into what is exchanged. Two trailing slots carry the
-step's loss and, at step 0, a check that every replica starts from the same
-parameters (a digest word and a count: the sums agree only if every replica
-put the same word).
+accumulates straight into it. Three trailing slots carry the step's loss
+and, at step 0, a check that every replica starts from the same parameters
+(a digest word and a count: the sums agree only if every replica put the
+same word).
 
-deterministic: after each microbatch its gradient is added to an int64
-fixed-point accumulator (libresihp's resihp_fixed_*) and the float buffer is
-cleared; the exchange sums the accumulators exactly, so the result does not
-depend on which replica computed which microbatch. float32 / bfloat16: the
-microbatches accumulate in float, the exchange sums floats (bfloat16 on the
-wire). Either way a failed exchange leaves the local sum untouched: the
-reassigned microbatches are added to it and the exchange runs again."""
+deterministic: each microbatch's gradient is added to an int64 fixed-point
+accumulator (libresihp's resihp_fixed_*) and the float buffer cleared; the
+exchange sums the accumulators exactly, so the result does not depend on
+which replica computed which microbatch. float32 / bfloat16: microbatches
+accumulate in float and the exchange sums floats (bfloat16 on the wire).
+
+Buckets. The exchange goes bucket by bucket (bucket_bytes each, in the
+reverse order of the parameters: the order backward finishes them), from a
+copy of the local sum (the "wire"): a bucket reduced before a peer failed
+already holds the dead replica's share, so after a failure every bucket is
+exchanged again from the local sums plus the reassigned microbatches, which
+stay intact. During the backward of the step's last microbatch, a bucket
+whose gradients are all done is exchanged at once from a thread
+(overlap.py), while backward goes on with the others. Every replica
+exchanges the buckets in the same order, the slots last."""
 import torch
 
 from .. import job as _job
 from ..errors import ProgramError
+from .overlap import Overlap
 
 MODES = ("deterministic", "float32", "bfloat16")
 _SLOTS = 3  # loss, check word, count
@@ -34,11 +43,11 @@ def _params(optimizer):
 
 
 class Gradients:
-    def __init__(self, optimizer, mode, microbatches):
+    def __init__(self, optimizer, mode, bucket_bytes=25 << 20):
         if mode not in MODES:
             raise ProgramError("mode '%s': use one of %s" % (mode,
                                                              ", ".join(MODES)))
-        self.mode, self.m = mode, microbatches
+        self.mode = mode
         self.params = _params(optimizer)
         for p in self.params:
             if p.dtype != torch.float32:
@@ -48,15 +57,36 @@ class Gradients:
                     "mode='bfloat16')" % p.dtype)
         self.n = sum(p.numel() for p in self.params)
         self.flat = torch.zeros(self.n + _SLOTS, dtype=torch.float32)
-        self.views, off = [], 0
+        self.views, self.offsets, off = [], [], 0
         for p in self.params:
             self.views.append(self.flat[off:off + p.numel()].view_as(p))
+            self.offsets.append(off)
             off += p.numel()
         self.fb = _job.fixed_frac_bits()
+        wire_dtype, self.dtype = {
+            "deterministic": (torch.int64, _job.FIXED64),
+            "float32": (torch.float32, _job.FLOAT32),
+            "bfloat16": (torch.bfloat16, _job.BFLOAT16)}[mode]
+        self.wire = torch.zeros(self.n + _SLOTS, dtype=wire_dtype)
         if mode == "deterministic":
             self.acc = torch.zeros(self.n + _SLOTS, dtype=torch.int64)
-        elif mode == "bfloat16":
-            self.wire = torch.zeros(self.n + _SLOTS, dtype=torch.bfloat16)
+        self.buckets = self._make_buckets(max(1, int(bucket_bytes)))
+        self.overlap = Overlap(self)
+
+    def _make_buckets(self, bucket_bytes):
+        """[(lo, hi, parameter indices)] in exchange order; the slots last."""
+        out, cur, lo, hi = [], [], None, None
+        for i in reversed(range(len(self.params))):
+            a, b = self.offsets[i], self.offsets[i] + self.params[i].numel()
+            cur.append(i)
+            lo, hi = a, (b if hi is None else hi)
+            if (hi - lo) * 4 >= bucket_bytes:
+                out.append((lo, hi, cur))
+                cur, lo, hi = [], None, None
+        if cur:
+            out.append((lo, hi, cur))
+        out.append((self.n, self.n + _SLOTS, []))
+        return out
 
     def start(self, check_word=None):
         """A new step: zero gradients; check_word at step 0."""
@@ -66,65 +96,81 @@ class Gradients:
         if self.mode == "deterministic":
             self.acc.zero_()
         self.check = check_word
-        tail = self._tail()
+        tail = (self.acc if self.mode == "deterministic" else self.flat)[self.n:]
         if check_word is not None:
             tail[1], tail[2] = check_word, 1
 
-    def _tail(self):
-        buf = self.acc if self.mode == "deterministic" else self.flat
-        return buf[self.n:]
-
-    def _gather(self):
-        """Gradients a user's zero_grad or an optimizer detached from the
-        flat buffer go back into it."""
-        for p, v in zip(self.params, self.views):
-            g = p.grad
-            if g is None:
-                v.zero_()
-            elif g.data_ptr() != v.data_ptr():
-                v.copy_(g)
-            p.grad = v
+    def gather(self, i):
+        """Parameter i's gradient into the flat buffer, if a user's
+        zero_grad or an optimizer detached it."""
+        p, v = self.params[i], self.views[i]
+        g = p.grad
+        if g is None:
+            v.zero_()
+        elif g.data_ptr() != v.data_ptr():
+            v.copy_(g)
+        p.grad = v
 
     def add_microbatch(self, loss_over_m):
         """After one microbatch's backward of loss/M."""
-        self._gather()
+        if self.overlap.armed:  # the buckets were taken as they finished
+            self.flat[self.n] += loss_over_m
+            return
+        for i in range(len(self.params)):
+            self.gather(i)
+        self.flat[self.n] += loss_over_m
         if self.mode == "deterministic":
-            self.flat[self.n] = loss_over_m
             _job.fixed_accumulate_float(self.acc.data_ptr(),
                                         self.flat.data_ptr(), self.n + 1,
                                         self.fb)
             self.flat.zero_()
+
+    def prepare(self, bucket, fresh):
+        """The wire gets a bucket's local sum. fresh: the bucket's last
+        microbatch is still in the float buffer (overlap), not yet in the
+        fixed-point accumulator."""
+        lo, hi, _ = bucket
+        if self.mode == "deterministic":
+            if fresh:
+                hi_f = min(hi, self.n + 1)  # the loss slot, not the check
+                _job.fixed_accumulate_float(self.acc[lo:].data_ptr(),
+                                            self.flat[lo:].data_ptr(),
+                                            hi_f - lo, self.fb)
+                self.flat[lo:hi_f].zero_()
+            self.wire[lo:hi].copy_(self.acc[lo:hi])
         else:
-            self.flat[self.n] += loss_over_m
+            self.wire[lo:hi].copy_(self.flat[lo:hi])
+
+    def reduce(self, bucket, job):
+        """Exchange one bucket of the wire; None or the reassigned ids."""
+        lo, hi, _ = bucket
+        if job is None:
+            return None
+        w = self.wire[lo:]
+        return job.allreduce(w.data_ptr(), hi - lo, self.dtype)
 
     def exchange(self, job):
         """Sum over the replicas (job None: this process is all of them).
         Returns None when the gradients hold the step's result, else the
         microbatch ids reassigned to this replica."""
-        self._gather()
-        count = self.n + _SLOTS
-        if self.mode == "deterministic":
-            if job is not None:
-                extra = job.allreduce(self.acc.data_ptr(), count,
-                                      _job.FIXED64)
-                if extra is not None:
-                    return extra
-            _job.fixed_to_float(self.flat.data_ptr(), self.acc.data_ptr(),
-                                self.n + 1, self.fb)
-            self.tail = [float(self.flat[self.n]), int(self.acc[self.n + 1]),
-                         int(self.acc[self.n + 2])]
+        if self.overlap.armed:
+            extra = self.overlap.finish()
         else:
-            if self.mode == "bfloat16":
-                self.wire.copy_(self.flat)
-                buf, dtype = self.wire, _job.BFLOAT16
-            else:
-                buf, dtype = self.flat, _job.FLOAT32
-            if job is not None:
-                extra = job.allreduce(buf.data_ptr(), count, dtype)
+            extra = None
+            for b in self.buckets:
+                self.prepare(b, False)
+                extra = self.reduce(b, job)
                 if extra is not None:
-                    return extra
-            if self.mode == "bfloat16":
-                self.flat.copy_(self.wire)
+                    break
+        if extra is not None:
+            return extra
+        if self.mode == "deterministic":
+            _job.fixed_to_float(self.flat.data_ptr(), self.wire.data_ptr(),
+                                self.n + 1, self.fb)
+            self.tail = [float(self.flat[self.n]), int(self.wire[self.n + 1]),
+                         int(self.wire[self.n + 2])]
+        else:
+            self.flat.copy_(self.wire)
             self.tail = [float(x) for x in self.flat[self.n:]]
         for p, v in zip(self.params, self.views):
             p.grad = v

@@ -16,6 +16,8 @@ gradient exchange succeeded; if a replica failed during it, the survivors
 compute its microbatches too (the inner loop yields them) and exchange again.
 A replacement gets the state of the last committed step from a healthy
 replica (model, optimizer, scheduler, RNG: see state.py) and trains on.
+Gradients are exchanged in buckets of bucket_mb MiB, those of the step's
+last microbatch while its backward still runs (overlap=True; grads.py).
 The torch RNG is seeded from (seed, step, microbatch) before each microbatch,
 so dropout does not depend on which replica computes it. Microbatch times
 and workloads go to resihp's fail-slow detector.
@@ -53,9 +55,11 @@ class Step:
 
     def __iter__(self):
         tr = self.trainer
-        todo = self.mbs
+        todo, first = self.mbs, True
         while True:
-            for mb in todo:
+            for k, mb in enumerate(todo):
+                if first and k == len(todo) - 1 and tr.overlap:
+                    tr.grads.overlap.arm(tr.job)  # exchange during backward
                 self._pending = mb
                 torch.manual_seed(_seed(tr.seed, self.index, mb))
                 self._t0 = time.perf_counter()
@@ -63,7 +67,7 @@ class Step:
                 if self._pending is not None:
                     raise ProgramError("microbatch %d: call step.backward(loss) "
                                        "once for every microbatch" % mb)
-            todo = tr._exchange(self)
+            todo, first = tr._exchange(self), False
             if todo is None:
                 break
             self.reassigned.extend(todo)
@@ -90,15 +94,17 @@ class Step:
 class Trainer:
     def __init__(self, model, optimizer, *, microbatches, steps,
                  scheduler=None, mode="deterministic", seed=0, workload=None,
-                 standalone=False, meta_bytes=1 << 20, job_options=None):
+                 standalone=False, bucket_mb=25.0, overlap=True,
+                 meta_bytes=1 << 20, job_options=None):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.microbatches, self.steps = int(microbatches), int(steps)
         if self.microbatches < 1 or self.steps < 1:
             raise ProgramError("microbatches and steps must be >= 1")
         self.seed, self.mode = int(seed), mode
         self.state = ReplicaState(model, optimizer, scheduler, meta_bytes)
-        self.grads = Gradients(optimizer, mode, self.microbatches)
+        self.grads = Gradients(optimizer, mode, int(bucket_mb * (1 << 20)))
         self.job = None
+        self.overlap = bool(overlap) and not standalone
         self._next = 0
         self._open = None
         if not standalone:

@@ -22,6 +22,10 @@ endif
 
 dist_check_SCRIPTS += tests/integration/spank-options.test
 TESTS += tests/integration/spank-options.test
+# resihp_job_abort: the program stops the run, no spare is used
+dist_check_SCRIPTS += tests/integration/abort.test
+TESTS += tests/integration/abort.test
+EXTRA_DIST += tests/fuzz/corpus-coord/abort
 
 EXTRA_DIST += tests/harness/lab-cluster.sh tests/harness/tap.sh tests/run-tests.sh
 include tests/harness/local.mk

@@ -59,7 +59,8 @@ enum {
   EXIT_DISAGREE = 3,
   EXIT_SIGNAL = 4,  /* a second SIGINT/SIGTERM: stopped at once */
   EXIT_STOPPED = 5, /* SIGINT/SIGTERM: stopped at a step boundary */
-  EXIT_PROGRAM = 6  /* the program could not start or left before joining */
+  EXIT_PROGRAM = 6  /* the program could not start or left before joining,
+                      or stopped the run (resihp_job_abort) */
 };
 
 typedef struct {
@@ -118,6 +119,7 @@ static struct {
   int hold;             /* --wait-for-replacements */
   int stopping;         /* stop asked at the next step boundary */
   int program_failed;   /* the program, not a node, failed to start */
+  int aborted;          /* a replica stopped the run (ABORT) */
   char prog_path[4096]; /* PROGRAM as found in PATH */
   /* fail-slow: how microbatches are spread (resihp_assign_mode_t), how long
    * a swap for a spare takes (< 0: never swap), progress every N s */
@@ -1212,6 +1214,23 @@ int main(int argc, char **argv) {
           g.recheck_s ? resihp__now_ms() + g.recheck_s * 1000L : INT64_MAX;
     }
     resihp__coord_poll(g.coord, 50);
+    /* A replica stopped the run because of an error of its program
+     * (resihp_job_abort): no replacement for it (a spare would fail the
+     * same way) nor for anyone else; the coordinator already stops at the
+     * step boundary. Seen before reap() so that its step's end is not
+     * taken for a node to diagnose. */
+    char why[224];
+    int ar = resihp__coord_aborted(g.coord, why, sizeof(why));
+    if (ar >= 0 && !g.aborted) {
+      g.aborted = 1;
+      g.stopping = 1;
+      fprintf(stderr,
+              "resihp-run: replica %d stopped the run: %s (an error of the "
+              "program, which no spare can fix; the others stop at the step "
+              "boundary)\n",
+              ar, why);
+      resihp__coord_stop(g.coord);
+    }
     reap();
     tick();
     progress();
@@ -1227,7 +1246,7 @@ int main(int argc, char **argv) {
   int state = resihp__coord_state(g.coord);
   if (killed)
     ret = EXIT_SIGNAL;
-  else if (g.program_failed)
+  else if (g.program_failed || g.aborted)
     ret = EXIT_PROGRAM;
   else if (state != RESIHP__COORD_DONE)
     ret = EXIT_LOST;

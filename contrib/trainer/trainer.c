@@ -59,6 +59,10 @@ typedef struct {
   const char *ckpt_dir;
   int ckpt_every;
   const char *die_at; /* steps ("15,30,45") at which the last rank dies once */
+  /* --abort-at STEP[:REPLICA]: that replica stops the run at that step's
+   * begin (resihp_job_abort), as a program error would (-1: never) */
+  long abort_step;
+  int abort_replica;
 } cfg_t;
 
 typedef struct {
@@ -191,6 +195,18 @@ static int run_resilient(model_t *m) {
       break;
     t = trainer_now_s();
     memset(m->acc, 0, (m->P + 1) * sizeof(int64_t));
+    if (st.step == c->abort_step && me == c->abort_replica) {
+      char why[96];
+      snprintf(why, sizeof(why),
+               "test abort at step %ld (resihp-trainer --abort-at)", st.step);
+      fprintf(stderr, "[replica %d] step %ld: %s\n", me, st.step, why);
+      rc = resihp_job_abort(job, why);
+      if (rc)
+        fprintf(stderr, "[replica %d] abort not sent: %s\n", me,
+                resihp_strerror(rc));
+      resihp_job_destroy(job);
+      return 1;
+    }
     if (st.catching_up && !c->quiet)
       printf("[replica %d] caught up at step %ld; training again from the "
              "next step\n",
@@ -389,10 +405,13 @@ static void usage(FILE *f) {
       "       [--data fixed|longtail|packed] [--tokens N] [--quiet]\n"
       "       [--reference | --checkpoint DIR --checkpoint-every K "
       "[--die-at S,S..]]\n"
+      "       [--abort-at STEP[:REPLICA]]\n"
       "Run under resihp-run (see resihp-run(1)); prints the checksum of the\n"
       "final parameters. --mb-ms is the mean simulated compute of a\n"
       "microbatch, scaled by its tokens and squared lengths; --tokens is the\n"
-      "token budget of a packed microbatch (default 64 x --batch).\n");
+      "token budget of a packed microbatch (default 64 x --batch).\n"
+      "--abort-at (tests): replica REPLICA (default 0) stops the whole run\n"
+      "at the begin of step STEP with resihp_job_abort and exits 1.\n");
 }
 
 int main(int argc, char **argv) {
@@ -407,7 +426,8 @@ int main(int argc, char **argv) {
                      .momentum = 0.9,
                      .seed = 1,
                      .mb_ms = 2,
-                     .print_every = 10}};
+                     .print_every = 10,
+                     .abort_step = -1}};
   static const struct option lo[] = {{"steps", 1, 0, 's'},
                                      {"microbatches", 1, 0, 'M'},
                                      {"batch", 1, 0, 'B'},
@@ -424,6 +444,7 @@ int main(int argc, char **argv) {
                                      {"checkpoint", 1, 0, 'k'},
                                      {"checkpoint-every", 1, 0, 'K'},
                                      {"die-at", 1, 0, 'd'},
+                                     {"abort-at", 1, 0, 'A'},
                                      {"data", 1, 0, 'T'},
                                      {"tokens", 1, 0, 'N'},
                                      {"reference", 0, 0, 'r'},
@@ -480,6 +501,21 @@ int main(int argc, char **argv) {
     case 'd':
       m.c.die_at = optarg;
       break;
+    case 'A': {
+      char *end;
+      m.c.abort_step = strtol(optarg, &end, 10);
+      m.c.abort_replica =
+          *end == ':' && end[1] ? (int)strtol(end + 1, &end, 10) : 0;
+      if (*end || end == optarg || m.c.abort_step < 0 ||
+          m.c.abort_replica < 0) {
+        fprintf(stderr,
+                "resihp-trainer: --abort-at wants STEP or STEP:REPLICA (both "
+                ">= 0), not '%s'\n",
+                optarg);
+        return 2;
+      }
+      break;
+    }
     case 'T':
       if (trainer_data_kind(optarg) < 0) {
         fprintf(stderr,

@@ -13,7 +13,7 @@
  *   coord_perf.c      fail-slow: the detector, microbatches by predicted
  *                     cost, the swap of a slow replica (PERF, WL)
  *   coord_protocol.c  the ranks' messages: HELLO, SUBHELLO/LEADER, BEGIN,
- *                     READY/RESYNC, FAULT, CATCHUP_FAILED, FINISH
+ *                     READY/RESYNC, FAULT, CATCHUP_FAILED, FINISH, ABORT
  *   coord_loop.c      the coordinator object, its connections and event
  *                     loop: handshakes, poll, heartbeats, silence
  *   coord_summary.c   the final summary and its statistics
@@ -153,6 +153,10 @@ struct resihp__coord {
   struct pollfd *pfd;
   int cappfd;
   int stop; /* end at the next step boundary (resihp__coord_stop) */
+  /* the first replica that stopped the run with ABORT (-1: none), and
+   * its reason */
+  int abort_replica;
+  char abort_why[224];
   /* fail-slow adaptation (coord_perf.c) */
   resihp_detector_t *det;
   double *rank_slow;         /* R*K: each rank's multiplier (1: not SLOW) */

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -206,6 +207,7 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
     c->reps[r].swapped_at = -1;
   }
   c->wl_asked = -1;
+  c->abort_replica = -1;
   if ((rc = resihp__wire_hs_create(o->secret, o->secret_len, "coord",
                                    HS_PENDING, HS_TIMEOUT_MS, &c->hs)))
     goto fail;
@@ -260,6 +262,11 @@ int resihp__coord_members(const resihp__coord_t *c) {
 }
 int resihp__coord_connected(const resihp__coord_t *c, int r) {
   return r >= 0 && r < c->R && c->reps[r].conn >= 0;
+}
+int resihp__coord_aborted(const resihp__coord_t *c, char *why, size_t n) {
+  if (why && n)
+    snprintf(why, n, "%s", c->abort_replica >= 0 ? c->abort_why : "");
+  return c->abort_replica;
 }
 
 int resihp__coord_replica_eps(const resihp__coord_t *c, int r, const char **ep,

@@ -4,8 +4,9 @@
  * (HELLO from a replica's rank 0, SUBHELLO from one of its other ranks,
  * answered with LEADER, or SPARE from a spare agent, coord_spares.c); a
  * replica's connection then sends BEGIN, READY/RESYNC, RECOVER
- * (coord_rounds.c), FAULT, CATCHUP_FAILED and FINISH. Anything malformed is
- * refused and its connection dropped, taking its replica with it.
+ * (coord_rounds.c), FAULT, CATCHUP_FAILED and FINISH, or ABORT to stop the
+ * run. Anything malformed is refused and its connection dropped, taking its
+ * replica with it.
  */
 #include "config.h"
 
@@ -254,6 +255,66 @@ static void on_fault_report(resihp__coord_t *c, int r, const char *msg) {
        c->step);
 }
 
+/* Text that ends up in the summary and in the launcher's messages:
+ * printable ASCII, not empty. With rest, to the end of the line and spaces
+ * allowed (words for people); without, one token. */
+static int printable(const char *msg, const char *key, int rest, char *out,
+                     size_t cap) {
+  int rc = rest ? resihp__wire_get_rest(msg, key, out, cap)
+                : resihp__wire_get(msg, key, out, cap);
+  int seen = 0;
+  for (const char *q = out; !rc && *q; q++) {
+    rc = *q < ' ' || *q > '~';
+    seen |= *q != ' ';
+  }
+  if (rc || !seen)
+    out[0] = '\0';
+  return rc || !seen ? RESIHP_EPROTO : 0;
+}
+
+/* ABORT reason=TEXT from replica r (see coordinator.h): its program met
+ * an error that a spare would meet again, so relaunching it would only
+ * burn the spares. It leaves the group now, not as a failure (no
+ * on_failed, no replacement, no failure record), and the run ends at the
+ * next step boundary through the stop of resihp__coord_stop. A step being
+ * set up (GO sent, no START yet) does not start: the members go back to
+ * the barrier they have all passed, where the stop ends the run. In a step
+ * that runs, the survivors' all-reduce loses the leaver and their RECOVER
+ * moves its microbatches, as after any departure. The sender holds the
+ * job's secret and is leaving either way: a reason that is not printable
+ * text is refused, but the stop stands. */
+static void on_abort(resihp__coord_t *c, int k, int r, const char *msg) {
+  char why[sizeof(c->abort_why)];
+  if (printable(msg, "reason", 1, why, sizeof(why))) {
+    resihp__coord_refuse(c, k, "bad-abort", 0, msg);
+    snprintf(why, sizeof(why), "(no readable reason given)");
+  }
+  logc(RESIHP_LOG_ERROR, "replica %d stopped the run: %s", r, why);
+  if (c->abort_replica < 0) {
+    c->abort_replica = r;
+    memcpy(c->abort_why, why, sizeof(why));
+  }
+  rep_t *p = &c->reps[r];
+  resihp__coord_remove_member(c, r);
+  p->state = R_GONE;
+  p->catching = 0;
+  p->waiting = 0;
+  p->expected = 0;
+  /* a leader whose other rank aborted is still there: it must leave too,
+   * and its FINISH must not count among the results */
+  resihp__wire_send(&c->conns[k].w, "NO reason=aborted",
+                    resihp__now_ms() + 1000);
+  resihp__coord_close_conn(c, k);
+  if (!c->stop)
+    logc(RESIHP_LOG_INFO,
+         "stopping: step %ld is the last to start, no replacement for "
+         "replica %d",
+         c->step, r);
+  c->stop = 1;
+  if (c->phase == P_SETUP)
+    c->phase = P_BARRIER;
+}
+
 void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   int r = c->conns[k].replica;
   if (r >= 0)
@@ -320,12 +381,11 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
       p->waiting = 1;
       p->catching = 0;
     }
+  } else if (!strncmp(msg, "ABORT ", 6)) {
+    on_abort(c, k, r, msg);
   } else if (!strncmp(msg, "FINISH ", 7)) {
     char res[sizeof(p->result)];
-    int rc = resihp__wire_get(msg, "result", res, sizeof(res));
-    for (const char *q = res; !rc && *q; q++)
-      rc = *q < '!' || *q > '~';
-    if (rc || !res[0]) {
+    if (printable(msg, "result", 0, res, sizeof(res))) {
       /* Not taken as a result: the run's verdict compares them. */
       resihp__coord_refuse(c, k, "bad-finish", 0, msg);
       snprintf(res, sizeof(res), "-");

@@ -219,8 +219,11 @@ void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
     memcpy(rd->inview, inview, sizeof(inview));
   }
   rd->reported[r] = 1;
+  /* Undecided: decided by resihp__coord_advance once every line of this
+   * poll round is read, not now. A replica that left the step on purpose
+   * (ABORT) said so before it closed its sockets, that is before any
+   * survivor could see it gone; deciding now could fail it, and relaunch
+   * it, on a RECOVER read just before its ABORT. */
   if (rd->decided)
     answer_round(c, rd, r);
-  else
-    resihp__coord_decide_rounds(c);
 }

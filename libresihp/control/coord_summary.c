@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* The coordinator's final summary: steps done, throughput and the median
  * step, every failure (fail_t records, coord_members.c) with the
- * survivors' stall and the replacement's rejoin time, the spares, and
- * whether the replicas' results agree.
+ * survivors' stall and the replacement's rejoin time, the replica that
+ * stopped the run (ABORT), the spares, and whether the replicas' results
+ * agree.
  */
 #include "config.h"
 
@@ -147,6 +148,9 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
     fprintf(f, "  worst survivor stall:   %.0f ms; no replica rejoined\n",
             worst_stall);
   fail_slow(c, f);
+  if (c->abort_replica >= 0)
+    fprintf(f, "  stopped by replica %d:   %s (its program; no replacement)\n",
+            c->abort_replica, c->abort_why);
   for (int i = 0; i < c->nspares; i++) {
     const spare_t *sp = &c->spares[i];
     char extra[260] = "";

@@ -40,6 +40,17 @@
  * LEP replica= jobid= stepid= lep=... (its address for the step's other
  * ranks; before HELLO, which needs their addresses) or HELLO with lep=.
  *
+ * A rank whose program met an error that no spare can fix (a state it
+ * cannot load, replicas whose parameters differ: the same program would
+ * fail the same way on any node) says ABORT reason=TEXT (printable ASCII,
+ * spaces allowed, to the end of the line) and leaves. The coordinator
+ * does not report that replica failed (no replacement), stops the run as
+ * resihp__coord_stop does (the others commit the step in progress, taking
+ * over the leaver's microbatches if need be, then get DONE), answers its
+ * connection NO reason=aborted and closes it. The first reason is kept
+ * (resihp__coord_aborted); a malformed one is refused and replaced by a
+ * placeholder, but the stop stands.
+ *
  * A rank whose node failed a periodic health probe (a kind=periodic block
  * with healthy=0 in its RESIHP_PROBE_RESULTS file) says, at its next step
  * boundary instead of BEGIN, FAULT kind=probe step=s node=N summary=TEXT
@@ -134,6 +145,9 @@ int resihp__coord_connected(const resihp__coord_t *c, int replica);
  * commits, the next one does not start, every rank gets DONE and reports
  * its result; the state becomes RESIHP__COORD_DONE once they have. */
 void resihp__coord_stop(resihp__coord_t *c);
+/* The replica that stopped the run with ABORT (the first, if several
+ * did) or -1; its reason is copied into why (n bytes; why may be NULL). */
+int resihp__coord_aborted(const resihp__coord_t *c, char *why, size_t n);
 /* The launcher has started (on=1) a replacement of replica, or no longer
  * waits for one (on=0); see hold_for_replacements. */
 void resihp__coord_expect(resihp__coord_t *c, int replica, int on);

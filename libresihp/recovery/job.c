@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* The in-rank job's life cycle (see resihp/job.h, job_internal.h for the
  * other files, and the protocol in control/coordinator.h): options, join,
- * the coordinator link and its heartbeat thread, accessors, finish,
+ * the coordinator link and its heartbeat thread, accessors, finish, abort,
  * destroy.
  *
  * The leader's main thread talks to the coordinator: it sends requests and
@@ -510,4 +510,29 @@ int resihp_job_finish(resihp_job_t *j, const char *result) {
   resihp__wire_buf_free(&b);
   snprintf(line, sizeof(line), "FINISH result=%s", r);
   return resihp__job_send(j, line);
+}
+
+/* The reason travels as the last field of one line and ends up in
+ * resihp-run's messages: printable ASCII (anything else, line breaks
+ * included, becomes '_'), spaces kept, at most 200 characters. */
+int resihp_job_abort(resihp_job_t *j, const char *reason) {
+  if (!j)
+    return RESIHP_EINVAL;
+  char why[201], line[224];
+  snprintf(why, sizeof(why), "%s",
+           reason && *reason ? reason : "no reason given");
+  int text = 0;
+  for (char *p = why; *p; p++) {
+    if (*p < ' ' || *p > '~')
+      *p = '_';
+    text |= *p != ' ';
+  }
+  if (!text)
+    snprintf(why, sizeof(why), "no reason given");
+  resihp_log(RESIHP_LOG_ERROR, "job",
+             "replica %d rank %d: stopping the whole run: %s (an error of "
+             "the program: a spare would fail the same way)",
+             j->replica, j->lrank, why);
+  snprintf(line, sizeof(line), "ABORT reason=%s", why);
+  return resihp__job_tell(j, line);
 }

@@ -17,11 +17,9 @@
 
 /* Up to the coordinator: the leader says it itself, the others through
  * the leader's relay. */
-void resihp__job_tell(resihp_job_t *j, const char *line) {
-  if (j->lrank > 0)
-    resihp__job_send_up(j, line);
-  else
-    resihp__job_send(j, line);
+int resihp__job_tell(resihp_job_t *j, const char *line) {
+  return j->lrank > 0 ? resihp__job_send_up(j, line)
+                      : resihp__job_send(j, line);
 }
 
 /* Announce an injected fault to the coordinator, then commit it. */

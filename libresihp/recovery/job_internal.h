@@ -2,7 +2,7 @@
 /* Internals of the in-rank job (resihp/job.h), shared by its files:
  *
  *   job.c          life cycle: options, join, the coordinator link and its
- *                  heartbeat thread, accessors, finish, destroy
+ *                  heartbeat thread, accessors, finish, abort, destroy
  *   job_replica.c  the replica's K ranks: finding each other (star links
  *                  to rank 0 for control lines), the replica communicator,
  *                  agreement among the K ranks
@@ -160,11 +160,12 @@ int resihp__job_send_down(resihp_job_t *j, const char *line);
 int resihp__job_send_down_buf(resihp_job_t *j, const resihp__wire_buf_t *b);
 int resihp__job_recv_up(resihp_job_t *j);
 /* Non-leader: a line to the leader (relayed to the coordinator when it
- * is a FAULT or a PERF). */
+ * is a FAULT, a PERF or an ABORT). */
 int resihp__job_send_up(resihp_job_t *j, const char *line);
 /* A line for the coordinator from any rank: the leader sends it, the others
- * up the star to the leader's relay (FAULT, PERF). job_faults.c. */
-void resihp__job_tell(resihp_job_t *j, const char *line);
+ * up the star to the leader's relay (FAULT, PERF, ABORT). 0 once sent.
+ * job_faults.c. */
+int resihp__job_tell(resihp_job_t *j, const char *line);
 /* Element-wise sum of v[0..n) over the replica's ranks (exact): how the K
  * ranks agree. Returns RESIHP_EPEER when a rank of the replica failed. */
 int resihp__job_replica_sum(resihp_job_t *j, int64_t *v, size_t n);

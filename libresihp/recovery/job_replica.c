@@ -371,12 +371,13 @@ int resihp__job_replica_sum(resihp_job_t *j, int64_t *v, size_t n) {
 
 /* ---- the leader's relay thread --------------------------------------- */
 
-/* Reads what the other ranks say: FAULT goes to the coordinator at once
- * (the rank is about to die, or its node to be killed), RESULT is kept for
+/* Reads what the other ranks say: FAULT and ABORT go to the coordinator at
+ * once (the rank is about to die or leave, or its node to be killed),
+ * RESULT is kept for
  * finish, HB only proves life. A link that fails is closed here; the
  * replica communicator reports the rank's death to whoever needs it. */
 static void relay_line(resihp_job_t *j, int k, const char *line) {
-  if (!strncmp(line, "FAULT ", 6)) {
+  if (!strncmp(line, "FAULT ", 6) || !strncmp(line, "ABORT ", 6)) {
     if (j->cw.fd >= 0)
       resihp__job_send(j, line);
     return;
@@ -408,18 +409,25 @@ static void *relay_main(void *arg) {
   char *line = malloc(RESIHP__JOB_MSG_MAX);
   if (!p || !line)
     goto out;
-  for (;;) {
+  /* After the stop, what the ranks have already sent is still read (a
+   * few rounds, without waiting): an ABORT sent by a rank just before it
+   * left must reach the coordinator even when the leader, seeing that
+   * rank gone, is already on its way out. */
+  for (int stop = 0, after = 0; after < 16; after += stop) {
     p[0].fd = j->relay_pipe[0];
     p[0].events = POLLIN;
+    p[0].revents = 0;
     for (int k = 0; k < n; k++) {
       p[k + 1].fd = j->down_open[k] ? j->down[k].fd : -1;
       p[k + 1].events = POLLIN;
       p[k + 1].revents = 0;
     }
-    if (poll(p, (nfds_t)n + 1, -1) < 0)
+    int ready = poll(p + stop, (nfds_t)(n + 1 - stop), stop ? 0 : -1);
+    if (ready < 0)
       continue;
-    if (p[0].revents)
+    if (stop && ready == 0)
       break;
+    stop |= p[0].revents != 0;
     for (int k = 0; k < n; k++) {
       if (!p[k + 1].revents)
         continue;

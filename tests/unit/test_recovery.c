@@ -275,6 +275,10 @@ static const char *g_slow;
 static int g_slow_r = -1;
 static long g_slow_from, g_slow_to;
 static double g_slow_f;
+/* resihp_job_abort: rank g_abort_rank of replica g_abort_r stops the run
+ * at the begin of step g_abort_step (-1: never). */
+static long g_abort_step = -1;
+static int g_abort_r = -1, g_abort_rank;
 
 /* Every sample of this replica is what it reported (1 ms), stretched by
  * at least g_slow_f in the slow steps of the slow replica only. */
@@ -335,6 +339,12 @@ static int rank_main(int replica, int die_at) {
   resihp_job_step_t st;
   int rc;
   while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
+    if (st.step == g_abort_step && replica == g_abort_r && sh == g_abort_rank) {
+      /* a tab and a byte that is no ASCII: sent as '_' */
+      rc = resihp_job_abort(job, "state\tcannot be loaded \xff");
+      resihp_job_destroy(job);
+      return rc ? 18 : 17;
+    }
     memset(acc, 0, sizeof(acc));
     usleep(10000); /* a step takes time: a replacement can join */
     for (int i = 0; i < st.nmbs; i++) {
@@ -597,6 +607,72 @@ END_TEST
 
 /* Shard 1 of replica 0 dies; the replica is replaced and each shard of the
  * replacement catches up from a healthy replica. */
+/* resihp_job_abort in the middle of step 3 (it has its microbatches),
+ * from a replica of one rank and from the non-leader rank of a replica of
+ * two (relayed by its rank 0): nobody is relaunched although replacements
+ * are allowed (no failure at all), the others commit step 3 with the
+ * leaver's microbatches (their state is exactly that of 4 failure-free
+ * steps) and the run stops there, the reason in the summary. */
+START_TEST(job_abort_stops_run) {
+  char out[8192], want[256];
+  g_K = 1 + _i;
+  g_abort_step = 3;
+  g_abort_r = 1;
+  g_abort_rank = _i;
+  run_job(3, -1, -1, 1, out, sizeof(out));
+  g_steps = 4;
+  expected(want, sizeof(want));
+  g_steps = 30;
+  ck_assert_msg(strstr(out, want), "%s", out);
+  ck_assert_msg(strstr(out, "2 replicas agree"), "%s", out);
+  ck_assert_msg(strstr(out, "steps completed:        4 of 30"), "%s", out);
+  ck_assert_msg(strstr(out, "failures:               0 "), "%s", out);
+  ck_assert_msg(!strstr(out, "(0 microbatches reassigned"), "%s", out);
+  ck_assert_msg(
+      strstr(out, "stopped by replica 1:   state_cannot be loaded _ "), "%s",
+      out);
+}
+END_TEST
+
+/* ABORT straight into the handler: a reason that is not printable text
+ * is refused, but the stop stands (before the first step: the run ends at
+ * once), and the first reason is the one kept. */
+START_TEST(coord_abort_reason_checked) {
+  static const char key[] = "abort-test-secret";
+  resihp__coord_opts_t co = {.replicas = 2,
+                             .bind_host = "127.0.0.1",
+                             .secret = (const uint8_t *)key,
+                             .secret_len = sizeof(key) - 1,
+                             .silence_ms = 600000};
+  resihp__coord_t *c;
+  ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
+  int k[2], sv[2][2];
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv[i]),
+                     0);
+    resihp__wire_t w;
+    resihp__wire_init(&w, sv[i][0]);
+    k[i] = resihp__coord_adopt(c, &w);
+    ck_assert_int_ge(k[i], 0);
+  }
+  resihp__coord_feed(c, k[0], "HELLO replica=0 ep=a:1 sep=a:2 mbs=4 steps=9");
+  resihp__coord_feed(c, k[1], "HELLO replica=1 ep=b:1 sep=b:2 mbs=4 steps=9");
+  ck_assert_int_eq(resihp__coord_aborted(c, NULL, 0), -1);
+  resihp__coord_feed(c, k[1], "ABORT reason=bad\x01text");
+  char why[64];
+  ck_assert_int_eq(resihp__coord_aborted(c, why, sizeof(why)), 1);
+  ck_assert_str_eq(why, "(no readable reason given)");
+  ck_assert_int_eq(resihp__coord_connected(c, 1), 0);
+  resihp__coord_feed(c, k[0], "ABORT reason=second one");
+  ck_assert_int_eq(resihp__coord_aborted(c, why, sizeof(why)), 1);
+  ck_assert_ptr_null(resihp__coord_check(c));
+  ck_assert_int_eq(resihp__coord_state(c), RESIHP__COORD_DONE);
+  resihp__coord_destroy(c);
+  for (int i = 0; i < 2; i++)
+    close(sv[i][1]);
+}
+END_TEST
+
 START_TEST(shards_replaced_per_shard_catchup) {
   char out[8192], want[256];
   g_K = 2;
@@ -1369,6 +1445,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, shards_replaced_per_shard_catchup);
   tcase_add_test(tc, shards_disagree_on_k_refused);
   tcase_add_test(tc, shards_state_mismatch_refused);
+  tcase_add_loop_test(tc, job_abort_stops_run, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("hardening");
   tcase_set_timeout(tc, 90);
@@ -1383,6 +1460,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, coord_bad_hello_refused);
   tcase_add_test(tc, coord_rogue_recover_refused);
   tcase_add_test(tc, coord_tampering_refused);
+  tcase_add_test(tc, coord_abort_reason_checked);
   suite_add_tcase(s, tc);
   return s;
 }

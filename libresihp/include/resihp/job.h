@@ -20,6 +20,10 @@
  *   }
  *   resihp_job_finish(job, checksum_text); resihp_job_destroy(job);
  *
+ * A program error that no spare can fix (see resihp_job_abort) ends the
+ * whole run instead: resihp_job_abort(job, why); resihp_job_destroy(job);
+ * exit(1).
+ *
  * Constant microbatch count. Every step processes the same M microbatches,
  * numbered 0..M-1. The coordinator spreads them over the live replicas
  * (begin_step: st.mbs) and keeps a ledger of (step, microbatch) -> replica.
@@ -238,6 +242,26 @@ resihp_comm_t *resihp_job_replica_comm(resihp_job_t *job);
  * it with its shard's result; the replica reports "r0/r1/..." (shortened
  * to a digest of them when longer than 200 characters). */
 int resihp_job_finish(resihp_job_t *job, const char *result);
+
+/* Stop the whole run because of an error of the program that a spare
+ * cannot fix: the same program would fail the same way on any node (a
+ * state it cannot load after catch-up, replicas whose parameters differ,
+ * a buffer it cannot use). A rank that just exits counts as a failed
+ * replica, which resihp-run relaunches on a spare, where it fails again
+ * until no spare is left; after resihp_job_abort it is not relaunched:
+ * the coordinator stops the run as at SIGINT (the other replicas commit
+ * the step in progress, taking over this replica's microbatches if need
+ * be, then get st.done and finish), and resihp-run prints "replica R
+ * stopped the run: REASON" and exits with status 6 (resihp-run(1)).
+ *   Any rank may call it, at any time after join: before the first step,
+ * between steps or in the middle of one (a rank other than the replica's
+ * rank 0 says it through rank 0, which then leaves too). reason is text
+ * for people, cut to 200 characters, anything but printable ASCII
+ * replaced by '_'; NULL or "" says "no reason given". Logs it as an error
+ * and returns 0 once it is sent (or the error of the send). Then destroy
+ * the job and exit with a non-zero status; the job must not be used for
+ * anything else. */
+int resihp_job_abort(resihp_job_t *job, const char *reason);
 
 void resihp_job_destroy(resihp_job_t *job);
 

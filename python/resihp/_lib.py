@@ -98,7 +98,4 @@ _proto("resihp_fixed_accumulate_float", None, c_void_p, c_void_p, c_size_t,
        c_int)
 _proto("resihp_fixed_to_float", None, c_void_p, c_void_p, c_size_t, c_int,
        c_double)
-# resihp_job_abort is newer than some installed libraries: bound if there.
-HAVE_ABORT = hasattr(lib, "resihp_job_abort")
-if HAVE_ABORT:
-    _proto("resihp_job_abort", c_int, _JOB, c_char_p)
+_proto("resihp_job_abort", c_int, _JOB, c_char_p)

@@ -145,7 +145,7 @@ class Job:
 
     def abort(self, reason):
         """Stop the whole run: a program error a spare cannot fix."""
-        if _lib.HAVE_ABORT and self._h:
+        if self._h:
             lib.resihp_job_abort(self._h, str(reason).encode())
 
     def close(self):

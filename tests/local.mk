@@ -21,6 +21,11 @@ endif
 dist_check_SCRIPTS += tests/integration/spank-options.test
 TESTS += tests/integration/spank-options.test
 
+# resihp.torch.ddp against stock gloo DDP and under a replica's failure
+dist_check_SCRIPTS += tests/integration/torch-ddp.test
+TESTS += tests/integration/torch-ddp.test
+EXTRA_DIST += contrib/torch-ddp/train_ddp.py
+
 EXTRA_DIST += tests/harness/lab-cluster.sh tests/harness/tap.sh tests/run-tests.sh
 include tests/harness/local.mk
 

@@ -27,10 +27,18 @@ scales the loss by R/M (R: replicas at the step's start, M: microbatches per
 step) and the hook divides the gradients by R before summing them, as DDP's
 own allreduce hook divides by the world size: the update is the mean over
 the step's M microbatches. (reduce="sum" is the Trainer's convention
-instead: loss/M, a plain sum.) A script that calls loss.backward() itself
-scales its loss with step.scale(loss). The optimizer and the scheduler
-step when a round's exchange succeeded; do not call optimizer.step() or
+instead: loss/M, a plain sum.) The optimizer and the scheduler step when a
+round's exchange succeeded (the adapter also commits the state a
+replacement copies and ends the step); do not call optimizer.step() or
 zero_grad() in the loop (the adapter zeroes the gradients at each step).
+The same loop spelled out, for a script that keeps its own backward:
+
+    for step in adapter:
+        for mbs in step.rounds():     # own ids, then each reassigned list
+            for i, mb in enumerate(mbs):
+                step.microbatch(mb)   # seeds the RNG
+                with step.sync(i == len(mbs) - 1):
+                    step.scale(loss_fn(ddp(x), y)).backward()
 
 The hook. DDP calls it once per bucket and waits for the futures it returns
 at the end of backward. Buckets are not completed one by one: a peer may die

@@ -68,13 +68,21 @@ def run_resihp(a):
     adapter = rt.ddp.Adapter({"microbatches": a.microbatches,
                               "steps": a.steps}, ddp, opt, sched, seed=a.seed)
     for step in adapter:
-        for mb in step:
-            step.backward(loss_of(ddp, step.index, mb))
+        if a.rounds:  # the same loop spelled out
+            for mbs in step.rounds():
+                for i, mb in enumerate(mbs):
+                    step.microbatch(mb)
+                    with step.sync(i == len(mbs) - 1):
+                        step.scale(loss_of(ddp, step.index, mb)).backward()
+        else:
+            for mb in step:
+                step.backward(loss_of(ddp, step.index, mb))
         if step.reassigned:
             print("replica %d step %d: computed reassigned microbatches %s"
                   % (adapter.replica, step.index, step.reassigned),
                   flush=True)
-        if a.print_every and step.index % a.print_every == 0:
+        if a.print_every and step.index % a.print_every == 0 and \
+                not a.rounds:
             print("replica %d step %d: loss %.6f" % (adapter.replica,
                                                      step.index, step.loss),
                   flush=True)
@@ -115,6 +123,9 @@ def main():
     p.add_argument("--microbatches", type=int, default=6)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--print-every", type=int, default=0)
+    p.add_argument("--rounds", action="store_true",
+                   help="use step.rounds()/step.sync() instead of the "
+                   "step iterator (no loss is reported then)")
     p.add_argument("--stock", type=int, metavar="RANK", default=None,
                    help="run stock gloo DDP as this rank")
     p.add_argument("--world", type=int, default=2)

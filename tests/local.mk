@@ -27,6 +27,11 @@ dist_check_SCRIPTS += tests/integration/abort.test
 TESTS += tests/integration/abort.test
 EXTRA_DIST += tests/fuzz/corpus-coord/abort
 
+# resihp.torch.ddp against stock gloo DDP and under a replica's failure
+dist_check_SCRIPTS += tests/integration/torch-ddp.test
+TESTS += tests/integration/torch-ddp.test
+EXTRA_DIST += contrib/torch-ddp/train_ddp.py
+
 EXTRA_DIST += tests/harness/lab-cluster.sh tests/harness/tap.sh tests/run-tests.sh
 include tests/harness/local.mk
 

@@ -3,5 +3,6 @@
 hook adapter (ddp.py). CPU tensors; Debian's torch 1.13 and torch 2.x."""
 from .digest import state_digest
 from .trainer import Step, Trainer
+from . import ddp
 
-__all__ = ["Trainer", "Step", "state_digest"]
+__all__ = ["Trainer", "Step", "state_digest", "ddp"]

@@ -1,0 +1,423 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Fault-tolerant gradient exchange for a DistributedDataParallel script.
+
+Each replica is its own one-process torch.distributed group; DDP's gradient
+buckets go through a comm hook to resihp's fault-tolerant all-reduce instead
+of a group spanning the replicas:
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0,
+                            world_size=1)
+    ddp = DistributedDataParallel(model)            # CPU model
+    opt = torch.optim.AdamW(ddp.parameters())
+    adapter = resihp.torch.ddp.Adapter({"microbatches": M, "steps": S},
+                                       ddp, opt, scheduler, seed=1234)
+    for step in adapter:              # joins, catches up, then each step
+        for mb in step:               # own ids, then reassigned ones
+            x, y = batch(step.index, mb)
+            step.backward(loss_fn(ddp(x), y))
+        # here the step committed: optimizer.step(), scheduler.step()
+    adapter.finish()                  # resihp-run compares the digests
+
+What the loop does for the script: before each microbatch it re-seeds the
+torch RNG from (seed, step, microbatch) (the Trainer's convention: dropout
+does not depend on who computes a microbatch) and enters ddp.no_sync() for
+every microbatch but the last of a round, so gradients accumulate locally
+and DDP hands its buckets to the hook once per round. step.backward(loss)
+scales the loss by R/M (R: replicas at the step's start, M: microbatches per
+step) and the hook divides the gradients by R before summing them, as DDP's
+own allreduce hook divides by the world size: the update is the mean over
+the step's M microbatches. (reduce="sum" is the Trainer's convention
+instead: loss/M, a plain sum.) The optimizer and the scheduler step when a
+round's exchange succeeded (the adapter also commits the state a
+replacement copies and ends the step); do not call optimizer.step() or
+zero_grad() in the loop (the adapter zeroes the gradients at each step).
+The same loop spelled out, for a script that keeps its own backward:
+
+    for step in adapter:
+        for mbs in step.rounds():     # own ids, then each reassigned list
+            for i, mb in enumerate(mbs):
+                step.microbatch(mb)   # seeds the RNG
+                with step.sync(i == len(mbs) - 1):
+                    step.scale(loss_fn(ddp(x), y)).backward()
+
+The hook. DDP calls it once per bucket and waits for the futures it returns
+at the end of backward. Buckets are not completed one by one: a peer may die
+after some of them were summed, and such a sum already holds the dead
+replica's part. The hook copies every bucket into one flat buffer laid out by
+parameter (DDP rebuilds its buckets after the first iteration, so a
+replacement's buckets are not ordered like a veteran's) and at the last
+bucket (bucket.is_last()) all survivors call one resihp all-reduce of it
+(float32, with the step's loss and a start check in three trailing slots).
+If it succeeds every future gets its share of the sum. If a replica died,
+resihp returns the microbatches reassigned to this replica: every future
+gets the bucket's LOCAL copy (the gradients hold the local sum), the loop
+yields the extra microbatches (accumulating on top, no_sync() but for the
+last) and that last backward runs the hook again, which exchanges every
+bucket again. The dead replica's microbatches are then computed once, by the
+survivors, and the sum is that of all M.
+A replica with nothing to compute in a round (a replacement in its catch-up
+step, more replicas than microbatches) takes part with zeros without running
+DDP's backward.
+
+What it recovers:
+- a peer dying (or being excluded) in the middle of a step, in any bucket,
+  when the training loop is the one above (or step.rounds() with step.sync,
+  which is the same thing spelled out);
+- a replacement started by resihp-run at a step boundary: it catches up
+  from a healthy replica through the job's state list, which is the
+  Trainer's ReplicaState (state.py): the model's parameters and buffers,
+  the optimizer's state, the scheduler, the RNG, as of the last commit.
+What it does not:
+- an arbitrary DDP loop (its own backward/optimizer.step() per step) cannot
+  recompute a dead peer's microbatches: its step would apply the local sum.
+  The hook refuses to run outside this loop's rounds (a clear error) rather
+  than train on a wrong sum; in-step reassignment for arbitrary scripts
+  needs the Trainer loop (resihp.torch.Trainer);
+- results are float sums: bitwise reproducible across failures only in the
+  Trainer's fixed-point mode. Here a failure-free run with R = 2 equals
+  stock gloo DDP bitwise (a + b is order-free), but after a failure the
+  sums are taken in another grouping and the final state differs in the
+  last bits from a failure-free run (the replicas still agree);
+- module buffers updated in forward (BatchNorm's running statistics) are
+  not exchanged (DDP's broadcast_buffers has a one-process group): the
+  replicas drift apart unless the model has none;
+- CPU tensors, float32 gradients, one rank per replica (no sharding), one
+  backward per microbatch, DDP's find_unused_parameters=False."""
+import contextlib
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from .. import job as _job
+from ..errors import ProgramError
+from ..job import Job
+from .digest import state_digest
+from .state import ReplicaState
+from .trainer import _seed
+
+_SLOTS = 3  # loss, start check word, count (as grads.py)
+REDUCE = ("ddp", "sum")
+
+
+def microbatch_seed(seed, step, mb):
+    """The torch seed of microbatch mb of step (a stock script that must
+    match the adapter seeds with it too)."""
+    return _seed(int(seed), int(step), int(mb))
+
+
+def _check_ddp(ddp):
+    if not isinstance(ddp, DistributedDataParallel):
+        raise ProgramError(
+            "resihp.torch.ddp.Adapter wants the DistributedDataParallel "
+            "module (got %s): wrap the model with "
+            "DistributedDataParallel(model) first" % type(ddp).__name__)
+    pg = getattr(ddp, "process_group", None)
+    if pg is None or pg.size() != 1:
+        raise ProgramError(
+            "the DistributedDataParallel module's process group has %s "
+            "ranks: each resihp replica is its own one-rank group; call "
+            "torch.distributed.init_process_group('gloo', "
+            "store=torch.distributed.HashStore(), rank=0, world_size=1) "
+            "before wrapping the model" % (pg.size() if pg else "no"))
+    for name, p in ddp.module.named_parameters():
+        if p.device.type != "cpu":
+            raise ProgramError(
+                "parameter '%s' is on %s: the resihp DDP adapter exchanges "
+                "CPU tensors only (build the model on the CPU and wrap it "
+                "with DistributedDataParallel(model) without device_ids)" %
+                (name, p.device))
+        if p.requires_grad and p.dtype != torch.float32:
+            raise ProgramError(
+                "parameter '%s' is %s: the resihp DDP adapter exchanges "
+                "float32 gradients" % (name, p.dtype))
+
+
+class Step:
+    """One training step of the adapter's loop."""
+
+    def __init__(self, adapter, info):
+        self.adapter = adapter
+        self.index = info.index
+        self.catching_up = info.catching_up
+        self.nreplicas = max(1, info.nreplicas)  # at the step's start
+        self.mbs = list(info.mbs)
+        self.reassigned = []    # microbatches added after a peer failed
+        self.loss = None        # after the commit: mean loss over M
+        self._extra = None      # what the last exchange asked for
+        self._exchanged = False
+        self._in_round = False
+        self._loss_sum = 0.0
+        self._pending = None
+        self._check = None
+        self._committed = False
+
+    def scale(self, loss):
+        """The loss of one microbatch as the adapter's reduction wants it."""
+        a = self.adapter
+        if a.reduce == "sum":
+            return loss / a.microbatches
+        return loss * (self.nreplicas / a.microbatches)
+
+    def backward(self, loss, tokens=1.0, sum_l2=None, nseq=1.0):
+        """Backward of scale(loss) for the microbatch being computed;
+        tokens, sum of squared sequence lengths, sequences: its workload for
+        resihp's fail-slow detector."""
+        mb = self._pending
+        if mb is None:
+            raise ProgramError("step.backward() outside a microbatch (or "
+                               "twice for one)")
+        self._loss_sum += float(loss.detach()) / self.adapter.microbatches
+        self.scale(loss).backward()
+        self._pending = None
+        l2 = sum_l2 if sum_l2 is not None else float(tokens) ** 2
+        self.adapter.job.report_microbatch(mb, time.perf_counter() - self._t0,
+                                           tokens, l2, nseq)
+
+    def sync(self, last):
+        """The context a microbatch's forward and backward run in:
+        ddp.no_sync() unless it is the last of its round."""
+        return (contextlib.nullcontext() if last
+                else self.adapter.ddp.no_sync())
+
+    def microbatch(self, mb):
+        """Re-seed the torch RNG for microbatch mb (the loop does it)."""
+        torch.manual_seed(microbatch_seed(self.adapter.seed, self.index, mb))
+        self._pending = mb
+        self._t0 = time.perf_counter()
+
+    def rounds(self):
+        """The step's microbatch lists: its own, then each list reassigned
+        after a peer failed. After a round's last backward (in
+        sync(True)) the exchange ran; when it succeeded the step commits
+        and the iteration ends."""
+        a = self.adapter
+        todo = self.mbs
+        while True:
+            self._exchanged, self._extra = False, None
+            if todo:
+                self._in_round = True
+                try:
+                    yield list(todo)
+                finally:
+                    self._in_round = False
+                if not self._exchanged:
+                    raise ProgramError(
+                        "step %d: the round's last microbatch did not reach "
+                        "the gradient exchange: run its forward and backward "
+                        "inside step.sync(True) (the others in "
+                        "step.sync(False))" % self.index)
+            else:
+                a._exchange_zeros(self)
+            if self._extra is None:
+                break
+            todo = self._extra
+            self.reassigned.extend(todo)
+        a._commit(self)
+
+    def __iter__(self):
+        for todo in self.rounds():
+            for i, mb in enumerate(todo):
+                self.microbatch(mb)
+                with self.sync(i == len(todo) - 1):
+                    yield mb
+                if self._pending is not None:
+                    raise ProgramError("microbatch %d: call step.backward(loss) "
+                                       "once for every microbatch" % mb)
+
+
+class Adapter:
+    """job_or_opts: a resihp.Job (then pass microbatches=) or a dict of
+    Job options (microbatches, steps, ...: the adapter joins with the
+    replica state list). ddp: a DistributedDataParallel over a one-rank
+    group. reduce: "ddp" (divide by the replicas, loss * R/M) or "sum"
+    (loss / M)."""
+
+    def __init__(self, job_or_opts, ddp, optimizer, scheduler=None, *,
+                 seed=0, reduce="ddp", microbatches=None, meta_bytes=1 << 20):
+        _check_ddp(ddp)
+        if reduce not in REDUCE:
+            raise ProgramError("reduce '%s': use one of %s" %
+                               (reduce, ", ".join(REDUCE)))
+        self.ddp, self.optimizer, self.scheduler = ddp, optimizer, scheduler
+        self.seed, self.reduce = int(seed), reduce
+        self.state = ReplicaState(ddp.module, optimizer, scheduler,
+                                  meta_bytes)
+        self.params = [p for p in ddp.module.parameters() if p.requires_grad]
+        self.where, n = {}, 0
+        for p in self.params:
+            self.where[id(p)] = (n, p.numel())
+            n += p.numel()
+        self.n = n
+        self.flat = torch.zeros(n + _SLOTS, dtype=torch.float32)
+        if isinstance(job_or_opts, Job):
+            if microbatches is None:
+                raise ProgramError("with a joined Job pass microbatches= "
+                                   "(the job's microbatches per step)")
+            self.job, self.microbatches = job_or_opts, int(microbatches)
+            self.job.set_state(self.state.buffers())
+        else:
+            opts = dict(job_or_opts)
+            self.microbatches = int(opts.get("microbatches", 0))
+            if self.microbatches < 1 or int(opts.get("steps", 0)) < 1:
+                raise ProgramError("the job options need microbatches >= 1 "
+                                   "and steps >= 1")
+            self.job = Job(state=self.state.buffers(), **opts)
+        self._step = None
+        self._buckets = []
+        ddp.register_comm_hook(None, self._hook)
+
+    @property
+    def replica(self):
+        return self.job.replica
+
+    def __iter__(self):
+        while True:
+            if self._step is not None and not self._step._committed:
+                raise ProgramError("step %d was left before its microbatches "
+                                   "were done" % self._step.index)
+            info = self.job.begin_step()
+            if info.done:
+                self._step = None
+                return
+            if info.catching_up:
+                self._load()
+            step = Step(self, info)
+            if step.index == 0:
+                step._check = int(state_digest(self.ddp.module)[:3], 16)
+            for p in self.params:  # as optimizer.zero_grad(set_to_none=False)
+                if p.grad is not None:
+                    p.grad.detach_()
+                    p.grad.zero_()
+            self._step = step
+            yield step
+
+    steps = __iter__
+
+    def _load(self):
+        try:
+            self.state.load()
+        except Exception as e:
+            self.job.abort("the state received from a healthy replica cannot "
+                           "be loaded: %s" % e)
+            raise ProgramError("catch-up: the state cannot be loaded (%s); "
+                               "the run was stopped" % e) from e
+
+    def _hook(self, state, bucket):
+        fut = torch.futures.Future()
+        st = self._step
+        if st is None or not st._in_round:
+            self._buckets.clear()
+            fut.set_exception(ProgramError(
+                "a DDP gradient exchange outside the resihp adapter's step "
+                "loop: run backward inside 'for step in adapter: for mb in "
+                "step:' (a peer's failure can only be recovered there)"))
+            return fut
+        buf = bucket.buffer()
+        spans = []
+        for p, g in zip(bucket.parameters(), bucket.gradients()):
+            off, n = self.where.get(id(p), (None, 0))
+            boff = (g.data_ptr() - buf.data_ptr()) // buf.element_size()
+            if off is None or g.numel() != n or boff < 0 or \
+                    boff + n > buf.numel():
+                fut.set_exception(ProgramError(
+                    "a DDP bucket holds a gradient the adapter does not know "
+                    "(parameters must not change after the adapter is made)"))
+                return fut
+            spans.append((boff, off, n))
+        self._buckets.append((fut, buf.clone(), spans))
+        if bucket.is_last():
+            try:
+                self._exchange_buckets(st)
+            except Exception as e:
+                for f, _, _ in self._buckets:
+                    if not f.done():
+                        f.set_exception(e)
+            self._buckets.clear()
+        return fut
+
+    def _exchange_buckets(self, st):
+        self.flat.zero_()
+        for _, local, spans in self._buckets:
+            for boff, off, n in spans:
+                self.flat[off:off + n] = local[boff:boff + n]
+        if self._allreduce(st):
+            for f, local, _ in self._buckets:
+                f.set_result(local)
+            return
+        for f, local, spans in self._buckets:
+            out = local.clone()
+            for boff, off, n in spans:
+                out[boff:boff + n] = self.flat[off:off + n]
+            f.set_result(out)
+
+    def _exchange_zeros(self, st):
+        """A round without microbatches: zeros, no DDP backward."""
+        self.flat.zero_()
+        st._exchanged = True
+        if self._allreduce(st):
+            return
+        with torch.no_grad():
+            for p in self.params:
+                off, n = self.where[id(p)]
+                v = self.flat[off:off + n].view_as(p)
+                if p.grad is None:
+                    p.grad = v.clone()
+                else:
+                    p.grad.copy_(v)
+
+    def _allreduce(self, st):
+        """Sum self.flat (gradients, then the slots) over the replicas.
+        True: microbatches were reassigned (st._extra; self.flat is not
+        the sum)."""
+        st._exchanged = True
+        tail = self.flat[self.n:]
+        tail[0] = st._loss_sum
+        if st._check is not None:
+            tail[1], tail[2] = st._check, 1
+        if self.reduce == "ddp":
+            self.flat[:self.n].div_(st.nreplicas)
+        extra = self.job.allreduce(self.flat.data_ptr(), self.n + _SLOTS,
+                                   _job.FLOAT32, _job.OP_SUM)
+        if extra is not None:
+            st._extra = list(extra)
+            return True
+        st._extra = None
+        st.loss = float(tail[0])
+        word, count = float(tail[1]), float(tail[2])
+        if st._check is not None and count > 0 and word != st._check * count:
+            why = ("the replicas started from different parameters: "
+                   "initialise the model the same way on every replica "
+                   "(torch.manual_seed before building it)")
+            self.job.abort(why)
+            raise ProgramError(why + "; the run was stopped")
+        return False
+
+    def _commit(self, st):
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.state.commit(st.index)
+        self.job.end_step()
+        st._committed = True
+
+    def finish(self, result=None):
+        """The run is over: report the result (default: the state digest of
+        the module and optimizer), which resihp-run compares; returns it."""
+        if result is None:
+            result = state_digest(self.ddp.module, self.optimizer)
+        self.job.finish(result)
+        self.job.close()
+        return result
+
+    def close(self):
+        self.job.close()
+
+
+def one_rank_group():
+    """init_process_group for a replica: gloo, one rank, an in-memory store
+    (a no-op if a group exists)."""
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0,
+                                world_size=1)

@@ -1,0 +1,7 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""resihp for PyTorch: a resilient Trainer loop (trainer.py) and a DDP comm
+hook adapter (ddp.py). CPU tensors; Debian's torch 1.13 and torch 2.x."""
+from .digest import state_digest
+from .trainer import Step, Trainer
+
+__all__ = ["Trainer", "Step", "state_digest"]

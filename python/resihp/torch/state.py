@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""What a replacement replica copies from a healthy one, as buffers.
+
+libresihp sends a list of buffers of fixed sizes (checked at join against
+every other replica) as they were at the last commit. Here they are:
+- the model's state_dict tensors (parameters and buffers) themselves:
+  received in place, no copy;
+- the optimizer's state tensors (moments, step counts): torch creates them
+  at the first step, so their shapes are learnt up front from a copy of the
+  optimizer that takes one step on zero gradients, and the buffers are
+  allocated here; at each commit the optimizer's tensors are made these
+  buffers (copied once and rebound if the optimizer replaced them);
+- one byte buffer holding everything else, written at each commit in a
+  safe encoding (codec.py: no pickle, a peer's bytes cannot run code): the
+  optimizer's state_dict without its tensors, the LR scheduler's
+  state_dict, the RNG state and the step.
+After a catch-up, load() puts all of it back through load_state_dict."""
+import copy
+import struct
+
+import torch
+
+from ..errors import ProgramError
+from . import codec
+
+_MARK = "__resihp_buffer__"
+
+
+def _check_cpu(name, t):
+    if t.device.type != "cpu":
+        raise ProgramError(
+            "%s is on %s: resihp.torch exchanges and copies CPU tensors only "
+            "in this version (move the model to the CPU)" % (name, t.device))
+    if not t.is_contiguous():
+        raise ProgramError("%s is not contiguous: call .contiguous() on it "
+                           "before training" % name)
+
+
+def _optimizer_layout(optimizer):
+    """[(group, index, key, empty tensor like the state's)] in a fixed order,
+    from a copy of the optimizer stepped once on zero gradients."""
+    twin = copy.deepcopy(optimizer)
+    with torch.no_grad():
+        for g in twin.param_groups:
+            for p in g["params"]:
+                p.grad = torch.zeros_like(p)
+        try:
+            twin.step()
+        except Exception as e:
+            raise ProgramError("cannot learn the optimizer's state layout "
+                               "(one step on zero gradients failed: %s); "
+                               "optimizers that need a closure are not "
+                               "supported" % e) from e
+    layout = []
+    for gi, g in enumerate(twin.param_groups):
+        for pi, p in enumerate(g["params"]):
+            st = twin.state.get(p, {})
+            for k in sorted(st):
+                if torch.is_tensor(st[k]):
+                    layout.append((gi, pi, k, torch.zeros_like(st[k])))
+    return layout
+
+
+class ReplicaState:
+    def __init__(self, model, optimizer, scheduler=None, meta_bytes=1 << 20):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.tensors, seen = [], set()
+        for name, t in model.state_dict(keep_vars=True).items():
+            t = t.detach()
+            _check_cpu("model tensor '%s'" % name, t)
+            key = (t.data_ptr(), t.numel(), t.dtype)
+            if key not in seen and t.numel():  # tied weights: once
+                seen.add(key)
+                self.tensors.append(t)
+        for g in optimizer.param_groups:
+            for p in g["params"]:
+                _check_cpu("an optimizer parameter", p)
+        self.slots = _optimizer_layout(optimizer)
+        self.meta = torch.zeros(meta_bytes, dtype=torch.uint8)
+
+    def buffers(self):
+        """(address, bytes) of every buffer, in the order sent."""
+        ts = self.tensors + [s[3] for s in self.slots] + [self.meta]
+        return [(t.data_ptr(), t.numel() * t.element_size()) for t in ts]
+
+    def _param(self, gi, pi):
+        return self.optimizer.param_groups[gi]["params"][pi]
+
+    def commit(self, step):
+        """Make the buffers hold the state after step (its optimizer step
+        done). Called before the commit, so a catch-up never sees a mix."""
+        marks = {}
+        for i, (gi, pi, k, buf) in enumerate(self.slots):
+            cur = self.optimizer.state.get(self._param(gi, pi), {}).get(k)
+            if cur is None:
+                continue
+            if cur is not buf:
+                if cur.shape != buf.shape or cur.dtype != buf.dtype:
+                    raise ProgramError(
+                        "optimizer state '%s' changed shape (%s %s, was %s "
+                        "%s)" % (k, tuple(cur.shape), cur.dtype,
+                                 tuple(buf.shape), buf.dtype))
+                buf.copy_(cur)
+                self.optimizer.state[self._param(gi, pi)][k] = buf
+            marks[id(buf)] = i
+        sd = self.optimizer.state_dict()
+        # its per-parameter dicts are the optimizer's own: copy before marking
+        sd["state"] = {i: dict(st) for i, st in sd["state"].items()}
+        for st in sd["state"].values():
+            for k, v in st.items():
+                if torch.is_tensor(v) and id(v) in marks:
+                    st[k] = "%s%d" % (_MARK, marks[id(v)])
+        meta = {"version": 1, "step": int(step), "optimizer": sd,
+                "scheduler": (self.scheduler.state_dict()
+                              if self.scheduler is not None else None),
+                "rng": torch.get_rng_state()}
+        blob = codec.encode(meta)
+        if len(blob) + 8 > self.meta.numel():
+            raise ProgramError(
+                "the optimizer/scheduler state takes %d bytes, more than the "
+                "%d reserved: pass a larger meta_bytes to the Trainer" %
+                (len(blob), self.meta.numel() - 8))
+        self.meta[:8] = torch.frombuffer(bytearray(struct.pack("<Q",
+                                                               len(blob))),
+                                         dtype=torch.uint8)
+        self.meta[8:8 + len(blob)] = torch.frombuffer(bytearray(blob),
+                                                      dtype=torch.uint8)
+
+    def load(self):
+        """After a catch-up: the model's tensors came in place; put the rest
+        back. Returns the step the state is of, or -1 for the initial one."""
+        n = struct.unpack("<Q", bytes(self.meta[:8].tolist()))[0]
+        if n == 0:  # the source had not committed a step: fresh optimizer
+            self.optimizer.state.clear()
+            return -1
+        if n > self.meta.numel() - 8:
+            raise ProgramError("the state received is malformed (meta length "
+                               "%d)" % n)
+        meta = codec.decode(bytes(self.meta[8:8 + n].numpy()))
+        sd = meta["optimizer"]
+        for st in sd["state"].values():
+            for k, v in st.items():
+                if isinstance(v, str) and v.startswith(_MARK):
+                    st[k] = self.slots[int(v[len(_MARK):])][3]
+        self.optimizer.load_state_dict(sd)
+        for gi, pi, k, buf in self.slots:  # optimizer tensors are the buffers
+            st = self.optimizer.state.get(self._param(gi, pi))
+            if st is not None and k in st:
+                st[k] = buf
+        if self.scheduler is not None and meta["scheduler"] is not None:
+            self.scheduler.load_state_dict(meta["scheduler"])
+        torch.set_rng_state(meta["rng"])
+        return meta["step"]

@@ -1,0 +1,184 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The training loop of a resilient replica, for PyTorch.
+
+    tr = Trainer(model, optimizer, microbatches=M, steps=S)
+    for step in tr:                       # joins, catches up, commits
+        for mb in step:                   # own ids, then reassigned ones
+            x, y = batch(step.index, mb)
+            step.backward(loss_fn(model(x), y), tokens=x.numel())
+        print(step.loss)                  # the step's global mean loss
+    tr.finish(state_digest(model, optimizer))
+
+Each step processes the same M microbatches, spread over the replicas by
+resihp-run's coordinator. A microbatch's loss is scaled by 1/M, so the update
+is the mean over all M. The optimizer (and the scheduler) step only when the
+gradient exchange succeeded; if a replica failed during it, the survivors
+compute its microbatches too (the inner loop yields them) and exchange again.
+A replacement gets the state of the last committed step from a healthy
+replica (model, optimizer, scheduler, RNG: see state.py) and trains on.
+The torch RNG is seeded from (seed, step, microbatch) before each microbatch,
+so dropout does not depend on which replica computes it. Microbatch times
+and workloads go to resihp's fail-slow detector.
+
+standalone=True runs without resihp: one process computes all M microbatches
+of every step with the same arithmetic (the reference a resilient run is
+compared with)."""
+import hashlib
+import time
+
+import torch
+
+from ..errors import ProgramError
+from ..job import Job
+from .digest import state_digest
+from .grads import Gradients
+from .state import ReplicaState
+
+
+def _seed(seed, step, mb):
+    d = hashlib.sha256(b"%d:%d:%d" % (seed, step, mb)).digest()
+    return int.from_bytes(d[:8], "little") & ((1 << 63) - 1)
+
+
+class Step:
+    def __init__(self, trainer, info, mbs):
+        self.trainer = trainer
+        self.index = info.index if info is not None else None
+        self.catching_up = bool(info is not None and info.catching_up)
+        self.nreplicas = info.nreplicas if info is not None else 1
+        self.mbs = list(mbs)
+        self.loss = None
+        self.reassigned = []
+        self._pending = None
+
+    def __iter__(self):
+        tr = self.trainer
+        todo = self.mbs
+        while True:
+            for mb in todo:
+                self._pending = mb
+                torch.manual_seed(_seed(tr.seed, self.index, mb))
+                self._t0 = time.perf_counter()
+                yield mb
+                if self._pending is not None:
+                    raise ProgramError("microbatch %d: call step.backward(loss) "
+                                       "once for every microbatch" % mb)
+            todo = tr._exchange(self)
+            if todo is None:
+                break
+            self.reassigned.extend(todo)
+        tr._commit(self)
+
+    def backward(self, loss, tokens=1.0, sum_l2=None, nseq=1.0):
+        """Backward of loss/M for the microbatch just yielded; tokens, sum of
+        squared sequence lengths and sequences describe its workload."""
+        mb = self._pending
+        if mb is None:
+            raise ProgramError("step.backward() outside a microbatch (or "
+                               "twice for one)")
+        tr = self.trainer
+        scaled = loss / tr.microbatches
+        scaled.backward()
+        tr.grads.add_microbatch(float(scaled.detach()))
+        self._pending = None
+        if tr.job is not None:
+            l2 = sum_l2 if sum_l2 is not None else float(tokens) ** 2
+            tr.job.report_microbatch(mb, time.perf_counter() - self._t0,
+                                     tokens, l2, nseq)
+
+
+class Trainer:
+    def __init__(self, model, optimizer, *, microbatches, steps,
+                 scheduler=None, mode="deterministic", seed=0, workload=None,
+                 standalone=False, meta_bytes=1 << 20, job_options=None):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.microbatches, self.steps = int(microbatches), int(steps)
+        if self.microbatches < 1 or self.steps < 1:
+            raise ProgramError("microbatches and steps must be >= 1")
+        self.seed, self.mode = int(seed), mode
+        self.state = ReplicaState(model, optimizer, scheduler, meta_bytes)
+        self.grads = Gradients(optimizer, mode, self.microbatches)
+        self.job = None
+        self._next = 0
+        self._open = None
+        if not standalone:
+            self.job = Job(self.microbatches, self.steps,
+                           state=self.state.buffers(), **(job_options or {}))
+            if workload is not None:
+                self.job.set_workload_fn(workload)
+
+    @property
+    def replica(self):
+        return self.job.replica if self.job is not None else 0
+
+    def __iter__(self):
+        while True:
+            if self._open is not None:
+                raise ProgramError("step %d was left before all its "
+                                   "microbatches were done" % self._open)
+            if self.job is None:
+                if self._next >= self.steps:
+                    return
+                step = Step(self, None, range(self.microbatches))
+                step.index = self._next
+            else:
+                info = self.job.begin_step()
+                if info.done:
+                    return
+                if info.catching_up:
+                    self._load()
+                step = Step(self, info, info.mbs)
+            self._open = step.index
+            check = None
+            if step.index == 0 and self.mode != "bfloat16":
+                check = int(state_digest(self.model)[:3], 16)
+            self.grads.start(check)
+            yield step
+
+    def _load(self):
+        try:
+            self.state.load()
+        except Exception as e:
+            self.abort("the state received from a healthy replica cannot be "
+                       "loaded: %s" % e)
+            raise ProgramError("catch-up: the state cannot be loaded (%s); "
+                               "the run was stopped" % e) from e
+
+    def _exchange(self, step):
+        return self.grads.exchange(self.job)
+
+    def _commit(self, step):
+        if not self.grads.same_start():
+            why = ("the replicas started from different parameters: "
+                   "initialise the model the same way on every replica "
+                   "(torch.manual_seed before building it)")
+            self.abort(why)
+            raise ProgramError(why + "; the run was stopped")
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.state.commit(step.index)
+        step.loss = self.grads.loss()
+        if self.job is not None:
+            self.job.end_step()
+        self._open = None
+        self._next = step.index + 1
+
+    def abort(self, reason):
+        """Stop the whole run (every replica): a program error."""
+        if self.job is not None:
+            self.job.abort(reason)
+
+    def finish(self, result=None):
+        """The run is over: report the result (default: the state digest),
+        which resihp-run compares across replicas; returns it."""
+        if result is None:
+            result = state_digest(self.model, self.optimizer)
+        if self.job is not None:
+            self.job.finish(result)
+            self.job.close()
+        return result
+
+    def close(self):
+        if self.job is not None:
+            self.job.close()

@@ -14,9 +14,19 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from digest import state_digest
 from gpt import GPT, GPTConfig
-from textdata import Corpus, CorpusError, torch_seed
+from textdata import Corpus, CorpusError
+
+try:
+    # The same digest and dropout seeds as resihp.torch's Trainer, so that
+    # every example's losses and final state can be compared with the
+    # others'. The baselines use nothing else of resihp.
+    from resihp.torch import state_digest
+    from resihp.torch.trainer import _seed as torch_seed
+except ImportError as e:
+    sys.exit(f"{sys.argv[0]}: cannot import resihp.torch ({e}): put resihp's "
+             f"python/ directory on PYTHONPATH and, in the source tree, set "
+             f"RESIHP_LIBRARY to build/libresihp/.libs/libresihp.so")
 
 
 def positive(s):
@@ -78,7 +88,11 @@ def microbatch_loss(model, corpus, args, step, mb):
     """The mean cross-entropy of microbatch mb of a step, with torch's RNG
     (dropout) re-seeded from (seed, step, mb) first, as the Trainer does."""
     torch.manual_seed(torch_seed(args.seed, step, mb))
-    x, y = corpus.microbatch(step, mb, args.batch, args.ctx, args.seed)
+    return loss_of(model, *corpus.microbatch(step, mb, args.batch, args.ctx,
+                                             args.seed))
+
+
+def loss_of(model, x, y):
     return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
 
 
@@ -91,8 +105,7 @@ def even_ids(replica, replicas, m):
 def eval_loss(model, corpus, args):
     model.eval()
     with torch.no_grad():
-        x, y = corpus.eval_batch(args.batch, args.ctx)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
+        loss = loss_of(model, *corpus.eval_batch(args.batch, args.ctx)).item()
     model.train()
     return loss
 
@@ -125,6 +138,10 @@ def report(args, model, optimizer, corpus, losses, times, digest=None,
     return digest
 
 
-def check_finite(step, loss):
+def check_finite(step, loss, abort=None):
+    """Stop on a diverged loss (abort: the Trainer's, to stop every replica)."""
     if not math.isfinite(loss):
-        sys.exit(f"step {step}: loss is {loss}; lower --lr")
+        why = f"step {step}: loss is {loss}; lower --lr"
+        if abort:
+            abort(why)
+        sys.exit(why)

@@ -8,7 +8,7 @@ Each step has M global microbatches; rank r computes the ids resihp's
 'even' assignment gives replica r (i with i * R // M == r), accumulating
 gradients under no_sync() except for its last microbatch, whose backward
 all-reduces. DDP's hook divides the sum over ranks by R, so each
-microbatch's mean loss is scaled by R / M: the update is then
+microbatch's mean loss is divided by M/R: the update is then
 (1/R) * sum_r sum_{i of r} (R/M) grad_i = (1/M) * sum_i grad_i, the mean
 over all M microbatches, as in reference.py and under resihp.
 """
@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import common
-from digest import state_digest
+from common import state_digest
 
 
 def worker(rank, replicas, args, store_path):
@@ -41,7 +41,9 @@ def worker(rank, replicas, args, store_path):
     ddp = DDP(model, broadcast_buffers=False)
     m = args.microbatches
     ids = common.even_ids(rank, replicas, m)
-    scale = replicas / m
+    # loss / (M/R), not loss * (R/M): with R = 1 the very same division
+    # as reference.py
+    per = m / replicas
     losses, times = [], []
     for step in range(args.steps):
         t0 = time.perf_counter()
@@ -50,7 +52,7 @@ def worker(rank, replicas, args, store_path):
         for k, mb in enumerate(ids):
             with ddp.no_sync() if k < len(ids) - 1 else nullcontext():
                 loss = common.microbatch_loss(ddp, corpus, args, step, mb)
-                (loss * scale).backward()
+                (loss / per).backward()
             local += loss.item()
         opt.step()
         if sched:

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-3-Clause
 """The single-process reference: every step computes all M microbatches in
-order, accumulating float32 gradients of loss/M, then one optimizer step.
+order, accumulating float32 gradients of loss/M, then one optimizer step
+(what resihp.torch's Trainer does standalone in mode float32).
 The update is the mean over the M microbatches of each one's mean loss, as
 under ddp_gloo.py and resihp; with the same options, ddp_gloo.py --replicas 1
 gives the same final digest, bit for bit."""
@@ -23,7 +24,7 @@ def main():
         total = 0.0
         for mb in range(m):
             loss = common.microbatch_loss(model, corpus, args, step, mb)
-            (loss * (1.0 / m)).backward()
+            (loss / m).backward()
             total += loss.item()
         opt.step()
         if sched:

@@ -37,14 +37,9 @@ def mix(*xs):
     return z >> 1
 
 
-# Stream tags: the data stream and the dropout stream of a microbatch differ.
+# Tags the data stream: unrelated to the torch (dropout) seed of the same
+# (seed, step, mb), which resihp.torch derives by its own hash.
 DATA_STREAM = 1
-TORCH_STREAM = 2
-
-
-def torch_seed(seed, step, mb):
-    """The torch RNG seed of microbatch mb of a step (dropout)."""
-    return mix(seed, step, mb, TORCH_STREAM)
 
 
 def _files(path):

@@ -10,6 +10,8 @@ import argparse
 import json
 import math
 import sys
+import time
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -90,6 +92,25 @@ def microbatch_loss(model, corpus, args, step, mb):
     torch.manual_seed(torch_seed(args.seed, step, mb))
     return loss_of(model, *corpus.microbatch(step, mb, args.batch, args.ctx,
                                              args.seed))
+
+
+def train_step(model, opt, sched, corpus, args, step, ids, divisor,
+               no_sync=None):
+    """One optimizer step over microbatches ids, in order: the backward of
+    each one's loss / divisor, under no_sync() (DDP: no all-reduce) for all
+    but the last when given. Returns (sum of the losses, seconds)."""
+    t0 = time.perf_counter()
+    opt.zero_grad(set_to_none=True)
+    total = 0.0
+    for k, mb in enumerate(ids):
+        with no_sync() if no_sync and k < len(ids) - 1 else nullcontext():
+            loss = microbatch_loss(model, corpus, args, step, mb)
+            (loss / divisor).backward()
+        total += loss.item()
+    opt.step()
+    if sched:
+        sched.step()
+    return total, time.perf_counter() - t0
 
 
 def loss_of(model, x, y):

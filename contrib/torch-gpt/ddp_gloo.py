@@ -17,8 +17,6 @@ import multiprocessing as mp
 import os
 import sys
 import tempfile
-import time
-from contextlib import nullcontext
 from multiprocessing.connection import wait
 
 import torch
@@ -35,10 +33,7 @@ def worker(rank, replicas, args, store_path):
         "gloo", store=store, rank=rank, world_size=replicas,
         timeout=datetime.timedelta(seconds=args.timeout))
     model, opt, sched, corpus = common.setup(args)
-    # broadcast_buffers off: the only buffers are the constant causal masks
-    # (no state to keep in sync), and broadcasting them every forward would
-    # charge the baseline for nothing.
-    ddp = DDP(model, broadcast_buffers=False)
+    ddp = DDP(model)
     m = args.microbatches
     ids = common.even_ids(rank, replicas, m)
     # loss / (M/R), not loss * (R/M): with R = 1 the very same division
@@ -46,18 +41,8 @@ def worker(rank, replicas, args, store_path):
     per = m / replicas
     losses, times = [], []
     for step in range(args.steps):
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        local = 0.0
-        for k, mb in enumerate(ids):
-            with ddp.no_sync() if k < len(ids) - 1 else nullcontext():
-                loss = common.microbatch_loss(ddp, corpus, args, step, mb)
-                (loss / per).backward()
-            local += loss.item()
-        opt.step()
-        if sched:
-            sched.step()
-        elapsed = time.perf_counter() - t0
+        local, elapsed = common.train_step(ddp, opt, sched, corpus, args, step,
+                                           ids, per, ddp.no_sync)
         # Not timed: the global mean loss, and the slowest rank's time.
         t = torch.tensor([local], dtype=torch.float64)
         dist.all_reduce(t)
@@ -65,18 +50,31 @@ def worker(rank, replicas, args, store_path):
         dist.all_reduce(w, op=dist.ReduceOp.MAX)
         losses.append(t.item() / m)
         times.append(w.item())
+        common.check_finite(step, losses[-1], leave)  # same on every rank
         if rank == 0:
-            common.check_finite(step, losses[-1])
             common.step_line(step, losses[-1], times[-1])
     digest = state_digest(model, opt)
     all_digests = [None] * replicas
     dist.all_gather_object(all_digests, digest)
+    if len(set(all_digests)) != 1:
+        leave(f"replicas disagree on the final state: {all_digests}")
     if rank == 0:
-        if len(set(all_digests)) != 1:
-            sys.exit(f"replicas disagree on the final state: {all_digests}")
         common.report(args, model, opt, corpus, losses, times, digest=digest,
                       extra={"replicas": replicas})
-    dist.destroy_process_group()
+    dist.barrier()
+    leave()
+
+
+def leave(why=None):
+    """Exit without tearing the process group down: with torch 1.13 that
+    can deadlock (seen here): ~ProcessGroupGloo joins its worker threads
+    while holding the GIL, and a worker freeing a tensor's Python object
+    waits for the GIL. Nothing is left to flush but stdio."""
+    if why:
+        print(why, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1 if why else 0)
 
 
 def main():

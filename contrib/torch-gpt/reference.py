@@ -6,10 +6,6 @@ order, accumulating float32 gradients of loss/M, then one optimizer step
 The update is the mean over the M microbatches of each one's mean loss, as
 under ddp_gloo.py and resihp; with the same options, ddp_gloo.py --replicas 1
 gives the same final digest, bit for bit."""
-import time
-
-import torch
-
 import common
 
 
@@ -19,17 +15,9 @@ def main():
     m = args.microbatches
     losses, times = [], []
     for step in range(args.steps):
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        total = 0.0
-        for mb in range(m):
-            loss = common.microbatch_loss(model, corpus, args, step, mb)
-            (loss / m).backward()
-            total += loss.item()
-        opt.step()
-        if sched:
-            sched.step()
-        times.append(time.perf_counter() - t0)
+        total, seconds = common.train_step(model, opt, sched, corpus, args,
+                                           step, range(m), m)
+        times.append(seconds)
         losses.append(total / m)
         common.check_finite(step, losses[-1])
         common.step_line(step, losses[-1], times[-1])

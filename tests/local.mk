@@ -42,3 +42,6 @@ EXTRA_DIST += contrib/debian/copyright contrib/rpm/resihp.spec
 dist_check_SCRIPTS += tests/python/torch-local.test
 TESTS += tests/python/torch-local.test
 EXTRA_DIST += tests/python/torch_local.py
+
+dist_check_SCRIPTS += tests/integration/torch.test
+TESTS += tests/integration/torch.test

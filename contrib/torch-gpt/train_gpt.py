@@ -6,12 +6,25 @@ microbatch: the reference of a resilient run). The same model, data,
 dropout masks and optimizer as reference.py and ddp_gloo.py; the gradient
 exchange, the assignment of microbatches, recovery from a failed replica
 and the catch-up of a replacement are resihp.torch's Trainer's."""
+import os
+import sys
 import time
+
+import torch
 
 import resihp.torch as rt
 
 import common
 from textdata import fixed_workload
+
+
+def test_fault(args, model):
+    if args.test_fault == "bad-init":  # replica r's parameters nudged
+        with torch.no_grad():
+            next(model.parameters()).add_(
+                int(os.environ.get("RESIHP_REPLICA", "0")) * 1e-3)
+    elif args.test_fault == "meta-device":
+        model.to("meta")
 
 
 def main():
@@ -22,14 +35,28 @@ def main():
                    "whoever computes what), float32, or bfloat16 on the wire")
     p.add_argument("--standalone", action="store_true",
                    help="no resihp job: compute all microbatches here")
+    p.add_argument("--test-fault",
+                   choices=("bad-init", "bad-catchup", "meta-device"),
+                   help="rehearse a program error (tests): replicas "
+                   "initialised differently, a replacement whose received "
+                   "state is corrupt, a model not on the CPU")
     args = p.parse_args()
     model, opt, sched, corpus = common.setup(args)
+    test_fault(args, model)
     work = fixed_workload(args.batch, args.ctx)
     tr = rt.Trainer(model, opt, microbatches=args.microbatches,
                     steps=args.steps, scheduler=sched, mode=args.mode,
                     seed=args.seed,
                     workload=work,
                     standalone=args.standalone)
+    if args.test_fault == "bad-catchup":
+        load = tr.state.load
+
+        def corrupt_then_load():
+            tr.state.meta[8:16] = 0x7b  # "{{{{{{{{": not a state
+            return load()
+
+        tr.state.load = corrupt_then_load
     losses, times = [], []
     for step in tr:
         t0 = time.perf_counter()
@@ -53,4 +80,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except rt.ProgramError as e:  # bad input: said once, no traceback
+        sys.exit(f"{sys.argv[0]}: {e}")

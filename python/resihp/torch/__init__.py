@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """resihp for PyTorch: a resilient Trainer loop (trainer.py) and a DDP comm
 hook adapter (ddp.py). CPU tensors; Debian's torch 1.13 and torch 2.x."""
+from ..errors import ProgramError, ResihpError
 from .digest import state_digest
 from .trainer import Step, Trainer
 from . import ddp
 
-__all__ = ["Trainer", "Step", "state_digest", "ddp"]
+__all__ = ["Trainer", "Step", "state_digest", "ddp", "ProgramError",
+           "ResihpError"]

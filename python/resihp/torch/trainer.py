@@ -112,10 +112,12 @@ class Trainer:
                            state=self.state.buffers(), **(job_options or {}))
             if workload is not None:
                 self.job.set_workload_fn(workload)
+        self._replica = self.job.replica if self.job is not None else 0
 
     @property
     def replica(self):
-        return self.job.replica if self.job is not None else 0
+        """This replica's index (0 standalone); valid after finish too."""
+        return self._replica
 
     def __iter__(self):
         while True:

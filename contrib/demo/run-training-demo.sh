@@ -11,6 +11,8 @@
 # stages per replica, contrib/pipeline-trainer) against one process
 # training both stages; then a replica that turns slow (fail-slow: its
 # microbatches move to the others, then it is swapped for a spare); and
+# a small GPT in PyTorch (contrib/torch-gpt) on resihp.torch's Trainer
+# through a rank kill and a hang, against one process; and
 # resihp-bench-recovery.sh compares with checkpoint-restart. Always stops the cluster on exit. Run as root.
 # Env: KEEP_LAB=1 keeps the cluster's files; STEPS (60), MB_MS (5),
 # NO_BENCH=1 skips the comparison.
@@ -103,6 +105,32 @@ else
   echo "MISMATCH: fail-slow run '$fgot', --reference '$fref'"
 fi
 
+# PyTorch: a small GPT (contrib/torch-gpt, byte-level, Debian's licence
+# texts) on resihp.torch's Trainer, deterministic mode: a rank is killed and
+# another hangs; the replacements catch up through load_state_dict (model,
+# AdamW, cosine LR, RNG). Reference: one process computing every microbatch.
+PY=/usr/bin/python3
+GARGS="--layers 2 --d-model 64 --heads 4 --ctx 32 --batch 4 --microbatches 6 --steps 16 --threads 1 --cosine"
+if "$PY" -c 'import torch' 2>/dev/null; then
+  export PYTHONPATH=$src/python RESIHP_LIBRARY=$B/libresihp/.libs/libresihp.so
+  step "PyTorch: GPT example, 3 replicas + 2 spares, --inject kill-rank:1@4,hang-rank:0@9"
+  tref=$("$PY" "$src/contrib/torch-gpt/train_gpt.py" $GARGS --standalone | awk '/^digest/ {print $2}')
+  echo "   one process over the same microbatches (--standalone): $tref"
+  for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 5 ] && break; sleep 0.2; done
+  salloc -Q --no-kill -N5 "$B/tools/resihp-run" --replicas 3 --spares 2 --wait-for-replacements \
+    --inject kill-rank:1@4,hang-rank:0@9 -- "$PY" "$src/contrib/torch-gpt/train_gpt.py" $GARGS 2>&1 |
+    grep -v -e '^resihp\[' -e '^srun: ' -e '^slurmstepd' | tee "$LAB/torch.out"
+  tgot=$(awk '/final result:/ {print $3}' "$LAB/torch.out")
+  if [ -n "$tref" ] && [ "$tgot" = "$tref" ]; then
+    echo "GPT state (model + optimizer) with 2 failures: $tgot = --standalone (bitwise identical)"
+  else
+    echo "MISMATCH: PyTorch run '$tgot', --standalone '$tref'"
+  fi
+else
+  tref=skipped tgot=skipped
+  echo "PyTorch section skipped: $PY cannot import torch (apt-get install python3-torch)"
+fi
+
 if [ -z "${NO_BENCH:-}" ]; then
   step "effective throughput vs checkpoint-restart (tools/resihp-bench-recovery.sh)"
   for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 5 ] && break; sleep 0.2; done
@@ -111,4 +139,4 @@ if [ -z "${NO_BENCH:-}" ]; then
     --replicas 2 --spares 3
 fi
 [ -n "$ref" ] && [ "$got" = "$ref" ] && [ -n "$pref" ] && [ "$pgot" = "$pref" ] &&
-  [ -n "$fref" ] && [ "$fgot" = "$fref" ]
+  [ -n "$fref" ] && [ "$fgot" = "$fref" ] && [ -n "$tref" ] && [ "$tgot" = "$tref" ]

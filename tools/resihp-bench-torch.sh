@@ -20,7 +20,10 @@
 # exchange, optimizer, commit, step boundary) is timed by wrapping the
 # Trainer's methods from outside (nothing in resihp.torch is changed).
 # All replicas share this machine's cores: the overhead against DDP on the
-# same cores is the figure, not the absolute times.
+# same cores is the figure, not the absolute times. Besides the medians it
+# prints the overhead run by run (each resihp run against the DDP run next
+# to it) and the CPU seconds per step summed over all processes, which the
+# load of others moves far less than wall times.
 #
 # Inside an allocation of R nodes (salloc --no-kill -N R) it uses it;
 # otherwise (as root) it starts a private lab cluster of R nodes
@@ -81,7 +84,7 @@ EX=$src/contrib/torch-gpt
 RUN=$B/tools/resihp-run
 export RESIHP_LIBRARY=$B/libresihp/.libs/libresihp.so
 export PYTHONPATH=$src/python${PYTHONPATH:+:$PYTHONPATH}
-export PYTHONDONTWRITEBYTECODE=1
+export PYTHONDONTWRITEBYTECODE=1 BENCH_EXAMPLES=$EX
 for x in "$RUN" "$RESIHP_LIBRARY" "$B/spank/.libs/resihp.so" "$EX/train_gpt.py"; do
   [ -e "$x" ] || { echo "$me: $x not found: build first (tests/run-tests.sh, or configure + make in $B; --builddir)" >&2; exit 1; }
 done
@@ -119,21 +122,29 @@ else
   alloc=(salloc -Q --no-kill -N"$R")
 fi
 
-# The profiler: runs train_gpt.py with the Trainer's steps timed from
-# outside (class methods wrapped); each replica writes PROFILE.<replica>.
+# The profiler: runs an example (train_gpt.py, ddp_gloo.py) with its steps
+# timed from outside (functions wrapped; nothing in them changed). resihp:
+# the Trainer's parts, each replica writing $BENCH_PROFILE.<replica>; DDP:
+# common.train_step in every rank (spawned ranks run this file's top level
+# as __mp_main__, so they are wrapped too), a line per step appended to
+# $BENCH_PROFILE.cpu.<pid> (the ranks leave by os._exit). CPU seconds
+# (process_time: every thread) are taken with the wall times: they change
+# far less than wall times with the load of others on a shared machine.
 cat > "$work/prof.py" <<'EOF'
-import json, os, runpy, sys, time
+import importlib, json, os, sys, time
+sys.path.insert(0, os.environ["BENCH_EXAMPLES"])
+import common
 import resihp.job as J
 from resihp.torch import grads as G, state as S, trainer as T
 ev, who = [], {}
 def timed(cls, name, key):
     f = getattr(cls, name)
     def w(*a, **k):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             return f(*a, **k)
         finally:
-            ev.append((key, t0, time.perf_counter()))
+            ev.append((key, t0, time.perf_counter(), c0))
             if key == "begin":
                 who["replica"] = a[0].replica
     setattr(cls, name, w)
@@ -145,19 +156,23 @@ for cls, name, key in ((J.Job, "begin_step", "begin"), (J.Job, "end_step", "end"
                        (T.Trainer, "_commit", "commit"),
                        (S.ReplicaState, "commit", "state")):
     timed(cls, name, key)
-script = sys.argv[1]
-sys.argv = sys.argv[1:]
-sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-try:
-    runpy.run_path(script, run_name="__main__")
-finally:
+train_step = common.train_step
+def ddp_step(*a, **k):
+    c0 = time.process_time()
+    r = train_step(*a, **k)
+    with open("%s.cpu.%d" % (os.environ["BENCH_PROFILE"], os.getpid()), "a") as f:
+        f.write("%.6f %.6f\n" % (r[1], time.process_time() - c0))
+    return r
+common.train_step = ddp_step
+
+def dump():
     # step i: from its begin_step call to the next one (the last call says done)
-    b = sorted(t0 for k, t0, _ in ev if k == "begin")
+    b = sorted((t0, c0) for k, t0, _, c0 in ev if k == "begin")
     steps = []
     for i in range(len(b) - 1):
-        s = {"period": b[i + 1] - b[i]}
-        for k, t0, t1 in ev:
-            if b[i] <= t0 < b[i + 1]:
+        s = {"period": b[i + 1][0] - b[i][0], "cpu": b[i + 1][1] - b[i][1]}
+        for k, t0, t1, _ in ev:
+            if b[i][0] <= t0 < b[i + 1][0]:
                 s[k] = s.get(k, 0.0) + t1 - t0
                 if k == "exchange" and "x0" not in s:
                     s["x0"], s["x1"] = t0, t1  # this machine's clock: the
@@ -165,6 +180,16 @@ finally:
         steps.append(s)
     with open("%s.%s" % (os.environ["BENCH_PROFILE"], who.get("replica", "x")), "w") as f:
         json.dump(steps, f)
+
+if __name__ == "__main__":
+    script = sys.argv[1]
+    sys.argv = sys.argv[1:]
+    mod = importlib.import_module(os.path.basename(script)[:-3])
+    try:
+        mod.main()
+    finally:
+        if ev:
+            dump()
 EOF
 
 MODEL=(--layers "$L" --d-model "$D" --ctx "$C" --batch "$BATCH" --microbatches "$M"
@@ -174,8 +199,10 @@ bad=0
 measure() {
   local name=$1 k=$2 f=$work/$1.$2 rc
   case $name in
-    reference) timeout 3600 "$PY" "$EX/reference.py" "${MODEL[@]}" --json "$f.json" ;;
-    ddp) timeout 3600 "$PY" "$EX/ddp_gloo.py" "${MODEL[@]}" --replicas "$R" --json "$f.json" ;;
+    reference) BENCH_PROFILE=$f.prof timeout 3600 "$PY" "$work/prof.py" "$EX/reference.py" \
+                 "${MODEL[@]}" --json "$f.json" ;;
+    ddp) BENCH_PROFILE=$f.prof timeout 3600 "$PY" "$work/prof.py" "$EX/ddp_gloo.py" \
+           "${MODEL[@]}" --replicas "$R" --json "$f.json" ;;
     *) BENCH_PROFILE=$f.prof timeout 3600 "${alloc[@]}" "$RUN" --quiet --progress 0 \
          --replicas "$R" -- "$PY" "$work/prof.py" "$EX/train_gpt.py" "${MODEL[@]}" \
          --mode "$name" --json "$f.json" ;;
@@ -201,7 +228,7 @@ for ((k = 1; k <= K; k++)); do
 done
 
 "$PY" - "$work" "$W" "$K" "$R" "$M" "${names[@]}" <<'EOF' || bad=1
-import json, os, statistics as st, sys
+import glob, json, os, statistics as st, sys
 work, W, K, R, M, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6:]
 def load(p):
     try:
@@ -226,24 +253,35 @@ for n in names:
                 if None not in x:
                     s["wait"] = max(x) - x[0]
                     s["comm"] = max(0.0, s["x1"] - max(x))
+            cpu = [sum(p[i]["cpu"] for p in [prof] + peers) for i in range(W, len(prof))]
         else:
             t = j["times"][W:]
-        runs.setdefault(n, []).append((sum(t) / len(t), j, prof, k))
+            ranks = []
+            for fn in glob.glob("%s/%s.%d.prof.cpu.*" % (work, n, k)):
+                with open(fn) as f:
+                    ranks.append([float(l.split()[1]) for l in f])
+            cpu = [sum(c[i] for c in ranks) for i in range(W, min(map(len, ranks)))] if ranks else []
+        c = sum(cpu) / len(cpu) if cpu else float("nan")
+        runs.setdefault(n, []).append((sum(t) / len(t), j, prof, k, c))
 label = {"reference": "reference (1 process, all M)", "ddp": "gloo DDP (baseline)",
          "float32": "resihp float32", "deterministic": "resihp deterministic",
          "bfloat16": "resihp bfloat16"}
 med = {n: st.median(r[0] for r in v) for n, v in runs.items()}
-base = med.get("ddp")
-print("  %-30s %12s %12s   %s" % ("run", "mean step s", "vs gloo DDP", "each run (s)"))
+cmed = {n: st.median(r[4] for r in v) for n, v in runs.items()}
+base, cbase = med.get("ddp"), cmed.get("ddp")
+print("  %-30s %12s %12s %12s %8s   %s" % ("run", "mean step s", "vs gloo DDP",
+      "CPU s/step", "vs DDP", "each run (s)"))
 for n in names:
     if n not in med:
         print("  %-30s %12s" % (label[n], "failed"))
         continue
     rel = "%+.1f %%" % (100 * (med[n] / base - 1)) if base else "-"
+    crel = "%+.1f %%" % (100 * (cmed[n] / cbase - 1)) if cbase else "-"
     if n == "reference":
         rel = "(x%.2f)" % (med[n] / base) if base else "-"
-    print("  %-30s %12.4f %12s   %s" % (label[n], med[n], rel,
-                                         " ".join("%.3f" % r[0] for r in runs[n])))
+        crel = ""
+    print("  %-30s %12.4f %12s %12.4f %8s   %s" % (label[n], med[n], rel, cmed[n], crel,
+          " ".join("%.3f" % r[0] for r in runs[n])))
 if "reference" in med:
     print("  %-30s %12.4f %12s" % ("ideal: reference / R", med["reference"] / R,
           "%+.1f %%" % (100 * (med["reference"] / R / base - 1)) if base else "-"))
@@ -259,9 +297,12 @@ for n in names:
         paired[n] = st.median(q)
         print("  %-36s %+.1f %% (median of run-by-run: %s)" % (
             label[n] + " vs DDP, paired", paired[n], " ".join("%+.0f" % x for x in q)))
+print("  (step s: wall time, the table's figure; CPU s/step: summed over every process of")
+print("  the run, all threads: what the step costs in cores, less moved by others' load)")
 if "float32" in med and "deterministic" in med:
-    print("  deterministic mode costs %+.1f %% of the float32 step (%+.4f s)" % (
-        100 * (med["deterministic"] / med["float32"] - 1), med["deterministic"] - med["float32"]))
+    print("  deterministic mode costs %+.1f %% of the float32 step (%+.4f s); in CPU %+.1f %%" % (
+        100 * (med["deterministic"] / med["float32"] - 1), med["deterministic"] - med["float32"],
+        100 * (cmed["deterministic"] / cmed["float32"] - 1)))
 if base and "float32" in med:
     o = 100 * (med["float32"] / base - 1)
     o = paired.get("float32", o)

@@ -342,6 +342,14 @@ if rows:
         print("    %-34s" % what + "".join("%15.1f" % (1000 * rows[m].get(k, 0)) for m in ms))
     if base:
         print("    %-34s" % "gloo DDP step" + "%15.1f" % (1000 * base))
+    # Bottom-up: what resihp adds on the step's path, measured directly
+    # (little moved by others' load, unlike the difference of two steps).
+    own = ("begin", "start", "add_mb", "comm", "state", "end")
+    print("  resihp's own part of the step (step boundary, zeroing, add_microbatch,")
+    print("  exchange after the last peer's backward, state commit, end_step):")
+    for m in ms:
+        x = sum(rows[m].get(k, 0) for k in own)
+        print("    %-14s %7.1f ms = %4.1f %% of its step" % (m, 1000 * x, 100 * x / rows[m]["period"]))
 digs = {r[1].get("digest") for r in runs.get("deterministic", [])}
 if len(digs) > 1:
     print("  deterministic runs ended in different states: %s" % sorted(digs))

@@ -5,9 +5,7 @@ TEST_EXTENSIONS = .test
 TEST_LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
 AM_TESTS_ENVIRONMENT = \
 	top_srcdir='$(abs_top_srcdir)'; top_builddir='$(abs_top_builddir)'; \
-	RESIHP_PYTHON='$(PYTHON)'; PYTHONPATH='$(abs_top_srcdir)/python'; \
-	RESIHP_LIBRARY='$(abs_top_builddir)/libresihp/.libs/libresihp.so'; \
-	export top_srcdir top_builddir RESIHP_PYTHON PYTHONPATH RESIHP_LIBRARY;
+	PYTHON='$(PYTHON)'; export top_srcdir top_builddir PYTHON;
 
 if HAVE_CHECK
 UNIT_LDADD = libresihp/libresihp-internal.la $(CHECK_LIBS)

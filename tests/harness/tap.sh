@@ -48,6 +48,20 @@ require_cluster_tools() {
   [ -f "$PLUGIN_SO" ] || skip_all "plugin not built at $PLUGIN_SO"
 }
 
+# require_torch: PY is Debian's python3 (the one that sees python3-torch)
+# with resihp.torch from this tree and libresihp from this build, or skip.
+# Set here, not for every test: srun hands RESIHP_* to tasks.
+require_torch() {
+  PY=${PYTHON:-/usr/bin/python3}
+  export RESIHP_LIBRARY=$top_builddir/libresihp/.libs/libresihp.so
+  export PYTHONPATH=$top_srcdir/python${PYTHONPATH:+:$PYTHONPATH}
+  [ -f "$RESIHP_LIBRARY" ] || skip_all "libresihp not built at $RESIHP_LIBRARY"
+  "$PY" -c 'import torch, torch.distributed' 2>/dev/null ||
+    skip_all "$PY cannot import torch (Debian: apt-get install python3-torch)"
+  "$PY" -c 'import resihp.torch' 2>/dev/null ||
+    skip_all "resihp.torch not importable from $top_srcdir/python"
+}
+
 # start_cluster [PLUGSTACK ARGS...]: one cluster at a time on this machine
 # (they share ports), serialised with a lock held until this test exits.
 start_cluster() {

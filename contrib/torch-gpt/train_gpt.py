@@ -33,6 +33,9 @@ def main():
                    default="deterministic",
                    help="gradient sums: exact fixed point (bitwise the same "
                    "whoever computes what), float32, or bfloat16 on the wire")
+    p.add_argument("--bucket-mb", type=float, default=25.0,
+                   help="gradient bucket size in MiB (exchange overlapped "
+                   "with the last microbatch's backward)")
     p.add_argument("--standalone", action="store_true",
                    help="no resihp job: compute all microbatches here")
     p.add_argument("--test-fault",
@@ -48,7 +51,7 @@ def main():
                     steps=args.steps, scheduler=sched, mode=args.mode,
                     seed=args.seed,
                     workload=work,
-                    standalone=args.standalone)
+                    standalone=args.standalone, bucket_mb=args.bucket_mb)
     if args.test_fault == "bad-catchup":
         load = tr.state.load
 

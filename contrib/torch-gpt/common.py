@@ -23,8 +23,7 @@ try:
     # The same digest and dropout seeds as resihp.torch's Trainer, so that
     # every example's losses and final state can be compared with the
     # others'. The baselines use nothing else of resihp.
-    from resihp.torch import state_digest
-    from resihp.torch.trainer import _seed as torch_seed
+    from resihp.torch import microbatch_seed, state_digest
 except ImportError as e:
     sys.exit(f"{sys.argv[0]}: cannot import resihp.torch ({e}): put resihp's "
              f"python/ directory on PYTHONPATH and, in the source tree, set "
@@ -89,7 +88,7 @@ def setup(args):
 def microbatch_loss(model, corpus, args, step, mb):
     """The mean cross-entropy of microbatch mb of a step, with torch's RNG
     (dropout) re-seeded from (seed, step, mb) first, as the Trainer does."""
-    torch.manual_seed(torch_seed(args.seed, step, mb))
+    torch.manual_seed(microbatch_seed(args.seed, step, mb))
     return loss_of(model, *corpus.microbatch(step, mb, args.batch, args.ctx,
                                              args.seed))
 

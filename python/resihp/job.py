@@ -115,8 +115,12 @@ class Job:
     def end_step(self):
         check(lib.resihp_job_end_step(self._job()), "resihp_job_end_step")
 
-    def report_microbatch(self, mb, seconds, tokens=1.0, sum_l2=0.0,
+    def report_microbatch(self, mb, seconds, tokens=1.0, sum_l2=None,
                           nseq=1.0):
+        """Microbatch mb took seconds of this rank's compute; its workload
+        (sum_l2 None: one sequence of `tokens` tokens, tokens**2)."""
+        if sum_l2 is None:
+            sum_l2 = float(tokens) ** 2
         lib.resihp_job_report_microbatch(self._job(), int(mb), float(tokens),
                                          float(sum_l2), float(nseq),
                                          float(seconds))

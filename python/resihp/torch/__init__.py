@@ -3,8 +3,9 @@
 hook adapter (ddp.py). CPU tensors; Debian's torch 1.13 and torch 2.x."""
 from ..errors import ProgramError, ResihpError
 from .digest import state_digest
-from .trainer import Step, Trainer
+from .trainer import Step, Trainer, microbatch_seed
 from . import ddp
 
-__all__ = ["Trainer", "Step", "state_digest", "ddp", "ProgramError",
+__all__ = ["Trainer", "Step", "state_digest", "microbatch_seed", "ddp",
+           "ProgramError",
            "ResihpError"]

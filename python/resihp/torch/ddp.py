@@ -93,18 +93,11 @@ from torch.nn.parallel import DistributedDataParallel
 from .. import job as _job
 from ..errors import ProgramError
 from ..job import Job
-from .digest import state_digest
 from .state import ReplicaState
-from .trainer import _seed
+from .trainer import microbatch_seed
 
 _SLOTS = 3  # loss, start check word, count (as grads.py)
 REDUCE = ("ddp", "sum")
-
-
-def microbatch_seed(seed, step, mb):
-    """The torch seed of microbatch mb of step (a stock script that must
-    match the adapter seeds with it too)."""
-    return _seed(int(seed), int(step), int(mb))
 
 
 def _check_ddp(ddp):
@@ -171,9 +164,8 @@ class Step:
         self._loss_sum += float(loss.detach()) / self.adapter.microbatches
         self.scale(loss).backward()
         self._pending = None
-        l2 = sum_l2 if sum_l2 is not None else float(tokens) ** 2
         self.adapter.job.report_microbatch(mb, time.perf_counter() - self._t0,
-                                           tokens, l2, nseq)
+                                           tokens, sum_l2, nseq)
 
     def sync(self, last):
         """The context a microbatch's forward and backward run in:
@@ -282,10 +274,10 @@ class Adapter:
                 self._step = None
                 return
             if info.catching_up:
-                self._load()
+                self.state.catch_up(self.job)
             step = Step(self, info)
             if step.index == 0:
-                step._check = int(state_digest(self.ddp.module)[:3], 16)
+                step._check = self.state.start_word()
             for p in self.params:  # as optimizer.zero_grad(set_to_none=False)
                 if p.grad is not None:
                     p.grad.detach_()
@@ -294,15 +286,6 @@ class Adapter:
             yield step
 
     steps = __iter__
-
-    def _load(self):
-        try:
-            self.state.load()
-        except Exception as e:
-            self.job.abort("the state received from a healthy replica cannot "
-                           "be loaded: %s" % e)
-            raise ProgramError("catch-up: the state cannot be loaded (%s); "
-                               "the run was stopped" % e) from e
 
     def _hook(self, state, bucket):
         fut = torch.futures.Future()
@@ -385,20 +368,12 @@ class Adapter:
             return True
         st._extra = None
         st.loss = float(tail[0])
-        word, count = float(tail[1]), float(tail[2])
-        if st._check is not None and count > 0 and word != st._check * count:
-            why = ("the replicas started from different parameters: "
-                   "initialise the model the same way on every replica "
-                   "(torch.manual_seed before building it)")
-            self.job.abort(why)
-            raise ProgramError(why + "; the run was stopped")
+        self.state.check_start(self.job, st._check, float(tail[1]),
+                               float(tail[2]))
         return False
 
     def _commit(self, st):
-        self.optimizer.step()
-        if self.scheduler is not None:
-            self.scheduler.step()
-        self.state.commit(st.index)
+        self.state.step_done(st.index)
         self.job.end_step()
         st._committed = True
 
@@ -406,7 +381,7 @@ class Adapter:
         """The run is over: report the result (default: the state digest of
         the module and optimizer), which resihp-run compares; returns it."""
         if result is None:
-            result = state_digest(self.ddp.module, self.optimizer)
+            result = self.state.digest()
         self.job.finish(result)
         self.job.close()
         return result

@@ -180,7 +180,6 @@ class Gradients:
         """The step's mean loss over its M microbatches (after exchange)."""
         return self.tail[0]
 
-    def same_start(self):
-        """At step 0: did every replica start from the same parameters?"""
-        word, count = self.tail[1], self.tail[2]
-        return count <= 0 or word == self.check * count
+    def start_sums(self):
+        """After exchange: the sums of the start check's word and count."""
+        return self.tail[1], self.tail[2]

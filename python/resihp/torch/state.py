@@ -22,8 +22,12 @@ import torch
 
 from ..errors import ProgramError
 from . import codec
+from .digest import state_digest
 
 _MARK = "__resihp_buffer__"
+_DIFFERENT_START = ("the replicas started from different parameters: "
+                    "initialise the model the same way on every replica "
+                    "(torch.manual_seed before building it)")
 
 
 def _check_cpu(name, t):
@@ -82,6 +86,43 @@ class ReplicaState:
         """(address, bytes) of every buffer, in the order sent."""
         ts = self.tensors + [s[3] for s in self.slots] + [self.meta]
         return [(t.data_ptr(), t.numel() * t.element_size()) for t in ts]
+
+    def start_word(self):
+        """A word of the model's digest. Summed over the replicas at step 0
+        with a count, it tells whether they all start from the same
+        parameters (check_start)."""
+        return int(state_digest(self.model)[:3], 16)
+
+    def check_start(self, job, mine, word, count):
+        """After step 0's exchange of (word, count): stop the run (every
+        replica sees it) unless every replica put this one's word."""
+        if mine is None or count <= 0 or word == mine * count:
+            return
+        if job is not None:
+            job.abort(_DIFFERENT_START)
+        raise ProgramError(_DIFFERENT_START + "; the run was stopped")
+
+    def catch_up(self, job):
+        """load(), or stop the run: a state that cannot be loaded here
+        cannot be on a spare either."""
+        try:
+            self.load()
+        except Exception as e:
+            job.abort("the state received from a healthy replica cannot be "
+                      "loaded: %s" % e)
+            raise ProgramError("catch-up: the state cannot be loaded (%s); "
+                               "the run was stopped" % e) from e
+
+    def step_done(self, step):
+        """The step's gradients are summed: optimizer and scheduler step,
+        then the buffers hold the new state (commit)."""
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.commit(step)
+
+    def digest(self):
+        return state_digest(self.model, self.optimizer)
 
     def _param(self, gi, pi):
         return self.optimizer.param_groups[gi]["params"][pi]

@@ -32,22 +32,23 @@ import torch
 
 from ..errors import ProgramError
 from ..job import Job
-from .digest import state_digest
 from .grads import Gradients
 from .state import ReplicaState
 
 
-def _seed(seed, step, mb):
-    d = hashlib.sha256(b"%d:%d:%d" % (seed, step, mb)).digest()
+def microbatch_seed(seed, step, mb):
+    """The torch seed of microbatch mb of step: the same whichever replica
+    (or a stock script that must match) computes it."""
+    d = hashlib.sha256(b"%d:%d:%d" % (int(seed), int(step), int(mb))).digest()
     return int.from_bytes(d[:8], "little") & ((1 << 63) - 1)
 
 
 class Step:
-    def __init__(self, trainer, info, mbs):
+    def __init__(self, trainer, index, mbs, catching_up=False, nreplicas=1):
         self.trainer = trainer
-        self.index = info.index if info is not None else None
-        self.catching_up = bool(info is not None and info.catching_up)
-        self.nreplicas = info.nreplicas if info is not None else 1
+        self.index = index
+        self.catching_up = bool(catching_up)
+        self.nreplicas = nreplicas
         self.mbs = list(mbs)
         self.loss = None
         self.reassigned = []
@@ -61,13 +62,13 @@ class Step:
                 if first and k == len(todo) - 1 and tr.overlap:
                     tr.grads.overlap.arm(tr.job)  # exchange during backward
                 self._pending = mb
-                torch.manual_seed(_seed(tr.seed, self.index, mb))
+                torch.manual_seed(microbatch_seed(tr.seed, self.index, mb))
                 self._t0 = time.perf_counter()
                 yield mb
                 if self._pending is not None:
                     raise ProgramError("microbatch %d: call step.backward(loss) "
                                        "once for every microbatch" % mb)
-            todo, first = tr._exchange(self), False
+            todo, first = tr.grads.exchange(tr.job), False
             if todo is None:
                 break
             self.reassigned.extend(todo)
@@ -86,9 +87,8 @@ class Step:
         tr.grads.add_microbatch(float(scaled.detach()))
         self._pending = None
         if tr.job is not None:
-            l2 = sum_l2 if sum_l2 is not None else float(tokens) ** 2
             tr.job.report_microbatch(mb, time.perf_counter() - self._t0,
-                                     tokens, l2, nseq)
+                                     tokens, sum_l2, nseq)
 
 
 class Trainer:
@@ -127,45 +127,26 @@ class Trainer:
             if self.job is None:
                 if self._next >= self.steps:
                     return
-                step = Step(self, None, range(self.microbatches))
-                step.index = self._next
+                step = Step(self, self._next, range(self.microbatches))
             else:
                 info = self.job.begin_step()
                 if info.done:
                     return
                 if info.catching_up:
-                    self._load()
-                step = Step(self, info, info.mbs)
+                    self.state.catch_up(self.job)
+                step = Step(self, info.index, info.mbs, info.catching_up,
+                            info.nreplicas)
             self._open = step.index
-            check = None
+            check = None  # bfloat16 cannot carry the word's sum exactly
             if step.index == 0 and self.mode != "bfloat16":
-                check = int(state_digest(self.model)[:3], 16)
+                check = self.state.start_word()
             self.grads.start(check)
             yield step
 
-    def _load(self):
-        try:
-            self.state.load()
-        except Exception as e:
-            self.abort("the state received from a healthy replica cannot be "
-                       "loaded: %s" % e)
-            raise ProgramError("catch-up: the state cannot be loaded (%s); "
-                               "the run was stopped" % e) from e
-
-    def _exchange(self, step):
-        return self.grads.exchange(self.job)
-
     def _commit(self, step):
-        if not self.grads.same_start():
-            why = ("the replicas started from different parameters: "
-                   "initialise the model the same way on every replica "
-                   "(torch.manual_seed before building it)")
-            self.abort(why)
-            raise ProgramError(why + "; the run was stopped")
-        self.optimizer.step()
-        if self.scheduler is not None:
-            self.scheduler.step()
-        self.state.commit(step.index)
+        self.state.check_start(self.job, self.grads.check,
+                               *self.grads.start_sums())
+        self.state.step_done(step.index)
         step.loss = self.grads.loss()
         if self.job is not None:
             self.job.end_step()
@@ -181,7 +162,7 @@ class Trainer:
         """The run is over: report the result (default: the state digest),
         which resihp-run compares across replicas; returns it."""
         if result is None:
-            result = state_digest(self.model, self.optimizer)
+            result = self.state.digest()
         if self.job is not None:
             self.job.finish(result)
             self.job.close()

@@ -465,11 +465,17 @@ int resihp_job_microbatch_samples(const resihp_job_t *j,
   return n;
 }
 
-/* A result text as the coordinator takes it: printable, no spaces. */
-static void clean_result(char *r) {
-  for (char *p = r; *p; p++)
-    if (*p <= ' ' || *p > '~')
+/* Text as the coordinator takes it: printable ASCII, anything else '_'
+ * (spaces too unless keep_spaces: a result is one token, a reason words).
+ * Returns whether anything but spaces is left. */
+static int clean_text(char *r, int keep_spaces) {
+  int text = 0;
+  for (char *p = r; *p; p++) {
+    if (*p < ' ' || *p > '~' || (*p == ' ' && !keep_spaces))
       *p = '_';
+    text |= *p != ' ';
+  }
+  return text;
 }
 
 /* Every rank's result reaches the leader over the star; the replica's is
@@ -479,7 +485,7 @@ int resihp_job_finish(resihp_job_t *j, const char *result) {
     return RESIHP_EINVAL;
   char r[224], line[300];
   snprintf(r, sizeof(r), "%s", result && *result ? result : "-");
-  clean_result(r);
+  clean_text(r, 0);
   if (!j->valid_state)
     snprintf(r, sizeof(r), "-");
   if (j->lrank > 0) {
@@ -521,13 +527,7 @@ int resihp_job_abort(resihp_job_t *j, const char *reason) {
   char why[201], line[224];
   snprintf(why, sizeof(why), "%s",
            reason && *reason ? reason : "no reason given");
-  int text = 0;
-  for (char *p = why; *p; p++) {
-    if (*p < ' ' || *p > '~')
-      *p = '_';
-    text |= *p != ' ';
-  }
-  if (!text)
+  if (!clean_text(why, 1))
     snprintf(why, sizeof(why), "no reason given");
   resihp_log(RESIHP_LOG_ERROR, "job",
              "replica %d rank %d: stopping the whole run: %s (an error of "

@@ -62,6 +62,48 @@ require_torch() {
     skip_all "resihp.torch not importable from $top_srcdir/python"
 }
 
+# rank_pid REPLICA PROCID PGREP-ARGS...: the pid of a task found by
+# pgrep PGREP-ARGS whose environment says replica REPLICA and Slurm task
+# PROCID ("-": any), as resihp-run's steps set them
+rank_pid() {
+  local r=$1 k=$2 p env
+  shift 2
+  for p in $(pgrep "$@"); do
+    env=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null)
+    grep -qx "RESIHP_REPLICA=$r" <<<"$env" || continue
+    [ "$k" = - ] || grep -qx "SLURM_PROCID=$k" <<<"$env" || continue
+    echo "$p"
+    return 0
+  done
+  return 1
+}
+
+# steps_at_least NAME N: the ledger $out/NAME.ledger (resihp-run --ledger)
+# holds N committed steps (waits for it; 300 s at most)
+steps_at_least() {
+  local i
+  for ((i = 0; i < 3000; i++)); do
+    [ "$(wc -l < "$out/$1.ledger" 2>/dev/null || echo 0)" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# revive_nodes: every node whose slurmd is gone (a kill-node) started
+# again; returns once all NNODES are idle (60 s at most)
+revive_nodes() {
+  local i
+  for ((i = 1; i <= ${NNODES:-4}; i++)); do
+    kill -0 "$(cat "$lab/run/slurmd-n$i.pid" 2>/dev/null)" 2>/dev/null ||
+      cluster startnode "n$i" >/dev/null 2>&1
+  done
+  for ((i = 0; i < 600; i++)); do
+    [ "$(sinfo -h -N -t idle -o "%N" | sort -u | wc -l)" -ge "${NNODES:-4}" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 # start_cluster [PLUGSTACK ARGS...]: one cluster at a time on this machine
 # (they share ports), serialised with a lock held until this test exits.
 start_cluster() {

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import resihp.torch as rt
-from resihp.torch.ddp import microbatch_seed
+from resihp.torch import microbatch_seed
 
 D_IN, D_HID, D_OUT, BATCH = 32, 64, 4, 16
 

@@ -27,7 +27,8 @@ resihpinclude_HEADERS += libresihp/include/resihp/allreduce.h
 
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_allreduce
-tests_unit_test_allreduce_SOURCES = tests/unit/test_allreduce.c
+tests_unit_test_allreduce_SOURCES = tests/unit/test_allreduce.c \
+  tests/unit/rank_group.c tests/unit/rank_group.h
 tests_unit_test_allreduce_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_allreduce_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_allreduce

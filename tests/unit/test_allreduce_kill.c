@@ -14,6 +14,11 @@
  * (the default between ranks of one host) and TCP only, with and without
  * MACs over the data.
  *
+ * Byte-exact on one link: a real sender process killed after exactly k
+ * bytes of its frames, for k in every part of a frame, on the socket and
+ * the shared-memory ring; and bytes that cannot be right, which are
+ * RESIHP_EPROTO from a live sender and RESIHP_EPEER from a dead one.
+ *
  * Also: what a sum does with NaN and +-Inf (resihp/allreduce.h), for the
  * float path and the deterministic fixed-point mode. */
 #include "config.h"
@@ -28,6 +33,7 @@
 #include <float.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,8 +252,9 @@ static int rank_entry(int rank, int n, void *arg) {
 START_TEST(killed_mid_frame) {
   const struct kcase *k = &cases[_i];
   static struct kcase adhoc;
-  const char *spec = getenv("RESIHP_KILL_CASE"); /* n,kind,tcp,mac,victim,step,chunk,count,chunk_bytes
-                                                  */
+  const char *spec = getenv(
+      "RESIHP_KILL_CASE"); /* n,kind,tcp,mac,victim,step,chunk,count,chunk_bytes
+                            */
   if (spec) {
     if (_i)
       return;
@@ -356,23 +363,43 @@ static size_t capture(const struct link_case *lc, const uint8_t *pay,
   _exit(14);
 }
 
+/* How the sender's stream ends: cut after `at` bytes, with the byte at
+ * flip (if below at) changed, or with an impossible ring head published
+ * (bad_index); then the sender dies, or stays alive (live) until the
+ * receiver is done (it holds the read end of hold). */
+struct cut {
+  size_t at, flip;
+  int bad_index, live;
+};
+#define NO_FLIP ((size_t)-1)
+
 static void sender(const struct link_case *lc, int fd, resihp__ring_t *out,
-                   size_t at) {
+                   const struct cut *cu, int hold) {
   static uint8_t pay[LINK_LEN], stream[2 * (LINK_LEN + 256)];
   for (size_t i = 0; i < LINK_LEN; i++)
     pay[i] = (uint8_t)(i * 7);
-  size_t total = capture(lc, pay, stream, sizeof(stream));
+  size_t total = capture(lc, pay, stream, sizeof(stream)), at = cu->at;
   if (at > total)
     _exit(15);
+  if (cu->flip < at)
+    stream[cu->flip] ^= 0x40;
   if (out) {
     struct iovec iov = {stream, at};
     int bell = 0;
     if (resihp__ring_write(out, &iov, 1, 0, &bell) != (ssize_t)at)
       _exit(16);
+    if (cu->bad_index)
+      atomic_store(resihp__ring_test_index(out, 0), (uint64_t)-1);
     if (write(fd, "b", 1) != 1) /* wake the receiver, armed or not */
       _exit(17);
   } else if (resihp__io_full(fd, stream, at, 1, resihp__now_ms() + 10000)) {
     _exit(18);
+  }
+  if (cu->live) {
+    char b;
+    while (read(hold, &b, 1) > 0) {
+    }
+    _exit(0);
   }
   raise(SIGKILL);
 }
@@ -384,17 +411,23 @@ static void add_u8(void *dst, const void *a, const void *b, size_t n,
     ((uint8_t *)dst)[i] = ((const uint8_t *)a)[i] + ((const uint8_t *)b)[i];
 }
 
-/* Kill the sender at `at` bytes of the stream; frame 0 ends at one_frame.
- * Returns what the receiver's progress reported for the frame cut short. */
-static int cut_at(const struct link_case *lc, size_t at, size_t one_frame) {
-  int sv[2];
+/* Play one sender (see struct cut); frame 0 ends at one_frame. Returns
+ * what the receiver's progress reported. A dead sender is waited for
+ * first when its stream holds bad bytes (its death then precedes their
+ * parsing), not for a mere cut (its EOF may come while the receiver
+ * waits). */
+static int play(const struct link_case *lc, const struct cut *cu,
+                size_t one_frame) {
+  int sv[2], hold[2];
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  ck_assert_int_eq(pipe(hold), 0);
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
   int self = pid ? 0 : 1;
   int fds[2] = {-1, -1};
   fds[1 - self] = sv[self];
   close(sv[1 - self]);
+  close(hold[pid ? 0 : 1]);
   resihp__ring_t *in[2] = {0}, *out[2] = {0};
   if (lc->shm && resihp__shm_setup(self, 2, fds, NULL, 1,
                                    resihp__now_ms() + 10000, in, out)) {
@@ -403,8 +436,12 @@ static int cut_at(const struct link_case *lc, size_t at, size_t one_frame) {
     ck_abort_msg("shared-memory set-up failed");
   }
   if (!pid)
-    sender(lc, fds[0], out[0], at);
+    sender(lc, fds[0], out[0], cu, hold[0]);
   ck_assert_msg(!lc->shm || in[1], "no shared-memory ring");
+  int st = 0;
+  int garbage = cu->flip < cu->at || cu->bad_index;
+  if (garbage && !cu->live)
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
   resihp__msgauth_t a[2];
   link_auth(a, 0);
   resihp__transport_t *t;
@@ -421,23 +458,27 @@ static int cut_at(const struct link_case *lc, size_t at, size_t one_frame) {
                                                     LINK_LEN, 4, add_u8, 0)
                          : t->ops->post_recv(t, 1, tag, got, LINK_LEN),
                      0);
-    /* Bounded by the sender's death, which closes the link at once; the
-     * count only keeps a broken transport from hanging the test. */
+    /* Bounded by the sender's death or its bad bytes; the count only keeps
+     * a broken transport from hanging the test. */
     int k, done = 0;
     for (k = 0; k < 500 && !rc && !done; k++) {
       rc = t->ops->progress(t, 100, &bad);
       rc = rc < 0 ? rc : 0;
       done = !rc && t->ops->recv_done(t, 1);
     }
-    ck_assert_msg(rc || done, "no outcome at %zu", at);
+    ck_assert_msg(rc || done, "no outcome at %zu", cu->at);
     /* Frame 0 completes exactly when the cut is past its end. */
-    ck_assert_msg((f == 0) == (at >= one_frame) || rc,
-                  "frame %u at %zu: completed too early", f, at);
+    ck_assert_msg((f == 0) == (cu->at >= one_frame) || rc,
+                  "frame %u at %zu: completed too early", f, cu->at);
   }
-  int st;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "sender status %#x",
-                st);
+  close(hold[1]);
+  if (!garbage || cu->live)
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  if (cu->live)
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "sender %#x", st);
+  else
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+                  "sender status %#x", st);
   ck_assert_int_eq(bad, 1);
   t->ops->destroy(t);
   return rc;
@@ -463,12 +504,42 @@ START_TEST(link_cut_at_every_part) {
   for (size_t j = 0; j < sizeof(at) / sizeof(at[0]); j++) {
     if (at[j] == F || (!tl && at[j] >= HDR_LEN + LINK_LEN && at[j] < F))
       continue; /* a whole frame: not a cut */
-    int rc = cut_at(&lc, at[j], F);
+    struct cut cu = {.at = at[j], .flip = NO_FLIP};
+    int rc = play(&lc, &cu, F);
     ck_assert_msg(rc == RESIHP_EPEER,
                   "%s%s, mac %d: sender killed after %zu of %zu bytes: %s",
                   lc.shm ? "shm" : "tcp", lc.reduce ? " summed" : "", lc.mac,
                   at[j], 2 * F, resihp_err_name(rc));
   }
+}
+END_TEST
+
+/* Bytes that cannot be right - a header's magic, a payload byte under
+ * mac-data, a MAC tag, a ring index - are RESIHP_EPROTO from a live peer,
+ * and RESIHP_EPEER from one that is dead by the time they are parsed.
+ * _i: bit 0 the ring, bit 1 the sender stays alive, _i / 4 what is bad. */
+START_TEST(garbage_live_or_dead) {
+  int what = _i / 4;
+  struct link_case lc = {.shm = _i & 1,
+                         .mac = what == 0   ? 0
+                                : what == 1 ? 2
+                                            : 1};
+  size_t tl = lc.mac ? RESIHP__MAC_LEN : 0, F = HDR_LEN + LINK_LEN + tl;
+  struct cut cu = {.at = F + 100, .flip = NO_FLIP, .live = _i >> 1 & 1};
+  if (what == 0)
+    cu.flip = 1; /* the magic */
+  else if (what == 1)
+    cu.flip = HDR_LEN + 1000; /* payload, covered by the MAC */
+  else if (what == 2)
+    cu.flip = HDR_LEN + LINK_LEN + 3; /* the tag */
+  else if (!lc.shm)
+    return; /* ring indices: the ring only */
+  else
+    cu.bad_index = 1;
+  int rc = play(&lc, &cu, (size_t)-1); /* frame 0 must not complete */
+  ck_assert_msg(rc == (cu.live ? RESIHP_EPROTO : RESIHP_EPEER),
+                "%s, bad %d, sender %s: %s", lc.shm ? "shm" : "tcp", what,
+                cu.live ? "alive" : "dead", resihp_err_name(rc));
 }
 END_TEST
 
@@ -575,6 +646,7 @@ static Suite *suite(void) {
   tc = tcase_create("link");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, link_cut_at_every_part, 0, 12);
+  tcase_add_loop_test(tc, garbage_live_or_dead, 0, 16);
   suite_add_tcase(s, tc);
   tc = tcase_create("nan");
   tcase_set_timeout(tc, 60);

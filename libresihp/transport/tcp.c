@@ -530,9 +530,7 @@ static int check_header(struct tcp *t, int peer) {
  * the rings' release/acquire indices deliver what it wrote, then EOF), so
  * this only settles races with the close; one poll() on the error path. */
 static int protocol_error(const struct peer *p, int peer) {
-  struct pollfd pf = {.fd = p->fd, .events = POLLIN | POLLRDHUP};
-  if (poll(&pf, 1, 0) == 1 &&
-      (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+  if (resihp__link_closed(p->fd)) {
     resihp_log(RESIHP_LOG_WARN, "allreduce",
                "rank %d's link closed after bytes that cannot be right: "
                "counted as a dead peer",

@@ -41,9 +41,19 @@
 
 #include "msgauth.h"
 
+#include <poll.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Whether the peer of a connected socket has closed it or it was reset
+ * (bytes may still be unread): the test that turns a protocol error into
+ * RESIHP_EPEER (see the contract above). One poll(), for error paths. */
+static inline int resihp__link_closed(int fd) {
+  struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+  return fd >= 0 && poll(&pf, 1, 0) == 1 &&
+         (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
 
 #define RESIHP__FRAME_MAGIC 0x52534850u /* "RSHP" */
 

@@ -543,6 +543,74 @@ START_TEST(garbage_live_or_dead) {
 }
 END_TEST
 
+/* The control link too: a rank writes a malformed control frame and dies
+ * while the survivor is stopped, so that its monitor finds both the bytes
+ * and the closed link when it looks; the survivor's next all-reduce must
+ * say RESIHP_EPEER (the first cause the monitor recorded), not EPROTO. */
+START_TEST(ctrl_garbage_then_dead) {
+  int ready[2], go[2];
+  bind_endpoints(2);
+  ck_assert_int_eq(pipe(ready), 0);
+  ck_assert_int_eq(pipe(go), 0);
+  pid_t pid[2];
+  for (int r = 0; r < 2; r++) {
+    pid[r] = fork();
+    ck_assert_int_ge(pid[r], 0);
+    if (pid[r])
+      continue;
+    close(lfds[1 - r]);
+    alarm(40);
+    resihp_comm_t *c;
+    if (make_comm(r, 2, SECRET, 4096, 0, &c) || write(ready[1], "r", 1) != 1)
+      _exit(XS_FAIL);
+    char b;
+    if (read(go[0], &b, 1) != 1)
+      _exit(XS_FAIL);
+    if (r == 1) { /* the victim: garbage, then death */
+      uint8_t junk[sizeof(resihp__frame_hdr_t)];
+      memset(junk, 0xab, sizeof(junk));
+      if (write(c->ctrl_fds[0], junk, sizeof(junk)) != (ssize_t)sizeof(junk))
+        _exit(XS_FAIL);
+      raise(SIGKILL);
+    }
+    /* The survivor, continued: wait until the monitor has seen it all. */
+    int failed[MAXN];
+    for (int k = 0; k < 4000 && resihp_comm_failed(c, failed, MAXN) < 1; k++) {
+      struct timespec ts = {0, 5000000};
+      nanosleep(&ts, NULL);
+    }
+    float x[4] = {1, 2, 3, 4};
+    int rc = resihp_allreduce(c, x, 4, RESIHP_FLOAT32, RESIHP_OP_SUM);
+    if (rc != RESIHP_EPEER)
+      fprintf(stderr, "survivor: %s\n", resihp_err_name(rc));
+    _exit(rc == RESIHP_EPEER    ? XS_OK
+          : rc == RESIHP_EPROTO ? XS_EPROTO
+                                : XS_FAIL);
+  }
+  close(lfds[0]);
+  close(lfds[1]);
+  char b[2];
+  ck_assert_int_eq(read(ready[0], b, 1), 1);
+  ck_assert_int_eq(read(ready[0], b + 1, 1), 1);
+  int st;
+  ck_assert_int_eq(kill(pid[0], SIGSTOP), 0);
+  ck_assert_int_eq(waitpid(pid[0], &st, WUNTRACED), pid[0]);
+  ck_assert(WIFSTOPPED(st));
+  ck_assert_int_eq(write(go[1], "gg", 2), 2); /* the survivor reads later */
+  ck_assert_int_eq(waitpid(pid[1], &st, 0), pid[1]);
+  ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "victim %#x", st);
+  ck_assert_int_eq(kill(pid[0], SIGCONT), 0);
+  ck_assert_int_eq(waitpid(pid[0], &st, 0), pid[0]);
+  ck_assert_msg(!(WIFEXITED(st) && WEXITSTATUS(st) == XS_EPROTO),
+                "a dead peer's last bytes made RESIHP_EPROTO");
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == XS_OK, "survivor %#x", st);
+  close(ready[0]);
+  close(ready[1]);
+  close(go[0]);
+  close(go[1]);
+}
+END_TEST
+
 /* ---- NaN and infinities (resihp/allreduce.h) ----------------------------- */
 
 #define NV 8
@@ -647,6 +715,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, link_cut_at_every_part, 0, 12);
   tcase_add_loop_test(tc, garbage_live_or_dead, 0, 16);
+  tcase_add_test(tc, ctrl_garbage_then_dead);
   suite_add_tcase(s, tc);
   tc = tcase_create("nan");
   tcase_set_timeout(tc, 60);

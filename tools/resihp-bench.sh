@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --quick|--full) size=$1 ;;
     --ranks) ranks=$2; shift ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "resihp-bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift

@@ -11,7 +11,8 @@
  *
  * bus bandwidth = bytes / time * 2(n-1)/n, as nccl-tests define it, so
  * numbers are comparable across rank counts and with resihp-bench-mpi.
- * Modes: ft (fault tolerant, out of place), ftip (fault tolerant, in place:
+ * The modes are the rows of the table `modes` below (--mode picks some):
+ * ft (fault tolerant, out of place), ftip (fault tolerant, in place:
  * adds the private copy that keeps the input), noft (unprotected ring: no
  * monitor thread, no DONE round), det (fault tolerant + deterministic
  * fixed point), mac (ft with mac-data: a MAC over every gradient byte) -
@@ -20,6 +21,15 @@
  * MPI's tcp BTL). Every mode MACs its control frames and frame headers. All but
  * ftip use resihp_allreduce_to() with separate send and receive buffers, like
  * the MPI twin. Data are float32 sums.
+ *
+ * The copy limit: at each size rank 0 also times a single-thread memcpy of
+ * that many bytes between two distinct, pre-faulted buffers, in the same
+ * process and run, interleaved with the modes (best of the repetitions; the
+ * other ranks wait in the next all-reduce meanwhile). One more line per
+ * size, with the bytes copied per second in both bandwidth columns (a copy
+ * has no bus factor):
+ *
+ *   resihp memcpy RANKS BYTES USEC_PER_COPY GBPS GBPS
  *
  * --p2p: point-to-point bandwidth instead, 2 ranks: rank 0 sends a stream
  * of messages of each size to rank 1 with resihp_send (rank 1: resihp_recv,
@@ -45,10 +55,34 @@
 #include <unistd.h>
 
 #define MAXR 64
-#define NMODES 7
+#define MAXMODES 32
 
-static const char *const mode_name[NMODES] = {"ft",    "ftip", "noft",  "det",
-                                              "fttcp", "mac",  "mactcp"};
+/* A mode: a communicator made with these options, timed like the others.
+ * To add one, add a row (and its name to the columns of resihp-bench.sh);
+ * options that have no field here go in tune, called last. */
+struct mode {
+  const char *name;
+  int inplace; /* resihp_allreduce on the input itself, else _to */
+  int unprotected, deterministic, transport, mac_data; /* resihp_comm_opts_t */
+  void (*tune)(resihp_comm_opts_t *o);                 /* or NULL */
+};
+
+static const struct mode modes[] = {
+    /* name     inplace unprot det transport mac tune */
+    {"ft", 0, 0, 0, -1, 0, NULL},    {"ftip", 1, 0, 0, -1, 0, NULL},
+    {"noft", 0, 1, 0, -1, 0, NULL},  {"det", 0, 0, 1, -1, 0, NULL},
+    {"fttcp", 0, 0, 0, 1, 0, NULL},  {"mac", 0, 0, 0, -1, 1, NULL},
+    {"mactcp", 0, 0, 0, 1, 1, NULL},
+};
+#define NMODES ((int)(sizeof(modes) / sizeof(modes[0])))
+_Static_assert(sizeof(modes) / sizeof(modes[0]) <= MAXMODES, "MAXMODES");
+
+static int mode_index(const char *name) {
+  for (int k = 0; k < NMODES; k++)
+    if (!strcmp(name, modes[k].name))
+      return k;
+  return -1;
+}
 
 static double now_s(void) {
   struct timespec ts;
@@ -59,7 +93,7 @@ static double now_s(void) {
 struct cfg {
   int ranks, scale, reps;
   long min_bytes, max_bytes, chunk;
-  int modes[NMODES], nmodes;
+  int pick[MAXMODES], nmodes; /* indices into modes[] */
   int p2p;
 };
 
@@ -106,11 +140,11 @@ static int run_p2p(int rank, const struct cfg *cf, resihp_comm_t **c) {
     iters = iters < 4 ? 4 : iters > 20000 ? 20000 : iters;
     double shm = 1e30, tcp = 1e30, mem = 1e30;
     for (int rep = 0; rep < cf->reps; rep++) {
-      double t = p2p_time(c[0], rank, buf, bytes, iters, &rc);
+      double t = p2p_time(c[mode_index("ft")], rank, buf, bytes, iters, &rc);
       if (rc)
         goto fail;
       shm = t < shm ? t : shm;
-      t = p2p_time(c[4], rank, buf, bytes, iters, &rc);
+      t = p2p_time(c[mode_index("fttcp")], rank, buf, bytes, iters, &rc);
       if (rc)
         goto fail;
       tcp = t < tcp ? t : tcp;
@@ -136,13 +170,25 @@ fail:
   return 1;
 }
 
+/* Seconds per single-thread memcpy of bytes (after one untimed copy). */
+static double copy_time(uint8_t *dst, const uint8_t *src, size_t bytes,
+                        int iters) {
+  memcpy(dst, src, bytes);
+  double t0 = now_s();
+  for (int it = 0; it < iters; it++) {
+    memcpy(dst, src, bytes);
+    __asm__ volatile("" : : "r"(dst) : "memory"); /* keep every copy */
+  }
+  return (now_s() - t0) / iters;
+}
+
 static int run_rank(int rank, const struct cfg *cf,
                     const char *eps[NMODES][MAXR], int lfd[NMODES][MAXR],
                     const uint8_t *secret) {
   resihp_comm_t *c[NMODES] = {0};
   int rc = 0;
   for (int k = 0; k < cf->nmodes; k++) {
-    int m = cf->modes[k];
+    int m = cf->pick[k];
     resihp_comm_opts_t o;
     resihp_comm_opts_init(&o);
     o.rank = rank;
@@ -152,10 +198,12 @@ static int run_rank(int rank, const struct cfg *cf,
     o.secret = secret;
     o.secret_len = 32;
     o.chunk_bytes = cf->chunk;
-    o.unprotected = m == 2;
-    o.deterministic = m == 3;
-    o.transport = m == 4 || m == 6 ? 1 : -1;
-    o.mac_data = m == 5 || m == 6;
+    o.unprotected = modes[m].unprotected;
+    o.deterministic = modes[m].deterministic;
+    o.transport = modes[m].transport;
+    o.mac_data = modes[m].mac_data;
+    if (modes[m].tune)
+      modes[m].tune(&o);
     if ((rc = resihp_comm_create(&o, &c[m]))) {
       fprintf(stderr, "rank %d: %s\n", rank, resihp_strerror(rc));
       return 1;
@@ -168,21 +216,37 @@ static int run_rank(int rank, const struct cfg *cf,
     return rc;
   }
   size_t maxn = (size_t)cf->max_bytes / sizeof(float);
-  float *src = malloc(maxn * sizeof(float)), *buf = malloc(maxn * sizeof(float));
+  float *src = malloc(maxn * sizeof(float)),
+        *buf = malloc(maxn * sizeof(float));
   if (!buf || !src)
     return 1;
   for (size_t i = 0; i < maxn; i++)
     src[i] = buf[i] = (float)(i % 17) * 0.25f;
+  /* The copy limit's own buffers (rank 0), touched now so that no page
+   * fault is timed. */
+  uint8_t *csrc = NULL, *cdst = NULL;
+  if (rank == 0) {
+    csrc = malloc((size_t)cf->max_bytes);
+    cdst = malloc((size_t)cf->max_bytes);
+    if (!csrc || !cdst)
+      return 1;
+    memset(csrc, 0x5a, (size_t)cf->max_bytes);
+    memset(cdst, 0, (size_t)cf->max_bytes);
+  }
   for (long bytes = cf->min_bytes; bytes <= cf->max_bytes; bytes *= 4) {
     size_t n = (size_t)bytes / sizeof(float);
     int iters = iters_for(bytes, cf->scale);
-    double best[NMODES];
+    double best[NMODES], copy = 1e30;
     for (int k = 0; k < NMODES; k++)
       best[k] = 1e30;
-    for (int rep = 0; rep < cf->reps; rep++)
+    for (int rep = 0; rep < cf->reps; rep++) {
+      if (rank == 0) {
+        double t = copy_time(cdst, csrc, (size_t)bytes, iters);
+        copy = t < copy ? t : copy;
+      }
       for (int k = 0; k < cf->nmodes; k++) {
-        int m = cf->modes[k];
-        const float *in = m == 1 ? buf : src;
+        int m = cf->pick[k];
+        const float *in = modes[m].inplace ? buf : src;
         float one = 1;
         /* Warm up, then line the ranks up with a tiny all-reduce. */
         if ((rc = resihp_allreduce_to(c[m], in, buf, n, RESIHP_FLOAT32,
@@ -199,18 +263,25 @@ static int run_rank(int rank, const struct cfg *cf,
         if (dt < best[m])
           best[m] = dt;
       }
-    if (rank == 0)
+    }
+    if (rank == 0) {
       for (int k = 0; k < cf->nmodes; k++) {
-        int m = cf->modes[k];
+        int m = cf->pick[k];
         double alg = (double)bytes / best[m] / 1e9;
-        printf("resihp %s %d %ld %.1f %.3f %.3f\n", mode_name[m], cf->ranks,
+        printf("resihp %s %d %ld %.1f %.3f %.3f\n", modes[m].name, cf->ranks,
                bytes, best[m] * 1e6, alg,
                alg * 2.0 * (cf->ranks - 1) / cf->ranks);
-        fflush(stdout);
       }
+      double gbps = (double)bytes / copy / 1e9;
+      printf("resihp memcpy %d %ld %.1f %.3f %.3f\n", cf->ranks, bytes,
+             copy * 1e6, gbps, gbps);
+      fflush(stdout);
+    }
   }
   free(buf);
   free(src);
+  free(csrc);
+  free(cdst);
   for (int m = 0; m < NMODES; m++)
     resihp_comm_destroy(c[m]);
   return 0;
@@ -221,9 +292,12 @@ fail:
 }
 
 static void usage(void) {
+  fprintf(stderr, "usage: resihp-bench-allreduce [--ranks N]\n"
+                  "         [--mode M,M...] (M: ");
+  for (int k = 0; k < NMODES; k++)
+    fprintf(stderr, "%s%s", k ? " " : "", modes[k].name);
   fprintf(stderr,
-          "usage: resihp-bench-allreduce [--ranks N]\n"
-          "         [--mode ft,ftip,noft,det,fttcp,mac,mactcp]\n"
+          ")\n"
           "         [--min BYTES] [--max BYTES] [--chunk BYTES] [--reps R]\n"
           "         [--quick|--full] [--p2p]\n"
           "  --quick (default): 4 KiB .. 16 MiB, 3 repetitions;\n"
@@ -238,13 +312,10 @@ static int parse_modes(struct cfg *cf, const char *s) {
   cf->nmodes = 0;
   for (char *save = NULL, *t = strtok_r(buf, ",", &save); t;
        t = strtok_r(NULL, ",", &save)) {
-    int m = -1;
-    for (int k = 0; k < NMODES; k++)
-      if (!strcmp(t, mode_name[k]))
-        m = k;
+    int m = mode_index(t);
     if (m < 0 || cf->nmodes == NMODES)
       return -1;
-    cf->modes[cf->nmodes++] = m;
+    cf->pick[cf->nmodes++] = m;
   }
   return cf->nmodes ? 0 : -1;
 }
@@ -255,8 +326,7 @@ int main(int argc, char **argv) {
                    .reps = 3,
                    .min_bytes = 4096,
                    .max_bytes = 16L << 20,
-                   .modes = {0, 1, 2, 3, 4, 5, 6},
-                   .nmodes = NMODES};
+                   .nmodes = 0};
   static const struct option opts[] = {{"ranks", required_argument, 0, 'n'},
                                        {"mode", required_argument, 0, 'm'},
                                        {"min", required_argument, 0, 'a'},
@@ -268,6 +338,8 @@ int main(int argc, char **argv) {
                                        {"help", no_argument, 0, 'h'},
                                        {"p2p", no_argument, 0, 'p'},
                                        {0, 0, 0, 0}};
+  for (int k = 0; k < NMODES; k++)
+    cf.pick[cf.nmodes++] = k;
   int ch;
   while ((ch = getopt_long(argc, argv, "n:m:a:b:c:r:qfhp", opts, NULL)) != -1) {
     switch (ch) {
@@ -310,8 +382,8 @@ int main(int argc, char **argv) {
   }
   if (cf.p2p) { /* two ranks; the shared-memory and the TCP communicator */
     cf.ranks = 2;
-    cf.modes[0] = 0;
-    cf.modes[1] = 4;
+    cf.pick[0] = mode_index("ft");
+    cf.pick[1] = mode_index("fttcp");
     cf.nmodes = 2;
   }
   if (cf.ranks < 1 || cf.ranks > MAXR || cf.min_bytes < 4 || cf.reps < 1 ||

@@ -261,16 +261,20 @@ static int read_ctrl(resihp_comm_t *c, int peer, struct rxstate *r) {
       return RESIHP_EPEER; /* closed or died, also mid-frame */
     int rc = resihp__ctrl_got(r, (size_t)n, peer, SET_LEN(c),
                               &c->ctrl_auth[peer]);
-    if (rc < 0)
-      return rc;
     if (rc == 1) {
       pthread_mutex_lock(&c->mu);
       rc = handle_ctrl(c, peer, r);
       pthread_mutex_unlock(&c->mu);
       r->got = 0;
-      if (rc)
-        return rc;
+      if (!rc)
+        continue;
     }
+    /* Bad bytes from a peer whose link has closed: a dead peer, as on the
+     * data links (transport.h). */
+    if (rc == RESIHP_EPROTO && resihp__link_closed(c->ctrl_fds[peer]))
+      return RESIHP_EPEER;
+    if (rc < 0)
+      return rc;
   }
 }
 

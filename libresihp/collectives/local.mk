@@ -32,6 +32,14 @@ tests_unit_test_allreduce_SOURCES = tests/unit/test_allreduce.c \
 tests_unit_test_allreduce_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_allreduce_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_allreduce
+
+# A rank killed mid-frame at many offsets: EPEER/ETIMEDOUT, never EPROTO.
+check_PROGRAMS += tests/unit/test_allreduce_kill
+tests_unit_test_allreduce_kill_SOURCES = tests/unit/test_allreduce_kill.c \
+  tests/unit/rank_group.c tests/unit/rank_group.h
+tests_unit_test_allreduce_kill_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_allreduce_kill_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_allreduce_kill
 endif
 
 # Fuzz targets of the frame readers (libFuzzer builds: see their sources):

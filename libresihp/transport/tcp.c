@@ -420,8 +420,6 @@ static ssize_t peer_sendv(struct tcp *t, struct peer *p, struct iovec *iov,
   return -1;
 }
 
-/* Decide what to do with a complete header: accept its payload into the
- * posted buffer, skip it, or park it. Returns 0 or RESIHP_EPROTO. */
 /* Start taking the payload of the header in p->rh: into dst (NULL: skip
  * it), summed with add when not NULL. */
 static void begin_payload(struct peer *p, uint8_t *dst, const uint8_t *add,
@@ -441,7 +439,9 @@ static void begin_payload(struct peer *p, uint8_t *dst, const uint8_t *add,
   }
 }
 
-static int consider_header(struct tcp *t, int peer) {
+/* Decide what to do with a complete header: accept its payload into the
+ * posted buffer, skip it, or park it. Returns 0 or RESIHP_EPROTO. */
+static int check_header(struct tcp *t, int peer) {
   struct peer *p = &t->p[peer];
   const resihp__frame_hdr_t *h = &p->rh;
   uint32_t flags_ok = p->mac ? RESIHP__FRAME_F_MACPAY : 0;
@@ -521,11 +521,36 @@ static int consider_header(struct tcp *t, int peer) {
   return 0;
 }
 
-/* A socket or ring error (errno) on peer's link: RESIHP_EPEER, or
- * RESIHP_EPROTO when the peer corrupted a shared-memory ring. */
-static int link_failed(int peer) {
+/* The failure contract (transport.h): RESIHP_EPROTO is for a live peer
+ * saying something that cannot be right. A peer whose link has closed or
+ * been reset by the time its bytes turn out wrong is gone: the caller must
+ * see a departure (RESIHP_EPEER) - a caller may treat EPROTO as fatal and
+ * leave, which breaks the survivors' next collective - and the peer is
+ * suspected either way. A dead peer cannot write bad bytes (the kernel and
+ * the rings' release/acquire indices deliver what it wrote, then EOF), so
+ * this only settles races with the close; one poll() on the error path. */
+static int protocol_error(const struct peer *p, int peer) {
+  if (resihp__link_closed(p->fd)) {
+    resihp_log(RESIHP_LOG_WARN, "allreduce",
+               "rank %d's link closed after bytes that cannot be right: "
+               "counted as a dead peer",
+               peer);
+    return RESIHP_EPEER;
+  }
+  return RESIHP_EPROTO;
+}
+
+static int consider_header(struct tcp *t, int peer) {
+  int rc = check_header(t, peer);
+  return rc == RESIHP_EPROTO ? protocol_error(&t->p[peer], peer) : rc;
+}
+
+/* A socket or ring error (errno) on peer's link: RESIHP_EPEER (reset,
+ * closed, any socket error), or RESIHP_EPROTO when a live peer corrupted a
+ * shared-memory ring. */
+static int link_failed(const struct peer *p, int peer) {
   if (errno == EPROTO)
-    return RESIHP_EPROTO; /* logged by the ring */
+    return protocol_error(p, peer); /* logged by the ring */
   resihp_log(RESIHP_LOG_WARN, "allreduce", "link to rank %d failed: %s", peer,
              strerror(errno));
   return RESIHP_EPEER;
@@ -568,7 +593,7 @@ static int read_peer(struct tcp *t, int peer) {
                    "frame from rank %d fails its MAC (forged, replayed or "
                    "changed on the way): dropping the peer",
                    peer);
-        return RESIHP_EPROTO;
+        return protocol_error(p, peer);
       }
       frame_finished(p);
       any = 1;
@@ -589,7 +614,7 @@ static int read_peer(struct tcp *t, int peer) {
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
         return any;
-      return link_failed(peer);
+      return link_failed(p, peer);
     }
     if (r == 0) {
       /* In the middle of a frame too: a peer killed while sending is a
@@ -671,7 +696,7 @@ static int write_peer(struct tcp *t, int peer) {
       if (w < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
           return any;
-        return link_failed(peer);
+        return link_failed(p, peer);
       }
       q->off += (size_t)w;
       any = 1;

@@ -13,7 +13,16 @@
  * *bad_peer when a peer's link fails or closes, also in the middle of a
  * frame (RESIHP_EPEER: the peer died or left), or a live peer sends a frame
  * that cannot be right (RESIHP_EPROTO: bad magic, unknown type, oversized,
- * wrong tag or length, a failed MAC, a corrupt shared-memory ring). Frames of an older epoch are dropped:
+ * wrong tag or length, a failed MAC, a corrupt shared-memory ring). The
+ * rule: a peer whose link closed or was reset, or whose process is gone,
+ * is RESIHP_EPEER wherever its stream stopped - mid-header, mid-payload,
+ * mid-MAC-tag, a partial frame left in a ring - and also when its last
+ * bytes were wrong but its link had closed by the time they were parsed;
+ * silence is RESIHP_ETIMEDOUT (the caller's bound); RESIHP_EPROTO only
+ * for a peer whose link is still open. A caller may treat EPROTO as a
+ * reason to leave; a survivor of a crash must not. (tests/unit/
+ * test_allreduce_kill.c kills senders at every part of a frame.) Frames of
+ * an older epoch are dropped:
  * they are leftovers of an aborted collective. cancel() abandons every
  * queued operation but keeps each stream framed (a half-sent frame is
  * finished with padding, a half-received one is skipped later), so the
@@ -32,9 +41,19 @@
 
 #include "msgauth.h"
 
+#include <poll.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Whether the peer of a connected socket has closed it or it was reset
+ * (bytes may still be unread): the test that turns a protocol error into
+ * RESIHP_EPEER (see the contract above). One poll(), for error paths. */
+static inline int resihp__link_closed(int fd) {
+  struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+  return fd >= 0 && poll(&pf, 1, 0) == 1 &&
+         (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
 
 #define RESIHP__FRAME_MAGIC 0x52534850u /* "RSHP" */
 

@@ -137,9 +137,36 @@ int resihp_comm_failed(const resihp_comm_t *comm, int *world_ranks, int max);
  * 0 or smaller than the view. Returns 0, or RESIHP_EPEER/ETIMEDOUT (buffer
  * untouched; call resihp_comm_shrink and retry), RESIHP_EPROTO (a peer sent
  * a malformed frame; it is suspected as well), RESIHP_EINVAL, RESIHP_ENOMEM.
+ * A peer that died, left or whose link closed or was reset is always
+ * RESIHP_EPEER, also when it went in the middle of a frame, and one that
+ * fell silent RESIHP_ETIMEDOUT; RESIHP_EPROTO only ever means that a live
+ * peer sent something that cannot be right (bad frame, failed MAC, corrupt
+ * shared-memory ring). All three are recoverable by shrink and retry.
  * In deterministic mode float inputs are summed exactly in int64 fixed point
  * (see resihp_fixed_*), so the result does not depend on the order or the
- * grouping of contributions. */
+ * grouping of contributions.
+ *
+ * NaN and infinities. Every member gets bit for bit the same result (each
+ * element is reduced once, on one member, and copied to the others), NaN
+ * payloads included.
+ *  - RESIHP_FLOAT32/FLOAT64/BFLOAT16 (bf16 is summed in float and rounded
+ *    back): IEEE arithmetic. A NaN in any contribution makes the element
+ *    NaN; +Inf and -Inf together give NaN; an infinity with finite values
+ *    stays that infinity; a finite sum beyond the type's range becomes
+ *    +-Inf. Which NaN (payload, sign) comes out when several meet, or from
+ *    Inf - Inf (the CPU's default NaN), depends on the order of the ring and
+ *    the CPU; RESIHP_OP_AVG divides it unchanged.
+ *  - Deterministic mode (float inputs converted to fixed point): a NaN
+ *    counts as 0 - it disappears from the sum without a trace; +-Inf and
+ *    finite values beyond +-2^(63 - frac_bits) saturate to INT64_MAX /
+ *    INT64_MIN, so with every other contribution 0 the result is
+ *    +-2^(63 - frac_bits) (finite, not Inf). The integer sum wraps modulo
+ *    2^64: a saturated element plus anything of the same sign, or sums of
+ *    in-range values beyond the range, come out as meaningless finite
+ *    numbers, never Inf or NaN. Keep |x| times the number of ranks below
+ *    2^(63 - frac_bits) (2^31 with the default 32 fractional bits), or
+ *    check gradients for non-finite values before the call.
+ *  - RESIHP_FIXED64 inputs: wrapping int64 sum. */
 int resihp_allreduce(resihp_comm_t *comm, void *buf, size_t count,
                      resihp_dtype_t dtype, resihp_op_t op);
 

@@ -153,6 +153,14 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
                            void *staging, size_t count, int wire_dtype,
                            int *bad_peer);
 
+/* One wait of an algorithm on the transport (ring_allreduce.c):
+ * RESIHP_EABORTED once the communicator failed, the transport's error
+ * (*bad_peer set), RESIHP_ETIMEDOUT when nothing moved for op_ms (10
+ * detection bounds unprotected; the caller names whom to blame), else 0.
+ * *last_progress: when something last moved; what: for the log. */
+int resihp__algo_wait(resihp_comm_t *c, int64_t *last_progress,
+                      int *bad_peer, const char *what);
+
 /* Test hook: called before each chunk is sent (fault-injection tests). */
 extern void (*resihp__ring_test_hook)(resihp_comm_t *c, int step,
                                       size_t chunk);

@@ -85,8 +85,6 @@ int resihp__small_allreduce(resihp_comm_t *c, const void *in, void *work,
   uint8_t arrived[RESIHP_COMM_MAX_RANKS];
   memset(arrived, 0, (size_t)n);
   int64_t last_progress = resihp__now_ms();
-  int64_t stall_ms = c->unprotected ? 10 * (int64_t)c->detect_ms : c->op_ms;
-  int wait_ms = c->unprotected ? c->detect_ms : c->hb_ms;
   for (;;) {
     for (; sent < n; sent++) {
       if (resihp__small_test_hook)
@@ -113,25 +111,14 @@ int resihp__small_allreduce(resihp_comm_t *c, const void *in, void *work,
       if (!pending)
         break;
     }
-    if (atomic_load(&c->failed))
-      return RESIHP_EABORTED;
-    int r = ops->progress(c->tp, wait_ms, bad_peer);
-    if (r < 0)
-      return r;
-    int64_t now = resihp__now_ms();
-    if (r > 0) {
-      last_progress = now;
-    } else if (now - last_progress > stall_ms) {
+    int r = resihp__algo_wait(c, &last_progress, bad_peer,
+                              "the small-message exchange");
+    if (r == RESIHP_ETIMEDOUT) /* blame a member that has not delivered */
       for (int j = 0; j < n && *bad_peer < 0; j++)
         if (j != p && !arrived[j])
           *bad_peer = c->members[j];
-      resihp_log(RESIHP_LOG_ERROR, "allreduce",
-                 "rank %d: no progress for %lld ms in the small-message "
-                 "exchange (%d of %d contributions; first missing: rank %d)",
-                 c->world_rank, (long long)(now - last_progress), got, n - 1,
-                 *bad_peer);
-      return RESIHP_ETIMEDOUT;
-    }
+    if (r)
+      return r;
   }
   if (resihp__small_test_hook)
     resihp__small_test_hook(c, n - 1);

@@ -126,10 +126,8 @@ static int commit(resihp_comm_t *c) {
   resihp__tag_t tag = {c->seq, UINT32_MAX, 0};
   static const uint8_t nothing[1];
   uint8_t sink[1];
-  int n = c->world_size, rc = 0, bad = -1;
-  uint8_t *got = calloc((size_t)n, 1);
-  if (!got)
-    return RESIHP_ENOMEM;
+  int rc = 0, bad = -1;
+  resihp__set_t got = {0}; /* on the stack: no allocation per call */
   for (int i = 0; i < c->nmembers; i++) {
     int m = c->members[i];
     if (m == c->world_rank)
@@ -146,11 +144,11 @@ static int commit(resihp_comm_t *c) {
       int m = c->members[i];
       if (m == c->world_rank)
         continue;
-      if (!got[m] && ops->recv_done(c->tp, m))
-        got[m] = 1;
+      if (!resihp__set_has(&got, m) && ops->recv_done(c->tp, m))
+        resihp__set_add(&got, m);
       if (c->abort_seq[m] == seq1)
         rc = RESIHP_EPEER;
-      else if (!got[m] && !resihp__set_has(&c->dead, m))
+      else if (!resihp__set_has(&got, m) && !resihp__set_has(&c->dead, m))
         waiting = 1;
     }
     pthread_mutex_unlock(&c->mu);
@@ -164,7 +162,6 @@ static int commit(resihp_comm_t *c) {
     if (r < 0 && bad >= 0)
       resihp__comm_mark_dead(c, bad, r); /* dead counts as done here */
   }
-  free(got);
   return rc;
 }
 
@@ -266,7 +263,14 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
     in = sendbuf;
     work = c->work;
   }
-  rc = resihp__ring_allreduce(c, in, work, staging, count, wire, &bad);
+  if (resihp__small_fits(c, count * wsz)) {
+    if ((rc = reserve(&c->staging, &c->staging_cap,
+                      (size_t)c->nmembers * count * wsz)))
+      return rc;
+    rc = resihp__small_allreduce(c, in, work, c->staging, count, wire, &bad);
+  } else {
+    rc = resihp__ring_allreduce(c, in, work, staging, count, wire, &bad);
+  }
   if (rc)
     return fail(c, rc, bad);
   if (!c->unprotected && c->nmembers > 1 && (rc = commit(c)))

@@ -77,6 +77,7 @@ void resihp_comm_opts_init(resihp_comm_opts_t *o) {
   o->deterministic = -1;
   o->transport = -1;
   o->mac_data = -1;
+  o->small_max = -1;
 }
 
 static int64_t now_ms(void) { return resihp__now_ms(); }
@@ -531,6 +532,9 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
   c->frac_bits = resihp_fixed_frac_bits();
 
   c->unprotected = o->unprotected;
+  c->small_max = (size_t)(o->small_max >= 0
+                              ? o->small_max
+                              : resihp_settings_get(s, RESIHP_SETTING_SMALL_MAX));
   c->mac_data = o->mac_data >= 0
                     ? o->mac_data
                     : (int)resihp_settings_get(s, RESIHP_SETTING_MAC_DATA);

@@ -65,6 +65,7 @@ struct resihp_comm {
   int detect_ms, hb_ms, deterministic, frac_bits, unprotected, op_ms;
   int mac_data; /* MACs over gradient payloads too (control: always) */
   size_t chunk_bytes;
+  size_t small_max; /* small-message path up to this size (0: ring only) */
   resihp__transport_t *tp;
   resihp__transport_t *gpu; /* NCCL data plane, when attached */
   int *data_fds; /* copies for the link-cut test hook */
@@ -152,9 +153,32 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
                            void *staging, size_t count, int wire_dtype,
                            int *bad_peer);
 
+/* One wait of an algorithm on the transport (ring_allreduce.c):
+ * RESIHP_EABORTED once the communicator failed, the transport's error
+ * (*bad_peer set), RESIHP_ETIMEDOUT when nothing moved for op_ms (10
+ * detection bounds unprotected; the caller names whom to blame), else 0.
+ * *last_progress: when something last moved; what: for the log. */
+int resihp__algo_wait(resihp_comm_t *c, int64_t *last_progress,
+                      int *bad_peer, const char *what);
+
 /* Test hook: called before each chunk is sent (fault-injection tests). */
 extern void (*resihp__ring_test_hook)(resihp_comm_t *c, int step,
                                       size_t chunk);
+
+/* Small messages (small_allreduce.c): every member sends its buffer to
+ * every other and adds the n contributions in view order (bitwise equal
+ * results everywhere). slots: n * count elements of dtype. Otherwise as
+ * resihp__ring_allreduce. */
+#define RESIHP__STEP_SMALL (UINT32_MAX - 4)
+int resihp__small_allreduce(resihp_comm_t *c, const void *in, void *work,
+                            void *slots, size_t count, int dtype,
+                            int *bad_peer);
+/* Whether an all-reduce of bytes (wire size) takes the small-message path:
+ * the same answer on every member (size, view size, settings). */
+int resihp__small_fits(const resihp_comm_t *c, size_t bytes);
+/* Test hook: called before send k (stage k = 0..n-2) and once every
+ * contribution arrived (stage n-1). */
+extern void (*resihp__small_test_hook)(resihp_comm_t *c, int stage);
 
 /* Element-wise kernels (reduce.c). */
 size_t resihp__dtype_size(int dtype);

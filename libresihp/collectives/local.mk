@@ -20,6 +20,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/collectives/comm.c \
 	libresihp/collectives/ctrl_frame.c \
 	libresihp/collectives/ring_allreduce.c \
+	libresihp/collectives/small_allreduce.c \
 	libresihp/collectives/allreduce.c \
 	libresihp/collectives/p2p.c \
 	libresihp/collectives/reduce.c
@@ -40,6 +41,14 @@ tests_unit_test_allreduce_kill_SOURCES = tests/unit/test_allreduce_kill.c \
 tests_unit_test_allreduce_kill_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_allreduce_kill_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_allreduce_kill
+
+# Small-message all-reduce (direct exchange).
+check_PROGRAMS += tests/unit/test_allreduce_small
+tests_unit_test_allreduce_small_SOURCES = tests/unit/test_allreduce_small.c \
+  tests/unit/rank_group.c tests/unit/rank_group.h
+tests_unit_test_allreduce_small_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_allreduce_small_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_allreduce_small
 endif
 
 # Fuzz targets of the frame readers (libFuzzer builds: see their sources):

@@ -68,6 +68,29 @@ static int recv_seg(const struct layout *l, int s) {
   return s < l->n - 1 ? mod(l->p - s - 1, l->n) : mod(l->p - (s - (l->n - 1)), l->n);
 }
 
+int resihp__algo_wait(resihp_comm_t *c, int64_t *last_progress,
+                      int *bad_peer, const char *what) {
+  /* Liveness is the monitor's job; this only bounds waiting for a live
+   * peer that never joins (or, unprotected, for anything at all). */
+  int64_t stall_ms = c->unprotected ? 10 * (int64_t)c->detect_ms : c->op_ms;
+  int wait_ms = c->unprotected ? c->detect_ms : c->hb_ms;
+  if (atomic_load(&c->failed))
+    return RESIHP_EABORTED;
+  int r = c->tp->ops->progress(c->tp, wait_ms, bad_peer);
+  if (r < 0)
+    return r;
+  int64_t now = resihp__now_ms();
+  if (r > 0)
+    *last_progress = now;
+  else if (now - *last_progress > stall_ms) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "rank %d: no progress for %lld ms in %s", c->world_rank,
+               (long long)(now - *last_progress), what);
+    return RESIHP_ETIMEDOUT;
+  }
+  return 0;
+}
+
 int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
                            void *staging, size_t count, int dtype,
                            int *bad_peer) {
@@ -102,10 +125,6 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
   int ss = 0, rs = 0, posted = 0, summed = 0;
   size_t sc = 0, rc = 0;
   int64_t last_progress = resihp__now_ms();
-  /* Liveness is the monitor's job; this only bounds waiting for a live
-   * peer that never joins (or, unprotected, for anything at all). */
-  int64_t stall_ms = c->unprotected ? 10 * (int64_t)c->detect_ms : c->op_ms;
-  int wait_ms = c->unprotected ? c->detect_ms : c->hb_ms;
   for (;;) {
     /* Issue every send whose data is ready. */
     while (ss < nsteps) {
@@ -158,22 +177,12 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
     if (!posted && rs >= nsteps && ss >= nsteps &&
         !ops->sends_pending(c->tp, right))
       return 0;
-    if (atomic_load(&c->failed))
-      return RESIHP_EABORTED;
-    int r = ops->progress(c->tp, wait_ms, bad_peer);
-    if (r < 0)
-      return r;
-    int64_t now = resihp__now_ms();
-    if (r > 0)
-      last_progress = now;
-    else if (now - last_progress > stall_ms) {
-      resihp_log(RESIHP_LOG_ERROR, "allreduce",
-                 "rank %d: no progress for %lld ms in the ring (left %d, "
-                 "right %d)",
-                 c->world_rank, (long long)(now - last_progress), left, right);
+    int r = resihp__algo_wait(c, &last_progress, bad_peer,
+                              "the ring (waiting on the left neighbour)");
+    if (r == RESIHP_ETIMEDOUT)
       *bad_peer = left;
-      return RESIHP_ETIMEDOUT;
-    }
+    if (r)
+      return r;
     if (posted && ops->recv_done(c->tp, left)) {
       posted = 0;
       if (rs < n - 1 && !summed) {

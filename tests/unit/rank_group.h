@@ -23,6 +23,7 @@
 extern int detect_ms;
 extern int transport; /* -1 default (shared memory on one host), 1 TCP */
 extern int mac_data;  /* MACs over gradient payloads too */
+extern long small_max; /* -1 default (registry), 0 ring only, else bytes */
 
 extern char ep_buf[MAXN][32];
 extern const char *eps[MAXN];

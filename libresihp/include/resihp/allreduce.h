@@ -105,10 +105,16 @@ typedef struct {
    * must use the same value. A frame whose MAC fails makes its sender a
    * suspect, like a malformed frame (RESIHP_EPROTO). */
   int mac_data;
+  /* All-reduces of at most this many bytes (wire size) use the
+   * small-message algorithm (direct exchange: fewer steps, more bytes),
+   * larger ones the ring; it also applies only while (view size - 1) times
+   * the size stays small. -1 = registry (RESIHP_SMALL_MAX, small-max,
+   * default 64 KiB), 0 = ring always. Every rank must use the same value. */
+  long small_max;
 } resihp_comm_opts_t;
 
 /* Defaults: listen_fd -1, deterministic -1, transport -1, mac_data -1,
- * everything else 0/NULL. */
+ * small_max -1, everything else 0/NULL. */
 void resihp_comm_opts_init(resihp_comm_opts_t *opts);
 
 /* Connect to every other rank, authenticate each connection with the

@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Small-message all-reduce: direct exchange.
+ *
+ * Schedule. Every member sends its whole buffer to every other member (one
+ * frame each, RESIHP__STEP_SMALL) and receives theirs into a slot per
+ * member; once all n-1 have arrived it adds the n contributions in view
+ * order, ((c0 + c1) + c2) + ..., the same additions in the same order on
+ * every member, so that the results are bitwise identical even where
+ * floating-point addition is not associative. Sends start with the member
+ * after this one (p+1, p+2, ...), so that not every member writes to
+ * member 0 first.
+ *
+ * Why. For a few KiB the ring's cost is its 2(n-1) dependent steps, each a
+ * hand-off between two processes (a wake-up, a doorbell when the peer
+ * sleeps), not the bytes: here every message can leave at once and there is
+ * one round of arrivals, whatever n. It sends (n-1) times the buffer where
+ * the ring sends 2(n-1)/n times, so it only pays up to some size, which
+ * depends on n (resihp__small_fits: a deterministic function of the size,
+ * n and the communicator's settings, so that every member picks the same
+ * algorithm).
+ *
+ * Buffers. in is read-only and is what leaves (the caller's data, or the
+ * fixed-point copy); slots holds n * count elements; the sum goes to
+ * work, which may be the caller's receive buffer (out of place) or a
+ * private one: the caller's buffer is written only after the DONE round.
+ *
+ * Failure. As the ring: the first error of the transport, the
+ * communicator's failure flag (EABORTED) or op_ms without progress
+ * (ETIMEDOUT, blaming a member that has not delivered) ends the call; the
+ * caller cancels, broadcasts the abort and reports (resihp__comm_fail).
+ */
+#include "config.h"
+
+#include "comm_internal.h"
+#include "../transport/mesh.h"
+
+#include <resihp/error.h>
+#include <resihp/log.h>
+
+#include <string.h>
+
+void (*resihp__small_test_hook)(resihp_comm_t *c, int stage);
+
+/* Beyond this many bytes sent per call ((n-1) * size) the extra traffic
+ * costs more than the ring's steps (measured on one host, 2-8 ranks). */
+#define SMALL_TOTAL_MAX ((size_t)256 << 10)
+
+int resihp__small_fits(const resihp_comm_t *c, size_t bytes) {
+  size_t n = (size_t)c->nmembers;
+  return n > 1 && bytes <= c->small_max && bytes <= c->chunk_bytes &&
+         bytes * (n - 1) <= SMALL_TOTAL_MAX;
+}
+
+int resihp__small_allreduce(resihp_comm_t *c, const void *in, void *work,
+                            void *slots, size_t count, int dtype,
+                            int *bad_peer) {
+  size_t esz = resihp__dtype_size(dtype), bytes = count * esz;
+  int n = c->nmembers, p = c->my_index;
+  *bad_peer = -1;
+  if (n == 1 || count == 0) {
+    if (in != work && count)
+      memcpy(work, in, bytes);
+    return 0;
+  }
+  const resihp__transport_ops_t *ops = c->tp->ops;
+  resihp__tag_t tag = {c->seq, RESIHP__STEP_SMALL, 0};
+  uint8_t *slot = slots;
+#define SLOT(j) (slot + (size_t)(j) * bytes)
+  if (in == work) {
+    /* Unprotected in place, or the fixed-point copy: the sum must not
+     * overwrite what is still being sent or added. */
+    memcpy(SLOT(p), in, bytes);
+    in = SLOT(p);
+  }
+  for (int j = 0; j < n; j++) {
+    if (j == p)
+      continue;
+    int r = ops->post_recv(c->tp, c->members[j], tag, SLOT(j), bytes);
+    if (r) {
+      *bad_peer = c->members[j];
+      return r;
+    }
+  }
+  int sent = 1, got = 0; /* sends: to p+sent next; got: arrivals */
+  uint8_t arrived[RESIHP_COMM_MAX_RANKS];
+  memset(arrived, 0, (size_t)n);
+  int64_t last_progress = resihp__now_ms();
+  for (;;) {
+    for (; sent < n; sent++) {
+      if (resihp__small_test_hook)
+        resihp__small_test_hook(c, sent - 1);
+      int m = c->members[(p + sent) % n];
+      int r = ops->post_send(c->tp, m, tag, in, bytes);
+      if (r == RESIHP_EBUSY)
+        break; /* earlier frames to m (a DONE) still queued */
+      if (r) {
+        *bad_peer = m;
+        return r;
+      }
+    }
+    for (int j = 0; j < n; j++)
+      if (j != p && !arrived[j] && ops->recv_done(c->tp, c->members[j])) {
+        arrived[j] = 1;
+        got++;
+      }
+    if (got == n - 1 && sent == n) {
+      /* Done once every byte left too: in may be the caller's buffer. */
+      int pending = 0;
+      for (int j = 0; j < n && !pending; j++)
+        pending = j != p && ops->sends_pending(c->tp, c->members[j]);
+      if (!pending)
+        break;
+    }
+    int r = resihp__algo_wait(c, &last_progress, bad_peer,
+                              "the small-message exchange");
+    if (r == RESIHP_ETIMEDOUT) /* blame a member that has not delivered */
+      for (int j = 0; j < n && *bad_peer < 0; j++)
+        if (j != p && !arrived[j])
+          *bad_peer = c->members[j];
+    if (r)
+      return r;
+  }
+  if (resihp__small_test_hook)
+    resihp__small_test_hook(c, n - 1);
+  /* View order: the same additions on every member. */
+  const void *c0 = p == 0 ? in : SLOT(0);
+  const void *c1 = p == 1 ? in : SLOT(1);
+  resihp__reduce_sum_to(work, c0, c1, count, dtype);
+  for (int j = 2; j < n; j++)
+    resihp__reduce_sum(work, j == p ? in : SLOT(j), count, dtype);
+#undef SLOT
+  return 0;
+}

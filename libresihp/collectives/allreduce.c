@@ -266,7 +266,13 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
     in = sendbuf;
     work = c->work;
   }
-  rc = resihp__ring_allreduce(c, in, work, staging, count, wire, &bad);
+  if (resihp__cma_chosen(c, count * wsz)) {
+    if ((rc = reserve(&c->staging, &c->staging_cap, RESIHP__CMA_STAGING)))
+      return rc;
+    rc = resihp__cma_allreduce(c, in, work, c->staging, count, wire, &bad);
+  } else {
+    rc = resihp__ring_allreduce(c, in, work, staging, count, wire, &bad);
+  }
   if (rc)
     return fail(c, rc, bad);
   if (!c->unprotected && c->nmembers > 1 && (rc = commit(c)))

@@ -15,11 +15,14 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/transport/mesh.c \
 	libresihp/transport/shm.h \
 	libresihp/transport/shm.c \
+	libresihp/transport/cma.h \
+	libresihp/transport/cma.c \
 	libresihp/transport/tcp.c \
 	libresihp/collectives/comm_internal.h \
 	libresihp/collectives/comm.c \
 	libresihp/collectives/ctrl_frame.c \
 	libresihp/collectives/ring_allreduce.c \
+	libresihp/collectives/cma_allreduce.c \
 	libresihp/collectives/allreduce.c \
 	libresihp/collectives/p2p.c \
 	libresihp/collectives/reduce.c
@@ -32,6 +35,12 @@ tests_unit_test_allreduce_SOURCES = tests/unit/test_allreduce.c \
 tests_unit_test_allreduce_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_allreduce_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_allreduce
+check_PROGRAMS += tests/unit/test_allreduce_cma
+tests_unit_test_allreduce_cma_SOURCES = tests/unit/test_allreduce_cma.c \
+  tests/unit/rank_group.c tests/unit/rank_group.h
+tests_unit_test_allreduce_cma_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_allreduce_cma_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_allreduce_cma
 endif
 
 # Fuzz targets of the frame readers (libFuzzer builds: see their sources):

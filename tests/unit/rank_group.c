@@ -20,6 +20,7 @@
 int detect_ms = CALM_DETECT_MS;
 int transport = -1;
 int mac_data = 0;
+int single_copy = -1;
 
 char ep_buf[MAXN][32];
 const char *eps[MAXN];
@@ -59,6 +60,7 @@ int make_comm(int rank, int n, const char *secret, long chunk,
   o.deterministic = deterministic;
   o.transport = transport;
   o.mac_data = mac_data;
+  o.single_copy = single_copy;
   return resihp_comm_create(&o, c);
 }
 

@@ -23,6 +23,7 @@
 extern int detect_ms;
 extern int transport; /* -1 default (shared memory on one host), 1 TCP */
 extern int mac_data;  /* MACs over gradient payloads too */
+extern int single_copy; /* -1 registry (default on), 0 off, 1 on */
 
 extern char ep_buf[MAXN][32];
 extern const char *eps[MAXN];

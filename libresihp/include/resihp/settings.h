@@ -72,7 +72,9 @@ extern "C" {
   XX(COORD_TIMEOUT, "coord-timeout", "RESIHP_COORD_TIMEOUT_MS", MS, 3000, 100, \
      600000, "", "coordinator: silence after which a replica is failed (ms)") \
   XX(MAC_DATA, "mac-data", "RESIHP_MAC_DATA", BOOL, 0, 0, 1, "",              \
-     "per-message MACs over gradient data too (control traffic: always)")
+     "per-message MACs over gradient data too (control traffic: always)")    \
+  XX(SINGLE_COPY, "single-copy", "RESIHP_SINGLE_COPY", BOOL, 1, 0, 1, "",      \
+     "large all-reduces read same-host peers' memory directly (one copy)")
 
 typedef enum {
 #define RESIHP__SETTING_ENUM(id, ...) RESIHP_SETTING_##id,

@@ -58,8 +58,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PIECE (RESIHP__CMA_STAGING / 2) /* reduce-scatter piece, bytes */
-#define GATHER_PIECE ((size_t)1 << 20)  /* all-gather read, bytes */
+#define PIECE RESIHP__CMA_PIECE
+#define GATHER_PIECE RESIHP__CMA_GATHER_PIECE
 #define CHUNK_ADDR 1u
 #define CHUNK_READY 2u
 
@@ -228,44 +228,47 @@ static int wait_all(struct run *r, uint8_t *got, int drain) {
 }
 
 /* Reduce-scatter: segment p of work = the sum of segment p of every
- * member's in, in member order. */
+ * member's in, in member order. Staging holds three pieces: the first
+ * member's (added to the second's in one pass, straight into work), the
+ * next member's, and with in == work this member's own piece once work
+ * has been written over it. */
 static int reduce_own(struct run *r, const struct addrs *peer,
                       const uint8_t *in, uint8_t *work, uint8_t *staging,
                       int dtype) {
   resihp_comm_t *c = r->c;
   size_t esz = r->esz, per = PIECE / esz;
   size_t start = seg_start(r, r->p), len = seg_len(r, r->p);
-  uint8_t *tmp = staging, *saved = staging + PIECE;
+  uint8_t *first = staging, *next = staging + PIECE,
+          *saved = staging + 2 * PIECE;
   for (size_t off = 0, k = 0; off < len; off += per, k++) {
     size_t cnt = len - off < per ? len - off : per;
     size_t at = (start + off) * esz, bytes = cnt * esz;
     uint8_t *dst = work + at;
-    const uint8_t *own = in + at;
+    const uint8_t *own = in + at, *acc = NULL;
     if (resihp__cma_test_hook)
       resihp__cma_test_hook(c, 0, k);
     if (atomic_load(&c->failed))
       return RESIHP_EABORTED;
-    if (own == dst && r->p != 0) {
-      /* in == work: the first member's piece lands where ours is. */
-      memcpy(saved, own, bytes);
+    if (own == dst && r->p >= 2) {
+      memcpy(saved, own, bytes); /* work is written before its turn */
       own = saved;
     }
     for (int i = 0; i < r->n; i++) {
       const uint8_t *src = own;
       if (i != r->p) {
-        uint8_t *to = i == 0 ? dst : tmp;
-        int e = resihp__cma_read(r->c->cma_pid[c->members[i]], to,
+        uint8_t *to = i == 0 ? first : next;
+        int e = resihp__cma_read(c->cma_pid[c->members[i]], to,
                                  peer[i].in + at, bytes);
         if (e)
           return read_failed(r, e, c->members[i]);
         src = to;
       }
-      if (i == 0) {
-        if (src != dst)
-          memcpy(dst, src, bytes);
-      } else {
+      if (i == 0)
+        acc = src;
+      else if (i == 1)
+        resihp__reduce_sum_to(dst, acc, src, cnt, dtype);
+      else
         resihp__reduce_sum(dst, src, cnt, dtype);
-      }
     }
   }
   return 0;

@@ -175,8 +175,11 @@ int resihp__cma_comm_setup(resihp_comm_t *c, int want, struct resihp__ring **rin
 /* Buffers of at least this many bytes (count times the wire type) take the
  * single-copy path when every pair of the view can use it. */
 #define RESIHP__CMA_MIN_BYTES ((size_t)256 << 10)
-/* Bytes of staging that resihp__cma_allreduce needs. */
-#define RESIHP__CMA_STAGING ((size_t)512 << 10)
+/* Pieces read per process_vm_readv: reduce-scatter (three fit the L2
+ * cache: resihp__cma_allreduce's staging) and all-gather. */
+#define RESIHP__CMA_PIECE ((size_t)128 << 10)
+#define RESIHP__CMA_STAGING (3 * RESIHP__CMA_PIECE)
+#define RESIHP__CMA_GATHER_PIECE ((size_t)256 << 10)
 /* Whether this call takes the single-copy path: the same answer on every
  * member of the view for the same count (no message needed). */
 int resihp__cma_chosen(resihp_comm_t *c, size_t bytes);

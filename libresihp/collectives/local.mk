@@ -63,6 +63,10 @@ EXTRA_DIST += tests/fuzz/corpus-frame-ctrl tests/fuzz/corpus-frame-data
 noinst_PROGRAMS += tools/resihp-bench-allreduce
 tools_resihp_bench_allreduce_SOURCES = tools/resihp-bench-allreduce.c
 tools_resihp_bench_allreduce_LDADD = libresihp/libresihp.la
+# The host data paths of a large all-reduce beside memcpy (2 ranks).
+noinst_PROGRAMS += tools/resihp-bench-single-copy
+tools_resihp_bench_single_copy_SOURCES = tools/resihp-bench-single-copy.c
+tools_resihp_bench_single_copy_LDADD = libresihp/libresihp.la
 EXTRA_DIST += tools/resihp-bench.sh tools/resihp-bench-mpi.c tests/sanitizers.sh
 if HAVE_MPI
 noinst_PROGRAMS += tools/resihp-bench-mpi

@@ -329,7 +329,7 @@ START_TEST(cma_peer_dies_mid_copy) {
   unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
   srand(seed);
   size_t seg = KCOUNT / (size_t)cur.n * sizeof(float);
-  size_t piece = cur.phase ? (size_t)1 << 20 : RESIHP__CMA_STAGING / 2;
+  size_t piece = cur.phase ? RESIHP__CMA_GATHER_PIECE : RESIHP__CMA_PIECE;
   long npieces = (long)((seg + piece - 1) / piece);
   if (cur.piece == -1)
     cur.piece = rand() % npieces;

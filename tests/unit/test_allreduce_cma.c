@@ -13,11 +13,15 @@
 #include "../../libresihp/collectives/comm_internal.h"
 
 #include <check.h>
+#include <linux/capability.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -181,6 +185,99 @@ END_TEST
 /* single-copy off: the rings, same results, the path never taken. */
 START_TEST(cma_setting_off_uses_rings) {
   run_correct((struct corr){2 + _i, 0, 0});
+}
+END_TEST
+
+/* ---- the probe fails: the rings, silently --------------------------------
+ * Ranks that may not read each other (not dumpable and without
+ * CAP_SYS_PTRACE: what Yama ptrace_scope 1 does to siblings) fall back to
+ * the rings at set-up: large calls work and never take the path. */
+
+static int drop_ptrace_rights(void) {
+  struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct d[2];
+  if (syscall(SYS_capget, &h, d))
+    return -1;
+  d[0].effective &= ~(1u << CAP_SYS_PTRACE);
+  d[0].permitted &= ~(1u << CAP_SYS_PTRACE);
+  if (syscall(SYS_capset, &h, d))
+    return -1;
+  return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
+static int rank_no_probe(int rank, int n, void *arg) {
+  (void)arg;
+  resihp_comm_t *c;
+  if (drop_ptrace_rights() || make_comm(rank, n, SECRET, 0, 0, &c))
+    return 1;
+  size_t count = 4 * THR / sizeof(float) + 3;
+  float *buf = malloc(count * sizeof(float));
+  fill(buf, count, RESIHP_FLOAT32, rank);
+  long before = atomic_load(&resihp__cma_calls);
+  if (resihp_allreduce(c, buf, count, RESIHP_FLOAT32, RESIHP_OP_SUM) ||
+      check(buf, count, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c), n) ||
+      atomic_load(&resihp__cma_calls) != before) {
+    fprintf(stderr, "rank %d: wrong result or single copy taken\n", rank);
+    return 1;
+  }
+  resihp_comm_destroy(c);
+  free(buf);
+  return 0;
+}
+
+START_TEST(cma_probe_fails_uses_rings) {
+  int st[MAXN];
+  run_group(2 + _i, rank_no_probe, NULL, st);
+  struct record rec[MAXN];
+  read_records(rec, MAXN);
+  expect_all_ok(2 + _i, st);
+}
+END_TEST
+
+/* ---- a live peer publishes a buffer that cannot be read ------------------
+ * Rank 1 passes a send buffer whose first half (segment 0, which rank 0
+ * reads) is not accessible; rank 1 itself never touches it. Rank 0 must
+ * report RESIHP_EPROTO and suspect rank 1. */
+
+#define HCOUNT ((size_t)1 << 20) /* float32: 4 MiB, halves page-aligned */
+
+static int rank_bad_addr(int rank, int n, void *arg) {
+  (void)arg;
+  resihp_comm_t *c;
+  if (make_comm(rank, n, SECRET, 0, 0, &c))
+    return 1;
+  size_t bytes = HCOUNT * sizeof(float);
+  float *in = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  float *out = malloc(bytes);
+  if (in == MAP_FAILED || !out)
+    return 1;
+  fill(in, HCOUNT, RESIHP_FLOAT32, rank);
+  if (rank == 1 && mprotect(in, bytes / 2, PROT_NONE))
+    return 1;
+  long before = atomic_load(&resihp__cma_calls);
+  int rc = resihp_allreduce_to(c, in, out, HCOUNT, RESIHP_FLOAT32,
+                               RESIHP_OP_SUM);
+  if (atomic_load(&resihp__cma_calls) != before + 1)
+    return 1;
+  if (rank == 1)
+    return rc ? 0 : 1; /* it fails too, for the abort of rank 0 */
+  int failed[MAXN];
+  if (rc != RESIHP_EPROTO || resihp_comm_failed(c, failed, MAXN) != 1 ||
+      failed[0] != 1) {
+    fprintf(stderr, "rank 0: %s, want RESIHP_EPROTO blaming rank 1\n",
+            resihp_err_name(rc));
+    return 1;
+  }
+  return 0;
+}
+
+START_TEST(cma_unreadable_address_is_eproto) {
+  int st[MAXN];
+  run_group(2, rank_bad_addr, NULL, st);
+  struct record rec[MAXN];
+  read_records(rec, MAXN);
+  expect_all_ok(2, st);
 }
 END_TEST
 
@@ -374,6 +471,8 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, cma_correct, 0, 6);
   tcase_add_loop_test(tc, cma_setting_off_uses_rings, 0, 2);
+  tcase_add_loop_test(tc, cma_probe_fails_uses_rings, 0, 2);
+  tcase_add_test(tc, cma_unreadable_address_is_eproto);
   suite_add_tcase(s, tc);
   tc = tcase_create("faults");
   tcase_set_timeout(tc, 60);

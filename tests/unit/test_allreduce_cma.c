@@ -332,7 +332,9 @@ static void kill_hook(resihp_comm_t *c, int phase, size_t piece) {
 static int rank_kill(int rank, int n, void *arg) {
   (void)arg;
   resihp_comm_t *c;
-  detect_ms = DETECT_MS;
+  /* The calm bound: a rank starved for a second on a loaded machine (the
+   * sanitizer tree) must not pass for a failure here. */
+  detect_ms = CALM_DETECT_MS;
   if (make_comm(rank, n, SECRET, 0, 0, &c))
     return 1;
   float *send = malloc(KCOUNT * sizeof(float));
@@ -422,6 +424,9 @@ static void *killer(void *arg) {
 }
 
 START_TEST(cma_peer_dies_mid_copy) {
+  const char *only = getenv("RESIHP_TEST_SCENARIO"); /* for debugging */
+  if (only && atoi(only) != _i)
+    return;
   cur = kscen[_i];
   unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
   srand(seed);
@@ -475,7 +480,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, cma_unreadable_address_is_eproto);
   suite_add_tcase(s, tc);
   tc = tcase_create("faults");
-  tcase_set_timeout(tc, 60);
+  tcase_set_timeout(tc, 120); /* safety net: ranks have alarm(40) */
   tcase_add_loop_test(tc, cma_peer_dies_mid_copy, 0,
                       (int)(sizeof(kscen) / sizeof(kscen[0])));
   suite_add_tcase(s, tc);

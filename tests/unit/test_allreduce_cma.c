@@ -14,7 +14,6 @@
 
 #include <check.h>
 #include <linux/capability.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -415,12 +414,22 @@ static int rank_kill(int rank, int n, void *arg) {
   return 0;
 }
 
-static void *killer(void *arg) {
-  (void)arg;
-  pid_t pid;
-  while (read(kill_pipe[0], &pid, sizeof(pid)) == (ssize_t)sizeof(pid))
-    kill(pid, cur.how == K_OUT_STOP ? SIGSTOP : SIGKILL);
-  return NULL;
+/* The outside: a process (not a thread: ranks are forked from this one,
+ * and a fork beside a running thread may copy a lock it holds) that
+ * signals whichever rank writes its pid to kill_pipe. */
+static pid_t start_killer(void) {
+  ck_assert_int_eq(pipe(kill_pipe), 0);
+  pid_t k = fork();
+  ck_assert_int_ge(k, 0);
+  if (k == 0) {
+    close(kill_pipe[1]);
+    pid_t pid;
+    while (read(kill_pipe[0], &pid, sizeof(pid)) == (ssize_t)sizeof(pid))
+      kill(pid, cur.how == K_OUT_STOP ? SIGSTOP : SIGKILL);
+    _exit(0);
+  }
+  close(kill_pipe[0]);
+  return k;
 }
 
 START_TEST(cma_peer_dies_mid_copy) {
@@ -442,14 +451,11 @@ START_TEST(cma_peer_dies_mid_copy) {
           "%s (seed %u)\n",
           _i, cur.n, cur.victim, cur.phase, cur.piece, npieces, (int)cur.how,
           cur.inplace ? "in place" : "out of place", seed);
-  ck_assert_int_eq(pipe(kill_pipe), 0);
-  pthread_t th;
-  ck_assert_int_eq(pthread_create(&th, NULL, killer, NULL), 0);
+  pid_t killer = start_killer();
   int st[MAXN];
   run_group(cur.n, rank_kill, NULL, st);
-  close(kill_pipe[1]);
-  pthread_join(th, NULL);
-  close(kill_pipe[0]);
+  close(kill_pipe[1]); /* the killer reads EOF once every rank is gone */
+  waitpid(killer, NULL, 0);
   struct record rec[MAXN];
   int k = read_records(rec, MAXN);
   for (int r = 0; r < cur.n; r++) {

@@ -268,6 +268,10 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
                       (size_t)c->nmembers * count * wsz)))
       return rc;
     rc = resihp__small_allreduce(c, in, work, c->staging, count, wire, &bad);
+  } else if (resihp__cma_chosen(c, count * wsz)) {
+    if ((rc = reserve(&c->staging, &c->staging_cap, RESIHP__CMA_STAGING)))
+      return rc;
+    rc = resihp__cma_allreduce(c, in, work, c->staging, count, wire, &bad);
   } else {
     rc = resihp__ring_allreduce(c, in, work, staging, count, wire, &bad);
   }

@@ -78,6 +78,7 @@ void resihp_comm_opts_init(resihp_comm_opts_t *o) {
   o->transport = -1;
   o->mac_data = -1;
   o->small_max = -1;
+  o->single_copy = -1;
 }
 
 static int64_t now_ms(void) { return resihp__now_ms(); }
@@ -489,6 +490,12 @@ void resihp_comm_destroy(resihp_comm_t *c) {
   resihp__p2p_free(c);
   free(c->work);
   free(c->staging);
+  for (int i = 0; c->cma_pidfd && i < c->world_size; i++)
+    if (c->cma_pidfd[i] >= 0)
+      close(c->cma_pidfd[i]);
+  free(c->cma_pidfd);
+  free(c->cma_pid);
+  free(c->cma_reach);
   free(c);
 }
 
@@ -610,6 +617,17 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
   if (!rc && n > 1)
     rc = resihp__shm_setup(o->rank, n, c->data_fds, data_auth, tr != 1,
                            resihp__now_ms() + mo.timeout_ms, rin, rout);
+  if (!rc && n > 1 &&
+      (rc = resihp__cma_comm_setup(
+           c,
+           o->single_copy >= 0
+               ? o->single_copy
+               : (int)resihp_settings_get(s, RESIHP_SETTING_SINGLE_COPY),
+           rin, data_auth, resihp__now_ms() + mo.timeout_ms)))
+    for (int i = 0; i < n; i++) { /* the transport never took them */
+      resihp__ring_unmap(rin[i]);
+      resihp__ring_unmap(rout[i]);
+    }
   if (!rc)
     rc = resihp__tcp_transport_create(o->rank, n, c->data_fds, rin, rout,
                                       c->chunk_bytes, c->notify_fd, data_auth,

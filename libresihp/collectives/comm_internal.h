@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define RESIHP__SET_BYTES (RESIHP_COMM_MAX_RANKS / 8)
 
@@ -107,6 +108,14 @@ struct resihp_comm {
   uint32_t p2p_epoch;
   uint32_t *p2p_tx, *p2p_rx;
   struct resihp__selfmsg *self_head, *self_tail;
+  /* Single copy (cma_allreduce.c): pid of each same-host peer whose
+   * memory this rank may read (0: none), each rank's reach set as it told
+   * (cma.h), and the verdict for the view of epoch cma_epoch (-1: none). */
+  pid_t *cma_pid;
+  int *cma_pidfd;
+  resihp__set_t *cma_reach;
+  int64_t cma_epoch;
+  int cma_ok;
   /* Private buffers reused across calls. */
   void *work, *staging;
   size_t work_cap, staging_cap;
@@ -179,6 +188,35 @@ int resihp__small_fits(const resihp_comm_t *c, size_t bytes);
 /* Test hook: called before send k (stage k = 0..n-2) and once every
  * contribution arrived (stage n-1). */
 extern void (*resihp__small_test_hook)(resihp_comm_t *c, int stage);
+
+/* Single-copy all-reduce between ranks of one host (cma_allreduce.c). */
+struct resihp__ring;
+/* At creation, after the rings (rin[i] != NULL: peer i shares them), before
+ * the transport takes the data links: fills cma_pid, cma_pidfd and
+ * cma_reach. */
+int resihp__cma_comm_setup(resihp_comm_t *c, int want, struct resihp__ring **rin,
+                           resihp__msgauth_t *data_auth, int64_t deadline_ms);
+/* Buffers of at least this many bytes (count times the wire type) take the
+ * single-copy path when every pair of the view can use it. */
+#define RESIHP__CMA_MIN_BYTES ((size_t)256 << 10)
+/* Pieces read per process_vm_readv: reduce-scatter (three fit the L2
+ * cache: resihp__cma_allreduce's staging) and all-gather. */
+#define RESIHP__CMA_PIECE ((size_t)128 << 10)
+#define RESIHP__CMA_STAGING (3 * RESIHP__CMA_PIECE)
+#define RESIHP__CMA_GATHER_PIECE ((size_t)256 << 10)
+/* Whether this call takes the single-copy path: the same answer on every
+ * member of the view for the same count (no message needed). */
+int resihp__cma_chosen(resihp_comm_t *c, size_t bytes);
+/* The algorithm (in and work as for the ring; in == work allowed). */
+int resihp__cma_allreduce(resihp_comm_t *c, const void *in, void *work,
+                          void *staging, size_t count, int dtype,
+                          int *bad_peer);
+/* Test hooks: called before each piece this rank reads (phase 0:
+ * reduce-scatter, 1: all-gather), and the number of calls that took the
+ * single-copy path in this process. */
+extern void (*resihp__cma_test_hook)(resihp_comm_t *c, int phase,
+                                     size_t piece);
+extern atomic_long resihp__cma_calls;
 
 /* Element-wise kernels (reduce.c). */
 size_t resihp__dtype_size(int dtype);

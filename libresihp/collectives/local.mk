@@ -15,12 +15,15 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/transport/mesh.c \
 	libresihp/transport/shm.h \
 	libresihp/transport/shm.c \
+	libresihp/transport/cma.h \
+	libresihp/transport/cma.c \
 	libresihp/transport/tcp.c \
 	libresihp/collectives/comm_internal.h \
 	libresihp/collectives/comm.c \
 	libresihp/collectives/ctrl_frame.c \
 	libresihp/collectives/ring_allreduce.c \
 	libresihp/collectives/small_allreduce.c \
+	libresihp/collectives/cma_allreduce.c \
 	libresihp/collectives/allreduce.c \
 	libresihp/collectives/p2p.c \
 	libresihp/collectives/reduce.c
@@ -49,6 +52,14 @@ tests_unit_test_allreduce_small_SOURCES = tests/unit/test_allreduce_small.c \
 tests_unit_test_allreduce_small_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_allreduce_small_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_allreduce_small
+
+# Single-copy all-reduce (process_vm_readv).
+check_PROGRAMS += tests/unit/test_allreduce_cma
+tests_unit_test_allreduce_cma_SOURCES = tests/unit/test_allreduce_cma.c \
+  tests/unit/rank_group.c tests/unit/rank_group.h
+tests_unit_test_allreduce_cma_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_allreduce_cma_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_allreduce_cma
 endif
 
 # Fuzz targets of the frame readers (libFuzzer builds: see their sources):
@@ -71,6 +82,10 @@ EXTRA_DIST += tests/fuzz/corpus-frame-ctrl tests/fuzz/corpus-frame-data
 noinst_PROGRAMS += tools/resihp-bench-allreduce
 tools_resihp_bench_allreduce_SOURCES = tools/resihp-bench-allreduce.c
 tools_resihp_bench_allreduce_LDADD = libresihp/libresihp.la
+# The host data paths of a large all-reduce beside memcpy (2 ranks).
+noinst_PROGRAMS += tools/resihp-bench-single-copy
+tools_resihp_bench_single_copy_SOURCES = tools/resihp-bench-single-copy.c
+tools_resihp_bench_single_copy_LDADD = libresihp/libresihp.la
 EXTRA_DIST += tools/resihp-bench.sh tools/resihp-bench-mpi.c tests/sanitizers.sh
 if HAVE_MPI
 noinst_PROGRAMS += tools/resihp-bench-mpi

@@ -241,6 +241,16 @@ static int recv_sealed(int fd, resihp__msgauth_t *auth, void *m, size_t len,
   return 0;
 }
 
+int resihp__setup_send(int fd, resihp__msgauth_t *auth, const void *m,
+                       size_t len, int64_t deadline_ms) {
+  return send_sealed(fd, auth, m, len, deadline_ms);
+}
+
+int resihp__setup_recv(int fd, resihp__msgauth_t *auth, void *m, size_t len,
+                       int64_t deadline_ms, int peer) {
+  return recv_sealed(fd, auth, m, len, deadline_ms, peer);
+}
+
 int resihp__shm_setup(int self, int n, const int *data_fds,
                       resihp__msgauth_t *auth, int want_shm,
                       int64_t deadline_ms, resihp__ring_t **in,

@@ -37,6 +37,14 @@ int resihp__shm_setup(int self, int n, const int *data_fds,
 
 void resihp__ring_unmap(resihp__ring_t *r);
 
+/* The sealed set-up messages of resihp__shm_setup, for other set-up
+ * exchanges on the data links (cma.c): len bytes, then (with auth) their
+ * MAC; a MAC that fails is RESIHP_EPROTO (logged, naming peer). */
+int resihp__setup_send(int fd, resihp__msgauth_t *auth, const void *m,
+                       size_t len, int64_t deadline_ms);
+int resihp__setup_recv(int fd, resihp__msgauth_t *auth, void *m, size_t len,
+                       int64_t deadline_ms, int peer);
+
 /* Every index the peer publishes is checked against this side's own: a
  * ring operation returns RESIHP_EPROTO (and touches nothing) when the
  * peer's head or tail is impossible; the caller then drops the peer. */

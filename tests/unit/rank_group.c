@@ -21,6 +21,7 @@ int detect_ms = CALM_DETECT_MS;
 int transport = -1;
 int mac_data = 0;
 long small_max = -1;
+int single_copy = -1;
 
 char ep_buf[MAXN][32];
 const char *eps[MAXN];
@@ -61,6 +62,7 @@ int make_comm(int rank, int n, const char *secret, long chunk,
   o.transport = transport;
   o.mac_data = mac_data;
   o.small_max = small_max;
+  o.single_copy = single_copy;
   return resihp_comm_create(&o, c);
 }
 
@@ -217,6 +219,15 @@ uint64_t view_mask(resihp_comm_t *c) {
   for (int i = 0; i < resihp_comm_size(c); i++)
     m |= 1ull << resihp_comm_member(c, i);
   return m;
+}
+
+int run_suite(Suite *s) {
+  signal(SIGPIPE, SIG_IGN);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
 }
 
 void expect_all_ok(int n, const int st[MAXN]) {

@@ -11,6 +11,8 @@
 
 #include <resihp.h>
 
+#include <check.h>
+
 #include <stdint.h>
 
 #define MAXN 8
@@ -21,9 +23,10 @@
 #define CALM_DETECT_MS 3000
 /* What the next make_comm uses. */
 extern int detect_ms;
-extern int transport; /* -1 default (shared memory on one host), 1 TCP */
-extern int mac_data;  /* MACs over gradient payloads too */
-extern long small_max; /* -1 default (registry), 0 ring only, else bytes */
+extern int transport;   /* -1 default (shared memory on one host), 1 TCP */
+extern int mac_data;    /* MACs over gradient payloads too */
+extern long small_max;  /* -1 default (registry), 0 ring only, else bytes */
+extern int single_copy; /* -1 registry (default on), 0 off, 1 on */
 
 extern char ep_buf[MAXN][32];
 extern const char *eps[MAXN];
@@ -64,5 +67,9 @@ int check(const void *buf, size_t count, resihp_dtype_t dt, resihp_op_t op,
 uint64_t view_mask(resihp_comm_t *c);
 /* Every rank exited 0 (a Check assertion). */
 void expect_all_ok(int n, const int st[MAXN]);
+
+/* A test program's main: run suite s (SIGPIPE ignored: ranks die with
+ * their sockets open); 0 when every test passed, else 1. */
+int run_suite(Suite *s);
 
 #endif

@@ -111,10 +111,16 @@ typedef struct {
    * the size stays small. -1 = registry (RESIHP_SMALL_MAX, small-max,
    * default 64 KiB), 0 = ring always. Every rank must use the same value. */
   long small_max;
+  /* Large all-reduces between ranks of one host read each other's buffers
+   * with process_vm_readv (one copy instead of two through the
+   * shared-memory rings) where the kernel allows it, rings otherwise:
+   * -1 = registry (RESIHP_SINGLE_COPY, single-copy, default on), 0 = off,
+   * 1 = on. A pair of ranks uses it only when both want it. */
+  int single_copy;
 } resihp_comm_opts_t;
 
 /* Defaults: listen_fd -1, deterministic -1, transport -1, mac_data -1,
- * small_max -1, everything else 0/NULL. */
+ * small_max -1, single_copy -1, everything else 0/NULL. */
 void resihp_comm_opts_init(resihp_comm_opts_t *opts);
 
 /* Connect to every other rank, authenticate each connection with the

@@ -141,6 +141,9 @@ static int rank_killed(int rank, int n, void *arg) {
   detect_ms = DETECT_MS;
   transport = k->tcp ? 1 : -1;
   mac_data = k->mac;
+  /* Frames of the ring: the single-copy path moves no frames (its kills are
+   * in test_allreduce_cma). */
+  single_copy = 0;
   resihp_comm_t *c;
   if (make_comm(rank, n, SECRET, k->chunk_bytes, 0, &c))
     return XS_FAIL;

@@ -110,9 +110,7 @@ static int rank_correct(int rank, int n, void *arg) {
       for (int ip = 0; ip < 2; ip++)
         for (int k = 0; k < NCOUNTS; k++, ncase++) {
           resihp_dtype_t dt = dtypes[d];
-          size_t esz = dt == RESIHP_BFLOAT16   ? 2
-                       : dt == RESIHP_FLOAT32 ? 4
-                                              : 8;
+          size_t esz = dt == RESIHP_BFLOAT16 ? 2 : dt == RESIHP_FLOAT32 ? 4 : 8;
           size_t wire = co->det ? 8 : esz, count = case_count(k, wire);
           fill_any(send, count, dt, rank);
           memcpy(orig, send, count * esz);
@@ -207,6 +205,7 @@ static int drop_ptrace_rights(void) {
 static int rank_no_probe(int rank, int n, void *arg) {
   (void)arg;
   resihp_comm_t *c;
+  single_copy = 1; /* asked for (default off), refused by the probe */
   if (drop_ptrace_rights() || make_comm(rank, n, SECRET, 0, 0, &c))
     return 1;
   size_t count = 4 * THR / sizeof(float) + 3;
@@ -243,6 +242,7 @@ END_TEST
 static int rank_bad_addr(int rank, int n, void *arg) {
   (void)arg;
   resihp_comm_t *c;
+  single_copy = 1;
   if (make_comm(rank, n, SECRET, 0, 0, &c))
     return 1;
   size_t bytes = HCOUNT * sizeof(float);
@@ -255,8 +255,8 @@ static int rank_bad_addr(int rank, int n, void *arg) {
   if (rank == 1 && mprotect(in, bytes / 2, PROT_NONE))
     return 1;
   long before = atomic_load(&resihp__cma_calls);
-  int rc = resihp_allreduce_to(c, in, out, HCOUNT, RESIHP_FLOAT32,
-                               RESIHP_OP_SUM);
+  int rc =
+      resihp_allreduce_to(c, in, out, HCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM);
   if (atomic_load(&resihp__cma_calls) != before + 1)
     return 1;
   if (rank == 1)
@@ -301,14 +301,14 @@ struct kscen {
 #define KCOUNT ((size_t)3 << 18) /* 3 MiB of float32 */
 
 static const struct kscen kscen[] = {
-    {2, 1, 0, 0, K_HOOK, 1},      {2, 0, 0, -1, K_HOOK, 1},
-    {2, 1, 0, -2, K_HOOK, 0},     {2, 1, 1, 0, K_HOOK, 1},
-    {2, 0, 1, -2, K_HOOK, 0},     {3, 0, 0, -1, K_HOOK, 1},
-    {3, 2, 1, -1, K_HOOK, 0},     {3, 1, 0, -2, K_HOOK, 1},
-    {4, 1, 0, -1, K_HOOK, 1},     {4, 3, 1, 0, K_HOOK, 1},
-    {4, 2, 0, 0, K_HOOK, 0},      {3, 1, 0, -1, K_OUT_KILL, 1},
-    {2, 1, 1, 0, K_OUT_KILL, 0},  {2, 1, 0, -1, K_OUT_STOP, 1},
-    {3, 2, 1, 0, K_OUT_STOP, 1},  {4, 0, 0, -1, K_OUT_STOP, 0},
+    {2, 1, 0, 0, K_HOOK, 1},     {2, 0, 0, -1, K_HOOK, 1},
+    {2, 1, 0, -2, K_HOOK, 0},    {2, 1, 1, 0, K_HOOK, 1},
+    {2, 0, 1, -2, K_HOOK, 0},    {3, 0, 0, -1, K_HOOK, 1},
+    {3, 2, 1, -1, K_HOOK, 0},    {3, 1, 0, -2, K_HOOK, 1},
+    {4, 1, 0, -1, K_HOOK, 1},    {4, 3, 1, 0, K_HOOK, 1},
+    {4, 2, 0, 0, K_HOOK, 0},     {3, 1, 0, -1, K_OUT_KILL, 1},
+    {2, 1, 1, 0, K_OUT_KILL, 0}, {2, 1, 0, -1, K_OUT_STOP, 1},
+    {3, 2, 1, 0, K_OUT_STOP, 1}, {4, 0, 0, -1, K_OUT_STOP, 0},
 };
 
 static struct kscen cur;
@@ -334,6 +334,7 @@ static int rank_kill(int rank, int n, void *arg) {
   /* The calm bound: a rank starved for a second on a loaded machine (the
    * sanitizer tree) must not pass for a failure here. */
   detect_ms = CALM_DETECT_MS;
+  single_copy = 1;
   if (make_comm(rank, n, SECRET, 0, 0, &c))
     return 1;
   float *send = malloc(KCOUNT * sizeof(float));
@@ -398,8 +399,7 @@ static int rank_kill(int rank, int n, void *arg) {
   }
   /* The new view keeps working. */
   memcpy(send, orig, KCOUNT * sizeof(float));
-  if ((rc = resihp_allreduce(c, send, KCOUNT, RESIHP_FLOAT32,
-                             RESIHP_OP_SUM)) ||
+  if ((rc = resihp_allreduce(c, send, KCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM)) ||
       check(send, KCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c),
             resihp_comm_size(c))) {
     fprintf(stderr, "rank %d: the call after the recovery: %s\n", rank,
@@ -493,4 +493,6 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) { return run_suite(suite()); }
+int main(void) {
+  return run_suite(suite());
+}

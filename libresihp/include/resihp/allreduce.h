@@ -4,9 +4,10 @@
  * A communicator (resihp_comm_t) joins the ranks of one data-parallel group
  * over authenticated TCP connections (a full mesh: one data and one control
  * connection per pair); peers on the same host move data through
- * shared-memory rings instead, the socket then only carrying doorbells. resihp_allreduce() runs a chunk-pipelined ring
- * (reduce-scatter then all-gather) over the current view: the live members of
- * the current membership epoch.
+ * shared-memory rings instead, the socket then only carrying doorbells.
+ * resihp_allreduce() runs a chunk-pipelined ring (reduce-scatter then
+ * all-gather) over the current view: the live members of the current membership
+ * epoch.
  *
  * Failures. A peer that dies or whose link is cut is noticed at once (socket
  * errors); one that hangs is judged by the detection bound T
@@ -16,12 +17,13 @@
  * So a peer that stops (SIGSTOP, a hung host) for less than T is never
  * declared failed, and one that stays stopped is declared failed between T
  * and T + hb after it stopped (plus scheduling delays on a busy host). A
- * rank whose collective fails broadcasts an abort carrying its suspects. Every survivor's resihp_allreduce() then returns RESIHP_EPEER (a
- * socket failed or a peer reported a failure) or RESIHP_ETIMEDOUT (a peer
- * fell silent); resihp_comm_failed() names the suspects. The caller's buffer
- * is left exactly as it was. The caller then calls resihp_comm_shrink(): the
- * survivors agree on the union of their suspicion sets, move to the next
- * epoch without those ranks, and the caller retries the all-reduce.
+ * rank whose collective fails broadcasts an abort carrying its suspects. Every
+ * survivor's resihp_allreduce() then returns RESIHP_EPEER (a socket failed or a
+ * peer reported a failure) or RESIHP_ETIMEDOUT (a peer fell silent);
+ * resihp_comm_failed() names the suspects. The caller's buffer is left exactly
+ * as it was. The caller then calls resihp_comm_shrink(): the survivors agree on
+ * the union of their suspicion sets, move to the next epoch without those
+ * ranks, and the caller retries the all-reduce.
  *
  * Outcome. A call returns 0 on a rank only once every member has finished
  * its part of the ring (a DONE message) or is dead in this rank's eyes, and
@@ -69,8 +71,8 @@ typedef enum {
 } resihp_op_t;
 
 typedef struct {
-  int rank;                /* world rank of this process, 0..nranks-1 */
-  int nranks;              /* 1..RESIHP_COMM_MAX_RANKS */
+  int rank;                     /* world rank of this process, 0..nranks-1 */
+  int nranks;                   /* 1..RESIHP_COMM_MAX_RANKS */
   const char *const *endpoints; /* nranks "host:port" (IPv4 or name) */
   /* A listening socket already bound to endpoints[rank], or -1 to bind
    * it here. Not closed by the library. */
@@ -114,8 +116,9 @@ typedef struct {
   /* Large all-reduces between ranks of one host read each other's buffers
    * with process_vm_readv (one copy instead of two through the
    * shared-memory rings) where the kernel allows it, rings otherwise:
-   * -1 = registry (RESIHP_SINGLE_COPY, single-copy, default on), 0 = off,
-   * 1 = on. A pair of ranks uses it only when both want it. */
+   * -1 = registry (RESIHP_SINGLE_COPY, single-copy, default off: slower than
+   * the rings where the kernel pins pages slowly, e.g. paravirtualised guests),
+   * 0 = off, 1 = on. A pair of ranks uses it only when both want it. */
   int single_copy;
 } resihp_comm_opts_t;
 
@@ -187,9 +190,8 @@ int resihp_allreduce(resihp_comm_t *comm, void *buf, size_t count,
  * failure. Saves the private copy that the in-place form needs to keep the
  * caller's input; sendbuf == recvbuf is the in-place form. The buffers must
  * not overlap otherwise. */
-int resihp_allreduce_to(resihp_comm_t *comm, const void *sendbuf,
-                        void *recvbuf, size_t count, resihp_dtype_t dtype,
-                        resihp_op_t op);
+int resihp_allreduce_to(resihp_comm_t *comm, const void *sendbuf, void *recvbuf,
+                        size_t count, resihp_dtype_t dtype, resihp_op_t op);
 
 /* ---- point to point and broadcast ----------------------------------------
  * For a group whose members hold different shards (a replica's pipeline

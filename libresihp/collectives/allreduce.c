@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include "comm_internal.h"
+#include "fixed_point.h"
 #include "../transport/mesh.h"
 
 #include <resihp/error.h>
@@ -242,16 +243,15 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
     staging = c->staging;
   }
   if (fixed) {
-    if ((rc = reserve(&c->work, &c->work_cap, count * wsz + 1)))
+    /* int64 sums, then the int32 forms of the chunks sent narrow. The
+     * ring converts the input as it goes (fixed_point.h); a path that
+     * wants it whole converts it with resihp__fixed_from. */
+    if ((rc = reserve(&c->work, &c->work_cap, count * (wsz + 4) + 1)))
       return rc;
-    int64_t *fx = c->work;
-    if (dtype == RESIHP_FLOAT32)
-      resihp_fixed_from_float(fx, sendbuf, count, c->frac_bits);
-    else if (dtype == RESIHP_FLOAT64)
-      resihp_fixed_from_double(fx, sendbuf, count, c->frac_bits);
-    else
-      resihp_fixed_from_bf16(fx, sendbuf, count, c->frac_bits);
-    in = work = fx;
+    struct resihp__ring_fixed fx = {sendbuf, (int)dtype, c->frac_bits,
+                                    (int32_t *)((char *)c->work + count * wsz)};
+    rc = resihp__ring_allreduce_fixed(c, &fx, c->work, staging, count, &bad);
+    in = work = c->work;
   } else if (c->unprotected && inplace) {
     in = work = buf;
   } else if (!inplace) {
@@ -266,19 +266,15 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
     in = sendbuf;
     work = c->work;
   }
-  rc = resihp__ring_allreduce(c, in, work, staging, count, wire, &bad);
+  if (!fixed)
+    rc = resihp__ring_allreduce(c, in, work, staging, count, wire, &bad);
   if (rc)
     return fail(c, rc, bad);
   if (!c->unprotected && c->nmembers > 1 && (rc = commit(c)))
     return fail(c, rc, -1);
   c->seq++;
   if (fixed) {
-    if (dtype == RESIHP_FLOAT32)
-      resihp_fixed_to_float(buf, work, count, c->frac_bits, div);
-    else if (dtype == RESIHP_FLOAT64)
-      resihp_fixed_to_double(buf, work, count, c->frac_bits, div);
-    else
-      resihp_fixed_to_bf16(buf, work, count, c->frac_bits, div);
+    resihp__fixed_to(buf, work, count, (int)dtype, c->frac_bits, div);
   } else {
     copy_out(buf, work, count, wire, div);
   }

@@ -28,6 +28,19 @@
  * or fixed-point copy), arrivals go to a one-chunk staging buffer first.
  * Empty segments (count < n) have no chunks.
  *
+ * Deterministic mode (resihp__ring_allreduce_fixed). The input is the
+ * caller's float data, converted to int64 fixed point chunk by chunk where
+ * the ring first reads it - step 0's sends and reduce-scatter's addends -
+ * while the chunk is in cache, instead of a pass over the whole input
+ * before the ring starts. A chunk whose values all fit in int32 (gradients
+ * of ~1e-3 with 32 fraction bits are ~2^22) travels as int32, half the
+ * bytes, flagged as the transport's alternative form, and is widened on
+ * receipt; any other chunk travels as int64. Each sender decides per chunk
+ * and the frame says which, so every byte stays exact and no rank needs to
+ * agree beforehand. The narrow copies live in a buffer indexed like work: a
+ * segment is sent twice (reduce-scatter, then all-gather) only after its
+ * first send went round the ring, so the first copy has left by then.
+ *
  * Failure. The algorithm only sees the transport and the communicator's
  * failure flag; it returns at the first error and leaves the clean-up
  * (cancel, abort broadcast) to the caller.
@@ -35,6 +48,7 @@
 #include "config.h"
 
 #include "comm_internal.h"
+#include "fixed_point.h"
 #include "../transport/mesh.h"
 
 #include <resihp/error.h>
@@ -59,6 +73,7 @@ static size_t nchunks(const struct layout *l, int i) {
   return (seg_len(l, i) + l->chunk - 1) / l->chunk;
 }
 void (*resihp__ring_test_hook)(resihp_comm_t *c, int step, size_t chunk);
+atomic_ulong resihp__ring_fixed_sent[2];
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 static int send_seg(const struct layout *l, int s) {
@@ -68,14 +83,17 @@ static int recv_seg(const struct layout *l, int s) {
   return s < l->n - 1 ? mod(l->p - s - 1, l->n) : mod(l->p - (s - (l->n - 1)), l->n);
 }
 
-int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
-                           void *staging, size_t count, int dtype,
-                           int *bad_peer) {
+static int ring(resihp_comm_t *c, const void *in,
+                const struct resihp__ring_fixed *fx, void *work, void *staging,
+                size_t count, int dtype, int *bad_peer) {
   size_t esz = resihp__dtype_size(dtype);
   int n = c->nmembers;
   *bad_peer = -1;
   if (n == 1 || count == 0) {
-    if (in != work && count)
+    if (fx)
+      resihp__fixed_from(work, fx->src, NULL, count, fx->src_dtype,
+                         fx->frac_bits);
+    else if (in != work && count)
       memcpy(work, in, count * esz);
     return 0;
   }
@@ -99,6 +117,13 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
   int nsteps = 2 * (n - 1);
   const uint8_t *inb = in;
   uint8_t *wb = work;
+  /* Deterministic mode: float input and its element size; narrow wire
+   * where the transport has the alternative form. */
+  const uint8_t *fsrc = fx ? fx->src : NULL;
+  size_t fsz = fx ? resihp__dtype_size(fx->src_dtype) : 0;
+  int32_t *narrow = fx && ops->post_send_alt && ops->post_recv_alt
+                        ? fx->narrow
+                        : NULL;
   int ss = 0, rs = 0, posted = 0, summed = 0;
   size_t sc = 0, rc = 0;
   int64_t last_progress = resihp__now_ms();
@@ -123,13 +148,23 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
         len = l.chunk;
       if (resihp__ring_test_hook)
         resihp__ring_test_hook(c, ss, sc);
-      const uint8_t *src = (ss == 0 ? inb : wb) + off * esz;
+      const uint8_t *src = (ss == 0 && !fx ? inb : wb) + off * esz;
+      if (fx && ss == 0)
+        resihp__fixed_from((int64_t *)(wb + off * esz), fsrc + off * fsz,
+                           NULL, len, fx->src_dtype, fx->frac_bits);
       resihp__tag_t tag = {c->seq, (uint32_t)ss, (uint32_t)sc};
-      int r = ops->post_send(c->tp, right, tag, src, len * esz);
+      int thin = narrow && resihp__fixed_narrow(narrow + off,
+                                                (const int64_t *)src, len);
+      int r = thin ? ops->post_send_alt(c->tp, right, tag, narrow + off,
+                                        len * 4)
+                   : ops->post_send(c->tp, right, tag, src, len * esz);
       if (r == RESIHP_EBUSY)
         break;
       if (r)
         return r;
+      if (fx)
+        atomic_fetch_add_explicit(&resihp__ring_fixed_sent[thin], 1,
+                                  memory_order_relaxed);
       sc++;
     }
     /* Post the next receive. */
@@ -147,10 +182,12 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
       void *dst = rs < n - 1 && staging ? staging : wb + off * esz;
       resihp__tag_t tag = {c->seq, (uint32_t)rs, (uint32_t)rc};
       summed = rs < n - 1 && !staging && ops->post_recv_reduce;
-      int r = summed ? ops->post_recv_reduce(c->tp, left, tag, dst,
-                                             inb + off * esz, len * esz, esz,
-                                             resihp__reduce_sum_to, dtype)
-                     : ops->post_recv(c->tp, left, tag, dst, len * esz);
+      int r = summed   ? ops->post_recv_reduce(c->tp, left, tag, dst,
+                                               inb + off * esz, len * esz, esz,
+                                               resihp__reduce_sum_to, dtype)
+              : narrow ? ops->post_recv_alt(c->tp, left, tag, dst, len * esz,
+                                            len * 4)
+                       : ops->post_recv(c->tp, left, tag, dst, len * esz);
       if (r)
         return r;
       posted = 1;
@@ -174,20 +211,43 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
       *bad_peer = left;
       return RESIHP_ETIMEDOUT;
     }
-    if (posted && ops->recv_done(c->tp, left)) {
+    int got = posted ? ops->recv_done(c->tp, left) : 0;
+    if (got) {
       posted = 0;
-      if (rs < n - 1 && !summed) {
-        int seg = recv_seg(&l, rs);
-        size_t off = seg_start(&l, seg) + rc * l.chunk;
-        size_t len = seg_len(&l, seg) - rc * l.chunk;
-        if (len > l.chunk)
-          len = l.chunk;
-        if (staging)
-          resihp__reduce_sum(wb + off * esz, staging, len, dtype);
-        else
-          resihp__reduce_sum(wb + off * esz, inb + off * esz, len, dtype);
-      }
+      int seg = recv_seg(&l, rs);
+      size_t off = seg_start(&l, seg) + rc * l.chunk;
+      size_t len = seg_len(&l, seg) - rc * l.chunk;
+      if (len > l.chunk)
+        len = l.chunk;
+      int rsphase = rs < n - 1;
+      if (got == 2) /* int32 values at the start of the buffer */
+        resihp__fixed_widen(rsphase && staging ? staging : wb + off * esz,
+                            rsphase && staging ? staging : wb + off * esz,
+                            len);
+      if (rsphase && fx)
+        resihp__fixed_from((int64_t *)(wb + off * esz), fsrc + off * fsz,
+                           staging, len, fx->src_dtype, fx->frac_bits);
+      else if (rsphase && !summed && staging)
+        resihp__reduce_sum(wb + off * esz, staging, len, dtype);
+      else if (rsphase && !summed)
+        resihp__reduce_sum(wb + off * esz, inb + off * esz, len, dtype);
       rc++;
     }
   }
+}
+
+int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
+                           void *staging, size_t count, int dtype,
+                           int *bad_peer) {
+  return ring(c, in, NULL, work, staging, count, dtype, bad_peer);
+}
+
+int resihp__ring_allreduce_fixed(resihp_comm_t *c,
+                                 const struct resihp__ring_fixed *fx,
+                                 int64_t *work, void *staging, size_t count,
+                                 int *bad_peer) {
+  if (!staging)
+    return RESIHP_EINVAL; /* arrivals cannot go straight into work */
+  return ring(c, NULL, fx, work, staging, count, RESIHP__DTYPE_INT64,
+              bad_peer);
 }

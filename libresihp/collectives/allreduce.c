@@ -243,10 +243,11 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
     staging = c->staging;
   }
   if (fixed) {
-    /* int64 sums, then the int32 forms of the chunks sent narrow. The
+    /* int64 sums, then the narrow forms of the chunks sent so. The
      * ring converts the input as it goes (fixed_point.h); a path that
      * wants it whole converts it with resihp__fixed_from. */
-    if ((rc = reserve(&c->work, &c->work_cap, count * (wsz + 4) + 1)))
+    size_t nlen = resihp__ring_fixed_narrow_len(c, count);
+    if ((rc = reserve(&c->work, &c->work_cap, count * wsz + nlen * 4)))
       return rc;
     struct resihp__ring_fixed fx = {sendbuf, (int)dtype, c->frac_bits,
                                     (int32_t *)((char *)c->work + count * wsz)};

@@ -92,14 +92,23 @@ static inline void store_i64(int64_t *p, size_t i, int64_t v) {
   memcpy((uint8_t *)p + 8 * i, &v, 8);
 }
 
+/* stats (narrow form, see narrow_shift): OR of the values and of the
+ * values with their sign folded away, accumulated when not NULL. */
+static inline uint64_t fold(uint64_t v) { return v ^ (0 - (v >> 63)); }
+
 static void from_scalar(int64_t *dst, const void *src, const int64_t *add,
-                        size_t n, int dtype, double scale) {
+                        size_t n, int dtype, double scale, uint64_t *stats) {
+  uint64_t any = 0, fo = 0;
   for (size_t i = 0; i < n; i++) {
     int64_t v = fixed_of(load_src(src, i, dtype) * scale);
     if (add)
       v = (int64_t)((uint64_t)v + (uint64_t)load_i64(add, i));
     store_i64(dst, i, v);
+    any |= (uint64_t)v;
+    fo |= fold((uint64_t)v);
   }
+  if (stats)
+    stats[0] |= any, stats[1] |= fo;
 }
 
 static inline void store_to(void *dst, size_t i, int dtype, double d) {
@@ -121,25 +130,57 @@ static void to_scalar(void *dst, const int64_t *src, size_t n, int dtype,
     store_to(dst, i, dtype, (double)load_i64(src, i) * k);
 }
 
-static int narrow_scalar(int32_t *dst, const int64_t *src, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    int64_t v = load_i64(src, i);
-    if ((uint64_t)v + 0x80000000u > 0xffffffffu)
-      return 0;
-    int32_t w = (int32_t)v;
-    memcpy((uint8_t *)dst + 4 * i, &w, 4);
-  }
-  return 1;
+/* Narrow form (fixed_point.h): the common power of two t of the values
+ * (at most 32, so that shifting logically or arithmetically keeps the
+ * same low 32 bits) and whether every value >> t fits in int32. fold is
+ * the OR of v ^ sign(v): its top bit is the top bit of the largest
+ * magnitude, so v >> t fits for all v iff fold >> t < 2^31. */
+static int narrow_shift(uint64_t any, uint64_t fold) {
+  int t = any ? __builtin_ctzll(any) : 0;
+  if (t > 32)
+    t = 32;
+  return (fold >> t) < 0x80000000u ? t : -1;
 }
 
-/* Backwards, so that widening in place reads each narrow value before the
- * wide values overwrite it. */
-static void widen_scalar(int64_t *dst, const int32_t *src, size_t n) {
+static void scan_scalar(const int64_t *src, size_t n, uint64_t *stats) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = (uint64_t)load_i64(src, i);
+    stats[0] |= v;
+    stats[1] |= fold(v);
+  }
+}
+
+static void pack_scalar(int32_t *dst, const int64_t *src, size_t n, int t) {
+  uint32_t w = (uint32_t)t;
+  memcpy(dst, &w, 4);
+  for (size_t i = 0; i < n; i++) {
+    w = (uint32_t)((uint64_t)load_i64(src, i) >> t);
+    memcpy((uint8_t *)dst + 4 * (i + 1), &w, 4);
+  }
+}
+
+/* The values of a narrow form shifted by t: backwards, so that widening
+ * in place reads each narrow value before the wide values overwrite it. */
+static void widen_values(int64_t *dst, const int32_t *vals, size_t n, int t) {
   while (n--) {
     int32_t w;
-    memcpy(&w, (const uint8_t *)src + 4 * n, 4);
-    store_i64(dst, n, w);
+    memcpy(&w, (const uint8_t *)vals + 4 * n, 4);
+    store_i64(dst, n, (int64_t)((uint64_t)(int64_t)w << t));
   }
+}
+
+static int narrow_t(const int32_t *src) {
+  uint32_t t;
+  memcpy(&t, src, 4);
+  return t > 32 ? -1 : (int)t;
+}
+
+static int widen_scalar(int64_t *dst, const int32_t *src, size_t n) {
+  int t = narrow_t(src);
+  if (t < 0)
+    return -1;
+  widen_values(dst, src + 1, n, t);
+  return 0;
 }
 
 static size_t src_size(int dtype) {
@@ -161,8 +202,22 @@ AVX2 static inline __m256d load4_avx2(const void *src, size_t i, int dtype) {
   return _mm256_cvtps_pd(_mm_castsi128_ps(f));
 }
 
+AVX2 static inline void stats_avx2(__m256i any, __m256i fo, uint64_t *stats) {
+  uint64_t a[4], f[4];
+  _mm256_storeu_si256((__m256i *)a, any);
+  _mm256_storeu_si256((__m256i *)f, fo);
+  stats[0] |= a[0] | a[1] | a[2] | a[3];
+  stats[1] |= f[0] | f[1] | f[2] | f[3];
+}
+
+AVX2 static inline __m256i fold_avx2(__m256i x) {
+  return _mm256_xor_si256(x, _mm256_cmpgt_epi64(_mm256_setzero_si256(), x));
+}
+
 AVX2 static void from_avx2(int64_t *dst, const void *src, const int64_t *add,
-                           size_t n, int dtype, double scale) {
+                           size_t n, int dtype, double scale,
+                           uint64_t *stats) {
+  __m256i any = _mm256_setzero_si256(), fo = any;
   const __m256d vs = _mm256_set1_pd(scale);
   const __m256d lim = _mm256_set1_pd(2251799813685248.0); /* 2^51 */
   const __m256d magic = _mm256_set1_pd(6755399441055744.0); /* 1.5*2^52 */
@@ -187,9 +242,15 @@ AVX2 static void from_avx2(int64_t *dst, const void *src, const int64_t *add,
     if (add)
       r = _mm256_add_epi64(r, _mm256_loadu_si256((const __m256i *)(add + i)));
     _mm256_storeu_si256((__m256i *)(dst + i), r);
+    if (stats) {
+      any = _mm256_or_si256(any, r);
+      fo = _mm256_or_si256(fo, fold_avx2(r));
+    }
   }
+  if (stats)
+    stats_avx2(any, fo, stats);
   from_scalar(dst + i, (const uint8_t *)src + i * src_size(dtype),
-              add ? add + i : NULL, n - i, dtype, scale);
+              add ? add + i : NULL, n - i, dtype, scale, stats);
 }
 
 /* int64 -> double, correctly rounded over the whole range: the top 16
@@ -240,35 +301,53 @@ AVX2 static void to_avx2(void *dst, const int64_t *src, size_t n, int dtype,
   to_scalar(b + i * src_size(dtype), src + i, n - i, dtype, k);
 }
 
-AVX2 static int narrow_avx2(int32_t *dst, const int64_t *src, size_t n) {
-  const __m256i bias = _mm256_set1_epi64x(0x80000000);
-  const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-  __m256i out = _mm256_setzero_si256();
+AVX2 static void scan_avx2(const int64_t *src, size_t n, uint64_t *stats) {
+  __m256i any = _mm256_setzero_si256(), fo = any;
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
     __m256i x = _mm256_loadu_si256((const __m256i *)(src + i));
-    /* In range iff x + 2^31 < 2^32 (unsigned): its top half is 0. */
-    out = _mm256_or_si256(out,
-                          _mm256_srli_epi64(_mm256_add_epi64(x, bias), 32));
-    __m256i p = _mm256_permutevar8x32_epi32(x, even);
-    _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(p));
-    if ((i & 1023) == 0 && !_mm256_testz_si256(out, out))
-      return 0; /* give up early on a wide chunk */
+    any = _mm256_or_si256(any, x);
+    fo = _mm256_or_si256(fo, fold_avx2(x));
   }
-  if (!_mm256_testz_si256(out, out))
-    return 0;
-  return narrow_scalar(dst + i, src + i, n - i);
+  stats_avx2(any, fo, stats);
+  scan_scalar(src + i, n - i, stats);
 }
 
-AVX2 static void widen_avx2(int64_t *dst, const int32_t *src, size_t n) {
-  /* Backwards (see widen_scalar): the tail first, then blocks whose four
-   * narrow values are loaded before their wide values are stored. */
-  size_t i = n & ~(size_t)3;
-  widen_scalar(dst + i, src + i, n - i);
-  for (; i; i -= 4) {
-    __m128i x = _mm_loadu_si128((const __m128i *)(src + i - 4));
-    _mm256_storeu_si256((__m256i *)(dst + i - 4), _mm256_cvtepi32_epi64(x));
+AVX2 static void pack_avx2(int32_t *dst, const int64_t *src, size_t n, int t) {
+  const __m128i cnt = _mm_cvtsi32_si128(t);
+  const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    __m256i x = _mm256_srl_epi64(
+        _mm256_loadu_si256((const __m256i *)(src + i)), cnt);
+    _mm_storeu_si128((__m128i *)(dst + 1 + i),
+                     _mm256_castsi256_si128(
+                         _mm256_permutevar8x32_epi32(x, even)));
   }
+  uint32_t w = (uint32_t)t;
+  memcpy(dst, &w, 4);
+  for (; i < n; i++) {
+    w = (uint32_t)((uint64_t)load_i64(src, i) >> t);
+    memcpy((uint8_t *)dst + 4 * (i + 1), &w, 4);
+  }
+}
+
+AVX2 static int widen_avx2(int64_t *dst, const int32_t *src, size_t n) {
+  int t = narrow_t(src);
+  if (t < 0)
+    return -1;
+  /* Backwards (see widen_values): the tail first, then blocks whose four
+   * narrow values are loaded before their wide values are stored. */
+  const int32_t *vals = src + 1;
+  const __m128i cnt = _mm_cvtsi32_si128(t);
+  size_t i = n & ~(size_t)3;
+  widen_values(dst + i, vals + i, n - i, t);
+  for (; i; i -= 4) {
+    __m128i x = _mm_loadu_si128((const __m128i *)(vals + i - 4));
+    _mm256_storeu_si256((__m256i *)(dst + i - 4),
+                        _mm256_sll_epi64(_mm256_cvtepi32_epi64(x), cnt));
+  }
+  return 0;
 }
 
 /* ---- AVX-512DQ ----------------------------------------------------------- */
@@ -288,7 +367,8 @@ AVX512 static inline __m512d load8_avx512(const void *src, size_t i,
 
 AVX512 static void from_avx512(int64_t *dst, const void *src,
                                const int64_t *add, size_t n, int dtype,
-                               double scale) {
+                               double scale, uint64_t *stats) {
+  __m512i any = _mm512_setzero_si512(), fo = any;
   const __m512d vs = _mm512_set1_pd(scale);
   const __m512d two63 = _mm512_set1_pd(9223372036854775808.0);
   const __m512i max = _mm512_set1_epi64(INT64_MAX);
@@ -302,9 +382,17 @@ AVX512 static void from_avx512(int64_t *dst, const void *src,
     if (add)
       r = _mm512_add_epi64(r, _mm512_loadu_si512(add + i));
     _mm512_storeu_si512(dst + i, r);
+    if (stats) {
+      any = _mm512_or_si512(any, r);
+      fo = _mm512_or_si512(fo, _mm512_xor_si512(r, _mm512_srai_epi64(r, 63)));
+    }
+  }
+  if (stats) {
+    stats[0] |= (uint64_t)_mm512_reduce_or_epi64(any);
+    stats[1] |= (uint64_t)_mm512_reduce_or_epi64(fo);
   }
   from_avx2(dst + i, (const uint8_t *)src + i * src_size(dtype),
-            add ? add + i : NULL, n - i, dtype, scale);
+            add ? add + i : NULL, n - i, dtype, scale, stats);
 }
 
 AVX512 static void to_avx512(void *dst, const int64_t *src, size_t n,
@@ -335,17 +423,18 @@ AVX512 static void to_avx512(void *dst, const int64_t *src, size_t n,
 struct kernels {
   int level;
   void (*from)(int64_t *dst, const void *src, const int64_t *add, size_t n,
-               int dtype, double scale);
+               int dtype, double scale, uint64_t *stats);
   void (*to)(void *dst, const int64_t *src, size_t n, int dtype, double k);
-  int (*narrow)(int32_t *dst, const int64_t *src, size_t n);
-  void (*widen)(int64_t *dst, const int32_t *src, size_t n);
+  void (*scan)(const int64_t *src, size_t n, uint64_t *stats);
+  void (*pack)(int32_t *dst, const int64_t *src, size_t n, int t);
+  int (*widen)(int64_t *dst, const int32_t *src, size_t n);
 };
 
 static const struct kernels kernel_sets[] = {
-    {0, from_scalar, to_scalar, narrow_scalar, widen_scalar},
+    {0, from_scalar, to_scalar, scan_scalar, pack_scalar, widen_scalar},
 #ifdef HAVE_X86_KERNELS
-    {1, from_avx2, to_avx2, narrow_avx2, widen_avx2},
-    {2, from_avx512, to_avx512, narrow_avx2, widen_avx2},
+    {1, from_avx2, to_avx2, scan_avx2, pack_avx2, widen_avx2},
+    {2, from_avx512, to_avx512, scan_avx2, pack_avx2, widen_avx2},
 #endif
 };
 
@@ -382,7 +471,13 @@ int resihp__fixed_set_isa(int level) {
 
 void resihp__fixed_from(int64_t *dst, const void *src, const int64_t *add,
                         size_t n, int src_dtype, int frac_bits) {
-  K()->from(dst, src, add, n, src_dtype, ldexp(1.0, frac_bits));
+  K()->from(dst, src, add, n, src_dtype, ldexp(1.0, frac_bits), NULL);
+}
+
+void resihp__fixed_from_stats(int64_t *dst, const void *src,
+                              const int64_t *add, size_t n, int src_dtype,
+                              int frac_bits, uint64_t stats[2]) {
+  K()->from(dst, src, add, n, src_dtype, ldexp(1.0, frac_bits), stats);
 }
 
 void resihp__fixed_to(void *dst, const int64_t *src, size_t n, int dst_dtype,
@@ -390,12 +485,22 @@ void resihp__fixed_to(void *dst, const int64_t *src, size_t n, int dst_dtype,
   K()->to(dst, src, n, dst_dtype, ldexp(1.0, -frac_bits) / divisor);
 }
 
-int resihp__fixed_narrow(int32_t *dst, const int64_t *src, size_t n) {
-  return K()->narrow(dst, src, n);
+int resihp__fixed_narrow(int32_t *dst, const int64_t *src, size_t n,
+                         const uint64_t stats[2]) {
+  uint64_t st[2] = {0, 0};
+  if (stats)
+    st[0] = stats[0], st[1] = stats[1];
+  else
+    K()->scan(src, n, st);
+  int t = narrow_shift(st[0], st[1]);
+  if (t < 0)
+    return 0;
+  K()->pack(dst, src, n, t);
+  return 1;
 }
 
-void resihp__fixed_widen(int64_t *dst, const int32_t *src, size_t n) {
-  K()->widen(dst, src, n);
+int resihp__fixed_widen(int64_t *dst, const int32_t *src, size_t n) {
+  return K()->widen(dst, src, n);
 }
 
 /* ---- public API (allreduce.h) -------------------------------------------- */

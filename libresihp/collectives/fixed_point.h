@@ -40,21 +40,35 @@ static inline uint16_t resihp__bf16_from_float(float f) {
  * RESIHP_BFLOAT16. Pointers need no alignment. */
 void resihp__fixed_from(int64_t *dst, const void *src, const int64_t *add,
                         size_t n, int src_dtype, int frac_bits);
+/* The same, and stats of the results for resihp__fixed_narrow
+ * accumulated into stats (start with {0, 0}): the ring converts and
+ * learns whether the chunk fits the narrow form in one pass. */
+void resihp__fixed_from_stats(int64_t *dst, const void *src,
+                              const int64_t *add, size_t n, int src_dtype,
+                              int frac_bits, uint64_t stats[2]);
 /* dst[i] = src[i] as dst_dtype (float types), divided by divisor. */
 void resihp__fixed_to(void *dst, const int64_t *src, size_t n, int dst_dtype,
                       int frac_bits, double divisor);
 
-/* Narrow wire format: 1 when every src[i] fits in int32, and then dst[i]
- * holds them; 0 otherwise (dst then holds garbage). */
-int resihp__fixed_narrow(int32_t *dst, const int64_t *src, size_t n);
-/* dst[i] = src[i] sign-extended; dst may start where src starts (widening
- * in place: the narrow values at the beginning of a wide buffer). */
-void resihp__fixed_widen(int64_t *dst, const int32_t *src, size_t n);
+/* Narrow wire form of n values: dst[0] = t, dst[1 + i] = src[i] >> t as
+ * int32, where 2^t (t <= 32) divides every value. Exact, so only taken
+ * when every src[i] >> t fits in int32: then 1 (dst holds n + 1 int32),
+ * else 0 (dst then holds garbage). stats: those of src from
+ * resihp__fixed_from_stats, or NULL (then read here). The shift lets chunks of larger values
+ * travel narrow too: a float has 24 significant bits, so values of
+ * similar magnitude share their low zero bits. */
+int resihp__fixed_narrow(int32_t *dst, const int64_t *src, size_t n,
+                         const uint64_t stats[2]);
+/* Back: dst[i] = src[1 + i] << src[0]; dst may start where src starts
+ * (widening in place: the narrow form at the beginning of a wide buffer).
+ * 0, or -1 when the shift is out of range (a peer's garbage). */
+int resihp__fixed_widen(int64_t *dst, const int32_t *src, size_t n);
 
 /* The deterministic ring (ring_allreduce.c): src, count elements of
  * src_dtype, is converted chunk by chunk as the ring first reads it; chunks
- * that fit in int32 travel in that form through narrow (count int32), or
- * all as int64 when narrow is NULL. work receives the int64 sums; staging
+ * that fit travel in the narrow form (resihp__fixed_narrow) through narrow
+ * (resihp__ring_fixed_narrow_len int32), or all as int64 when narrow is
+ * NULL. work receives the int64 sums; staging
  * (one chunk) is required. Same contract as resihp__ring_allreduce. */
 struct resihp_comm;
 struct resihp__ring_fixed {
@@ -66,6 +80,8 @@ int resihp__ring_allreduce_fixed(struct resihp_comm *c,
                                  const struct resihp__ring_fixed *fx,
                                  int64_t *work, void *staging, size_t count,
                                  int *bad_peer);
+/* The int32 capacity that fx->narrow needs for count elements on c. */
+size_t resihp__ring_fixed_narrow_len(struct resihp_comm *c, size_t count);
 /* Chunks this process sent in deterministic mode: [0] as int64, [1] as
  * int32 (for tests: both forms occur). */
 extern atomic_ulong resihp__ring_fixed_sent[2];

@@ -32,12 +32,14 @@
  * caller's float data, converted to int64 fixed point chunk by chunk where
  * the ring first reads it - step 0's sends and reduce-scatter's addends -
  * while the chunk is in cache, instead of a pass over the whole input
- * before the ring starts. A chunk whose values all fit in int32 (gradients
- * of ~1e-3 with 32 fraction bits are ~2^22) travels as int32, half the
- * bytes, flagged as the transport's alternative form, and is widened on
- * receipt; any other chunk travels as int64. Each sender decides per chunk
- * and the frame says which, so every byte stays exact and no rank needs to
- * agree beforehand. The narrow copies live in a buffer indexed like work: a
+ * before the ring starts. A chunk whose values are all k * 2^t with k in
+ * int32 (gradients of ~1e-3 with 32 fraction bits are ~2^22; larger values
+ * of similar magnitude share low zero bits, a float having 24 significant
+ * bits) travels as t and the int32 k, half the bytes, flagged as the
+ * transport's alternative form, and is widened on receipt; any other chunk
+ * travels as int64. Each sender decides per chunk and the frame says
+ * which, so every value stays exact and no rank needs to agree beforehand.
+ * The narrow copies live in a buffer laid out like work (narrow_slot): a
  * segment is sent twice (reduce-scatter, then all-gather) only after its
  * first send went round the ring, so the first copy has left by then.
  *
@@ -54,6 +56,7 @@
 #include <resihp/error.h>
 #include <resihp/log.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #define MIN_CHUNK 32768
@@ -83,9 +86,51 @@ static int recv_seg(const struct layout *l, int s) {
   return s < l->n - 1 ? mod(l->p - s - 1, l->n) : mod(l->p - (s - (l->n - 1)), l->n);
 }
 
+static void make_layout(resihp_comm_t *c, size_t count, size_t esz,
+                        struct layout *l) {
+  *l = (struct layout){.n = c->nmembers,
+                       .p = c->my_index,
+                       .count = count,
+                       .base = count / (size_t)c->nmembers,
+                       .rem = count % (size_t)c->nmembers,
+                       .chunk = c->chunk_bytes / esz};
+  /* Aim at four chunks per segment so that the pipeline has depth even
+   * for mid-sized buffers, but keep chunks of at least MIN_CHUNK bytes
+   * (per-frame costs) and at most chunk_bytes. Every rank computes the same
+   * value from (count, n, chunk_bytes). */
+  size_t quarter = (l->base + 1) / 4;
+  if (quarter * esz < MIN_CHUNK)
+    quarter = MIN_CHUNK / esz;
+  if (quarter < l->chunk)
+    l->chunk = quarter;
+}
+
+/* Where the narrow form of chunk sc of segment seg goes in the narrow
+ * buffer (int32 units): its n + 1 values after those of every chunk before
+ * it, segment 0 having the most chunks. */
+static size_t narrow_slot(const struct layout *l, int seg, size_t sc) {
+  return seg_start(l, seg) + sc * l->chunk + (size_t)seg * nchunks(l, 0) + sc;
+}
+
+size_t resihp__ring_fixed_narrow_len(resihp_comm_t *c, size_t count) {
+  struct layout l;
+  make_layout(c, count, 8, &l);
+  return count + (size_t)c->nmembers * nchunks(&l, 0) + 1;
+}
+
+/* What the deterministic ring knows about a chunk of work (by segment and
+ * chunk, narrow_slot's order): stats of its values (from the conversion
+ * that wrote them), or its narrow form already in its slot (as it
+ * arrived, to be sent on as it is). */
+struct chunk_state {
+  uint64_t stats[2];
+  uint8_t have_stats, slot_ready;
+};
+
 static int ring(resihp_comm_t *c, const void *in,
-                const struct resihp__ring_fixed *fx, void *work, void *staging,
-                size_t count, int dtype, int *bad_peer) {
+                const struct resihp__ring_fixed *fx, struct chunk_state *cs,
+                void *work, void *staging, size_t count, int dtype,
+                int *bad_peer) {
   size_t esz = resihp__dtype_size(dtype);
   int n = c->nmembers;
   *bad_peer = -1;
@@ -97,21 +142,8 @@ static int ring(resihp_comm_t *c, const void *in,
       memcpy(work, in, count * esz);
     return 0;
   }
-  struct layout l = {.n = n,
-                     .p = c->my_index,
-                     .count = count,
-                     .base = count / (size_t)n,
-                     .rem = count % (size_t)n,
-                     .chunk = c->chunk_bytes / esz};
-  /* Aim at four chunks per segment so that the pipeline has depth even
-   * for mid-sized buffers, but keep chunks of at least MIN_CHUNK bytes
-   * (per-frame costs) and at most chunk_bytes. Every rank computes the same
-   * value from (count, n, chunk_bytes). */
-  size_t quarter = (l.base + 1) / 4;
-  if (quarter * esz < MIN_CHUNK)
-    quarter = MIN_CHUNK / esz;
-  if (quarter < l.chunk)
-    l.chunk = quarter;
+  struct layout l;
+  make_layout(c, count, esz, &l);
   const resihp__transport_ops_t *ops = c->tp->ops;
   int left = c->members[mod(l.p - 1, n)], right = c->members[mod(l.p + 1, n)];
   int nsteps = 2 * (n - 1);
@@ -149,14 +181,28 @@ static int ring(resihp_comm_t *c, const void *in,
       if (resihp__ring_test_hook)
         resihp__ring_test_hook(c, ss, sc);
       const uint8_t *src = (ss == 0 && !fx ? inb : wb) + off * esz;
-      if (fx && ss == 0)
-        resihp__fixed_from((int64_t *)(wb + off * esz), fsrc + off * fsz,
-                           NULL, len, fx->src_dtype, fx->frac_bits);
+      struct chunk_state *st =
+          cs ? &cs[(size_t)seg * nchunks(&l, 0) + sc] : NULL;
+      if (fx && ss == 0 && !(st && st->slot_ready)) {
+        uint64_t stats[2] = {0, 0};
+        resihp__fixed_from_stats((int64_t *)(wb + off * esz),
+                                 fsrc + off * fsz, NULL, len, fx->src_dtype,
+                                 fx->frac_bits, stats);
+        if (st) {
+          memcpy(st->stats, stats, sizeof(stats));
+          st->have_stats = 1;
+        }
+      }
       resihp__tag_t tag = {c->seq, (uint32_t)ss, (uint32_t)sc};
-      int thin = narrow && resihp__fixed_narrow(narrow + off,
-                                                (const int64_t *)src, len);
-      int r = thin ? ops->post_send_alt(c->tp, right, tag, narrow + off,
-                                        len * 4)
+      int32_t *slot = narrow ? narrow + narrow_slot(&l, seg, sc) : NULL;
+      int thin = slot && len > 1 &&
+                 (st->slot_ready ||
+                  resihp__fixed_narrow(slot, (const int64_t *)src, len,
+                                       st->have_stats ? st->stats : NULL));
+      if (thin)
+        st->slot_ready = 1; /* a retry after EBUSY sends it as it is */
+      int r = thin ? ops->post_send_alt(c->tp, right, tag, slot,
+                                        (len + 1) * 4)
                    : ops->post_send(c->tp, right, tag, src, len * esz);
       if (r == RESIHP_EBUSY)
         break;
@@ -185,8 +231,9 @@ static int ring(resihp_comm_t *c, const void *in,
       int r = summed   ? ops->post_recv_reduce(c->tp, left, tag, dst,
                                                inb + off * esz, len * esz, esz,
                                                resihp__reduce_sum_to, dtype)
-              : narrow ? ops->post_recv_alt(c->tp, left, tag, dst, len * esz,
-                                            len * 4)
+              : narrow && len > 1
+                  ? ops->post_recv_alt(c->tp, left, tag, dst, len * esz,
+                                       (len + 1) * 4)
                        : ops->post_recv(c->tp, left, tag, dst, len * esz);
       if (r)
         return r;
@@ -220,13 +267,35 @@ static int ring(resihp_comm_t *c, const void *in,
       if (len > l.chunk)
         len = l.chunk;
       int rsphase = rs < n - 1;
-      if (got == 2) /* int32 values at the start of the buffer */
-        resihp__fixed_widen(rsphase && staging ? staging : wb + off * esz,
-                            rsphase && staging ? staging : wb + off * esz,
-                            len);
-      if (rsphase && fx)
-        resihp__fixed_from((int64_t *)(wb + off * esz), fsrc + off * fsz,
-                           staging, len, fx->src_dtype, fx->frac_bits);
+      void *dst = rsphase && staging ? staging : wb + off * esz;
+      struct chunk_state *st =
+          cs ? &cs[(size_t)seg * nchunks(&l, 0) + rc] : NULL;
+      if (st)
+        st->have_stats = st->slot_ready = 0;
+      int fwd = got == 2 && !rsphase && st && rs < nsteps - 1;
+      if (fwd) /* sent on as it came */
+        memcpy(narrow + narrow_slot(&l, seg, rc), dst, (len + 1) * 4);
+      if (got == 2 && resihp__fixed_widen(dst, dst, len)) {
+        resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                   "rank %d sent a narrow chunk with an impossible shift: "
+                   "dropping the peer; check that every rank runs the same "
+                   "resihp version",
+                   left);
+        *bad_peer = left;
+        return RESIHP_EPROTO;
+      }
+      if (fwd)
+        st->slot_ready = 1;
+      if (rsphase && fx) {
+        uint64_t stats[2] = {0, 0};
+        resihp__fixed_from_stats((int64_t *)(wb + off * esz),
+                                 fsrc + off * fsz, staging, len,
+                                 fx->src_dtype, fx->frac_bits, stats);
+        if (st) {
+          memcpy(st->stats, stats, sizeof(stats));
+          st->have_stats = 1;
+        }
+      }
       else if (rsphase && !summed && staging)
         resihp__reduce_sum(wb + off * esz, staging, len, dtype);
       else if (rsphase && !summed)
@@ -239,7 +308,7 @@ static int ring(resihp_comm_t *c, const void *in,
 int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
                            void *staging, size_t count, int dtype,
                            int *bad_peer) {
-  return ring(c, in, NULL, work, staging, count, dtype, bad_peer);
+  return ring(c, in, NULL, NULL, work, staging, count, dtype, bad_peer);
 }
 
 int resihp__ring_allreduce_fixed(resihp_comm_t *c,
@@ -248,6 +317,20 @@ int resihp__ring_allreduce_fixed(resihp_comm_t *c,
                                  int *bad_peer) {
   if (!staging)
     return RESIHP_EINVAL; /* arrivals cannot go straight into work */
-  return ring(c, NULL, fx, work, staging, count, RESIHP__DTYPE_INT64,
-              bad_peer);
+  const resihp__transport_ops_t *ops = c->tp->ops;
+  struct chunk_state *cs = NULL;
+  if (fx->narrow && ops->post_send_alt && ops->post_recv_alt &&
+      c->nmembers > 1 && count) {
+    struct layout l;
+    make_layout(c, count, 8, &l);
+    cs = calloc((size_t)c->nmembers * nchunks(&l, 0), sizeof(*cs));
+    if (!cs) {
+      resihp_log(RESIHP_LOG_ERROR, "allreduce", "out of memory");
+      return RESIHP_ENOMEM;
+    }
+  }
+  int rc = ring(c, NULL, fx, cs, work, staging, count, RESIHP__DTYPE_INT64,
+                bad_peer);
+  free(cs);
+  return rc;
 }

@@ -157,6 +157,18 @@ START_TEST(from_fixed_bitwise) {
                         (long long)want[i]);
         }
         checked += (long)n;
+        /* The stats the ring keeps for the narrow form: the same values,
+         * and the OR of them and of them with the sign folded away. */
+        uint64_t st[2] = {0, 0}, any = 0, fo = 0;
+        resihp__fixed_from_stats(dst, src, NULL, n, dt, f, st);
+        for (size_t i = 0; i < n; i++) {
+          int64_t got;
+          memcpy(&got, dstb + doff + 8 * i, 8);
+          ck_assert(got == want[i]);
+          any |= (uint64_t)want[i];
+          fo |= (uint64_t)(want[i] < 0 ? ~want[i] : want[i]);
+        }
+        ck_assert(st[0] == any && st[1] == fo);
         if (dt != RESIHP_FLOAT32)
           continue;
         /* accumulate: wrapping sums, acc misaligned too */
@@ -242,8 +254,24 @@ START_TEST(to_float_bitwise) {
 }
 END_TEST
 
-/* int32 wire form: accepted exactly when every value fits; widening in
- * place restores the values. */
+/* Narrow wire form: taken exactly when some 2^t (t <= 32) divides every
+ * value and every quotient fits in int32; widening in place restores the
+ * values; a shift beyond 32 is refused. */
+static int ref_narrow_t(const int64_t *v, size_t n) {
+  uint64_t any = 0;
+  for (size_t i = 0; i < n; i++)
+    any |= (uint64_t)v[i];
+  int t = 0;
+  while (t < 32 && any && !(any >> t & 1))
+    t++;
+  for (size_t i = 0; i < n; i++) {
+    int64_t q = v[i] / ((int64_t)1 << t); /* exact: 2^t divides v[i] */
+    if (q < INT32_MIN || q > INT32_MAX)
+      return -1;
+  }
+  return t;
+}
+
 START_TEST(narrow_and_widen) {
   int best = resihp__fixed_set_isa(99);
   static int64_t v[NMAX + 1];
@@ -251,33 +279,40 @@ START_TEST(narrow_and_widen) {
   static const int64_t edges[] = {INT32_MAX, INT32_MIN, (int64_t)INT32_MAX + 1,
                                   (int64_t)INT32_MIN - 1, 0, -1,
                                   INT64_MAX, INT64_MIN, 1ll << 32};
+  int seen[2] = {0, 0};
   for (int level = 0; level <= best; level++) {
     resihp__fixed_set_isa(level);
     for (int iter = 0; iter < 3000; iter++) {
       size_t n = iter % 50 == 0 ? NMAX : (size_t)(next() % 37) + 1;
+      int sh = (int)(next() % 41);
       for (size_t i = 0; i < n; i++)
-        v[i] = (int64_t)(int32_t)next();
-      int fits = 1;
+        v[i] = (int64_t)((uint64_t)(int64_t)(int32_t)next() << sh);
       if (iter % 3) { /* one edge value somewhere */
         int64_t e = edges[next() % 9];
         v[next() % n] = e;
-        fits = 1;
-        for (size_t i = 0; i < n; i++)
-          fits &= v[i] >= INT32_MIN && v[i] <= INT32_MAX;
       }
+      int t = ref_narrow_t(v, n);
+      seen[t >= 0]++;
       size_t off = next() % 8;
       int32_t *dst = (int32_t *)(void *)(nb + off);
-      ck_assert_int_eq(resihp__fixed_narrow(dst, v, n), fits);
-      if (!fits)
+      ck_assert_int_eq(resihp__fixed_narrow(dst, v, n, NULL), t >= 0);
+      if (t < 0)
         continue;
-      resihp__fixed_widen((int64_t *)(void *)dst, dst, n);
+      uint32_t got_t;
+      memcpy(&got_t, dst, 4);
+      ck_assert_int_eq(got_t, t);
+      ck_assert_int_eq(resihp__fixed_widen((int64_t *)(void *)dst, dst, n), 0);
       for (size_t i = 0; i < n; i++) {
         int64_t got;
         memcpy(&got, nb + off + 8 * i, 8);
         ck_assert_msg(got == v[i], "level %d n %zu i %zu", level, n, i);
       }
+      uint32_t bad = 33 + (uint32_t)(next() % 1000);
+      memcpy(dst, &bad, 4);
+      ck_assert_int_eq(resihp__fixed_widen((int64_t *)(void *)dst, dst, n), -1);
     }
   }
+  ck_assert(seen[0] > 100 && seen[1] > 100);
   resihp__fixed_set_isa(-1);
 }
 END_TEST

@@ -22,8 +22,8 @@
  * tests/unit/test_fixed_fast.c checks them bit for bit against it. */
 #include "config.h"
 
-#include "fixed_point.h"
 #include "comm_internal.h"
+#include "fixed_point.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -94,7 +94,9 @@ static inline void store_i64(int64_t *p, size_t i, int64_t v) {
 
 /* stats (narrow form, see narrow_shift): OR of the values and of the
  * values with their sign folded away, accumulated when not NULL. */
-static inline uint64_t fold(uint64_t v) { return v ^ (0 - (v >> 63)); }
+static inline uint64_t fold(uint64_t v) {
+  return v ^ (0 - (v >> 63));
+}
 
 static void from_scalar(int64_t *dst, const void *src, const int64_t *add,
                         size_t n, int dtype, double scale, uint64_t *stats) {
@@ -215,11 +217,10 @@ AVX2 static inline __m256i fold_avx2(__m256i x) {
 }
 
 AVX2 static void from_avx2(int64_t *dst, const void *src, const int64_t *add,
-                           size_t n, int dtype, double scale,
-                           uint64_t *stats) {
+                           size_t n, int dtype, double scale, uint64_t *stats) {
   __m256i any = _mm256_setzero_si256(), fo = any;
   const __m256d vs = _mm256_set1_pd(scale);
-  const __m256d lim = _mm256_set1_pd(2251799813685248.0); /* 2^51 */
+  const __m256d lim = _mm256_set1_pd(2251799813685248.0);   /* 2^51 */
   const __m256d magic = _mm256_set1_pd(6755399441055744.0); /* 1.5*2^52 */
   const __m256d abs = _mm256_castsi256_pd(_mm256_set1_epi64x(INT64_MAX));
   size_t i = 0;
@@ -229,8 +230,7 @@ AVX2 static void from_avx2(int64_t *dst, const void *src, const int64_t *add,
     __m256i r;
     if (_mm256_movemask_pd(ok) == 0xf) {
       __m256d t = _mm256_add_pd(v, magic);
-      r = _mm256_sub_epi64(_mm256_castpd_si256(t),
-                           _mm256_castpd_si256(magic));
+      r = _mm256_sub_epi64(_mm256_castpd_si256(t), _mm256_castpd_si256(magic));
     } else {
       double t[4];
       int64_t q[4];
@@ -318,11 +318,11 @@ AVX2 static void pack_avx2(int32_t *dst, const int64_t *src, size_t n, int t) {
   const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
-    __m256i x = _mm256_srl_epi64(
-        _mm256_loadu_si256((const __m256i *)(src + i)), cnt);
-    _mm_storeu_si128((__m128i *)(dst + 1 + i),
-                     _mm256_castsi256_si128(
-                         _mm256_permutevar8x32_epi32(x, even)));
+    __m256i x =
+        _mm256_srl_epi64(_mm256_loadu_si256((const __m256i *)(src + i)), cnt);
+    _mm_storeu_si128(
+        (__m128i *)(dst + 1 + i),
+        _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(x, even)));
   }
   uint32_t w = (uint32_t)t;
   memcpy(dst, &w, 4);
@@ -395,14 +395,14 @@ AVX512 static void from_avx512(int64_t *dst, const void *src,
             add ? add + i : NULL, n - i, dtype, scale, stats);
 }
 
-AVX512 static void to_avx512(void *dst, const int64_t *src, size_t n,
-                             int dtype, double k) {
+AVX512 static void to_avx512(void *dst, const int64_t *src, size_t n, int dtype,
+                             double k) {
   const __m512d vk = _mm512_set1_pd(k);
   uint8_t *b = dst;
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m512d d = _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_loadu_si512(src + i)),
-                              vk);
+    __m512d d =
+        _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_loadu_si512(src + i)), vk);
     if (dtype == RESIHP_FLOAT64) {
       _mm512_storeu_pd(b + 8 * i, d);
     } else if (dtype == RESIHP_FLOAT32) {
@@ -474,9 +474,9 @@ void resihp__fixed_from(int64_t *dst, const void *src, const int64_t *add,
   K()->from(dst, src, add, n, src_dtype, ldexp(1.0, frac_bits), NULL);
 }
 
-void resihp__fixed_from_stats(int64_t *dst, const void *src,
-                              const int64_t *add, size_t n, int src_dtype,
-                              int frac_bits, uint64_t stats[2]) {
+void resihp__fixed_from_stats(int64_t *dst, const void *src, const int64_t *add,
+                              size_t n, int src_dtype, int frac_bits,
+                              uint64_t stats[2]) {
   K()->from(dst, src, add, n, src_dtype, ldexp(1.0, frac_bits), stats);
 }
 

@@ -43,9 +43,9 @@ void resihp__fixed_from(int64_t *dst, const void *src, const int64_t *add,
 /* The same, and stats of the results for resihp__fixed_narrow
  * accumulated into stats (start with {0, 0}): the ring converts and
  * learns whether the chunk fits the narrow form in one pass. */
-void resihp__fixed_from_stats(int64_t *dst, const void *src,
-                              const int64_t *add, size_t n, int src_dtype,
-                              int frac_bits, uint64_t stats[2]);
+void resihp__fixed_from_stats(int64_t *dst, const void *src, const int64_t *add,
+                              size_t n, int src_dtype, int frac_bits,
+                              uint64_t stats[2]);
 /* dst[i] = src[i] as dst_dtype (float types), divided by divisor. */
 void resihp__fixed_to(void *dst, const int64_t *src, size_t n, int dst_dtype,
                       int frac_bits, double divisor);
@@ -54,9 +54,9 @@ void resihp__fixed_to(void *dst, const int64_t *src, size_t n, int dst_dtype,
  * int32, where 2^t (t <= 32) divides every value. Exact, so only taken
  * when every src[i] >> t fits in int32: then 1 (dst holds n + 1 int32),
  * else 0 (dst then holds garbage). stats: those of src from
- * resihp__fixed_from_stats, or NULL (then read here). The shift lets chunks of larger values
- * travel narrow too: a float has 24 significant bits, so values of
- * similar magnitude share their low zero bits. */
+ * resihp__fixed_from_stats, or NULL (then read here). The shift lets chunks of
+ * larger values travel narrow too: a float has 24 significant bits, so values
+ * of similar magnitude share their low zero bits. */
 int resihp__fixed_narrow(int32_t *dst, const int64_t *src, size_t n,
                          const uint64_t stats[2]);
 /* Back: dst[i] = src[1 + i] << src[0]; dst may start where src starts

@@ -109,7 +109,8 @@ static void make_layout(resihp_comm_t *c, size_t count, size_t esz,
  * buffer (int32 units): its n + 1 values after those of every chunk before
  * it, segment 0 having the most chunks. */
 static size_t narrow_slot(const struct layout *l, int seg, size_t sc) {
-  return seg_start(l, seg) + sc * l->chunk + (size_t)seg * nchunks(l, 0) + sc;
+  return seg_start(l, seg) + sc * l->chunk + (size_t)seg * nchunks(l, 0) +
+         sc;
 }
 
 size_t resihp__ring_fixed_narrow_len(resihp_comm_t *c, size_t count) {

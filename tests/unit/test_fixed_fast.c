@@ -65,7 +65,8 @@ static double any_double(int f) {
   case 5:
     return nextafter((r >> 8) & 1 ? edge : -edge, 0.0);
   case 6:
-    return nextafter((r >> 8) & 1 ? edge : -edge, (r >> 9) & 1 ? INFINITY : -INFINITY);
+    return nextafter((r >> 8) & 1 ? edge : -edge,
+                     (r >> 9) & 1 ? INFINITY : -INFINITY);
   case 7: { /* subnormal double */
     uint64_t b = (r >> 12) | ((r & 1) << 63);
     double d;
@@ -73,7 +74,8 @@ static double any_double(int f) {
     return d;
   }
   case 8: /* just around 2^51..2^53 after scaling: the AVX2 switch-over */
-    return ldexp((double)(int64_t)(r >> 11) * ((r & 1) ? 1 : -1), -f - (int)(r % 4));
+    return ldexp((double)(int64_t)(r >> 11) * ((r & 1) ? 1 : -1),
+                 -f - (int)(r % 4));
   default: { /* any finite double of moderate exponent, any mantissa */
     int e = (int)((r >> 52) % 160) - 80 - f / 2;
     return ldexp((double)(int64_t)(next() >> 11) * ((r & 1) ? 1 : -1), e - 53);
@@ -225,8 +227,8 @@ START_TEST(to_float_bitwise) {
             int64_t x = any_int64();
             memcpy(srcb + so + 8 * i, &x, 8);
           }
-          resihp__fixed_to(dstb + doff, (const int64_t *)(void *)(srcb + so),
-                           n, dt, f, div);
+          resihp__fixed_to(dstb + doff, (const int64_t *)(void *)(srcb + so), n,
+                           dt, f, div);
           double k = ldexp(1.0, -f) / div;
           for (size_t i = 0; i < n; i++) {
             int64_t x;
@@ -276,9 +278,15 @@ START_TEST(narrow_and_widen) {
   int best = resihp__fixed_set_isa(99);
   static int64_t v[NMAX + 1];
   static uint8_t nb[NMAX * 8 + 16];
-  static const int64_t edges[] = {INT32_MAX, INT32_MIN, (int64_t)INT32_MAX + 1,
-                                  (int64_t)INT32_MIN - 1, 0, -1,
-                                  INT64_MAX, INT64_MIN, 1ll << 32};
+  static const int64_t edges[] = {INT32_MAX,
+                                  INT32_MIN,
+                                  (int64_t)INT32_MAX + 1,
+                                  (int64_t)INT32_MIN - 1,
+                                  0,
+                                  -1,
+                                  INT64_MAX,
+                                  INT64_MIN,
+                                  1ll << 32};
   int seen[2] = {0, 0};
   for (int level = 0; level <= best; level++) {
     resihp__fixed_set_isa(level);
@@ -424,7 +432,11 @@ static int rank_sums(int rank, int n, void *arg) {
   resihp_comm_t *c;
   if (make_comm(rank, n, SECRET, CHUNK, 1, &c))
     return 1;
-  size_t counts[] = {0, 1, (size_t)n - 1, 4097, (size_t)n * 4096 * 3 + 13,
+  size_t counts[] = {0,
+                     1,
+                     (size_t)n - 1,
+                     4097,
+                     (size_t)n * 4096 * 3 + 13,
                      (size_t)n * 4096 * 9 + 1};
   unsigned long narrow0 = atomic_load(&resihp__ring_fixed_sent[1]),
                 wide0 = atomic_load(&resihp__ring_fixed_sent[0]);

@@ -5,8 +5,9 @@
  * once the outcome is known to be success everywhere. */
 #include "config.h"
 
-#include "comm_internal.h"
 #include "../transport/mesh.h"
+#include "comm_internal.h"
+#include "fixed_point.h"
 
 #include <resihp/error.h>
 #include <resihp/log.h>
@@ -216,7 +217,8 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
                         size_t count, resihp_dtype_t dtype, resihp_op_t op) {
   size_t esz = resihp__dtype_size(dtype);
   int inplace = sendbuf == buf;
-  if (!c || (!buf && count) || (!sendbuf && count) || !esz || (op != RESIHP_OP_SUM && op != RESIHP_OP_AVG) ||
+  if (!c || (!buf && count) || (!sendbuf && count) || !esz ||
+      (op != RESIHP_OP_SUM && op != RESIHP_OP_AVG) ||
       count > ((size_t)1 << 40)) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
                "resihp_allreduce: invalid argument (comm %p, buf %p, count "
@@ -239,16 +241,11 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
     staging = c->staging;
   }
   if (fixed) {
-    if ((rc = reserve(&c->work, &c->work_cap, count * wsz + 1)))
+    /* int64 sums, then the narrow forms of the chunks the ring sends so. */
+    size_t nlen = resihp__ring_fixed_narrow_len(c, count);
+    if ((rc = reserve(&c->work, &c->work_cap, count * wsz + nlen * 4)))
       return rc;
-    int64_t *fx = c->work;
-    if (dtype == RESIHP_FLOAT32)
-      resihp_fixed_from_float(fx, sendbuf, count, c->frac_bits);
-    else if (dtype == RESIHP_FLOAT64)
-      resihp_fixed_from_double(fx, sendbuf, count, c->frac_bits);
-    else
-      resihp_fixed_from_bf16(fx, sendbuf, count, c->frac_bits);
-    in = work = fx;
+    in = work = c->work;
   } else if (c->unprotected && inplace) {
     in = work = buf;
   } else if (!inplace) {
@@ -263,15 +260,24 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
     in = sendbuf;
     work = c->work;
   }
-  if (resihp__small_fits(c, count * wsz)) {
+  int small = resihp__small_fits(c, count * wsz);
+  int cma = !small && resihp__cma_chosen(c, count * wsz);
+  if (fixed && (small || cma)) /* these paths want the input whole */
+    resihp__fixed_from(work, sendbuf, NULL, count, (int)dtype, c->frac_bits);
+  if (small) {
     if ((rc = reserve(&c->staging, &c->staging_cap,
                       (size_t)c->nmembers * count * wsz)))
       return rc;
     rc = resihp__small_allreduce(c, in, work, c->staging, count, wire, &bad);
-  } else if (resihp__cma_chosen(c, count * wsz)) {
+  } else if (cma) {
     if ((rc = reserve(&c->staging, &c->staging_cap, RESIHP__CMA_STAGING)))
       return rc;
     rc = resihp__cma_allreduce(c, in, work, c->staging, count, wire, &bad);
+  } else if (fixed) {
+    /* The ring converts the input as it first reads it (fixed_point.h). */
+    struct resihp__ring_fixed fx = {sendbuf, (int)dtype, c->frac_bits,
+                                    (int32_t *)((char *)work + count * wsz)};
+    rc = resihp__ring_allreduce_fixed(c, &fx, work, staging, count, &bad);
   } else {
     rc = resihp__ring_allreduce(c, in, work, staging, count, wire, &bad);
   }
@@ -281,12 +287,7 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
     return fail(c, rc, -1);
   c->seq++;
   if (fixed) {
-    if (dtype == RESIHP_FLOAT32)
-      resihp_fixed_to_float(buf, work, count, c->frac_bits, div);
-    else if (dtype == RESIHP_FLOAT64)
-      resihp_fixed_to_double(buf, work, count, c->frac_bits, div);
-    else
-      resihp_fixed_to_bf16(buf, work, count, c->frac_bits, div);
+    resihp__fixed_to(buf, work, count, (int)dtype, c->frac_bits, div);
   } else {
     copy_out(buf, work, count, wire, div);
   }

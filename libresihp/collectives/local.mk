@@ -26,7 +26,9 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/collectives/cma_allreduce.c \
 	libresihp/collectives/allreduce.c \
 	libresihp/collectives/p2p.c \
-	libresihp/collectives/reduce.c
+	libresihp/collectives/reduce.c \
+	libresihp/collectives/fixed_point.h \
+	libresihp/collectives/fixed_point.c
 resihpinclude_HEADERS += libresihp/include/resihp/allreduce.h
 
 if HAVE_CHECK
@@ -60,6 +62,14 @@ tests_unit_test_allreduce_cma_SOURCES = tests/unit/test_allreduce_cma.c \
 tests_unit_test_allreduce_cma_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_allreduce_cma_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_allreduce_cma
+
+# Deterministic mode: fast conversions, narrow wire form.
+check_PROGRAMS += tests/unit/test_fixed_fast
+tests_unit_test_fixed_fast_SOURCES = tests/unit/test_fixed_fast.c \
+  tests/unit/rank_group.c tests/unit/rank_group.h
+tests_unit_test_fixed_fast_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_fixed_fast_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_fixed_fast
 endif
 
 # Fuzz targets of the frame readers (libFuzzer builds: see their sources):

@@ -28,18 +28,35 @@
  * or fixed-point copy), arrivals go to a one-chunk staging buffer first.
  * Empty segments (count < n) have no chunks.
  *
+ * Deterministic mode (resihp__ring_allreduce_fixed). The input is the
+ * caller's float data, converted to int64 fixed point chunk by chunk where
+ * the ring first reads it - step 0's sends and reduce-scatter's addends -
+ * while the chunk is in cache, instead of a pass over the whole input
+ * before the ring starts. A chunk whose values are all k * 2^t with k in
+ * int32 (gradients of ~1e-3 with 32 fraction bits are ~2^22; larger values
+ * of similar magnitude share low zero bits, a float having 24 significant
+ * bits) travels as t and the int32 k, half the bytes, flagged as the
+ * transport's alternative form, and is widened on receipt; any other chunk
+ * travels as int64. Each sender decides per chunk and the frame says
+ * which, so every value stays exact and no rank needs to agree beforehand.
+ * The narrow copies live in a buffer laid out like work (narrow_slot): a
+ * segment is sent twice (reduce-scatter, then all-gather) only after its
+ * first send went round the ring, so the first copy has left by then.
+ *
  * Failure. The algorithm only sees the transport and the communicator's
  * failure flag; it returns at the first error and leaves the clean-up
  * (cancel, abort broadcast) to the caller.
  */
 #include "config.h"
 
-#include "comm_internal.h"
 #include "../transport/mesh.h"
+#include "comm_internal.h"
+#include "fixed_point.h"
 
 #include <resihp/error.h>
 #include <resihp/log.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #define MIN_CHUNK 32768
@@ -59,17 +76,22 @@ static size_t nchunks(const struct layout *l, int i) {
   return (seg_len(l, i) + l->chunk - 1) / l->chunk;
 }
 void (*resihp__ring_test_hook)(resihp_comm_t *c, int step, size_t chunk);
+atomic_ulong resihp__ring_fixed_sent[2];
 
-static int mod(int a, int n) { return ((a % n) + n) % n; }
+static int mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
 static int send_seg(const struct layout *l, int s) {
-  return s < l->n - 1 ? mod(l->p - s, l->n) : mod(l->p + 1 - (s - (l->n - 1)), l->n);
+  return s < l->n - 1 ? mod(l->p - s, l->n)
+                      : mod(l->p + 1 - (s - (l->n - 1)), l->n);
 }
 static int recv_seg(const struct layout *l, int s) {
-  return s < l->n - 1 ? mod(l->p - s - 1, l->n) : mod(l->p - (s - (l->n - 1)), l->n);
+  return s < l->n - 1 ? mod(l->p - s - 1, l->n)
+                      : mod(l->p - (s - (l->n - 1)), l->n);
 }
 
-int resihp__algo_wait(resihp_comm_t *c, int64_t *last_progress,
-                      int *bad_peer, const char *what) {
+int resihp__algo_wait(resihp_comm_t *c, int64_t *last_progress, int *bad_peer,
+                      const char *what) {
   /* Liveness is the monitor's job; this only bounds waiting for a live
    * peer that never joins (or, unprotected, for anything at all). */
   int64_t stall_ms = c->unprotected ? 10 * (int64_t)c->detect_ms : c->op_ms;
@@ -91,37 +113,75 @@ int resihp__algo_wait(resihp_comm_t *c, int64_t *last_progress,
   return 0;
 }
 
-int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
-                           void *staging, size_t count, int dtype,
-                           int *bad_peer) {
-  size_t esz = resihp__dtype_size(dtype);
-  int n = c->nmembers;
-  *bad_peer = -1;
-  if (n == 1 || count == 0) {
-    if (in != work && count)
-      memcpy(work, in, count * esz);
-    return 0;
-  }
-  struct layout l = {.n = n,
-                     .p = c->my_index,
-                     .count = count,
-                     .base = count / (size_t)n,
-                     .rem = count % (size_t)n,
-                     .chunk = c->chunk_bytes / esz};
+static void make_layout(resihp_comm_t *c, size_t count, size_t esz,
+                        struct layout *l) {
+  *l = (struct layout){.n = c->nmembers,
+                       .p = c->my_index,
+                       .count = count,
+                       .base = count / (size_t)c->nmembers,
+                       .rem = count % (size_t)c->nmembers,
+                       .chunk = c->chunk_bytes / esz};
   /* Aim at four chunks per segment so that the pipeline has depth even
    * for mid-sized buffers, but keep chunks of at least MIN_CHUNK bytes
    * (per-frame costs) and at most chunk_bytes. Every rank computes the same
    * value from (count, n, chunk_bytes). */
-  size_t quarter = (l.base + 1) / 4;
+  size_t quarter = (l->base + 1) / 4;
   if (quarter * esz < MIN_CHUNK)
     quarter = MIN_CHUNK / esz;
-  if (quarter < l.chunk)
-    l.chunk = quarter;
+  if (quarter < l->chunk)
+    l->chunk = quarter;
+}
+
+/* Where the narrow form of chunk sc of segment seg goes in the narrow
+ * buffer (int32 units): its n + 1 values after those of every chunk before
+ * it, segment 0 having the most chunks. */
+static size_t narrow_slot(const struct layout *l, int seg, size_t sc) {
+  return seg_start(l, seg) + sc * l->chunk + (size_t)seg * nchunks(l, 0) + sc;
+}
+
+size_t resihp__ring_fixed_narrow_len(resihp_comm_t *c, size_t count) {
+  struct layout l;
+  make_layout(c, count, 8, &l);
+  return count + (size_t)c->nmembers * nchunks(&l, 0) + 1;
+}
+
+/* What the deterministic ring knows about a chunk of work (by segment and
+ * chunk, narrow_slot's order): stats of its values (from the conversion
+ * that wrote them), or its narrow form already in its slot (as it
+ * arrived, to be sent on as it is). */
+struct chunk_state {
+  uint64_t stats[2];
+  uint8_t have_stats, slot_ready;
+};
+
+static int ring(resihp_comm_t *c, const void *in,
+                const struct resihp__ring_fixed *fx, struct chunk_state *cs,
+                void *work, void *staging, size_t count, int dtype,
+                int *bad_peer) {
+  size_t esz = resihp__dtype_size(dtype);
+  int n = c->nmembers;
+  *bad_peer = -1;
+  if (n == 1 || count == 0) {
+    if (fx)
+      resihp__fixed_from(work, fx->src, NULL, count, fx->src_dtype,
+                         fx->frac_bits);
+    else if (in != work && count)
+      memcpy(work, in, count * esz);
+    return 0;
+  }
+  struct layout l;
+  make_layout(c, count, esz, &l);
   const resihp__transport_ops_t *ops = c->tp->ops;
   int left = c->members[mod(l.p - 1, n)], right = c->members[mod(l.p + 1, n)];
   int nsteps = 2 * (n - 1);
   const uint8_t *inb = in;
   uint8_t *wb = work;
+  /* Deterministic mode: float input and its element size; narrow wire
+   * where the transport has the alternative form. */
+  const uint8_t *fsrc = fx ? fx->src : NULL;
+  size_t fsz = fx ? resihp__dtype_size(fx->src_dtype) : 0;
+  int32_t *narrow =
+      fx && ops->post_send_alt && ops->post_recv_alt ? fx->narrow : NULL;
   int ss = 0, rs = 0, posted = 0, summed = 0;
   size_t sc = 0, rc = 0;
   int64_t last_progress = resihp__now_ms();
@@ -142,13 +202,36 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
         len = l.chunk;
       if (resihp__ring_test_hook)
         resihp__ring_test_hook(c, ss, sc);
-      const uint8_t *src = (ss == 0 ? inb : wb) + off * esz;
+      const uint8_t *src = (ss == 0 && !fx ? inb : wb) + off * esz;
+      struct chunk_state *st =
+          cs ? &cs[(size_t)seg * nchunks(&l, 0) + sc] : NULL;
+      if (fx && ss == 0 && !(st && st->slot_ready)) {
+        uint64_t stats[2] = {0, 0};
+        resihp__fixed_from_stats((int64_t *)(wb + off * esz), fsrc + off * fsz,
+                                 NULL, len, fx->src_dtype, fx->frac_bits,
+                                 stats);
+        if (st) {
+          memcpy(st->stats, stats, sizeof(stats));
+          st->have_stats = 1;
+        }
+      }
       resihp__tag_t tag = {c->seq, (uint32_t)ss, (uint32_t)sc};
-      int r = ops->post_send(c->tp, right, tag, src, len * esz);
+      int32_t *slot = narrow ? narrow + narrow_slot(&l, seg, sc) : NULL;
+      int thin = slot && len > 1 &&
+                 (st->slot_ready ||
+                  resihp__fixed_narrow(slot, (const int64_t *)src, len,
+                                       st->have_stats ? st->stats : NULL));
+      if (thin)
+        st->slot_ready = 1; /* a retry after EBUSY sends it as it is */
+      int r = thin ? ops->post_send_alt(c->tp, right, tag, slot, (len + 1) * 4)
+                   : ops->post_send(c->tp, right, tag, src, len * esz);
       if (r == RESIHP_EBUSY)
         break;
       if (r)
         return r;
+      if (fx)
+        atomic_fetch_add_explicit(&resihp__ring_fixed_sent[thin], 1,
+                                  memory_order_relaxed);
       sc++;
     }
     /* Post the next receive. */
@@ -169,7 +252,10 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
       int r = summed ? ops->post_recv_reduce(c->tp, left, tag, dst,
                                              inb + off * esz, len * esz, esz,
                                              resihp__reduce_sum_to, dtype)
-                     : ops->post_recv(c->tp, left, tag, dst, len * esz);
+              : narrow && len > 1
+                  ? ops->post_recv_alt(c->tp, left, tag, dst, len * esz,
+                                       (len + 1) * 4)
+                  : ops->post_recv(c->tp, left, tag, dst, len * esz);
       if (r)
         return r;
       posted = 1;
@@ -183,20 +269,78 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
       *bad_peer = left;
     if (r)
       return r;
-    if (posted && ops->recv_done(c->tp, left)) {
+    int got = posted ? ops->recv_done(c->tp, left) : 0;
+    if (got) {
       posted = 0;
-      if (rs < n - 1 && !summed) {
-        int seg = recv_seg(&l, rs);
-        size_t off = seg_start(&l, seg) + rc * l.chunk;
-        size_t len = seg_len(&l, seg) - rc * l.chunk;
-        if (len > l.chunk)
-          len = l.chunk;
-        if (staging)
-          resihp__reduce_sum(wb + off * esz, staging, len, dtype);
-        else
-          resihp__reduce_sum(wb + off * esz, inb + off * esz, len, dtype);
+      int seg = recv_seg(&l, rs);
+      size_t off = seg_start(&l, seg) + rc * l.chunk;
+      size_t len = seg_len(&l, seg) - rc * l.chunk;
+      if (len > l.chunk)
+        len = l.chunk;
+      int rsphase = rs < n - 1;
+      void *dst = rsphase && staging ? staging : wb + off * esz;
+      struct chunk_state *st =
+          cs ? &cs[(size_t)seg * nchunks(&l, 0) + rc] : NULL;
+      if (st)
+        st->have_stats = st->slot_ready = 0;
+      int fwd = got == 2 && !rsphase && st && rs < nsteps - 1;
+      if (fwd) /* sent on as it came */
+        memcpy(narrow + narrow_slot(&l, seg, rc), dst, (len + 1) * 4);
+      if (got == 2 && resihp__fixed_widen(dst, dst, len)) {
+        resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                   "rank %d sent a narrow chunk with an impossible shift: "
+                   "dropping the peer; check that every rank runs the same "
+                   "resihp version",
+                   left);
+        *bad_peer = left;
+        return RESIHP_EPROTO;
       }
+      if (fwd)
+        st->slot_ready = 1;
+      if (rsphase && fx) {
+        uint64_t stats[2] = {0, 0};
+        resihp__fixed_from_stats((int64_t *)(wb + off * esz), fsrc + off * fsz,
+                                 staging, len, fx->src_dtype, fx->frac_bits,
+                                 stats);
+        if (st) {
+          memcpy(st->stats, stats, sizeof(stats));
+          st->have_stats = 1;
+        }
+      } else if (rsphase && !summed && staging)
+        resihp__reduce_sum(wb + off * esz, staging, len, dtype);
+      else if (rsphase && !summed)
+        resihp__reduce_sum(wb + off * esz, inb + off * esz, len, dtype);
       rc++;
     }
   }
+}
+
+int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
+                           void *staging, size_t count, int dtype,
+                           int *bad_peer) {
+  return ring(c, in, NULL, NULL, work, staging, count, dtype, bad_peer);
+}
+
+int resihp__ring_allreduce_fixed(resihp_comm_t *c,
+                                 const struct resihp__ring_fixed *fx,
+                                 int64_t *work, void *staging, size_t count,
+                                 int *bad_peer) {
+  if (!staging)
+    return RESIHP_EINVAL; /* arrivals cannot go straight into work */
+  const resihp__transport_ops_t *ops = c->tp->ops;
+  struct chunk_state *cs = NULL;
+  if (fx->narrow && ops->post_send_alt && ops->post_recv_alt &&
+      c->nmembers > 1 && count) {
+    struct layout l;
+    make_layout(c, count, 8, &l);
+    cs = calloc((size_t)c->nmembers * nchunks(&l, 0), sizeof(*cs));
+    if (!cs) {
+      resihp_log(RESIHP_LOG_ERROR, "allreduce", "out of memory");
+      return RESIHP_ENOMEM;
+    }
+  }
+  int rc = ring(c, NULL, fx, cs, work, staging, count, RESIHP__DTYPE_INT64,
+                bad_peer);
+  free(cs);
+  return rc;
 }

@@ -84,6 +84,7 @@ struct peer {
   resihp__tag_t ptag;
   uint8_t *pbuf;
   size_t plen;
+  size_t palt; /* post_recv_alt: the alternative length, else 0 */
   const uint8_t *padd; /* post_recv_reduce, else NULL */
   size_t pelem;
   resihp__combine_fn pcombine;
@@ -152,6 +153,16 @@ static int tcp_post_send(resihp__transport_t *tt, int peer, resihp__tag_t tag,
   r->buf = buf;
   r->len = len;
   p->qcount++;
+  return 0;
+}
+
+static int tcp_post_send_alt(resihp__transport_t *tt, int peer,
+                             resihp__tag_t tag, const void *buf, size_t len) {
+  int rc = tcp_post_send(tt, peer, tag, buf, len);
+  if (rc)
+    return rc;
+  struct peer *p = &T(tt)->p[peer];
+  p->q[(p->qhead + p->qcount - 1) % SENDQ].hdr.flags |= RESIHP__FRAME_F_ALT;
   return 0;
 }
 
@@ -226,6 +237,7 @@ static int tcp_post_recv(resihp__transport_t *tt, int peer, resihp__tag_t tag,
   p->ptag = tag;
   p->pbuf = buf;
   p->plen = len;
+  p->palt = 0;
   p->padd = NULL;
   p->parked = 0;
   return 0;
@@ -248,12 +260,22 @@ static int tcp_post_recv_reduce(resihp__transport_t *tt, int peer,
   return 0;
 }
 
+static int tcp_post_recv_alt(resihp__transport_t *tt, int peer,
+                             resihp__tag_t tag, void *buf, size_t len,
+                             size_t alt_len) {
+  if (!alt_len || alt_len >= len)
+    return RESIHP_EINVAL;
+  int rc = tcp_post_recv(tt, peer, tag, buf, len);
+  if (!rc)
+    T(tt)->p[peer].palt = alt_len;
+  return rc;
+}
+
 static int tcp_recv_done(resihp__transport_t *tt, int peer) {
   struct peer *p = &T(tt)->p[peer];
-  if (!p->done)
-    return 0;
+  int done = p->done; /* 2: the alternative form arrived */
   p->done = 0;
-  return 1;
+  return done;
 }
 
 static int tcp_sends_pending(resihp__transport_t *tt, int peer) {
@@ -448,7 +470,8 @@ static void begin_payload(struct peer *p, uint8_t *dst, const uint8_t *add,
 static int check_header(struct tcp *t, int peer) {
   struct peer *p = &t->p[peer];
   const resihp__frame_hdr_t *h = &p->rh;
-  uint32_t flags_ok = p->mac ? RESIHP__FRAME_F_MACPAY : 0;
+  uint32_t flags_ok =
+      (p->mac ? RESIHP__FRAME_F_MACPAY : 0) | RESIHP__FRAME_F_ALT;
   if (h->magic != RESIHP__FRAME_MAGIC || h->type != RESIHP__FRAME_DATA ||
       h->src != (uint32_t)peer || h->len > t->max_payload ||
       (h->flags & ~flags_ok)) {
@@ -501,8 +524,11 @@ static int check_header(struct tcp *t, int peer) {
     p->parked = 1;
     return 0;
   }
+  /* The alternative form only where the receive offers one, and then of
+   * exactly its length: the flag and the length must agree. */
+  int alt = (h->flags & RESIHP__FRAME_F_ALT) != 0;
   if (h->step != p->ptag.step || h->chunk != p->ptag.chunk ||
-      h->len != p->plen) {
+      (alt ? !p->palt || h->len != p->palt : h->len != p->plen)) {
     if (h->step == p->ptag.step && (got_p2p || h->step == RESIHP__STEP_BCAST)) {
       uint32_t idx = p->ptag.chunk & ~RESIHP__CHUNK_LAST;
       resihp_log(RESIHP_LOG_ERROR, "allreduce",
@@ -515,10 +541,10 @@ static int check_header(struct tcp *t, int peer) {
       return RESIHP_EPROTO;
     }
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
-               "out-of-order frame from rank %d: got step %u chunk %u len %u, "
-               "expected step %u chunk %u len %zu",
-               peer, h->step, h->chunk, h->len, p->ptag.step, p->ptag.chunk,
-               p->plen);
+               "out-of-order frame from rank %d: got step %u chunk %u len "
+               "%u%s, expected step %u chunk %u len %zu (or %zu, narrow)",
+               peer, h->step, h->chunk, h->len, alt ? " (narrow)" : "",
+               p->ptag.step, p->ptag.chunk, p->plen, p->palt);
     return RESIHP_EPROTO;
   }
   begin_payload(p, p->pbuf, p->padd, 1);
@@ -563,7 +589,7 @@ static int link_failed(const struct peer *p, int peer) {
 static void frame_finished(struct peer *p) {
   if (p->for_posted) {
     p->posted = 0;
-    p->done = 1;
+    p->done = p->rh.flags & RESIHP__FRAME_F_ALT ? 2 : 1;
   }
   p->for_posted = 0;
   p->in_payload = 0;
@@ -997,6 +1023,8 @@ static const resihp__transport_ops_t tcp_ops = {
     .name = "tcp",
     .post_send = tcp_post_send,
     .post_recv = tcp_post_recv,
+    .post_send_alt = tcp_post_send_alt,
+    .post_recv_alt = tcp_post_recv_alt,
     .post_send_msg = tcp_post_send_msg,
     .detach_sends = tcp_detach_sends,
     .has_input = tcp_has_input,

@@ -69,6 +69,9 @@ enum {
 
 /* Header flags. */
 #define RESIHP__FRAME_F_MACPAY 1u /* the frame's MAC covers its payload */
+/* The payload is the alternative, shorter form that the receive offers
+ * (post_send_alt/post_recv_alt: the deterministic ring's int32 chunks). */
+#define RESIHP__FRAME_F_ALT 2u
 
 /* Steps at or above this carry the communicator's own messages on the data
  * links (DONE, the NCCL id), not gradients: their MAC always covers the
@@ -119,6 +122,16 @@ typedef struct {
                    const void *buf, size_t len);
   int (*post_recv)(resihp__transport_t *t, int peer, resihp__tag_t tag,
                    void *buf, size_t len);
+  /* Optional (NULL where not offered), in pairs: a frame in its
+   * alternative form (RESIHP__FRAME_F_ALT), and a receive that takes
+   * either len bytes in the plain form or alt_len (0 < alt_len < len)
+   * bytes in the alternative form into buf; recv_done then says which (1
+   * plain, 2 alternative). Any other length, or the flag where the receive
+   * offers no alternative, is RESIHP_EPROTO. */
+  int (*post_send_alt)(resihp__transport_t *t, int peer, resihp__tag_t tag,
+                       const void *buf, size_t len);
+  int (*post_recv_alt)(resihp__transport_t *t, int peer, resihp__tag_t tag,
+                       void *buf, size_t len, size_t alt_len);
   /* Optional (NULL where not offered): post_recv whose completed buffer
    * holds payload + addend, element by element (elem bytes each, len a
    * multiple; addend must not overlap buf). The transport sums as the bytes
@@ -139,7 +152,8 @@ typedef struct {
   /* Optional: 1 when peer has sent bytes that no receive took yet (it is
    * sending to this rank), 0 otherwise; EOF does not count. */
   int (*has_input)(resihp__transport_t *t, int peer);
-  /* 1 once the receive posted for peer has completed (clears it). */
+  /* Non-zero once the receive posted for peer has completed (clears it):
+   * 1, or 2 for the alternative form of post_recv_alt. */
   int (*recv_done)(resihp__transport_t *t, int peer);
   /* Sends queued for peer that have not completed. */
   int (*sends_pending)(resihp__transport_t *t, int peer);

@@ -14,7 +14,9 @@
  *     bytes of the input);
  *   2 post a receive: seq (0..3), step (0, 1, point to point or
  *     broadcast), chunk (0..3, bit 2: the last of a message) and a length
- *     byte (receives of either kind meet frames of both);
+ *     byte (receives of either kind meet frames of both); bit 2 of the
+ *     step byte: a receive that also takes the alternative form of half
+ *     the length (post_recv_alt, the deterministic ring's int32 chunks);
  *   3 the same summing float32 while it arrives (post_recv_reduce);
  *   4 set the epoch (0..3);  5 cancel.
  * After each operation the transport makes progress and is asked whether
@@ -151,10 +153,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(add);
         buf = malloc(len ? len : 1);
         add = calloc(1, len ? len : 1);
-        int rc = op % 6 == 2
-                     ? t->ops->post_recv(t, 1, tag, buf, len)
-                     : t->ops->post_recv_reduce(t, 1, tag, buf, add, len, 4,
-                                                combine, RESIHP_FLOAT32);
+        int rc = op % 6 == 3 ? t->ops->post_recv_reduce(t, 1, tag, buf, add,
+                                                        len, 4, combine,
+                                                        RESIHP_FLOAT32)
+                 : b[1] & 4 && len >= 2
+                     ? t->ops->post_recv_alt(t, 1, tag, buf, len, len / 2)
+                     : t->ops->post_recv(t, 1, tag, buf, len);
         posted = rc == 0;
       }
       break;
@@ -207,9 +211,12 @@ static size_t gen(uint8_t *buf, size_t cap) {
         buf[n++] = (uint8_t)rng();
       break;
     case 1: {
+      uint16_t flags = (uint16_t)(rng() % 4); /* MACPAY, ALT */
+      if (flags & RESIHP__FRAME_F_ALT && rng() % 2)
+        len /= 2; /* the alternative form of a receive's length */
       resihp__frame_hdr_t h = {.magic = RESIHP__FRAME_MAGIC,
                                .type = RESIHP__FRAME_DATA,
-                               .flags = (uint16_t)(rng() % 2),
+                               .flags = flags,
                                .epoch = (uint32_t)(rng() % 2),
                                .src = 1,
                                .seq = seq,
@@ -226,7 +233,8 @@ static size_t gen(uint8_t *buf, size_t cap) {
     }
     case 2:
     case 3:
-      buf[n++] = seq, buf[n++] = step, buf[n++] = last, buf[n++] = len;
+      buf[n++] = seq, buf[n++] = (uint8_t)(step | rng() % 2 * 4);
+      buf[n++] = last, buf[n++] = len;
       break;
     case 4:
       buf[n++] = (uint8_t)rng();

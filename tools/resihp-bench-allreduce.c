@@ -12,7 +12,9 @@
  * bus bandwidth = bytes / time * 2(n-1)/n, as nccl-tests define it, so
  * numbers are comparable across rank counts and with resihp-bench-mpi.
  * The modes are the rows of the table `modes` below (--mode picks some):
- * ft (fault tolerant, out of place), ftip (fault tolerant, in place:
+ * ft (fault tolerant, out of place; direct exchange for small buffers),
+ * ring (ft with the ring at every size), 1copy (ft with single copy from
+ * 256 KiB), ftip (fault tolerant, in place:
  * adds the private copy that keeps the input), noft (unprotected ring: no
  * monitor thread, no DONE round), det (fault tolerant + deterministic
  * fixed point), mac (ft with mac-data: a MAC over every gradient byte) -
@@ -67,11 +69,21 @@ struct mode {
   void (*tune)(resihp_comm_opts_t *o);                 /* or NULL */
 };
 
+/* The ring at every size (no direct exchange, no single copy). */
+static void ring_only(resihp_comm_opts_t *o) {
+  o->small_max = 0;
+  o->single_copy = 0;
+}
+static void single_copy(resihp_comm_opts_t *o) {
+  o->single_copy = 1;
+}
+
 static const struct mode modes[] = {
     /* name     inplace unprot det transport mac tune */
-    {"ft", 0, 0, 0, -1, 0, NULL},    {"ftip", 1, 0, 0, -1, 0, NULL},
-    {"noft", 0, 1, 0, -1, 0, NULL},  {"det", 0, 0, 1, -1, 0, NULL},
-    {"fttcp", 0, 0, 0, 1, 0, NULL},  {"mac", 0, 0, 0, -1, 1, NULL},
+    {"ft", 0, 0, 0, -1, 0, NULL},           {"ring", 0, 0, 0, -1, 0, ring_only},
+    {"1copy", 0, 0, 0, -1, 0, single_copy}, {"ftip", 1, 0, 0, -1, 0, NULL},
+    {"noft", 0, 1, 0, -1, 0, NULL},         {"det", 0, 0, 1, -1, 0, NULL},
+    {"fttcp", 0, 0, 0, 1, 0, NULL},         {"mac", 0, 0, 0, -1, 1, NULL},
     {"mactcp", 0, 0, 0, 1, 1, NULL},
 };
 #define NMODES ((int)(sizeof(modes) / sizeof(modes[0])))

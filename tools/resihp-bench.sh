@@ -7,11 +7,16 @@
 #
 # Columns (bus bandwidth, GB/s, float32 sum, separate send/receive buffers):
 #   ft      resihp, fault tolerant (monitor thread, DONE round), default
-#           host transport: shared-memory rings between ranks of one host
+#           host transport: shared-memory rings between ranks of one host,
+#           direct exchange for small buffers (small-max)
+#   ring    ft with the ring at every size (small-max=0): the algorithm
+#           small buffers took before
+#   1copy   ft with single-copy=yes (process_vm_readv from 256 KiB)
 #   fttcp   the same over TCP only (the medium of Open MPI's tcp BTL)
 #   ftip    resihp, fault tolerant, in place (+ private copy of the input)
 #   noft    resihp, unprotected ring (what fault tolerance costs)
-#   det     resihp, fault tolerant + deterministic int64 fixed point
+#   det     resihp, fault tolerant + deterministic fixed point (int64 sums,
+#           int32 on the wire where exact)
 #   mac     ft with mac-data: a MAC over every gradient byte (all modes MAC
 #           control frames and frame headers)
 #   mactcp  the same over TCP only
@@ -38,12 +43,12 @@ while [ $# -gt 0 ]; do
   case $1 in
     --quick|--full) size=$1 ;;
     --ranks) ranks=$2; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "resihp-bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
-cols="ft fttcp ftip noft det mac mactcp"
+cols="ft ring 1copy fttcp ftip noft det mac mactcp"
 bench=$build/tools/resihp-bench-allreduce
 mpib=$build/tools/resihp-bench-mpi
 [ -x "$bench" ] || { echo "resihp-bench.sh: build first (make -C $build)" >&2; exit 1; }

@@ -727,11 +727,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  signal(SIGPIPE, SIG_IGN);
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
-}
+int main(void) { return run_suite(suite()); }

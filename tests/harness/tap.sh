@@ -26,7 +26,9 @@ start_watchdog() {
   watchdog_pid=$!
 }
 
-cluster() { LAB=$lab "$HARNESS/lab-cluster.sh" "$@"; }
+# The daemons must not inherit the lock (fd 9): a test killed before its
+# clean-up would leave them holding it, and every later test waiting.
+cluster() { LAB=$lab "$HARNESS/lab-cluster.sh" "$@" 9>&-; }
 
 cleanup() {
   local rc=$?
@@ -109,6 +111,14 @@ revive_nodes() {
 start_cluster() {
   exec 9>"${TMPDIR:-/tmp}/resihp-lab.lock"
   flock -w 600 9 || { echo "Bail out! cannot lock the lab cluster"; exit 1; }
+  # With the lock ours, a cluster still up on the default ports belongs to a
+  # test killed before its clean-up (a make timeout): stop it.
+  local old
+  for old in "${TMPDIR:-/tmp}"/resihp-lab.*/; do
+    grep -qsx 'SlurmctldPort=6817' "$old/etc/slurm.conf" || continue
+    compgen -G "$old/run/*.pid" >/dev/null || continue
+    LAB=${old%/} "$HARNESS/lab-cluster.sh" stop >/dev/null 2>&1 9>&-
+  done
   lab=$(mktemp -d "${TMPDIR:-/tmp}/resihp-lab.XXXXXX")
   chmod 755 "$lab"
   trap cleanup EXIT INT TERM

@@ -172,10 +172,35 @@ double value(int world_rank, size_t i) {
   return (double)((world_rank + 1) * (int)(i % 13 + 1)) - 7.0;
 }
 
+int64_t fixed_value(int world_rank, size_t i) {
+  return (int64_t)value(world_rank, i) * ((int64_t)1 << 20) + (int64_t)(i % 7);
+}
+
+/* FIXED64: exact integers, so SUM is exact and AVG rounds toward zero like
+ * the library. */
+static int check_fixed(const int64_t *buf, size_t count, resihp_op_t op,
+                       uint64_t members, int nmembers) {
+  for (size_t i = 0; i < count; i++) {
+    int64_t want = 0;
+    for (int r = 0; r < 64; r++)
+      if (members >> r & 1)
+        want += fixed_value(r, i);
+    if (op == RESIHP_OP_AVG)
+      want /= nmembers;
+    if (buf[i] != want) {
+      fprintf(stderr, "fixed mismatch at %zu\n", i);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 void fill(void *buf, size_t count, resihp_dtype_t dt, int wr) {
   for (size_t i = 0; i < count; i++) {
     double v = value(wr, i);
-    if (dt == RESIHP_FLOAT32)
+    if (dt == RESIHP_FIXED64)
+      ((int64_t *)buf)[i] = fixed_value(wr, i);
+    else if (dt == RESIHP_FLOAT32)
       ((float *)buf)[i] = (float)v;
     else if (dt == RESIHP_FLOAT64)
       ((double *)buf)[i] = v;
@@ -186,6 +211,8 @@ void fill(void *buf, size_t count, resihp_dtype_t dt, int wr) {
 
 int check(const void *buf, size_t count, resihp_dtype_t dt, resihp_op_t op,
           uint64_t members, int nmembers) {
+  if (dt == RESIHP_FIXED64)
+    return check_fixed(buf, count, op, members, nmembers);
   for (size_t i = 0; i < count; i++) {
     double want = 0;
     for (int r = 0; r < 64; r++)

@@ -60,6 +60,8 @@ void put_record(resihp_comm_t *c, int attempts, double fail_ms);
 /* Exactly representable contributions: the float sum is exact whatever the
  * order, so results can be compared with ==. */
 double value(int world_rank, size_t i);
+/* For RESIHP_FIXED64: the same in 20 fraction bits, plus a few low bits. */
+int64_t fixed_value(int world_rank, size_t i);
 void fill(void *buf, size_t count, resihp_dtype_t dt, int wr);
 /* Check buf against the sum over the world ranks in members. */
 int check(const void *buf, size_t count, resihp_dtype_t dt, resihp_op_t op,

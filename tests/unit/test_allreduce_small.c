@@ -35,36 +35,6 @@ static void count_hook(resihp_comm_t *c, int stage) {
 static const resihp_dtype_t all_dtypes[] = {RESIHP_FLOAT32, RESIHP_BFLOAT16,
                                             RESIHP_FLOAT64, RESIHP_FIXED64};
 
-/* rank_group's exact values, and for FIXED64 the same in 20 fraction bits
- * (exact integers: SUM exact, AVG rounds toward zero like the library). */
-static void fill_any(void *buf, size_t count, resihp_dtype_t dt, int wr) {
-  if (dt != RESIHP_FIXED64) {
-    fill(buf, count, dt, wr);
-    return;
-  }
-  for (size_t i = 0; i < count; i++)
-    ((int64_t *)buf)[i] = (int64_t)(value(wr, i) * (1 << 20));
-}
-
-static int check_any(const void *buf, size_t count, resihp_dtype_t dt,
-                     resihp_op_t op, uint64_t members, int nmembers) {
-  if (dt != RESIHP_FIXED64)
-    return check(buf, count, dt, op, members, nmembers);
-  for (size_t i = 0; i < count; i++) {
-    int64_t want = 0;
-    for (int r = 0; r < 64; r++)
-      if (members >> r & 1)
-        want += (int64_t)(value(r, i) * (1 << 20));
-    if (op == RESIHP_OP_AVG)
-      want /= nmembers;
-    if (((const int64_t *)buf)[i] != want) {
-      fprintf(stderr, "fixed mismatch at %zu\n", i);
-      return 1;
-    }
-  }
-  return 0;
-}
-
 /* ---- correctness: every length up to the threshold, every type ---------- */
 
 static int rank_lengths(int rank, int n, void *arg) {
@@ -82,22 +52,22 @@ static int rank_lengths(int rank, int n, void *arg) {
       fprintf(stderr, "rank %d: threshold %zu elements too low\n", rank, top);
       return 1;
     }
-    size_t counts[] = {0, 1, (size_t)n - 1, (size_t)n + 1, 1000 % top, top,
-                       top + 1};
+    size_t counts[] = {0,          1,   (size_t)n - 1, (size_t)n + 1,
+                       1000 % top, top, top + 1};
     for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
       for (int op = 0; op < 2; op++)
         for (int inplace = 0; inplace < 2; inplace++) {
           size_t cnt = counts[k];
           uint8_t *in = malloc(cnt * 8 + 8), *out = malloc(cnt * 8 + 8);
-          fill_any(in, cnt, dt, rank);
+          fill(in, cnt, dt, rank);
           int before = small_calls;
           int rc = inplace ? resihp_allreduce(c, in, cnt, dt, (resihp_op_t)op)
                            : resihp_allreduce_to(c, in, out, cnt, dt,
                                                  (resihp_op_t)op);
           int want_small = cnt > 0 && cnt <= top;
           if (rc ||
-              check_any(inplace ? in : out, cnt, dt, (resihp_op_t)op,
-                        view_mask(c), n) ||
+              check(inplace ? in : out, cnt, dt, (resihp_op_t)op, view_mask(c),
+                    n) ||
               (small_calls > before) != want_small) {
             fprintf(stderr,
                     "rank %d count %zu dtype %d op %d in place %d: %s (small "
@@ -164,7 +134,8 @@ static int rank_bitwise(int rank, int n, void *arg) {
     d[i] = v * 1.000000001;
     h[i] = resihp_bf16_from_float((float)v);
   }
-  float *fo = malloc(RCOUNT * sizeof(float)), *fr = malloc(RCOUNT * sizeof(float));
+  float *fo = malloc(RCOUNT * sizeof(float)),
+        *fr = malloc(RCOUNT * sizeof(float));
   double *dout = malloc(RCOUNT * sizeof(double));
   uint16_t *ho = malloc(RCOUNT * sizeof(uint16_t));
   int rc = resihp_allreduce_to(c, f, fo, RCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM);
@@ -252,7 +223,8 @@ static int rank_kill(int rank, int n, void *arg) {
   detect_ms = DETECT_MS;
   if (make_comm(rank, n, SECRET, 65536, 0, &c))
     return 1;
-  float *buf = malloc(KCOUNT * sizeof(float)), *orig = malloc(KCOUNT * sizeof(float));
+  float *buf = malloc(KCOUNT * sizeof(float)),
+        *orig = malloc(KCOUNT * sizeof(float));
   fill(buf, KCOUNT, RESIHP_FLOAT32, rank);
   if (resihp_allreduce(c, buf, KCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM) ||
       check(buf, KCOUNT, RESIHP_FLOAT32, RESIHP_OP_SUM, view_mask(c), n)) {
@@ -325,16 +297,16 @@ static int rank_kill(int rank, int n, void *arg) {
 }
 
 static const struct kill_sc kill_scenarios[] = {
-    {2, 1, 0, HOOK_KILL, 0},     /* before its only send */
-    {2, 0, 1, HOOK_KILL, 0},     /* everything arrived, before DONE */
-    {3, 2, 1, HOOK_KILL, 0},     /* between two sends */
-    {4, 1, -1, HOOK_KILL, 0},    /* random stage */
-    {5, 3, -1, HOOK_KILL, 1},    /* TCP */
+    {2, 1, 0, HOOK_KILL, 0},  /* before its only send */
+    {2, 0, 1, HOOK_KILL, 0},  /* everything arrived, before DONE */
+    {3, 2, 1, HOOK_KILL, 0},  /* between two sends */
+    {4, 1, -1, HOOK_KILL, 0}, /* random stage */
+    {5, 3, -1, HOOK_KILL, 1}, /* TCP */
     {8, 5, -1, HOOK_KILL, 0},
-    {6, 0, -1, HOOK_KILL, 2},    /* mac-data */
-    {3, 1, -1, HOOK_STOP, 0},    /* hangs: the detection bound */
+    {6, 0, -1, HOOK_KILL, 2}, /* mac-data */
+    {3, 1, -1, HOOK_STOP, 0}, /* hangs: the detection bound */
     {5, 4, -1, HOOK_STOP, 1},
-    {4, 2, 0, OUTSIDE_KILL, 0},  /* at any moment, from another rank */
+    {4, 2, 0, OUTSIDE_KILL, 0}, /* at any moment, from another rank */
     {7, 6, 0, OUTSIDE_KILL, 1},
     {4, 1, 0, OUTSIDE_STOP, 0},
 };
@@ -348,7 +320,9 @@ START_TEST(small_kill) {
     sc.stage = -1; /* the hook stays quiet */
   fprintf(stderr, "small kill scenario %d: n=%d victim=%d stage=%d how=%d %s\n",
           _i, sc.n, sc.victim, sc.stage, (int)sc.how,
-          sc.tcp == 1 ? "tcp" : sc.tcp == 2 ? "shm, mac-data" : "shm");
+          sc.tcp == 1   ? "tcp"
+          : sc.tcp == 2 ? "shm, mac-data"
+                        : "shm");
   transport = sc.tcp == 1 ? 1 : -1;
   mac_data = sc.tcp == 2;
   small_max = -1;
@@ -386,12 +360,9 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, small_lengths, 0, 16);
   tcase_add_loop_test(tc, small_bitwise_equal, 0, 12);
-  tcase_add_loop_test(tc, small_kill, 0,
-                      (int)(sizeof(kill_scenarios) / sizeof(kill_scenarios[0])));
+  tcase_add_loop_test(
+      tc, small_kill, 0,
+      (int)(sizeof(kill_scenarios) / sizeof(kill_scenarios[0])));
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return run_suite(s);
 }

@@ -7,6 +7,7 @@ dropout masks and optimizer as reference.py and ddp_gloo.py; the gradient
 exchange, the assignment of microbatches, recovery from a failed replica
 and the catch-up of a replacement are resihp.torch's Trainer's."""
 import os
+import signal
 import sys
 import time
 
@@ -27,6 +28,18 @@ def test_fault(args, model):
         model.to("meta")
 
 
+def hold(spec, index, replica):
+    if not spec:
+        return
+    at, who, path = spec.split(":", 2)
+    if index == int(at) and replica == int(who):
+        with open(path + ".tmp", "w") as f:
+            f.write("%d\n" % os.getpid())
+        os.rename(path + ".tmp", path)  # whole, once it exists
+        while True:
+            signal.pause()
+
+
 def main():
     p = common.parser(__doc__.split("\n")[0])
     p.add_argument("--mode", choices=("deterministic", "float32", "bfloat16"),
@@ -43,6 +56,11 @@ def main():
                    help="rehearse a program error (tests): replicas "
                    "initialised differently, a replacement whose received "
                    "state is corrupt, a model not on the CPU")
+    p.add_argument("--test-hold", metavar="STEP:REPLICA:FILE",
+                   help="tests: replica REPLICA writes its pid to FILE at "
+                   "the start of step STEP and waits there for a signal "
+                   "from outside (so that a test's SIGKILL or SIGSTOP lands "
+                   "mid-run however fast the steps are)")
     args = p.parse_args()
     model, opt, sched, corpus = common.setup(args)
     test_fault(args, model)
@@ -62,6 +80,7 @@ def main():
         tr.state.load = corrupt_then_load
     losses, times = [], []
     for step in tr:
+        hold(args.test_hold, step.index, tr.replica)
         t0 = time.perf_counter()
         for mb in step:  # the Trainer has seeded torch's RNG for mb
             x, y = corpus.microbatch(step.index, mb, args.batch, args.ctx,

@@ -1709,7 +1709,11 @@ static int rank_mismatch(int rank, int n, void *arg) {
     if (!rc)
       rc = k == 3 ? resihp_allreduce(c, b, 1000, RESIHP_FLOAT32, RESIHP_OP_SUM)
                   : resihp_recv(c, 1, b, 1);
-    if (rc != RESIHP_EPEER && rc != RESIHP_ETIMEDOUT) {
+    /* k == 3 is a small all-reduce (direct exchange): the receiver sent its
+     * contribution before it met the stray frame, and a member that dies
+     * after that counts as done (allreduce.h, "Outcome"), so success is
+     * right too when its death is seen before its abort. */
+    if (rc != RESIHP_EPEER && rc != RESIHP_ETIMEDOUT && !(k == 3 && !rc)) {
       fprintf(stderr, "sender after a mismatch: %s\n", resihp_err_name(rc));
       return 1;
     }

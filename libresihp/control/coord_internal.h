@@ -42,7 +42,8 @@
 #define MAX_STEPS 1000000000L
 
 enum { R_NONE, R_JOINING, R_MEMBER, R_GONE };
-enum { P_BARRIER, P_SETUP, P_RUN, P_END };
+/* P_FREE: the members run free after START run=1 (coord_schedule.c) */
+enum { P_BARRIER, P_SETUP, P_RUN, P_END, P_FREE };
 
 typedef struct {
   int state;
@@ -168,6 +169,11 @@ struct resihp__coord {
   long long *tuples; /* M*5: one parsed PERF or WL list */
   char *val;         /* one PERF or WL list as received */
   long samples, costed, swaps;
+  /* free-running (coord_schedule.c): HOLD sent in this run; protocol
+   * lines received and sent but heartbeats, and of those received the
+   * time-based reports (PROG, PERF) */
+  int held;
+  long lines_rx, lines_tx, lines_timed;
 };
 
 /* The coordinator's log lines (subsystem "coord"). */
@@ -190,6 +196,11 @@ void resihp__coord_send_go(resihp__coord_t *c);
 void resihp__coord_advance(resihp__coord_t *c);
 void resihp__coord_lose(resihp__coord_t *c, const char *why);
 int resihp__coord_ensure_steps(resihp__coord_t *c, long n);
+/* Free run: a member says it is at step t, so every step before t is
+ * committed (with the run's owners); no-op outside a free run. */
+void resihp__coord_free_to(resihp__coord_t *c, long t);
+/* Free run: the coordinator needs the next boundary (HOLD, once). */
+void resihp__coord_hold(resihp__coord_t *c, const char *why);
 
 /* coord_rounds.c */
 void resihp__coord_free_rounds(resihp__coord_t *c);

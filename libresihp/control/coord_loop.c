@@ -30,6 +30,7 @@ void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line) {
   rep_t *p = &c->reps[r];
   if (p->conn < 0)
     return;
+  c->lines_tx += strcmp(line, "HB") != 0;
   if (resihp__wire_send(&c->conns[p->conn].w, line, resihp__now_ms() + 2000) <
       0)
     logc(RESIHP_LOG_WARN, "cannot send to replica %d", r);

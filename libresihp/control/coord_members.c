@@ -93,6 +93,8 @@ void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why) {
     c->o.on_failed(c->o.ud, r, p->node, p->jobid, p->stepid, why);
   if (was_member && c->phase == P_SETUP)
     resihp__coord_send_go(c); /* a new epoch without it */
+  if (was_member)
+    resihp__coord_hold(c, "a member failed"); /* free run: a new epoch */
 }
 
 void resihp__coord_mark_failed(resihp__coord_t *c, int r, const char *why) {

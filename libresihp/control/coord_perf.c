@@ -251,9 +251,14 @@ int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc) {
 /* A step committed: judge it now when all its samples are in (each leader
  * sent its PERF before its next BEGIN; the other ranks' come through their
  * leader's relay and may be later: then the next step's first sample
- * judges it), and count the steps each member has been slow. */
+ * judges it), and count the steps each member has been slow. Free-running,
+ * a rank sends the samples of about one step a second (the same steps on
+ * every rank, recovery/job_perf.c): a slowdown is then confirmed after
+ * confirm_iters sampled steps, seconds rather than steps. */
 void resihp__coord_perf_commit(resihp__coord_t *c) {
-  if (c->det && c->K == 1)
+  /* free-running, only some steps have samples, which may come after
+   * their commit: the next sampled step's first sample judges them */
+  if (c->det && c->K == 1 && c->phase != P_FREE)
     resihp_detector_end_iter(c->det, (uint64_t)c->step);
   for (int i = 0; i < c->nmembers; i++) {
     rep_t *p = &c->reps[c->members[i]];

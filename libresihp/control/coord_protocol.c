@@ -311,8 +311,28 @@ static void on_abort(resihp__coord_t *c, int k, int r, const char *msg) {
          "replica %d",
          c->step, r);
   c->stop = 1;
+  resihp__coord_hold(c, "a replica stopped the run");
   if (c->phase == P_SETUP)
     c->phase = P_BARRIER;
+}
+
+/* Free-running, a member's word says how far the members are: every step
+ * before t is committed (coord_schedule.c). PROG and PERF (of step t - 1)
+ * come from a rank that agreed with every other to go on; BEGIN, FAULT
+ * and RECOVER (coord_rounds.c) from one whose last step committed. */
+static void free_progress(resihp__coord_t *c, int r, const char *msg,
+                          long plus) {
+  long t;
+  if (c->phase == P_FREE && resihp__coord_is_member(c, r) &&
+      !resihp__wire_get_range(msg, "step", 0, c->S, &t))
+    resihp__coord_free_to(c, t + plus);
+}
+
+/* Free-running, a replica turned slow: its quota must change. */
+static void hold_if_slow(resihp__coord_t *c) {
+  for (int i = 0; c->phase == P_FREE && i < c->nmembers; i++)
+    if (c->reps[c->members[i]].slow > 1)
+      resihp__coord_hold(c, "a member is slow");
 }
 
 void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
@@ -321,6 +341,7 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
     c->reps[r].last_life = resihp__now_ms();
   if (!strncmp(msg, "HB", 2) && (msg[2] == '\0' || msg[2] == ' '))
     return;
+  c->lines_rx++;
   if (r < 0) {
     if (!strncmp(msg, "HELLO ", 6))
       on_hello(c, k, msg);
@@ -335,6 +356,7 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   rep_t *p = &c->reps[r];
   long v;
   if (!strncmp(msg, "BEGIN ", 6)) {
+    free_progress(c, r, msg, 0);
     if (resihp__wire_get_range(msg, "step", -1, c->step + 1, &v)) {
       resihp__coord_refuse(c, k, "bad-begin", 1, msg);
       return;
@@ -343,6 +365,13 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
       p->begun = v;
     else if (p->state == R_JOINING)
       p->waiting = 1;
+    if (p->state == R_JOINING)
+      resihp__coord_hold(c, "a replica waits to join");
+    else if (c->phase == P_FREE && resihp__coord_is_member(c, r))
+      c->phase = P_BARRIER; /* the run is over: back to the barrier */
+  } else if (!strncmp(msg, "PROG ", 5)) {
+    c->lines_timed++;
+    free_progress(c, r, msg, 0);
   } else if (!strncmp(msg, "READY ", 6) || !strncmp(msg, "RESYNC ", 7)) {
     int ready = msg[2] == 'A';
     if (resihp__wire_get_range(msg, "epoch", 0, UINT32_MAX, &v)) {
@@ -364,10 +393,14 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   } else if (!strncmp(msg, "RECOVER ", 8)) {
     resihp__coord_on_recover(c, k, r, msg);
   } else if (!strncmp(msg, "PERF ", 5)) {
+    c->lines_timed++;
+    free_progress(c, r, msg, 1);
     resihp__coord_on_perf(c, k, r, msg);
+    hold_if_slow(c);
   } else if (!strncmp(msg, "WL ", 3)) {
     resihp__coord_on_wl(c, k, r, msg);
   } else if (!strncmp(msg, "FAULT ", 6)) {
+    free_progress(c, r, msg, 0);
     on_fault_report(c, r, msg);
   } else if (!strncmp(msg, "CATCHUP_FAILED", 14)) {
     logc(RESIHP_LOG_WARN,

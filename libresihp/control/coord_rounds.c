@@ -174,6 +174,15 @@ void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
     inview[v[i]] = 1;
   }
   free(v);
+  /* free-running: the steps before s are committed; s is recovered as
+   * any step is, and the run is over (its group changed) */
+  if (!bad && inview[r] && c->phase == P_FREE &&
+      resihp__coord_is_member(c, r) && s >= c->step && s < c->S) {
+    resihp__coord_free_to(c, s);
+    if (c->state != RESIHP__COORD_RUNNING)
+      return;
+    c->phase = P_RUN;
+  }
   if (bad || !inview[r] || s > c->step) {
     resihp__coord_refuse(c, k, "bad-recover", 1, msg);
     return;

@@ -12,6 +12,22 @@
  * source (serve=). A RECOVER may move microbatches within the step
  * (coord_rounds.c); the step commits once every member has begun the next
  * one, and the ledger file, if any, gets its owners.
+ *
+ * Free-running. When nothing is pending that needs a boundary (nobody
+ * joins or catches up, no stop, no slow member, not the last step, and an
+ * assignment that stays the same from step to step: not by predicted
+ * cost, which needs each step's workloads), START says run=1: the members
+ * go on step after step with the same microbatches and say nothing (see
+ * recovery/job_step.c), and the phase is P_FREE. The coordinator's step
+ * then lags theirs; what a member says tells it how far they are, and each
+ * step before that is committed with the run's owners, in order
+ * (resihp__coord_free_to): PROG step=t (about once a second), PERF of a
+ * step, FAULT, RECOVER step=t (the step is then recovered as usual, in
+ * P_RUN) and BEGIN step=t, which ends the run. When the coordinator needs
+ * a boundary (a joiner, an expected replacement, a stop, a member's death
+ * or slowness) it says HOLD once to every member (resihp__coord_hold):
+ * the members agree to say BEGIN at the end of the step in which one of
+ * them heard it.
  */
 #include "config.h"
 
@@ -60,6 +76,30 @@ int resihp__coord_ensure_steps(resihp__coord_t *c, long n) {
   return 0;
 }
 
+/* Whether the members may run free from this step: see above. */
+static int may_run_free(const resihp__coord_t *c, int nc) {
+  if (c->o.lockstep || c->stop || c->step + 1 >= c->S ||
+      nc != c->nmembers || c->wl_asked >= 0)
+    return 0;
+  for (int r = 0; r < c->R; r++) {
+    const rep_t *p = &c->reps[r];
+    if (p->expected || p->state == R_JOINING || p->catchup_failed ||
+        (p->state == R_MEMBER && p->slow > 1))
+      return 0;
+  }
+  return 1;
+}
+
+void resihp__coord_hold(resihp__coord_t *c, const char *why) {
+  if (c->phase != P_FREE || c->held)
+    return;
+  c->held = 1;
+  logc(RESIHP_LOG_DEBUG, "free run held after step %ld (%s): HOLD to %d "
+       "replicas", c->step, why, c->nmembers);
+  for (int i = 0; i < c->nmembers; i++)
+    resihp__coord_send_to(c, c->members[i], "HOLD");
+}
+
 static void start_step(resihp__coord_t *c) {
   int contrib[MAXR];
   int nc = contributors(c, contrib);
@@ -90,6 +130,7 @@ static void start_step(resihp__coord_t *c) {
     resihp__coord_lose(c, "out of memory");
     return;
   }
+  int run = may_run_free(c, nc);
   for (int i = 0; i < c->nmembers; i++) {
     int r = c->members[i];
     rep_t *p = &c->reps[r];
@@ -105,6 +146,8 @@ static void start_step(resihp__coord_t *c) {
     p->quota = nq;
     if (r == c->wl_asked)
       resihp__wire_buf_printf(&b, " wl=1");
+    if (run)
+      resihp__wire_buf_printf(&b, " run=1");
     if (p->catching) {
       resihp__wire_buf_printf(&b, " catchup=1");
     } else {
@@ -138,6 +181,12 @@ static void start_step(resihp__coord_t *c) {
     resihp__wire_buf_free(&b);
   }
   free(mine);
+  if (run) {
+    c->phase = P_FREE;
+    c->held = 0;
+    logc(RESIHP_LOG_DEBUG, "step %ld: %d replicas run free", c->step,
+         c->nmembers);
+  }
 }
 
 static void commit_step(resihp__coord_t *c) {
@@ -157,6 +206,23 @@ static void commit_step(resihp__coord_t *c) {
   c->phase = P_BARRIER;
   if (resihp__coord_ensure_steps(c, c->step + 1))
     resihp__coord_lose(c, "out of memory");
+}
+
+void resihp__coord_free_to(resihp__coord_t *c, long t) {
+  if (c->phase != P_FREE || c->state != RESIHP__COORD_RUNNING)
+    return;
+  if (t > c->S)
+    t = c->S;
+  long from = c->step;
+  if (t <= from || resihp__coord_ensure_steps(c, t + 1))
+    return;
+  /* the steps in between started at times unknown: evenly spread */
+  int64_t t0 = c->start_ms[from], now = resihp__now_ms();
+  while (c->step < t && c->state == RESIHP__COORD_RUNNING) {
+    commit_step(c);
+    c->phase = P_FREE;
+    c->start_ms[c->step] = t0 + (now - t0) * (c->step - from) / (t - from);
+  }
 }
 
 /* Every member has committed the last step: DONE instead of GO, to the
@@ -202,18 +268,27 @@ void resihp__coord_stop(resihp__coord_t *c) {
   if (!c->stop)
     logc(RESIHP_LOG_INFO, "stop asked: step %ld is the last to start", c->step);
   c->stop = 1;
+  resihp__coord_hold(c, "stop asked");
   resihp__coord_advance(c);
 }
 
 void resihp__coord_expect(resihp__coord_t *c, int replica, int on) {
   if (replica >= 0 && replica < c->R)
     c->reps[replica].expected = on;
+  if (on)
+    resihp__coord_hold(c, "a replacement is expected");
   resihp__coord_advance(c);
 }
 
 /* Move the state machine on as far as the replicas let it. */
 void resihp__coord_advance(resihp__coord_t *c) {
   for (int guard = 0; guard < 8 && c->state == RESIHP__COORD_RUNNING; guard++) {
+    if (c->phase == P_FREE) {
+      /* the members say when the run ends (BEGIN) */
+      if (c->nmembers == 0)
+        resihp__coord_lose(c, "every replica failed");
+      return;
+    }
     if (c->phase == P_RUN) {
       resihp__coord_decide_rounds(c);
       if (c->state != RESIHP__COORD_RUNNING || c->phase != P_RUN)
@@ -292,4 +367,16 @@ void resihp__coord_advance(resihp__coord_t *c) {
     }
     resihp__coord_send_go(c);
   }
+}
+
+void resihp__coord_lines(const resihp__coord_t *c, long *rx, long *tx,
+                         long *timed) {
+  *rx = c->lines_rx;
+  *tx = c->lines_tx;
+  if (timed)
+    *timed = c->lines_timed;
+  logc(RESIHP_LOG_DEBUG,
+       "protocol lines but heartbeats: %ld received (%ld time-based "
+       "reports), %ld sent, at step %ld",
+       c->lines_rx, c->lines_timed, c->lines_tx, c->step);
 }

@@ -32,6 +32,29 @@
  *   (the next BEGIN s+1 commits step s in the ledger)
  *   coord -> DONE instead of GO when s reaches the number of steps.
  *
+ * Free-running. START may end with run=1 when the coordinator needs no
+ * boundary for a while (nobody joins or catches up, no stop, not the last
+ * step, an assignment that stays the same: equal counts or counts by
+ * speed with every replica healthy; never with assignment by predicted
+ * cost, which needs each step's workloads). The members then go on step
+ * after step with the same microbatches and group, without BEGIN, GO or
+ * START, and agree at the end of every step, over their own all-reduce,
+ * whether to go on (recovery/job_step.c). Meanwhile:
+ *
+ *   rank  -> PROG step=s   (from the leader of the first member, at most
+ *            about once a second: every step before s is committed)
+ *   rank  -> PERF ...      (every rank, the samples of the steps they
+ *            agreed on, about one a second)
+ *   coord -> HOLD          (once per run: a replica waits to join, a
+ *            replacement is expected, a stop, a member failed or turned
+ *            slow; the members end the run at the end of the step in
+ *            which a leader heard it)
+ *
+ * The run ends with BEGIN s as above (every member at the same s: the
+ * steps before s commit with the run's owners), or within a step with
+ * RECOVER step=s, which commits the steps before s and is then handled as
+ * in any step. FAULT step=s says the steps before s are committed too.
+ *
  * Also: HB both ways (liveness), FAULT kind=... (an injected fault is
  * about to fire), CATCHUP_FAILED (a replacement lost its source and waits
  * to be admitted again), FINISH result=... at the end, and for replicas
@@ -121,6 +144,9 @@ typedef struct {
    * spare_free says whether the launcher has a spare now (NULL: never). */
   double swap_cost_s;
   int (*spare_free)(void *ud);
+  /* 1: never free-running (START never says run=1): every step through
+   * the coordinator, as benchmarks compare. */
+  int lockstep;
 } resihp__coord_opts_t;
 
 enum {
@@ -209,5 +235,11 @@ int resihp__coord_replica_speed(const resihp__coord_t *c, int r, double *slow,
 
 int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
                           double *seconds_out);
+
+/* Protocol lines received and sent so far, heartbeats not counted; timed
+ * (may be NULL) gets how many of those received were time-based reports
+ * of free runs (PROG, PERF), whose number grows with time, not steps. */
+void resihp__coord_lines(const resihp__coord_t *c, long *rx, long *tx,
+                         long *timed);
 
 #endif

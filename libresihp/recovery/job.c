@@ -434,7 +434,9 @@ int resihp_job_end_step(resihp_job_t *j) {
     return RESIHP_ESTATE;
   j->in_step = 0;
   j->st = NULL;
-  return 0;
+  /* free-running: whether the next step goes on without the coordinator
+   * (job_step.c) */
+  return resihp__job_free_boundary(j);
 }
 
 void resihp_job_report_microbatch(resihp_job_t *j, int mb, double tokens,

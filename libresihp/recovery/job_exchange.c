@@ -112,6 +112,7 @@ static int recover(resihp_job_t *j, int nf) {
   if (!rc)
     rc = apply_view(j, in);
   free(in);
+  j->recovered = 1; /* the group changed: a free run ends with this step */
   if (!rc)
     rc = resihp__job_parse_mbs(j, j->msg, "extra", &j->extra, &j->nextra);
   if (rc == RESIHP_EEXCLUDED)

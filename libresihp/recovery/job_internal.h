@@ -135,6 +135,18 @@ struct resihp_job {
   resihp_job_workload_fn wl_fn;
   void *wl_ud;
   int wl_asked;
+
+  /* free-running (job_step.c): the coordinator said START run=1, and
+   * every boundary since agreed to go on without it; the step's
+   * recovery (job_exchange.c), a probe verdict found at end_step and
+   * returned by the next begin_step, whether this step's samples go to
+   * the coordinator (agreed: the same steps on every rank), and when
+   * this rank last sent PERF and PROG */
+  int run;
+  int recovered;
+  int probe_rc;
+  int perf_due;
+  int64_t last_perf_ms, last_prog_ms;
 };
 
 /* job.c: the coordinator link (leader). recv skips heartbeats; its
@@ -182,6 +194,13 @@ int resihp__job_accept_authed(resihp_job_t *j, resihp__wire_hs_t *hs, int lfd,
 /* job_perf.c: before BEGIN, the last step's samples (PERF, every rank)
  * and, if asked, the next step's workloads (WL, leader). */
 void resihp__job_send_perf(resihp_job_t *j);
+/* Free-running: at most one PERF (and PROG) per this many ms and rank. */
+#define RESIHP__JOB_REPORT_MS 1000
+
+/* job_step.c: the end of a free-running step: every rank of every member
+ * learns whether the run goes on (0) or the next step needs the
+ * coordinator; a negative code when this replica lost one of its ranks. */
+int resihp__job_free_boundary(resihp_job_t *j);
 
 /* job_catchup.c */
 int resihp__job_state_set(resihp_job_t *j, const resihp_job_buf_t *bufs, int n);

@@ -5,7 +5,12 @@
  * the next step's microbatches from the trainer's data loader (WL), so
  * that they can be assigned by predicted cost. Both are sent before the
  * next BEGIN; a rank other than the leader sends its PERF up the star,
- * and the leader's relay thread forwards it with the rank's index. */
+ * and the leader's relay thread forwards it with the rank's index.
+ * While the replicas run free (job_step.c) the samples of a step are sent
+ * only when the ranks agreed at its end that about a second has passed
+ * since the last ones (RESIHP__JOB_REPORT_MS): the same steps on every
+ * rank, so that the detector still compares peers on the same work, at
+ * O(1) lines a second instead of one per step. */
 #include "config.h"
 
 #include "job_internal.h"

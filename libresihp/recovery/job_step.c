@@ -15,6 +15,22 @@
  *              to replica r from a thread while it computes;
  *   DONE       training is over.
  *
+ * Free-running. START run=1 says the coordinator needs nothing of the
+ * following boundaries: nobody waits to join, nothing is caught up, the
+ * assignment stays the same. The job then says no BEGIN: at the end of
+ * each step (resihp__job_free_boundary, from resihp_job_end_step) every
+ * rank adds up over its shard group, then over its replica, whether the
+ * next step needs the coordinator: its leader heard a line other than HB
+ * (HOLD: a joiner, a stop, a death the coordinator learnt of), the run is
+ * at its last step, this step was recovered, a fault is planned for the
+ * next step or the node failed a periodic probe. Every rank of every
+ * member gets the same sum (a failed sum counts as non-zero: the fault-
+ * tolerant all-reduce fails on every survivor or on none), so they all go
+ * on with the same microbatch list, or all say BEGIN at the same step.
+ * Meanwhile the coordinator hears, at most about once a second, PROG
+ * step=s (from the leader of the first member: steps before s are
+ * committed) and PERF (the steps the same sum picked, on every rank).
+ *
  * Every agreement among the K ranks is an exact sum over the replica
  * communicator (resihp__job_replica_sum), called by all K ranks at the same
  * points because they follow the same lines. */
@@ -133,6 +149,7 @@ static int on_go(resihp_job_t *j) {
 static int enter_step(resihp_job_t *j, resihp_job_step_t *st, long s, int cu) {
   resihp__job_maybe_fire(j, s);
   j->in_step = 1;
+  j->recovered = 0;
   j->st = st;
   st->step = s;
   st->catching_up = cu;
@@ -186,9 +203,11 @@ static int on_start(resihp_job_t *j, resihp_job_step_t *st) {
   if (resihp__wire_get_long(j->msg, "step", &s) || s < 0)
     return RESIHP_EPROTO;
   resihp__wire_get_long(j->msg, "catchup", &cu);
-  long wl = 0;
+  long wl = 0, run = 0;
   resihp__wire_get_long(j->msg, "wl", &wl);
+  resihp__wire_get_long(j->msg, "run", &run);
   j->wl_asked = wl == 1;
+  j->run = run == 1 && !cu;
   if ((rc = resihp__job_parse_mbs(j, j->msg, "mbs", &j->mbs, &j->nmbs)))
     return rc;
   if (!j->comm)
@@ -213,6 +232,94 @@ static int on_start(resihp_job_t *j, resihp_job_step_t *st) {
   return enter_step(j, st, s, (int)cu);
 }
 
+/* A planned fault (not a slowdown) of this replica fires at step s: the
+ * coordinator must be at that step to take its announcement. */
+static int fault_planned(const resihp_job_t *j, long s) {
+  for (int i = 0; i < j->ninj; i++)
+    if (j->inj[i].kind != RESIHP__INJ_SLOW_RANK && !j->inj_fired[i] &&
+        j->inj[i].replica == j->replica && j->inj[i].step == s)
+      return 1;
+  return 0;
+}
+
+/* Leader: whether the coordinator said anything but heartbeats since the
+ * last boundary (HOLD, or it is gone), without waiting. Nothing else can
+ * be on the link here: GO, START, DONE and REASSIGN answer this leader's
+ * own BEGIN or RECOVER. */
+static int coordinator_spoke(resihp_job_t *j) {
+  if (j->lrank > 0)
+    return 0;
+  int said = resihp__wire_fill(&j->cw) < 0, t;
+  while ((t = resihp__wire_take(&j->cw, j->msg, RESIHP__JOB_MSG_MAX))) {
+    if (t == 1 && !strcmp(j->msg, "HB"))
+      continue;
+    said = 1;
+    resihp_log(RESIHP_LOG_DEBUG, "job",
+               "replica %d: the coordinator says '%.40s' at step %ld: the "
+               "free run ends",
+               j->replica, t == 1 ? j->msg : "(bad line)", j->step);
+  }
+  return said;
+}
+
+int resihp__job_free_boundary(resihp_job_t *j) {
+  if (!j->run)
+    return 0;
+  /* [0]: the next step needs the coordinator; [1]: samples are due */
+  int64_t v[2] = {0, 0}, now = resihp__now_ms();
+  v[0] = coordinator_spoke(j) || j->step + 1 >= j->o.steps || j->recovered ||
+         fault_planned(j, j->step + 1);
+  int rc;
+  if (!v[0] && (rc = resihp__job_check_probes(j))) {
+    j->probe_rc = rc; /* FAULT said; begin_step returns it */
+    v[0] = 1;
+  }
+  v[1] = now - j->last_perf_ms >= RESIHP__JOB_REPORT_MS;
+  if ((rc = resihp_allreduce(j->comm, v, 2, RESIHP_FIXED64, RESIHP_OP_SUM))) {
+    /* A member died after the step committed (its part of the step was
+     * complete, or the step would have failed): the survivors agree on who
+     * is left, and the coordinator, which learns of the death itself,
+     * makes the next epoch without it. */
+    int failed[64], nf = 0;
+    if (rc != RESIHP_EPEER && rc != RESIHP_ETIMEDOUT && rc != RESIHP_EPROTO)
+      return rc;
+    if ((rc = resihp_comm_shrink(j->comm, NULL, 0, failed, 64, &nf))) {
+      resihp_log(RESIHP_LOG_ERROR, "job",
+                 "replica %d: lost its group after step %ld (%s); leaving",
+                 j->replica, j->step, resihp_strerror(rc));
+      return rc;
+    }
+    v[0] = v[1] = 1;
+  }
+  if ((rc = resihp__job_replica_sum(j, v, 2)))
+    return rc;
+  j->run = v[0] == 0;
+  j->perf_due = !j->run || v[1] > 0;
+  if (j->perf_due)
+    j->last_perf_ms = now;
+  return 0;
+}
+
+/* The next step of a free run: the same microbatches and group, the
+ * samples when due, PROG now and then from the first member's leader. */
+static int free_step(resihp_job_t *j, resihp_job_step_t *st) {
+  int64_t now = resihp__now_ms();
+  if (j->perf_due)
+    resihp__job_send_perf(j);
+  if (j->lrank == 0 && j->nmembers > 0 && j->members[0] == j->replica &&
+      now - j->last_prog_ms >= RESIHP__JOB_REPORT_MS) {
+    char line[64];
+    snprintf(line, sizeof(line), "PROG step=%ld", j->step + 1);
+    j->last_prog_ms = now;
+    int rc = resihp__job_send(j, line);
+    if (rc)
+      return rc;
+  }
+  j->nextra = 0;
+  j->step++;
+  return enter_step(j, st, j->step, 0);
+}
+
 int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
   if (!j || !st)
     return RESIHP_EINVAL;
@@ -223,7 +330,13 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
   }
   resihp__job_serve_join(j);
   memset(st, 0, sizeof(*st));
-  int rc = resihp__job_check_probes(j);
+  int rc = j->probe_rc;
+  j->probe_rc = 0;
+  if (rc)
+    return rc;
+  if (j->run)
+    return free_step(j, st);
+  rc = resihp__job_check_probes(j);
   if (rc)
     return rc;
   resihp__job_send_perf(j);

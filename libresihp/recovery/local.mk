@@ -82,6 +82,11 @@ tests_unit_test_failslow_SOURCES = tests/unit/test_failslow.c
 tests_unit_test_failslow_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_failslow_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_failslow
+check_PROGRAMS += tests/unit/test_freerun
+tests_unit_test_freerun_SOURCES = tests/unit/test_freerun.c
+tests_unit_test_freerun_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_freerun_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_freerun
 endif
 
 dist_check_SCRIPTS += tests/integration/recovery.test \

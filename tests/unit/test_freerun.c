@@ -1,0 +1,454 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Free-running steps (coordinator.h, recovery/job_step.c): the real
+ * coordinator in this process, replicas of real forked ranks over
+ * loopback. Without failure the coordinator's protocol lines do not grow
+ * with the steps; a replica killed from outside in the middle of a free
+ * run is recovered within its step; a stop and a joiner end the run at a
+ * step boundary. Every run's result must be exactly that of a failure-free
+ * run (of the steps it did), and the ledger must hold every step once, in
+ * order, each microbatch with one replica.
+ *
+ * Events, not time: a rank of the "hooked" replica writes its pid to a
+ * pipe at the start of a chosen step and, if asked, waits there until the
+ * test answers (or kills it), so that what the test does lands in the
+ * middle of a free run however fast the steps go. */
+#include "config.h"
+
+#include "../../libresihp/control/coordinator.h"
+#include "../../libresihp/transport/mesh.h"
+
+#include <resihp.h>
+
+#include <check.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NB 4    /* the model: NB uint64 per shard */
+#define MBS 6   /* microbatches per step */
+#define MAXR 4  /* replicas */
+#define MAXK 2  /* ranks per replica */
+#define KEY "freerun-test-secret-0123456789"
+
+typedef struct {
+  int R, K;
+  long steps;
+  int lockstep;
+  /* the hook: replica hook_r's rank 0 says it reached step hook_step and
+   * waits for an answer when hook_wait (-1: no hook) */
+  int hook_r;
+  long hook_step;
+  int hook_wait;
+  /* replicas not started at first (they join later) */
+  int late[MAXR];
+} plan_t;
+
+static char g_secret[128], g_coord[64];
+static int g_hook_out[2], g_hook_in[2]; /* rank -> test, test -> rank */
+
+/* What microbatch mb adds to element i of shard sh in step s. */
+static int64_t contribution(long s, int mb, int i, int sh) {
+  return (s + 1) * 131 + (int64_t)mb * 17 * (i + 1) + sh * 3;
+}
+
+/* One element after a step: order matters (a real recurrence). */
+static uint64_t apply(uint64_t x, int64_t sum) {
+  return x * 6364136223846793005ULL + (uint64_t)sum;
+}
+
+static void result_text(const uint64_t *m, char *out, size_t n) {
+  snprintf(out, n, "%llx.%llx", (unsigned long long)m[0],
+           (unsigned long long)m[NB - 1]);
+}
+
+/* The replica's result after `steps` failure-free steps, as the
+ * coordinator shows it ("s0" or "s0/s1"). */
+static void reference(int K, long steps, char *out, size_t n) {
+  size_t off = 0;
+  for (int sh = 0; sh < K; sh++) {
+    uint64_t m[NB] = {0};
+    for (long s = 0; s < steps; s++)
+      for (int i = 0; i < NB; i++) {
+        int64_t a = 0;
+        for (int mb = 0; mb < MBS; mb++)
+          a += contribution(s, mb, i, sh);
+        m[i] = apply(m[i], a);
+      }
+    char one[64];
+    result_text(m, one, sizeof(one));
+    off += (size_t)snprintf(out + off, n - off, "%s%s", sh ? "/" : "", one);
+  }
+}
+
+/* The hooked rank: its pid to the test, then (hook_wait) one byte back. */
+static void hook(const plan_t *p) {
+  pid_t me = getpid();
+  if (write(g_hook_out[1], &me, sizeof(me)) != sizeof(me))
+    _exit(40);
+  char b;
+  if (p->hook_wait && read(g_hook_in[0], &b, 1) != 1)
+    _exit(41);
+}
+
+static int rank_main(const plan_t *p, int replica) {
+  resihp_job_opts_t o;
+  resihp_job_opts_init(&o);
+  o.microbatches = MBS;
+  o.steps = p->steps;
+  o.coordinator = g_coord;
+  o.replica = replica;
+  o.secret_file = g_secret;
+  o.inject = "";
+  o.timeout_ms = 20000;
+  uint64_t m[NB] = {0};
+  int64_t acc[NB];
+  resihp_job_buf_t sb = {m, sizeof(m)};
+  o.state = &sb;
+  o.nstate = 1;
+  resihp_job_t *job;
+  if (resihp_job_join(&o, &job))
+    return 10;
+  int sh = resihp_job_shard(job);
+  resihp_job_step_t st;
+  int rc;
+  while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
+    if (replica == p->hook_r && sh == 0 && st.step == p->hook_step)
+      hook(p);
+    memset(acc, 0, sizeof(acc));
+    usleep(2000);
+    for (int k = 0; k < st.nmbs; k++)
+      for (int i = 0; i < NB; i++)
+        acc[i] += contribution(st.step, st.mbs[k], i, sh);
+    while ((rc = resihp_job_allreduce(job, acc, NB)) == RESIHP_EREASSIGNED)
+      for (int k = 0; k < st.nextra; k++)
+        for (int i = 0; i < NB; i++)
+          acc[i] += contribution(st.step, st.extra[k], i, sh);
+    if (rc)
+      return 11;
+    for (int i = 0; i < NB; i++)
+      m[i] = apply(m[i], acc[i]);
+    if (resihp_job_end_step(job))
+      return 12;
+  }
+  if (rc)
+    return 13;
+  char res[64];
+  result_text(m, res, sizeof(res));
+  resihp_job_finish(job, res);
+  resihp_job_destroy(job);
+  return 0;
+}
+
+/* The K ranks of a replica, as the tasks of one Slurm step (they find
+ * their rank 0 through the coordinator). */
+static void spawn(const plan_t *p, int r, pid_t *pids) {
+  char v[16];
+  unsetenv("PMIX_RANK");
+  snprintf(v, sizeof(v), "%d", p->K);
+  setenv("SLURM_NTASKS", v, 1);
+  for (int k = 0; k < p->K; k++) {
+    snprintf(v, sizeof(v), "%d", k);
+    setenv("SLURM_PROCID", v, 1);
+    pids[k] = fork();
+    if (pids[k] == 0)
+      _exit(rank_main(p, r));
+  }
+  unsetenv("SLURM_PROCID");
+  unsetenv("SLURM_NTASKS");
+}
+
+typedef struct {
+  pid_t pids[MAXR][MAXK];
+  int failed[MAXR];
+  int K;
+} kids_t;
+
+static void on_failed(void *ud, int r, const char *node, long j, long s,
+                      const char *why) {
+  (void)node, (void)j, (void)s, (void)why;
+  kids_t *h = ud;
+  h->failed[r]++;
+  for (int k = 0; k < h->K; k++)
+    kill(h->pids[r][k], SIGKILL); /* never alive twice; no replacement */
+}
+
+/* What a run left: the summary, counts, and the ledger checked. */
+typedef struct {
+  char summary[8192];
+  long steps, rx, tx, timed;
+  double seconds;
+  int ledger_ok;
+  /* steps in which each replica computed something, and the first step
+   * in which it computed nothing after having done so */
+  long owned[MAXR];
+  long lost_at[MAXR];
+} outcome_t;
+
+/* Every committed step once, in order, MBS owners each, all replicas in
+ * range; counts what each replica computed. */
+static int check_ledger(FILE *f, int R, outcome_t *out) {
+  rewind(f);
+  char line[512];
+  long want = 0;
+  for (int r = 0; r < R; r++)
+    out->lost_at[r] = -1;
+  while (fgets(line, sizeof(line), f)) {
+    char *q = line, *e;
+    long s = strtol(q, &e, 10);
+    if (e == q || s != want++)
+      return 0;
+    int n = 0, seen[MAXR] = {0};
+    for (q = e;; q = e) {
+      long o = strtol(q, &e, 10);
+      if (e == q)
+        break;
+      if (o < 0 || o >= R)
+        return 0;
+      seen[o] = 1;
+      n++;
+    }
+    if (n != MBS)
+      return 0;
+    for (int r = 0; r < R; r++) {
+      out->owned[r] += seen[r];
+      if (!seen[r] && out->owned[r] && out->lost_at[r] < 0)
+        out->lost_at[r] = s;
+    }
+  }
+  return want == out->steps;
+}
+
+/* What the test does when the hooked rank reports (its pid). */
+typedef void (*on_hook_fn)(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                           pid_t who);
+
+static void run(const plan_t *p, on_hook_fn on_hook, outcome_t *out) {
+  memset(out, 0, sizeof(*out));
+  snprintf(g_secret, sizeof(g_secret), "/tmp/resihp-freerun-secret.%d",
+           (int)getpid());
+  FILE *sf = fopen(g_secret, "w");
+  ck_assert_ptr_nonnull(sf);
+  fputs(KEY, sf);
+  fclose(sf);
+  chmod(g_secret, 0600);
+  ck_assert_int_eq(pipe(g_hook_out), 0);
+  ck_assert_int_eq(pipe(g_hook_in), 0);
+  fcntl(g_hook_out[0], F_SETFL, O_NONBLOCK);
+  FILE *ledger = tmpfile();
+  ck_assert_ptr_nonnull(ledger);
+  kids_t h = {.K = p->K};
+  resihp__coord_opts_t co = {.replicas = p->R,
+                             .bind_host = "127.0.0.1",
+                             .secret = (const uint8_t *)KEY,
+                             .secret_len = strlen(KEY),
+                             .silence_ms = 5000,
+                             .on_failed = on_failed,
+                             .ud = &h,
+                             .ledger = ledger,
+                             .swap_cost_s = -1,
+                             .lockstep = p->lockstep};
+  resihp__coord_t *c;
+  ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
+  snprintf(g_coord, sizeof(g_coord), "127.0.0.1:%d", resihp__coord_port(c));
+  for (int r = 0; r < p->R; r++)
+    if (p->late[r])
+      resihp__coord_mark_failed(c, r, "starts later");
+    else
+      spawn(p, r, h.pids[r]);
+  int64_t t0 = resihp__now_ms(), deadline = t0 + 90000; /* safety net */
+  while (resihp__coord_state(c) == RESIHP__COORD_RUNNING &&
+         resihp__now_ms() < deadline) {
+    resihp__coord_poll(c, 20);
+    pid_t who;
+    if (read(g_hook_out[0], &who, sizeof(who)) == sizeof(who))
+      on_hook(c, &h, p, who);
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+      ;
+  }
+  out->seconds = (double)(resihp__now_ms() - t0) / 1000.0;
+  int state = resihp__coord_state(c);
+  out->steps = resihp__coord_step(c);
+  resihp__coord_lines(c, &out->rx, &out->tx, &out->timed);
+  FILE *mem = fmemopen(out->summary, sizeof(out->summary), "w");
+  resihp__coord_summary(c, mem, NULL);
+  fclose(mem);
+  for (int r = 0; r < p->R; r++)
+    for (int k = 0; k < p->K; k++)
+      if (h.pids[r][k] > 0)
+        kill(h.pids[r][k], SIGKILL);
+  while (waitpid(-1, NULL, 0) > 0)
+    ;
+  resihp__coord_destroy(c);
+  out->ledger_ok = check_ledger(ledger, p->R, out);
+  fclose(ledger);
+  for (int i = 0; i < 2; i++) {
+    close(g_hook_out[i]);
+    close(g_hook_in[i]);
+  }
+  unlink(g_secret);
+  ck_assert_msg(state == RESIHP__COORD_DONE, "%s", out->summary);
+  ck_assert_msg(out->ledger_ok, "ledger not exact; %s", out->summary);
+}
+
+static void no_hook(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                    pid_t who) {
+  (void)c, (void)h, (void)p, (void)who;
+}
+
+/* The replicas' results agree with a failure-free run of n steps. */
+static void expect_result(const outcome_t *o, int K, long n, int replicas) {
+  char want[256], agree[64];
+  reference(K, n, want, sizeof(want));
+  snprintf(agree, sizeof(agree), "(%d replicas agree)", replicas);
+  ck_assert_msg(strstr(o->summary, want), "want %s: %s", want, o->summary);
+  ck_assert_msg(strstr(o->summary, agree), "%s", o->summary);
+}
+
+/* Without failure, 20 or 40 steps cost the coordinator the same protocol
+ * lines, but for the time-based reports (PROG, PERF: a few a second per
+ * rank), and fewer than one per step; step by step (lockstep) it takes
+ * several lines per replica and step. */
+START_TEST(lines_do_not_grow_with_steps) {
+  plan_t p = {.R = 3, .K = 1 + _i, .hook_r = -1};
+  outcome_t a, b, l;
+  p.steps = 20;
+  run(&p, no_hook, &a);
+  expect_result(&a, p.K, 20, 3);
+  p.steps = 40;
+  run(&p, no_hook, &b);
+  expect_result(&b, p.K, 40, 3);
+  p.lockstep = 1;
+  p.steps = 20;
+  run(&p, no_hook, &l);
+  expect_result(&l, p.K, 20, 3);
+  fprintf(stderr,
+          "freerun K=%d: 20 steps %ld+%ld lines (%ld timed) in %.2f s, 40 "
+          "steps %ld+%ld (%ld timed) in %.2f s; lockstep 20 steps %ld+%ld "
+          "in %.2f s\n",
+          p.K, a.rx, a.tx, a.timed, a.seconds, b.rx, b.tx, b.timed,
+          b.seconds, l.rx, l.tx, l.seconds);
+  ck_assert_int_eq(a.rx - a.timed, b.rx - b.timed);
+  ck_assert_int_eq(a.tx, b.tx);
+  ck_assert_int_lt(b.rx - b.timed + b.tx, 40);
+  /* each rank reports at most once a second, plus its first and last
+   * step; PROG once a second */
+  long ranks = p.R * p.K;
+  ck_assert_int_le(b.timed, (ranks + 1) * ((long)b.seconds + 3));
+  /* lockstep: BEGIN from every replica, GO and START to each, per step */
+  ck_assert_int_ge(l.rx - l.timed, 20 * p.R);
+  ck_assert_int_ge(l.tx, 2 * 20 * p.R);
+}
+END_TEST
+
+/* Kill every rank of the hooked replica, waiting at its step. */
+static void kill_it(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                    pid_t who) {
+  (void)c, (void)who;
+  for (int k = 0; k < p->K; k++)
+    kill(h->pids[p->hook_r][k], SIGKILL);
+}
+
+/* Replica 1 is SIGKILLed in step 7 of a free run, before it computed
+ * anything: the survivors take its microbatches within the step, the
+ * ledger stays exact (replica 1 owns nothing from step 7 on), and the
+ * result is that of a failure-free run. */
+START_TEST(kill_in_free_run) {
+  plan_t p = {.R = 3,
+              .K = 1 + _i,
+              .steps = 30,
+              .hook_r = 1,
+              .hook_step = 7,
+              .hook_wait = 1};
+  outcome_t o;
+  run(&p, kill_it, &o);
+  expect_result(&o, p.K, 30, 2);
+  ck_assert_msg(strstr(o.summary, "reassigned"), "%s", o.summary);
+  ck_assert_msg(o.lost_at[1] == 7 && o.owned[1] == 7, "lost %ld owned %ld",
+                o.lost_at[1], o.owned[1]);
+  ck_assert_int_eq(o.owned[0], 30);
+  ck_assert_int_eq(o.owned[2], 30);
+}
+END_TEST
+
+/* Ask the stop, then let the hooked rank go on: HOLD is in its leader's
+ * socket before it ends the step. */
+static void stop_then_release(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                              pid_t who) {
+  (void)h, (void)p, (void)who;
+  resihp__coord_stop(c);
+  ck_assert_int_eq(write(g_hook_in[1], "g", 1), 1);
+}
+
+/* A stop asked in step 5 of a free run: the run ends at the end of that
+ * step, DONE, the result that of 6 failure-free steps. */
+START_TEST(stop_in_free_run) {
+  plan_t p = {.R = 3,
+              .K = 1,
+              .steps = 200,
+              .hook_r = 0,
+              .hook_step = 5,
+              .hook_wait = 1};
+  outcome_t o;
+  run(&p, stop_then_release, &o);
+  ck_assert_int_eq(o.steps, 6);
+  expect_result(&o, p.K, 6, 3);
+}
+END_TEST
+
+/* Start the late replica 2; once it has said hello, let the hooked rank
+ * go on. */
+static void start_joiner(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                         pid_t who) {
+  (void)who;
+  spawn(p, 2, h->pids[2]);
+  int64_t deadline = resihp__now_ms() + 30000; /* safety net */
+  while (!resihp__coord_connected(c, 2) && resihp__now_ms() < deadline)
+    resihp__coord_poll(c, 20);
+  ck_assert_int_eq(write(g_hook_in[1], "g", 1), 1);
+}
+
+/* Replica 2 starts during a free run of 0 and 1: HOLD brings them to a
+ * boundary where it is admitted, catches up and computes its share; all
+ * three end with the failure-free result. */
+START_TEST(joiner_in_free_run) {
+  plan_t p = {.R = 3,
+              .K = 1,
+              .steps = 200,
+              .hook_r = 0,
+              .hook_step = 5,
+              .hook_wait = 1,
+              .late = {0, 0, 1}};
+  outcome_t o;
+  run(&p, start_joiner, &o);
+  expect_result(&o, p.K, 200, 3);
+  ck_assert_msg(o.owned[2] > 100, "replica 2 computed in %ld steps; %s",
+                o.owned[2], o.summary);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("freerun");
+  TCase *tc = tcase_create("freerun");
+  tcase_set_timeout(tc, 240);
+  tcase_add_loop_test(tc, lines_do_not_grow_with_steps, 0, 2);
+  tcase_add_loop_test(tc, kill_in_free_run, 0, 2);
+  tcase_add_test(tc, stop_in_free_run);
+  tcase_add_test(tc, joiner_in_free_run);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

@@ -78,8 +78,8 @@ int resihp__coord_ensure_steps(resihp__coord_t *c, long n) {
 
 /* Whether the members may run free from this step: see above. */
 static int may_run_free(const resihp__coord_t *c, int nc) {
-  if (c->o.lockstep || c->stop || c->step + 1 >= c->S ||
-      nc != c->nmembers || c->wl_asked >= 0)
+  if (c->o.lockstep || c->stop || c->step + 1 >= c->S || nc != c->nmembers ||
+      c->wl_asked >= 0)
     return 0;
   for (int r = 0; r < c->R; r++) {
     const rep_t *p = &c->reps[r];
@@ -94,8 +94,10 @@ void resihp__coord_hold(resihp__coord_t *c, const char *why) {
   if (c->phase != P_FREE || c->held)
     return;
   c->held = 1;
-  logc(RESIHP_LOG_DEBUG, "free run held after step %ld (%s): HOLD to %d "
-       "replicas", c->step, why, c->nmembers);
+  logc(RESIHP_LOG_DEBUG,
+       "free run held after step %ld (%s): HOLD to %d "
+       "replicas",
+       c->step, why, c->nmembers);
   for (int i = 0; i < c->nmembers; i++)
     resihp__coord_send_to(c, c->members[i], "HOLD");
 }

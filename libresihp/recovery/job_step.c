@@ -265,6 +265,7 @@ static int coordinator_spoke(resihp_job_t *j) {
 int resihp__job_free_boundary(resihp_job_t *j) {
   if (!j->run)
     return 0;
+  j->run = 0; /* on any error, the next step goes through the coordinator */
   /* [0]: the next step needs the coordinator; [1]: samples are due */
   int64_t v[2] = {0, 0}, now = resihp__now_ms();
   v[0] = coordinator_spoke(j) || j->step + 1 >= j->o.steps || j->recovered ||

@@ -118,6 +118,8 @@ static size_t gen(uint8_t *buf, size_t cap) {
       "PERF step=$S s=0:1500:300:30000:3,1:9000:1200:900000:4",
       "PERF k=0 step=$S s=2:1:1:1:1",
       "PERF k=9 step=$S s=2:1:1:1:1",
+      "PROG step=$S",
+      "PROG step=4",
       "PERF step=$S s=0:1:2:3:4:5",
       "PERF step=$S s=99999999999999999999:1:1:1:1",
       "PERF step=-1 s=",

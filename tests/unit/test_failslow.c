@@ -208,7 +208,12 @@ static void run(harness_t *h, double swap_cost_s, char *out, size_t outlen) {
                              .hold_for_replacements = 1,
                              .assign = g_assign,
                              .swap_cost_s = swap_cost_s,
-                             .spare_free = spare_free};
+                             .spare_free = spare_free,
+                             /* every step's samples: a free run (even
+                              * counts) sends about one step's a second,
+                              * which would make detection depend on this
+                              * machine's speed */
+                             .lockstep = 1};
   resihp__coord_t *c;
   ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
   char ep[64];

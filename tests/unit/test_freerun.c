@@ -30,10 +30,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NB 4    /* the model: NB uint64 per shard */
-#define MBS 6   /* microbatches per step */
-#define MAXR 4  /* replicas */
-#define MAXK 2  /* ranks per replica */
+#define NB 4   /* the model: NB uint64 per shard */
+#define MBS 6  /* microbatches per step */
+#define MAXR 4 /* replicas */
+#define MAXK 2 /* ranks per replica */
 #define KEY "freerun-test-secret-0123456789"
 
 typedef struct {
@@ -296,8 +296,7 @@ static void run(const plan_t *p, on_hook_fn on_hook, outcome_t *out) {
   ck_assert_msg(out->ledger_ok, "ledger not exact; %s", out->summary);
 }
 
-static void no_hook(resihp__coord_t *c, kids_t *h, const plan_t *p,
-                    pid_t who) {
+static void no_hook(resihp__coord_t *c, kids_t *h, const plan_t *p, pid_t who) {
   (void)c, (void)h, (void)p, (void)who;
 }
 
@@ -331,8 +330,8 @@ START_TEST(lines_do_not_grow_with_steps) {
           "freerun K=%d: 20 steps %ld+%ld lines (%ld timed) in %.2f s, 40 "
           "steps %ld+%ld (%ld timed) in %.2f s; lockstep 20 steps %ld+%ld "
           "in %.2f s\n",
-          p.K, a.rx, a.tx, a.timed, a.seconds, b.rx, b.tx, b.timed,
-          b.seconds, l.rx, l.tx, l.seconds);
+          p.K, a.rx, a.tx, a.timed, a.seconds, b.rx, b.tx, b.timed, b.seconds,
+          l.rx, l.tx, l.seconds);
   ck_assert_int_eq(a.rx - a.timed, b.rx - b.timed);
   ck_assert_int_eq(a.tx, b.tx);
   ck_assert_int_lt(b.rx - b.timed + b.tx, 40);
@@ -347,8 +346,7 @@ START_TEST(lines_do_not_grow_with_steps) {
 END_TEST
 
 /* Kill every rank of the hooked replica, waiting at its step. */
-static void kill_it(resihp__coord_t *c, kids_t *h, const plan_t *p,
-                    pid_t who) {
+static void kill_it(resihp__coord_t *c, kids_t *h, const plan_t *p, pid_t who) {
   (void)c, (void)who;
   for (int k = 0; k < p->K; k++)
     kill(h->pids[p->hook_r][k], SIGKILL);

@@ -191,7 +191,11 @@ int resihp_job_allreduce(resihp_job_t *job, int64_t *acc, size_t n);
 int resihp_job_allreduce_as(resihp_job_t *job, void *buf, size_t count,
                             resihp_dtype_t dtype, resihp_op_t op);
 
-/* Commit the step (the ledger records who computed what). */
+/* Commit the step (the ledger records who computed what). While the
+ * replicas run free (resihp_job(3): they meet the coordinator only when
+ * something changes) it also agrees with every other rank whether the
+ * next step goes on without the coordinator; a negative code when a rank
+ * of this replica failed meanwhile: leave. */
 int resihp_job_end_step(resihp_job_t *job);
 
 /* Record how long microbatch mb took and its workload (tokens, sum of

@@ -83,7 +83,8 @@ tests_unit_test_failslow_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_failslow_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_failslow
 check_PROGRAMS += tests/unit/test_freerun
-tests_unit_test_freerun_SOURCES = tests/unit/test_freerun.c
+tests_unit_test_freerun_SOURCES = tests/unit/test_freerun.c \
+	tests/unit/rank_group.c tests/unit/rank_group.h
 tests_unit_test_freerun_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_freerun_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_freerun

@@ -16,6 +16,7 @@
 
 #include "../../libresihp/control/coordinator.h"
 #include "../../libresihp/transport/mesh.h"
+#include "rank_group.h"
 
 #include <resihp.h>
 
@@ -50,6 +51,7 @@ typedef struct {
 } plan_t;
 
 static char g_secret[128], g_coord[64];
+static int g_compute_us = 2000;         /* a step's "compute" */
 static int g_hook_out[2], g_hook_in[2]; /* rank -> test, test -> rank */
 
 /* What microbatch mb adds to element i of shard sh in step s. */
@@ -121,10 +123,12 @@ static int rank_main(const plan_t *p, int replica) {
     if (replica == p->hook_r && sh == 0 && st.step == p->hook_step)
       hook(p);
     memset(acc, 0, sizeof(acc));
-    usleep(2000);
-    for (int k = 0; k < st.nmbs; k++)
+    usleep((useconds_t)g_compute_us);
+    for (int k = 0; k < st.nmbs; k++) {
       for (int i = 0; i < NB; i++)
         acc[i] += contribution(st.step, st.mbs[k], i, sh);
+      resihp_job_report_microbatch(job, st.mbs[k], 100, 2000, 2, 0.001);
+    }
     while ((rc = resihp_job_allreduce(job, acc, NB)) == RESIHP_EREASSIGNED)
       for (int k = 0; k < st.nextra; k++)
         for (int i = 0; i < NB; i++)
@@ -296,6 +300,15 @@ static void run(const plan_t *p, on_hook_fn on_hook, outcome_t *out) {
   ck_assert_msg(out->ledger_ok, "ledger not exact; %s", out->summary);
 }
 
+/* R replicas of K ranks for `steps` steps; replica hook_r waits at the
+ * start of hook_step for the test (-1: no hook). */
+static plan_t plan(int R, int K, long steps, int hook_r, long hook_step) {
+  plan_t p = {.R = R, .K = K, .steps = steps, .hook_r = hook_r};
+  p.hook_step = hook_step;
+  p.hook_wait = hook_r >= 0;
+  return p;
+}
+
 static void no_hook(resihp__coord_t *c, kids_t *h, const plan_t *p, pid_t who) {
   (void)c, (void)h, (void)p, (void)who;
 }
@@ -314,7 +327,7 @@ static void expect_result(const outcome_t *o, int K, long n, int replicas) {
  * rank), and fewer than one per step; step by step (lockstep) it takes
  * several lines per replica and step. */
 START_TEST(lines_do_not_grow_with_steps) {
-  plan_t p = {.R = 3, .K = 1 + _i, .hook_r = -1};
+  plan_t p = plan(3, 1 + _i, 20, -1, 0);
   outcome_t a, b, l;
   p.steps = 20;
   run(&p, no_hook, &a);
@@ -357,12 +370,7 @@ static void kill_it(resihp__coord_t *c, kids_t *h, const plan_t *p, pid_t who) {
  * ledger stays exact (replica 1 owns nothing from step 7 on), and the
  * result is that of a failure-free run. */
 START_TEST(kill_in_free_run) {
-  plan_t p = {.R = 3,
-              .K = 1 + _i,
-              .steps = 30,
-              .hook_r = 1,
-              .hook_step = 7,
-              .hook_wait = 1};
+  plan_t p = plan(3, 1 + _i, 30, 1, 7);
   outcome_t o;
   run(&p, kill_it, &o);
   expect_result(&o, p.K, 30, 2);
@@ -386,12 +394,7 @@ static void stop_then_release(resihp__coord_t *c, kids_t *h, const plan_t *p,
 /* A stop asked in step 5 of a free run: the run ends at the end of that
  * step, DONE, the result that of 6 failure-free steps. */
 START_TEST(stop_in_free_run) {
-  plan_t p = {.R = 3,
-              .K = 1,
-              .steps = 200,
-              .hook_r = 0,
-              .hook_step = 5,
-              .hook_wait = 1};
+  plan_t p = plan(3, 1, 200, 0, 5);
   outcome_t o;
   run(&p, stop_then_release, &o);
   ck_assert_int_eq(o.steps, 6);
@@ -415,13 +418,8 @@ static void start_joiner(resihp__coord_t *c, kids_t *h, const plan_t *p,
  * boundary where it is admitted, catches up and computes its share; all
  * three end with the failure-free result. */
 START_TEST(joiner_in_free_run) {
-  plan_t p = {.R = 3,
-              .K = 1,
-              .steps = 200,
-              .hook_r = 0,
-              .hook_step = 5,
-              .hook_wait = 1,
-              .late = {0, 0, 1}};
+  plan_t p = plan(3, 1, 200, 0, 5);
+  p.late[2] = 1;
   outcome_t o;
   run(&p, start_joiner, &o);
   expect_result(&o, p.K, 200, 3);
@@ -442,11 +440,49 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  signal(SIGPIPE, SIG_IGN);
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+/* --bench [R [STEPS [US]]]: the same job step by step and free-running,
+ * side by side (compute US microseconds a step, default 0: what the
+ * coordinator costs a step). A measurement, not a test; it runs as one so
+ * that the harness's checks work. */
+static int g_bench_r = 3;
+static long g_bench_steps = 400;
+
+START_TEST(bench) {
+  printf("%-10s %8s %6s %10s %10s %12s %10s\n", "mode", "replicas", "steps",
+         "lines-rx", "lines-tx", "lines/step", "ms/step");
+  for (int lock = 1; lock >= 0; lock--) {
+    plan_t p = plan(g_bench_r, 1, g_bench_steps, -1, 0);
+    p.lockstep = lock;
+    outcome_t o;
+    run(&p, no_hook, &o);
+    printf("%-10s %8d %6ld %10ld %10ld %12.2f %10.3f\n",
+           lock ? "lockstep" : "free-run", p.R, p.steps, o.rx, o.tx,
+           (double)(o.rx + o.tx) / (double)p.steps,
+           1000.0 * o.seconds / (double)p.steps);
+    fflush(stdout);
+  }
+}
+END_TEST
+
+static int run_bench(int argc, char **argv) {
+  g_bench_r = argc > 2 ? atoi(argv[2]) : 3;
+  g_bench_steps = argc > 3 ? atol(argv[3]) : 400;
+  g_compute_us = argc > 4 ? atoi(argv[4]) : 0;
+  if (g_bench_r < 1 || g_bench_r > MAXR || g_bench_steps < 2 ||
+      g_compute_us < 0) {
+    fprintf(stderr, "usage: test_freerun --bench [R<=%d [STEPS [US]]]\n", MAXR);
+    return 2;
+  }
+  Suite *s = suite_create("freerun-bench");
+  TCase *tc = tcase_create("bench");
+  tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, bench);
+  suite_add_tcase(s, tc);
+  return run_suite(s);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--bench"))
+    return run_bench(argc, argv);
+  return run_suite(suite());
 }

@@ -242,22 +242,22 @@ static int fault_planned(const resihp_job_t *j, long s) {
   return 0;
 }
 
-/* Leader: whether the coordinator said anything but heartbeats since the
- * last boundary (HOLD, or it is gone), without waiting. Nothing else can
- * be on the link here: GO, START, DONE and REASSIGN answer this leader's
- * own BEGIN or RECOVER. */
+/* Whether the coordinator (to the leader) or the leader (to the others)
+ * said anything but heartbeats since the last boundary: HOLD, or the link
+ * is gone. Read without waiting, and read at every boundary, or the
+ * heartbeats would fill the socket over a long run. Nothing else can be on
+ * these links here: GO, START, DONE and REASSIGN answer the leader's own
+ * BEGIN or RECOVER. */
 static int coordinator_spoke(resihp_job_t *j) {
-  if (j->lrank > 0)
-    return 0;
-  int said = resihp__wire_fill(&j->cw) < 0, t;
-  while ((t = resihp__wire_take(&j->cw, j->msg, RESIHP__JOB_MSG_MAX))) {
+  resihp__wire_t *w = j->lrank > 0 ? &j->up : &j->cw;
+  int said = resihp__wire_fill(w) < 0, t;
+  while ((t = resihp__wire_take(w, j->msg, RESIHP__JOB_MSG_MAX))) {
     if (t == 1 && !strcmp(j->msg, "HB"))
       continue;
     said = 1;
     resihp_log(RESIHP_LOG_DEBUG, "job",
-               "replica %d: the coordinator says '%.40s' at step %ld: the "
-               "free run ends",
-               j->replica, t == 1 ? j->msg : "(bad line)", j->step);
+               "replica %d rank %d: '%.40s' at step %ld: the free run ends",
+               j->replica, j->lrank, t == 1 ? j->msg : "(bad line)", j->step);
   }
   return said;
 }

@@ -70,34 +70,62 @@ static void seal_session(resihp__wire_t *w, const uint8_t *secret, size_t slen,
   w->max = RESIHP__WIRE_LINE_MAX;
 }
 
+/* One move of the client's side on what has arrived: AUTH1 -> AUTH2,
+ * AUTH3 -> sealed. 1 once sealed, 0 while it waits for the server,
+ * negative on failure. */
+int resihp__wire_cli_step(resihp__wire_t *w, resihp__wire_cli_t *s,
+                          const uint8_t *secret, size_t slen,
+                          const char *label) {
+  char line[RESIHP__WIRE_PREAUTH_MAX + 1], lab[64], got[80], want[80];
+  if (s->stage == 0) {
+    w->sealed = 0;
+    w->max = RESIHP__WIRE_PREAUTH_MAX;
+    s->stage = 1;
+  }
+  int rc = resihp__wire_fill(w);
+  int t = resihp__wire_take(w, line, sizeof(line));
+  if (t < 0)
+    return t;
+  if (t == 0)
+    return rc < 0 ? (s->stage == 2 && rc == RESIHP_ECLOSED ? RESIHP_EAUTH : rc)
+                  : 0;
+  if (s->stage == 1) {
+    if (sscanf(line, "AUTH1 %63s %70s", lab, s->ns) != 2 ||
+        strcmp(lab, label) || strlen(s->ns) != NONCE_HEX)
+      return RESIHP_EAUTH;
+    if ((rc = nonce(s->nc)))
+      return rc;
+    proof(secret, slen, label, "cli", s->ns, s->nc, want);
+    snprintf(line, sizeof(line), "AUTH2 %s %s", s->nc, want);
+    /* a short line on a fresh socket: it fits the send buffer */
+    if ((rc = resihp__wire_send(w, line, resihp__now_ms() + 1000)))
+      return rc;
+    s->stage = 2;
+    return 0;
+  }
+  if (sscanf(line, "AUTH3 %70s", got) != 1)
+    return RESIHP_EAUTH;
+  proof(secret, slen, label, "srv", s->nc, s->ns, want);
+  if (!proof_ok(got, want))
+    return RESIHP_EAUTH;
+  seal_session(w, secret, slen, label, s->ns, s->nc, 1);
+  return 1;
+}
+
 int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
                              size_t slen, const char *label,
                              int64_t deadline_ms) {
-  char line[RESIHP__WIRE_PREAUTH_MAX + 1], lab[64], ns[80], nc[NONCE_HEX + 1],
-      want[80], got[80];
-  w->sealed = 0;
-  w->max = RESIHP__WIRE_PREAUTH_MAX;
-  int rc = resihp__wire_recv(w, line, sizeof(line), deadline_ms);
-  if (rc)
-    return rc;
-  if (sscanf(line, "AUTH1 %63s %70s", lab, ns) != 2 || strcmp(lab, label) ||
-      strlen(ns) != NONCE_HEX)
-    return RESIHP_EAUTH;
-  if ((rc = nonce(nc)))
-    return rc;
-  proof(secret, slen, label, "cli", ns, nc, want);
-  snprintf(line, sizeof(line), "AUTH2 %s %s", nc, want);
-  if ((rc = resihp__wire_send(w, line, deadline_ms)))
-    return rc;
-  if ((rc = resihp__wire_recv(w, line, sizeof(line), deadline_ms)))
-    return rc == RESIHP_ECLOSED ? RESIHP_EAUTH : rc;
-  if (sscanf(line, "AUTH3 %70s", got) != 1)
-    return RESIHP_EAUTH;
-  proof(secret, slen, label, "srv", nc, ns, want);
-  if (!proof_ok(got, want))
-    return RESIHP_EAUTH;
-  seal_session(w, secret, slen, label, ns, nc, 1);
-  return 0;
+  resihp__wire_cli_t s = {0};
+  for (;;) {
+    int rc = resihp__wire_cli_step(w, &s, secret, slen, label);
+    if (rc)
+      return rc < 0 ? rc : 0;
+    int64_t left = deadline_ms - resihp__now_ms();
+    if (left <= 0)
+      return RESIHP_ETIMEDOUT;
+    struct pollfd p = {.fd = w->fd, .events = POLLIN};
+    poll(&p, 1, left > 1000 ? 1000 : (int)left);
+  }
 }
 
 typedef struct {

@@ -103,6 +103,17 @@ int resihp__wire_recv_data(resihp__wire_t *w, void *buf, size_t len,
 int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
                              size_t secret_len, const char *label,
                              int64_t deadline_ms);
+/* The same without blocking, for a client with many connections (the scale
+ * benchmark): s starts zeroed; call resihp__wire_cli_step whenever w's
+ * socket is readable. 1 once the session is sealed, 0 while it waits,
+ * negative on failure (RESIHP_EAUTH: a bad or missing proof). */
+typedef struct {
+  int stage;
+  char ns[80], nc[40];
+} resihp__wire_cli_t;
+int resihp__wire_cli_step(resihp__wire_t *w, resihp__wire_cli_t *s,
+                          const uint8_t *secret, size_t secret_len,
+                          const char *label);
 
 /* Server side of the handshake for every connection of a listening
  * socket, without ever blocking. The owner adds resihp__wire_hs_fds to its

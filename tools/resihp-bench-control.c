@@ -3,11 +3,12 @@
  *
  * For each N of --replicas, a child process runs the real coordinator
  * (resihp__coord_create/_poll, as resihp-run embeds it) for N replicas of
- * 4*N microbatches, and this process plays the N replicas: stubs that
- * speak the real protocol through the real wire (non-blocking handshake,
- * MAC'd lines), all multiplexed on one epoll set, with zero compute. Two
- * processes because each end needs a descriptor per replica: N is limited
- * by the hard RLIMIT_NOFILE (raised to it), not by twice N.
+ * 4*N microbatches (at most resihp__wire_max_microbatches), and this process
+ * plays the N replicas: stubs that speak the real protocol through the real
+ * wire (non-blocking handshake, MAC'd lines), all multiplexed on one epoll set,
+ * with zero compute. Two processes because each end needs a descriptor per
+ * replica: N is limited by the hard RLIMIT_NOFILE (raised to it), not by twice
+ * N.
  *
  * What is measured, one line per N:
  *   join       all N connected, authenticated and admitted (first GO);
@@ -81,6 +82,7 @@ typedef struct {
 
 typedef struct {
   int n, steps, check;
+  int mbs;          /* 4N, or the most a job may have */
   long total_steps; /* 1 set-up step, the steady ones, 2 around the death */
   long kill_step;   /* the victim closes at this step's START */
   int victim;
@@ -284,7 +286,7 @@ static void stub_io(bench_t *b, stub_t *s, uint32_t ev) {
              "jobid=1 stepid=%d mbs=%d steps=%ld pid=%d lsize=1 lep=- "
              "shape=-",
              s->id, 20000 + s->id % 40000, 20000 + s->id % 40000, s->id, s->id,
-             4 * b->n, b->total_steps, (int)getpid());
+             b->mbs, b->total_steps, (int)getpid());
     if (send_line(b, s, hello))
       return;
   }
@@ -415,6 +417,9 @@ static int run_one(int n, int steps, int check, double timeout_s) {
   b->kill_step = steps + 1;
   b->total_steps = steps + 3;
   b->victim = n / 2;
+  b->mbs = 4 * n < resihp__wire_max_microbatches()
+               ? 4 * n
+               : resihp__wire_max_microbatches();
   b->ep = -1;
   b->s = calloc((size_t)n, sizeof(stub_t));
   b->started = calloc((size_t)b->total_steps, sizeof(long));

@@ -22,8 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Pending handshakes, and how long each may take. */
-#define HS_PENDING 64
+/* Pending handshakes beyond one per replica (a whole job may join at
+ * once: none of them may be evicted), and how long each may take. */
+#define HS_PENDING_EXTRA 64
 #define HS_TIMEOUT_MS 3000
 
 void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line) {
@@ -153,6 +154,7 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
   int n = c->nconns;
   int nh = resihp__wire_hs_fds(c->hs, p + n + 1, want - n - 1);
   poll(p, (nfds_t)(n + 1 + nh), resihp__wire_hs_wait_ms(c->hs, timeout_ms));
+  resihp__wire_hs_mark(c->hs, p + n + 1, nh);
   int64_t now = resihp__now_ms();
   for (int i = 0; i < n; i++) {
     conn_t *cn = &c->conns[i];
@@ -185,8 +187,8 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
 }
 
 int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
-  if (!o || o->replicas < 1 || o->replicas > MAXR || !o->secret ||
-      !o->secret_len)
+  if (!o || o->replicas < 1 || o->replicas > RESIHP__COORD_MAX_REPLICAS ||
+      !o->secret || !o->secret_len)
     return RESIHP_EINVAL;
   resihp__coord_t *c = calloc(1, sizeof(*c));
   if (!c)
@@ -197,10 +199,21 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
     c->o.silence_ms = 3000;
   c->line = malloc(RESIHP__WIRE_LINE_MAX + 1);
   int rc = RESIHP_ENOMEM;
-  if (!c->line)
+  size_t R = (size_t)o->replicas;
+  c->reps = calloc(R, sizeof(*c->reps));
+  c->members = calloc(R, sizeof(int));
+  c->last_list = calloc(R, sizeof(int));
+  c->in_step = calloc(R, 1);
+  c->scratch = calloc(R, sizeof(int));
+  c->scratch2 = calloc(R, sizeof(int));
+  c->view = malloc(8 * R + 1); /* ids < 10^7, each with its ':' */
+  c->inview = calloc(R, 1);
+  c->rslow = calloc(R, sizeof(double));
+  if (!c->line || !c->reps || !c->members || !c->last_list || !c->in_step ||
+      !c->scratch || !c->scratch2 || !c->view || !c->inview || !c->rslow)
     goto fail;
   c->R = o->replicas;
-  for (int r = 0; r < MAXR; r++) {
+  for (int r = 0; r < c->R; r++) {
     c->reps[r].conn = -1;
     c->reps[r].begun = -1;
     c->reps[r].open_fail = -1;
@@ -209,7 +222,8 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   c->wl_asked = -1;
   c->abort_replica = -1;
   if ((rc = resihp__wire_hs_create(o->secret, o->secret_len, "coord",
-                                   HS_PENDING, HS_TIMEOUT_MS, &c->hs)))
+                                   c->R + HS_PENDING_EXTRA, HS_TIMEOUT_MS,
+                                   &c->hs)))
     goto fail;
   c->lfd = resihp__wire_listen(o->bind_host, o->port, &c->port);
   if (c->lfd < 0) {
@@ -242,7 +256,36 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->owner);
   free(c->start_ms);
   resihp__coord_perf_free(c);
+  for (int r = 0; c->reps && r < c->R; r++) {
+    free(c->reps[r].ep);
+    free(c->reps[r].sep);
+  }
+  free(c->reps);
+  free(c->members);
+  free(c->last_list);
+  free(c->in_step);
+  free(c->scratch);
+  free(c->scratch2);
+  free(c->view);
+  free(c->inview);
+  free(c->rslow);
   free(c);
+}
+
+int resihp__coord_set_eps(resihp__coord_t *c, int r, const char *ep,
+                          const char *sep) {
+  rep_t *p = &c->reps[r];
+  char *e = strdup(ep), *s = strdup(sep);
+  if (!e || !s) {
+    free(e);
+    free(s);
+    return RESIHP_ENOMEM;
+  }
+  free(p->ep);
+  free(p->sep);
+  p->ep = e;
+  p->sep = s;
+  return 0;
 }
 
 int resihp__coord_port(const resihp__coord_t *c) {
@@ -273,7 +316,7 @@ int resihp__coord_replica_eps(const resihp__coord_t *c, int r, const char **ep,
                               const char **sep, const char **lep) {
   if (r < 0 || r >= c->R)
     return RESIHP_ENOENT;
-  if (!c->reps[r].ep[0]) {
+  if (!c->reps[r].ep || !c->reps[r].ep[0]) {
     /* a leader still gathering its ranks has only said LEP */
     for (int k = 0; lep && k < c->nconns; k++)
       if (c->conns[k].w.fd >= 0 && c->conns[k].lep_replica == r &&

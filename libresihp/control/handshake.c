@@ -132,6 +132,8 @@ typedef struct {
   resihp__wire_t w;
   int64_t deadline;
   char ns[NONCE_HEX + 1];
+  int ready; /* its socket polled readable (resihp__wire_hs_mark) */
+  long seq;  /* accepted as the seq-th: the oldest is evicted first */
 } pending_t;
 
 struct resihp__wire_hs {
@@ -139,9 +141,12 @@ struct resihp__wire_hs {
   size_t slen;
   char label[16];
   int max, timeout_ms;
-  pending_t *p; /* oldest first */
+  /* in no order: removal moves the last one into the hole, so that
+   * thousands of joiners completing at once cost O(1) each */
+  pending_t *p;
   int n;
-  long refused, expired, quiet;
+  int marked; /* the owner says which are readable (resihp__wire_hs_mark) */
+  long refused, expired, quiet, seq;
   int64_t last_warn;
 };
 
@@ -201,8 +206,16 @@ static void drop(resihp__wire_hs_t *h, int i, int refused, const char *why) {
                h->label, why);
   }
   resihp__wire_free(&h->p[i].w);
-  memmove(&h->p[i], &h->p[i + 1], sizeof(*h->p) * (size_t)(h->n - i - 1));
-  h->n--;
+  h->p[i] = h->p[--h->n];
+}
+
+/* The pending handshake that will expire first (the oldest). */
+static int oldest(const resihp__wire_hs_t *h) {
+  int o = 0;
+  for (int i = 1; i < h->n; i++)
+    if (h->p[i].seq < h->p[o].seq)
+      o = i;
+  return o;
 }
 
 /* A short line on a fresh socket: it fits the send buffer, or the peer is
@@ -216,8 +229,10 @@ static int send_now(int fd, const char *line) {
 
 int resihp__wire_hs_add(resihp__wire_hs_t *h, int fd) {
   if (h->n == h->max)
-    drop(h, 0, 0, "evicted: too many pending handshakes");
+    drop(h, oldest(h), 0, "evicted: too many pending handshakes");
   pending_t *p = &h->p[h->n];
+  p->ready = 0; /* nothing to read before it has our AUTH1 */
+  p->seq = h->seq++;
   resihp__wire_init(&p->w, fd);
   p->w.max = RESIHP__WIRE_PREAUTH_MAX;
   p->deadline = resihp__now_ms() + h->timeout_ms;
@@ -238,7 +253,8 @@ int resihp__wire_hs_add(resihp__wire_hs_t *h, int fd) {
 }
 
 void resihp__wire_hs_accept(resihp__wire_hs_t *h, int lfd) {
-  /* Bounded, so that a flood of connections cannot keep the owner here. */
+  /* Until the queue is empty (joiners arrive by the thousand), but at
+   * most max_pending: a flood of connections cannot keep the owner here. */
   for (int i = 0; i < h->max; i++) {
     int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
@@ -255,6 +271,12 @@ int resihp__wire_hs_fds(const resihp__wire_hs_t *h, struct pollfd *p, int cap) {
     p[k].revents = 0;
   }
   return k;
+}
+
+void resihp__wire_hs_mark(resihp__wire_hs_t *h, const struct pollfd *p, int n) {
+  h->marked = 1;
+  for (int i = 0; i < n && i < h->n; i++)
+    h->p[i].ready = p[i].revents != 0;
 }
 
 int resihp__wire_hs_pending(const resihp__wire_hs_t *h) {
@@ -304,6 +326,11 @@ int resihp__wire_hs_next(resihp__wire_hs_t *h, resihp__wire_t *out) {
       drop(h, i, 0, "no answer in time");
       continue;
     }
+    if (h->marked && !p->ready) {
+      i++; /* nothing arrived: no system call for it */
+      continue;
+    }
+    p->ready = 0;
     int rc = resihp__wire_fill(&p->w);
     int t = resihp__wire_take(&p->w, line, sizeof(line));
     if (t == 0 && rc == 0) {
@@ -319,8 +346,7 @@ int resihp__wire_hs_next(resihp__wire_hs_t *h, resihp__wire_t *out) {
       continue;
     }
     *out = p->w;
-    memmove(&h->p[i], &h->p[i + 1], sizeof(*h->p) * (size_t)(h->n - i - 1));
-    h->n--;
+    h->p[i] = h->p[--h->n];
     return 1;
   }
   return 0;

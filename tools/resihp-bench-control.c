@@ -11,7 +11,8 @@
  * N.
  *
  * What is measured, one line per N:
- *   join       all N connected, authenticated and admitted (first GO);
+ *   hello      all N connected, authenticated and welcomed (WELCOME);
+ *   join       all N admitted too (their first GO: the first epoch);
  *   step       BEGIN sent -> START received, per replica and step, over
  *              the --steps steady steps (median and 99th percentile);
  *   cpu        the coordinator's CPU time per steady step
@@ -93,7 +94,8 @@ typedef struct {
   uint8_t secret[32];
   int port;
   pid_t child;
-  double t0, t_join, t_death, t_epoch;
+  double t0, t_welcome, t_join, t_death, t_epoch;
+  long welcomed;
   long admitted, in_new_epoch, done;
   long *started; /* per step: replicas that got its START */
   double *lat;   /* steady-step latencies (ms) */
@@ -189,6 +191,8 @@ static void stub_line(bench_t *b, stub_t *s, const char *line) {
   long v = -1, isnew = 0;
   char buf[96];
   if (!strncmp(line, "WELCOME ", 8)) {
+    if (++b->welcomed == b->n)
+      b->t_welcome = now_ms();
     send_line(b, s, "BEGIN step=-1");
   } else if (!strncmp(line, "GO ", 3)) {
     long step = -1;
@@ -488,7 +492,8 @@ static int run_one(int n, int steps, int check, double timeout_s) {
     qsort(b->lat, (size_t)b->nlat, sizeof(double), cmp_d);
   double med = b->nlat ? b->lat[b->nlat / 2] : -1,
          p99 = b->nlat ? b->lat[(b->nlat * 99) / 100] : -1;
-  printf("%7d %9.1f %10.2f %10.2f %12.2f %12.1f %10.1f\n", n,
+  printf("%7d %9.1f %9.1f %10.2f %10.2f %12.2f %12.1f %10.1f\n", n,
+         b->t_welcome > 0 ? b->t_welcome - b->t0 : -1,
          b->t_join > 0 ? b->t_join - b->t0 : -1, med, p99,
          b->tm1 > 0 ? (b->cpu1 - b->cpu0) / steps : -1,
          b->tm1 > 0 ? (b->io1 - b->io0) / steps / 1024 : -1,
@@ -611,8 +616,8 @@ int main(int argc, char **argv) {
   printf("# coordinator with N simulated replicas on loopback, 4N "
          "microbatches, zero compute, %ld steady steps\n",
          steps);
-  printf("# %5s %9s %10s %10s %12s %12s %10s\n", "N", "join_ms", "step_med",
-         "step_p99", "cpu_ms/step", "KiB/step", "death_ms");
+  printf("# %5s %9s %9s %10s %10s %12s %12s %10s\n", "N", "hello_ms", "join_ms",
+         "step_med", "step_p99", "cpu_ms/step", "KiB/step", "death_ms");
   int failed = 0;
   for (int i = 0; i < nn; i++) {
     if ((rlim_t)ns[i] + FD_SPARE > rl.rlim_cur) {

@@ -31,6 +31,7 @@
 
 #include <poll.h>
 #include <stdint.h>
+#include <sys/epoll.h>
 
 /* Ranks per replica (shards), and the addresses they give. */
 #define RESIHP__COORD_MAX_SHARDS 64
@@ -123,6 +124,12 @@ typedef struct {
 struct resihp__coord {
   resihp__coord_opts_t o; /* o.secret: the caller's, read at create only */
   int lfd, port;
+  /* The replicas' connections are in an epoll set (efd): a wake-up costs
+   * what is ready, not one poll entry per replica; the listener and the
+   * few pending handshakes are polled beside efd. */
+  int efd;
+  struct epoll_event *evs;
+  int capevs;
   conn_t *conns;
   int nconns, capconns;
   /* Every per-replica table has R entries, R from the launcher (opts

@@ -48,6 +48,8 @@ void resihp__coord_send_buf_to(resihp__coord_t *c, int r,
 
 void resihp__coord_close_conn(resihp__coord_t *c, int k) {
   conn_t *cn = &c->conns[k];
+  if (cn->w.fd >= 0)
+    epoll_ctl(c->efd, EPOLL_CTL_DEL, cn->w.fd, NULL);
   resihp__wire_free(&cn->w);
   if (cn->replica >= 0 && c->reps[cn->replica].conn == k)
     c->reps[cn->replica].conn = -1;
@@ -74,6 +76,11 @@ int resihp__coord_adopt(resihp__coord_t *c, resihp__wire_t *w) {
     }
     k = c->nconns++;
   }
+  /* (a descriptor epoll cannot watch, as in some tests, is simply never
+   * read by the loop) */
+  struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)k};
+  if (w->fd >= 0)
+    epoll_ctl(c->efd, EPOLL_CTL_ADD, w->fd, &ev);
   c->conns[k].w = *w;
   c->conns[k].replica = -1;
   c->conns[k].sub_replica = -1;
@@ -134,7 +141,7 @@ static void accept_conns(resihp__coord_t *c, int listener_ready) {
 }
 
 int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
-  int want = c->nconns + 1 + resihp__wire_hs_pending(c->hs);
+  int want = 2 + resihp__wire_hs_pending(c->hs);
   if (want > c->cappfd) {
     struct pollfd *np = realloc(c->pfd, sizeof(*np) * (size_t)want);
     if (!np)
@@ -142,24 +149,27 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
     c->pfd = np;
     c->cappfd = want;
   }
-  struct pollfd *p = c->pfd;
-  p[0].fd = c->lfd;
-  p[0].events = POLLIN;
-  p[0].revents = 0;
-  for (int i = 0; i < c->nconns; i++) {
-    p[i + 1].fd = c->conns[i].w.fd;
-    p[i + 1].events = POLLIN;
-    p[i + 1].revents = 0;
+  if (c->nconns > c->capevs) {
+    struct epoll_event *ne = realloc(c->evs, sizeof(*ne) * (size_t)c->capconns);
+    if (!ne)
+      return RESIHP_ENOMEM;
+    c->evs = ne;
+    c->capevs = c->capconns;
   }
-  int n = c->nconns;
-  int nh = resihp__wire_hs_fds(c->hs, p + n + 1, want - n - 1);
-  poll(p, (nfds_t)(n + 1 + nh), resihp__wire_hs_wait_ms(c->hs, timeout_ms));
-  resihp__wire_hs_mark(c->hs, p + n + 1, nh);
+  struct pollfd *p = c->pfd;
+  p[0] = (struct pollfd){.fd = c->lfd, .events = POLLIN};
+  p[1] = (struct pollfd){.fd = c->efd, .events = POLLIN};
+  int nh = resihp__wire_hs_fds(c->hs, p + 2, want - 2);
+  poll(p, (nfds_t)(2 + nh), resihp__wire_hs_wait_ms(c->hs, timeout_ms));
+  resihp__wire_hs_mark(c->hs, p + 2, nh);
   int64_t now = resihp__now_ms();
-  for (int i = 0; i < n; i++) {
+  int ne =
+      p[1].revents && c->capevs ? epoll_wait(c->efd, c->evs, c->capevs, 0) : 0;
+  for (int e = 0; e < ne; e++) {
+    int i = (int)c->evs[e].data.u32;
+    if (i >= c->nconns || c->conns[i].w.fd < 0)
+      continue; /* closed by an earlier line of this round */
     conn_t *cn = &c->conns[i];
-    if (cn->w.fd < 0 || !p[i + 1].revents)
-      continue;
     int rc = resihp__wire_fill(&cn->w);
     cn->last_heard = now;
     drain_conn(c, i, rc);
@@ -195,6 +205,7 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
     return RESIHP_ENOMEM;
   c->o = *o;
   c->lfd = -1;
+  c->efd = epoll_create1(EPOLL_CLOEXEC);
   if (c->o.silence_ms <= 0)
     c->o.silence_ms = 3000;
   c->line = malloc(RESIHP__WIRE_LINE_MAX + 1);
@@ -209,8 +220,9 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   c->view = malloc(8 * R + 1); /* ids < 10^7, each with its ':' */
   c->inview = calloc(R, 1);
   c->rslow = calloc(R, sizeof(double));
-  if (!c->line || !c->reps || !c->members || !c->last_list || !c->in_step ||
-      !c->scratch || !c->scratch2 || !c->view || !c->inview || !c->rslow)
+  if (c->efd < 0 || !c->line || !c->reps || !c->members || !c->last_list ||
+      !c->in_step || !c->scratch || !c->scratch2 || !c->view || !c->inview ||
+      !c->rslow)
     goto fail;
   c->R = o->replicas;
   for (int r = 0; r < c->R; r++) {
@@ -250,6 +262,9 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->spares);
   if (c->lfd >= 0)
     close(c->lfd);
+  if (c->efd >= 0)
+    close(c->efd);
+  free(c->evs);
   resihp__wire_hs_destroy(c->hs);
   free(c->line);
   free(c->pfd);

@@ -361,7 +361,9 @@ static void run_coordinator(bench_t *b, int wfd) {
   close(wfd);
   while (resihp__coord_state(c) == RESIHP__COORD_RUNNING)
     resihp__coord_poll(c, 200);
-  _exit(resihp__coord_state(c) == RESIHP__COORD_DONE ? 0 : 4);
+  int done = resihp__coord_state(c) == RESIHP__COORD_DONE;
+  resihp__coord_destroy(c);
+  _exit(done ? 0 : 4);
 }
 
 static int cmp_d(const void *x, const void *y) {

@@ -130,3 +130,11 @@ EXTRA_DIST += tests/fuzz/corpus-tuples/perf tests/fuzz/corpus-tuples/wl \
 	tests/fuzz/corpus-tuples/empty-item
 EXTRA_DIST += tests/fuzz/corpus-addr-list/two \
 	tests/fuzz/corpus-addr-list/empty-item tests/fuzz/corpus-addr-list/trailing
+# The coordinator without fixed limits (tables sized from the job).
+if HAVE_CHECK
+check_PROGRAMS += tests/unit/test_coord_scale
+tests_unit_test_coord_scale_SOURCES = tests/unit/test_coord_scale.c
+tests_unit_test_coord_scale_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_coord_scale_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_coord_scale
+endif

@@ -138,3 +138,11 @@ tests_unit_test_coord_scale_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_coord_scale_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_coord_scale
 endif
+# Fuzz target of the joiner's side of the handshake (resihp__wire_cli_step).
+check_PROGRAMS += tests/fuzz/fuzz_hs_client
+tests_fuzz_fuzz_hs_client_SOURCES = tests/fuzz/fuzz_hs_client.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_hs_client_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_hs_client
+EXTRA_DIST += tests/fuzz/corpus-hs-client/forged-proof \
+	tests/fuzz/corpus-hs-client/wrong-label

@@ -3,7 +3,8 @@
  * replica count (a replica id far beyond the old 256 is welcomed, one past
  * the job's count is refused), the count itself is validated, and a job
  * whose member list could not fit in a line is refused at HELLO with a
- * reason, not cut short later. Real sockets, a forked client. (Many
+ * reason, not cut short later. Real sockets; the client is the
+ * non-blocking one, in the same process as the coordinator. (Many
  * replicas joining at once: tests/tools/bench-control.test.) */
 #include "config.h"
 
@@ -14,11 +15,9 @@
 #include <resihp/error.h>
 
 #include <check.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 static const char key[] = "scale-test-secret";
@@ -35,39 +34,34 @@ static resihp__coord_t *coord(int R, char *ep, size_t cap) {
   return c;
 }
 
-/* In a child: say line to the coordinator, exit 0 if the first answer
- * starts with want. */
-static void say(const char *ep, const char *line, const char *want) {
+/* Say line to the in-process coordinator c and return 1 if its first
+ * answer starts with want. The client never blocks (resihp__wire_cli_step),
+ * so one process plays both ends, the coordinator pumped in between. */
+static int says(resihp__coord_t *c, const char *ep, const char *line,
+                const char *want) {
   resihp__wire_t w;
+  resihp__wire_cli_t hs = {0};
   char reply[256] = "";
   resihp__wire_init(&w, resihp__wire_dial(ep, resihp__now_ms() + 5000));
-  int rc = w.fd < 0
-               ? w.fd
-               : resihp__wire_auth_client(&w, (const uint8_t *)key, strlen(key),
-                                          "coord", resihp__now_ms() + 5000);
-  if (!rc)
+  int64_t deadline = resihp__now_ms() + 30000; /* safety net only */
+  int rc = w.fd < 0 ? w.fd : 0, t = 0;
+  while (!rc && resihp__now_ms() < deadline) {
+    resihp__coord_poll(c, 10);
+    rc = resihp__wire_cli_step(&w, &hs, (const uint8_t *)key, strlen(key),
+                               "coord");
+  }
+  if (rc == 1)
     rc = resihp__wire_send(&w, line, resihp__now_ms() + 5000);
-  if (!rc)
-    rc = resihp__wire_recv(&w, reply, sizeof(reply), resihp__now_ms() + 10000);
-  if (rc || strncmp(reply, want, strlen(want)))
+  while (!rc && !t && resihp__now_ms() < deadline) {
+    resihp__coord_poll(c, 10);
+    rc = resihp__wire_fill(&w);
+    t = resihp__wire_take(&w, reply, sizeof(reply));
+  }
+  resihp__wire_free(&w);
+  if (t != 1 || strncmp(reply, want, strlen(want)))
     fprintf(stderr, "said '%.60s...', got '%s' (%s)\n", line, reply,
             resihp_strerror(rc));
-  _exit(rc || strncmp(reply, want, strlen(want)) ? 1 : 0);
-}
-
-/* Run the coordinator until child p exits; its exit status. */
-static int pump(resihp__coord_t *c, pid_t p) {
-  int st = 0;
-  int64_t deadline = resihp__now_ms() + 60000; /* safety net only */
-  while (waitpid(p, &st, WNOHANG) == 0) {
-    if (resihp__now_ms() > deadline) {
-      kill(p, SIGKILL);
-      waitpid(p, &st, 0);
-      return 99;
-    }
-    resihp__coord_poll(c, 20);
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 98;
+  return t == 1 && !strncmp(reply, want, strlen(want));
 }
 
 START_TEST(replica_count_validated) {
@@ -90,15 +84,9 @@ START_TEST(tables_follow_the_job) {
   resihp__coord_t *c = coord(5000, ep, sizeof(ep));
   char line[160];
   snprintf(line, sizeof(line), HELLO_FMT, 4999);
-  pid_t p = fork();
-  if (p == 0)
-    say(ep, line, "WELCOME replica=4999");
-  ck_assert_int_eq(pump(c, p), 0);
+  ck_assert(says(c, ep, line, "WELCOME replica=4999"));
   snprintf(line, sizeof(line), HELLO_FMT, 5000);
-  p = fork();
-  if (p == 0)
-    say(ep, line, "NO reason=bad-hello");
-  ck_assert_int_eq(pump(c, p), 0);
+  ck_assert(says(c, ep, line, "NO reason=bad-hello"));
   ck_assert_int_eq(resihp__coord_state(c), RESIHP__COORD_RUNNING);
   resihp__coord_destroy(c);
 }
@@ -120,10 +108,7 @@ START_TEST(member_list_too_long_refused) {
                           k ? "/" : "", k, 40000 + k);
   snprintf(line, 2 * cap, "HELLO replica=0 ep=%s sep=%s mbs=4 steps=3 lsize=64",
            eps, eps);
-  pid_t p = fork();
-  if (p == 0)
-    say(ep, line, "NO reason=too-many-replicas");
-  ck_assert_int_eq(pump(c, p), 0);
+  ck_assert(says(c, ep, line, "NO reason=too-many-replicas"));
   ck_assert_int_eq(resihp__coord_connected(c, 0), 0);
   ck_assert_int_eq(resihp__coord_state(c), RESIHP__COORD_RUNNING);
   free(eps);

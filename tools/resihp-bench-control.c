@@ -456,16 +456,19 @@ static int run_one(int n, int steps, int check, double timeout_s) {
   if (b->ep < 0)
     goto out;
   b->t0 = now_ms();
-  for (int i = 0; i < n; i++)
-    if (start_stub(b, &b->s[i])) {
-      fprintf(stderr, "resihp-bench-control: N=%d: cannot connect: %s\n", n,
-              strerror(errno));
-      goto out;
-    }
   struct epoll_event ev[256];
   double deadline = b->t0 + timeout_s * 1000, last_hb = b->t0;
+  int next = 0; /* replicas started so far */
   while (b->done < b->alive && now_ms() < deadline) {
-    int k = epoll_wait(b->ep, ev, 256, 100);
+    /* every replica starts at once, but each answers its own mail: a
+     * batch of connects, then whatever is ready, as N processes would */
+    for (int k = 0; k < 256 && next < n; k++)
+      if (start_stub(b, &b->s[next++])) {
+        fprintf(stderr, "resihp-bench-control: N=%d: cannot connect: %s\n", n,
+                strerror(errno));
+        goto out;
+      }
+    int k = epoll_wait(b->ep, ev, 256, next < n ? 0 : 100);
     for (int i = 0; i < k; i++)
       stub_io(b, ev[i].data.ptr, ev[i].events);
     if (now_ms() - last_hb >= 1000) {
@@ -475,7 +478,7 @@ static int run_one(int n, int steps, int check, double timeout_s) {
         if (b->s[i].stage == S_LIVE)
           send_line(b, &b->s[i], "HB");
     }
-    if ((b->errors && !check) || !b->live)
+    if ((b->errors && !check) || (next == n && !b->live))
       break;
   }
   int finished = b->done == b->alive;

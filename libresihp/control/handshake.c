@@ -322,19 +322,24 @@ int resihp__wire_hs_next(resihp__wire_hs_t *h, resihp__wire_t *out) {
   char line[RESIHP__WIRE_PREAUTH_MAX + 1];
   for (int i = 0; i < h->n;) {
     pending_t *p = &h->p[i];
-    if (now >= p->deadline) {
-      drop(h, i, 0, "no answer in time");
-      continue;
-    }
+    int expired = now >= p->deadline;
     if (h->marked && !p->ready) {
-      i++; /* nothing arrived: no system call for it */
+      if (expired)
+        drop(h, i, 0, "no answer in time");
+      else
+        i++; /* nothing arrived: no system call for it */
       continue;
     }
     p->ready = 0;
+    /* An answer that came in time but waited for us (thousands joining
+     * at once) still counts; a partial one does not extend the deadline. */
     int rc = resihp__wire_fill(&p->w);
     int t = resihp__wire_take(&p->w, line, sizeof(line));
     if (t == 0 && rc == 0) {
-      i++;
+      if (expired)
+        drop(h, i, 0, "no answer in time");
+      else
+        i++;
       continue;
     }
     if (t <= 0) {

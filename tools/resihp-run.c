@@ -48,7 +48,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAXN 4096
+/* Nodes of the allocation: 100K GPUs are at most this many nodes. */
+#define MAXN 131072
 #define MAXR RESIHP__COORD_MAX_REPLICAS
 
 /* Exit codes, documented in resihp-run(1). */
@@ -105,7 +106,7 @@ static struct {
   char jobid[64];
   node_t nodes[MAXN];
   int nnodes;
-  replica_t reps[MAXR];
+  replica_t *reps; /* R of them, allocated once R is known */
   resihp__inject_t inj[RESIHP__INJECT_MAX];
   int ninj;
   int fired[RESIHP__INJECT_MAX];
@@ -1053,6 +1054,11 @@ int main(int argc, char **argv) {
             "resihp-run: --replicas must be 1..%d and --nodes-per-replica "
             "1..64\n",
             MAXR);
+    return EXIT_USAGE;
+  }
+  g.reps = calloc((size_t)g.R, sizeof(*g.reps));
+  if (!g.reps) {
+    fprintf(stderr, "resihp-run: out of memory for %d replicas\n", g.R);
     return EXIT_USAGE;
   }
   if (!g.ranks)

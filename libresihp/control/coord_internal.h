@@ -31,8 +31,8 @@
 
 #include <poll.h>
 #include <stdint.h>
+#include <sys/epoll.h>
 
-#define MAXR RESIHP__COORD_MAX_REPLICAS
 /* Ranks per replica (shards), and the addresses they give. */
 #define RESIHP__COORD_MAX_SHARDS 64
 #define RESIHP__COORD_EP_MAX 48
@@ -48,8 +48,10 @@ enum { P_BARRIER, P_SETUP, P_RUN, P_END, P_FREE };
 typedef struct {
   int state;
   int conn; /* index into conns, -1 when none */
-  /* the addresses of its K ranks, "a/b/...": shard groups, catch-up */
-  char ep[RESIHP__COORD_EPS_MAX], sep[RESIHP__COORD_EPS_MAX];
+  /* the addresses of its K ranks, "a/b/...": shard groups, catch-up
+   * (malloc'ed at its HELLO, NULL before: K addresses each, not the most
+   * a HELLO may hold, times R replicas) */
+  char *ep, *sep;
   char node[64];
   char lep[RESIHP__COORD_EP_MAX]; /* the leader's, for the other ranks */
   long jobid, stepid;
@@ -95,8 +97,8 @@ typedef struct {
  * its own, so that nobody can spoil a round by reporting first. */
 typedef struct {
   uint32_t cepoch;
-  char inview[MAXR];
-  char reported[MAXR]; /* reporters waiting for (or given) the answer */
+  char *inview;   /* R entries */
+  char *reported; /* R: reporters waiting for (or given) the answer */
   int decided;
   int n;
   int *mb, *to;
@@ -123,9 +125,17 @@ typedef struct {
 struct resihp__coord {
   resihp__coord_opts_t o; /* o.secret: the caller's, read at create only */
   int lfd, port;
+  /* The replicas' connections are in an epoll set (efd): a wake-up costs
+   * what is ready, not one poll entry per replica; the listener and the
+   * few pending handshakes are polled beside efd. */
+  int efd;
+  struct epoll_event *evs;
+  int capevs;
   conn_t *conns;
   int nconns, capconns;
-  rep_t reps[MAXR];
+  /* Every per-replica table has R entries, R from the launcher (opts
+   * replicas), allocated at create: no fixed limit. */
+  rep_t *reps;
   int R, M;
   int K;          /* ranks per replica (the first HELLO sets it) */
   char shape[20]; /* digest of the shards' state sizes, or "-" */
@@ -133,11 +143,16 @@ struct resihp__coord {
   long step;
   int phase, state;
   uint32_t epoch;
-  int members[MAXR], nmembers;
-  int last_list[MAXR], nlast; /* members of the last started epoch */
+  int *members, nmembers;
+  int *last_list, nlast; /* members of the last started epoch */
   int changed; /* a member left or joined since (same ids, new process) */
   int *owner;
-  char in_step[MAXR]; /* members when the step started */
+  char *in_step; /* members when the step started */
+  int *scratch;  /* R ints for a step's or a round's contributors */
+  int *scratch2; /* R more (a round's departed) */
+  char *view;    /* R ints as text: a RECOVER's view */
+  char *inview;  /* R: that view as a set */
+  double *rslow; /* R: the contributors' speeds (coord_perf.c) */
   round_t *rounds;
   int nrounds, caprounds;
   int64_t *start_ms; /* START time of each step, index step */
@@ -179,7 +194,9 @@ struct resihp__coord {
 /* The coordinator's log lines (subsystem "coord"). */
 #define logc(l, ...) resihp_log((l), "coord", __VA_ARGS__)
 
-/* coord_loop.c: connections. */
+/* coord_loop.c: connections, and a replica's addresses (its HELLO's). */
+int resihp__coord_set_eps(resihp__coord_t *c, int r, const char *ep,
+                          const char *sep);
 void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line);
 void resihp__coord_send_buf_to(resihp__coord_t *c, int r,
                                const resihp__wire_buf_t *b);

@@ -22,8 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Pending handshakes, and how long each may take. */
-#define HS_PENDING 64
+/* Pending handshakes beyond one per replica (a whole job may join at
+ * once: none of them may be evicted), and how long each may take. */
+#define HS_PENDING_EXTRA 64
 #define HS_TIMEOUT_MS 3000
 
 void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line) {
@@ -48,6 +49,8 @@ void resihp__coord_send_buf_to(resihp__coord_t *c, int r,
 
 void resihp__coord_close_conn(resihp__coord_t *c, int k) {
   conn_t *cn = &c->conns[k];
+  if (cn->w.fd >= 0)
+    epoll_ctl(c->efd, EPOLL_CTL_DEL, cn->w.fd, NULL);
   resihp__wire_free(&cn->w);
   if (cn->replica >= 0 && c->reps[cn->replica].conn == k)
     c->reps[cn->replica].conn = -1;
@@ -74,6 +77,11 @@ int resihp__coord_adopt(resihp__coord_t *c, resihp__wire_t *w) {
     }
     k = c->nconns++;
   }
+  /* (a descriptor epoll cannot watch, as in some tests, is simply never
+   * read by the loop) */
+  struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)k};
+  if (w->fd >= 0)
+    epoll_ctl(c->efd, EPOLL_CTL_ADD, w->fd, &ev);
   c->conns[k].w = *w;
   c->conns[k].replica = -1;
   c->conns[k].sub_replica = -1;
@@ -134,7 +142,7 @@ static void accept_conns(resihp__coord_t *c, int listener_ready) {
 }
 
 int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
-  int want = c->nconns + 1 + resihp__wire_hs_pending(c->hs);
+  int want = 2 + resihp__wire_hs_pending(c->hs);
   if (want > c->cappfd) {
     struct pollfd *np = realloc(c->pfd, sizeof(*np) * (size_t)want);
     if (!np)
@@ -142,23 +150,27 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
     c->pfd = np;
     c->cappfd = want;
   }
-  struct pollfd *p = c->pfd;
-  p[0].fd = c->lfd;
-  p[0].events = POLLIN;
-  p[0].revents = 0;
-  for (int i = 0; i < c->nconns; i++) {
-    p[i + 1].fd = c->conns[i].w.fd;
-    p[i + 1].events = POLLIN;
-    p[i + 1].revents = 0;
+  if (c->nconns > c->capevs) {
+    struct epoll_event *ne = realloc(c->evs, sizeof(*ne) * (size_t)c->capconns);
+    if (!ne)
+      return RESIHP_ENOMEM;
+    c->evs = ne;
+    c->capevs = c->capconns;
   }
-  int n = c->nconns;
-  int nh = resihp__wire_hs_fds(c->hs, p + n + 1, want - n - 1);
-  poll(p, (nfds_t)(n + 1 + nh), resihp__wire_hs_wait_ms(c->hs, timeout_ms));
+  struct pollfd *p = c->pfd;
+  p[0] = (struct pollfd){.fd = c->lfd, .events = POLLIN};
+  p[1] = (struct pollfd){.fd = c->efd, .events = POLLIN};
+  int nh = resihp__wire_hs_fds(c->hs, p + 2, want - 2);
+  poll(p, (nfds_t)(2 + nh), resihp__wire_hs_wait_ms(c->hs, timeout_ms));
+  resihp__wire_hs_mark(c->hs, p + 2, nh);
   int64_t now = resihp__now_ms();
-  for (int i = 0; i < n; i++) {
+  int ne =
+      p[1].revents && c->capevs ? epoll_wait(c->efd, c->evs, c->capevs, 0) : 0;
+  for (int e = 0; e < ne; e++) {
+    int i = (int)c->evs[e].data.u32;
+    if (i >= c->nconns || c->conns[i].w.fd < 0)
+      continue; /* closed by an earlier line of this round */
     conn_t *cn = &c->conns[i];
-    if (cn->w.fd < 0 || !p[i + 1].revents)
-      continue;
     int rc = resihp__wire_fill(&cn->w);
     cn->last_heard = now;
     drain_conn(c, i, rc);
@@ -186,22 +198,35 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
 }
 
 int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
-  if (!o || o->replicas < 1 || o->replicas > MAXR || !o->secret ||
-      !o->secret_len)
+  if (!o || o->replicas < 1 || o->replicas > RESIHP__COORD_MAX_REPLICAS ||
+      !o->secret || !o->secret_len)
     return RESIHP_EINVAL;
   resihp__coord_t *c = calloc(1, sizeof(*c));
   if (!c)
     return RESIHP_ENOMEM;
   c->o = *o;
   c->lfd = -1;
+  c->efd = epoll_create1(EPOLL_CLOEXEC);
   if (c->o.silence_ms <= 0)
     c->o.silence_ms = 3000;
   c->line = malloc(RESIHP__WIRE_LINE_MAX + 1);
   int rc = RESIHP_ENOMEM;
-  if (!c->line)
+  size_t R = (size_t)o->replicas;
+  c->reps = calloc(R, sizeof(*c->reps));
+  c->members = calloc(R, sizeof(int));
+  c->last_list = calloc(R, sizeof(int));
+  c->in_step = calloc(R, 1);
+  c->scratch = calloc(R, sizeof(int));
+  c->scratch2 = calloc(R, sizeof(int));
+  c->view = malloc(8 * R + 1); /* ids < 10^7, each with its ':' */
+  c->inview = calloc(R, 1);
+  c->rslow = calloc(R, sizeof(double));
+  if (c->efd < 0 || !c->line || !c->reps || !c->members || !c->last_list ||
+      !c->in_step || !c->scratch || !c->scratch2 || !c->view || !c->inview ||
+      !c->rslow)
     goto fail;
   c->R = o->replicas;
-  for (int r = 0; r < MAXR; r++) {
+  for (int r = 0; r < c->R; r++) {
     c->reps[r].conn = -1;
     c->reps[r].begun = -1;
     c->reps[r].open_fail = -1;
@@ -210,7 +235,8 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   c->wl_asked = -1;
   c->abort_replica = -1;
   if ((rc = resihp__wire_hs_create(o->secret, o->secret_len, "coord",
-                                   HS_PENDING, HS_TIMEOUT_MS, &c->hs)))
+                                   c->R + HS_PENDING_EXTRA, HS_TIMEOUT_MS,
+                                   &c->hs)))
     goto fail;
   c->lfd = resihp__wire_listen(o->bind_host, o->port, &c->port);
   if (c->lfd < 0) {
@@ -237,13 +263,45 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->spares);
   if (c->lfd >= 0)
     close(c->lfd);
+  if (c->efd >= 0)
+    close(c->efd);
+  free(c->evs);
   resihp__wire_hs_destroy(c->hs);
   free(c->line);
   free(c->pfd);
   free(c->owner);
   free(c->start_ms);
   resihp__coord_perf_free(c);
+  for (int r = 0; c->reps && r < c->R; r++) {
+    free(c->reps[r].ep);
+    free(c->reps[r].sep);
+  }
+  free(c->reps);
+  free(c->members);
+  free(c->last_list);
+  free(c->in_step);
+  free(c->scratch);
+  free(c->scratch2);
+  free(c->view);
+  free(c->inview);
+  free(c->rslow);
   free(c);
+}
+
+int resihp__coord_set_eps(resihp__coord_t *c, int r, const char *ep,
+                          const char *sep) {
+  rep_t *p = &c->reps[r];
+  char *e = strdup(ep), *s = strdup(sep);
+  if (!e || !s) {
+    free(e);
+    free(s);
+    return RESIHP_ENOMEM;
+  }
+  free(p->ep);
+  free(p->sep);
+  p->ep = e;
+  p->sep = s;
+  return 0;
 }
 
 int resihp__coord_port(const resihp__coord_t *c) {
@@ -274,7 +332,7 @@ int resihp__coord_replica_eps(const resihp__coord_t *c, int r, const char **ep,
                               const char **sep, const char **lep) {
   if (r < 0 || r >= c->R)
     return RESIHP_ENOENT;
-  if (!c->reps[r].ep[0]) {
+  if (!c->reps[r].ep || !c->reps[r].ep[0]) {
     /* a leader still gathering its ranks has only said LEP */
     for (int k = 0; lep && k < c->nconns; k++)
       if (c->conns[k].w.fd >= 0 && c->conns[k].lep_replica == r &&

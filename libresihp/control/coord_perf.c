@@ -227,7 +227,7 @@ static int predict_costs(resihp__coord_t *c, const int *contrib, int nc) {
 }
 
 int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc) {
-  double slow[MAXR]; /* even ignores them */
+  double *slow = c->rslow; /* even ignores them */
   for (int i = 0; i < nc; i++)
     slow[i] = c->reps[contrib[i]].slow;
   int have = c->det && c->o.assign == RESIHP_ASSIGN_COST &&

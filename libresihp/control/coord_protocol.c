@@ -146,6 +146,17 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     resihp__coord_refuse(c, k, "too-many-microbatches", 1, msg);
     return;
   }
+  /* GO lists every member's addresses: "r@ep," with r below 10^7 */
+  if ((size_t)c->R * (strlen(ep) + 9) + RESIHP__WIRE_LIST_HEADROOM >
+      RESIHP__WIRE_LINE_MAX) {
+    logc(RESIHP_LOG_ERROR,
+         "replica %ld: the member list of %d replicas with addresses like "
+         "its %zu bytes would not fit in a %d-byte line: refused (use fewer "
+         "replicas, fewer ranks per replica or shorter host names)",
+         r, c->R, strlen(ep), RESIHP__WIRE_LINE_MAX);
+    resihp__coord_refuse(c, k, "too-many-replicas", 1, msg);
+    return;
+  }
   if (c->S && (m != c->M || s != c->S)) {
     logc(RESIHP_LOG_ERROR,
          "replica %ld has %ld microbatches x %ld steps, the job %d x %ld: "
@@ -165,6 +176,12 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     return;
   }
   rep_t *p = &c->reps[r];
+  if (p->state != R_MEMBER && !(p->state == R_JOINING && p->conn >= 0) &&
+      c->state == RESIHP__COORD_RUNNING &&
+      resihp__coord_set_eps(c, r, ep, sep)) {
+    resihp__coord_refuse(c, k, "out-of-memory", 1, msg);
+    return;
+  }
   if (p->state == R_MEMBER || (p->state == R_JOINING && p->conn >= 0) ||
       c->state != RESIHP__COORD_RUNNING) {
     logc(RESIHP_LOG_ERROR, "replica %ld is already running", r);
@@ -193,8 +210,6 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   p->catchup_failed = 0;
   p->catching = 0;
   p->finished = 0;
-  snprintf(p->ep, sizeof(p->ep), "%s", ep);
-  snprintf(p->sep, sizeof(p->sep), "%s", sep);
   snprintf(p->node, sizeof(p->node), "%s", node);
   p->jobid = jobid;
   p->stepid = stepid;

@@ -27,6 +27,8 @@ void resihp__coord_free_rounds(resihp__coord_t *c) {
   for (int k = 0; k < c->nrounds; k++) {
     free(c->rounds[k].mb);
     free(c->rounds[k].to);
+    free(c->rounds[k].inview);
+    free(c->rounds[k].reported);
   }
   c->nrounds = 0;
 }
@@ -85,7 +87,7 @@ static void answer_round(resihp__coord_t *c, const round_t *rd, int r) {
 /* Act on a confirmed view: leave out the members outside it and move the
  * microbatches whose owner is outside it to the contributors in it. */
 static void decide_round(resihp__coord_t *c, round_t *rd) {
-  int gone[MAXR], ng = 0;
+  int *gone = c->scratch2, ng = 0;
   for (int i = 0; i < c->nmembers; i++)
     if (!rd->inview[c->members[i]])
       gone[ng++] = c->members[i];
@@ -101,7 +103,7 @@ static void decide_round(resihp__coord_t *c, round_t *rd) {
       resihp__coord_fail_replica(c, gone[i], "left out by the survivors");
     }
   }
-  int contrib[MAXR], nc = 0;
+  int *contrib = c->scratch, nc = 0;
   for (int r = 0; r < c->R; r++)
     if (rd->inview[r] && c->reps[r].state == R_MEMBER && !c->reps[r].catching)
       contrib[nc++] = r;
@@ -157,17 +159,18 @@ void resihp__coord_decide_rounds(resihp__coord_t *c) {
 void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
                               const char *msg) {
   long s = -1, ce = -1;
-  char view[MAXR * 8];
+  char *view = c->view;
   int *v = NULL, nv = 0;
   if (resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &s) ||
       resihp__wire_get_range(msg, "cepoch", 0, UINT32_MAX, &ce) ||
-      resihp__wire_get(msg, "view", view, sizeof(view)) ||
+      resihp__wire_get(msg, "view", view, 8 * (size_t)c->R + 1) ||
       resihp__wire_parse_ints(view, c->R, &v, &nv) || nv < 1) {
     free(v);
     resihp__coord_refuse(c, k, "bad-recover", 1, msg);
     return;
   }
-  char inview[MAXR] = {0};
+  char *inview = c->inview;
+  memset(inview, 0, (size_t)c->R);
   int bad = 0;
   for (int i = 0; i < nv; i++) {
     bad |= inview[v[i]] || !c->in_step[v[i]]; /* twice, or not a member */
@@ -201,7 +204,7 @@ void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
     round_t *x = &c->rounds[i];
     if (x->cepoch != (uint32_t)ce)
       continue;
-    if (!memcmp(x->inview, inview, sizeof(inview)))
+    if (!memcmp(x->inview, inview, (size_t)c->R))
       rd = x;
     else if (x->reported[r]) {
       /* two views of one epoch */
@@ -222,10 +225,19 @@ void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
       c->rounds = x;
       c->caprounds = n;
     }
-    rd = &c->rounds[c->nrounds++];
+    rd = &c->rounds[c->nrounds];
     memset(rd, 0, sizeof(*rd));
+    rd->inview = malloc((size_t)c->R);
+    rd->reported = calloc((size_t)c->R, 1);
+    if (!rd->inview || !rd->reported) {
+      free(rd->inview);
+      free(rd->reported);
+      resihp__coord_refuse(c, k, "out-of-memory", 0, msg);
+      return;
+    }
+    c->nrounds++;
     rd->cepoch = (uint32_t)ce;
-    memcpy(rd->inview, inview, sizeof(inview));
+    memcpy(rd->inview, inview, (size_t)c->R);
   }
   rd->reported[r] = 1;
   /* Undecided: decided by resihp__coord_advance once every line of this

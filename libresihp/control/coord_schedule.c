@@ -103,7 +103,7 @@ void resihp__coord_hold(resihp__coord_t *c, const char *why) {
 }
 
 static void start_step(resihp__coord_t *c) {
-  int contrib[MAXR];
+  int *contrib = c->scratch;
   int nc = contributors(c, contrib);
   if (nc == 0) {
     resihp__coord_lose(c, "no member holds a valid state");
@@ -118,7 +118,7 @@ static void start_step(resihp__coord_t *c) {
     return;
   }
   resihp__coord_free_rounds(c);
-  memset(c->in_step, 0, sizeof(c->in_step));
+  memset(c->in_step, 0, (size_t)c->R);
   for (int i = 0; i < c->nmembers; i++) {
     c->in_step[c->members[i]] = 1;
     c->reps[c->members[i]].reports = 0;

@@ -101,7 +101,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define RESIHP__COORD_MAX_REPLICAS 256
+/* Not a table size: every per-replica table is sized from the job's
+ * replica count (resihp__coord_opts_t.replicas). This bound only
+ * validates that count (and so every replica id a peer sends), far above
+ * any machine: 100K GPUs are at most 100K replicas. */
+#define RESIHP__COORD_MAX_REPLICAS 1000000
 
 typedef struct resihp__coord resihp__coord_t;
 

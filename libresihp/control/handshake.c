@@ -70,40 +70,70 @@ static void seal_session(resihp__wire_t *w, const uint8_t *secret, size_t slen,
   w->max = RESIHP__WIRE_LINE_MAX;
 }
 
+/* One move of the client's side on what has arrived: AUTH1 -> AUTH2,
+ * AUTH3 -> sealed. 1 once sealed, 0 while it waits for the server,
+ * negative on failure. */
+int resihp__wire_cli_step(resihp__wire_t *w, resihp__wire_cli_t *s,
+                          const uint8_t *secret, size_t slen,
+                          const char *label) {
+  char line[RESIHP__WIRE_PREAUTH_MAX + 1], lab[64], got[80], want[80];
+  if (s->stage == 0) {
+    w->sealed = 0;
+    w->max = RESIHP__WIRE_PREAUTH_MAX;
+    s->stage = 1;
+  }
+  int rc = resihp__wire_fill(w);
+  int t = resihp__wire_take(w, line, sizeof(line));
+  if (t < 0)
+    return t;
+  if (t == 0)
+    return rc < 0 ? (s->stage == 2 && rc == RESIHP_ECLOSED ? RESIHP_EAUTH : rc)
+                  : 0;
+  if (s->stage == 1) {
+    if (sscanf(line, "AUTH1 %63s %70s", lab, s->ns) != 2 ||
+        strcmp(lab, label) || strlen(s->ns) != NONCE_HEX)
+      return RESIHP_EAUTH;
+    if ((rc = nonce(s->nc)))
+      return rc;
+    proof(secret, slen, label, "cli", s->ns, s->nc, want);
+    snprintf(line, sizeof(line), "AUTH2 %s %s", s->nc, want);
+    /* a short line on a fresh socket: it fits the send buffer */
+    if ((rc = resihp__wire_send(w, line, resihp__now_ms() + 1000)))
+      return rc;
+    s->stage = 2;
+    return 0;
+  }
+  if (sscanf(line, "AUTH3 %70s", got) != 1)
+    return RESIHP_EAUTH;
+  proof(secret, slen, label, "srv", s->nc, s->ns, want);
+  if (!proof_ok(got, want))
+    return RESIHP_EAUTH;
+  seal_session(w, secret, slen, label, s->ns, s->nc, 1);
+  return 1;
+}
+
 int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
                              size_t slen, const char *label,
                              int64_t deadline_ms) {
-  char line[RESIHP__WIRE_PREAUTH_MAX + 1], lab[64], ns[80], nc[NONCE_HEX + 1],
-      want[80], got[80];
-  w->sealed = 0;
-  w->max = RESIHP__WIRE_PREAUTH_MAX;
-  int rc = resihp__wire_recv(w, line, sizeof(line), deadline_ms);
-  if (rc)
-    return rc;
-  if (sscanf(line, "AUTH1 %63s %70s", lab, ns) != 2 || strcmp(lab, label) ||
-      strlen(ns) != NONCE_HEX)
-    return RESIHP_EAUTH;
-  if ((rc = nonce(nc)))
-    return rc;
-  proof(secret, slen, label, "cli", ns, nc, want);
-  snprintf(line, sizeof(line), "AUTH2 %s %s", nc, want);
-  if ((rc = resihp__wire_send(w, line, deadline_ms)))
-    return rc;
-  if ((rc = resihp__wire_recv(w, line, sizeof(line), deadline_ms)))
-    return rc == RESIHP_ECLOSED ? RESIHP_EAUTH : rc;
-  if (sscanf(line, "AUTH3 %70s", got) != 1)
-    return RESIHP_EAUTH;
-  proof(secret, slen, label, "srv", nc, ns, want);
-  if (!proof_ok(got, want))
-    return RESIHP_EAUTH;
-  seal_session(w, secret, slen, label, ns, nc, 1);
-  return 0;
+  resihp__wire_cli_t s = {0};
+  for (;;) {
+    int rc = resihp__wire_cli_step(w, &s, secret, slen, label);
+    if (rc)
+      return rc < 0 ? rc : 0;
+    int64_t left = deadline_ms - resihp__now_ms();
+    if (left <= 0)
+      return RESIHP_ETIMEDOUT;
+    struct pollfd p = {.fd = w->fd, .events = POLLIN};
+    poll(&p, 1, left > 1000 ? 1000 : (int)left);
+  }
 }
 
 typedef struct {
   resihp__wire_t w;
   int64_t deadline;
   char ns[NONCE_HEX + 1];
+  int ready; /* its socket polled readable (resihp__wire_hs_mark) */
+  long seq;  /* accepted as the seq-th: the oldest is evicted first */
 } pending_t;
 
 struct resihp__wire_hs {
@@ -111,9 +141,12 @@ struct resihp__wire_hs {
   size_t slen;
   char label[16];
   int max, timeout_ms;
-  pending_t *p; /* oldest first */
+  /* in no order: removal moves the last one into the hole, so that
+   * thousands of joiners completing at once cost O(1) each */
+  pending_t *p;
   int n;
-  long refused, expired, quiet;
+  int marked; /* the owner says which are readable (resihp__wire_hs_mark) */
+  long refused, expired, quiet, seq;
   int64_t last_warn;
 };
 
@@ -173,8 +206,16 @@ static void drop(resihp__wire_hs_t *h, int i, int refused, const char *why) {
                h->label, why);
   }
   resihp__wire_free(&h->p[i].w);
-  memmove(&h->p[i], &h->p[i + 1], sizeof(*h->p) * (size_t)(h->n - i - 1));
-  h->n--;
+  h->p[i] = h->p[--h->n];
+}
+
+/* The pending handshake that will expire first (the oldest). */
+static int oldest(const resihp__wire_hs_t *h) {
+  int o = 0;
+  for (int i = 1; i < h->n; i++)
+    if (h->p[i].seq < h->p[o].seq)
+      o = i;
+  return o;
 }
 
 /* A short line on a fresh socket: it fits the send buffer, or the peer is
@@ -188,8 +229,10 @@ static int send_now(int fd, const char *line) {
 
 int resihp__wire_hs_add(resihp__wire_hs_t *h, int fd) {
   if (h->n == h->max)
-    drop(h, 0, 0, "evicted: too many pending handshakes");
+    drop(h, oldest(h), 0, "evicted: too many pending handshakes");
   pending_t *p = &h->p[h->n];
+  p->ready = 0; /* nothing to read before it has our AUTH1 */
+  p->seq = h->seq++;
   resihp__wire_init(&p->w, fd);
   p->w.max = RESIHP__WIRE_PREAUTH_MAX;
   p->deadline = resihp__now_ms() + h->timeout_ms;
@@ -210,7 +253,8 @@ int resihp__wire_hs_add(resihp__wire_hs_t *h, int fd) {
 }
 
 void resihp__wire_hs_accept(resihp__wire_hs_t *h, int lfd) {
-  /* Bounded, so that a flood of connections cannot keep the owner here. */
+  /* Until the queue is empty (joiners arrive by the thousand), but at
+   * most max_pending: a flood of connections cannot keep the owner here. */
   for (int i = 0; i < h->max; i++) {
     int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
@@ -227,6 +271,12 @@ int resihp__wire_hs_fds(const resihp__wire_hs_t *h, struct pollfd *p, int cap) {
     p[k].revents = 0;
   }
   return k;
+}
+
+void resihp__wire_hs_mark(resihp__wire_hs_t *h, const struct pollfd *p, int n) {
+  h->marked = 1;
+  for (int i = 0; i < n && i < h->n; i++)
+    h->p[i].ready = p[i].revents != 0;
 }
 
 int resihp__wire_hs_pending(const resihp__wire_hs_t *h) {
@@ -272,14 +322,24 @@ int resihp__wire_hs_next(resihp__wire_hs_t *h, resihp__wire_t *out) {
   char line[RESIHP__WIRE_PREAUTH_MAX + 1];
   for (int i = 0; i < h->n;) {
     pending_t *p = &h->p[i];
-    if (now >= p->deadline) {
-      drop(h, i, 0, "no answer in time");
+    int expired = now >= p->deadline;
+    if (h->marked && !p->ready) {
+      if (expired)
+        drop(h, i, 0, "no answer in time");
+      else
+        i++; /* nothing arrived: no system call for it */
       continue;
     }
+    p->ready = 0;
+    /* An answer that came in time but waited for us (thousands joining
+     * at once) still counts; a partial one does not extend the deadline. */
     int rc = resihp__wire_fill(&p->w);
     int t = resihp__wire_take(&p->w, line, sizeof(line));
     if (t == 0 && rc == 0) {
-      i++;
+      if (expired)
+        drop(h, i, 0, "no answer in time");
+      else
+        i++;
       continue;
     }
     if (t <= 0) {
@@ -291,8 +351,7 @@ int resihp__wire_hs_next(resihp__wire_hs_t *h, resihp__wire_t *out) {
       continue;
     }
     *out = p->w;
-    memmove(&h->p[i], &h->p[i + 1], sizeof(*h->p) * (size_t)(h->n - i - 1));
-    h->n--;
+    h->p[i] = h->p[--h->n];
     return 1;
   }
   return 0;

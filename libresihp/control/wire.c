@@ -290,7 +290,10 @@ int resihp__wire_listen(const char *host, int port, int *port_out) {
     close(fd);
     return RESIHP_EINVAL;
   }
-  if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 128) < 0) {
+  /* A whole job connects at once: a short queue drops SYNs, and each
+   * dropped joiner waits a second for its retry. The kernel caps this at
+   * net.core.somaxconn (4096 by default since Linux 5.4). */
+  if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 65535) < 0) {
     close(fd);
     return RESIHP_ESYS;
   }
@@ -530,7 +533,7 @@ int resihp__wire_max_microbatches(void) {
   /* Ids 0..M-1 written in full, each with a separator (the last one's
    * stands for the line's own room), digit-length block by block. */
   size_t room =
-             RESIHP__WIRE_LINE_MAX - RESIHP__WIRE_LIST_HEADROOM - TAG_TEXT + 1,
+             RESIHP__WIRE_MBS_LINE - RESIHP__WIRE_LIST_HEADROOM - TAG_TEXT + 1,
          used = 0;
   long lo = 0, hi = 10;
   for (size_t per = 2;; per++, lo = hi, hi *= 10) {

@@ -26,15 +26,19 @@
  * handshake: resihp__wire_hs_t runs every pending handshake as a small
  * state machine in its owner's poll loop, with an absolute deadline per
  * connection and a cap on how many may be pending (the oldest is dropped
- * to make room). Before authentication, a line longer than
- * RESIHP__WIRE_PREAUTH_MAX bytes is refused.
+ * to make room; the coordinator's cap is the job's replicas + 64, so that
+ * a whole job joining at once is never dropped). Before authentication, a line
+ * longer than RESIHP__WIRE_PREAUTH_MAX bytes is refused.
  *
  * Lengths. RESIHP__WIRE_LINE_MAX is the one limit of every line, for the
  * writer (resihp__wire_send refuses a longer line: RESIHP_ERANGE) and the
- * reader (a connection sending one is refused: RESIHP_EPROTO). Microbatch
- * lists are the long lines; resihp__wire_max_microbatches() is the largest
- * number of microbatches per step whose every list fits, and a job with
- * more is refused when it joins. Nothing is ever cut short silently.
+ * reader (a connection sending one is refused: RESIHP_EPROTO). Member
+ * lists (one address list per replica) and microbatch lists are the long
+ * lines: a job whose member list would not fit (replicas times the length
+ * of a joiner's addresses) is refused when it joins, and
+ * resihp__wire_max_microbatches() is the largest number of microbatches
+ * per step whose every list fits in RESIHP__WIRE_MBS_LINE, a job with more
+ * is refused when it joins. Nothing is ever cut short silently.
  *
  * Every blocking call takes an absolute deadline (resihp__now_ms() based)
  * and works on non-blocking sockets.
@@ -48,7 +52,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RESIHP__WIRE_LINE_MAX (1 << 20) /* bytes, without the '\n' */
+/* bytes, without the '\n': room for a member list of 100K replicas of
+ * several ranks (GO). Buffers grow to the lines actually received. */
+#define RESIHP__WIRE_LINE_MAX (16 << 20)
+/* The budget of a microbatch list, smaller: it fixes the most
+ * microbatches per step (resihp__wire_max_microbatches, a documented
+ * number) whatever room the member lists need. */
+#define RESIHP__WIRE_MBS_LINE (1 << 20)
 #define RESIHP__WIRE_PREAUTH_MAX 256
 /* Room kept in a line for everything but a microbatch list. */
 #define RESIHP__WIRE_LIST_HEADROOM 1024
@@ -103,6 +113,17 @@ int resihp__wire_recv_data(resihp__wire_t *w, void *buf, size_t len,
 int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
                              size_t secret_len, const char *label,
                              int64_t deadline_ms);
+/* The same without blocking, for a client with many connections (the scale
+ * benchmark): s starts zeroed; call resihp__wire_cli_step whenever w's
+ * socket is readable. 1 once the session is sealed, 0 while it waits,
+ * negative on failure (RESIHP_EAUTH: a bad or missing proof). */
+typedef struct {
+  int stage;
+  char ns[80], nc[40];
+} resihp__wire_cli_t;
+int resihp__wire_cli_step(resihp__wire_t *w, resihp__wire_cli_t *s,
+                          const uint8_t *secret, size_t secret_len,
+                          const char *label);
 
 /* Server side of the handshake for every connection of a listening
  * socket, without ever blocking. The owner adds resihp__wire_hs_fds to its
@@ -121,6 +142,12 @@ void resihp__wire_hs_accept(resihp__wire_hs_t *h, int lfd);
 int resihp__wire_hs_add(resihp__wire_hs_t *h, int fd);
 /* The pending connections' pollfds (POLLIN), at most cap; returns n. */
 int resihp__wire_hs_fds(const resihp__wire_hs_t *h, struct pollfd *p, int cap);
+/* After poll, optional: the revents of the n pollfds hs_fds gave (same
+ * order, nothing accepted or moved on in between). From then on
+ * resihp__wire_hs_next reads only the connections marked readable (and
+ * those just accepted at the next mark), not every pending one: O(ready)
+ * system calls per round instead of O(pending). */
+void resihp__wire_hs_mark(resihp__wire_hs_t *h, const struct pollfd *p, int n);
 int resihp__wire_hs_pending(const resihp__wire_hs_t *h);
 /* Milliseconds until the nearest pending deadline (0 if one passed), or
  * max_ms if none is nearer (max_ms < 0: no limit of the caller's). */

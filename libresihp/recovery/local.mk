@@ -146,3 +146,19 @@ EXTRA_DIST += tests/fuzz/corpus-tuples/perf tests/fuzz/corpus-tuples/wl \
 	tests/fuzz/corpus-tuples/empty-item
 EXTRA_DIST += tests/fuzz/corpus-addr-list/two \
 	tests/fuzz/corpus-addr-list/empty-item tests/fuzz/corpus-addr-list/trailing
+# The coordinator without fixed limits (tables sized from the job).
+if HAVE_CHECK
+check_PROGRAMS += tests/unit/test_coord_scale
+tests_unit_test_coord_scale_SOURCES = tests/unit/test_coord_scale.c
+tests_unit_test_coord_scale_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_coord_scale_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_coord_scale
+endif
+# Fuzz target of the joiner's side of the handshake (resihp__wire_cli_step).
+check_PROGRAMS += tests/fuzz/fuzz_hs_client
+tests_fuzz_fuzz_hs_client_SOURCES = tests/fuzz/fuzz_hs_client.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_hs_client_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_hs_client
+EXTRA_DIST += tests/fuzz/corpus-hs-client/forged-proof \
+	tests/fuzz/corpus-hs-client/wrong-label

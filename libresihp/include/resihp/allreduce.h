@@ -53,8 +53,10 @@
 extern "C" {
 #endif
 
-/* Largest world a communicator supports. */
-#define RESIHP_COMM_MAX_RANKS 1024
+/* Largest world a communicator supports: a data-parallel group of 100K
+ * single-GPU replicas. Frames carry only a world's worth of rank set
+ * ((nranks + 7) / 8 bytes); this bound sizes the sets held in memory. */
+#define RESIHP_COMM_MAX_RANKS 131072
 
 typedef struct resihp_comm resihp_comm_t;
 

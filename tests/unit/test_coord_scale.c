@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The coordinator without fixed limits: its tables follow the job's
+ * replica count (a replica id far beyond the old 256 is welcomed, one past
+ * the job's count is refused), the count itself is validated, and a job
+ * whose member list could not fit in a line is refused at HELLO with a
+ * reason, not cut short later. Real sockets; the client is the
+ * non-blocking one, in the same process as the coordinator. (Many
+ * replicas joining at once: tests/tools/bench-control.test.) */
+#include "config.h"
+
+#include "../../libresihp/control/coordinator.h"
+#include "../../libresihp/control/wire.h"
+#include "../../libresihp/transport/mesh.h"
+
+#include <resihp/error.h>
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char key[] = "scale-test-secret";
+
+static resihp__coord_t *coord(int R, char *ep, size_t cap) {
+  resihp__coord_opts_t o = {.replicas = R,
+                            .bind_host = "127.0.0.1",
+                            .secret = (const uint8_t *)key,
+                            .secret_len = strlen(key),
+                            .silence_ms = 60000};
+  resihp__coord_t *c = NULL;
+  ck_assert_int_eq(resihp__coord_create(&o, &c), 0);
+  snprintf(ep, cap, "127.0.0.1:%d", resihp__coord_port(c));
+  return c;
+}
+
+/* Say line to the in-process coordinator c and return 1 if its first
+ * answer starts with want. The client never blocks (resihp__wire_cli_step),
+ * so one process plays both ends, the coordinator pumped in between. */
+static int says(resihp__coord_t *c, const char *ep, const char *line,
+                const char *want) {
+  resihp__wire_t w;
+  resihp__wire_cli_t hs = {0};
+  char reply[256] = "";
+  resihp__wire_init(&w, resihp__wire_dial(ep, resihp__now_ms() + 5000));
+  int64_t deadline = resihp__now_ms() + 30000; /* safety net only */
+  int rc = w.fd < 0 ? w.fd : 0, t = 0;
+  while (!rc && resihp__now_ms() < deadline) {
+    resihp__coord_poll(c, 10);
+    rc = resihp__wire_cli_step(&w, &hs, (const uint8_t *)key, strlen(key),
+                               "coord");
+  }
+  if (rc == 1)
+    rc = resihp__wire_send(&w, line, resihp__now_ms() + 5000);
+  while (!rc && !t && resihp__now_ms() < deadline) {
+    resihp__coord_poll(c, 10);
+    rc = resihp__wire_fill(&w);
+    t = resihp__wire_take(&w, reply, sizeof(reply));
+  }
+  resihp__wire_free(&w);
+  if (t != 1 || strncmp(reply, want, strlen(want)))
+    fprintf(stderr, "said '%.60s...', got '%s' (%s)\n", line, reply,
+            resihp_strerror(rc));
+  return t == 1 && !strncmp(reply, want, strlen(want));
+}
+
+START_TEST(replica_count_validated) {
+  resihp__coord_opts_t o = {.replicas = RESIHP__COORD_MAX_REPLICAS + 1,
+                            .secret = (const uint8_t *)key,
+                            .secret_len = strlen(key)};
+  resihp__coord_t *c = NULL;
+  ck_assert_int_eq(resihp__coord_create(&o, &c), RESIHP_EINVAL);
+  o.replicas = 0;
+  ck_assert_int_eq(resihp__coord_create(&o, &c), RESIHP_EINVAL);
+}
+END_TEST
+
+#define HELLO_FMT                                                              \
+  "HELLO replica=%d ep=127.0.0.1:9 sep=127.0.0.1:9 mbs=4 steps=3"
+
+/* 5000 replicas: ids up to 4999 join, 5000 does not. */
+START_TEST(tables_follow_the_job) {
+  char ep[64];
+  resihp__coord_t *c = coord(5000, ep, sizeof(ep));
+  char line[160];
+  snprintf(line, sizeof(line), HELLO_FMT, 4999);
+  ck_assert(says(c, ep, line, "WELCOME replica=4999"));
+  snprintf(line, sizeof(line), HELLO_FMT, 5000);
+  ck_assert(says(c, ep, line, "NO reason=bad-hello"));
+  ck_assert_int_eq(resihp__coord_state(c), RESIHP__COORD_RUNNING);
+  resihp__coord_destroy(c);
+}
+END_TEST
+
+/* 8000 replicas of 64 ranks with 45-byte addresses: their member list
+ * (8000 x 64 x 46 bytes) is over a line; the first HELLO says so. */
+START_TEST(member_list_too_long_refused) {
+  char ep[64];
+  resihp__coord_t *c = coord(8000, ep, sizeof(ep));
+  size_t cap = 64 * 48 * 2 + 256;
+  char *eps = malloc(cap), *line = malloc(2 * cap);
+  ck_assert_ptr_nonnull(eps);
+  ck_assert_ptr_nonnull(line);
+  size_t n = 0;
+  for (int k = 0; k < 64; k++)
+    n += (size_t)snprintf(eps + n, cap - n,
+                          "%snode-with-a-much-longer-host-name-%05d:%d",
+                          k ? "/" : "", k, 40000 + k);
+  snprintf(line, 2 * cap, "HELLO replica=0 ep=%s sep=%s mbs=4 steps=3 lsize=64",
+           eps, eps);
+  ck_assert(says(c, ep, line, "NO reason=too-many-replicas"));
+  ck_assert_int_eq(resihp__coord_connected(c, 0), 0);
+  ck_assert_int_eq(resihp__coord_state(c), RESIHP__COORD_RUNNING);
+  free(eps);
+  free(line);
+  resihp__coord_destroy(c);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("coord_scale");
+  TCase *t = tcase_create("scale");
+  tcase_set_timeout(t, 120);
+  tcase_add_test(t, replica_count_validated);
+  tcase_add_test(t, tables_follow_the_job);
+  tcase_add_test(t, member_list_too_long_refused);
+  suite_add_tcase(s, t);
+  SRunner *r = srunner_create(s);
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,638 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* resihp-bench-control: the control plane at scale, on loopback.
+ *
+ * For each N of --replicas, a child process runs the real coordinator
+ * (resihp__coord_create/_poll, as resihp-run embeds it) for N replicas of
+ * 4*N microbatches (at most resihp__wire_max_microbatches), and this process
+ * plays the N replicas: stubs that speak the real protocol through the real
+ * wire (non-blocking handshake, MAC'd lines), all multiplexed on one epoll set,
+ * with zero compute. Two processes because each end needs a descriptor per
+ * replica: N is limited by the hard RLIMIT_NOFILE (raised to it), not by twice
+ * N.
+ *
+ * What is measured, one line per N:
+ *   hello      all N connected, authenticated and welcomed (WELCOME);
+ *   join       all N admitted too (their first GO: the first epoch);
+ *   step       BEGIN sent -> START received, per replica and step, over
+ *              the --steps steady steps (median and 99th percentile);
+ *   cpu        the coordinator's CPU time per steady step
+ *              (/proc/PID/schedstat), heartbeats included;
+ *   bytes      the coordinator's bytes received + sent per steady step
+ *              (what the stubs read and wrote, tags included; TCP/IP
+ *              headers not), heartbeats included;
+ *   death      one replica closes its connection at a step start: time to
+ *              every survivor holding the new epoch (GO new=1).
+ *
+ * --check asserts what must hold whatever the speed: every replica was
+ * admitted at once, every survivor got every START of every step in order
+ * and every epoch (GO new=1), no member other than the killed one was lost
+ * (every GO lists N, then N-1 members), DONE reached everyone and the
+ * coordinator ended DONE. Exit 0 if so, 1 if not, 2 for a usage error.
+ *
+ * The step protocol lives in one function, stub_line (what a replica does
+ * with each line from the coordinator); the rest is plumbing.
+ */
+#include "config.h"
+
+#include "../libresihp/control/coordinator.h"
+#include "../libresihp/control/wire.h"
+#include "../libresihp/transport/mesh.h"
+
+#include <resihp/error.h>
+#include <resihp/log.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_N 1000000
+/* Descriptors either process needs beside one per replica. */
+#define FD_SPARE 64
+/* What a sealed line adds to its text: " mac=" + tag + '\n'. */
+#define LINE_EXTRA (5 + RESIHP__MAC_HEX + 1)
+
+enum { S_CONNECTING, S_HANDSHAKE, S_LIVE, S_DEAD };
+
+typedef struct {
+  int id, stage;
+  resihp__wire_t w;
+  resihp__wire_cli_t hs;
+  long next_step;  /* the START expected next */
+  long starts;     /* STARTs received in order */
+  long gos;        /* GO lines */
+  long bad_gos;    /* GO lines whose member count was wrong */
+  uint32_t epoch;  /* the last GO new=1 */
+  long epochs;     /* GO new=1 received */
+  double begin_ms; /* last BEGIN sent */
+  int admitted, done;
+} stub_t;
+
+typedef struct {
+  int n, steps, check;
+  int mbs;          /* 4N, or the most a job may have */
+  long total_steps; /* 1 set-up step, the steady ones, 2 around the death */
+  long kill_step;   /* the victim closes at this step's START */
+  int victim;
+  int alive;
+  int live; /* stubs with a socket */
+  stub_t *s;
+  int ep;
+  uint8_t secret[32];
+  int port;
+  pid_t child;
+  double t0, t_welcome, t_join, t_death, t_epoch;
+  long welcomed;
+  long admitted, in_new_epoch, done;
+  long *started; /* per step: replicas that got its START */
+  double *lat;   /* steady-step latencies (ms) */
+  long nlat, caplat;
+  double cpu0, cpu1, io0, io1, tm0, tm1;
+  long retries, errors;
+  double bytes; /* read and written by the stubs once authenticated */
+  char line[RESIHP__WIRE_LINE_MAX + 1];
+} bench_t;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* The coordinator's CPU time (ms) and bytes through its descriptors. */
+static double child_cpu_ms(pid_t pid) {
+  char path[64];
+  unsigned long long ns = 0;
+  snprintf(path, sizeof(path), "/proc/%d/schedstat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f) {
+    if (fscanf(f, "%llu", &ns) != 1)
+      ns = 0;
+    fclose(f);
+  }
+  return (double)ns / 1e6;
+}
+
+static void snapshot(bench_t *b, int end) {
+  double cpu = child_cpu_ms(b->child), io = b->bytes;
+  if (end) {
+    b->cpu1 = cpu;
+    b->io1 = io;
+    b->tm1 = now_ms();
+  } else {
+    b->cpu0 = cpu;
+    b->io0 = io;
+    b->tm0 = now_ms();
+  }
+}
+
+static void fail(bench_t *b, stub_t *s, const char *what) {
+  if (b->errors++ < 5)
+    fprintf(stderr, "resihp-bench-control: N=%d replica %d: %s\n", b->n, s->id,
+            what);
+}
+
+static int send_line(bench_t *b, stub_t *s, const char *line) {
+  int rc = resihp__wire_send(&s->w, line, resihp__now_ms() + 10000);
+  b->bytes += (double)(strlen(line) + LINE_EXTRA);
+  if (rc)
+    fail(b, s, "cannot send");
+  return rc;
+}
+
+static void kill_stub(bench_t *b, stub_t *s) {
+  if (s->w.fd >= 0) {
+    epoll_ctl(b->ep, EPOLL_CTL_DEL, s->w.fd, NULL);
+    b->live--;
+  }
+  resihp__wire_free(&s->w);
+  s->stage = S_DEAD;
+}
+
+static long count_members(const char *line) {
+  char *m = strstr(line, " members=");
+  if (!m || !m[9])
+    return 0;
+  long n = 1;
+  for (m += 9; *m && *m != ' '; m++)
+    n += *m == ',';
+  return n;
+}
+
+static void add_latency(bench_t *b, double ms) {
+  if (b->nlat == b->caplat) {
+    long nc = b->caplat ? 2 * b->caplat : 4096;
+    double *x = realloc(b->lat, sizeof(double) * (size_t)nc);
+    if (!x)
+      return;
+    b->lat = x;
+    b->caplat = nc;
+  }
+  b->lat[b->nlat++] = ms;
+}
+
+/* What a replica does with one line from the coordinator: the whole step
+ * protocol of the stub (see coordinator.h). Zero compute: a START is
+ * answered with the next BEGIN at once. */
+static void stub_line(bench_t *b, stub_t *s, const char *line) {
+  long v = -1, isnew = 0;
+  char buf[96];
+  if (!strncmp(line, "WELCOME ", 8)) {
+    if (++b->welcomed == b->n)
+      b->t_welcome = now_ms();
+    send_line(b, s, "BEGIN step=-1");
+  } else if (!strncmp(line, "GO ", 3)) {
+    long step = -1;
+    s->gos++;
+    if (resihp__wire_get_long(line, "step", &step) ||
+        resihp__wire_get_long(line, "epoch", &v) ||
+        resihp__wire_get_long(line, "new", &isnew)) {
+      fail(b, s, "malformed GO");
+      return;
+    }
+    /* every member, less the victim once it is dead */
+    if (count_members(line) != b->n - (step > b->kill_step))
+      s->bad_gos++;
+    if (!isnew)
+      return;
+    s->epoch = (uint32_t)v;
+    s->epochs++;
+    if (!s->admitted) {
+      s->admitted = 1;
+      if (++b->admitted == b->n)
+        b->t_join = now_ms();
+    } else if (b->t_death > 0 && ++b->in_new_epoch == b->alive) {
+      b->t_epoch = now_ms();
+    }
+    snprintf(buf, sizeof(buf), "READY epoch=%ld", v);
+    send_line(b, s, buf);
+  } else if (!strncmp(line, "START ", 6)) {
+    double t = now_ms();
+    if (resihp__wire_get_long(line, "step", &v) || v != s->next_step) {
+      fail(b, s, "START out of order");
+      return;
+    }
+    s->starts++;
+    s->next_step = v + 1;
+    if (v >= 1 && v <= b->steps)
+      add_latency(b, t - s->begin_ms);
+    if (v < b->total_steps && ++b->started[v] == b->alive) {
+      if (v == 0)
+        snapshot(b, 0);
+      else if (v == b->steps)
+        snapshot(b, 1);
+    }
+    if (s->id == b->victim && v == b->kill_step) {
+      /* the death: its connection closes, the others go on */
+      b->alive--;
+      kill_stub(b, s);
+      b->t_death = now_ms();
+      return;
+    }
+    snprintf(buf, sizeof(buf), "BEGIN step=%ld", v + 1);
+    s->begin_ms = now_ms();
+    send_line(b, s, buf);
+  } else if (!strcmp(line, "DONE")) {
+    s->done = 1;
+    b->done++;
+    send_line(b, s, "FINISH result=bench");
+  } else if (!strncmp(line, "NO ", 3)) {
+    fail(b, s, line);
+  } /* HB and anything else: nothing to do */
+}
+
+/* The replica's socket is ready: connect, handshake, then lines. */
+static void stub_io(bench_t *b, stub_t *s, uint32_t ev) {
+  if (s->stage == S_CONNECTING) {
+    int err = 0;
+    socklen_t el = sizeof(err);
+    getsockopt(s->w.fd, SOL_SOCKET, SO_ERROR, &err, &el);
+    if (err) {
+      b->retries++;
+      fail(b, s, "connect failed");
+      kill_stub(b, s);
+      return;
+    }
+    struct epoll_event e = {.events = EPOLLIN, .data.ptr = s};
+    epoll_ctl(b->ep, EPOLL_CTL_MOD, s->w.fd, &e);
+    s->stage = S_HANDSHAKE;
+    if (!(ev & EPOLLIN))
+      return;
+  }
+  if (s->stage == S_HANDSHAKE) {
+    int rc = resihp__wire_cli_step(&s->w, &s->hs, b->secret, sizeof(b->secret),
+                                   "coord");
+    if (rc < 0) {
+      b->retries++;
+      fail(b, s, "handshake refused (a joiner dropped)");
+      kill_stub(b, s);
+      return;
+    }
+    if (rc == 0)
+      return;
+    s->stage = S_LIVE;
+    char hello[256];
+    snprintf(hello, sizeof(hello),
+             "HELLO replica=%d ep=127.0.0.1:%d sep=127.0.0.1:%d node=bench%d "
+             "jobid=1 stepid=%d mbs=%d steps=%ld pid=%d lsize=1 lep=- "
+             "shape=-",
+             s->id, 20000 + s->id % 40000, 20000 + s->id % 40000, s->id, s->id,
+             b->mbs, b->total_steps, (int)getpid());
+    if (send_line(b, s, hello))
+      return;
+  }
+  size_t had = s->w.len;
+  int rc = resihp__wire_fill(&s->w), t;
+  b->bytes += (double)(s->w.len - had);
+  while (s->stage == S_LIVE &&
+         (t = resihp__wire_take(&s->w, b->line, sizeof(b->line))) != 0) {
+    if (t < 0) {
+      fail(b, s, "bad line from the coordinator");
+      rc = t;
+      break;
+    }
+    stub_line(b, s, b->line);
+  }
+  if (s->stage == S_LIVE && rc < 0) {
+    if (!s->done)
+      fail(b, s, "connection lost");
+    kill_stub(b, s);
+    return;
+  }
+  /* N buffers of one GO each would add up: give the room back */
+  if (s->stage == S_LIVE && s->w.len == 0 && s->w.cap > 65536) {
+    free(s->w.buf);
+    s->w.buf = NULL;
+    s->w.cap = 0;
+  }
+}
+
+static int start_stub(bench_t *b, stub_t *s) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return RESIHP_ESYS;
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)b->port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  resihp__wire_init(&s->w, fd);
+  s->stage = S_CONNECTING;
+  if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0 &&
+      errno != EINPROGRESS) {
+    resihp__wire_free(&s->w);
+    s->stage = S_DEAD;
+    return RESIHP_EPEER;
+  }
+  b->live++;
+  struct epoll_event e = {.events = EPOLLIN | EPOLLOUT, .data.ptr = s};
+  return epoll_ctl(b->ep, EPOLL_CTL_ADD, fd, &e) ? RESIHP_ESYS : 0;
+}
+
+/* The coordinator's process: serve until the training is over. */
+static void run_coordinator(bench_t *b, int wfd) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  resihp__coord_opts_t o = {.replicas = b->n,
+                            .bind_host = "127.0.0.1",
+                            .secret = b->secret,
+                            .secret_len = sizeof(b->secret),
+                            .silence_ms = 30000};
+  resihp__coord_t *c;
+  int rc = resihp__coord_create(&o, &c);
+  int port = rc ? -1 : resihp__coord_port(c);
+  if (rc)
+    fprintf(stderr, "resihp-bench-control: coordinator for %d replicas: %s\n",
+            b->n, resihp_strerror(rc));
+  if (write(wfd, &port, sizeof(port)) != (ssize_t)sizeof(port) || rc)
+    _exit(3);
+  close(wfd);
+  while (resihp__coord_state(c) == RESIHP__COORD_RUNNING)
+    resihp__coord_poll(c, 200);
+  int done = resihp__coord_state(c) == RESIHP__COORD_DONE;
+  resihp__coord_destroy(c);
+  _exit(done ? 0 : 4);
+}
+
+static int cmp_d(const void *x, const void *y) {
+  double a = *(const double *)x, c = *(const double *)y;
+  return a < c ? -1 : a > c;
+}
+
+static int wait_child(pid_t pid, int ms) {
+  for (int i = 0; i < ms / 10; i++) {
+    int st;
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid)
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return -1;
+}
+
+/* The checks of --check: NULL if all hold, else what failed. */
+static const char *verdict(const bench_t *b, int child_rc) {
+  static char why[160];
+  for (int i = 0; i < b->n; i++) {
+    const stub_t *s = &b->s[i];
+    int victim = i == b->victim;
+    long want = victim ? b->kill_step + 1 : b->total_steps;
+    if (!s->admitted || s->starts != want || s->bad_gos ||
+        (!victim && (!s->done || s->epochs != 2))) {
+      snprintf(why, sizeof(why),
+               "replica %d: admitted %d, %ld of %ld STARTs, %ld GOs with a "
+               "wrong member count, %ld epochs, done %d",
+               i, s->admitted, s->starts, want, s->bad_gos, s->epochs, s->done);
+      return why;
+    }
+  }
+  if (b->retries)
+    return "joiners were refused or dropped";
+  if (b->errors)
+    return "errors (see above)";
+  if (child_rc) {
+    snprintf(why, sizeof(why), "coordinator exit status %d (0: DONE)",
+             child_rc);
+    return why;
+  }
+  return NULL;
+}
+
+/* One N: returns 0 if it ran (and, with check, passed). */
+static int run_one(int n, int steps, int check, double timeout_s) {
+  bench_t *b = calloc(1, sizeof(*b));
+  if (!b)
+    return 1;
+  b->n = b->alive = n;
+  b->steps = steps;
+  b->check = check;
+  b->kill_step = steps + 1;
+  b->total_steps = steps + 3;
+  b->victim = n / 2;
+  b->mbs = 4 * n < resihp__wire_max_microbatches()
+               ? 4 * n
+               : resihp__wire_max_microbatches();
+  b->ep = -1;
+  b->s = calloc((size_t)n, sizeof(stub_t));
+  b->started = calloc((size_t)b->total_steps, sizeof(long));
+  int rc = 1, pfd[2] = {-1, -1}, child_rc = -1;
+  if (!b->s || !b->started ||
+      getrandom(b->secret, sizeof(b->secret), 0) != (ssize_t)sizeof(b->secret))
+    goto out;
+  for (int i = 0; i < n; i++) {
+    b->s[i].id = i;
+    b->s[i].stage = S_DEAD;
+    resihp__wire_init(&b->s[i].w, -1);
+  }
+  if (pipe(pfd))
+    goto out;
+  b->child = fork();
+  if (b->child == 0) {
+    close(pfd[0]);
+    run_coordinator(b, pfd[1]);
+  }
+  close(pfd[1]);
+  if (b->child < 0 ||
+      read(pfd[0], &b->port, sizeof(b->port)) != (ssize_t)sizeof(b->port) ||
+      b->port < 0) {
+    fprintf(stderr, "resihp-bench-control: N=%d: no coordinator\n", n);
+    goto out;
+  }
+  b->ep = epoll_create1(EPOLL_CLOEXEC);
+  if (b->ep < 0)
+    goto out;
+  b->t0 = now_ms();
+  struct epoll_event ev[256];
+  double deadline = b->t0 + timeout_s * 1000, last_hb = b->t0;
+  int next = 0; /* replicas started so far */
+  while (b->done < b->alive && now_ms() < deadline) {
+    /* every replica starts at once, but each answers its own mail: a
+     * batch of connects, then whatever is ready, as N processes would */
+    for (int k = 0; k < 256 && next < n; k++)
+      if (start_stub(b, &b->s[next++])) {
+        fprintf(stderr, "resihp-bench-control: N=%d: cannot connect: %s\n", n,
+                strerror(errno));
+        goto out;
+      }
+    int k = epoll_wait(b->ep, ev, 256, next < n ? 0 : 100);
+    for (int i = 0; i < k; i++)
+      stub_io(b, ev[i].data.ptr, ev[i].events);
+    if (now_ms() - last_hb >= 1000) {
+      /* a replica's heartbeat thread, for every live stub */
+      last_hb = now_ms();
+      for (int i = 0; i < n; i++)
+        if (b->s[i].stage == S_LIVE)
+          send_line(b, &b->s[i], "HB");
+    }
+    if ((b->errors && !check) || (next == n && !b->live))
+      break;
+  }
+  int finished = b->done == b->alive;
+  if (!finished)
+    fprintf(stderr,
+            "resihp-bench-control: N=%d: %ld of %d replicas finished%s\n", n,
+            b->done, b->alive,
+            now_ms() >= deadline ? " before the --timeout" : "");
+  for (int i = 0; i < n; i++)
+    if (b->s[i].stage != S_DEAD)
+      kill_stub(b, &b->s[i]);
+  /* the coordinator ends once their FINISH is read; else it is killed */
+  child_rc = wait_child(b->child, finished ? 20000 : 0);
+  b->child = 0;
+  if (b->nlat)
+    qsort(b->lat, (size_t)b->nlat, sizeof(double), cmp_d);
+  double med = b->nlat ? b->lat[b->nlat / 2] : -1,
+         p99 = b->nlat ? b->lat[(b->nlat * 99) / 100] : -1;
+  printf("%7d %9.1f %9.1f %10.2f %10.2f %12.2f %12.1f %10.1f\n", n,
+         b->t_welcome > 0 ? b->t_welcome - b->t0 : -1,
+         b->t_join > 0 ? b->t_join - b->t0 : -1, med, p99,
+         b->tm1 > 0 ? (b->cpu1 - b->cpu0) / steps : -1,
+         b->tm1 > 0 ? (b->io1 - b->io0) / steps / 1024 : -1,
+         b->t_epoch > 0 ? b->t_epoch - b->t_death : -1);
+  fflush(stdout);
+  if (check) {
+    const char *why = verdict(b, child_rc);
+    if (why)
+      printf("check N=%d: FAILED: %s\n", n, why);
+    else
+      printf("check N=%d: ok (%d admitted, %ld steps, 1 death, %d survivors "
+             "in the new epoch)\n",
+             n, n, b->total_steps, b->alive);
+    rc = why != NULL;
+  } else {
+    rc = b->t_join > 0 && b->t_epoch > 0 ? 0 : 1;
+  }
+out:
+  if (b->child > 0)
+    wait_child(b->child, 0);
+  if (pfd[0] >= 0)
+    close(pfd[0]);
+  for (int i = 0; b->s && i < n; i++)
+    resihp__wire_free(&b->s[i].w);
+  if (b->ep >= 0)
+    close(b->ep);
+  free(b->s);
+  free(b->started);
+  free(b->lat);
+  free(b);
+  return rc;
+}
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: resihp-bench-control [--replicas \"N ...\"] [--steps S] "
+             "[--check] [--timeout SECONDS]\n"
+             "The coordinator with N simulated replicas on loopback (default "
+             "16 64 256 1024):\n"
+             "join time, step-boundary latency, coordinator CPU and bytes per "
+             "step, death to new epoch.\n");
+}
+
+int main(int argc, char **argv) {
+  const char *list = "16 64 256 1024";
+  long steps = 5;
+  int check = 0;
+  double timeout_s = 300;
+  static const struct option opts[] = {{"replicas", required_argument, 0, 'r'},
+                                       {"steps", required_argument, 0, 's'},
+                                       {"check", no_argument, 0, 'c'},
+                                       {"timeout", required_argument, 0, 't'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  int o;
+  char *end;
+  while ((o = getopt_long(argc, argv, "r:s:ct:h", opts, NULL)) != -1) {
+    switch (o) {
+    case 'r':
+      list = optarg;
+      break;
+    case 's':
+      steps = strtol(optarg, &end, 10);
+      if (*end || steps < 1 || steps > 100000) {
+        fprintf(stderr, "resihp-bench-control: --steps must be 1..100000\n");
+        return 2;
+      }
+      break;
+    case 'c':
+      check = 1;
+      break;
+    case 't':
+      timeout_s = strtod(optarg, &end);
+      if (*end || !(timeout_s >= 1 && timeout_s <= 86400)) {
+        fprintf(stderr,
+                "resihp-bench-control: --timeout must be 1..86400 seconds\n");
+        return 2;
+      }
+      break;
+    case 'h':
+      usage(stdout);
+      return 0;
+    default:
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (optind != argc) {
+    usage(stderr);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  /* a descriptor per replica at each end: as many as this user may have */
+  struct rlimit rl;
+  getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+  getrlimit(RLIMIT_NOFILE, &rl);
+  int ns[64], nn = 0;
+  for (const char *p = list; *p;) {
+    while (*p == ' ' || *p == ',')
+      p++;
+    if (!*p)
+      break;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 2 || v > MAX_N || nn == 64 ||
+        (*end && *end != ' ' && *end != ',')) {
+      fprintf(stderr,
+              "resihp-bench-control: --replicas wants up to 64 numbers, each "
+              "2..%d, separated by spaces or commas\n",
+              MAX_N);
+      return 2;
+    }
+    ns[nn++] = (int)v;
+    p = end;
+  }
+  if (!nn) {
+    usage(stderr);
+    return 2;
+  }
+  printf("# coordinator with N simulated replicas on loopback, 4N "
+         "microbatches, zero compute, %ld steady steps\n",
+         steps);
+  printf("# %5s %9s %9s %10s %10s %12s %12s %10s\n", "N", "hello_ms", "join_ms",
+         "step_med", "step_p99", "cpu_ms/step", "KiB/step", "death_ms");
+  int failed = 0;
+  for (int i = 0; i < nn; i++) {
+    if ((rlim_t)ns[i] + FD_SPARE > rl.rlim_cur) {
+      printf("# N=%d needs %d descriptors in each process; the hard limit "
+             "(ulimit -Hn) is %llu: skipped\n",
+             ns[i], ns[i] + FD_SPARE, (unsigned long long)rl.rlim_cur);
+      failed |= check;
+      continue;
+    }
+    failed |= run_one(ns[i], (int)steps, check, timeout_s);
+  }
+  return failed ? 1 : 0;
+}

@@ -208,6 +208,14 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   }
   c->wl_asked = -1;
   c->abort_replica = -1;
+  /* saves and resumes (coord_save.c) */
+  if (o->start_step < 0 || o->start_step >= MAX_STEPS || o->save_every < 0) {
+    rc = RESIHP_EINVAL;
+    goto fail;
+  }
+  c->step = c->base_step = o->start_step;
+  c->save_step = -1;
+  c->save_asked = c->save_last = -1;
   if ((rc = resihp__wire_hs_create(o->secret, o->secret_len, "coord",
                                    HS_PENDING, HS_TIMEOUT_MS, &c->hs)))
     goto fail;

@@ -618,10 +618,10 @@ static int check_resume(void) {
     char path[4300];
     resihp__save_hdr_t h;
     snprintf(path, sizeof(path), "%s/shard-%d.bin", g.resume_step_dir, k);
-    if (resihp__save_read(path, &h, NULL, 0, err, sizeof(err)) ||
-        h.step != m->step || h.shard != k || h.shards != m->shards ||
+    int bad = resihp__save_read(path, &h, NULL, 0, err, sizeof(err));
+    if (bad || h.step != m->step || h.shard != k || h.shards != m->shards ||
         (m->shards == 1 && strcmp(h.shape, m->shape))) {
-      if (!err[0] || h.step == m->step)
+      if (!bad)
         snprintf(err, sizeof(err),
                  "%s does not belong to this state (step %ld, shard %d of "
                  "%d)",
@@ -633,7 +633,6 @@ static int check_resume(void) {
               g.resume_arg, err);
       return -1;
     }
-    err[0] = '\0';
   }
   g.resuming = 1;
   g.kept[1] = m->step;
@@ -1372,6 +1371,13 @@ int main(int argc, char **argv) {
   say("job %s: %d replica(s) x %d node(s), %d spare(s) of %d nodes; "
       "coordinator %s (listening on %s)",
       g.jobid, g.R, g.K, spares_left() - g.R, g.nnodes, g.coord_ep, bind_addr);
+  if (g.resuming)
+    say("resuming the training at step %ld of %ld from %s (saved by a run of "
+        "%d replica(s))",
+        g.resume.step, g.resume.steps, g.resume_step_dir, g.resume.replicas);
+  if (g.state_dir[0])
+    say("resumable states go to %s%s", g.state_dir,
+        g.save_every ? "" : " (on SIGTERM/SIGINT)");
   ssize_t sl = readlink("/proc/self/exe", g.self, sizeof(g.self) - 1);
   if (sl > 0)
     g.self[sl] = '\0';

@@ -144,6 +144,11 @@ tests_unit_test_job_save_SOURCES = tests/unit/test_job_save.c
 tests_unit_test_job_save_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_job_save_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_job_save
+check_PROGRAMS += tests/unit/test_coord_save
+tests_unit_test_coord_save_SOURCES = tests/unit/test_coord_save.c
+tests_unit_test_coord_save_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_coord_save_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_coord_save
 endif
 check_PROGRAMS += tests/fuzz/fuzz_save
 tests_fuzz_fuzz_save_SOURCES = tests/fuzz/fuzz_save.c \

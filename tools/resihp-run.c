@@ -145,9 +145,11 @@ static struct {
   long saved_step;
   long kept[2];
   int save_cancelled;
+  long saving_said; /* the step whose save was announced */
   int shape_checked;
   int resume_mismatch;
 } g = {.saved_step = -1,
+       .saving_said = -1,
        .kept = {-1, -1},
        .K = 1,
        .S = -1,
@@ -1390,6 +1392,13 @@ int main(int argc, char **argv) {
   int64_t next_check = 0;
   int ret = EXIT_OK, killed = 0;
   while (resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
+    /* a save holds the boundary: say so once per step saved */
+    if (resihp__coord_saving(g.coord) &&
+        g.saving_said != resihp__coord_step(g.coord)) {
+      g.saving_said = resihp__coord_step(g.coord);
+      say("saving the state of step %ld%s", g.saving_said,
+          g.stopping ? " (send the signal again to stop without saving)" : "");
+    }
     if (nsignals >= 2 && !g.save_cancelled &&
         resihp__coord_saving(g.coord)) {
       /* the boundary is reached, only the save is left: drop it */

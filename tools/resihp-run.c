@@ -210,6 +210,7 @@ static void child_setup(int quiet_stdio) {
   setpgid(0, 0);
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
   int fd = open("/dev/null", O_RDWR);
   if (fd >= 0) {
     dup2(fd, 0);
@@ -1370,6 +1371,10 @@ int main(int argc, char **argv) {
   struct sigaction sa = {.sa_handler = on_signal};
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  /* a hang-up (the terminal of an salloc gone) would kill resihp-run, and
+   * salloc reports a command killed by SIGHUP as success: stop like a
+   * SIGTERM instead, so that the job ends with its true status */
+  sigaction(SIGHUP, &sa, NULL);
   say("job %s: %d replica(s) x %d node(s), %d spare(s) of %d nodes; "
       "coordinator %s (listening on %s)",
       g.jobid, g.R, g.K, spares_left() - g.R, g.nnodes, g.coord_ep, bind_addr);

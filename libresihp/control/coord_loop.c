@@ -214,6 +214,9 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
     goto fail;
   }
   c->step = c->base_step = o->start_step;
+  /* the step times are indexed by step: room up to the first one */
+  if ((rc = resihp__coord_ensure_steps(c, c->step + 1)))
+    goto fail;
   c->save_step = -1;
   c->save_asked = c->save_last = -1;
   if ((rc = resihp__wire_hs_create(o->secret, o->secret_len, "coord",

@@ -168,7 +168,8 @@ static int write_atomic(const char *dir, const char *path, const void *const *p,
                         const size_t *lens, int n, char *err, size_t errlen) {
   char tmp[4200];
   snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+                0600);
   if (fd < 0)
     return fail(RESIHP_ESYS, err, errlen, "cannot create %s: %s", tmp,
                 strerror(errno));

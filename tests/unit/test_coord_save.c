@@ -16,6 +16,7 @@
 #include <check.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -216,12 +217,13 @@ START_TEST(resumed_run_starts_at_its_step) {
   join_all(2, 7); /* START step=7, nobody catching up, not lost */
   ck_assert_int_eq(resihp__coord_state(c), RESIHP__COORD_RUNNING);
   teardown(2);
-  /* stopped at its first boundary: nothing new to save */
-  setup(2, 7, 0, 1);
+  /* stopped at its first boundary, far in: nothing new to save, and the
+   * summary counts the steps of the run before it */
+  setup(2, 500, 0, 1);
   int all[2] = {0, 1};
   for (int i = 0; i < 2; i++) {
     snprintf(line, sizeof(line),
-             "HELLO replica=%d ep=h%d:1 sep=h%d:2 mbs=6 steps=20", i, i, i);
+             "HELLO replica=%d ep=h%d:1 sep=h%d:2 mbs=6 steps=900", i, i, i);
     resihp__coord_feed(c, k[i], line);
   }
   resihp__coord_stop(c);
@@ -229,6 +231,14 @@ START_TEST(resumed_run_starts_at_its_step) {
   for (int i = 0; i < 2; i++)
     expect(i, "DONE", line, sizeof(line));
   ck_assert_int_eq(nsaved, 0);
+  char *text = NULL;
+  size_t tlen = 0;
+  FILE *f = open_memstream(&text, &tlen);
+  ck_assert_ptr_nonnull(f);
+  resihp__coord_summary(c, f, NULL);
+  fclose(f);
+  ck_assert_msg(strstr(text, "steps completed:        500 of 900"), "%s", text);
+  free(text);
   ck_assert_int_eq(resihp__coord_saving(c), 0);
   teardown(2);
   /* a start past the limits is refused */

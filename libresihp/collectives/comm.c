@@ -719,6 +719,8 @@ int resihp_comm_test_cut_link(resihp_comm_t *c, int peer) {
 
 /* ---- shrink -------------------------------------------------------------- */
 
+void (*resihp__shrink_test_hook)(resihp_comm_t *c, int point, uint32_t round);
+
 static void set_union(resihp__set_t *a, const resihp__set_t *b, size_t len) {
   for (size_t k = 0; k < len; k++)
     a->b[k] |= b->b[k];
@@ -743,7 +745,8 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
     if (!c->in_view[i] && resihp__set_has(&S, i))
       S.b[i >> 3] &= (uint8_t)~(1u << (i & 7));
   int rc = 0;
-  for (uint32_t round = 0;; round++) {
+  uint32_t round;
+  for (round = 0;; round++) {
     pthread_mutex_lock(&c->mu);
     if (c->excluded_by >= 0)
       resihp__set_add(&S, c->world_rank);
@@ -807,6 +810,11 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
         same = 0;
       }
     }
+    if (resihp__shrink_test_hook) {
+      pthread_mutex_unlock(&c->mu);
+      resihp__shrink_test_hook(c, 0, round);
+      pthread_mutex_lock(&c->mu);
+    }
     /* Only what was flooded this round and this rank's own detections:
      * an accusation relayed by an abort that arrives mid-round was not
      * seen by the others, and counting it would let this rank leave the
@@ -824,6 +832,8 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
       break;
     S = U;
   }
+  if (!rc && resihp__shrink_test_hook)
+    resihp__shrink_test_hook(c, 1, round);
   if (!rc) {
     /* Before committing, let the monitor read what the ranks being removed
      * sent last: a peer that commits first closes its links right after
@@ -887,9 +897,16 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
   memset(&c->departed, 0, sizeof(c->departed));
   c->dead_code = 0;
   for (int i = 0; i < c->world_size; i++) {
+    /* A peer that moved to a later round of this agreement (a second
+     * failure it saw before this rank decided) sent it before this commit
+     * and would wait for an answer about an epoch this rank has left:
+     * answer it with the decision, as for any late agreement message. */
+    int later = 0;
+    for (int slot = 0; slot < 2; slot++)
+      later |= c->mbox[i][slot].have && c->mbox[i][slot].round > round;
     c->abort_seq[i] = c->done_seq[i] = 0;
     c->mbox[i][0].have = c->mbox[i][1].have = 0;
-    c->reply_decided[i] = 0;
+    c->reply_decided[i] = later && c->in_view[i];
   }
   c->prev_decided = S;
   c->prev_valid = 1;

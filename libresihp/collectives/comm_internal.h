@@ -174,6 +174,13 @@ int resihp__algo_wait(resihp_comm_t *c, int64_t *last_progress,
 extern void (*resihp__ring_test_hook)(resihp_comm_t *c, int step,
                                       size_t chunk);
 
+/* Tests: called by resihp_comm_shrink (without c->mu) at point 0, when a
+ * round's agreement messages are in and before this rank's own detections
+ * join the set, and at point 1, once decided and before the commit; round
+ * is the agreement's round. NULL in production. */
+extern void (*resihp__shrink_test_hook)(resihp_comm_t *c, int point,
+                                        uint32_t round);
+
 /* Small messages (small_allreduce.c): every member sends its buffer to
  * every other and adds the n contributions in view order (bitwise equal
  * results everywhere). slots: n * count elements of dtype. Otherwise as

@@ -47,6 +47,14 @@ tests_unit_test_allreduce_kill_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_allreduce_kill_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_allreduce_kill
 
+# A second failure during a shrink agreement, its order forced by hooks.
+check_PROGRAMS += tests/unit/test_shrink_race
+tests_unit_test_shrink_race_SOURCES = tests/unit/test_shrink_race.c \
+  tests/unit/rank_group.c tests/unit/rank_group.h
+tests_unit_test_shrink_race_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_shrink_race_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_shrink_race
+
 # Small-message all-reduce (direct exchange).
 check_PROGRAMS += tests/unit/test_allreduce_small
 tests_unit_test_allreduce_small_SOURCES = tests/unit/test_allreduce_small.c \

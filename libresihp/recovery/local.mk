@@ -18,6 +18,8 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/coord_loop.c \
 	libresihp/control/spare_agent.h \
 	libresihp/control/spare_agent.c \
+	libresihp/control/record.h \
+	libresihp/control/record.c \
 	libresihp/recovery/inject.h \
 	libresihp/recovery/inject.c \
 	libresihp/recovery/job_internal.h \
@@ -36,6 +38,8 @@ libresihp_libresihp_pmixwire_la_SOURCES = libresihp/recovery/pmix_wireup.c
 libresihp_libresihp_pmixwire_la_CPPFLAGS = $(AM_CPPFLAGS) $(PMIX_CFLAGS)
 libresihp_libresihp_pmixwire_la_LIBADD = $(PMIX_LIBS)
 libresihp_libresihp_internal_la_LIBADD += libresihp/libresihp-pmixwire.la
+# The job's metrics (control/record.c) use the Prometheus textfile writer.
+libresihp_libresihp_internal_la_LIBADD += libresihp/libresihp-metrics.la
 resihpinclude_HEADERS += libresihp/include/resihp/job.h
 
 bin_PROGRAMS += tools/resihp-run
@@ -77,6 +81,11 @@ tests_unit_test_recovery_SOURCES = tests/unit/test_recovery.c
 tests_unit_test_recovery_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_recovery_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_recovery
+check_PROGRAMS += tests/unit/test_record
+tests_unit_test_record_SOURCES = tests/unit/test_record.c
+tests_unit_test_record_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_record_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_record
 check_PROGRAMS += tests/unit/test_failslow
 tests_unit_test_failslow_SOURCES = tests/unit/test_failslow.c
 tests_unit_test_failslow_CFLAGS = $(UNIT_CFLAGS)

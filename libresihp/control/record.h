@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The job's record as it happens, for people and for monitoring
+ * (resihp-run --events FILE --metrics FILE):
+ *
+ *   events   JSON lines appended to FILE, one per thing that happened:
+ *            {"time":1700000000.123,"job":"42","event":"failure",
+ *             "step":12,"replica":3,"epoch":4,"reason":"...","seconds":1.5}
+ *            (replica, epoch, reason and seconds only when they apply).
+ *            Each line is one write(2) on an O_APPEND descriptor, so a
+ *            reader never sees half a line;
+ *   metrics  a Prometheus textfile (node_exporter's textfile collector)
+ *            replaced atomically, in base units: counters of failures,
+ *            recoveries and the seconds they took, swaps, stops (by
+ *            reason), steps committed; gauges of the step, epoch, active
+ *            replicas and the job's state. Counters start from the file's
+ *            values, so a resumed job keeps counting.
+ *
+ * Reasons become metric labels: only a small fixed vocabulary passes
+ * (resihp__record_reason_label), whatever text a replica sent, so the
+ * number of series stays bounded. The event's free text is escaped.
+ *
+ * Not thread-safe: the launcher's main loop (the coordinator) owns it.
+ * NULL is accepted everywhere (no record asked).
+ */
+#ifndef RESIHP_CONTROL_RECORD_H
+#define RESIHP_CONTROL_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct resihp__record resihp__record_t;
+
+/* Events to events_path and metrics to metrics_path (either may be NULL).
+ * job labels every event. Returns 0 or a negative code with a sentence in
+ * err (a file that cannot be opened or written). */
+int resihp__record_create(const char *events_path, const char *metrics_path,
+                          const char *job, resihp__record_t **out, char *err,
+                          size_t errlen);
+/* Writes the metrics a last time and closes the files. */
+void resihp__record_destroy(resihp__record_t *r);
+
+/* No replica / epoch / duration. */
+#define RESIHP__RECORD_NONE (-1)
+
+/* One event (a name from the vocabulary below). reason may be NULL;
+ * seconds < 0: none. Updates the counters and writes the metrics now.
+ *
+ *   start      the job began (step: the first step)
+ *   failure    replica failed (reason: why; counted by kind)
+ *   admitted   its replacement was admitted (seconds: since the failure)
+ *   recovered  the replacement trains again (seconds: since the failure;
+ *              a recovery, counted with its duration)
+ *   slow / healthy / swap   fail-slow: a replica's speed changed, or it
+ *              was swapped for a spare
+ *   abort / stop / done / lost   how the run ended or was asked to end
+ *   save / resume   a resumable state was written / read */
+void resihp__record_event(resihp__record_t *r, const char *event, long step,
+                          int replica, long epoch, const char *kind,
+                          const char *reason, double seconds);
+
+/* Gauges: the step being trained, the epoch, the active replicas. Writes
+ * the metrics when they changed and at most once a second. */
+void resihp__record_progress(resihp__record_t *r, long step, long epoch,
+                             int replicas);
+
+/* The label a kind of failure gets: kind itself when it is one of the
+ * known kinds, else "other". */
+const char *resihp__record_reason_label(const char *kind);
+
+/* JSON string escaping of text into out (n bytes, always terminated;
+ * cut at a character boundary when it does not fit). */
+void resihp__record_json_escape(const char *text, char *out, size_t n);
+
+#endif

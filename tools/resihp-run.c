@@ -23,6 +23,14 @@
  * without registering makes the spare unreachable. Only spares the
  * coordinator holds as registered-healthy are promoted to replacements;
  * a replacement waits while spares are still being checked.
+ *
+ * Lifetime. SIGINT/SIGTERM (and SIGHUP) stop the training at the next
+ * step boundary; with --state-dir one replica first saves the state there
+ * (coord_save.c, recovery/job_save.c) and the exit status says it is
+ * resumable; --save-every saves while training goes on; --resume starts
+ * the coordinator at the saved step after checking every file. Every way
+ * the job ends has its own exit status and a one-line outcome in the
+ * summary (resihp-run(1), EXIT STATUS).
  */
 #include "config.h"
 

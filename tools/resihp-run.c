@@ -23,12 +23,21 @@
  * without registering makes the spare unreachable. Only spares the
  * coordinator holds as registered-healthy are promoted to replacements;
  * a replacement waits while spares are still being checked.
+ *
+ * Lifetime. SIGINT/SIGTERM (and SIGHUP) stop the training at the next
+ * step boundary; with --state-dir one replica first saves the state there
+ * (coord_save.c, recovery/job_save.c) and the exit status says it is
+ * resumable; --save-every saves while training goes on; --resume starts
+ * the coordinator at the saved step after checking every file. Every way
+ * the job ends has its own exit status and a one-line outcome in the
+ * summary (resihp-run(1), EXIT STATUS).
  */
 #include "config.h"
 
 #include "../libresihp/control/coordinator.h"
 #include "../libresihp/control/spare_agent.h"
 #include "../libresihp/recovery/inject.h"
+#include "../libresihp/recovery/job_save.h"
 #include "../libresihp/transport/mesh.h"
 #include "resihp-run-cmd.h"
 
@@ -38,6 +47,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -60,8 +70,10 @@ enum {
   EXIT_DISAGREE = 3,
   EXIT_SIGNAL = 4,  /* a second SIGINT/SIGTERM: stopped at once */
   EXIT_STOPPED = 5, /* SIGINT/SIGTERM: stopped at a step boundary */
-  EXIT_PROGRAM = 6  /* the program could not start or left before joining,
-                      or stopped the run (resihp_job_abort) */
+  EXIT_PROGRAM = 6,  /* the program could not start or left before joining,
+                       or stopped the run (resihp_job_abort) */
+  EXIT_RESUMABLE = 7 /* SIGINT/SIGTERM: stopped at a step boundary with a
+                       resumable state in --state-dir (resihp-run --resume) */
 };
 
 typedef struct {
@@ -129,7 +141,26 @@ static struct {
   int progress_s;
   int64_t next_progress;
   long progress_step;
-} g = {.K = 1,
+  /* the resumable state: --state-dir (absolute), --save-every, --resume
+   * (its meta: the step this run starts from); the last state saved
+   * (-1: none) and the two step directories kept; a save given up by a
+   * second signal; the resumed program's shape checked against the meta */
+  char state_dir[4096];
+  long save_every;
+  const char *resume_arg;
+  resihp__save_meta_t resume;
+  int resuming;
+  char resume_step_dir[4200];
+  long saved_step;
+  long kept[2];
+  int save_cancelled;
+  long saving_said; /* the step whose save was announced */
+  int shape_checked;
+  int resume_mismatch;
+} g = {.saved_step = -1,
+       .saving_said = -1,
+       .kept = {-1, -1},
+       .K = 1,
        .S = -1,
        .launch_timeout_s = 60,
        .recheck_s = 30,
@@ -170,6 +201,7 @@ static void usage(FILE *f) {
       "                  [--spare-recheck S] [--wait-for-replacements]\n"
       "                  [--ledger FILE] [--assign even|count|cost]\n"
       "                  [--swap-cost SECONDS|never] [--progress SECONDS]\n"
+      "                  [--state-dir DIR [--save-every N]] [--resume DIR]\n"
       "                  [--quiet] -- PROGRAM [ARGS...]\n"
       "Run PROGRAM as R data-parallel replicas, one Slurm job step each,\n"
       "inside the current allocation, and replace failed replicas on spare\n"
@@ -187,6 +219,7 @@ static void child_setup(int quiet_stdio) {
   setpgid(0, 0);
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
   int fd = open("/dev/null", O_RDWR);
   if (fd >= 0) {
     dup2(fd, 0);
@@ -455,6 +488,12 @@ static int launch(int r) {
     setenv("RESIHP_REPLICA", rs, 1);
     setenv("RESIHP_COORDINATOR", g.coord_ep, 1);
     setenv("RESIHP_SECRET_FILE", g.secret_file, 1);
+    /* where the ranks save and resume (job_save.c): paths go through the
+     * environment only, never through the coordinator's messages */
+    if (g.state_dir[0])
+      setenv("RESIHP_STATE_DIR", g.state_dir, 1);
+    if (g.resuming)
+      setenv("RESIHP_RESUME_DIR", g.resume_step_dir, 1);
     execvp("srun", argv);
     fprintf(stderr, "resihp-run: cannot run srun: %s\n", strerror(errno));
     _exit(127);
@@ -518,6 +557,133 @@ static void on_failed(void *ud, int r, const char *node, long jobid,
   /* injections announced by this replica have fired */
   p->relaunch = 1;
   p->tries = 0;
+}
+
+/* A save at a step boundary ended (coord_save.c): record it in the meta,
+ * point DIR/latest at it and keep only the last two step directories. */
+static void on_saved(void *ud, long step, int r, int ok) {
+  (void)ud;
+  if (!ok) {
+    say("no replica could save the state of step %ld (their messages above "
+        "say why); %s",
+        step,
+        g.saved_step >= 0 ? "the last state saved stays the latest"
+                          : "no resumable state");
+    return;
+  }
+  resihp__save_meta_t m = {.step = step, .replicas = g.R};
+  char shape[20] = "-", err[600];
+  resihp__coord_job_shape(g.coord, &m.microbatches, &m.steps, &m.shards,
+                          shape);
+  snprintf(m.shape, sizeof(m.shape), "%s", shape);
+  if (resihp__save_commit(g.state_dir, &m, err, sizeof(err))) {
+    say("the state of step %ld was written but cannot be recorded: %s", step,
+        err);
+    return;
+  }
+  say("state of step %ld saved by replica %d in %s/step-%ld (%s/latest)",
+      step, r, g.state_dir, step, g.state_dir);
+  g.saved_step = step;
+  long old = g.kept[0];
+  g.kept[0] = g.kept[1];
+  g.kept[1] = step;
+  if (old >= 0 && old != step && old != g.kept[0])
+    resihp__save_remove(g.state_dir, old);
+}
+
+/* --resume DIR: DIR/latest, its meta and every shard file checked before
+ * anything starts (the ranks check their shard again when they load it).
+ * Returns 0, or prints what is wrong and what to do. */
+static int check_resume(void) {
+  char err[5000];
+  if (resihp__save_latest(g.resume_arg, &g.resume, err, sizeof(err))) {
+    fprintf(stderr,
+            "resihp-run: --resume %s: %s; give a directory that an earlier "
+            "resihp-run --state-dir filled\n",
+            g.resume_arg, err);
+    return -1;
+  }
+  const resihp__save_meta_t *m = &g.resume;
+  if (m->step >= m->steps) {
+    fprintf(stderr,
+            "resihp-run: --resume %s: the state saved is that of step %ld of "
+            "%ld: the training is complete, nothing to resume\n",
+            g.resume_arg, m->step, m->steps);
+    return -1;
+  }
+  if (m->shards != g.ranks) {
+    fprintf(stderr,
+            "resihp-run: --resume %s: the state was saved by replicas of %d "
+            "rank(s) each; run with --ranks-per-replica %d (this run has %d)\n",
+            g.resume_arg, m->shards, m->shards, g.ranks);
+    return -1;
+  }
+  char rp[PATH_MAX];
+  if (!realpath(g.resume_arg, rp)) {
+    fprintf(stderr, "resihp-run: --resume %s: %s\n", g.resume_arg,
+            strerror(errno));
+    return -1;
+  }
+  snprintf(g.resume_step_dir, sizeof(g.resume_step_dir), "%s/step-%ld", rp,
+           m->step);
+  for (int k = 0; k < m->shards; k++) {
+    char path[4300];
+    resihp__save_hdr_t h;
+    snprintf(path, sizeof(path), "%s/shard-%d.bin", g.resume_step_dir, k);
+    int bad = resihp__save_read(path, &h, NULL, 0, err, sizeof(err));
+    if (bad || h.step != m->step || h.shard != k || h.shards != m->shards ||
+        (m->shards == 1 && strcmp(h.shape, m->shape))) {
+      if (!bad)
+        snprintf(err, sizeof(err),
+                 "%s does not belong to this state (step %ld, shard %d of "
+                 "%d)",
+                 path, h.step, h.shard, h.shards);
+      fprintf(stderr,
+              "resihp-run: --resume %s: %s; this state cannot be resumed: "
+              "resume from another --state-dir, or start the training "
+              "again\n",
+              g.resume_arg, err);
+      return -1;
+    }
+  }
+  g.resuming = 1;
+  g.kept[1] = m->step;
+  return 0;
+}
+
+/* The training's steps as the replicas said (LONG_MAX before they did). */
+static long job_steps(void) {
+  int M, K;
+  long S = LONG_MAX;
+  char shape[20];
+  resihp__coord_job_shape(g.coord, &M, &S, &K, shape);
+  return S;
+}
+
+/* A resumed run's program must be the one that saved: same microbatches,
+ * steps, ranks per replica and state shape (the first HELLO tells). */
+static void check_resumed_shape(void) {
+  int M, K;
+  long S;
+  char shape[20];
+  if (!g.resuming || g.shape_checked ||
+      !resihp__coord_job_shape(g.coord, &M, &S, &K, shape))
+    return;
+  g.shape_checked = 1;
+  const resihp__save_meta_t *m = &g.resume;
+  if (M == m->microbatches && S == m->steps && K == m->shards &&
+      !strcmp(shape, m->shape))
+    return;
+  fprintf(stderr,
+          "resihp-run: --resume %s: the program runs %d microbatches x %ld "
+          "steps, %d rank(s) of state shape %s, but the state saved is of "
+          "%d x %ld, %d rank(s) of shape %s: resume with the same program "
+          "and options; stopping\n",
+          g.resume_arg, M, S, K, shape, m->microbatches, m->steps, m->shards,
+          m->shape);
+  g.resume_mismatch = 1;
+  g.stopping = 1;
+  resihp__coord_stop(g.coord);
 }
 
 /* A replica's speed changed (the coordinator's detector). */
@@ -912,14 +1078,17 @@ int main(int argc, char **argv) {
       {"assign", required_argument, 0, 'A'},
       {"swap-cost", required_argument, 0, 'w'},
       {"progress", required_argument, 0, 'P'},
+      {"state-dir", required_argument, 0, 'D'},
+      {"save-every", required_argument, 0, 'E'},
+      {"resume", required_argument, 0, 'R'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:w:P:h",
+  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:w:P:D:E:R:h",
                           lo, NULL)) != -1) {
     long v = 0;
-    if (strchr("rskKpSTCP", o)) {
+    if (strchr("rskKpSTCPE", o)) {
       errno = 0;
       v = strtol(optarg, &end, 10);
       if (errno || end == optarg || *end || v < 0 || v > 100000) {
@@ -932,6 +1101,7 @@ int main(int argc, char **argv) {
                 : o == 'S' ? "silence-ms"
                 : o == 'C' ? "spare-recheck"
                 : o == 'P' ? "progress"
+                : o == 'E' ? "save-every"
                            : "launch-timeout",
                 optarg);
         return EXIT_USAGE;
@@ -1023,6 +1193,22 @@ int main(int argc, char **argv) {
     case 'P':
       g.progress_s = (int)v;
       break;
+    case 'D':
+      if (!*optarg || (mkdir(optarg, 0700) && errno != EEXIST) ||
+          !realpath(optarg, g.state_dir)) {
+        fprintf(stderr,
+                "resihp-run: --state-dir %s: cannot create or find it: %s "
+                "(give a directory on a file system that the nodes share)\n",
+                optarg, strerror(errno));
+        return EXIT_USAGE;
+      }
+      break;
+    case 'E':
+      g.save_every = v;
+      break;
+    case 'R':
+      g.resume_arg = optarg;
+      break;
     case 'h':
       usage(stdout);
       return EXIT_OK;
@@ -1069,6 +1255,20 @@ int main(int argc, char **argv) {
             "node(s): it must be a multiple of --nodes-per-replica (the same "
             "number of ranks on each node of a replica), at most 64\n",
             g.ranks, g.K);
+    return EXIT_USAGE;
+  }
+  if (g.save_every && !g.state_dir[0] && !g.resume_arg) {
+    fprintf(stderr, "resihp-run: --save-every needs --state-dir DIR (where "
+                    "the states go)\n");
+    return EXIT_USAGE;
+  }
+  if (g.resume_arg && check_resume())
+    return EXIT_USAGE;
+  /* a resumed run saves into the directory it resumed from unless told */
+  if (g.resuming && !g.state_dir[0] &&
+      !realpath(g.resume_arg, g.state_dir)) {
+    fprintf(stderr, "resihp-run: --resume %s: %s\n", g.resume_arg,
+            strerror(errno));
     return EXIT_USAGE;
   }
   char err[512];
@@ -1152,7 +1352,11 @@ int main(int argc, char **argv) {
       .assign = g.assign,
       .on_health = on_health,
       .swap_cost_s = g.swap_cost_s,
-      .spare_free = spare_free};
+      .spare_free = spare_free,
+      .start_step = g.resuming ? g.resume.step : 0,
+      .save_on_stop = g.state_dir[0] != '\0',
+      .save_every = g.save_every,
+      .on_saved = on_saved};
   if (g.swap_cost_s == -2) {
     resihp_escalation_costs_t ec;
     resihp_escalation_costs_init(&ec);
@@ -1181,9 +1385,20 @@ int main(int argc, char **argv) {
   struct sigaction sa = {.sa_handler = on_signal};
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  /* a hang-up (the terminal of an salloc gone) would kill resihp-run, and
+   * salloc reports a command killed by SIGHUP as success: stop like a
+   * SIGTERM instead, so that the job ends with its true status */
+  sigaction(SIGHUP, &sa, NULL);
   say("job %s: %d replica(s) x %d node(s), %d spare(s) of %d nodes; "
       "coordinator %s (listening on %s)",
       g.jobid, g.R, g.K, spares_left() - g.R, g.nnodes, g.coord_ep, bind_addr);
+  if (g.resuming)
+    say("resuming the training at step %ld of %ld from %s (saved by a run of "
+        "%d replica(s))",
+        g.resume.step, g.resume.steps, g.resume_step_dir, g.resume.replicas);
+  if (g.state_dir[0])
+    say("resumable states go to %s%s", g.state_dir,
+        g.save_every ? "" : " (on SIGTERM/SIGINT)");
   ssize_t sl = readlink("/proc/self/exe", g.self, sizeof(g.self) - 1);
   if (sl > 0)
     g.self[sl] = '\0';
@@ -1196,7 +1411,26 @@ int main(int argc, char **argv) {
   int64_t next_check = 0;
   int ret = EXIT_OK, killed = 0;
   while (resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
-    if (nsignals >= 2) {
+    /* a save holds the boundary: say so once per step saved */
+    if (resihp__coord_saving(g.coord) &&
+        g.saving_said != resihp__coord_step(g.coord)) {
+      g.saving_said = resihp__coord_step(g.coord);
+      say("saving the state of step %ld%s", g.saving_said,
+          g.stopping ? " (send the signal again to stop without saving)" : "");
+    }
+    if (nsignals >= 2 && !g.save_cancelled &&
+        resihp__coord_saving(g.coord)) {
+      /* the boundary is reached, only the save is left: drop it */
+      g.save_cancelled = 1;
+      say("%s again while saving the state of step %ld: stopping without "
+          "saving (%s)",
+          strsignal(got_signal), resihp__coord_step(g.coord),
+          g.saved_step >= 0 ? "the last state saved stays the latest"
+                            : "no resumable state is left");
+      resihp__coord_save_cancel(g.coord);
+      continue;
+    }
+    if (nsignals >= 2 + g.save_cancelled) {
       say("%s again: stopping at once, in the middle of step %ld",
           strsignal(got_signal), resihp__coord_step(g.coord));
       killed = 1;
@@ -1240,6 +1474,7 @@ int main(int argc, char **argv) {
     reap();
     tick();
     progress();
+    check_resumed_shape();
     int live = 0;
     for (int r = 0; r < g.R; r++)
       live += !g.reps[r].given_up;
@@ -1250,14 +1485,42 @@ int main(int argc, char **argv) {
     }
   }
   int state = resihp__coord_state(g.coord);
-  if (killed)
+  long end_step = resihp__coord_step(g.coord);
+  /* resumable at the step the run stopped at: saved there, or a resumed
+   * run stopped before it trained (the state it came from is the latest) */
+  long resumable = g.saved_step >= 0 && g.saved_step == end_step ? end_step
+                   : g.resuming && end_step == g.resume.step ? end_step
+                                                             : -1;
+  char outcome[4800];
+  const char *lw = resihp__coord_lost_why(g.coord);
+  if (killed) {
     ret = EXIT_SIGNAL;
-  else if (g.program_failed || g.aborted)
+    snprintf(outcome, sizeof(outcome),
+             "stopped at once by a second signal, mid-step %ld", end_step);
+  } else if (g.resume_mismatch) {
+    ret = EXIT_USAGE;
+    snprintf(outcome, sizeof(outcome),
+             "not resumed: the program does not match the state saved");
+  } else if (g.program_failed || g.aborted) {
     ret = EXIT_PROGRAM;
-  else if (state != RESIHP__COORD_DONE)
+    snprintf(outcome, sizeof(outcome),
+             "stopped by the program (it could not start, or aborted)");
+  } else if (state != RESIHP__COORD_DONE) {
     ret = EXIT_LOST;
-  else if (got_signal)
-    ret = EXIT_STOPPED;
+    snprintf(outcome, sizeof(outcome), "LOST %s",
+             lw[0] ? lw : "(every replica failed and no spare is left)");
+  } else if (got_signal && end_step < job_steps()) {
+    ret = resumable >= 0 ? EXIT_RESUMABLE : EXIT_STOPPED;
+    if (resumable >= 0)
+      snprintf(outcome, sizeof(outcome),
+               "stopped, resumable at step %ld (resihp-run --resume %s)",
+               resumable, g.state_dir);
+    else
+      snprintf(outcome, sizeof(outcome), "stopped at step %ld%s", end_step,
+               g.state_dir[0] ? " (the state could not be saved)" : "");
+  } else {
+    snprintf(outcome, sizeof(outcome), "completed");
+  }
   /* Let the steps end on their own, then cancel what is left. A step
    * whose rank never joined (a replacement still starting) is not waited
    * for. */
@@ -1290,9 +1553,19 @@ int main(int argc, char **argv) {
          g.nreplacements, g.nbad, spares_left());
   printf("  wall time:              %.3f s\n",
          (double)(resihp__now_ms() - t0) / 1000.0);
-  fflush(stdout);
-  if (ret == EXIT_OK && agree != 0)
+  if (ret == EXIT_OK && agree != 0) {
     ret = EXIT_DISAGREE;
+    snprintf(outcome, sizeof(outcome), "completed, but the results differ");
+  }
+  if (ret == EXIT_LOST && g.saved_step >= 0)
+    snprintf(outcome + strlen(outcome), sizeof(outcome) - strlen(outcome),
+             "; the state of step %ld can be resumed: resihp-run --resume %s",
+             g.saved_step, g.state_dir);
+  printf("  outcome:                %s (exit status %d)\n", outcome, ret);
+  fflush(stdout);
+  if (ret == EXIT_LOST)
+    fprintf(stderr, "resihp-run: LOST: the job cannot go on %s\n",
+            lw[0] ? lw : "(every replica failed and no spare is left)");
   /* helpers (scancel, kill-node commands) get a moment, then go */
   for (int i = 0; i < 20; i++) {
     reap();

@@ -189,6 +189,13 @@ struct resihp__coord {
    * time-based reports (PROG, PERF) */
   int held;
   long lines_rx, lines_tx, lines_timed;
+  /* saves (coord_save.c): the first step of this run, the step whose
+   * save is under way or over (-1: none), the replica asked (-1: none)
+   * and the last one asked for that step, whether it is over */
+  long base_step;
+  long save_step;
+  int save_asked, save_last, save_over;
+  char lost_why[160];
 };
 
 /* The coordinator's log lines (subsystem "coord"). */
@@ -237,6 +244,11 @@ int resihp__coord_pick_swap(resihp__coord_t *c);
 
 /* coord_spares.c */
 void resihp__coord_on_spare(resihp__coord_t *c, int k, const char *msg);
+
+/* coord_save.c: at P_BARRIER, 1 while a save holds the boundary (it asks
+ * a replica when need be); SAVED from replica r. */
+int resihp__coord_save_due(resihp__coord_t *c);
+void resihp__coord_on_saved(resihp__coord_t *c, int k, int r, const char *msg);
 
 /* coord_protocol.c */
 void resihp__coord_refuse(resihp__coord_t *c, int k, const char *reason,

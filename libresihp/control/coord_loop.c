@@ -234,6 +234,17 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   }
   c->wl_asked = -1;
   c->abort_replica = -1;
+  /* saves and resumes (coord_save.c) */
+  if (o->start_step < 0 || o->start_step >= MAX_STEPS || o->save_every < 0) {
+    rc = RESIHP_EINVAL;
+    goto fail;
+  }
+  c->step = c->base_step = o->start_step;
+  /* the step times are indexed by step: room up to the first one */
+  if ((rc = resihp__coord_ensure_steps(c, c->step + 1)))
+    goto fail;
+  c->save_step = -1;
+  c->save_asked = c->save_last = -1;
   if ((rc = resihp__wire_hs_create(o->secret, o->secret_len, "coord",
                                    c->R + HS_PENDING_EXTRA, HS_TIMEOUT_MS,
                                    &c->hs)))

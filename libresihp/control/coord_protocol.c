@@ -429,6 +429,8 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
       p->waiting = 1;
       p->catching = 0;
     }
+  } else if (!strncmp(msg, "SAVED ", 6)) {
+    resihp__coord_on_saved(c, k, r, msg);
   } else if (!strncmp(msg, "ABORT ", 6)) {
     on_abort(c, k, r, msg);
   } else if (!strncmp(msg, "FINISH ", 7)) {

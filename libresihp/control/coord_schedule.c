@@ -53,6 +53,7 @@ void resihp__coord_lose(resihp__coord_t *c, const char *why) {
        "training cannot go on at step %ld: %s; the job's state is lost "
        "(add spares or replicas)",
        c->step, why);
+  snprintf(c->lost_why, sizeof(c->lost_why), "at step %ld: %s", c->step, why);
   c->state = RESIHP__COORD_LOST;
   c->t_done = resihp__now_ms();
   for (int r = 0; r < c->R; r++)
@@ -298,7 +299,7 @@ void resihp__coord_advance(resihp__coord_t *c) {
       for (int i = 0; i < c->nmembers; i++)
         if (c->reps[c->members[i]].begun <= c->step)
           return;
-      if (c->nmembers == 0 && c->step > 0) {
+      if (c->nmembers == 0 && c->step > c->base_step) {
         resihp__coord_lose(c, "every replica failed");
         return;
       }
@@ -329,10 +330,12 @@ void resihp__coord_advance(resihp__coord_t *c) {
     for (int i = 0; i < c->nmembers; i++)
       if (c->reps[c->members[i]].begun < c->step)
         return;
-    if (c->nmembers == 0 && c->step > 0) {
+    if (c->nmembers == 0 && c->step > c->base_step) {
       resihp__coord_lose(c, "every replica that held the state failed");
       return;
     }
+    if (resihp__coord_save_due(c))
+      return; /* a save holds the boundary (coord_save.c) */
     if (c->stop || c->step >= c->S) {
       end_training(c);
       continue;
@@ -357,7 +360,9 @@ void resihp__coord_advance(resihp__coord_t *c) {
       if (p->state == R_JOINING && p->waiting) {
         p->state = R_MEMBER;
         p->waiting = 0;
-        p->catching = c->step > 0;
+        /* at the first step of a run the state is the initial one, or on
+         * disk for a resumed run (coord_save.c): nobody to catch up from */
+        p->catching = c->step > c->base_step;
         p->begun = c->step;
         p->finished = 0;
         p->expected = 0;

@@ -76,8 +76,10 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
   free(d);
   /* still running: the launcher was stopped at once, mid-step */
   int64_t t_end = c->t_done ? c->t_done : resihp__now_ms();
-  double secs = steps && c->start_ms && c->start_ms[0]
-                    ? (double)(t_end - c->start_ms[0]) / 1000.0
+  /* a resumed run started at base_step (coord_save.c) */
+  long run = steps - c->base_step;
+  double secs = run > 0 && c->start_ms && c->start_ms[c->base_step]
+                    ? (double)(t_end - c->start_ms[c->base_step]) / 1000.0
                     : 0.0;
   if (seconds_out)
     *seconds_out = secs;
@@ -87,8 +89,8 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
   fprintf(f,
           "  training time:          %.3f s (%.2f steps/s, %.1f "
           "microbatches/s; median step %.0f ms)\n",
-          secs, secs > 0 ? steps / secs : 0.0,
-          secs > 0 ? (double)steps * c->M / secs : 0.0, median);
+          secs, secs > 0 ? run / secs : 0.0,
+          secs > 0 ? (double)run * c->M / secs : 0.0, median);
   fprintf(f,
           "  failures:               %d (%ld microbatches reassigned "
           "within their step)%s\n",

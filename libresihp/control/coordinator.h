@@ -151,6 +151,15 @@ typedef struct {
   /* 1: never free-running (START never says run=1): every step through
    * the coordinator, as benchmarks compare. */
   int lockstep;
+  /* Saves of the resumable state (coord_save.c). start_step: the first
+   * step (a resumed run; the replicas load that step's state from disk).
+   * save_on_stop: a stop (resihp__coord_stop) saves first; save_every N:
+   * every N-th step boundary saves, training going on. on_saved reports
+   * each save: ok=1 (replica r's K ranks wrote it) or 0 (none could). */
+  long start_step;
+  int save_on_stop;
+  long save_every;
+  void (*on_saved)(void *ud, long step, int replica, int ok);
 } resihp__coord_opts_t;
 
 enum {
@@ -245,5 +254,21 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
  * of free runs (PROG, PERF), whose number grows with time, not steps. */
 void resihp__coord_lines(const resihp__coord_t *c, long *rx, long *tx,
                          long *timed);
+/* Saves (coord_save.c). The protocol: at a step boundary where a save is
+ * due (every member said BEGIN s; before GO or DONE) the coordinator says
+ *   coord -> SAVE step=s      to one member replica's leader (relayed to
+ *                             its K ranks, which write their shards)
+ *   rank  -> SAVED step=s ok=1|0
+ * and holds the boundary until then; ok=0 or the replica's failure asks
+ * the next member. No path travels: the ranks have theirs from resihp-run.
+ * resihp__coord_saving: a save is under way; resihp__coord_save_cancel
+ * gives it up (the boundary then goes on without it). */
+int resihp__coord_saving(const resihp__coord_t *c);
+void resihp__coord_save_cancel(resihp__coord_t *c);
+/* The job's shape as the first HELLO set it (0 before any HELLO). */
+int resihp__coord_job_shape(const resihp__coord_t *c, int *microbatches,
+                            long *steps, int *shards, char shape[20]);
+/* Why the job was lost ("" if it was not). */
+const char *resihp__coord_lost_why(const resihp__coord_t *c);
 
 #endif

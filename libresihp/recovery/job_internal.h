@@ -225,4 +225,15 @@ double resihp__job_slow_microbatch(resihp_job_t *j, double seconds);
 int resihp__job_catchup_fault(resihp_job_t *j);
 int resihp__job_check_probes(resihp_job_t *j);
 
+/* job_save.c: the resumable state (job_save.h for the files). SAVE step=s
+ * from the coordinator (every rank, after the relay): write this rank's
+ * shard into RESIHP_STATE_DIR; the leader answers SAVED. A resumed run
+ * (RESIHP_RESUME_DIR set by resihp-run) loads each rank's shard at its
+ * first START instead of starting from the initial state; a shard that
+ * cannot be loaded stops the run (ABORT) and returns RESIHP_ESTATE. */
+#include "job_save.h"
+int resihp__job_on_save(resihp_job_t *j);
+int resihp__job_resuming(const resihp_job_t *j);
+int resihp__job_resume_load(resihp_job_t *j, long step);
+
 #endif

@@ -107,7 +107,7 @@ static int next_line(resihp_job_t *j) {
   if (rc || j->lsize == 1)
     return rc;
   if (!strcmp(j->msg, "DONE") || !strncmp(j->msg, "GO ", 3) ||
-      !strncmp(j->msg, "START ", 6))
+      !strncmp(j->msg, "START ", 6) || !strncmp(j->msg, "SAVE ", 5))
     return resihp__job_send_down(j, j->msg);
   return 0;
 }
@@ -217,6 +217,10 @@ static int on_start(resihp_job_t *j, resihp_job_step_t *st) {
   j->member = 1;
   if (cu) {
     if ((rc = catch_up(j, s)))
+      return rc;
+  } else if (!j->valid_state && resihp__job_resuming(j)) {
+    /* a resumed run: the state of step s is on disk (job_save.c) */
+    if ((rc = resihp__job_resume_load(j, s)))
       return rc;
   } else if (!j->valid_state && s > 0) {
     resihp_log(RESIHP_LOG_ERROR, "job",
@@ -355,6 +359,12 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
       st->done = 1;
       st->step = j->step + 1;
       return 0;
+    }
+    if (!strncmp(j->msg, "SAVE ", 5)) {
+      /* a save at this boundary (job_save.c); then GO or DONE */
+      if ((rc = resihp__job_on_save(j)))
+        return rc;
+      continue;
     }
     if (!strncmp(j->msg, "GO ", 3)) {
       if ((rc = on_go(j)))

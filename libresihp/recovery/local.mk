@@ -162,3 +162,32 @@ tests_fuzz_fuzz_hs_client_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_hs_client
 EXTRA_DIST += tests/fuzz/corpus-hs-client/forged-proof \
 	tests/fuzz/corpus-hs-client/wrong-label
+
+# The resumable state (resihp-run --state-dir, --save-every, --resume): the
+# coordinator's saves, the files and the rank's side, their unit test and
+# the fuzz target of the file headers and meta.
+libresihp_libresihp_internal_la_SOURCES += \
+	libresihp/control/coord_save.c \
+	libresihp/recovery/job_save.h \
+	libresihp/recovery/job_save.c
+if HAVE_CHECK
+check_PROGRAMS += tests/unit/test_job_save
+tests_unit_test_job_save_SOURCES = tests/unit/test_job_save.c
+tests_unit_test_job_save_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_job_save_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_job_save
+check_PROGRAMS += tests/unit/test_coord_save
+tests_unit_test_coord_save_SOURCES = tests/unit/test_coord_save.c
+tests_unit_test_coord_save_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_coord_save_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_coord_save
+endif
+check_PROGRAMS += tests/fuzz/fuzz_save
+tests_fuzz_fuzz_save_SOURCES = tests/fuzz/fuzz_save.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_save_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_save
+EXTRA_DIST += tests/fuzz/corpus-save/meta tests/fuzz/corpus-save/header \
+	tests/fuzz/corpus-save/meta-bad
+dist_check_SCRIPTS += tests/integration/resume.test
+TESTS += tests/integration/resume.test

@@ -132,7 +132,12 @@ class Trainer:
                 info = self.job.begin_step()
                 if info.done:
                     return
-                if info.catching_up:
+                # A first step past 0 that is no catch-up is a resumed run
+                # (resihp-run --resume): libresihp loaded the buffers from
+                # disk; the optimizer, scheduler and RNG come back from
+                # them as after a catch-up.
+                resumed = self._next == 0 and info.index > 0
+                if info.catching_up or resumed:
                     self.state.catch_up(self.job)
                 step = Step(self, info.index, info.mbs, info.catching_up,
                             info.nreplicas)

@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Unit tests of the resumable state's files (libresihp/recovery/job_save.c):
+ * a shard written and read back is the same bytes; every kind of damage
+ * (a flipped payload byte, a flipped header byte, a truncated or padded
+ * file, a wrong length for the reader's buffers) is refused with a message;
+ * a write never leaves a temporary file behind; the meta round-trips and
+ * DIR/latest names the last commit; malformed metas are refused. */
+#include "config.h"
+
+#include "../../libresihp/recovery/job_save.h"
+
+#include <resihp/error.h>
+
+#include <check.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static void mkdir_tmp(void) {
+  snprintf(dir, sizeof(dir), "/tmp/resihp-save-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void rm_tree(const char *d) {
+  char cmd[400];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Two buffers of known bytes. */
+static uint8_t a[1000], b[333];
+static void fill(uint8_t seed) {
+  for (size_t i = 0; i < sizeof(a); i++)
+    a[i] = (uint8_t)(seed + i * 7);
+  for (size_t i = 0; i < sizeof(b); i++)
+    b[i] = (uint8_t)(seed ^ (i * 13));
+}
+
+static void flip(const char *path, long off) {
+  int fd = open(path, O_RDWR);
+  ck_assert_int_ge(fd, 0);
+  uint8_t x;
+  ck_assert_int_eq(pread(fd, &x, 1, off), 1);
+  x ^= 0x40;
+  ck_assert_int_eq(pwrite(fd, &x, 1, off), 1);
+  close(fd);
+}
+
+START_TEST(shard_round_trip_and_damage) {
+  mkdir_tmp();
+  fill(3);
+  resihp_job_buf_t bufs[2] = {{a, sizeof(a)}, {b, sizeof(b)}};
+  char err[600];
+  ck_assert_int_eq(resihp__save_write(dir, 12, 1, 2, "0123456789abcdef", bufs,
+                                      2, err, sizeof(err)),
+                   0);
+  char path[400];
+  snprintf(path, sizeof(path), "%s/step-12/shard-1.bin", dir);
+  /* no temporary left */
+  char sd[300];
+  snprintf(sd, sizeof(sd), "%s/step-12", dir);
+  DIR *d = opendir(sd);
+  ck_assert_ptr_nonnull(d);
+  struct dirent *e;
+  int files = 0;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.') {
+      files++;
+      ck_assert_str_eq(e->d_name, "shard-1.bin");
+    }
+  closedir(d);
+  ck_assert_int_eq(files, 1);
+  /* read back into zeroed buffers */
+  memset(a, 0, sizeof(a));
+  memset(b, 0, sizeof(b));
+  resihp__save_hdr_t h;
+  ck_assert_int_eq(resihp__save_read(path, &h, bufs, 2, err, sizeof(err)), 0);
+  ck_assert_int_eq(h.step, 12);
+  ck_assert_int_eq(h.shard, 1);
+  ck_assert_int_eq(h.shards, 2);
+  ck_assert_uint_eq(h.length, sizeof(a) + sizeof(b));
+  ck_assert_str_eq(h.shape, "0123456789abcdef");
+  uint8_t a0[sizeof(a)], b0[sizeof(b)];
+  memcpy(a0, a, sizeof(a));
+  memcpy(b0, b, sizeof(b));
+  fill(3);
+  ck_assert_mem_eq(a0, a, sizeof(a));
+  ck_assert_mem_eq(b0, b, sizeof(b));
+  /* check only, no buffers */
+  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)), 0);
+  /* a buffer of the wrong size: refused before reading */
+  resihp_job_buf_t small[1] = {{a, sizeof(a)}};
+  ck_assert_int_eq(resihp__save_read(path, &h, small, 1, err, sizeof(err)),
+                   RESIHP_EPROTO);
+  ck_assert_ptr_nonnull(strstr(err, "this rank's shard"));
+  /* a payload byte flipped: integrity check */
+  flip(path, 64 + 500);
+  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)),
+                   RESIHP_EPROTO);
+  ck_assert_ptr_nonnull(strstr(err, "corrupt"));
+  flip(path, 64 + 500);
+  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)), 0);
+  /* the step in the header changed: the tag covers the header too */
+  flip(path, 24);
+  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)),
+                   RESIHP_EPROTO);
+  flip(path, 24);
+  /* truncated, then padded */
+  struct stat sb;
+  ck_assert_int_eq(stat(path, &sb), 0);
+  ck_assert_int_eq(truncate(path, sb.st_size - 1), 0);
+  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)),
+                   RESIHP_EPROTO);
+  ck_assert_ptr_nonnull(strstr(err, "truncated"));
+  ck_assert_int_eq(truncate(path, sb.st_size + 5), 0);
+  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)),
+                   RESIHP_EPROTO);
+  /* not a state file at all */
+  ck_assert_int_eq(truncate(path, 10), 0);
+  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)),
+                   RESIHP_EPROTO);
+  /* a missing file */
+  snprintf(path, sizeof(path), "%s/step-12/shard-0.bin", dir);
+  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)),
+                   RESIHP_ENOENT);
+  /* bad arguments are refused, nothing written */
+  ck_assert_int_eq(resihp__save_write(dir, 3, 2, 2, "-", bufs, 2, err,
+                                      sizeof(err)),
+                   RESIHP_EINVAL);
+  ck_assert_int_eq(resihp__save_write(dir, 3, 0, 1, "../x", bufs, 2, err,
+                                      sizeof(err)),
+                   RESIHP_EINVAL);
+  rm_tree(dir);
+}
+END_TEST
+
+START_TEST(meta_latest_and_remove) {
+  mkdir_tmp();
+  fill(9);
+  resihp_job_buf_t bufs[1] = {{a, sizeof(a)}};
+  char err[600];
+  resihp__save_meta_t m = {.step = 4,
+                           .steps = 40,
+                           .microbatches = 12,
+                           .replicas = 3,
+                           .shards = 1,
+                           .shape = "fedcba9876543210"},
+                      got;
+  for (long s = 4; s <= 8; s += 4) {
+    m.step = s;
+    ck_assert_int_eq(resihp__save_write(dir, s, 0, 1, m.shape, bufs, 1, err,
+                                        sizeof(err)),
+                     0);
+    ck_assert_int_eq(resihp__save_commit(dir, &m, err, sizeof(err)), 0);
+    ck_assert_int_eq(resihp__save_latest(dir, &got, err, sizeof(err)), 0);
+    ck_assert_int_eq(got.step, s);
+    ck_assert_int_eq(got.steps, 40);
+    ck_assert_int_eq(got.microbatches, 12);
+    ck_assert_int_eq(got.replicas, 3);
+    ck_assert_int_eq(got.shards, 1);
+    ck_assert_str_eq(got.shape, m.shape);
+  }
+  char sd[300];
+  resihp__save_remove(dir, 4);
+  snprintf(sd, sizeof(sd), "%s/step-4", dir);
+  ck_assert_int_ne(access(sd, F_OK), 0);
+  snprintf(sd, sizeof(sd), "%s/step-8/meta", dir);
+  ck_assert_int_eq(access(sd, F_OK), 0);
+  /* a meta that lies about its step is refused */
+  FILE *f = fopen(sd, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "resihp-state 1\nstep=7\nsteps=40\nmicrobatches=12\n"
+             "replicas=3\nshards=1\nshape=-\n");
+  fclose(f);
+  ck_assert_int_eq(resihp__save_latest(dir, &got, err, sizeof(err)),
+                   RESIHP_EPROTO);
+  ck_assert_ptr_nonnull(strstr(err, "step-8"));
+  /* no latest at all */
+  rm_tree(dir);
+  mkdir_tmp();
+  ck_assert_int_eq(resihp__save_latest(dir, &got, err, sizeof(err)),
+                   RESIHP_ENOENT);
+  rm_tree(dir);
+}
+END_TEST
+
+START_TEST(meta_parser_refuses) {
+  static const char *const bad[] = {
+      "",
+      "resihp-state 2\n",
+      "resihp-state 1\nstep=1\n",
+      "resihp-state 1\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\nshards=1\n"
+      "shape=-", /* no final newline */
+      "resihp-state 1\nstep=5\nsteps=4\nmicrobatches=1\nreplicas=1\nshards=1\n"
+      "shape=-\n", /* past the end */
+      "resihp-state 1\nstep=1\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
+      "shards=1\nshape=-\n",
+      "resihp-state 1\nstep=-1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
+      "shards=1\nshape=-\n",
+      "resihp-state 1\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
+      "shards=65\nshape=-\n",
+      "resihp-state 1\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
+      "shards=1\nshape=../../x\n",
+      "resihp-state 1\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
+      "shards=1\nshape=-\nextra=1\n",
+      "resihp-state 1\nstep=99999999999999999999\nsteps=4\nmicrobatches=1\n"
+      "replicas=1\nshards=1\nshape=-\n"};
+  resihp__save_meta_t m;
+  char err[300];
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    err[0] = '\0';
+    ck_assert_int_eq(
+        resihp__save_meta_parse(bad[i], strlen(bad[i]), &m, err, sizeof(err)),
+        RESIHP_EPROTO);
+    ck_assert_int_gt((int)strlen(err), 0);
+  }
+  const char *good = "resihp-state 1\nstep=0\nsteps=4\nmicrobatches=7\n"
+                     "replicas=2\nshards=64\nshape=-\n";
+  ck_assert_int_eq(
+      resihp__save_meta_parse(good, strlen(good), &m, err, sizeof(err)), 0);
+  ck_assert_int_eq(m.shards, 64);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("job_save");
+  TCase *t = tcase_create("files");
+  tcase_set_timeout(t, 30);
+  tcase_add_test(t, shard_round_trip_and_damage);
+  tcase_add_test(t, meta_latest_and_remove);
+  tcase_add_test(t, meta_parser_refuses);
+  suite_add_tcase(s, t);
+  SRunner *r = srunner_create(s);
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -248,6 +248,8 @@ void resihp__coord_on_spare(resihp__coord_t *c, int k, const char *msg);
 /* coord_save.c: at P_BARRIER, 1 while a save holds the boundary (it asks
  * a replica when need be); SAVED from replica r. */
 int resihp__coord_save_due(resihp__coord_t *c);
+/* The next boundary where --save-every saves (a free run ends there). */
+long resihp__coord_next_save(const resihp__coord_t *c);
 void resihp__coord_on_saved(resihp__coord_t *c, int k, int r, const char *msg);
 
 /* coord_protocol.c */

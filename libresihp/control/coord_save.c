@@ -36,6 +36,12 @@ static int wanted(const resihp__coord_t *c) {
          (c->step - c->base_step) % c->o.save_every == 0;
 }
 
+long resihp__coord_next_save(const resihp__coord_t *c) {
+  long every = c->o.save_every > 0 ? c->o.save_every : 1;
+  long next = c->step + 1, off = (next - c->base_step) % every;
+  return off ? next + every - off : next;
+}
+
 /* The next member after replica `after` (-1: from the first). */
 static int next_member(const resihp__coord_t *c, int after) {
   int best = -1;

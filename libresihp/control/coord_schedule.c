@@ -151,6 +151,8 @@ static void start_step(resihp__coord_t *c) {
       resihp__wire_buf_printf(&b, " wl=1");
     if (run)
       resihp__wire_buf_printf(&b, " run=1");
+    if (run && c->o.save_every > 0)
+      resihp__wire_buf_printf(&b, " until=%ld", resihp__coord_next_save(c));
     if (p->catching) {
       resihp__wire_buf_printf(&b, " catchup=1");
     } else {

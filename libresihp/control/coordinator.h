@@ -39,7 +39,9 @@
  * cost, which needs each step's workloads). The members then go on step
  * after step with the same microbatches and group, without BEGIN, GO or
  * START, and agree at the end of every step, over their own all-reduce,
- * whether to go on (recovery/job_step.c). Meanwhile:
+ * whether to go on (recovery/job_step.c). With --save-every, run=1 comes
+ * with until=T, the next boundary where a save is due: the members end
+ * the run there by themselves (no HOLD needed). Meanwhile:
  *
  *   rank  -> PROG step=s   (from the leader of the first member, at most
  *            about once a second: every step before s is committed)

@@ -143,6 +143,7 @@ struct resihp_job {
    * the coordinator (agreed: the same steps on every rank), and when
    * this rank last sent PERF and PROG */
   int run;
+  long run_until; /* the free run ends at this boundary (a save is due) */
   int recovered;
   int probe_rc;
   int perf_due;

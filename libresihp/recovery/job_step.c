@@ -41,6 +41,7 @@
 #include <resihp/error.h>
 #include <resihp/log.h>
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +209,12 @@ static int on_start(resihp_job_t *j, resihp_job_step_t *st) {
   resihp__wire_get_long(j->msg, "run", &run);
   j->wl_asked = wl == 1;
   j->run = run == 1 && !cu;
+  /* until=T: a save is due at boundary T (coord_save.c), which needs the
+   * coordinator; absent: only the last step ends the run by itself */
+  j->run_until = LONG_MAX;
+  long until = 0;
+  if (!resihp__wire_get_long(j->msg, "until", &until) && until > s)
+    j->run_until = until;
   if ((rc = resihp__job_parse_mbs(j, j->msg, "mbs", &j->mbs, &j->nmbs)))
     return rc;
   if (!j->comm)
@@ -272,7 +279,8 @@ int resihp__job_free_boundary(resihp_job_t *j) {
   j->run = 0; /* on any error, the next step goes through the coordinator */
   /* [0]: the next step needs the coordinator; [1]: samples are due */
   int64_t v[2] = {0, 0}, now = resihp__now_ms();
-  v[0] = coordinator_spoke(j) || j->step + 1 >= j->o.steps || j->recovered ||
+  v[0] = coordinator_spoke(j) || j->step + 1 >= j->o.steps ||
+         j->step + 1 >= j->run_until || j->recovered ||
          fault_planned(j, j->step + 1);
   int rc;
   if (!v[0] && (rc = resihp__job_check_probes(j))) {

@@ -189,5 +189,6 @@ tests_fuzz_fuzz_save_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_save
 EXTRA_DIST += tests/fuzz/corpus-save/meta tests/fuzz/corpus-save/header \
 	tests/fuzz/corpus-save/meta-bad
-dist_check_SCRIPTS += tests/integration/resume.test
-TESTS += tests/integration/resume.test
+dist_check_SCRIPTS += tests/integration/resume.test \
+	tests/integration/torch-resume.test
+TESTS += tests/integration/resume.test tests/integration/torch-resume.test

@@ -129,6 +129,8 @@ static struct {
   int recheck_s;
   char self[4096]; /* this program, run as the spare agent */
   const char *ledger;
+  const char *events, *metrics; /* --events, --metrics (record.h) */
+  resihp__record_t *record;
   int hold;             /* --wait-for-replacements */
   int stopping;         /* stop asked at the next step boundary */
   int program_failed;   /* the program, not a node, failed to start */
@@ -199,7 +201,8 @@ static void usage(FILE *f) {
       "                  [--secret-file PATH] [--silence-ms MS]\n"
       "                  [--launch-timeout S] [--no-spare-check]\n"
       "                  [--spare-recheck S] [--wait-for-replacements]\n"
-      "                  [--ledger FILE] [--assign even|count|cost]\n"
+      "                  [--ledger FILE] [--events FILE] [--metrics FILE]\n"
+      "                  [--assign even|count|cost]\n"
       "                  [--swap-cost SECONDS|never] [--progress SECONDS]\n"
       "                  [--state-dir DIR [--save-every N]] [--resume DIR]\n"
       "                  [--quiet] -- PROGRAM [ARGS...]\n"
@@ -583,6 +586,8 @@ static void on_saved(void *ud, long step, int r, int ok) {
   }
   say("state of step %ld saved by replica %d in %s/step-%ld (%s/latest)",
       step, r, g.state_dir, step, g.state_dir);
+  resihp__record_event(g.record, "save", step, r, RESIHP__RECORD_NONE, NULL,
+                       NULL, -1);
   g.saved_step = step;
   long old = g.kept[0];
   g.kept[0] = g.kept[1];
@@ -696,6 +701,8 @@ static void on_health(void *ud, int r, int shard, const char *state,
         r, state, factor, step, shard);
   else
     say("replica %d: %s at step %ld: its microbatches return", r, state, step);
+  resihp__record_event(g.record, factor > 1 ? "slow" : "healthy", step, r,
+                       RESIHP__RECORD_NONE, NULL, NULL, -1);
 }
 
 /* A healthy spare for a swap, now. */
@@ -1081,11 +1088,13 @@ int main(int argc, char **argv) {
       {"state-dir", required_argument, 0, 'D'},
       {"save-every", required_argument, 0, 'E'},
       {"resume", required_argument, 0, 'R'},
+      {"events", required_argument, 0, 'V'},
+      {"metrics", required_argument, 0, 'M'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:w:P:D:E:R:h",
+  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:w:P:D:E:R:V:M:h",
                           lo, NULL)) != -1) {
     long v = 0;
     if (strchr("rskKpSTCPE", o)) {
@@ -1158,6 +1167,12 @@ int main(int argc, char **argv) {
       break;
     case 'L':
       g.ledger = optarg;
+      break;
+    case 'V':
+      g.events = optarg;
+      break;
+    case 'M':
+      g.metrics = optarg;
       break;
     case 'C':
       g.recheck_s = (int)v;
@@ -1371,6 +1386,22 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   co.ledger = ledger;
+  if (g.events || g.metrics) {
+    const char *jid = getenv("SLURM_JOB_ID");
+    char rerr[600];
+    if (resihp__record_create(g.events, g.metrics, jid ? jid : "", &g.record,
+                              rerr, sizeof(rerr))) {
+      fprintf(stderr, "resihp-run: %s\n", rerr);
+      if (g.own_secret)
+        unlink(g.secret_file);
+      return EXIT_USAGE;
+    }
+    co.record = g.record;
+    resihp__record_event(g.record, g.resuming ? "resume" : "start",
+                         g.resuming ? g.resume.step : 0, RESIHP__RECORD_NONE,
+                         RESIHP__RECORD_NONE, NULL,
+                         g.resuming ? g.resume_arg : NULL, -1);
+  }
   int rc = resihp__coord_create(&co, &g.coord);
   memset(secret, 0, sizeof(secret));
   if (rc) {
@@ -1454,6 +1485,9 @@ int main(int argc, char **argv) {
           g.recheck_s ? resihp__now_ms() + g.recheck_s * 1000L : INT64_MAX;
     }
     resihp__coord_poll(g.coord, 50);
+    resihp__record_progress(g.record, resihp__coord_step(g.coord),
+                            (long)resihp__coord_epoch(g.coord),
+                            resihp__coord_members(g.coord));
     /* A replica stopped the run because of an error of its program
      * (resihp_job_abort): no replacement for it (a spare would fail the
      * same way) nor for anyone else; the coordinator already stops at the
@@ -1586,6 +1620,7 @@ int main(int argc, char **argv) {
   while (waitpid(-1, NULL, WNOHANG) > 0)
     ;
   resihp__coord_destroy(g.coord);
+  resihp__record_destroy(g.record);
   resihp__cmd_free(&g.kill_cmd);
   if (ledger)
     fclose(ledger);

@@ -87,6 +87,8 @@ void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why) {
     if (f->step < 0)
       f->step = c->step;
     p->open_fail = c->nfails++;
+    resihp__record_event(c->o.record, "failure", f->step, r, c->epoch, f->kind,
+                         why, -1);
   }
   p->fault_kind[0] = '\0';
   if (c->o.on_failed && c->phase != P_END)

@@ -56,6 +56,8 @@ void resihp__coord_lose(resihp__coord_t *c, const char *why) {
   snprintf(c->lost_why, sizeof(c->lost_why), "at step %ld: %s", c->step, why);
   c->state = RESIHP__COORD_LOST;
   c->t_done = resihp__now_ms();
+  resihp__record_event(c->o.record, "lost", c->step, RESIHP__RECORD_NONE,
+                       c->epoch, NULL, why, -1);
   for (int r = 0; r < c->R; r++)
     if (c->reps[r].conn >= 0)
       resihp__coord_send_to(c, r, "NO reason=job-lost");
@@ -177,8 +179,12 @@ static void start_step(resihp__coord_t *c) {
       }
       if (p->open_fail >= 0 && nq > 0) {
         fail_t *f = &c->fails[p->open_fail];
-        if (!f->t_train)
+        if (!f->t_train) {
           f->t_train = now;
+          resihp__record_event(c->o.record, "recovered", c->step, r, c->epoch,
+                               f->kind, NULL,
+                               (double)(now - f->t_fault) / 1000.0);
+        }
         p->open_fail = -1;
       }
     }
@@ -236,6 +242,12 @@ void resihp__coord_free_to(resihp__coord_t *c, long t) {
 static void end_training(resihp__coord_t *c) {
   c->phase = P_END;
   c->t_done = resihp__now_ms();
+  resihp__record_event(c->o.record,
+                       c->abort_replica >= 0 ? "abort"
+                       : c->stop             ? "stop"
+                                             : "done",
+                       c->step, c->abort_replica, c->epoch, NULL,
+                       c->abort_replica >= 0 ? c->abort_why : NULL, -1);
   for (int r = 0; r < c->R; r++)
     if (c->reps[r].conn >= 0)
       resihp__coord_send_to(c, r, "DONE");
@@ -266,6 +278,8 @@ static void swap_for_spare(resihp__coord_t *c, int r) {
   p->fault_step = c->step;
   p->swapped_at = c->step;
   c->swaps++;
+  resihp__record_event(c->o.record, "swap", c->step, r, c->epoch, "slow", why,
+                       -1);
   resihp__coord_fail_replica(c, r, why);
 }
 
@@ -370,8 +384,13 @@ void resihp__coord_advance(resihp__coord_t *c) {
         p->expected = 0;
         resihp__coord_perf_reset(c, r);
         resihp__coord_add_member(c, r);
-        if (p->open_fail >= 0 && !c->fails[p->open_fail].t_admit)
-          c->fails[p->open_fail].t_admit = resihp__now_ms();
+        if (p->open_fail >= 0 && !c->fails[p->open_fail].t_admit) {
+          fail_t *f = &c->fails[p->open_fail];
+          f->t_admit = resihp__now_ms();
+          resihp__record_event(c->o.record, "admitted", c->step, r, c->epoch,
+                               f->kind, NULL,
+                               (double)(f->t_admit - f->t_fault) / 1000.0);
+        }
       }
     }
     resihp__coord_send_go(c);

@@ -97,6 +97,7 @@
 #ifndef RESIHP_CONTROL_COORDINATOR_H
 #define RESIHP_CONTROL_COORDINATOR_H
 
+#include "record.h"
 #include "wire.h"
 
 #include <stddef.h>
@@ -162,6 +163,10 @@ typedef struct {
   int save_on_stop;
   long save_every;
   void (*on_saved)(void *ud, long step, int replica, int ok);
+  /* The job's events and metrics (record.h; NULL: none): failures,
+   * admissions, recoveries with their duration, swaps, how the run
+   * ended. Owned by the caller. */
+  resihp__record_t *record;
 } resihp__coord_opts_t;
 
 enum {

@@ -77,6 +77,9 @@ typedef struct {
   long slow_since, slow_steps, slow_total, slow_episodes;
   int quota;
   long swapped_at;
+  /* the epoch whose member list its process holds (0: none): GO sends it
+   * only the change since then */
+  uint32_t list_epoch;
 } rep_t;
 
 typedef struct {
@@ -188,6 +191,7 @@ struct resihp__coord {
    * lines received and sent but heartbeats, and of those received the
    * time-based reports (PROG, PERF) */
   int held;
+  uint32_t go_epoch; /* epoch of the last list sent (last_list's) */
   long lines_rx, lines_tx, lines_timed;
   /* saves (coord_save.c): the first step of this run, the step whose
    * save is under way or over (-1: none), the replica asked (-1: none)

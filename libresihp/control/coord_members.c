@@ -45,6 +45,7 @@ void resihp__coord_remove_member(resihp__coord_t *c, int r) {
 void resihp__coord_add_member(resihp__coord_t *c, int r) {
   int i = c->nmembers++;
   c->changed = 1;
+  c->reps[r].list_epoch = 0; /* a new process: no list yet */
   while (i > 0 && c->members[i - 1] > r) {
     c->members[i] = c->members[i - 1];
     i--;
@@ -119,8 +120,39 @@ static void member_list(resihp__coord_t *c, resihp__wire_buf_t *b) {
                             c->reps[c->members[i]].ep);
 }
 
+/* GO's change since the list of epoch base: "base=B n=N gone=r:r
+ * add=r@eps,..." (gone: left, or a new process under the same id; add: the
+ * members the base list does not hold, in id order). */
+static void member_delta(resihp__coord_t *c, uint32_t base,
+                         resihp__wire_buf_t *b) {
+  resihp__wire_buf_printf(b, " base=%u n=%d gone=", base, c->nmembers);
+  int first = 1;
+  for (int i = 0; i < c->nlast; i++) {
+    const rep_t *p = &c->reps[c->last_list[i]];
+    if (!resihp__coord_is_member(c, c->last_list[i]) || p->list_epoch != base) {
+      resihp__wire_buf_printf(b, "%s%d", first ? "" : ":", c->last_list[i]);
+      first = 0;
+    }
+  }
+  resihp__wire_buf_printf(b, " add=");
+  first = 1;
+  for (int i = 0; i < c->nmembers; i++) {
+    const rep_t *p = &c->reps[c->members[i]];
+    if (p->list_epoch != base) {
+      resihp__wire_buf_printf(b, "%s%d@%s", first ? "" : ",", c->members[i],
+                              p->ep);
+      first = 0;
+    }
+  }
+}
+
 /* Start of a step's set-up: GO to every member, a new epoch if the member
- * list differs from the last one started. */
+ * list differs from the last one started, or if a member could not set
+ * the last one up (RESYNC: everyone makes its group again). The list
+ * travels whole only to members that hold no list of the last epoch (a
+ * joiner, a replacement, a member that failed to set up); the others get
+ * its change (member_delta), so an epoch costs O(N + N x changes) bytes,
+ * not O(N^2). A step boundary without change sends no list. */
 void resihp__coord_send_go(resihp__coord_t *c) {
   if (c->nmembers == 0) {
     c->phase = P_BARRIER;
@@ -130,23 +162,50 @@ void resihp__coord_send_go(resihp__coord_t *c) {
   c->changed = 0;
   for (int i = 0; same && i < c->nmembers; i++)
     same = c->members[i] == c->last_list[i];
-  if (!same || c->phase == P_SETUP)
+  int renew = !same || c->phase == P_SETUP;
+  if (renew)
     c->epoch++;
   c->phase = P_SETUP;
-  resihp__wire_buf_t b;
-  resihp__wire_buf_init(&b);
-  resihp__wire_buf_printf(&b, "GO step=%ld epoch=%u new=%d members=", c->step,
-                          c->epoch, same ? 0 : 1);
-  size_t list_at = b.len;
-  member_list(c, &b);
-  for (int i = 0; i < c->nmembers; i++) {
-    c->reps[c->members[i]].ready = same;
-    resihp__coord_send_buf_to(c, c->members[i], &b);
+  uint32_t base = c->go_epoch;
+  resihp__wire_buf_t head, whole, delta;
+  resihp__wire_buf_init(&head);
+  resihp__wire_buf_init(&whole);
+  resihp__wire_buf_init(&delta);
+  resihp__wire_buf_printf(&head, "GO step=%ld epoch=%u new=%d", c->step,
+                          c->epoch, renew);
+  int nwhole = 0;
+  for (int i = 0; renew && i < c->nmembers; i++)
+    nwhole += base == 0 || c->reps[c->members[i]].list_epoch != base;
+  if (nwhole || !renew) {
+    resihp__wire_buf_printf(&whole, "%s", head.s ? head.s : "");
+    if (renew) {
+      resihp__wire_buf_printf(&whole, " members=");
+      member_list(c, &whole);
+    }
   }
+  if (renew && nwhole < c->nmembers) {
+    resihp__wire_buf_printf(&delta, "%s", head.s ? head.s : "");
+    member_delta(c, base, &delta);
+  }
+  for (int i = 0; i < c->nmembers; i++) {
+    rep_t *p = &c->reps[c->members[i]];
+    p->ready = !renew;
+    int gets_delta = renew && base != 0 && p->list_epoch == base;
+    resihp__coord_send_buf_to(c, c->members[i], gets_delta ? &delta : &whole);
+  }
+  /* every member holds this epoch's list now (read after the sends) */
+  for (int i = 0; renew && i < c->nmembers; i++)
+    c->reps[c->members[i]].list_epoch = c->epoch;
+  if (renew)
+    c->go_epoch = c->epoch;
   memcpy(c->last_list, c->members, sizeof(int) * (size_t)c->nmembers);
   c->nlast = c->nmembers;
-  if (!same)
-    logc(RESIHP_LOG_INFO, "step %ld: epoch %u with %d replicas: %.400s",
-         c->step, c->epoch, c->nmembers, b.s ? b.s + list_at : "");
-  resihp__wire_buf_free(&b);
+  if (renew)
+    logc(RESIHP_LOG_INFO,
+         "step %ld: epoch %u with %d replicas (%d sent the whole list, %d "
+         "its change)",
+         c->step, c->epoch, c->nmembers, nwhole, c->nmembers - nwhole);
+  resihp__wire_buf_free(&head);
+  resihp__wire_buf_free(&whole);
+  resihp__wire_buf_free(&delta);
 }

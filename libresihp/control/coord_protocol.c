@@ -403,6 +403,7 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
       logc(RESIHP_LOG_WARN,
            "replica %d could not set up epoch %u; trying a new epoch", r,
            c->epoch);
+      p->list_epoch = 0; /* its list may be the cause: send it whole */
       resihp__coord_send_go(c);
     }
   } else if (!strncmp(msg, "RECOVER ", 8)) {

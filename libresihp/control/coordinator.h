@@ -12,9 +12,14 @@
  * address per rank, "a/b/..." in shard order. Each step:
  *
  *   rank  -> BEGIN step=s            (at the step boundary)
- *   coord -> GO step=s epoch=e new=0|1 members=r@ep,...  (ep: the list)
+ *   coord -> GO step=s epoch=e new=0|1 [members=r@ep,...]  (ep: the list)
  *            once every member has sent BEGIN s; replicas waiting to join
- *            are admitted here, which makes a new epoch (new=1)
+ *            are admitted here, which makes a new epoch (new=1), and so
+ *            does a RESYNC (everyone makes its group again). new=0 carries
+ *            no list. The whole list goes only to a member that holds no
+ *            list of the last epoch (a joiner, a replacement, one that said
+ *            RESYNC); the others get its change instead of members=:
+ *            base=B n=N gone=r:r add=r@ep,...  (recovery/job_members.h)
  *   rank  -> READY epoch=e | RESYNC epoch=e  (only when new=1: after
  *            re-creating the communicator, or failing to)
  *   coord -> START step=s epoch=e mbs=a:b:c [serve=r.k@ep,...] [catchup=1]

@@ -146,6 +146,7 @@ void resihp_job_destroy(resihp_job_t *j) {
   pthread_cond_destroy(&j->relay_cv);
   free(j->work);
   free(j->members);
+  free(j->member_eps);
   for (int *fd = &j->lfd; fd <= &j->rlfd; fd++)
     if (*fd >= 0)
       close(*fd);

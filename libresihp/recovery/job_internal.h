@@ -144,6 +144,9 @@ struct resihp_job {
    * this rank last sent PERF and PROG */
   int run;
   long run_until; /* the free run ends at this boundary (a save is due) */
+  /* this rank's shard address of each of members[] (the epoch's list, the
+   * base of the next GO's delta; NULL: none held) */
+  char (*member_eps)[RESIHP__JOB_EP_MAX];
   int recovered;
   int probe_rc;
   int perf_due;

@@ -37,6 +37,7 @@
 #include "config.h"
 
 #include "job_internal.h"
+#include "job_members.h"
 
 #include <resihp/error.h>
 #include <resihp/log.h>
@@ -49,53 +50,52 @@
 /* on_start: the catch-up failed, wait to be admitted again */
 #define CATCHUP_AGAIN 1
 
-/* The shard group of an epoch: this rank's shard k of every member. */
-static int setup_group(resihp_job_t *j, const char *list) {
+/* The shard group of an epoch: this rank's shard k of every member, from
+ * GO's whole list (members=) or its change since the last epoch. The list
+ * is kept even when the group cannot be made (the next GO may be a delta
+ * of it). */
+static int setup_group(resihp_job_t *j, uint32_t epoch) {
   resihp_comm_destroy(j->comm);
   j->comm = NULL;
   j->vgen = 0;
-  int cap = 1;
-  for (const char *p = list; *p; p++)
-    cap += *p == ',';
-  char *copy = strdup(list);
-  const char **eps = calloc((size_t)cap, sizeof(char *));
-  char(*items)[RESIHP__JOB_EP_MAX] = calloc((size_t)cap, RESIHP__JOB_EP_MAX);
-  int *members = calloc((size_t)cap, sizeof(int));
-  int n = 0, me = -1, rc = 0;
-  if (!copy || !eps || !items || !members) {
-    rc = RESIHP_ENOMEM;
-    goto out;
-  }
-  char *save = NULL;
-  for (char *t = strtok_r(copy, ",", &save); t && n < cap;
-       t = strtok_r(NULL, ",", &save)) {
-    char *at = strchr(t, '@');
-    if (!at || resihp__wire_list_item(at + 1, j->lrank, items[n],
-                                      RESIHP__JOB_EP_MAX)) {
-      rc = RESIHP_EPROTO;
-      goto out;
-    }
-    *at = '\0';
-    members[n] = atoi(t);
-    if (members[n] == j->replica)
-      me = n;
-    eps[n] = items[n];
-    n++;
+  int *ids = NULL, n = 0, rc;
+  resihp__job_ep_t *eps = NULL;
+  char *list = malloc(RESIHP__JOB_MSG_MAX);
+  if (!list)
+    return RESIHP_ENOMEM;
+  rc = resihp__wire_get(j->msg, "members", list, RESIHP__JOB_MSG_MAX);
+  if (!rc)
+    rc = resihp__job_members_parse(list, j->lrank, &ids, &eps, &n);
+  else if (rc == RESIHP_ENOENT)
+    rc = resihp__job_members_delta(
+        j->msg, j->member_eps ? (long)j->epoch : -1, j->members,
+        (const resihp__job_ep_t *)j->member_eps, j->nmembers, j->lrank, &ids,
+        &eps, &n);
+  free(list);
+  if (rc) {
+    /* whatever list this rank held is no base for the next delta */
+    free(j->member_eps);
+    j->member_eps = NULL;
+    return rc;
   }
   free(j->members);
-  j->members = members;
-  members = NULL;
+  free(j->member_eps);
+  j->members = ids;
+  j->member_eps = eps;
   j->nmembers = n;
-  if (me < 0) {
-    rc = RESIHP_EPROTO;
-    goto out;
+  j->epoch = epoch;
+  int me = -1;
+  const char **ep = calloc((size_t)(n ? n : 1), sizeof(char *));
+  if (!ep)
+    return RESIHP_ENOMEM;
+  for (int i = 0; i < n; i++) {
+    ep[i] = eps[i];
+    if (ids[i] == j->replica)
+      me = i;
   }
-  rc = resihp__job_comm_create(j, me, n, eps, j->lfd, 10000, &j->comm);
-out:
-  free(copy);
-  free(eps);
-  free(items);
-  free(members);
+  rc = me < 0 ? RESIHP_EPROTO
+              : resihp__job_comm_create(j, me, n, ep, j->lfd, 10000, &j->comm);
+  free(ep);
   return rc;
 }
 
@@ -116,21 +116,12 @@ static int next_line(resihp_job_t *j) {
 /* GO: a new epoch's groups, if any; the leader says how it went. */
 static int on_go(resihp_job_t *j) {
   long ep = 0, isnew = 0;
-  char *list = malloc(RESIHP__JOB_MSG_MAX);
-  if (!list)
-    return RESIHP_ENOMEM;
-  int rc = 0;
-  if (resihp__wire_get_long(j->msg, "epoch", &ep) ||
-      resihp__wire_get_long(j->msg, "new", &isnew) ||
-      resihp__wire_get(j->msg, "members", list, RESIHP__JOB_MSG_MAX))
-    rc = RESIHP_EPROTO;
-  if (rc || !isnew) {
-    free(list);
-    return rc;
-  }
-  j->epoch = (uint32_t)ep;
-  int src = setup_group(j, list);
-  free(list);
+  if (resihp__wire_get_long(j->msg, "epoch", &ep) || ep < 0 ||
+      ep > (long)UINT32_MAX || resihp__wire_get_long(j->msg, "new", &isnew))
+    return RESIHP_EPROTO;
+  if (!isnew)
+    return 0;
+  int rc, src = setup_group(j, (uint32_t)ep);
   if (src)
     resihp_log(RESIHP_LOG_WARN, "job",
                "replica %d rank %d: group of epoch %ld not set up (%s)",

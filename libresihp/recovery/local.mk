@@ -26,6 +26,8 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/recovery/job.c \
 	libresihp/recovery/job_replica.c \
 	libresihp/recovery/job_step.c \
+	libresihp/recovery/job_members.h \
+	libresihp/recovery/job_members.c \
 	libresihp/recovery/job_exchange.c \
 	libresihp/recovery/job_catchup.c \
 	libresihp/recovery/job_faults.c \
@@ -58,6 +60,14 @@ tests_fuzz_fuzz_inject_SOURCES = tests/fuzz/fuzz_inject.c \
 	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
 tests_fuzz_fuzz_inject_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_cmd tests/fuzz/fuzz_inject
+# and of a GO's member list, whole or as a change (job_members.c).
+check_PROGRAMS += tests/fuzz/fuzz_members
+tests_fuzz_fuzz_members_SOURCES = tests/fuzz/fuzz_members.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_members_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_members
+EXTRA_DIST += tests/fuzz/corpus-members/delta tests/fuzz/corpus-members/readded \
+	tests/fuzz/corpus-members/whole tests/fuzz/corpus-members/dup
 EXTRA_DIST += tests/fuzz/corpus-cmd/plain tests/fuzz/corpus-cmd/evil-node \
 	tests/fuzz/corpus-cmd/bad-escape tests/fuzz/corpus-cmd/empty \
 	tests/fuzz/corpus-cmd/escapes tests/fuzz/corpus-inject/plain \

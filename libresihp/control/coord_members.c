@@ -120,6 +120,12 @@ static void member_list(resihp__coord_t *c, resihp__wire_buf_t *b) {
                             c->reps[c->members[i]].ep);
 }
 
+/* Whether replica r's process holds the list of epoch base (then GO sends
+ * it the change only). */
+static int holds_list(const resihp__coord_t *c, int r, uint32_t base) {
+  return base != 0 && c->reps[r].list_epoch == base;
+}
+
 /* GO's change since the list of epoch base: "base=B n=N gone=r:r
  * add=r@eps,..." (gone: left, or a new process under the same id; add: the
  * members the base list does not hold, in id order). */
@@ -128,8 +134,8 @@ static void member_delta(resihp__coord_t *c, uint32_t base,
   resihp__wire_buf_printf(b, " base=%u n=%d gone=", base, c->nmembers);
   int first = 1;
   for (int i = 0; i < c->nlast; i++) {
-    const rep_t *p = &c->reps[c->last_list[i]];
-    if (!resihp__coord_is_member(c, c->last_list[i]) || p->list_epoch != base) {
+    int r = c->last_list[i];
+    if (!resihp__coord_is_member(c, r) || !holds_list(c, r, base)) {
       resihp__wire_buf_printf(b, "%s%d", first ? "" : ":", c->last_list[i]);
       first = 0;
     }
@@ -137,10 +143,9 @@ static void member_delta(resihp__coord_t *c, uint32_t base,
   resihp__wire_buf_printf(b, " add=");
   first = 1;
   for (int i = 0; i < c->nmembers; i++) {
-    const rep_t *p = &c->reps[c->members[i]];
-    if (p->list_epoch != base) {
-      resihp__wire_buf_printf(b, "%s%d@%s", first ? "" : ",", c->members[i],
-                              p->ep);
+    int r = c->members[i];
+    if (!holds_list(c, r, base)) {
+      resihp__wire_buf_printf(b, "%s%d@%s", first ? "" : ",", r, c->reps[r].ep);
       first = 0;
     }
   }
@@ -167,31 +172,32 @@ void resihp__coord_send_go(resihp__coord_t *c) {
     c->epoch++;
   c->phase = P_SETUP;
   uint32_t base = c->go_epoch;
-  resihp__wire_buf_t head, whole, delta;
-  resihp__wire_buf_init(&head);
-  resihp__wire_buf_init(&whole);
-  resihp__wire_buf_init(&delta);
-  resihp__wire_buf_printf(&head, "GO step=%ld epoch=%u new=%d", c->step,
-                          c->epoch, renew);
   int nwhole = 0;
   for (int i = 0; renew && i < c->nmembers; i++)
-    nwhole += base == 0 || c->reps[c->members[i]].list_epoch != base;
+    nwhole += !holds_list(c, c->members[i], base);
+  /* whole: the line for members without the base list (and the only
+   * line when nothing changed); delta: for the others */
+  resihp__wire_buf_t whole, delta;
+  resihp__wire_buf_init(&whole);
+  resihp__wire_buf_init(&delta);
   if (nwhole || !renew) {
-    resihp__wire_buf_printf(&whole, "%s", head.s ? head.s : "");
+    resihp__wire_buf_printf(&whole, "GO step=%ld epoch=%u new=%d", c->step,
+                            c->epoch, renew);
     if (renew) {
       resihp__wire_buf_printf(&whole, " members=");
       member_list(c, &whole);
     }
   }
   if (renew && nwhole < c->nmembers) {
-    resihp__wire_buf_printf(&delta, "%s", head.s ? head.s : "");
+    resihp__wire_buf_printf(&delta, "GO step=%ld epoch=%u new=1", c->step,
+                            c->epoch);
     member_delta(c, base, &delta);
   }
   for (int i = 0; i < c->nmembers; i++) {
-    rep_t *p = &c->reps[c->members[i]];
-    p->ready = !renew;
-    int gets_delta = renew && base != 0 && p->list_epoch == base;
-    resihp__coord_send_buf_to(c, c->members[i], gets_delta ? &delta : &whole);
+    int r = c->members[i];
+    c->reps[r].ready = !renew;
+    resihp__coord_send_buf_to(
+        c, r, renew && holds_list(c, r, base) ? &delta : &whole);
   }
   /* every member holds this epoch's list now (read after the sends) */
   for (int i = 0; renew && i < c->nmembers; i++)
@@ -205,7 +211,6 @@ void resihp__coord_send_go(resihp__coord_t *c) {
          "step %ld: epoch %u with %d replicas (%d sent the whole list, %d "
          "its change)",
          c->step, c->epoch, c->nmembers, nwhole, c->nmembers - nwhole);
-  resihp__wire_buf_free(&head);
   resihp__wire_buf_free(&whole);
   resihp__wire_buf_free(&delta);
 }

@@ -146,6 +146,7 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("record");
   TCase *tc = tcase_create("record");
+  tcase_set_timeout(tc, 60); /* fsyncs on a busy disk */
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, escapes_whatever_a_replica_sent);
   tcase_add_test(tc, labels_are_a_fixed_vocabulary);

@@ -36,38 +36,6 @@ void resihp_job_opts_init(resihp_job_opts_t *o) {
   o->replica = -1;
 }
 
-int resihp__job_send(resihp_job_t *j, const char *line) {
-  pthread_mutex_lock(&j->send_mu);
-  int rc = resihp__wire_send(&j->cw, line, resihp__now_ms() + j->timeout_ms);
-  pthread_mutex_unlock(&j->send_mu);
-  if (rc)
-    resihp_log(RESIHP_LOG_ERROR, "job", "replica %d: lost the coordinator (%s)",
-               j->replica, resihp_strerror(rc));
-  return rc;
-}
-
-int resihp__job_recv(resihp_job_t *j) {
-  for (;;) {
-    int rc = resihp__wire_recv(&j->cw, j->msg, RESIHP__JOB_MSG_MAX,
-                               resihp__now_ms() + j->timeout_ms);
-    if (rc) {
-      resihp_log(RESIHP_LOG_ERROR, "job",
-                 "replica %d: lost the coordinator (%s); resihp-run has "
-                 "probably ended",
-                 j->replica, resihp_strerror(rc));
-      return rc;
-    }
-    if (!strcmp(j->msg, "HB"))
-      continue;
-    if (!strncmp(j->msg, "NO", 2)) {
-      resihp_log(RESIHP_LOG_ERROR, "job", "replica %d: coordinator says %s",
-                 j->replica, j->msg);
-      return RESIHP_ESTATE;
-    }
-    return 0;
-  }
-}
-
 int resihp__job_parse_mbs(resihp_job_t *j, const char *msg, const char *key,
                           int **out, int *n) {
   char *v = malloc(RESIHP__JOB_MSG_MAX);
@@ -159,6 +127,9 @@ void resihp_job_destroy(resihp_job_t *j) {
     free(j->secret);
   }
   pthread_mutex_destroy(&j->send_mu);
+  pthread_cond_destroy(&j->link_cv);
+  free(j->hello);
+  free(j->pending);
   pthread_mutex_destroy(&j->hb_mu);
   pthread_cond_destroy(&j->hb_cv);
   resihp__probe_watch_free(&j->probes);
@@ -239,11 +210,20 @@ static int hello(resihp_job_t *j, const char *jid, const char *sid) {
            j->lsize > 1 ? j->seps : j->sep, j->node, jid, sid,
            j->o.microbatches, j->o.steps, (long)getpid(), j->lsize,
            j->lsize > 1 ? j->lep : "-", shape);
-  int rc = resihp__job_send(j, j->msg);
+  /* kept for a reconnect (job_link.c); set once welcome, so that a
+   * failure at join stays final */
+  char *line = strdup(j->msg);
+  if (!line)
+    return RESIHP_ENOMEM;
+  int rc = resihp__job_send(j, line);
   if (!rc)
     rc = resihp__job_recv(j);
   if (!rc && strncmp(j->msg, "WELCOME ", 8))
     rc = RESIHP_EPROTO;
+  if (rc)
+    free(line);
+  else
+    j->hello = line;
   return rc;
 }
 
@@ -264,6 +244,8 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
   j->detect_ms = (int)resihp_settings_get(s, RESIHP_SETTING_DETECT_TIMEOUT);
   find_ranks(j);
   pthread_mutex_init(&j->send_mu, NULL);
+  pthread_cond_init(&j->link_cv, NULL);
+  j->main_thread = pthread_self();
   pthread_mutex_init(&j->hb_mu, NULL);
   pthread_cond_init(&j->hb_cv, NULL);
   pthread_mutex_init(&j->relay_mu, NULL);
@@ -324,6 +306,9 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
     resihp_log(RESIHP_LOG_ERROR, "job", "%s", err);
     goto fail;
   }
+  if ((rc = resihp__job_parse_failover(getenv("RESIHP_FAILOVER_MS"),
+                                       &j->failover_ms)))
+    goto fail;
   if ((rc = resihp__wire_read_secret(sf, &j->secret, &j->secret_len)))
     goto fail;
   int fd = resihp__wire_dial(j->coordinator, resihp__now_ms() + 10000);

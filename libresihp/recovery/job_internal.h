@@ -66,6 +66,18 @@ struct resihp_job {
   pthread_t hb_thread;
   int hb_started, hb_stop;
   char *msg; /* the last line received (coordinator or leader) */
+  /* failover (leader): the HELLO said at join, the last request that
+   * waits for (or may have missed) an answer, re-sent after a reconnect;
+   * gen counts reconnects (under send_mu; link_cv tells the other threads
+   * of one), lost: the failover window passed, the link is gone for good;
+   * heard_ms: when the coordinator last said anything (silence = loss) */
+  char *hello, *pending;
+  pthread_cond_t link_cv;
+  unsigned long gen;
+  int lost;
+  int failover_ms;
+  pthread_t main_thread;
+  int64_t heard_ms;
 
   /* listening sockets: shard group, catch-up, replica communicator */
   int lfd, slfd, rlfd;
@@ -154,9 +166,20 @@ struct resihp_job {
 };
 
 /* job.c: the coordinator link (leader). recv skips heartbeats; its
- * deadline is about the coordinator's silence. */
+ * deadline is about the coordinator's silence. Both reconnect when the
+ * link fails (resihp__job_reconnect); recv then re-sends j->pending. */
 int resihp__job_send(resihp_job_t *j, const char *line);
 int resihp__job_recv(resihp_job_t *j);
+/* Failover: the link failed with why; connect again (HELLO again=1)
+ * within the failover window. Only the main thread reconnects; another
+ * thread waits for it (or the window) instead. 0: a new link is up. */
+int resihp__job_reconnect(resihp_job_t *j, int why);
+/* Default of RESIHP_FAILOVER_MS, and the largest value taken. */
+#define RESIHP__JOB_FAILOVER_MS 30000
+#define RESIHP__JOB_FAILOVER_MAX_MS 3600000
+/* Parse RESIHP_FAILOVER_MS (NULL or "": the default); strict: digits
+ * only, at most RESIHP__JOB_FAILOVER_MAX_MS. */
+int resihp__job_parse_failover(const char *v, int *ms);
 /* Parse the microbatch list under key of msg into *out (freed first). */
 int resihp__job_parse_mbs(resihp_job_t *j, const char *msg, const char *key,
                           int **out, int *n);

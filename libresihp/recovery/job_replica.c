@@ -378,8 +378,7 @@ int resihp__job_replica_sum(resihp_job_t *j, int64_t *v, size_t n) {
  * replica communicator reports the rank's death to whoever needs it. */
 static void relay_line(resihp_job_t *j, int k, const char *line) {
   if (!strncmp(line, "FAULT ", 6) || !strncmp(line, "ABORT ", 6)) {
-    if (j->cw.fd >= 0)
-      resihp__job_send(j, line);
+    resihp__job_send(j, line); /* waits out a failover (job_link.c) */
     return;
   }
   if (!strncmp(line, "PERF ", 5)) {
@@ -387,7 +386,7 @@ static void relay_line(resihp_job_t *j, int k, const char *line) {
     resihp__wire_buf_t b;
     resihp__wire_buf_init(&b);
     resihp__wire_buf_printf(&b, "PERF k=%d %s", k + 1, line + 5);
-    if (j->cw.fd >= 0 && !b.err)
+    if (!b.err)
       resihp__job_send(j, b.s);
     resihp__wire_buf_free(&b);
     return;

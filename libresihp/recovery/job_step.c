@@ -49,6 +49,8 @@
 
 /* on_start: the catch-up failed, wait to be admitted again */
 #define CATCHUP_AGAIN 1
+/* on_start: a START for a step this replica is past */
+#define STALE 2
 
 /* The shard group of an epoch: this rank's shard k of every member, from
  * GO's whole list (members=) or its change since the last epoch. The list
@@ -121,6 +123,13 @@ static int on_go(resihp_job_t *j) {
     return RESIHP_EPROTO;
   if (!isnew)
     return 0;
+  if (j->comm && ep <= (long)j->epoch) {
+    /* stale: a coordinator that came back answered a request again whose
+     * answer this replica already acted on (job_link.c) */
+    resihp_log(RESIHP_LOG_DEBUG, "job", "replica %d rank %d: stale GO of epoch %ld",
+               j->replica, j->lrank, ep);
+    return 0;
+  }
   int rc, src = setup_group(j, (uint32_t)ep);
   if (src)
     resihp_log(RESIHP_LOG_WARN, "job",
@@ -194,6 +203,8 @@ static int on_start(resihp_job_t *j, resihp_job_step_t *st) {
   int rc;
   if (resihp__wire_get_long(j->msg, "step", &s) || s < 0)
     return RESIHP_EPROTO;
+  if (j->valid_state && s <= j->step)
+    return STALE; /* an answer again after a failover (job_link.c) */
   resihp__wire_get_long(j->msg, "catchup", &cu);
   long wl = 0, run = 0;
   resihp__wire_get_long(j->msg, "wl", &wl);
@@ -249,19 +260,31 @@ static int fault_planned(const resihp_job_t *j, long s) {
  * is gone. Read without waiting, and read at every boundary, or the
  * heartbeats would fill the socket over a long run. Nothing else can be on
  * these links here: GO, START, DONE and REASSIGN answer the leader's own
- * BEGIN or RECOVER. */
+ * BEGIN or RECOVER. A leader's lost or silent coordinator link is no
+ * reason to stop: it connects again (job_link.c) and the run goes on, so
+ * that a failover changes no vote; only a reconnect that failed ends the
+ * free run (its BEGIN then fails as before). */
 static int coordinator_spoke(resihp_job_t *j) {
   resihp__wire_t *w = j->lrank > 0 ? &j->up : &j->cw;
-  int said = resihp__wire_fill(w) < 0, t;
-  while ((t = resihp__wire_take(w, j->msg, RESIHP__JOB_MSG_MAX))) {
+  int said = 0, t, frc = w->fd < 0 ? RESIHP_ECLOSED : resihp__wire_fill(w);
+  while (w->fd >= 0 && (t = resihp__wire_take(w, j->msg, RESIHP__JOB_MSG_MAX))) {
+    j->heard_ms = resihp__now_ms();
     if (t == 1 && !strcmp(j->msg, "HB"))
       continue;
     said = 1;
     resihp_log(RESIHP_LOG_DEBUG, "job",
                "replica %d rank %d: '%.40s' at step %ld: the free run ends",
                j->replica, j->lrank, t == 1 ? j->msg : "(bad line)", j->step);
+    if (t < 0)
+      break;
   }
-  return said;
+  if (j->lrank > 0)
+    return said || frc < 0;
+  if (!frc && j->heard_ms && resihp__now_ms() - j->heard_ms > j->timeout_ms)
+    frc = RESIHP_ETIMEDOUT; /* a frozen coordinator: as good as gone */
+  if (frc < 0 && !said)
+    return resihp__job_reconnect(j, frc) != 0;
+  return said || frc < 0;
 }
 
 int resihp__job_free_boundary(resihp_job_t *j) {
@@ -378,7 +401,7 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
     if (strncmp(j->msg, "START ", 6))
       continue; /* WELCOME and the like */
     rc = on_start(j, st);
-    if (rc != CATCHUP_AGAIN)
+    if (rc != CATCHUP_AGAIN && rc != STALE)
       return rc;
   }
 }

@@ -24,6 +24,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/recovery/inject.c \
 	libresihp/recovery/job_internal.h \
 	libresihp/recovery/job.c \
+	libresihp/recovery/job_link.c \
 	libresihp/recovery/job_replica.c \
 	libresihp/recovery/job_step.c \
 	libresihp/recovery/job_members.h \

@@ -126,8 +126,9 @@ static int on_go(resihp_job_t *j) {
   if (j->comm && ep <= (long)j->epoch) {
     /* stale: a coordinator that came back answered a request again whose
      * answer this replica already acted on (job_link.c) */
-    resihp_log(RESIHP_LOG_DEBUG, "job", "replica %d rank %d: stale GO of epoch %ld",
-               j->replica, j->lrank, ep);
+    resihp_log(RESIHP_LOG_DEBUG, "job",
+               "replica %d rank %d: stale GO of epoch %ld", j->replica,
+               j->lrank, ep);
     return 0;
   }
   int rc, src = setup_group(j, (uint32_t)ep);

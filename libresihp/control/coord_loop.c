@@ -15,11 +15,14 @@
 
 #include <resihp/error.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* Pending handshakes beyond one per replica (a whole job may join at
@@ -249,7 +252,20 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
                                    c->R + HS_PENDING_EXTRA, HS_TIMEOUT_MS,
                                    &c->hs)))
     goto fail;
-  c->lfd = resihp__wire_listen(o->bind_host, o->port, &c->port);
+  if (o->use_listen_fd) {
+    /* the keeper's socket: it outlives this coordinator */
+    struct sockaddr_in a;
+    socklen_t al = sizeof(a);
+    if (o->listen_fd < 0 ||
+        getsockname(o->listen_fd, (struct sockaddr *)&a, &al) < 0) {
+      rc = RESIHP_EINVAL;
+      goto fail;
+    }
+    c->lfd = o->listen_fd;
+    c->port = ntohs(a.sin_port);
+  } else {
+    c->lfd = resihp__wire_listen(o->bind_host, o->port, &c->port);
+  }
   if (c->lfd < 0) {
     logc(RESIHP_LOG_ERROR, "cannot listen on %s:%d: %s",
          o->bind_host ? o->bind_host : "*", o->port, strerror(errno));
@@ -272,7 +288,7 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->rounds);
   free(c->conns);
   free(c->spares);
-  if (c->lfd >= 0)
+  if (c->lfd >= 0 && !c->o.use_listen_fd)
     close(c->lfd);
   if (c->efd >= 0)
     close(c->efd);

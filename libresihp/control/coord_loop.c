@@ -34,7 +34,10 @@ void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line) {
   rep_t *p = &c->reps[r];
   if (p->conn < 0)
     return;
-  c->lines_tx += strcmp(line, "HB") != 0;
+  int hb = !strcmp(line, "HB");
+  if (!hb)
+    resihp__coord_mirror_if(c); /* write-ahead (coord_snapshot.c) */
+  c->lines_tx += !hb;
   if (resihp__wire_send(&c->conns[p->conn].w, line, resihp__now_ms() + 2000) <
       0)
     logc(RESIHP_LOG_WARN, "cannot send to replica %d", r);
@@ -190,6 +193,16 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
       resihp__coord_fail_replica(c, r, "silent");
     }
   }
+  /* a restored coordinator's members that did not come back in time have
+   * failed, as silent ones do (coord_snapshot.c) */
+  if (c->reconnect_by && now >= c->reconnect_by &&
+      c->state == RESIHP__COORD_RUNNING) {
+    c->reconnect_by = 0;
+    for (int r = 0; r < c->R; r++)
+      if (c->reps[r].conn < 0 &&
+          (c->reps[r].state == R_MEMBER || c->reps[r].state == R_JOINING))
+        resihp__coord_fail_replica(c, r, "did not reconnect after a failover");
+  }
   if (now - c->last_hb >= 500) {
     c->last_hb = now;
     for (int r = 0; r < c->R; r++)
@@ -297,6 +310,8 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->line);
   free(c->pfd);
   free(c->owner);
+  free(c->start_owner);
+  free(c->start_contrib);
   free(c->start_ms);
   resihp__coord_perf_free(c);
   for (int r = 0; c->reps && r < c->R; r++) {

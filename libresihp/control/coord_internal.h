@@ -200,6 +200,16 @@ struct resihp__coord {
   long save_step;
   int save_asked, save_last, save_over;
   char lost_why[160];
+  /* failover (coord_snapshot.c): state changed since the last mirror, a
+   * mirror under way (no re-entry), members of a restored coordinator
+   * reconnect by this time (0: none pending) */
+  int dirty, mirroring;
+  int64_t reconnect_by;
+  /* the last START as sent, to send it again (coord_schedule.c): its
+   * step, run=1, the owners (M) and contributors (R) it was built from */
+  long start_at;
+  int start_run, nstart_contrib;
+  int *start_owner, *start_contrib;
 };
 
 /* The coordinator's log lines (subsystem "coord"). */
@@ -227,7 +237,9 @@ int resihp__coord_ensure_steps(resihp__coord_t *c, long n);
 /* Free run: a member says it is at step t, so every step before t is
  * committed (with the run's owners); no-op outside a free run. */
 void resihp__coord_free_to(resihp__coord_t *c, long t);
-/* Free run: the coordinator needs the next boundary (HOLD, once). */
+/* Free run: whether the coordinator needs the next boundary (a stop, a
+ * joiner, an expected replacement, a slow member), and HOLD, once. */
+int resihp__coord_hold_needed(const resihp__coord_t *c);
 void resihp__coord_hold(resihp__coord_t *c, const char *why);
 
 /* coord_rounds.c */
@@ -252,9 +264,23 @@ void resihp__coord_on_spare(resihp__coord_t *c, int k, const char *msg);
 /* coord_save.c: at P_BARRIER, 1 while a save holds the boundary (it asks
  * a replica when need be); SAVED from replica r. */
 int resihp__coord_save_due(resihp__coord_t *c);
-/* The next boundary where --save-every saves (a free run ends there). */
-long resihp__coord_next_save(const resihp__coord_t *c);
+/* The next boundary after step where --save-every saves (a free run ends
+ * there). */
+long resihp__coord_next_save(const resihp__coord_t *c, long step);
 void resihp__coord_on_saved(resihp__coord_t *c, int k, int r, const char *msg);
+
+/* coord_snapshot.c: state changed (mirror before the next send or ledger
+ * line); mirror now if it did. */
+#define resihp__coord_dirty(c) ((c)->dirty = 1)
+void resihp__coord_mirror_if(resihp__coord_t *c);
+
+/* coord_schedule.c: the ledger lines of steps [from, to) (after the
+ * mirror), and the last START again to member r. */
+void resihp__coord_write_ledger(resihp__coord_t *c, long from, long to);
+void resihp__coord_send_start(resihp__coord_t *c, int r);
+/* coord_members.c: replica r's GO of the epoch being set up again, with
+ * the whole list. */
+void resihp__coord_send_go_whole(resihp__coord_t *c, int r);
 
 /* coord_protocol.c */
 void resihp__coord_refuse(resihp__coord_t *c, int k, const char *reason,

@@ -15,11 +15,14 @@
 
 #include <resihp/error.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* Pending handshakes beyond one per replica (a whole job may join at
@@ -31,7 +34,10 @@ void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line) {
   rep_t *p = &c->reps[r];
   if (p->conn < 0)
     return;
-  c->lines_tx += strcmp(line, "HB") != 0;
+  int hb = !strcmp(line, "HB");
+  if (!hb)
+    resihp__coord_mirror_if(c); /* write-ahead (coord_snapshot.c) */
+  c->lines_tx += !hb;
   if (resihp__wire_send(&c->conns[p->conn].w, line, resihp__now_ms() + 2000) <
       0)
     logc(RESIHP_LOG_WARN, "cannot send to replica %d", r);
@@ -187,6 +193,16 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
       resihp__coord_fail_replica(c, r, "silent");
     }
   }
+  /* a restored coordinator's members that did not come back in time have
+   * failed, as silent ones do (coord_snapshot.c) */
+  if (c->reconnect_by && now >= c->reconnect_by &&
+      c->state == RESIHP__COORD_RUNNING) {
+    c->reconnect_by = 0;
+    for (int r = 0; r < c->R; r++)
+      if (c->reps[r].conn < 0 &&
+          (c->reps[r].state == R_MEMBER || c->reps[r].state == R_JOINING))
+        resihp__coord_fail_replica(c, r, "did not reconnect after a failover");
+  }
   if (now - c->last_hb >= 500) {
     c->last_hb = now;
     for (int r = 0; r < c->R; r++)
@@ -249,7 +265,20 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
                                    c->R + HS_PENDING_EXTRA, HS_TIMEOUT_MS,
                                    &c->hs)))
     goto fail;
-  c->lfd = resihp__wire_listen(o->bind_host, o->port, &c->port);
+  if (o->use_listen_fd) {
+    /* the keeper's socket: it outlives this coordinator */
+    struct sockaddr_in a;
+    socklen_t al = sizeof(a);
+    if (o->listen_fd < 0 ||
+        getsockname(o->listen_fd, (struct sockaddr *)&a, &al) < 0) {
+      rc = RESIHP_EINVAL;
+      goto fail;
+    }
+    c->lfd = o->listen_fd;
+    c->port = ntohs(a.sin_port);
+  } else {
+    c->lfd = resihp__wire_listen(o->bind_host, o->port, &c->port);
+  }
   if (c->lfd < 0) {
     logc(RESIHP_LOG_ERROR, "cannot listen on %s:%d: %s",
          o->bind_host ? o->bind_host : "*", o->port, strerror(errno));
@@ -272,7 +301,7 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->rounds);
   free(c->conns);
   free(c->spares);
-  if (c->lfd >= 0)
+  if (c->lfd >= 0 && !c->o.use_listen_fd)
     close(c->lfd);
   if (c->efd >= 0)
     close(c->efd);
@@ -281,6 +310,8 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->line);
   free(c->pfd);
   free(c->owner);
+  free(c->start_owner);
+  free(c->start_contrib);
   free(c->start_ms);
   resihp__coord_perf_free(c);
   for (int r = 0; c->reps && r < c->R; r++) {

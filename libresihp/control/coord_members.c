@@ -24,6 +24,7 @@
 #include "coord_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int resihp__coord_is_member(const resihp__coord_t *c, int r) {
@@ -58,6 +59,7 @@ void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why) {
   rep_t *p = &c->reps[r];
   if (p->state == R_GONE || p->state == R_NONE)
     return;
+  resihp__coord_dirty(c);
   int was_member = resihp__coord_is_member(c, r);
   resihp__coord_remove_member(c, r);
   if (p->conn >= 0)
@@ -104,6 +106,7 @@ void resihp__coord_mark_failed(resihp__coord_t *c, int r, const char *why) {
   if (r < 0 || r >= c->R)
     return;
   rep_t *p = &c->reps[r];
+  resihp__coord_dirty(c);
   p->expected = 0; /* no replacement is coming */
   if (p->state == R_NONE) {
     p->state = R_GONE;
@@ -193,19 +196,30 @@ void resihp__coord_send_go(resihp__coord_t *c) {
                             c->epoch);
     member_delta(c, base, &delta);
   }
+  /* which line each member gets, then the new state (mirrored before the
+   * first GO goes out), then the lines */
+  char *delta_for = malloc((size_t)(unsigned)c->nmembers);
+  for (int i = 0; delta_for && i < c->nmembers; i++)
+    delta_for[i] = renew && holds_list(c, c->members[i], base);
   for (int i = 0; i < c->nmembers; i++) {
-    int r = c->members[i];
-    c->reps[r].ready = !renew;
-    resihp__coord_send_buf_to(
-        c, r, renew && holds_list(c, r, base) ? &delta : &whole);
+    rep_t *p = &c->reps[c->members[i]];
+    p->ready = !renew;
+    if (renew)
+      p->list_epoch = c->epoch; /* every member holds this epoch's list */
   }
-  /* every member holds this epoch's list now (read after the sends) */
-  for (int i = 0; renew && i < c->nmembers; i++)
-    c->reps[c->members[i]].list_epoch = c->epoch;
   if (renew)
     c->go_epoch = c->epoch;
   memcpy(c->last_list, c->members, sizeof(int) * (size_t)c->nmembers);
   c->nlast = c->nmembers;
+  resihp__coord_dirty(c);
+  for (int i = 0; i < c->nmembers; i++) {
+    int r = c->members[i];
+    if (!delta_for && renew) /* no memory: the whole list is always right */
+      resihp__coord_send_go_whole(c, r);
+    else
+      resihp__coord_send_buf_to(c, r, delta_for && delta_for[i] ? &delta : &whole);
+  }
+  free(delta_for);
   if (renew)
     logc(RESIHP_LOG_INFO,
          "step %ld: epoch %u with %d replicas (%d sent the whole list, %d "
@@ -213,4 +227,18 @@ void resihp__coord_send_go(resihp__coord_t *c) {
          c->step, c->epoch, c->nmembers, nwhole, c->nmembers - nwhole);
   resihp__wire_buf_free(&whole);
   resihp__wire_buf_free(&delta);
+}
+
+/* GO of the epoch being set up again, to a member that says BEGIN once
+ * more (it missed it: a failover, coord_snapshot.c). Its process holds
+ * the list it had before that GO, which is no longer known here: the
+ * whole list is right whatever it holds. */
+void resihp__coord_send_go_whole(resihp__coord_t *c, int r) {
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_printf(&b, "GO step=%ld epoch=%u new=1 members=", c->step,
+                          c->epoch);
+  member_list(c, &b);
+  resihp__coord_send_buf_to(c, r, &b);
+  resihp__wire_buf_free(&b);
 }

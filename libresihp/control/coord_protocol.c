@@ -111,6 +111,36 @@ static int opt_token(const char *msg, const char *key, char *out, size_t cap) {
   return 0;
 }
 
+/* HELLO ... again=1: a replica that lost its coordinator link (a failover,
+ * coord_snapshot.c) comes back on connection k. The same process (replica
+ * id, Slurm step, addresses) of a joiner or a member takes its place
+ * again: 1. Anything else is an ordinary HELLO: 0. */
+static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
+                    const char *ep, const char *sep) {
+  rep_t *p = &c->reps[r];
+  if ((p->state != R_MEMBER && p->state != R_JOINING) || p->jobid != jobid ||
+      p->stepid != stepid || !p->ep || strcmp(p->ep, ep) || !p->sep ||
+      strcmp(p->sep, sep) || c->state != RESIHP__COORD_RUNNING)
+    return 0;
+  if (p->conn >= 0 && p->conn != k)
+    resihp__coord_close_conn(c, p->conn); /* its old link, now dead */
+  p->conn = k;
+  c->conns[k].replica = r;
+  p->last_life = resihp__now_ms();
+  char line[128];
+  snprintf(line, sizeof(line), "WELCOME replica=%d step=%ld again=1", r,
+           c->step);
+  resihp__coord_send_to(c, r, line);
+  logc(RESIHP_LOG_INFO, "replica %d reconnected (step %ld)", r, c->step);
+  /* a free run that must end: HOLD is said again (who heard it is not
+   * mirrored) */
+  if (c->phase == P_FREE && resihp__coord_is_member(c, r) &&
+      resihp__coord_hold_needed(c))
+    resihp__coord_send_to(c, r, "HOLD");
+  answer_subs(c, r);
+  return 1;
+}
+
 /* HELLO: every field bounded, names and addresses plain tokens (they end
  * up inside lists that others parse), and the training the same as the
  * job's (the first HELLO sets it). */
@@ -175,6 +205,17 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     resihp__coord_refuse(c, k, "mismatch", 1, msg);
     return;
   }
+  long again = 0, e = 0, st = 0;
+  if (resihp__wire_get_range(msg, "again", 0, 1, &again) == RESIHP_EPROTO ||
+      resihp__wire_get_range(msg, "epoch", 0, UINT32_MAX, &e) ==
+          RESIHP_EPROTO ||
+      resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &st) ==
+          RESIHP_EPROTO) {
+    resihp__coord_refuse(c, k, "bad-hello", 1, msg);
+    return;
+  }
+  if (again && reattach(c, k, (int)r, jobid, stepid, ep, sep))
+    return;
   rep_t *p = &c->reps[r];
   if (p->state != R_MEMBER && !(p->state == R_JOINING && p->conn >= 0) &&
       c->state == RESIHP__COORD_RUNNING &&
@@ -350,6 +391,43 @@ static void hold_if_slow(resihp__coord_t *c) {
       resihp__coord_hold(c, "a member is slow");
 }
 
+/* A BEGIN said again by a replica that missed its answer (coordinator
+ * failover): the same answer again, 1; 0 for any other BEGIN. A member
+ * whose BEGIN s was counted gets its GO of the epoch being set up; in a
+ * step that runs (the GO was new=0, which asks no READY) GO new=0 and its
+ * START; the replica asked to save, SAVE; at the end, anyone gets DONE. */
+static int again_begin(resihp__coord_t *c, int r, const char *msg) {
+  const rep_t *p = &c->reps[r];
+  long s;
+  if (resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &s))
+    return 0;
+  if (c->phase == P_END) {
+    resihp__coord_send_to(c, r, "DONE");
+    return 1;
+  }
+  if (p->state != R_MEMBER || s > p->begun)
+    return 0;
+  char line[96];
+  if (c->phase == P_SETUP && s == c->step) {
+    resihp__coord_send_go_whole(c, r);
+    return 1;
+  }
+  if ((c->phase == P_RUN || c->phase == P_FREE) && s == c->start_at &&
+      c->in_step[r]) {
+    snprintf(line, sizeof(line), "GO step=%ld epoch=%u new=0", s, c->epoch);
+    resihp__coord_send_to(c, r, line);
+    resihp__coord_send_start(c, r);
+    return 1;
+  }
+  if (c->phase == P_BARRIER && s == c->step && c->save_asked == r &&
+      resihp__coord_saving(c)) {
+    snprintf(line, sizeof(line), "SAVE step=%ld", s);
+    resihp__coord_send_to(c, r, line);
+    return 1;
+  }
+  return 0;
+}
+
 void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   int r = c->conns[k].replica;
   if (r >= 0)
@@ -357,6 +435,7 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   if (!strncmp(msg, "HB", 2) && (msg[2] == '\0' || msg[2] == ' '))
     return;
   c->lines_rx++;
+  resihp__coord_dirty(c);
   if (r < 0) {
     if (!strncmp(msg, "HELLO ", 6))
       on_hello(c, k, msg);
@@ -371,6 +450,8 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   rep_t *p = &c->reps[r];
   long v;
   if (!strncmp(msg, "BEGIN ", 6)) {
+    if (again_begin(c, r, msg))
+      return;
     free_progress(c, r, msg, 0);
     if (resihp__wire_get_range(msg, "step", -1, c->step + 1, &v)) {
       resihp__coord_refuse(c, k, "bad-begin", 1, msg);
@@ -395,6 +476,12 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
     }
     if ((uint32_t)v != c->epoch || p->state != R_MEMBER)
       return; /* stale */
+    if ((c->phase == P_RUN || c->phase == P_FREE) && c->in_step[r]) {
+      /* its START was lost with a coordinator (the step cannot have
+       * started without its READY): the same again */
+      resihp__coord_send_start(c, r);
+      return;
+    }
     if (ready) {
       p->ready = 1;
     } else if (c->phase == P_SETUP && ++p->resyncs > RESYNCS_PER_STEP) {

@@ -60,8 +60,12 @@ static int round_confirmed(const resihp__coord_t *c, const round_t *rd) {
       reporters += rd->reported[m];
       continue;
     }
-    int seen = p->conn < 0 || p->catchup_failed ||
-               now - c->conns[p->conn].last_heard >= confirm_ms(c);
+    /* (no connection while a restored coordinator waits for its members
+     * to come back says nothing: coord_snapshot.c) */
+    int seen = (p->conn < 0 && !(c->reconnect_by && now < c->reconnect_by)) ||
+               p->catchup_failed ||
+               (p->conn >= 0 &&
+                now - c->conns[p->conn].last_heard >= confirm_ms(c));
     unconfirmed += !seen;
   }
   if (!reporters)
@@ -128,6 +132,7 @@ static void decide_round(resihp__coord_t *c, round_t *rd) {
     rd->n++;
   }
   rd->decided = 1;
+  resihp__coord_dirty(c);
   c->reassigned += rd->n;
   logc(RESIHP_LOG_INFO,
        "step %ld: %d microbatches of failed replicas reassigned to %d "

@@ -36,9 +36,9 @@ static int wanted(const resihp__coord_t *c) {
          (c->step - c->base_step) % c->o.save_every == 0;
 }
 
-long resihp__coord_next_save(const resihp__coord_t *c) {
+long resihp__coord_next_save(const resihp__coord_t *c, long step) {
   long every = c->o.save_every > 0 ? c->o.save_every : 1;
-  long next = c->step + 1, off = (next - c->base_step) % every;
+  long next = step + 1, off = (next - c->base_step) % every;
   return off ? next + every - off : next;
 }
 

@@ -55,6 +55,7 @@ void resihp__coord_lose(resihp__coord_t *c, const char *why) {
        c->step, why);
   snprintf(c->lost_why, sizeof(c->lost_why), "at step %ld: %s", c->step, why);
   c->state = RESIHP__COORD_LOST;
+  resihp__coord_dirty(c);
   c->t_done = resihp__now_ms();
   resihp__record_event(c->o.record, "lost", c->step, RESIHP__RECORD_NONE,
                        c->epoch, NULL, why, -1);
@@ -93,6 +94,18 @@ static int may_run_free(const resihp__coord_t *c, int nc) {
   return 1;
 }
 
+int resihp__coord_hold_needed(const resihp__coord_t *c) {
+  if (c->stop)
+    return 1;
+  for (int r = 0; r < c->R; r++) {
+    const rep_t *p = &c->reps[r];
+    if (p->expected || (p->state == R_JOINING && p->waiting) ||
+        (p->state == R_MEMBER && p->slow > 1))
+      return 1;
+  }
+  return 0;
+}
+
 void resihp__coord_hold(resihp__coord_t *c, const char *why) {
   if (c->phase != P_FREE || c->held)
     return;
@@ -103,6 +116,61 @@ void resihp__coord_hold(resihp__coord_t *c, const char *why) {
        c->step, why, c->nmembers);
   for (int i = 0; i < c->nmembers; i++)
     resihp__coord_send_to(c, c->members[i], "HOLD");
+}
+
+/* Member r's START of the step started last (what start_step sent it; the
+ * same line again for a member that asks again, see coord_snapshot.c). */
+static void build_start(resihp__coord_t *c, int r, resihp__wire_buf_t *b) {
+  const rep_t *p = &c->reps[r];
+  resihp__wire_buf_printf(b, "START step=%ld epoch=%u mbs=", c->start_at,
+                          c->epoch);
+  int first = 1;
+  for (int mb = 0; mb < c->M && !b->err; mb++)
+    if (c->start_owner[mb] == r) {
+      resihp__wire_buf_printf(b, "%s%d", first ? "" : ":", mb);
+      first = 0;
+    }
+  if (r == c->wl_asked)
+    resihp__wire_buf_printf(b, " wl=1");
+  if (c->start_run)
+    resihp__wire_buf_printf(b, " run=1");
+  if (c->start_run && c->o.save_every > 0)
+    resihp__wire_buf_printf(b, " until=%ld",
+                            resihp__coord_next_save(c, c->start_at));
+  if (p->catching) {
+    resihp__wire_buf_printf(b, " catchup=1");
+    return;
+  }
+  /* the joiners' shards are spread over the contributors: shard k of the
+   * ji-th joiner comes from contributor ji + k, so that the K transfers of
+   * one joiner run from different replicas (the joiners in id order: the
+   * members of the step that catch up) */
+  int nc = c->nstart_contrib, sfirst = 1, ji = 0;
+  for (int q = 0; q < c->R && nc > 0; q++) {
+    const rep_t *j = &c->reps[q];
+    if (!c->in_step[q] || !j->catching || !j->sep)
+      continue;
+    for (int sh = 0; sh < c->K; sh++) {
+      char ep[RESIHP__COORD_EP_MAX];
+      if (c->start_contrib[(ji + sh) % nc] != r ||
+          resihp__wire_list_item(j->sep, sh, ep, sizeof(ep)))
+        continue;
+      resihp__wire_buf_printf(b, "%s%d.%d@%s", sfirst ? " serve=" : ",", q,
+                              sh, ep);
+      sfirst = 0;
+    }
+    ji++;
+  }
+}
+
+void resihp__coord_send_start(resihp__coord_t *c, int r) {
+  if (!c->start_owner || r < 0 || r >= c->R)
+    return;
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  build_start(c, r, &b);
+  resihp__coord_send_buf_to(c, r, &b);
+  resihp__wire_buf_free(&b);
 }
 
 static void start_step(resihp__coord_t *c) {
@@ -116,107 +184,90 @@ static void start_step(resihp__coord_t *c) {
     resihp__coord_lose(c, "out of memory");
     return;
   }
-  if (resihp__coord_assign(c, contrib, nc)) {
+  if (!c->start_owner)
+    c->start_owner = malloc(sizeof(int) * (size_t)c->M);
+  if (!c->start_contrib)
+    c->start_contrib = malloc(sizeof(int) * (size_t)c->R);
+  if (!c->start_owner || !c->start_contrib ||
+      resihp__coord_assign(c, contrib, nc)) {
     resihp__coord_lose(c, "out of memory");
     return;
   }
   resihp__coord_free_rounds(c);
   memset(c->in_step, 0, (size_t)c->R);
   for (int i = 0; i < c->nmembers; i++) {
+    rep_t *p = &c->reps[c->members[i]];
     c->in_step[c->members[i]] = 1;
-    c->reps[c->members[i]].reports = 0;
-    c->reps[c->members[i]].resyncs = 0;
+    p->reports = 0;
+    p->resyncs = 0;
+    p->quota = 0;
   }
+  for (int mb = 0; mb < c->M; mb++)
+    c->reps[c->owner[mb]].quota++;
   int64_t now = resihp__now_ms();
   c->start_ms[c->step] = now;
-  c->phase = P_RUN;
-  int *mine = malloc(sizeof(int) * (size_t)c->M);
-  if (!mine) {
-    resihp__coord_lose(c, "out of memory");
-    return;
-  }
+  /* the whole state of the step first (it is mirrored before the first
+   * START goes out), then the STARTs */
   int run = may_run_free(c, nc);
+  memcpy(c->start_owner, c->owner, sizeof(int) * (size_t)c->M);
+  memcpy(c->start_contrib, contrib, sizeof(int) * (size_t)nc);
+  c->nstart_contrib = nc;
+  c->start_at = c->step;
+  c->start_run = run;
+  c->phase = run ? P_FREE : P_RUN;
+  c->held = 0;
   for (int i = 0; i < c->nmembers; i++) {
     int r = c->members[i];
     rep_t *p = &c->reps[r];
-    resihp__wire_buf_t b;
-    resihp__wire_buf_init(&b);
-    resihp__wire_buf_printf(&b, "START step=%ld epoch=%u mbs=", c->step,
-                            c->epoch);
-    int nq = 0;
-    for (int mb = 0; mb < c->M; mb++)
-      if (c->owner[mb] == r)
-        mine[nq++] = mb;
-    resihp__wire_buf_ints(&b, mine, nq);
-    p->quota = nq;
-    if (r == c->wl_asked)
-      resihp__wire_buf_printf(&b, " wl=1");
-    if (run)
-      resihp__wire_buf_printf(&b, " run=1");
-    if (run && c->o.save_every > 0)
-      resihp__wire_buf_printf(&b, " until=%ld", resihp__coord_next_save(c));
-    if (p->catching) {
-      resihp__wire_buf_printf(&b, " catchup=1");
-    } else {
-      /* the joiners' shards are spread over the contributors: shard k of
-       * the ji-th joiner comes from contributor ji + k, so that the K
-       * transfers of one joiner run from different replicas */
-      int sfirst = 1, ji = 0;
-      for (int k = 0; k < c->nmembers; k++) {
-        rep_t *q = &c->reps[c->members[k]];
-        if (!q->catching)
-          continue;
-        for (int sh = 0; sh < c->K; sh++) {
-          char ep[RESIHP__COORD_EP_MAX];
-          if (contrib[(ji + sh) % nc] != r ||
-              resihp__wire_list_item(q->sep, sh, ep, sizeof(ep)))
-            continue;
-          resihp__wire_buf_printf(&b, "%s%d.%d@%s", sfirst ? " serve=" : ",",
-                                  c->members[k], sh, ep);
-          sfirst = 0;
-        }
-        ji++;
-      }
-      if (p->open_fail >= 0 && nq > 0) {
-        fail_t *f = &c->fails[p->open_fail];
-        if (!f->t_train) {
-          f->t_train = now;
-          resihp__record_event(c->o.record, "recovered", c->step, r, c->epoch,
-                               f->kind, NULL,
-                               (double)(now - f->t_fault) / 1000.0);
-        }
-        p->open_fail = -1;
-      }
+    if (p->catching || p->open_fail < 0 || p->quota == 0)
+      continue;
+    fail_t *f = &c->fails[p->open_fail];
+    if (!f->t_train) {
+      f->t_train = now;
+      resihp__record_event(c->o.record, "recovered", c->step, r, c->epoch,
+                           f->kind, NULL, (double)(now - f->t_fault) / 1000.0);
     }
-    resihp__coord_send_buf_to(c, r, &b);
-    resihp__wire_buf_free(&b);
+    p->open_fail = -1;
   }
-  free(mine);
-  if (run) {
-    c->phase = P_FREE;
-    c->held = 0;
+  resihp__coord_dirty(c);
+  for (int i = 0; i < c->nmembers; i++)
+    resihp__coord_send_start(c, c->members[i]);
+  if (run)
     logc(RESIHP_LOG_DEBUG, "step %ld: %d replicas run free", c->step,
          c->nmembers);
-  }
 }
 
+/* Step c->step is committed (its ledger line: resihp__coord_write_ledger,
+ * after the mirror). */
 static void commit_step(resihp__coord_t *c) {
   logc(RESIHP_LOG_DEBUG, "step %ld committed by %d replicas", c->step,
        c->nmembers);
-  if (c->o.ledger) {
-    fprintf(c->o.ledger, "%ld", c->step);
-    for (int mb = 0; mb < c->M; mb++)
-      fprintf(c->o.ledger, " %d", c->owner[mb]);
-    fputc('\n', c->o.ledger);
-    fflush(c->o.ledger);
-  }
   for (int i = 0; i < c->nmembers; i++)
     c->reps[c->members[i]].catching = 0;
   resihp__coord_perf_commit(c);
   c->step++;
   c->phase = P_BARRIER;
+  resihp__coord_dirty(c);
   if (resihp__coord_ensure_steps(c, c->step + 1))
     resihp__coord_lose(c, "out of memory");
+}
+
+/* Write-ahead: the state that says these steps are committed is mirrored
+ * before their lines are written, so that a coordinator restored from it
+ * writes the lines the file lacks (coord_snapshot.c), and none twice. The
+ * owners are the current ones: a commit writes its lines before the next
+ * START changes them. */
+void resihp__coord_write_ledger(resihp__coord_t *c, long from, long to) {
+  if (!c->o.ledger || from >= to)
+    return;
+  resihp__coord_mirror_if(c);
+  for (long s = from; s < to; s++) {
+    fprintf(c->o.ledger, "%ld", s);
+    for (int mb = 0; mb < c->M; mb++)
+      fprintf(c->o.ledger, " %d", c->owner[mb]);
+    fputc('\n', c->o.ledger);
+  }
+  fflush(c->o.ledger);
 }
 
 void resihp__coord_free_to(resihp__coord_t *c, long t) {
@@ -234,6 +285,7 @@ void resihp__coord_free_to(resihp__coord_t *c, long t) {
     c->phase = P_FREE;
     c->start_ms[c->step] = t0 + (now - t0) * (c->step - from) / (t - from);
   }
+  resihp__coord_write_ledger(c, from, c->step);
 }
 
 /* Every member has committed the last step: DONE instead of GO, to the
@@ -241,6 +293,7 @@ void resihp__coord_free_to(resihp__coord_t *c, long t) {
  * last step and when the launcher asks to stop (resihp__coord_stop). */
 static void end_training(resihp__coord_t *c) {
   c->phase = P_END;
+  resihp__coord_dirty(c);
   c->t_done = resihp__now_ms();
   resihp__record_event(c->o.record,
                        c->abort_replica >= 0 ? "abort"
@@ -284,6 +337,7 @@ static void swap_for_spare(resihp__coord_t *c, int r) {
 }
 
 void resihp__coord_stop(resihp__coord_t *c) {
+  resihp__coord_dirty(c);
   if (!c->stop)
     logc(RESIHP_LOG_INFO, "stop asked: step %ld is the last to start", c->step);
   c->stop = 1;
@@ -292,6 +346,7 @@ void resihp__coord_stop(resihp__coord_t *c) {
 }
 
 void resihp__coord_expect(resihp__coord_t *c, int replica, int on) {
+  resihp__coord_dirty(c);
   if (replica >= 0 && replica < c->R)
     c->reps[replica].expected = on;
   if (on)
@@ -319,7 +374,9 @@ void resihp__coord_advance(resihp__coord_t *c) {
         resihp__coord_lose(c, "every replica failed");
         return;
       }
+      long s = c->step;
       commit_step(c);
+      resihp__coord_write_ledger(c, s, c->step);
       continue;
     }
     if (c->phase == P_SETUP) {

@@ -172,6 +172,14 @@ typedef struct {
    * admissions, recoveries with their duration, swaps, how the run
    * ended. Owned by the caller. */
   resihp__record_t *record;
+  /* Failover (coord_snapshot.c). use_listen_fd: listen on listen_fd (the
+   * keeper's socket, not closed by destroy) instead of binding. */
+  int use_listen_fd, listen_fd;
+  /* Write-ahead mirror of the state (text; NULL: none): called with the
+   * snapshot (resihp__coord_snapshot) before any message that follows
+   * from a change of state goes out and before a ledger line is written,
+   * only when something changed since the last call. */
+  void (*on_mirror)(void *ud, const char *snap, size_t len);
 } resihp__coord_opts_t;
 
 enum {
@@ -280,6 +288,19 @@ void resihp__coord_save_cancel(resihp__coord_t *c);
 /* The job's shape as the first HELLO set it (0 before any HELLO). */
 int resihp__coord_job_shape(const resihp__coord_t *c, int *microbatches,
                             long *steps, int *shards, char shape[20]);
+/* Failover (coord_snapshot.c). The state as text (what on_mirror gets);
+ * b is appended to. */
+int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b);
+/* Call on_mirror now (the launcher's own state changed). */
+void resihp__coord_mirror(resihp__coord_t *c);
+/* A coordinator that continues from snap (o as for resihp__coord_create;
+ * the job's shape comes from snap). ledger_have: the steps the ledger file
+ * (o->ledger, opened for appending) already holds since this run began
+ * (its complete lines), -1 without a ledger. Every member must reconnect
+ * (HELLO ... again=1) within o->silence_ms or is failed. RESIHP_EPROTO
+ * for a text that is not a valid snapshot. */
+int resihp__coord_restore(const resihp__coord_opts_t *o, const char *snap,
+                          size_t len, long ledger_have, resihp__coord_t **out);
 /* Why the job was lost ("" if it was not). */
 const char *resihp__coord_lost_why(const resihp__coord_t *c);
 

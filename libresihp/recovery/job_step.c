@@ -268,7 +268,8 @@ static int fault_planned(const resihp_job_t *j, long s) {
 static int coordinator_spoke(resihp_job_t *j) {
   resihp__wire_t *w = j->lrank > 0 ? &j->up : &j->cw;
   int said = 0, t, frc = w->fd < 0 ? RESIHP_ECLOSED : resihp__wire_fill(w);
-  while (w->fd >= 0 && (t = resihp__wire_take(w, j->msg, RESIHP__JOB_MSG_MAX))) {
+  while (w->fd >= 0 &&
+         (t = resihp__wire_take(w, j->msg, RESIHP__JOB_MSG_MAX))) {
     j->heard_ms = resihp__now_ms();
     if (t == 1 && !strcmp(j->msg, "HB"))
       continue;

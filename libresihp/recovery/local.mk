@@ -108,6 +108,12 @@ tests_unit_test_freerun_SOURCES = tests/unit/test_freerun.c \
 tests_unit_test_freerun_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_freerun_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_freerun
+check_PROGRAMS += tests/unit/test_job_failover
+tests_unit_test_job_failover_SOURCES = tests/unit/test_job_failover.c \
+	tests/unit/rank_group.c tests/unit/rank_group.h
+tests_unit_test_job_failover_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_job_failover_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_job_failover
 endif
 
 dist_check_SCRIPTS += tests/integration/recovery.test \

@@ -96,6 +96,12 @@ void resihp_job_destroy(resihp_job_t *j) {
     return;
   resihp__job_serve_join(j);
   stop_hb(j);
+  /* a relay waiting for a new coordinator link (job_link.c) waits no more */
+  pthread_mutex_lock(&j->send_mu);
+  if (!j->lost)
+    j->lost = RESIHP_ECLOSED;
+  pthread_cond_broadcast(&j->link_cv);
+  pthread_mutex_unlock(&j->send_mu);
   resihp__job_relay_stop(j);
   resihp_comm_destroy(j->comm);
   resihp_comm_destroy(j->rcomm);

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Internals of the in-rank job (resihp/job.h), shared by its files:
  *
- *   job.c          life cycle: options, join, the coordinator link and its
- *                  heartbeat thread, accessors, finish, abort, destroy
+ *   job.c          life cycle: options, join, the heartbeat thread,
+ *                  accessors, finish, abort, destroy
+ *   job_link.c     the leader's coordinator link: send, receive, and
+ *                  reconnecting to a coordinator that failed over
  *   job_replica.c  the replica's K ranks: finding each other (star links
  *                  to rank 0 for control lines), the replica communicator,
  *                  agreement among the K ranks

@@ -67,6 +67,15 @@ tests_fuzz_fuzz_members_SOURCES = tests/fuzz/fuzz_members.c \
 	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
 tests_fuzz_fuzz_members_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_members
+# and of RESIHP_FAILOVER_MS (job_link.c).
+check_PROGRAMS += tests/fuzz/fuzz_failover_ms
+tests_fuzz_fuzz_failover_ms_SOURCES = tests/fuzz/fuzz_failover_ms.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_failover_ms_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_failover_ms
+EXTRA_DIST += tests/fuzz/corpus-failover-ms/plain \
+	tests/fuzz/corpus-failover-ms/zero tests/fuzz/corpus-failover-ms/too-big \
+	tests/fuzz/corpus-failover-ms/overflow tests/fuzz/corpus-failover-ms/unit
 EXTRA_DIST += tests/fuzz/corpus-members/delta tests/fuzz/corpus-members/readded \
 	tests/fuzz/corpus-members/whole tests/fuzz/corpus-members/dup
 EXTRA_DIST += tests/fuzz/corpus-cmd/plain tests/fuzz/corpus-cmd/evil-node \

@@ -113,13 +113,15 @@ tests_unit_test_failslow_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_failslow
 check_PROGRAMS += tests/unit/test_freerun
 tests_unit_test_freerun_SOURCES = tests/unit/test_freerun.c \
-	tests/unit/rank_group.c tests/unit/rank_group.h
+	tests/unit/rank_group.c tests/unit/rank_group.h \
+	tests/unit/train_model.c tests/unit/train_model.h
 tests_unit_test_freerun_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_freerun_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_freerun
 check_PROGRAMS += tests/unit/test_job_failover
 tests_unit_test_job_failover_SOURCES = tests/unit/test_job_failover.c \
-	tests/unit/rank_group.c tests/unit/rank_group.h
+	tests/unit/rank_group.c tests/unit/rank_group.h \
+	tests/unit/train_model.c tests/unit/train_model.h
 tests_unit_test_job_failover_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_job_failover_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_job_failover

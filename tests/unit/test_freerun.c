@@ -17,6 +17,7 @@
 #include "../../libresihp/control/coordinator.h"
 #include "../../libresihp/transport/mesh.h"
 #include "rank_group.h"
+#include "train_model.h"
 
 #include <resihp.h>
 
@@ -31,8 +32,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NB 4   /* the model: NB uint64 per shard */
-#define MBS 6  /* microbatches per step */
 #define MAXR 4 /* replicas */
 #define MAXK 2 /* ranks per replica */
 #define KEY "freerun-test-secret-0123456789"
@@ -54,40 +53,6 @@ static char g_secret[128], g_coord[64];
 static int g_compute_us = 2000;         /* a step's "compute" */
 static int g_hook_out[2], g_hook_in[2]; /* rank -> test, test -> rank */
 
-/* What microbatch mb adds to element i of shard sh in step s. */
-static int64_t contribution(long s, int mb, int i, int sh) {
-  return (s + 1) * 131 + (int64_t)mb * 17 * (i + 1) + sh * 3;
-}
-
-/* One element after a step: order matters (a real recurrence). */
-static uint64_t apply(uint64_t x, int64_t sum) {
-  return x * 6364136223846793005ULL + (uint64_t)sum;
-}
-
-static void result_text(const uint64_t *m, char *out, size_t n) {
-  snprintf(out, n, "%llx.%llx", (unsigned long long)m[0],
-           (unsigned long long)m[NB - 1]);
-}
-
-/* The replica's result after `steps` failure-free steps, as the
- * coordinator shows it ("s0" or "s0/s1"). */
-static void reference(int K, long steps, char *out, size_t n) {
-  size_t off = 0;
-  for (int sh = 0; sh < K; sh++) {
-    uint64_t m[NB] = {0};
-    for (long s = 0; s < steps; s++)
-      for (int i = 0; i < NB; i++) {
-        int64_t a = 0;
-        for (int mb = 0; mb < MBS; mb++)
-          a += contribution(s, mb, i, sh);
-        m[i] = apply(m[i], a);
-      }
-    char one[64];
-    result_text(m, one, sizeof(one));
-    off += (size_t)snprintf(out + off, n - off, "%s%s", sh ? "/" : "", one);
-  }
-}
-
 /* The hooked rank: its pid to the test, then (hook_wait) one byte back. */
 static void hook(const plan_t *p) {
   pid_t me = getpid();
@@ -100,19 +65,9 @@ static void hook(const plan_t *p) {
 
 static int rank_main(const plan_t *p, int replica) {
   resihp_job_opts_t o;
-  resihp_job_opts_init(&o);
-  o.microbatches = MBS;
-  o.steps = p->steps;
-  o.coordinator = g_coord;
-  o.replica = replica;
-  o.secret_file = g_secret;
-  o.inject = "";
-  o.timeout_ms = 20000;
   uint64_t m[NB] = {0};
-  int64_t acc[NB];
-  resihp_job_buf_t sb = {m, sizeof(m)};
-  o.state = &sb;
-  o.nstate = 1;
+  resihp_job_buf_t sb;
+  tm_job_opts(&o, p->steps, g_coord, replica, g_secret, m, &sb);
   resihp_job_t *job;
   if (resihp_job_join(&o, &job))
     return 10;
@@ -122,49 +77,26 @@ static int rank_main(const plan_t *p, int replica) {
   while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
     if (replica == p->hook_r && sh == 0 && st.step == p->hook_step)
       hook(p);
-    memset(acc, 0, sizeof(acc));
-    usleep((useconds_t)g_compute_us);
-    for (int k = 0; k < st.nmbs; k++) {
-      for (int i = 0; i < NB; i++)
-        acc[i] += contribution(st.step, st.mbs[k], i, sh);
-      resihp_job_report_microbatch(job, st.mbs[k], 100, 2000, 2, 0.001);
-    }
-    while ((rc = resihp_job_allreduce(job, acc, NB)) == RESIHP_EREASSIGNED)
-      for (int k = 0; k < st.nextra; k++)
-        for (int i = 0; i < NB; i++)
-          acc[i] += contribution(st.step, st.extra[k], i, sh);
-    if (rc)
+    if (tm_step(job, &st, sh, m, g_compute_us))
       return 11;
-    for (int i = 0; i < NB; i++)
-      m[i] = apply(m[i], acc[i]);
     if (resihp_job_end_step(job))
       return 12;
   }
   if (rc)
     return 13;
   char res[64];
-  result_text(m, res, sizeof(res));
+  tm_result_text(m, res, sizeof(res));
   resihp_job_finish(job, res);
   resihp_job_destroy(job);
   return 0;
 }
 
-/* The K ranks of a replica, as the tasks of one Slurm step (they find
- * their rank 0 through the coordinator). */
+static int rank_entry(void *ud, int r) {
+  return rank_main(ud, r);
+}
+
 static void spawn(const plan_t *p, int r, pid_t *pids) {
-  char v[16];
-  unsetenv("PMIX_RANK");
-  snprintf(v, sizeof(v), "%d", p->K);
-  setenv("SLURM_NTASKS", v, 1);
-  for (int k = 0; k < p->K; k++) {
-    snprintf(v, sizeof(v), "%d", k);
-    setenv("SLURM_PROCID", v, 1);
-    pids[k] = fork();
-    if (pids[k] == 0)
-      _exit(rank_main(p, r));
-  }
-  unsetenv("SLURM_PROCID");
-  unsetenv("SLURM_NTASKS");
+  tm_spawn(p->K, r, pids, rank_entry, (void *)p);
 }
 
 typedef struct {
@@ -193,40 +125,6 @@ typedef struct {
   long owned[MAXR];
   long lost_at[MAXR];
 } outcome_t;
-
-/* Every committed step once, in order, MBS owners each, all replicas in
- * range; counts what each replica computed. */
-static int check_ledger(FILE *f, int R, outcome_t *out) {
-  rewind(f);
-  char line[512];
-  long want = 0;
-  for (int r = 0; r < R; r++)
-    out->lost_at[r] = -1;
-  while (fgets(line, sizeof(line), f)) {
-    char *q = line, *e;
-    long s = strtol(q, &e, 10);
-    if (e == q || s != want++)
-      return 0;
-    int n = 0, seen[MAXR] = {0};
-    for (q = e;; q = e) {
-      long o = strtol(q, &e, 10);
-      if (e == q)
-        break;
-      if (o < 0 || o >= R)
-        return 0;
-      seen[o] = 1;
-      n++;
-    }
-    if (n != MBS)
-      return 0;
-    for (int r = 0; r < R; r++) {
-      out->owned[r] += seen[r];
-      if (!seen[r] && out->owned[r] && out->lost_at[r] < 0)
-        out->lost_at[r] = s;
-    }
-  }
-  return want == out->steps;
-}
 
 /* What the test does when the hooked rank reports (its pid). */
 typedef void (*on_hook_fn)(resihp__coord_t *c, kids_t *h, const plan_t *p,
@@ -289,7 +187,8 @@ static void run(const plan_t *p, on_hook_fn on_hook, outcome_t *out) {
   while (waitpid(-1, NULL, 0) > 0)
     ;
   resihp__coord_destroy(c);
-  out->ledger_ok = check_ledger(ledger, p->R, out);
+  out->ledger_ok =
+      tm_check_ledger(ledger, p->R, out->steps, out->owned, out->lost_at);
   fclose(ledger);
   for (int i = 0; i < 2; i++) {
     close(g_hook_out[i]);
@@ -315,11 +214,7 @@ static void no_hook(resihp__coord_t *c, kids_t *h, const plan_t *p, pid_t who) {
 
 /* The replicas' results agree with a failure-free run of n steps. */
 static void expect_result(const outcome_t *o, int K, long n, int replicas) {
-  char want[256], agree[64];
-  reference(K, n, want, sizeof(want));
-  snprintf(agree, sizeof(agree), "(%d replicas agree)", replicas);
-  ck_assert_msg(strstr(o->summary, want), "want %s: %s", want, o->summary);
-  ck_assert_msg(strstr(o->summary, agree), "%s", o->summary);
+  tm_expect_result(o->summary, K, n, replicas);
 }
 
 /* Without failure, 20 or 40 steps cost the coordinator the same protocol

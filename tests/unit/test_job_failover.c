@@ -23,6 +23,7 @@
 #include "../../libresihp/recovery/job_internal.h"
 #include "../../libresihp/transport/mesh.h"
 #include "rank_group.h"
+#include "train_model.h"
 
 #include <resihp.h>
 
@@ -38,8 +39,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NB 4   /* the model: NB uint64 per shard */
-#define MBS 6  /* microbatches per step */
 #define MAXR 3 /* replicas */
 #define MAXK 2 /* ranks per replica */
 #define KEY "failover-test-secret-0123456789"
@@ -67,55 +66,13 @@ static int g_stat[2];                   /* the hooked rank's boundary times */
 static pid_t g_pids[MAXR][MAXK];
 static int g_K;
 
-/* What microbatch mb adds to element i of shard sh in step s. */
-static int64_t contribution(long s, int mb, int i, int sh) {
-  return (s + 1) * 131 + (int64_t)mb * 17 * (i + 1) + sh * 3;
-}
-
-static uint64_t apply(uint64_t x, int64_t sum) {
-  return x * 6364136223846793005ULL + (uint64_t)sum;
-}
-
-static void result_text(const uint64_t *m, char *out, size_t n) {
-  snprintf(out, n, "%llx.%llx", (unsigned long long)m[0],
-           (unsigned long long)m[NB - 1]);
-}
-
-/* The replica's result after `steps` failure-free steps ("s0" or "s0/s1"). */
-static void reference(int K, long steps, char *out, size_t n) {
-  size_t off = 0;
-  for (int sh = 0; sh < K; sh++) {
-    uint64_t m[NB] = {0};
-    for (long s = 0; s < steps; s++)
-      for (int i = 0; i < NB; i++) {
-        int64_t a = 0;
-        for (int mb = 0; mb < MBS; mb++)
-          a += contribution(s, mb, i, sh);
-        m[i] = apply(m[i], a);
-      }
-    char one[64];
-    result_text(m, one, sizeof(one));
-    off += (size_t)snprintf(out + off, n - off, "%s%s", sh ? "/" : "", one);
-  }
-}
-
 /* ---- the ranks ---- */
 
 static int rank_main(const plan_t *p, int replica) {
   resihp_job_opts_t o;
-  resihp_job_opts_init(&o);
-  o.microbatches = MBS;
-  o.steps = p->steps;
-  o.coordinator = g_coord;
-  o.replica = replica;
-  o.secret_file = g_secret;
-  o.inject = "";
-  o.timeout_ms = 20000;
   uint64_t m[NB] = {0};
-  int64_t acc[NB];
-  resihp_job_buf_t sb = {m, sizeof(m)};
-  o.state = &sb;
-  o.nstate = 1;
+  resihp_job_buf_t sb;
+  tm_job_opts(&o, p->steps, g_coord, replica, g_secret, m, &sb);
   resihp_job_t *job;
   if (resihp_job_join(&o, &job))
     return 10;
@@ -135,19 +92,8 @@ static int rank_main(const plan_t *p, int replica) {
           read(g_hook_in[0], &c, 1) != 1)
         return 40;
     }
-    memset(acc, 0, sizeof(acc));
-    usleep((useconds_t)g_compute_us);
-    for (int k = 0; k < st.nmbs; k++)
-      for (int i = 0; i < NB; i++)
-        acc[i] += contribution(st.step, st.mbs[k], i, sh);
-    while ((rc = resihp_job_allreduce(job, acc, NB)) == RESIHP_EREASSIGNED)
-      for (int k = 0; k < st.nextra; k++)
-        for (int i = 0; i < NB; i++)
-          acc[i] += contribution(st.step, st.extra[k], i, sh);
-    if (rc)
+    if (tm_step(job, &st, sh, m, g_compute_us))
       return 11;
-    for (int i = 0; i < NB; i++)
-      m[i] = apply(m[i], acc[i]);
     t = resihp__now_ms();
     if (resihp_job_end_step(job))
       return 12;
@@ -158,29 +104,15 @@ static int rank_main(const plan_t *p, int replica) {
   if (hooked && write(g_stat[1], &worst, sizeof(worst)) != sizeof(worst))
     return 14;
   char res[64];
-  result_text(m, res, sizeof(res));
+  tm_result_text(m, res, sizeof(res));
   resihp_job_finish(job, res);
   resihp_job_destroy(job);
   return 0;
 }
 
-/* The K ranks of a replica, as the tasks of one Slurm step. */
-static void spawn(const plan_t *p, int r) {
-  char v[16];
-  unsetenv("PMIX_RANK");
-  snprintf(v, sizeof(v), "%d", p->K);
-  setenv("SLURM_NTASKS", v, 1);
-  for (int k = 0; k < p->K; k++) {
-    snprintf(v, sizeof(v), "%d", k);
-    setenv("SLURM_PROCID", v, 1);
-    g_pids[r][k] = fork();
-    if (g_pids[r][k] == 0) {
-      close(g_lfd);
-      _exit(rank_main(p, r));
-    }
-  }
-  unsetenv("SLURM_PROCID");
-  unsetenv("SLURM_NTASKS");
+static int rank_entry(void *ud, int r) {
+  close(g_lfd); /* the coordinators' socket is none of a rank's business */
+  return rank_main(ud, r);
 }
 
 static void kill_replica(int r) {
@@ -374,47 +306,6 @@ typedef struct {
   long nsnaps;
 } outcome_t;
 
-/* Every committed step once, in order, MBS owners each. */
-static int check_ledger(int R, long steps, outcome_t *out) {
-  FILE *f = fopen(g_ledger, "r");
-  if (!f)
-    return 0;
-  char line[512];
-  long want = 0;
-  for (int r = 0; r < R; r++)
-    out->lost_at[r] = -1;
-  while (fgets(line, sizeof(line), f)) {
-    char *q = line, *e;
-    long s = strtol(q, &e, 10);
-    int n = 0, seen[MAXR] = {0};
-    if (e == q || s != want++)
-      break;
-    for (q = e;; q = e) {
-      long o = strtol(q, &e, 10);
-      if (e == q)
-        break;
-      if (o < 0 || o >= R) {
-        n = -1;
-        break;
-      }
-      seen[o] = 1;
-      n++;
-    }
-    if (n != MBS) {
-      want = -1;
-      break;
-    }
-    for (int r = 0; r < R; r++) {
-      out->owned[r] += seen[r];
-      if (!seen[r] && out->owned[r] && out->lost_at[r] < 0)
-        out->lost_at[r] = s;
-    }
-  }
-  int ok = !ferror(f) && feof(f) && want == steps;
-  fclose(f);
-  return ok;
-}
-
 static void run(const plan_t *p, outcome_t *out) {
   memset(out, 0, sizeof(*out));
   memset(g_pids, 0, sizeof(g_pids));
@@ -441,7 +332,7 @@ static void run(const plan_t *p, outcome_t *out) {
   /* a window far beyond any failover here: only a safety net */
   setenv("RESIHP_FAILOVER_MS", "60000", 1);
   for (int r = 0; r < p->R; r++)
-    spawn(p, r);
+    tm_spawn(p->K, r, g_pids[r], rank_entry, (void *)p);
   coord_proc_t cp = {0};
   start_coord(p, &cp);
   int64_t t0 = resihp__now_ms(), deadline = t0 + 150000; /* safety net */
@@ -487,7 +378,11 @@ static void run(const plan_t *p, outcome_t *out) {
            cp.summary ? cp.summary : "(no summary)");
   const char *st = strstr(out->summary, "\nsteps=");
   out->steps = st ? atol(st + 7) : -1;
-  out->ledger_ok = check_ledger(p->R, out->steps, out);
+  FILE *lf = fopen(g_ledger, "r");
+  out->ledger_ok =
+      lf && tm_check_ledger(lf, p->R, out->steps, out->owned, out->lost_at);
+  if (lf)
+    fclose(lf);
   free(cp.buf);
   free(cp.snap);
   free(cp.summary);
@@ -518,12 +413,17 @@ static plan_t plan(int R, int K, long steps) {
 }
 
 static void expect_result(const outcome_t *o, int K, long n, int replicas) {
-  char want[256], agree[64];
-  reference(K, n, want, sizeof(want));
-  snprintf(agree, sizeof(agree), "(%d replicas agree)", replicas);
   ck_assert_int_eq(o->steps, n);
-  ck_assert_msg(strstr(o->summary, want), "want %s: %s", want, o->summary);
-  ck_assert_msg(strstr(o->summary, agree), "%s", o->summary);
+  tm_expect_result(o->summary, K, n, replicas);
+}
+
+/* A run in which every replica computes in every step. */
+static void run_all_train(const plan_t *p) {
+  outcome_t o;
+  run(p, &o);
+  expect_result(&o, p->K, p->steps, p->R);
+  for (int r = 0; r < p->R; r++)
+    ck_assert_int_eq(o.owned[r], p->steps);
 }
 
 /* ---- the tests ---- */
@@ -567,11 +467,7 @@ END_TEST
 START_TEST(kill_in_free_run) {
   plan_t p = plan(2, 1 + (_i & 1), 30);
   p.release_first = _i >> 1;
-  outcome_t o;
-  run(&p, &o);
-  expect_result(&o, p.K, 30, 2);
-  ck_assert_int_eq(o.owned[0], 30);
-  ck_assert_int_eq(o.owned[1], 30);
+  run_all_train(&p);
 }
 END_TEST
 
@@ -582,11 +478,7 @@ END_TEST
 START_TEST(kill_at_boundary) {
   plan_t p = plan(2, 1 + _i, 20);
   p.lockstep = 1;
-  outcome_t o;
-  run(&p, &o);
-  expect_result(&o, p.K, 20, 2);
-  ck_assert_int_eq(o.owned[0], 20);
-  ck_assert_int_eq(o.owned[1], 20);
+  run_all_train(&p);
 }
 END_TEST
 

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The toy training of the job tests (train_model.h). */
+#include "config.h"
+
+#include "train_model.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void tm_job_opts(resihp_job_opts_t *o, long steps, const char *coord,
+                 int replica, const char *secret, uint64_t *m,
+                 resihp_job_buf_t *sb) {
+  resihp_job_opts_init(o);
+  o->microbatches = MBS;
+  o->steps = steps;
+  o->coordinator = coord;
+  o->replica = replica;
+  o->secret_file = secret;
+  o->inject = "";
+  o->timeout_ms = 20000;
+  sb->data = m;
+  sb->bytes = sizeof(uint64_t) * NB;
+  o->state = sb;
+  o->nstate = 1;
+}
+
+void tm_spawn(int K, int r, pid_t *pids, int (*fn)(void *ud, int r), void *ud) {
+  char v[16];
+  unsetenv("PMIX_RANK");
+  snprintf(v, sizeof(v), "%d", K);
+  setenv("SLURM_NTASKS", v, 1);
+  for (int k = 0; k < K; k++) {
+    snprintf(v, sizeof(v), "%d", k);
+    setenv("SLURM_PROCID", v, 1);
+    pids[k] = fork();
+    if (pids[k] == 0)
+      _exit(fn(ud, r));
+  }
+  unsetenv("SLURM_PROCID");
+  unsetenv("SLURM_NTASKS");
+}
+
+int64_t tm_contribution(long s, int mb, int i, int sh) {
+  return (s + 1) * 131 + (int64_t)mb * 17 * (i + 1) + sh * 3;
+}
+
+/* One element after a step: order matters (a real recurrence). */
+static uint64_t apply(uint64_t x, int64_t sum) {
+  return x * 6364136223846793005ULL + (uint64_t)sum;
+}
+
+void tm_result_text(const uint64_t *m, char *out, size_t n) {
+  snprintf(out, n, "%llx.%llx", (unsigned long long)m[0],
+           (unsigned long long)m[NB - 1]);
+}
+
+void tm_reference(int K, long steps, char *out, size_t n) {
+  size_t off = 0;
+  for (int sh = 0; sh < K; sh++) {
+    uint64_t m[NB] = {0};
+    for (long s = 0; s < steps; s++)
+      for (int i = 0; i < NB; i++) {
+        int64_t a = 0;
+        for (int mb = 0; mb < MBS; mb++)
+          a += tm_contribution(s, mb, i, sh);
+        m[i] = apply(m[i], a);
+      }
+    char one[64];
+    tm_result_text(m, one, sizeof(one));
+    off += (size_t)snprintf(out + off, n - off, "%s%s", sh ? "/" : "", one);
+  }
+}
+
+int tm_step(resihp_job_t *job, const resihp_job_step_t *st, int sh, uint64_t *m,
+            int compute_us) {
+  int64_t acc[NB] = {0};
+  usleep((useconds_t)compute_us);
+  for (int k = 0; k < st->nmbs; k++) {
+    for (int i = 0; i < NB; i++)
+      acc[i] += tm_contribution(st->step, st->mbs[k], i, sh);
+    resihp_job_report_microbatch(job, st->mbs[k], 100, 2000, 2, 0.001);
+  }
+  int rc;
+  while ((rc = resihp_job_allreduce(job, acc, NB)) == RESIHP_EREASSIGNED)
+    for (int k = 0; k < st->nextra; k++)
+      for (int i = 0; i < NB; i++)
+        acc[i] += tm_contribution(st->step, st->extra[k], i, sh);
+  if (rc)
+    return rc;
+  for (int i = 0; i < NB; i++)
+    m[i] = apply(m[i], acc[i]);
+  return 0;
+}
+
+int tm_check_ledger(FILE *f, int R, long steps, long *owned, long *lost_at) {
+  rewind(f);
+  char line[512];
+  long want = 0;
+  for (int r = 0; r < R; r++)
+    lost_at[r] = -1;
+  int *seen = calloc((size_t)R, sizeof(int));
+  if (!seen)
+    return 0;
+  int ok = 1;
+  while (ok && fgets(line, sizeof(line), f)) {
+    char *q = line, *e;
+    long s = strtol(q, &e, 10);
+    if (e == q || s != want++) {
+      ok = 0;
+      break;
+    }
+    int n = 0;
+    memset(seen, 0, sizeof(int) * (size_t)R);
+    for (q = e;; q = e) {
+      long o = strtol(q, &e, 10);
+      if (e == q)
+        break;
+      if (o < 0 || o >= R) {
+        ok = 0;
+        break;
+      }
+      seen[o] = 1;
+      n++;
+    }
+    if (n != MBS)
+      ok = 0;
+    for (int r = 0; ok && r < R; r++) {
+      owned[r] += seen[r];
+      if (!seen[r] && owned[r] && lost_at[r] < 0)
+        lost_at[r] = s;
+    }
+  }
+  free(seen);
+  return ok && want == steps;
+}
+
+void tm_expect_result(const char *summary, int K, long n, int replicas) {
+  char want[256], agree[64];
+  tm_reference(K, n, want, sizeof(want));
+  snprintf(agree, sizeof(agree), "(%d replicas agree)", replicas);
+  ck_assert_msg(strstr(summary, want), "want %s: %s", want, summary);
+  ck_assert_msg(strstr(summary, agree), "%s", summary);
+}

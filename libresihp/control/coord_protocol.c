@@ -399,20 +399,20 @@ static void hold_if_slow(resihp__coord_t *c) {
 static int again_begin(resihp__coord_t *c, int r, const char *msg) {
   const rep_t *p = &c->reps[r];
   long s;
-  if (resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &s))
+  if (resihp__wire_get_range(msg, "step", -1, MAX_STEPS, &s))
     return 0;
   if (c->phase == P_END) {
     resihp__coord_send_to(c, r, "DONE");
     return 1;
   }
-  if (p->state != R_MEMBER || s > p->begun)
+  if (p->state != R_MEMBER || s > c->step || s > p->begun)
     return 0;
   char line[96];
-  if (c->phase == P_SETUP && s == c->step) {
+  if (c->phase == P_SETUP) {
     resihp__coord_send_go_whole(c, r);
     return 1;
   }
-  if ((c->phase == P_RUN || c->phase == P_FREE) && s == c->start_at &&
+  if ((c->phase == P_RUN || c->phase == P_FREE) && s <= c->start_at &&
       c->in_step[r]) {
     snprintf(line, sizeof(line), "GO step=%ld epoch=%u new=0", s, c->epoch);
     resihp__coord_send_to(c, r, line);

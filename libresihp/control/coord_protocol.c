@@ -209,8 +209,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   if (resihp__wire_get_range(msg, "again", 0, 1, &again) == RESIHP_EPROTO ||
       resihp__wire_get_range(msg, "epoch", 0, UINT32_MAX, &e) ==
           RESIHP_EPROTO ||
-      resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &st) ==
-          RESIHP_EPROTO) {
+      resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &st) == RESIHP_EPROTO) {
     resihp__coord_refuse(c, k, "bad-hello", 1, msg);
     return;
   }

@@ -130,7 +130,7 @@ static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
   char line[128];
   snprintf(line, sizeof(line), "WELCOME replica=%d step=%ld again=1", r,
            c->step);
-  resihp__coord_send_to(c, r, line);
+  resihp__coord_again(c, resihp__coord_send_to(c, r, line));
   logc(RESIHP_LOG_INFO, "replica %d reconnected (step %ld)", r, c->step);
   /* a free run that must end: HOLD is said again (who heard it is not
    * mirrored) */
@@ -258,7 +258,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   p->last_life = resihp__now_ms();
   char line[128];
   snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld", r, c->step);
-  resihp__coord_send_to(c, (int)r, line);
+  resihp__coord_again(c, resihp__coord_send_to(c, (int)r, line));
   logc(RESIHP_LOG_INFO, "replica %ld joined from %s (node %s, step %ld.%ld)", r,
        ep, node, jobid, stepid);
   answer_subs(c, (int)r);
@@ -395,7 +395,7 @@ static void hold_if_slow(resihp__coord_t *c) {
  * whose BEGIN s was counted gets its GO of the epoch being set up; in a
  * step that runs (the GO was new=0, which asks no READY) GO new=0 and its
  * START; the replica asked to save, SAVE; at the end, anyone gets DONE. */
-static int again_begin(resihp__coord_t *c, int r, const char *msg) {
+static int answer_begin(resihp__coord_t *c, int r, const char *msg) {
   const rep_t *p = &c->reps[r];
   long s;
   if (resihp__wire_get_range(msg, "step", -1, MAX_STEPS, &s))
@@ -425,6 +425,13 @@ static int again_begin(resihp__coord_t *c, int r, const char *msg) {
     return 1;
   }
   return 0;
+}
+
+/* (the state they follow from is mirrored already) */
+static int again_begin(resihp__coord_t *c, int r, const char *msg) {
+  int done;
+  resihp__coord_again(c, done = answer_begin(c, r, msg));
+  return done;
 }
 
 void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
@@ -478,7 +485,7 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
     if ((c->phase == P_RUN || c->phase == P_FREE) && c->in_step[r]) {
       /* its START was lost with a coordinator (the step cannot have
        * started without its READY): the same again */
-      resihp__coord_send_start(c, r);
+      resihp__coord_again(c, resihp__coord_send_start(c, r));
       return;
     }
     if (ready) {

@@ -251,5 +251,5 @@ void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
    * survivor could see it gone; deciding now could fail it, and relaunch
    * it, on a RECOVER read just before its ABORT. */
   if (rd->decided)
-    answer_round(c, rd, r);
+    resihp__coord_again(c, answer_round(c, rd, r));
 }

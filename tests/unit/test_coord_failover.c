@@ -212,13 +212,19 @@ START_TEST(test_setup) {
   ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
   connect_all(&a);
   char go[N][256], line[256];
+  /* one mirror for the whole join: before the GOs (a WELCOME needs none:
+   * a replica a successor does not know joins again) */
+  int m0 = nmirrors;
   join(&a, go);
+  ck_assert_int_eq(nmirrors, m0 + 1);
   failover(&a, &b, &co, -1, ALL, N);
+  m0 = nmirrors;
   for (int i = 0; i < N; i++) {
     feed(&b, i, "BEGIN step=-1");
     next(&b, i, line, sizeof(line));
     ck_assert_str_eq(line, go[i]);
   }
+  ck_assert_int_eq(nmirrors, m0); /* answers said again: no new state */
   char s1[N][256], s2[N][256];
   ready_all(&a, s1);
   ready_all(&b, s2);

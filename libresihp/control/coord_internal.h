@@ -204,6 +204,8 @@ struct resihp__coord {
    * mirror under way (no re-entry), members of a restored coordinator
    * reconnect by this time (0: none pending) */
   int dirty, mirroring;
+  /* > 0 while answers that need no mirror go out (resihp__coord_again) */
+  int again;
   int64_t reconnect_by;
   /* the last START as sent, to send it again (coord_schedule.c): its
    * step, run=1, the owners (M) and contributors (R) it was built from */
@@ -272,6 +274,17 @@ void resihp__coord_on_saved(resihp__coord_t *c, int k, int r, const char *msg);
 /* coord_snapshot.c: state changed (mirror before the next send or ledger
  * line); mirror now if it did. */
 #define resihp__coord_dirty(c) ((c)->dirty = 1)
+/* Send what stmt sends without mirroring first: an answer said again
+ * (it follows from a state already mirrored), a WELCOME (a replica the
+ * restored coordinator does not know comes back as a joiner), the answer
+ * of a decided round to a late reporter. The state stays dirty for the
+ * next send. */
+#define resihp__coord_again(c, stmt)                                           \
+  do {                                                                         \
+    (c)->again++;                                                              \
+    stmt;                                                                      \
+    (c)->again--;                                                              \
+  } while (0)
 void resihp__coord_mirror_if(resihp__coord_t *c);
 
 /* coord_schedule.c: the ledger lines of steps [from, to) (after the

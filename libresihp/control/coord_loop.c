@@ -35,7 +35,7 @@ void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line) {
   if (p->conn < 0)
     return;
   int hb = !strcmp(line, "HB");
-  if (!hb)
+  if (!hb && !c->again)
     resihp__coord_mirror_if(c); /* write-ahead (coord_snapshot.c) */
   c->lines_tx += !hb;
   if (resihp__wire_send(&c->conns[p->conn].w, line, resihp__now_ms() + 2000) <

@@ -217,7 +217,8 @@ void resihp__coord_send_go(resihp__coord_t *c) {
     if (!delta_for && renew) /* no memory: the whole list is always right */
       resihp__coord_send_go_whole(c, r);
     else
-      resihp__coord_send_buf_to(c, r, delta_for && delta_for[i] ? &delta : &whole);
+      resihp__coord_send_buf_to(c, r,
+                                delta_for && delta_for[i] ? &delta : &whole);
   }
   free(delta_for);
   if (renew)

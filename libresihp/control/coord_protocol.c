@@ -130,7 +130,7 @@ static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
   char line[128];
   snprintf(line, sizeof(line), "WELCOME replica=%d step=%ld again=1", r,
            c->step);
-  resihp__coord_send_to(c, r, line);
+  resihp__coord_again(c, resihp__coord_send_to(c, r, line));
   logc(RESIHP_LOG_INFO, "replica %d reconnected (step %ld)", r, c->step);
   /* a free run that must end: HOLD is said again (who heard it is not
    * mirrored) */
@@ -209,8 +209,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   if (resihp__wire_get_range(msg, "again", 0, 1, &again) == RESIHP_EPROTO ||
       resihp__wire_get_range(msg, "epoch", 0, UINT32_MAX, &e) ==
           RESIHP_EPROTO ||
-      resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &st) ==
-          RESIHP_EPROTO) {
+      resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &st) == RESIHP_EPROTO) {
     resihp__coord_refuse(c, k, "bad-hello", 1, msg);
     return;
   }
@@ -259,7 +258,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   p->last_life = resihp__now_ms();
   char line[128];
   snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld", r, c->step);
-  resihp__coord_send_to(c, (int)r, line);
+  resihp__coord_again(c, resihp__coord_send_to(c, (int)r, line));
   logc(RESIHP_LOG_INFO, "replica %ld joined from %s (node %s, step %ld.%ld)", r,
        ep, node, jobid, stepid);
   answer_subs(c, (int)r);
@@ -396,23 +395,23 @@ static void hold_if_slow(resihp__coord_t *c) {
  * whose BEGIN s was counted gets its GO of the epoch being set up; in a
  * step that runs (the GO was new=0, which asks no READY) GO new=0 and its
  * START; the replica asked to save, SAVE; at the end, anyone gets DONE. */
-static int again_begin(resihp__coord_t *c, int r, const char *msg) {
+static int answer_begin(resihp__coord_t *c, int r, const char *msg) {
   const rep_t *p = &c->reps[r];
   long s;
-  if (resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &s))
+  if (resihp__wire_get_range(msg, "step", -1, MAX_STEPS, &s))
     return 0;
   if (c->phase == P_END) {
     resihp__coord_send_to(c, r, "DONE");
     return 1;
   }
-  if (p->state != R_MEMBER || s > p->begun)
+  if (p->state != R_MEMBER || s > c->step || s > p->begun)
     return 0;
   char line[96];
-  if (c->phase == P_SETUP && s == c->step) {
+  if (c->phase == P_SETUP) {
     resihp__coord_send_go_whole(c, r);
     return 1;
   }
-  if ((c->phase == P_RUN || c->phase == P_FREE) && s == c->start_at &&
+  if ((c->phase == P_RUN || c->phase == P_FREE) && s <= c->start_at &&
       c->in_step[r]) {
     snprintf(line, sizeof(line), "GO step=%ld epoch=%u new=0", s, c->epoch);
     resihp__coord_send_to(c, r, line);
@@ -426,6 +425,13 @@ static int again_begin(resihp__coord_t *c, int r, const char *msg) {
     return 1;
   }
   return 0;
+}
+
+/* (the state they follow from is mirrored already) */
+static int again_begin(resihp__coord_t *c, int r, const char *msg) {
+  int done;
+  resihp__coord_again(c, done = answer_begin(c, r, msg));
+  return done;
 }
 
 void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
@@ -479,7 +485,7 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
     if ((c->phase == P_RUN || c->phase == P_FREE) && c->in_step[r]) {
       /* its START was lost with a coordinator (the step cannot have
        * started without its READY): the same again */
-      resihp__coord_send_start(c, r);
+      resihp__coord_again(c, resihp__coord_send_start(c, r));
       return;
     }
     if (ready) {

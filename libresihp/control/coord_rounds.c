@@ -62,10 +62,10 @@ static int round_confirmed(const resihp__coord_t *c, const round_t *rd) {
     }
     /* (no connection while a restored coordinator waits for its members
      * to come back says nothing: coord_snapshot.c) */
-    int seen = (p->conn < 0 && !(c->reconnect_by && now < c->reconnect_by)) ||
-               p->catchup_failed ||
-               (p->conn >= 0 &&
-                now - c->conns[p->conn].last_heard >= confirm_ms(c));
+    int seen =
+        (p->conn < 0 && !(c->reconnect_by && now < c->reconnect_by)) ||
+        p->catchup_failed ||
+        (p->conn >= 0 && now - c->conns[p->conn].last_heard >= confirm_ms(c));
     unconfirmed += !seen;
   }
   if (!reporters)
@@ -251,5 +251,5 @@ void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
    * survivor could see it gone; deciding now could fail it, and relaunch
    * it, on a RECOVER read just before its ABORT. */
   if (rd->decided)
-    answer_round(c, rd, r);
+    resihp__coord_again(c, answer_round(c, rd, r));
 }

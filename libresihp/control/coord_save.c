@@ -85,8 +85,7 @@ int resihp__coord_save_due(resihp__coord_t *c) {
   return 1;
 }
 
-void resihp__coord_on_saved(resihp__coord_t *c, int k, int r,
-                            const char *msg) {
+void resihp__coord_on_saved(resihp__coord_t *c, int k, int r, const char *msg) {
   long s = -1, ok = -1;
   if (resihp__wire_get_range(msg, "step", 0, LONG_MAX, &s) ||
       resihp__wire_get_range(msg, "ok", 0, 1, &ok)) {
@@ -118,6 +117,7 @@ int resihp__coord_saving(const resihp__coord_t *c) {
 }
 
 void resihp__coord_save_cancel(resihp__coord_t *c) {
+  resihp__coord_dirty(c);
   if (c->save_step == c->step && !c->save_over)
     logc(RESIHP_LOG_WARN, "the save of step %ld is given up", c->step);
   c->save_step = c->step;

@@ -155,8 +155,8 @@ static void build_start(resihp__coord_t *c, int r, resihp__wire_buf_t *b) {
       if (c->start_contrib[(ji + sh) % nc] != r ||
           resihp__wire_list_item(j->sep, sh, ep, sizeof(ep)))
         continue;
-      resihp__wire_buf_printf(b, "%s%d.%d@%s", sfirst ? " serve=" : ",", q,
-                              sh, ep);
+      resihp__wire_buf_printf(b, "%s%d.%d@%s", sfirst ? " serve=" : ",", q, sh,
+                              ep);
       sfirst = 0;
     }
     ji++;

@@ -135,11 +135,10 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
         "r %d %d %ld %ld %ld %d %d %d %d %d %d %" PRIu32 " %d %d %d %d %ld "
         "%ld %ld %ld %ld %.17g %ld %" PRId64 " %" PRId64,
         r, p->state, p->jobid, p->stepid, p->begun, p->waiting, p->ready,
-        p->catching, p->catchup_failed, p->finished, p->expected,
-        p->list_epoch, p->quota, p->reports, p->resyncs, p->open_fail,
-        p->swapped_at, p->slow_since, p->slow_steps, p->slow_total,
-        p->slow_episodes, p->worst_slow, p->fault_step, p->fault_ms,
-        p->last_life);
+        p->catching, p->catchup_failed, p->finished, p->expected, p->list_epoch,
+        p->quota, p->reports, p->resyncs, p->open_fail, p->swapped_at,
+        p->slow_since, p->slow_steps, p->slow_total, p->slow_episodes,
+        p->worst_slow, p->fault_step, p->fault_ms, p->last_life);
     put_word(b, p->node);
     put_word(b, p->lep);
     put_word(b, p->ep);
@@ -150,11 +149,10 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
   }
   for (int i = 0; i < c->nfails && !b->err; i++) {
     const fail_t *f = &c->fails[i];
-    resihp__wire_buf_printf(b,
-                            "f %d %ld %d %d %" PRId64 " %" PRId64 " %" PRId64
-                            " %" PRId64,
-                            f->replica, f->step, f->catchup, f->outside,
-                            f->t_fault, f->t_detect, f->t_admit, f->t_train);
+    resihp__wire_buf_printf(
+        b, "f %d %ld %d %d %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64,
+        f->replica, f->step, f->catchup, f->outside, f->t_fault, f->t_detect,
+        f->t_admit, f->t_train);
     put_word(b, f->kind);
     put_text(b, f->why);
     resihp__wire_buf_printf(b, "\n");
@@ -383,7 +381,8 @@ static int restore_rep(resihp__coord_t *c, cur_t *u, int r) {
   p->last_life = (int64_t)num(u, LLONG_MIN, LLONG_MAX);
   word(u, p->node, sizeof(p->node));
   word(u, p->lep, sizeof(p->lep));
-  char *ep = malloc(RESIHP__COORD_EPS_MAX), *sep = malloc(RESIHP__COORD_EPS_MAX);
+  char *ep = malloc(RESIHP__COORD_EPS_MAX),
+       *sep = malloc(RESIHP__COORD_EPS_MAX);
   int rc = RESIHP_ENOMEM;
   if (ep && sep) {
     word(u, ep, RESIHP__COORD_EPS_MAX);
@@ -403,7 +402,8 @@ static int restore_rep(resihp__coord_t *c, cur_t *u, int r) {
   free(sep);
   word(u, p->fault_kind, sizeof(p->fault_kind));
   word(u, p->result, sizeof(p->result));
-  if ((p->node[0] && !resihp__wire_token_ok(p->node, sizeof(p->node))) ||
+  if ((p->node[0] && strcmp(p->node, "?") && /* "?": no node= said */
+       !resihp__wire_token_ok(p->node, sizeof(p->node))) ||
       (p->lep[0] && !resihp__wire_token_ok(p->lep, sizeof(p->lep))))
     u->err = 1;
   if (*u->p)
@@ -479,10 +479,7 @@ static int restore_shape(resihp__coord_t *c, long M, long K, long S,
   c->S = S;
   snprintf(c->shape, sizeof(c->shape), "%s", shape);
   c->owner = calloc((size_t)M, sizeof(int));
-  c->start_owner = calloc((size_t)M, sizeof(int));
-  c->start_contrib = calloc((size_t)c->R, sizeof(int));
-  if (!c->owner || !c->start_owner || !c->start_contrib ||
-      resihp__coord_perf_init(c))
+  if (!c->owner || resihp__coord_perf_init(c))
     return RESIHP_ENOMEM;
   return 0;
 }
@@ -548,13 +545,27 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
   if (ids(&u, c->owner, c->M, c->R) != c->M || u.err || *u.p ||
       !(line = next_line(&at, end)) || !tag(line, "so", &u))
     return RESIHP_EPROTO;
-  if (ids(&u, c->start_owner, c->M, c->R) != c->M || u.err || *u.p ||
+  /* the last START: none before the first one */
+  if (c->M) {
+    c->start_owner = malloc(sizeof(int) * (size_t)c->M);
+    c->start_contrib = malloc(sizeof(int) * (size_t)c->R);
+    if (!c->start_owner || !c->start_contrib)
+      return RESIHP_ENOMEM;
+  }
+  int nso = ids(&u, c->start_owner, c->M, c->R);
+  if ((nso != c->M && nso != 0) || u.err || *u.p ||
       !(line = next_line(&at, end)) || !tag(line, "sc", &u))
     return RESIHP_EPROTO;
-  if (ids(&u, c->start_contrib, c->nstart_contrib, c->R) !=
-          c->nstart_contrib ||
+  if (ids(&u, c->start_contrib, c->nstart_contrib, c->R) != c->nstart_contrib ||
       u.err || *u.p)
     return RESIHP_EPROTO;
+  if (!nso) {
+    if (c->nstart_contrib || c->phase == P_RUN || c->phase == P_FREE)
+      return RESIHP_EPROTO;
+    free(c->start_owner);
+    free(c->start_contrib);
+    c->start_owner = c->start_contrib = NULL;
+  }
   int last = -1, nf = 0, rc;
   while ((line = next_line(&at, end)) && strcmp(line, "end")) {
     if (tag(line, "r", &u)) {
@@ -609,8 +620,7 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
 }
 
 int resihp__coord_restore(const resihp__coord_opts_t *o, const char *snap,
-                          size_t len, long ledger_have,
-                          resihp__coord_t **out) {
+                          size_t len, long ledger_have, resihp__coord_t **out) {
   if (!o || !snap || !out)
     return RESIHP_EINVAL;
   /* a state record, not a file of any size: R replicas, each a line of
@@ -642,7 +652,7 @@ int resihp__coord_restore(const resihp__coord_opts_t *o, const char *snap,
   }
   resihp__coord_t *c = NULL;
   int rc = RESIHP_EPROTO;
-  if (!line || u.err || *u.p || R != o->replicas || (S && base >= S))
+  if (!line || !u.p || u.err || *u.p || R != o->replicas || (S && base >= S))
     goto out;
   resihp__coord_opts_t co = *o;
   co.start_step = (long)base;

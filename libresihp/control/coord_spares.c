@@ -52,6 +52,7 @@ int resihp__coord_spare_add(resihp__coord_t *c, const char *node) {
     c->capspares = n;
   }
   spare_t *sp = &c->spares[c->nspares++];
+  resihp__coord_dirty(c);
   memset(sp, 0, sizeof(*sp));
   snprintf(sp->node, sizeof(sp->node), "%s", node);
   sp->replica = -1;
@@ -75,6 +76,7 @@ void resihp__coord_spare_mark(resihp__coord_t *c, const char *node, int state,
                               int replica, const char *why) {
   if (resihp__coord_spare_add(c, node))
     return;
+  resihp__coord_dirty(c);
   spare_t *sp = find_spare(c, node);
   if (spare_bad(sp->state))
     return;

@@ -81,6 +81,22 @@
  * (resihp__coord_aborted); a malformed one is refused and replaced by a
  * placeholder, but the stop stands.
  *
+ * Failover (coord_snapshot.c). The coordinator mirrors its state (on_mirror)
+ * before anything that follows from a change goes out, and a keeper that
+ * outlives it starts a successor from that record (resihp__coord_restore).
+ * A leader that lost its link reconnects with its HELLO line plus
+ * ` again=1 epoch=E step=S`; the same process of a known replica (replica,
+ * jobid, stepid, ep and sep as before) gets `WELCOME replica=R step=S
+ * again=1` (and HOLD again in a free run that must end), anything else is
+ * an ordinary HELLO. A restored coordinator fails a member that has not
+ * come back within silence_ms. Requests said again get the answer they
+ * missed, always (not only after a failover): BEGIN while an epoch is set
+ * up -> its GO (whole list); READY/RESYNC of the epoch while the step runs
+ * -> the same START; BEGIN of a step that runs (after GO new=0) -> GO
+ * new=0 and START; BEGIN from the replica asked to save -> SAVE; BEGIN at
+ * the end -> DONE; RECOVER of a decided round -> the same REASSIGN;
+ * SAVED and FINISH again are harmless.
+ *
  * A rank whose node failed a periodic health probe (a kind=periodic block
  * with healthy=0 in its RESIHP_PROBE_RESULTS file) says, at its next step
  * boundary instead of BEGIN, FAULT kind=probe step=s node=N summary=TEXT

@@ -3,3 +3,22 @@
 # (coord_snapshot.c), its unit test and the restore parser's fuzz target.
 libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/coord_snapshot.c
+
+if HAVE_CHECK
+check_PROGRAMS += tests/unit/test_coord_failover
+tests_unit_test_coord_failover_SOURCES = tests/unit/test_coord_failover.c
+tests_unit_test_coord_failover_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_coord_failover_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_coord_failover
+endif
+
+# Fuzz target of the state record's parser (resihp__coord_restore).
+check_PROGRAMS += tests/fuzz/fuzz_snapshot
+tests_fuzz_fuzz_snapshot_SOURCES = tests/fuzz/fuzz_snapshot.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_snapshot_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_snapshot
+EXTRA_DIST += tests/fuzz/corpus-snapshot/setup tests/fuzz/corpus-snapshot/run \
+	tests/fuzz/corpus-snapshot/freerun tests/fuzz/corpus-snapshot/round \
+	tests/fuzz/corpus-snapshot/save tests/fuzz/corpus-snapshot/end \
+	tests/fuzz/corpus-snapshot/spares tests/fuzz/corpus-snapshot/cut

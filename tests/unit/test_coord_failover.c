@@ -1,0 +1,585 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Unit tests of the coordinator's failover (libresihp/control/
+ * coord_snapshot.c and the idempotent answers of coord_protocol.c), with
+ * the real coordinator driven through its message handler over socket
+ * pairs. For each phase (barrier, set-up, step, free run, end, a decided
+ * RECOVER round, a save in progress) the state mirrored write-ahead
+ * (on_mirror) is restored into a second coordinator, the replicas come
+ * back with HELLO ... again=1 and say their pending request again, and
+ * the answer must be the one the first coordinator sent (or sends, fed
+ * the same). Also: snapshot -> restore -> snapshot is the same text; a
+ * member that never comes back is failed after the bound; the ledger
+ * lines the file lacks are written once, none twice; a free run mirrors
+ * at commits only; restore refuses broken records.
+ *
+ * COORD_SNAP_BENCH=1 prints the snapshot's size and the time to build and
+ * restore it at R = 1024 and 10000 (a figure, not a test). */
+#include "config.h"
+
+#include "../../libresihp/control/coordinator.h"
+#include "../../libresihp/control/wire.h"
+#include "../../libresihp/transport/mesh.h"
+
+#include <resihp/error.h>
+
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define N 3
+static const char key[] = "failover-test-secret";
+
+/* One coordinator and its N replicas' ends of their connections. */
+typedef struct {
+  resihp__coord_t *c;
+  int k[N];
+  resihp__wire_t peer[N];
+} side_t;
+
+/* The last mirrored state, and how many mirrors were made. */
+static char *snap;
+static size_t snap_len;
+static int nmirrors;
+static int saved_ok;
+
+static void on_mirror(void *ud, const char *s, size_t len) {
+  (void)ud;
+  free(snap);
+  snap = malloc(len + 1);
+  ck_assert_ptr_nonnull(snap);
+  memcpy(snap, s, len);
+  snap[len] = '\0';
+  snap_len = len;
+  nmirrors++;
+}
+
+static void on_saved(void *ud, long step, int r, int ok) {
+  (void)ud;
+  (void)step;
+  (void)r;
+  saved_ok += ok;
+}
+
+static resihp__coord_opts_t opts(int lockstep, long every, FILE *ledger,
+                                 int silence_ms) {
+  resihp__coord_opts_t co = {.replicas = N,
+                             .bind_host = "127.0.0.1",
+                             .secret = (const uint8_t *)key,
+                             .secret_len = sizeof(key) - 1,
+                             .silence_ms = silence_ms,
+                             .lockstep = lockstep,
+                             .save_every = every,
+                             .on_saved = on_saved,
+                             .ledger = ledger,
+                             .on_mirror = on_mirror};
+  return co;
+}
+
+static void connect_all(side_t *s) {
+  for (int i = 0; i < N; i++) {
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv),
+                     0);
+    resihp__wire_t w;
+    resihp__wire_init(&w, sv[0]);
+    s->k[i] = resihp__coord_adopt(s->c, &w);
+    ck_assert_int_ge(s->k[i], 0);
+    resihp__wire_init(&s->peer[i], sv[1]);
+  }
+}
+
+static void close_side(side_t *s) {
+  ck_assert_ptr_null(resihp__coord_check(s->c));
+  resihp__coord_destroy(s->c);
+  for (int i = 0; i < N; i++)
+    resihp__wire_free(&s->peer[i]);
+}
+
+static void feed(side_t *s, int i, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void feed(side_t *s, int i, const char *fmt, ...) {
+  char line[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  resihp__coord_feed(s->c, s->k[i], line);
+}
+
+/* The next line replica i gets but heartbeats. */
+static void next(side_t *s, int i, char *line, size_t cap) {
+  do
+    ck_assert_int_eq(
+        resihp__wire_recv(&s->peer[i], line, cap, resihp__now_ms() + 5000), 0);
+  while (!strcmp(line, "HB"));
+}
+
+/* The next line starting with prefix (others skipped). */
+static void expect(side_t *s, int i, const char *prefix, char *line,
+                   size_t cap) {
+  for (int n = 0; n < 64; n++) {
+    next(s, i, line, cap);
+    if (!strncmp(line, prefix, strlen(prefix)))
+      return;
+  }
+  ck_abort_msg("replica %d never got '%s'", i, prefix);
+}
+
+/* Nothing waits for replica i (but heartbeats). */
+static void quiet(side_t *s, int i) {
+  char line[256];
+  int rc;
+  while ((rc = resihp__wire_recv(&s->peer[i], line, sizeof(line),
+                                 resihp__now_ms())) == 0)
+    ck_assert_msg(!strcmp(line, "HB"), "replica %d got '%s'", i, line);
+}
+
+static void hello(side_t *s, int i) {
+  feed(s, i,
+       "HELLO replica=%d ep=h%d:1 sep=h%d:2 mbs=6 steps=8 jobid=7 "
+       "stepid=%d",
+       i, i, i, i);
+}
+
+/* Every replica joins; GO to each in go[] (may be NULL). */
+static void join(side_t *s, char go[N][256]) {
+  char line[256];
+  for (int i = 0; i < N; i++) {
+    hello(s, i);
+    expect(s, i, "WELCOME ", line, sizeof(line));
+  }
+  for (int i = 0; i < N; i++)
+    feed(s, i, "BEGIN step=-1");
+  for (int i = 0; i < N; i++)
+    expect(s, i, "GO ", go ? go[i] : line, 256);
+}
+
+static void ready_all(side_t *s, char start[N][256]) {
+  char line[256];
+  for (int i = 0; i < N; i++)
+    feed(s, i, "READY epoch=%u", resihp__coord_epoch(s->c));
+  for (int i = 0; i < N; i++)
+    expect(s, i, "START ", start ? start[i] : line, 256);
+}
+
+/* The second coordinator from the last mirror: its own snapshot must be
+ * the same text; the replicas in `back` come back (HELLO again=1). */
+static void failover(side_t *s1, side_t *s2, resihp__coord_opts_t *co,
+                     long have, const int *back, int nback) {
+  ck_assert_ptr_nonnull(snap);
+  char *mine = strdup(snap);
+  size_t len = snap_len;
+  long step = resihp__coord_step(s1->c);
+  uint32_t ep = resihp__coord_epoch(s1->c);
+  ck_assert_int_eq(resihp__coord_restore(co, mine, len, have, &s2->c), 0);
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  ck_assert_int_eq(resihp__coord_snapshot(s2->c, &b), 0);
+  ck_assert_str_eq(b.s, mine);
+  resihp__wire_buf_free(&b);
+  free(mine);
+  ck_assert_int_eq(resihp__coord_step(s2->c), step);
+  ck_assert_int_eq(resihp__coord_epoch(s2->c), ep);
+  connect_all(s2);
+  for (int j = 0; j < nback; j++) {
+    int i = back[j];
+    ck_assert(!resihp__coord_connected(s2->c, i));
+    feed(s2, i,
+         "HELLO replica=%d ep=h%d:1 sep=h%d:2 mbs=6 steps=8 jobid=7 "
+         "stepid=%d again=1 epoch=%u step=%ld",
+         i, i, i, i, ep, step);
+    char line[256], want[96];
+    next(s2, i, line, sizeof(line));
+    snprintf(want, sizeof(want), "WELCOME replica=%d step=%ld again=1", i,
+             step);
+    ck_assert_str_eq(line, want);
+    ck_assert(resihp__coord_connected(s2->c, i));
+  }
+}
+
+static const int ALL[N] = {0, 1, 2};
+
+/* Set-up: the GO of the epoch being set up, again, to a replica that says
+ * BEGIN again; then the step starts as it would have. */
+START_TEST(test_setup) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+  connect_all(&a);
+  char go[N][256], line[256];
+  /* one mirror for the whole join: before the GOs (a WELCOME needs none:
+   * a replica a successor does not know joins again) */
+  int m0 = nmirrors;
+  join(&a, go);
+  ck_assert_int_eq(nmirrors, m0 + 1);
+  failover(&a, &b, &co, -1, ALL, N);
+  m0 = nmirrors;
+  for (int i = 0; i < N; i++) {
+    feed(&b, i, "BEGIN step=-1");
+    next(&b, i, line, sizeof(line));
+    ck_assert_str_eq(line, go[i]);
+  }
+  ck_assert_int_eq(nmirrors, m0); /* answers said again: no new state */
+  char s1[N][256], s2[N][256];
+  ready_all(&a, s1);
+  ready_all(&b, s2);
+  for (int i = 0; i < N; i++)
+    ck_assert_str_eq(s1[i], s2[i]);
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
+/* A step that runs: READY again gets the same START; the barrier after
+ * it (BEGIN from some, the others after the failover) gets the same GO
+ * from both coordinators. */
+START_TEST(test_run_and_barrier) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+  connect_all(&a);
+  char start[N][256], line[256];
+  join(&a, NULL);
+  ready_all(&a, start);
+  failover(&a, &b, &co, -1, ALL, N);
+  for (int i = 0; i < N; i++) {
+    feed(&b, i, "READY epoch=%u", resihp__coord_epoch(b.c));
+    next(&b, i, line, sizeof(line));
+    ck_assert_str_eq(line, start[i]);
+  }
+  close_side(&b);
+  /* barrier: replica 0 began step 1, then the coordinator went */
+  feed(&a, 0, "BEGIN step=1");
+  quiet(&a, 0);
+  failover(&a, &b, &co, -1, ALL, N);
+  feed(&b, 0, "BEGIN step=1"); /* again: still waits for the others */
+  quiet(&b, 0);
+  for (int i = 1; i < N; i++) {
+    feed(&a, i, "BEGIN step=1");
+    feed(&b, i, "BEGIN step=1");
+  }
+  for (int i = 0; i < N; i++) {
+    char g1[256], g2[256];
+    expect(&a, i, "GO ", g1, sizeof(g1));
+    expect(&b, i, "GO ", g2, sizeof(g2));
+    ck_assert_str_eq(g1, g2);
+    ck_assert_msg(!strncmp(g1, "GO step=1 ", 10), "%s", g1);
+  }
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
+/* Free run: a PROG commits steps and mirrors once (a heartbeat or a PROG
+ * that commits nothing mirrors nothing); the ledger lines the file lacks
+ * are written by the restored coordinator, once; READY again gets the
+ * START run=1 again, BEGIN again its GO new=0 and START. */
+START_TEST(test_free_run_and_ledger) {
+  side_t a, b;
+  FILE *l1 = tmpfile(), *l2 = tmpfile();
+  ck_assert_ptr_nonnull(l1);
+  ck_assert_ptr_nonnull(l2);
+  resihp__coord_opts_t co = opts(0, 0, l1, 600000);
+  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+  connect_all(&a);
+  char start[N][256], line[256];
+  join(&a, NULL);
+  ready_all(&a, start);
+  ck_assert_ptr_nonnull(strstr(start[0], " run=1"));
+  int m0 = nmirrors;
+  feed(&a, 0, "HB");
+  feed(&a, 0, "PROG step=3");
+  ck_assert_int_eq(nmirrors, m0 + 1);
+  ck_assert_int_eq(resihp__coord_step(a.c), 3);
+  feed(&a, 0, "PROG step=3");
+  feed(&a, 1, "HB");
+  ck_assert_int_eq(nmirrors, m0 + 1);
+  /* the file as the first coordinator wrote it: 3 lines; the second one's
+   * lacks the last 2 (as if the first died between mirror and write) */
+  char want[3][64];
+  rewind(l1);
+  for (int s = 0; s < 3; s++)
+    ck_assert_ptr_nonnull(fgets(want[s], sizeof(want[s]), l1));
+  ck_assert_ptr_null(fgets(line, sizeof(line), l1));
+  fputs(want[0], l2);
+  resihp__coord_opts_t co2 = opts(0, 0, l2, 600000);
+  failover(&a, &b, &co2, 1, ALL, N);
+  rewind(l2);
+  for (int s = 0; s < 3; s++) {
+    ck_assert_ptr_nonnull(fgets(line, sizeof(line), l2));
+    ck_assert_str_eq(line, want[s]);
+  }
+  ck_assert_ptr_null(fgets(line, sizeof(line), l2));
+  /* none twice: a later commit writes step 3 only */
+  feed(&b, 0, "PROG step=4");
+  rewind(l2);
+  int lines = 0;
+  while (fgets(line, sizeof(line), l2))
+    lines++;
+  ck_assert_int_eq(lines, 4);
+  ck_assert_msg(!strncmp(line, "3 ", 2), "%s", line);
+  /* a member that never got its START */
+  feed(&b, 1, "READY epoch=%u", resihp__coord_epoch(b.c));
+  next(&b, 1, line, sizeof(line));
+  ck_assert_str_eq(line, start[1]);
+  feed(&b, 2, "BEGIN step=0");
+  next(&b, 2, line, sizeof(line));
+  ck_assert_msg(!strncmp(line, "GO step=0 epoch=", 16) &&
+                    strstr(line, " new=0"),
+                "%s", line);
+  next(&b, 2, line, sizeof(line));
+  ck_assert_str_eq(line, start[2]);
+  close_side(&a);
+  close_side(&b);
+  fclose(l1);
+  fclose(l2);
+}
+END_TEST
+
+/* A decided RECOVER round: the same REASSIGN again. */
+START_TEST(test_round) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+  connect_all(&a);
+  char line[256], re[2][256];
+  join(&a, NULL);
+  ready_all(&a, NULL);
+  feed(&a, 0, "RECOVER step=0 cepoch=1 view=0:1");
+  feed(&a, 1, "RECOVER step=0 cepoch=1 view=0:1");
+  for (int i = 0; i < 2; i++)
+    expect(&a, i, "REASSIGN ", re[i], sizeof(re[i]));
+  ck_assert_int_eq(resihp__coord_members(a.c), 2);
+  static const int back[2] = {0, 1};
+  failover(&a, &b, &co, -1, back, 2);
+  for (int i = 0; i < 2; i++) {
+    feed(&b, i, "RECOVER step=0 cepoch=1 view=0:1");
+    next(&b, i, line, sizeof(line));
+    ck_assert_str_eq(line, re[i]);
+  }
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
+/* A save in progress: SAVE again to the replica asked, SAVED goes on. */
+START_TEST(test_save) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 1, NULL, 600000);
+  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+  connect_all(&a);
+  char line[256], save[256];
+  join(&a, NULL);
+  ready_all(&a, NULL);
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=1");
+  expect(&a, 0, "SAVE ", save, sizeof(save));
+  ck_assert_str_eq(save, "SAVE step=1");
+  ck_assert(resihp__coord_saving(a.c));
+  failover(&a, &b, &co, -1, ALL, N);
+  ck_assert(resihp__coord_saving(b.c));
+  feed(&b, 0, "BEGIN step=1");
+  next(&b, 0, line, sizeof(line));
+  ck_assert_str_eq(line, save);
+  saved_ok = 0;
+  feed(&b, 0, "SAVED step=1 ok=1");
+  feed(&b, 0, "SAVED step=1 ok=1"); /* a duplicate: harmless */
+  ck_assert_int_eq(saved_ok, 1);
+  for (int i = 0; i < N; i++)
+    expect(&b, i, "GO step=1 ", line, sizeof(line));
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
+/* The end: BEGIN again gets DONE; FINISH duplicates harmless. */
+START_TEST(test_end) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+  connect_all(&a);
+  char line[256];
+  join(&a, NULL);
+  ready_all(&a, NULL);
+  resihp__coord_stop(a.c);
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=1");
+  for (int i = 0; i < N; i++)
+    expect(&a, i, "DONE", line, sizeof(line));
+  failover(&a, &b, &co, -1, ALL, N);
+  for (int i = 0; i < N; i++) {
+    feed(&b, i, "BEGIN step=1");
+    next(&b, i, line, sizeof(line));
+    ck_assert_str_eq(line, "DONE");
+    feed(&b, i, "FINISH result=x");
+    feed(&b, i, "FINISH result=x");
+  }
+  ck_assert_int_eq(resihp__coord_state(b.c), RESIHP__COORD_DONE);
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
+/* A member that never comes back is failed after the bound (the others,
+ * heard from, stay); a HELLO again=1 that does not match the replica's
+ * Slurm step is an ordinary HELLO (refused: the replica is running). */
+START_TEST(test_no_comeback) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 3000);
+  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+  connect_all(&a);
+  join(&a, NULL);
+  ready_all(&a, NULL);
+  static const int back[2] = {0, 1};
+  failover(&a, &b, &co, -1, back, 2);
+  char line[256];
+  feed(&b, 2,
+       "HELLO replica=2 ep=h2:1 sep=h2:2 mbs=6 steps=8 jobid=7 stepid=99 "
+       "again=1");
+  next(&b, 2, line, sizeof(line));
+  ck_assert_str_eq(line, "NO reason=duplicate");
+  ck_assert(!resihp__coord_connected(b.c, 2));
+  ck_assert_int_eq(resihp__coord_members(b.c), 3);
+  int64_t give_up = resihp__now_ms() + 60000; /* a safety net */
+  while (resihp__coord_members(b.c) == 3 && resihp__now_ms() < give_up) {
+    for (int i = 0; i < 2; i++)
+      resihp__wire_send(&b.peer[i], "HB", resihp__now_ms() + 1000);
+    resihp__coord_poll(b.c, 50);
+  }
+  ck_assert_int_eq(resihp__coord_members(b.c), 2);
+  ck_assert(resihp__coord_connected(b.c, 0));
+  ck_assert(resihp__coord_connected(b.c, 1));
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
+/* Broken records are refused: cut, altered counts, ids out of range. */
+START_TEST(test_bad_records) {
+  side_t a;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+  connect_all(&a);
+  join(&a, NULL);
+  ready_all(&a, NULL);
+  char *good = strdup(snap);
+  size_t len = strlen(good);
+  resihp__coord_t *x;
+  ck_assert_int_eq(resihp__coord_restore(&co, good, len, -1, &x), 0);
+  resihp__coord_destroy(x);
+  /* cut anywhere: refused */
+  for (size_t cut = 0; cut < len; cut += 7)
+    ck_assert_int_eq(resihp__coord_restore(&co, good, cut, -1, &x),
+                     RESIHP_EPROTO);
+  /* one byte changed: refused or a valid state (never a crash) */
+  for (size_t i = 0; i < len; i++) {
+    char *bad = strdup(good);
+    bad[i] = bad[i] == '9' ? '0' : '9';
+    if (resihp__coord_restore(&co, bad, len, -1, &x) == 0) {
+      ck_assert_ptr_null(resihp__coord_check(x));
+      resihp__coord_destroy(x);
+    }
+    free(bad);
+  }
+  resihp__coord_opts_t other = co;
+  other.replicas = N + 1;
+  ck_assert_int_eq(resihp__coord_restore(&other, good, len, -1, &x),
+                   RESIHP_EPROTO);
+  free(good);
+  close_side(&a);
+}
+END_TEST
+
+/* A synthetic state of R replicas in a running step: size and times. */
+static void bench(int R) {
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  int M = 4 * R;
+  resihp__wire_buf_printf(&b, "RESIHP-COORD 1 %d %d 1 1000 =- 0\n", R, M);
+  resihp__wire_buf_printf(&b,
+                          "c 5 2 0 3 3 0 0 -1 -1 -1 -1 -1 0 0 0 %d 5 0 0 0 "
+                          "0 0 0 1 2 0\na \nl \nm ",
+                          R);
+  for (int r = 0; r < R; r++)
+    resihp__wire_buf_printf(&b, "%s%d", r ? ":" : "", r);
+  resihp__wire_buf_printf(&b, "\nn ");
+  for (int r = 0; r < R; r++)
+    resihp__wire_buf_printf(&b, "%s%d", r ? ":" : "", r);
+  resihp__wire_buf_printf(&b, "\ni ");
+  for (int r = 0; r < R; r++)
+    resihp__wire_buf_printf(&b, "%s%d", r ? ":" : "", r);
+  for (int o = 0; o < 2; o++) {
+    resihp__wire_buf_printf(&b, o ? "\nso " : "\no ");
+    for (int mb = 0; mb < M; mb++)
+      resihp__wire_buf_printf(&b, "%s%d", mb ? ":" : "", mb / 4);
+  }
+  resihp__wire_buf_printf(&b, "\nsc ");
+  for (int r = 0; r < R; r++)
+    resihp__wire_buf_printf(&b, "%s%d", r ? ":" : "", r);
+  resihp__wire_buf_printf(&b, "\n");
+  for (int r = 0; r < R; r++)
+    resihp__wire_buf_printf(&b,
+                            "r %d 2 1234 %d 5 0 1 0 0 0 0 3 4 0 0 -1 -1 0 0 "
+                            "0 0 0 -1 0 0 =node%d =node%d:7000 "
+                            "=10.0.%d.%d:6000 =10.0.%d.%d:6001 = =\n",
+                            r, r, r, r, r / 256, r % 256, r / 256, r % 256);
+  resihp__wire_buf_printf(&b, "end\n");
+  ck_assert_int_eq(b.err, 0);
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  co.replicas = R;
+  co.on_mirror = NULL;
+  resihp__coord_t *c;
+  struct timespec t0, t1, t2;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  ck_assert_int_eq(resihp__coord_restore(&co, b.s, b.len, -1, &c), 0);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  resihp__wire_buf_t s;
+  resihp__wire_buf_init(&s);
+  ck_assert_int_eq(resihp__coord_snapshot(c, &s), 0);
+  clock_gettime(CLOCK_MONOTONIC, &t2);
+  ck_assert_str_eq(s.s, b.s);
+  printf("snapshot R=%d M=%d: %zu bytes, snapshot %.2f ms, restore %.2f ms\n",
+         R, M, s.len,
+         (double)(t2.tv_sec - t1.tv_sec) * 1e3 +
+             (double)(t2.tv_nsec - t1.tv_nsec) / 1e6,
+         (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+             (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+  resihp__wire_buf_free(&s);
+  resihp__wire_buf_free(&b);
+  resihp__coord_destroy(c);
+}
+
+START_TEST(test_bench) {
+  if (!getenv("COORD_SNAP_BENCH"))
+    return;
+  bench(1024);
+  bench(10000);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("coord_failover");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_setup);
+  tcase_add_test(tc, test_run_and_barrier);
+  tcase_add_test(tc, test_free_run_and_ledger);
+  tcase_add_test(tc, test_round);
+  tcase_add_test(tc, test_save);
+  tcase_add_test(tc, test_end);
+  tcase_add_test(tc, test_no_comeback);
+  tcase_add_test(tc, test_bad_records);
+  tcase_add_test(tc, test_bench);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  free(snap);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -22,3 +22,15 @@ EXTRA_DIST += tests/fuzz/corpus-snapshot/setup tests/fuzz/corpus-snapshot/run \
 	tests/fuzz/corpus-snapshot/freerun tests/fuzz/corpus-snapshot/round \
 	tests/fuzz/corpus-snapshot/save tests/fuzz/corpus-snapshot/end \
 	tests/fuzz/corpus-snapshot/spares tests/fuzz/corpus-snapshot/cut
+
+# The keeper: the process that outlives the coordinator (keeper.h).
+libresihp_libresihp_internal_la_SOURCES += \
+	libresihp/control/keeper.c libresihp/control/keeper.h
+
+if HAVE_CHECK
+check_PROGRAMS += tests/unit/test_keeper
+tests_unit_test_keeper_SOURCES = tests/unit/test_keeper.c
+tests_unit_test_keeper_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_keeper_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_keeper
+endif

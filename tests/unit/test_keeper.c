@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The keeper (libresihp/control/keeper.h) with real processes: a primary's
+ * exit status passes through; a primary SIGKILLed, or SIGSTOPped beyond
+ * the hang bound, is replaced by one that gets exactly the last complete
+ * record (never a cut one); the old primary's children are reaped and
+ * their exits reach the new primary; signals reach the primary; a primary
+ * that keeps dying without progress makes the keeper give up. Each case
+ * runs the keeper in a child of the test and reads its exit status: the
+ * primaries say what they saw through their own exit status. */
+#include "config.h"
+
+#include "../../libresihp/control/keeper.h"
+
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define LOST 99
+
+typedef int (*primary_fn)(void *, const char *, size_t, resihp__keeper_t *);
+
+/* The keeper, in a child; its exit status. */
+static int keep(primary_fn fn, int hang_ms, int max, pid_t *keeper) {
+  pid_t p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) {
+    resihp__keeper_opts_t o = {.hang_ms = hang_ms,
+                               .max_failovers = max,
+                               .lost_status = LOST,
+                               .primary = fn};
+    _exit(resihp__keeper_run(&o));
+  }
+  if (keeper)
+    *keeper = p;
+  return p;
+}
+
+static int status_of(pid_t p) {
+  int st;
+  ck_assert_int_eq(waitpid(p, &st, 0), p);
+  ck_assert(WIFEXITED(st));
+  return WEXITSTATUS(st);
+}
+
+static int exits_42(void *ud, const char *snap, size_t len,
+                    resihp__keeper_t *k) {
+  (void)ud;
+  (void)k;
+  return snap || len ? 1 : 42;
+}
+
+START_TEST(exit_status_passes_through) {
+  ck_assert_int_eq(status_of(keep(exits_42, 0, 0, NULL)), 42);
+}
+END_TEST
+
+/* First primary: records "one", then "two", then a cut "three", then dies
+ * by SIGKILL. Second: must see "two" and one failover, killed. */
+static int killed_mid_record(void *ud, const char *snap, size_t len,
+                             resihp__keeper_t *k) {
+  (void)ud;
+  if (!snap) {
+    resihp__keeper_record(k, "one", 3);
+    resihp__keeper_record(k, "two", 3);
+    resihp__keeper_record_cut(k, "three", 5, 2);
+    raise(SIGKILL);
+    return 1;
+  }
+  const char *why = NULL;
+  int n = resihp__keeper_failovers(k, &why, NULL, NULL);
+  return len == 3 && !memcmp(snap, "two", 3) && n == 1 && !strcmp(why, "killed")
+             ? 10
+             : 2;
+}
+
+START_TEST(killed_primary_gets_last_complete_record) {
+  ck_assert_int_eq(status_of(keep(killed_mid_record, 0, 0, NULL)), 10);
+}
+END_TEST
+
+/* First primary: a record, then stops itself (as SIGSTOP from outside
+ * would) and never beats again. */
+static int stops(void *ud, const char *snap, size_t len, resihp__keeper_t *k) {
+  (void)ud;
+  if (!snap) {
+    resihp__keeper_record(k, "state", 5);
+    raise(SIGSTOP);
+    return 1; /* only if it is let go: the keeper must kill it */
+  }
+  const char *why = NULL;
+  int n = resihp__keeper_failovers(k, &why, NULL, NULL);
+  return len == 5 && n == 1 && !strcmp(why, "hung") ? 20 : 2;
+}
+
+START_TEST(hung_primary_is_killed_and_replaced) {
+  ck_assert_int_eq(status_of(keep(stops, 200, 0, NULL)), 20);
+}
+END_TEST
+
+/* First primary: starts a child that waits forever, records its pid,
+ * dies. Second: kills that orphan and waits for the keeper's notice. */
+static int orphan(void *ud, const char *snap, size_t len, resihp__keeper_t *k) {
+  (void)ud;
+  (void)len;
+  if (!snap) {
+    pid_t c = fork();
+    if (c == 0) {
+      for (;;)
+        pause();
+    }
+    char s[32];
+    int n = snprintf(s, sizeof(s), "%ld", (long)c);
+    resihp__keeper_record(k, s, (size_t)n);
+    raise(SIGKILL);
+    return 1;
+  }
+  pid_t c = (pid_t)atol(snap);
+  if (c <= 0 || kill(c, SIGTERM))
+    return 2;
+  for (int i = 0; i < 600000; i++) { /* a safety net, not a timing */
+    pid_t p;
+    int st;
+    resihp__keeper_beat(k);
+    if (resihp__keeper_orphan(k, &p, &st)) {
+      if (p == c)
+        return WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM ? 30 : 3;
+    } else {
+      usleep(1000);
+    }
+  }
+  return 4;
+}
+
+START_TEST(orphans_exits_reach_the_new_primary) {
+  ck_assert_int_eq(status_of(keep(orphan, 0, 0, NULL)), 30);
+}
+END_TEST
+
+static volatile sig_atomic_t got_term;
+static void on_term(int s) {
+  (void)s;
+  got_term = 1;
+}
+static int ready_fd = -1;
+
+static int takes_sigterm(void *ud, const char *snap, size_t len,
+                         resihp__keeper_t *k) {
+  (void)ud;
+  (void)snap;
+  (void)len;
+  signal(SIGTERM, on_term);
+  resihp__keeper_record(k, "up", 2); /* handlers in place */
+  if (write(ready_fd, "r", 1) != 1)
+    return 2;
+  for (int i = 0; i < 600000 && !got_term; i++)
+    usleep(1000);
+  return got_term ? 40 : 3;
+}
+
+START_TEST(signals_reach_the_primary) {
+  int p[2];
+  ck_assert_int_eq(pipe(p), 0);
+  ready_fd = p[1];
+  pid_t kpid;
+  keep(takes_sigterm, 0, 0, &kpid);
+  close(p[1]);
+  char c;
+  ck_assert_int_eq(read(p[0], &c, 1), 1);
+  kill(kpid, SIGTERM);
+  ck_assert_int_eq(status_of(kpid), 40);
+  close(p[0]);
+}
+END_TEST
+
+static int dies_at_once(void *ud, const char *snap, size_t len,
+                        resihp__keeper_t *k) {
+  (void)ud;
+  (void)snap;
+  (void)len;
+  (void)k;
+  if (write(ready_fd, "x", 1) != 1)
+    return 2;
+  raise(SIGKILL);
+  return 1;
+}
+
+START_TEST(gives_up_without_progress) {
+  int p[2];
+  ck_assert_int_eq(pipe(p), 0);
+  ready_fd = p[1];
+  pid_t kpid;
+  keep(dies_at_once, 0, 2, &kpid);
+  close(p[1]);
+  ck_assert_int_eq(status_of(kpid), LOST);
+  char buf[16];
+  ssize_t n = read(p[0], buf, sizeof(buf));
+  ck_assert_int_eq(n, 3); /* the first primary and 2 failovers */
+  close(p[0]);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("keeper");
+  TCase *tc = tcase_create("keeper");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, exit_status_passes_through);
+  tcase_add_test(tc, killed_primary_gets_last_complete_record);
+  tcase_add_test(tc, hung_primary_is_killed_and_replaced);
+  tcase_add_test(tc, orphans_exits_reach_the_new_primary);
+  tcase_add_test(tc, signals_reach_the_primary);
+  tcase_add_test(tc, gives_up_without_progress);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -35,6 +35,7 @@
 #include "config.h"
 
 #include "../libresihp/control/coordinator.h"
+#include "../libresihp/control/keeper.h"
 #include "../libresihp/control/spare_agent.h"
 #include "../libresihp/recovery/inject.h"
 #include "../libresihp/recovery/job_save.h"
@@ -46,6 +47,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <getopt.h>
 #include <limits.h>
 #include <netdb.h>
@@ -159,6 +161,16 @@ static struct {
   long saving_said; /* the step whose save was announced */
   int shape_checked;
   int resume_mismatch;
+  /* failover (keeper.h): the hang bound, when the job started, whether
+   * the launcher's own state changed since the last record, the keeper's
+   * handle in the primary, the coordinator's listening socket (the
+   * keeper's) and its options */
+  int hang_ms;
+  int64_t t0;
+  int ldirty;
+  resihp__keeper_t *keeper;
+  resihp__coord_opts_t co;
+  char host[256];
 } g = {.saved_step = -1,
        .saving_said = -1,
        .kept = {-1, -1},
@@ -168,7 +180,8 @@ static struct {
        .recheck_s = 30,
        .assign = RESIHP_ASSIGN_COST,
        .swap_cost_s = -2, /* not given: the planner's default */
-       .progress_s = 10};
+       .progress_s = 10,
+       .hang_ms = 5000};
 
 /* The first SIGINT/SIGTERM stops the training at a step boundary, a
  * second one at once. */
@@ -205,6 +218,7 @@ static void usage(FILE *f) {
       "                  [--assign even|count|cost]\n"
       "                  [--swap-cost SECONDS|never] [--progress SECONDS]\n"
       "                  [--state-dir DIR [--save-every N]] [--resume DIR]\n"
+      "                  [--failover-after-ms MS]\n"
       "                  [--quiet] -- PROGRAM [ARGS...]\n"
       "Run PROGRAM as R data-parallel replicas, one Slurm job step each,\n"
       "inside the current allocation, and replace failed replicas on spare\n"
@@ -422,6 +436,7 @@ static void inject_for(int r, char *buf, size_t len) {
 }
 
 static int launch(int r) {
+  g.ldirty = 1;
   replica_t *p = &g.reps[r];
   int idx[64];
   int initial = p->launches == 0 && !p->tries;
@@ -490,6 +505,11 @@ static int launch(int r) {
     snprintf(rs, sizeof(rs), "%d", r);
     setenv("RESIHP_REPLICA", rs, 1);
     setenv("RESIHP_COORDINATOR", g.coord_ep, 1);
+    /* the ranks wait for a coordinator that fails over: the hang bound,
+     * then the successor's start, with room to spare */
+    char fo[32];
+    snprintf(fo, sizeof(fo), "%d", g.hang_ms + 30000);
+    setenv("RESIHP_FAILOVER_MS", fo, 1);
     setenv("RESIHP_SECRET_FILE", g.secret_file, 1);
     /* where the ranks save and resume (job_save.c): paths go through the
      * environment only, never through the coordinator's messages */
@@ -520,6 +540,7 @@ static int launch(int r) {
 }
 
 static void release_nodes(int r, int bad) {
+  g.ldirty = 1;
   replica_t *p = &g.reps[r];
   for (int i = 0; i < p->nnodes; i++) {
     node_t *n = &g.nodes[p->nodes[i]];
@@ -549,6 +570,7 @@ static void cancel_step(long jobid, long stepid) {
 static void on_failed(void *ud, int r, const char *node, long jobid,
                       long stepid, const char *why) {
   (void)ud;
+  g.ldirty = 1;
   replica_t *p = &g.reps[r];
   say("replica %d failed (%s, node %s): cancelling step %ld.%ld, marking "
       "its node bad and starting a replacement",
@@ -566,6 +588,7 @@ static void on_failed(void *ud, int r, const char *node, long jobid,
  * point DIR/latest at it and keep only the last two step directories. */
 static void on_saved(void *ud, long step, int r, int ok) {
   (void)ud;
+  g.ldirty = 1;
   if (!ok) {
     say("no replica could save the state of step %ld (their messages above "
         "say why); %s",
@@ -822,6 +845,7 @@ static int on_fault(void *ud, int r, const char *kind, const char *node,
  * coordinator. Used on free spares, and on the nodes of a replica whose
  * step ended before its rank joined. */
 static void start_check(int i) {
+  g.ldirty = 1;
   node_t *n = &g.nodes[i];
   resihp__coord_spare_add(g.coord, n->name);
   resihp__coord_spare_state(g.coord, n->name, &n->check_regs);
@@ -865,6 +889,7 @@ static void diagnosis_done(int r);
  * latter only spreads the failure. Check its nodes the way spares are
  * checked; check_done decides. */
 static void diagnose(int r, int st) {
+  g.ldirty = 1;
   replica_t *p = &g.reps[r];
   p->diagnosing = 1;
   p->early_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -890,6 +915,7 @@ static int registered_healthy(int i) {
 /* Every node of a diagnosed replica has answered: healthy nodes mean the
  * program failed; otherwise the bad nodes go and a replacement starts. */
 static void diagnosis_done(int r) {
+  g.ldirty = 1;
   replica_t *p = &g.reps[r];
   for (int k = 0; k < p->nnodes; k++)
     if (g.nodes[p->nodes[k]].check > 0)
@@ -946,6 +972,7 @@ static void diagnosis_done(int r) {
 /* A check step ended: the coordinator has its registration, or the node
  * never answered. */
 static void check_done(int i, int st) {
+  g.ldirty = 1;
   node_t *n = &g.nodes[i];
   n->check = 0;
   if (n->owner >= 0 && g.reps[n->owner].diagnosing) {
@@ -988,10 +1015,11 @@ static void on_spare(void *ud, const char *node, int state,
   }
 }
 
-static void reap(void) {
-  int st;
-  pid_t pid;
-  while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+/* A child ended (or, after a failover, a child of the primary before:
+ * the keeper reaped it and says so). */
+static void ended(pid_t pid, int st) {
+  {
+    g.ldirty = 1;
     for (int i = 0; i < g.nnodes; i++)
       if (g.nodes[i].check == pid)
         check_done(i, st);
@@ -1010,6 +1038,184 @@ static void reap(void) {
   }
 }
 
+static void reap(void) {
+  int st;
+  pid_t pid;
+  while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+    ended(pid, st);
+  while (g.keeper && resihp__keeper_orphan(g.keeper, &pid, &st))
+    ended(pid, st);
+}
+
+/* ---- failover: the launcher's own state in the keeper's record ---- */
+
+/* Every field a primary that takes over needs to go on launching,
+ * replacing and summing up: the nodes not in their first state, every
+ * replica. */
+static void launcher_state(resihp__wire_buf_t *b) {
+  resihp__wire_buf_printf(
+      b, "L %d %d %d %d %d %ld %ld %ld %d %ld %d %d %d %d %" PRId64 " %ld %d",
+      g.nbad, g.nreplacements, g.stopping, g.program_failed, g.aborted,
+      g.saved_step, g.kept[0], g.kept[1], g.save_cancelled, g.saving_said,
+      g.shape_checked, g.resume_mismatch, (int)got_signal, (int)nsignals,
+      g.t0, g.progress_step, g.ninj);
+  for (int i = 0; i < g.ninj; i++)
+    resihp__wire_buf_printf(b, " %d", g.fired[i]);
+  resihp__wire_buf_printf(b, "\n");
+  for (int i = 0; i < g.nnodes; i++) {
+    node_t *n = &g.nodes[i];
+    if (n->bad || n->owner >= 0 || n->check > 0)
+      resihp__wire_buf_printf(b, "N %d %d %d %ld %ld\n", i, n->bad, n->owner,
+                              (long)n->check, n->check_regs);
+  }
+  for (int r = 0; r < g.R; r++) {
+    replica_t *p = &g.reps[r];
+    resihp__wire_buf_printf(
+        b, "P %d %ld %" PRId64 " %" PRId64 " %d %d %d %d %d %d %d %d", r,
+        (long)p->pid, p->t_launch, p->kill_at, p->connected, p->relaunch,
+        p->tries, p->launches, p->given_up, p->diagnosing, p->early_status,
+        p->nnodes);
+    for (int i = 0; i < p->nnodes; i++)
+      resihp__wire_buf_printf(b, " %d", p->nodes[i]);
+    resihp__wire_buf_printf(b, "\n");
+  }
+}
+
+/* The record: "LAUNCHER <bytes>\n", the launcher's state, then the
+ * coordinator's. */
+static void on_mirror(void *ud, const char *snap, size_t len) {
+  (void)ud;
+  if (!g.keeper)
+    return;
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  launcher_state(&b);
+  char head[64];
+  int hl = snprintf(head, sizeof(head), "LAUNCHER %zu\n", b.len);
+  char *rec = b.err ? NULL : malloc((size_t)hl + b.len + len);
+  if (rec) {
+    memcpy(rec, head, (size_t)hl);
+    memcpy(rec + hl, b.s, b.len);
+    memcpy(rec + hl + b.len, snap, len);
+    if (!resihp__keeper_record(g.keeper, rec, (size_t)hl + b.len + len))
+      g.ldirty = 0;
+    free(rec);
+  }
+  resihp__wire_buf_free(&b);
+}
+
+/* The launcher's state from a record; *coord, *clen: the coordinator's
+ * part. The record is ours (the keeper's pipe), still every index is
+ * checked. */
+static int restore_launcher(const char *rec, size_t len, const char **coord,
+                            size_t *clen) {
+  size_t ll = 0;
+  int hl = 0;
+  if (sscanf(rec, "LAUNCHER %zu\n%n", &ll, &hl) != 1 || hl <= 0 ||
+      ll > len - (size_t)hl)
+    return RESIHP_EPROTO;
+  char *t = strndup(rec + hl, ll);
+  if (!t)
+    return RESIHP_ENOMEM;
+  *coord = rec + hl + ll;
+  *clen = len - (size_t)hl - ll;
+  for (int i = 0; i < g.nnodes; i++) {
+    g.nodes[i].bad = 0;
+    g.nodes[i].owner = -1;
+    g.nodes[i].check = 0;
+  }
+  int rc = 0;
+  char *save = NULL;
+  for (char *l = strtok_r(t, "\n", &save); l && !rc;
+       l = strtok_r(NULL, "\n", &save)) {
+    int n = 0, a[12];
+    long v[4];
+    int64_t w[2];
+    if (l[0] == 'L') {
+      int sig = 0, nsig = 0, ninj = 0;
+      if (sscanf(l,
+                 "L %d %d %d %d %d %ld %ld %ld %d %ld %d %d %d %d %" SCNd64
+                 " %ld %d%n",
+                 &g.nbad, &g.nreplacements, &g.stopping, &g.program_failed,
+                 &g.aborted, &g.saved_step, &g.kept[0], &g.kept[1],
+                 &g.save_cancelled, &g.saving_said, &g.shape_checked,
+                 &g.resume_mismatch, &sig, &nsig, &g.t0, &g.progress_step,
+                 &ninj, &n) != 17 ||
+          ninj != g.ninj) {
+        rc = RESIHP_EPROTO;
+        break;
+      }
+      if (nsig > (int)nsignals) { /* signals the old primary had seen */
+        got_signal = sig;
+        nsignals = nsig;
+      }
+      char *q = l + n;
+      for (int i = 0; i < g.ninj; i++)
+        g.fired[i] = (int)strtol(q, &q, 10);
+    } else if (l[0] == 'N') {
+      if (sscanf(l, "N %d %d %d %ld %ld", &a[0], &a[1], &a[2], &v[0], &v[1]) !=
+              5 ||
+          a[0] < 0 || a[0] >= g.nnodes || a[2] < -1 || a[2] >= g.R) {
+        rc = RESIHP_EPROTO;
+        break;
+      }
+      node_t *nd = &g.nodes[a[0]];
+      nd->bad = a[1];
+      nd->owner = a[2];
+      nd->check = (pid_t)v[0];
+      nd->check_regs = v[1];
+    } else if (l[0] == 'P') {
+      if (sscanf(l,
+                 "P %d %ld %" SCNd64 " %" SCNd64 " %d %d %d %d %d %d %d %d%n",
+                 &a[0], &v[0], &w[0], &w[1], &a[1], &a[2], &a[3], &a[4],
+                 &a[5], &a[6], &a[7], &a[8], &n) != 12 ||
+          a[0] < 0 || a[0] >= g.R || a[8] < 0 || a[8] > 64) {
+        rc = RESIHP_EPROTO;
+        break;
+      }
+      replica_t *p = &g.reps[a[0]];
+      p->pid = (pid_t)v[0];
+      p->t_launch = w[0];
+      p->kill_at = w[1];
+      p->connected = a[1];
+      p->relaunch = a[2];
+      p->tries = a[3];
+      p->launches = a[4];
+      p->given_up = a[5];
+      p->diagnosing = a[6];
+      p->early_status = a[7];
+      p->nnodes = a[8];
+      char *q = l + n;
+      for (int i = 0; i < p->nnodes; i++) {
+        long x = strtol(q, &q, 10);
+        p->nodes[i] = x >= 0 && x < g.nnodes ? (int)x : 0;
+      }
+    }
+  }
+  free(t);
+  return rc;
+}
+
+/* A primary that takes over: the ledger's complete lines (a line cut by
+ * the death of the one before is removed; the coordinator writes what is
+ * missing). */
+static long ledger_cut(FILE *f) {
+  long lines = 0, keep = 0, pos = 0;
+  int ch;
+  rewind(f);
+  while ((ch = getc(f)) != EOF) {
+    pos++;
+    if (ch == '\n') {
+      lines++;
+      keep = pos;
+    }
+  }
+  fflush(f);
+  if (ftruncate(fileno(f), keep) == 0)
+    fseek(f, keep, SEEK_SET);
+  return lines;
+}
+
 static void tick(void) {
   int64_t now = resihp__now_ms();
   for (int r = 0; r < g.R; r++) {
@@ -1017,13 +1223,17 @@ static void tick(void) {
     if (p->pid > 0 && p->kill_at && now >= p->kill_at) {
       kill(p->pid, SIGKILL);
       p->kill_at = 0;
+      g.ldirty = 1;
     }
-    if (p->pid > 0 && !p->connected && resihp__coord_connected(g.coord, r))
+    if (p->pid > 0 && !p->connected && resihp__coord_connected(g.coord, r)) {
       p->connected = 1;
+      g.ldirty = 1;
+    }
     if (p->pid > 0 && !p->connected && !p->kill_at &&
         now - p->t_launch > (int64_t)g.launch_timeout_s * 1000) {
       say("replica %d: rank did not join within %d s: marking its nodes bad", r,
           g.launch_timeout_s);
+      g.ldirty = 1;
       kill(p->pid, SIGKILL);
       release_nodes(r, 1);
       p->relaunch = 1;
@@ -1038,6 +1248,7 @@ static void tick(void) {
         continue;
       if (p->tries > 3) {
         say("replica %d: giving up after %d failed launches", r, p->tries);
+        g.ldirty = 1;
         p->given_up = 1;
         p->relaunch = 0;
         resihp__coord_mark_failed(g.coord, r, "launch failed");
@@ -1059,6 +1270,9 @@ static int resolve_host(const char *host, char *out, size_t len) {
   freeaddrinfo(ai);
   return rc;
 }
+
+static int primary_main(void *ud, const char *snap, size_t snaplen,
+                        resihp__keeper_t *k);
 
 int main(int argc, char **argv) {
   /* The program of a spare's check step (see the top comment). */
@@ -1090,14 +1304,15 @@ int main(int argc, char **argv) {
       {"resume", required_argument, 0, 'R'},
       {"events", required_argument, 0, 'V'},
       {"metrics", required_argument, 0, 'M'},
+      {"failover-after-ms", required_argument, 0, 'F'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:w:P:D:E:R:V:M:h",
+  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:w:P:D:E:R:V:M:F:h",
                           lo, NULL)) != -1) {
     long v = 0;
-    if (strchr("rskKpSTCPE", o)) {
+    if (strchr("rskKpSTCPEF", o)) {
       errno = 0;
       v = strtol(optarg, &end, 10);
       if (errno || end == optarg || *end || v < 0 || v > 100000) {
@@ -1111,6 +1326,7 @@ int main(int argc, char **argv) {
                 : o == 'C' ? "spare-recheck"
                 : o == 'P' ? "progress"
                 : o == 'E' ? "save-every"
+                : o == 'F' ? "failover-after-ms"
                            : "launch-timeout",
                 optarg);
         return EXIT_USAGE;
@@ -1158,6 +1374,9 @@ int main(int argc, char **argv) {
       break;
     case 'T':
       g.launch_timeout_s = (int)v;
+      break;
+    case 'F':
+      g.hang_ms = (int)v;
       break;
     case 'q':
       g.quiet = 1;
@@ -1350,7 +1569,7 @@ int main(int argc, char **argv) {
       unlink(g.secret_file);
     return EXIT_USAGE;
   }
-  resihp__coord_opts_t co = {
+  g.co = (resihp__coord_opts_t){
       .replicas = g.R,
       .bind_host = bind_addr,
       .hold_for_replacements = g.hold,
@@ -1371,48 +1590,55 @@ int main(int argc, char **argv) {
       .start_step = g.resuming ? g.resume.step : 0,
       .save_on_stop = g.state_dir[0] != '\0',
       .save_every = g.save_every,
-      .on_saved = on_saved};
+      .on_saved = on_saved,
+      .on_mirror = on_mirror};
   if (g.swap_cost_s == -2) {
     resihp_escalation_costs_t ec;
     resihp_escalation_costs_init(&ec);
-    co.swap_cost_s = ec.spare_swap_s;
+    g.co.swap_cost_s = ec.spare_swap_s;
   }
-  FILE *ledger = NULL;
-  if (g.ledger && !(ledger = fopen(g.ledger, "w"))) {
-    fprintf(stderr, "resihp-run: cannot write the ledger %s: %s\n", g.ledger,
-            strerror(errno));
+  /* The listening socket is the keeper's: the port outlives any one
+   * coordinator, and what waits in its backlog during a failover is
+   * accepted by the next one. */
+  int port = 0;
+  int lfd = resihp__wire_listen(bind_addr, g.port, &port);
+  if (lfd < 0) {
+    fprintf(stderr, "resihp-run: cannot listen on %s:%d: %s\n", bind_addr,
+            g.port, strerror(errno));
+    memset(secret, 0, sizeof(secret));
     if (g.own_secret)
       unlink(g.secret_file);
     return EXIT_USAGE;
   }
-  co.ledger = ledger;
-  if (g.events || g.metrics) {
-    const char *jid = getenv("SLURM_JOB_ID");
-    char rerr[600];
-    if (resihp__record_create(g.events, g.metrics, jid ? jid : "", &g.record,
-                              rerr, sizeof(rerr))) {
-      fprintf(stderr, "resihp-run: %s\n", rerr);
-      if (g.own_secret)
-        unlink(g.secret_file);
-      return EXIT_USAGE;
-    }
-    co.record = g.record;
-    resihp__record_event(g.record, g.resuming ? "resume" : "start",
-                         g.resuming ? g.resume.step : 0, RESIHP__RECORD_NONE,
-                         RESIHP__RECORD_NONE, NULL,
-                         g.resuming ? g.resume_arg : NULL, -1);
-  }
-  int rc = resihp__coord_create(&co, &g.coord);
+  g.co.use_listen_fd = 1;
+  g.co.listen_fd = lfd;
+  snprintf(g.host, sizeof(g.host), "%s", host);
+  snprintf(g.coord_ep, sizeof(g.coord_ep), "%s:%d", host, port);
+  ssize_t sl = readlink("/proc/self/exe", g.self, sizeof(g.self) - 1);
+  if (sl > 0)
+    g.self[sl] = '\0';
+  else
+    snprintf(g.self, sizeof(g.self), "%s", argv[0]);
+  g.t0 = resihp__now_ms();
+  /* This process becomes the keeper; the primary does the work. */
+  resihp__keeper_opts_t ko = {.hang_ms = g.hang_ms,
+                              .lost_status = EXIT_LOST,
+                              .primary = primary_main};
+  int ret = resihp__keeper_run(&ko);
+  close(lfd);
   memset(secret, 0, sizeof(secret));
-  if (rc) {
-    fprintf(stderr, "resihp-run: cannot start the coordinator: %s\n",
-            resihp_strerror(rc));
-    if (g.own_secret)
-      unlink(g.secret_file);
-    return EXIT_USAGE;
-  }
-  snprintf(g.coord_ep, sizeof(g.coord_ep), "%s:%d", host,
-           resihp__coord_port(g.coord));
+  resihp__cmd_free(&g.kill_cmd);
+  if (g.own_secret)
+    unlink(g.secret_file);
+  return ret;
+}
+
+/* The primary (keeper.h): the coordinator and the launcher, from the start
+ * (snap NULL) or from the last state a primary that died left. */
+static int primary_main(void *ud, const char *snap, size_t snaplen,
+                        resihp__keeper_t *kp) {
+  (void)ud;
+  g.keeper = kp;
   struct sigaction sa = {.sa_handler = on_signal};
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
@@ -1420,25 +1646,87 @@ int main(int argc, char **argv) {
    * salloc reports a command killed by SIGHUP as success: stop like a
    * SIGTERM instead, so that the job ends with its true status */
   sigaction(SIGHUP, &sa, NULL);
-  say("job %s: %d replica(s) x %d node(s), %d spare(s) of %d nodes; "
-      "coordinator %s (listening on %s)",
-      g.jobid, g.R, g.K, spares_left() - g.R, g.nnodes, g.coord_ep, bind_addr);
-  if (g.resuming)
-    say("resuming the training at step %ld of %ld from %s (saved by a run of "
-        "%d replica(s))",
-        g.resume.step, g.resume.steps, g.resume_step_dir, g.resume.replicas);
-  if (g.state_dir[0])
-    say("resumable states go to %s%s", g.state_dir,
-        g.save_every ? "" : " (on SIGTERM/SIGINT)");
-  ssize_t sl = readlink("/proc/self/exe", g.self, sizeof(g.self) - 1);
-  if (sl > 0)
-    g.self[sl] = '\0';
-  else
-    snprintf(g.self, sizeof(g.self), "%s", argv[0]);
-  int64_t t0 = resihp__now_ms();
-  for (int r = 0; r < g.R; r++)
-    if (launch(r))
-      g.reps[r].relaunch = 1;
+  resihp__keeper_beat(kp); /* the keeper may pass signals on now */
+  resihp__coord_opts_t co = g.co;
+  FILE *ledger = NULL;
+  long ledger_have = -1;
+  if (g.ledger && !(ledger = fopen(g.ledger, snap ? "r+" : "w"))) {
+    fprintf(stderr, "resihp-run: cannot write the ledger %s: %s\n", g.ledger,
+            strerror(errno));
+    return EXIT_USAGE;
+  }
+  if (ledger && snap)
+    ledger_have = ledger_cut(ledger);
+  co.ledger = ledger;
+  if (g.events || g.metrics) {
+    const char *jid = getenv("SLURM_JOB_ID");
+    char rerr[600];
+    if (resihp__record_create(g.events, g.metrics, jid ? jid : "", &g.record,
+                              rerr, sizeof(rerr))) {
+      fprintf(stderr, "resihp-run: %s\n", rerr);
+      return EXIT_USAGE;
+    }
+    co.record = g.record;
+    if (!snap)
+      resihp__record_event(g.record, g.resuming ? "resume" : "start",
+                           g.resuming ? g.resume.step : 0, RESIHP__RECORD_NONE,
+                           RESIHP__RECORD_NONE, NULL,
+                           g.resuming ? g.resume_arg : NULL, -1);
+  }
+  int rc;
+  if (snap) {
+    const char *csnap = NULL;
+    size_t clen = 0;
+    rc = restore_launcher(snap, snaplen, &csnap, &clen);
+    if (!rc)
+      rc = resihp__coord_restore(&co, csnap, clen, ledger_have, &g.coord);
+  } else {
+    rc = resihp__coord_create(&co, &g.coord);
+  }
+  if (rc) {
+    fprintf(stderr, "resihp-run: cannot start the coordinator: %s\n",
+            resihp_strerror(rc));
+    return snap ? EXIT_LOST : EXIT_USAGE;
+  }
+  char pidtxt[64];
+  snprintf(pidtxt, sizeof(pidtxt), "pid %ld", (long)getpid());
+  resihp__record_event(g.record, "coordinator", resihp__coord_step(g.coord),
+                       RESIHP__RECORD_NONE, (long)resihp__coord_epoch(g.coord),
+                       snap ? "standby" : "primary", pidtxt, -1);
+  const char *fwhy = NULL;
+  pid_t fold = 0;
+  int64_t fsince = 0;
+  if (resihp__keeper_failovers(kp, &fwhy, &fold, &fsince)) {
+    double secs = (double)(resihp__now_ms() - fsince) / 1000.0;
+    say("coordinator failover: pid %ld %s; pid %ld continues at step %ld "
+        "(epoch %u) after %.3f s",
+        (long)fold, fwhy, (long)getpid(), resihp__coord_step(g.coord),
+        resihp__coord_epoch(g.coord), secs);
+    resihp__record_event(g.record, "failover", resihp__coord_step(g.coord),
+                         RESIHP__RECORD_NONE,
+                         (long)resihp__coord_epoch(g.coord), fwhy, pidtxt,
+                         secs);
+  } else {
+    say("job %s: %d replica(s) x %d node(s), %d spare(s) of %d nodes; "
+        "coordinator %s (listening on %s, pid %ld)",
+        g.jobid, g.R, g.K, spares_left() - g.R, g.nnodes, g.coord_ep,
+        g.co.bind_host, (long)getpid());
+    if (g.resuming)
+      say("resuming the training at step %ld of %ld from %s (saved by a run "
+          "of %d replica(s))",
+          g.resume.step, g.resume.steps, g.resume_step_dir,
+          g.resume.replicas);
+    if (g.state_dir[0])
+      say("resumable states go to %s%s", g.state_dir,
+          g.save_every ? "" : " (on SIGTERM/SIGINT)");
+  }
+  int64_t t0 = g.t0;
+  if (!snap) {
+    for (int r = 0; r < g.R; r++)
+      if (launch(r))
+        g.reps[r].relaunch = 1;
+    resihp__coord_mirror(g.coord);
+  }
   int64_t next_check = 0;
   int ret = EXIT_OK, killed = 0;
   while (resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
@@ -1472,6 +1760,7 @@ int main(int argc, char **argv) {
      * result. */
     if ((got_signal || g.program_failed) && !g.stopping) {
       g.stopping = 1;
+      g.ldirty = 1;
       if (got_signal)
         say("%s: stopping once the step in progress (step %ld) has "
             "committed; send it again to stop at once",
@@ -1484,6 +1773,7 @@ int main(int argc, char **argv) {
       next_check =
           g.recheck_s ? resihp__now_ms() + g.recheck_s * 1000L : INT64_MAX;
     }
+    resihp__keeper_beat(kp);
     resihp__coord_poll(g.coord, 50);
     resihp__record_progress(g.record, resihp__coord_step(g.coord),
                             (long)resihp__coord_epoch(g.coord),
@@ -1497,6 +1787,7 @@ int main(int argc, char **argv) {
     int ar = resihp__coord_aborted(g.coord, why, sizeof(why));
     if (ar >= 0 && !g.aborted) {
       g.aborted = 1;
+      g.ldirty = 1;
       g.stopping = 1;
       fprintf(stderr,
               "resihp-run: replica %d stopped the run: %s (an error of the "
@@ -1517,6 +1808,8 @@ int main(int argc, char **argv) {
         say("every replica has failed and no spare is left");
       break;
     }
+    if (g.ldirty)
+      resihp__coord_mirror(g.coord); /* the launcher's own change */
   }
   int state = resihp__coord_state(g.coord);
   long end_step = resihp__coord_step(g.coord);
@@ -1571,11 +1864,13 @@ int main(int argc, char **argv) {
       left += g.reps[r].pid > 0 && g.reps[r].connected;
     if (!left || resihp__now_ms() > deadline)
       break;
+    resihp__keeper_beat(kp);
     resihp__coord_poll(g.coord, 50);
   }
   for (int r = 0; r < g.R; r++)
     if (g.reps[r].pid > 0) {
       kill(g.reps[r].pid, SIGTERM);
+      resihp__keeper_beat(kp);
       usleep(100000);
       kill(g.reps[r].pid, SIGKILL);
     }
@@ -1585,6 +1880,10 @@ int main(int argc, char **argv) {
   printf("  replacements launched:  %d; nodes marked bad: %d; spares left: "
          "%d\n",
          g.nreplacements, g.nbad, spares_left());
+  int nfo = resihp__keeper_failovers(kp, &fwhy, NULL, NULL);
+  if (nfo)
+    printf("  coordinator failovers:  %d (the last: the coordinator %s)\n",
+           nfo, fwhy);
   printf("  wall time:              %.3f s\n",
          (double)(resihp__now_ms() - t0) / 1000.0);
   if (ret == EXIT_OK && agree != 0) {
@@ -1608,6 +1907,7 @@ int main(int argc, char **argv) {
       left += helpers[k] != 0;
     if (!left)
       break;
+    resihp__keeper_beat(kp);
     usleep(100000);
   }
   for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
@@ -1621,10 +1921,7 @@ int main(int argc, char **argv) {
     ;
   resihp__coord_destroy(g.coord);
   resihp__record_destroy(g.record);
-  resihp__cmd_free(&g.kill_cmd);
   if (ledger)
     fclose(ledger);
-  if (g.own_secret)
-    unlink(g.secret_file);
   return ret;
 }

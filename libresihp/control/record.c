@@ -90,6 +90,8 @@ static const struct {
     {"resihp_stops_total", RESIHP_METRIC_COUNTER,
      "Ends of a run, by how it ended (done, stop, abort, lost)."},
     {"resihp_saves_total", RESIHP_METRIC_COUNTER, "Resumable states written."},
+    {"resihp_failovers_total", RESIHP_METRIC_COUNTER,
+     "Coordinators replaced by a successor (died or hung)."},
     {"resihp_step", RESIHP_METRIC_GAUGE, "The step being trained."},
     {"resihp_epoch", RESIHP_METRIC_GAUGE, "The membership epoch."},
     {"resihp_replicas_active", RESIHP_METRIC_GAUGE,
@@ -195,6 +197,8 @@ static void count(resihp__record_t *r, const char *event, const char *kind,
     resihp__metrics_add(r->m, "resihp_slow_episodes_total", NULL, 1);
   } else if (!strcmp(event, "save")) {
     resihp__metrics_add(r->m, "resihp_saves_total", NULL, 1);
+  } else if (!strcmp(event, "failover")) {
+    resihp__metrics_add(r->m, "resihp_failovers_total", NULL, 1);
   } else if (!strcmp(event, "done") || !strcmp(event, "stop") ||
              !strcmp(event, "abort") || !strcmp(event, "lost")) {
     snprintf(label, sizeof(label), "how=\"%s\"", event);

@@ -53,7 +53,11 @@ void resihp__record_destroy(resihp__record_t *r);
  *   slow / healthy / swap   fail-slow: a replica's speed changed, or it
  *              was swapped for a spare
  *   abort / stop / done / lost   how the run ended or was asked to end
- *   save / resume   a resumable state was written / read */
+ *   save / resume   a resumable state was written / read
+ *   coordinator     a coordinator process started (kind: primary, or
+ *              standby for one that took over; reason: "pid N")
+ *   failover   a coordinator died or hung and a successor took over
+ *              (kind: killed|hung; seconds: from detection to restored) */
 void resihp__record_event(resihp__record_t *r, const char *event, long step,
                           int replica, long epoch, const char *kind,
                           const char *reason, double seconds);

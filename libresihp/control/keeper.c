@@ -241,6 +241,7 @@ static int fork_primary(keeper_t *kp) {
   memmove(kp->pend, kp->pend + i, (kp->npend - i) * sizeof(notice_t));
   kp->npend -= i;
   fflush(NULL);
+  pid_t self = getpid();
   pid_t p = fork();
   if (p < 0) {
     for (int j = 0; j < 2; j++) {
@@ -261,6 +262,11 @@ static int fork_primary(keeper_t *kp) {
     /* its own process group: a terminal's ^C reaches the keeper, which
      * passes it on once */
     setpgid(0, 0);
+    /* the keeper gone (SIGKILL of resihp-run), the job is over: so is
+     * the primary, which nobody would ever reap or replace */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != self)
+      _exit(kp->o->lost_status);
     resihp__keeper_t k = kp->info;
     k.recw = rec[1];
     k.noter = note[0];

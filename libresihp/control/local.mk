@@ -34,3 +34,5 @@ tests_unit_test_keeper_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_keeper_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_keeper
 endif
+dist_check_SCRIPTS += tests/integration/failover.test
+TESTS += tests/integration/failover.test

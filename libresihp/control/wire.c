@@ -250,7 +250,9 @@ int resihp__wire_dial(const char *endpoint, int64_t deadline_ms) {
   int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
   freeaddrinfo(ai);
   if (rc < 0 && errno != EINPROGRESS) {
+    int e = errno;
     close(fd);
+    errno = e;
     return RESIHP_EPEER;
   }
   if (rc < 0) {
@@ -269,6 +271,7 @@ int resihp__wire_dial(const char *endpoint, int64_t deadline_ms) {
     getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
     if (err) {
       close(fd);
+      errno = err; /* the caller may tell a refusal from the rest */
       return RESIHP_EPEER;
     }
   }

@@ -95,7 +95,13 @@ static void sleep_ms(int ms) {
 static int try_once(resihp_job_t *j, int64_t deadline, resihp__wire_t *nw) {
   int64_t now = resihp__now_ms();
   int64_t dl = now + TRY_DIAL_MS < deadline ? now + TRY_DIAL_MS : deadline;
+  errno = 0;
   int fd = resihp__wire_dial(j->coordinator, dl);
+  /* Refused: nobody listens. The keeper holds the coordinator's socket
+   * across failovers, so resihp-run itself is gone: no coordinator will
+   * come back (final). */
+  if (fd < 0 && errno == ECONNREFUSED)
+    return RESIHP_ENOENT;
   if (fd < 0)
     return fd;
   resihp__wire_init(nw, fd);
@@ -147,7 +153,7 @@ static int reconnect_main(resihp_job_t *j, int why) {
   while (resihp__now_ms() < deadline) {
     tries++;
     if (!(rc = try_once(j, deadline, &nw)) || rc == RESIHP_ESTATE ||
-        rc == RESIHP_ENOMEM || rc == RESIHP_EPROTO)
+        rc == RESIHP_ENOMEM || rc == RESIHP_EPROTO || rc == RESIHP_ENOENT)
       break;
     int64_t left = deadline - resihp__now_ms();
     if (left <= 0)

@@ -302,9 +302,10 @@ static int primary_ended(keeper_t *kp, int st) {
   kp->info.since = resihp__now_ms();
   kp->in_a_row++;
   fprintf(stderr,
-          "resihp-run: the coordinator (pid %ld) %s%s; a new one takes over "
+          "%s: the coordinator (pid %ld) %s%s; a new one takes over "
           "from its last state (failover %d)\n",
-          (long)old, kp->killed ? "hung and was killed" : "died: ",
+          program_invocation_short_name, (long)old,
+          kp->killed ? "hung and was killed" : "died: ",
           kp->killed ? "" : strsignal(WTERMSIG(st)), kp->info.failovers);
   return -1;
 }
@@ -314,7 +315,8 @@ int resihp__keeper_run(const resihp__keeper_opts_t *o) {
   int max = o->max_failovers > 0 ? o->max_failovers : 3;
   int sp[2];
   if (pipe2(sp, O_CLOEXEC | O_NONBLOCK)) {
-    fprintf(stderr, "resihp-run: cannot make a pipe: %s\n", strerror(errno));
+    fprintf(stderr, "%s: cannot make a pipe: %s\n",
+            program_invocation_short_name, strerror(errno));
     return o->lost_status;
   }
   sig_w = sp[1];
@@ -332,15 +334,15 @@ int resihp__keeper_run(const resihp__keeper_opts_t *o) {
     if (!kp.pid) {
       if (kp.in_a_row > max) {
         fprintf(stderr,
-                "resihp-run: LOST: the coordinator failed %d times in a row "
+                "%s: LOST: the coordinator failed %d times in a row "
                 "without making progress; giving up\n",
-                kp.in_a_row);
+                program_invocation_short_name, kp.in_a_row);
         ret = o->lost_status;
         break;
       }
       if (fork_primary(&kp)) {
-        fprintf(stderr, "resihp-run: LOST: cannot start a coordinator: %s\n",
-                strerror(errno));
+        fprintf(stderr, "%s: LOST: cannot start a coordinator: %s\n",
+                program_invocation_short_name, strerror(errno));
         ret = o->lost_status;
         break;
       }

@@ -21,13 +21,26 @@
  *              (what the stubs read and wrote, tags included; TCP/IP
  *              headers not), heartbeats included;
  *   death      one replica closes its connection at a step start: time to
- *              every survivor holding the new epoch (GO new=1).
+ *              every survivor holding the new epoch (GO new=1);
+ *   failover   the coordinator's process is SIGKILLed at a step boundary
+ *              (every survivor has its START and has said BEGIN of the
+ *              next step): time to every survivor back on the successor
+ *              (WELCOME ... again=1), and to every survivor holding the
+ *              next step's START (resume).
+ *
+ * The coordinator runs as resihp-run runs it: under the keeper (keeper.h),
+ * which holds the listening socket and the mirrored state and starts the
+ * successor from it (resihp__coord_restore); the stubs reconnect as the
+ * job's link does (recovery/job_link.c: HELLO ... again=1, then the
+ * pending BEGIN again). --no-failover runs the coordinator alone, without
+ * the mirror: the cost of the mirror on each step, side by side.
  *
  * --check asserts what must hold whatever the speed: every replica was
  * admitted at once, every survivor got every START of every step in order
  * and every epoch (GO new=1), no member other than the killed one was lost
- * (every GO new=1 counts N, then N-1 members), DONE reached everyone and the
- * coordinator ended DONE. Exit 0 if so, 1 if not, 2 for a usage error.
+ * (every GO new=1 counts N, then N-1 members), every survivor came back
+ * once after the failover, DONE reached everyone and the coordinator's
+ * successor ended DONE. Exit 0 if so, 1 if not, 2 for a usage error.
  *
  * The step protocol lives in one function, stub_line (what a replica does
  * with each line from the coordinator); the rest is plumbing.
@@ -35,6 +48,7 @@
 #include "config.h"
 
 #include "../libresihp/control/coordinator.h"
+#include "../libresihp/control/keeper.h"
 #include "../libresihp/control/wire.h"
 #include "../libresihp/transport/mesh.h"
 
@@ -80,6 +94,8 @@ typedef struct {
   long epochs;     /* GO new=1 received */
   double begin_ms; /* last BEGIN sent */
   int admitted, done;
+  int back;   /* reconnecting after the failover */
+  int agains; /* WELCOME ... again=1 received */
 } stub_t;
 
 typedef struct {
@@ -88,6 +104,12 @@ typedef struct {
   long total_steps; /* 1 set-up step, the steady ones, 2 around the death */
   long kill_step;   /* the victim closes at this step's START */
   int victim;
+  int failover; /* the coordinator is killed at fo_step's START */
+  long fo_step;
+  pid_t primary; /* the coordinator's process (the keeper's child) */
+  int pid_fd;    /* where each coordinator's process says its pid */
+  double t_fo_kill, t_fo_back, t_fo_start;
+  long fo_back;
   int alive;
   int live; /* stubs with a socket */
   stub_t *s;
@@ -114,7 +136,7 @@ static double now_ms(void) {
 }
 
 /* The coordinator's CPU time (ms) and bytes through its descriptors. */
-static double child_cpu_ms(pid_t pid) {
+static double coordinator_cpu_ms(pid_t pid) {
   char path[64];
   unsigned long long ns = 0;
   snprintf(path, sizeof(path), "/proc/%d/schedstat", (int)pid);
@@ -128,7 +150,7 @@ static double child_cpu_ms(pid_t pid) {
 }
 
 static void snapshot(bench_t *b, int end) {
-  double cpu = child_cpu_ms(b->child), io = b->bytes;
+  double cpu = coordinator_cpu_ms(b->primary), io = b->bytes;
   if (end) {
     b->cpu1 = cpu;
     b->io1 = io;
@@ -146,10 +168,16 @@ static void fail(bench_t *b, stub_t *s, const char *what) {
             what);
 }
 
+/* The coordinator was killed and this stub is not back yet: its link's
+ * errors are the failover's, not the coordinator's. */
+static int awaits_successor(const bench_t *b, const stub_t *s) {
+  return b->t_fo_kill > 0 && !s->agains && !s->done;
+}
+
 static int send_line(bench_t *b, stub_t *s, const char *line) {
   int rc = resihp__wire_send(&s->w, line, resihp__now_ms() + 10000);
   b->bytes += (double)(strlen(line) + LINE_EXTRA);
-  if (rc)
+  if (rc && !awaits_successor(b, s))
     fail(b, s, "cannot send");
   return rc;
 }
@@ -185,13 +213,35 @@ static void add_latency(bench_t *b, double ms) {
   b->lat[b->nlat++] = ms;
 }
 
+/* The failover: the coordinator's process dies at a step boundary (every
+ * survivor has said the next BEGIN, which it may or may not have read). */
+static void kill_coordinator(bench_t *b) {
+  if (b->primary <= 0 || kill(b->primary, SIGKILL)) {
+    b->errors++;
+    fprintf(stderr,
+            "resihp-bench-control: N=%d: cannot kill the "
+            "coordinator\n",
+            b->n);
+    return;
+  }
+  b->t_fo_kill = now_ms();
+}
+
 /* What a replica does with one line from the coordinator: the whole step
  * protocol of the stub (see coordinator.h). Zero compute: a START is
  * answered with the next BEGIN at once. */
 static void stub_line(bench_t *b, stub_t *s, const char *line) {
   long v = -1, isnew = 0;
   char buf[96];
-  if (!strncmp(line, "WELCOME ", 8)) {
+  if (!strncmp(line, "WELCOME ", 8) && strstr(line, " again=1")) {
+    /* back on the successor: the BEGIN it may have missed, again */
+    s->agains++;
+    s->back = 0;
+    if (++b->fo_back == b->alive)
+      b->t_fo_back = now_ms();
+    snprintf(buf, sizeof(buf), "BEGIN step=%ld", s->next_step);
+    send_line(b, s, buf);
+  } else if (!strncmp(line, "WELCOME ", 8)) {
     if (++b->welcomed == b->n)
       b->t_welcome = now_ms();
     send_line(b, s, "BEGIN step=-1");
@@ -235,12 +285,13 @@ static void stub_line(bench_t *b, stub_t *s, const char *line) {
     s->next_step = v + 1;
     if (v >= 1 && v <= b->steps)
       add_latency(b, t - s->begin_ms);
-    if (v < b->total_steps && ++b->started[v] == b->alive) {
-      if (v == 0)
-        snapshot(b, 0);
-      else if (v == b->steps)
-        snapshot(b, 1);
-    }
+    int all = v < b->total_steps && ++b->started[v] == b->alive;
+    if (all && v == 0)
+      snapshot(b, 0);
+    else if (all && v == b->steps)
+      snapshot(b, 1);
+    else if (all && b->t_fo_kill > 0 && v == b->fo_step + 1)
+      b->t_fo_start = now_ms();
     if (s->id == b->victim && v == b->kill_step) {
       /* the death: its connection closes, the others go on */
       b->alive--;
@@ -251,6 +302,8 @@ static void stub_line(bench_t *b, stub_t *s, const char *line) {
     snprintf(buf, sizeof(buf), "BEGIN step=%ld", v + 1);
     s->begin_ms = now_ms();
     send_line(b, s, buf);
+    if (all && b->failover && v == b->fo_step)
+      kill_coordinator(b);
   } else if (!strcmp(line, "DONE")) {
     s->done = 1;
     b->done++;
@@ -259,6 +312,8 @@ static void stub_line(bench_t *b, stub_t *s, const char *line) {
     fail(b, s, line);
   } /* HB and anything else: nothing to do */
 }
+
+static int start_stub(bench_t *b, stub_t *s);
 
 /* The replica's socket is ready: connect, handshake, then lines. */
 static void stub_io(bench_t *b, stub_t *s, uint32_t ev) {
@@ -290,13 +345,16 @@ static void stub_io(bench_t *b, stub_t *s, uint32_t ev) {
     if (rc == 0)
       return;
     s->stage = S_LIVE;
-    char hello[256];
-    snprintf(hello, sizeof(hello),
-             "HELLO replica=%d ep=127.0.0.1:%d sep=127.0.0.1:%d node=bench%d "
-             "jobid=1 stepid=%d mbs=%d steps=%ld pid=%d lsize=1 lep=- "
-             "shape=-",
-             s->id, 20000 + s->id % 40000, 20000 + s->id % 40000, s->id, s->id,
-             b->mbs, b->total_steps, (int)getpid());
+    char hello[320];
+    int hl = snprintf(
+        hello, sizeof(hello),
+        "HELLO replica=%d ep=127.0.0.1:%d sep=127.0.0.1:%d node=bench%d "
+        "jobid=1 stepid=%d mbs=%d steps=%ld pid=%d lsize=1 lep=- shape=-",
+        s->id, 20000 + s->id % 40000, 20000 + s->id % 40000, s->id, s->id,
+        b->mbs, b->total_steps, (int)getpid());
+    if (s->back) /* as recovery/job_link.c says it after a failover */
+      snprintf(hello + hl, sizeof(hello) - (size_t)hl,
+               " again=1 epoch=%u step=%ld", s->epoch, s->next_step - 1);
     if (send_line(b, s, hello))
       return;
   }
@@ -313,9 +371,15 @@ static void stub_io(bench_t *b, stub_t *s, uint32_t ev) {
     stub_line(b, s, b->line);
   }
   if (s->stage == S_LIVE && rc < 0) {
-    if (!s->done)
+    int again = awaits_successor(b, s) && !s->back;
+    if (!s->done && !again)
       fail(b, s, "connection lost");
     kill_stub(b, s);
+    if (again) { /* the coordinator's death: connect to its successor */
+      s->back = 1;
+      if (start_stub(b, s))
+        fail(b, s, "cannot connect again");
+    }
     return;
   }
   /* N buffers of one GO each would add up: give the room back */
@@ -336,6 +400,7 @@ static int start_stub(bench_t *b, stub_t *s) {
                           .sin_port = htons((uint16_t)b->port)};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   resihp__wire_init(&s->w, fd);
+  memset(&s->hs, 0, sizeof(s->hs)); /* a new handshake */
   s->stage = S_CONNECTING;
   if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0 &&
       errno != EINPROGRESS) {
@@ -348,28 +413,71 @@ static int start_stub(bench_t *b, stub_t *s) {
   return epoll_ctl(b->ep, EPOLL_CTL_ADD, fd, &e) ? RESIHP_ESYS : 0;
 }
 
-/* The coordinator's process: serve until the training is over. */
-static void run_coordinator(bench_t *b, int wfd) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
+/* The coordinator's process (or processes, under the keeper). */
+typedef struct {
+  bench_t *b;
+  int lfd, pid_wfd;
+} coord_proc_t;
+
+static void mirror_to_keeper(void *ud, const char *snap, size_t len) {
+  resihp__keeper_record(ud, snap, len);
+}
+
+/* Serve until the training is over: from the start (snap NULL) or, under
+ * the keeper, from the state the killed one mirrored. */
+static int serve(void *ud, const char *snap, size_t len, resihp__keeper_t *k) {
+  coord_proc_t *cp = ud;
+  bench_t *b = cp->b;
+  pid_t me = getpid();
+  if (write(cp->pid_wfd, &me, sizeof(me)) != (ssize_t)sizeof(me))
+    return 3;
   resihp__coord_opts_t o = {.replicas = b->n,
                             .bind_host = "127.0.0.1",
                             .secret = b->secret,
                             .secret_len = sizeof(b->secret),
-                            .silence_ms = 30000};
+                            .silence_ms = 30000,
+                            .use_listen_fd = 1,
+                            .listen_fd = cp->lfd,
+                            .on_mirror = k ? mirror_to_keeper : NULL,
+                            .ud = k};
   resihp__coord_t *c;
-  int rc = resihp__coord_create(&o, &c);
-  int port = rc ? -1 : resihp__coord_port(c);
-  if (rc)
+  int rc = snap ? resihp__coord_restore(&o, snap, len, -1, &c)
+                : resihp__coord_create(&o, &c);
+  if (rc) {
     fprintf(stderr, "resihp-bench-control: coordinator for %d replicas: %s\n",
             b->n, resihp_strerror(rc));
-  if (write(wfd, &port, sizeof(port)) != (ssize_t)sizeof(port) || rc)
-    _exit(3);
-  close(wfd);
-  while (resihp__coord_state(c) == RESIHP__COORD_RUNNING)
+    return 3;
+  }
+  while (resihp__coord_state(c) == RESIHP__COORD_RUNNING) {
     resihp__coord_poll(c, 200);
+    if (k)
+      resihp__keeper_beat(k);
+  }
   int done = resihp__coord_state(c) == RESIHP__COORD_DONE;
   resihp__coord_destroy(c);
-  _exit(done ? 0 : 4);
+  return done ? 0 : 4;
+}
+
+/* The child: the listening socket (the keeper's, as in resihp-run), its
+ * port to the bench, then the coordinator under the keeper or alone. */
+static void run_coordinator(bench_t *b, int wfd, int pid_wfd) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  int port = -1;
+  coord_proc_t cp = {.b = b, .pid_wfd = pid_wfd};
+  cp.lfd = resihp__wire_listen("127.0.0.1", 0, &port);
+  if (cp.lfd < 0) {
+    fprintf(stderr, "resihp-bench-control: cannot listen: %s\n",
+            strerror(errno));
+    port = -1;
+  }
+  if (write(wfd, &port, sizeof(port)) != (ssize_t)sizeof(port) || port < 0)
+    _exit(3);
+  close(wfd);
+  if (!b->failover)
+    _exit(serve(&cp, NULL, 0, NULL));
+  /* hang_ms 0: only a death fails over (a loaded machine is no hang) */
+  resihp__keeper_opts_t ko = {.lost_status = 5, .primary = serve, .ud = &cp};
+  _exit(resihp__keeper_run(&ko));
 }
 
 static int cmp_d(const void *x, const void *y) {
@@ -392,21 +500,24 @@ static int wait_child(pid_t pid, int ms) {
 
 /* The checks of --check: NULL if all hold, else what failed. */
 static const char *verdict(const bench_t *b, int child_rc) {
-  static char why[160];
+  static char why[200];
   for (int i = 0; i < b->n; i++) {
     const stub_t *s = &b->s[i];
     int victim = i == b->victim;
     long want = victim ? b->kill_step + 1 : b->total_steps;
     /* the list travels whole once (the first epoch); the epoch after the
      * death is its change only */
-    if (!s->admitted || s->starts != want || s->bad_gos ||
-        s->whole_gos != 1 || (!victim && (!s->done || s->epochs != 2))) {
+    /* a survivor comes back once after the failover (the victim is gone
+     * by then) */
+    int agains = victim || !b->failover ? 0 : 1;
+    if (!s->admitted || s->starts != want || s->bad_gos || s->whole_gos != 1 ||
+        s->agains != agains || (!victim && (!s->done || s->epochs != 2))) {
       snprintf(why, sizeof(why),
                "replica %d: admitted %d, %ld of %ld STARTs, %ld GOs with a "
                "wrong member count, %ld with the whole list, %ld epochs, "
-               "done %d",
+               "back %d time(s) of %d, done %d",
                i, s->admitted, s->starts, want, s->bad_gos, s->whole_gos,
-               s->epochs, s->done);
+               s->epochs, s->agains, agains, s->done);
       return why;
     }
   }
@@ -423,7 +534,8 @@ static const char *verdict(const bench_t *b, int child_rc) {
 }
 
 /* One N: returns 0 if it ran (and, with check, passed). */
-static int run_one(int n, int steps, int check, double timeout_s) {
+static int run_one(int n, int steps, int check, int failover,
+                   double timeout_s) {
   bench_t *b = calloc(1, sizeof(*b));
   if (!b)
     return 1;
@@ -431,7 +543,9 @@ static int run_one(int n, int steps, int check, double timeout_s) {
   b->steps = steps;
   b->check = check;
   b->kill_step = steps + 1;
-  b->total_steps = steps + 3;
+  b->failover = failover;
+  b->fo_step = steps + 2;
+  b->total_steps = steps + 4;
   b->victim = n / 2;
   b->mbs = 4 * n < resihp__wire_max_microbatches()
                ? 4 * n
@@ -439,7 +553,7 @@ static int run_one(int n, int steps, int check, double timeout_s) {
   b->ep = -1;
   b->s = calloc((size_t)n, sizeof(stub_t));
   b->started = calloc((size_t)b->total_steps, sizeof(long));
-  int rc = 1, pfd[2] = {-1, -1}, child_rc = -1;
+  int rc = 1, pfd[2] = {-1, -1}, pidp[2] = {-1, -1}, child_rc = -1;
   if (!b->s || !b->started ||
       getrandom(b->secret, sizeof(b->secret), 0) != (ssize_t)sizeof(b->secret))
     goto out;
@@ -448,17 +562,23 @@ static int run_one(int n, int steps, int check, double timeout_s) {
     b->s[i].stage = S_DEAD;
     resihp__wire_init(&b->s[i].w, -1);
   }
-  if (pipe(pfd))
+  if (pipe(pfd) || pipe(pidp))
     goto out;
+  b->pid_fd = pidp[0];
+  fflush(stdout); /* or the child's copy of the buffer comes out too */
   b->child = fork();
   if (b->child == 0) {
     close(pfd[0]);
-    run_coordinator(b, pfd[1]);
+    close(pidp[0]);
+    run_coordinator(b, pfd[1], pidp[1]);
   }
   close(pfd[1]);
+  close(pidp[1]);
   if (b->child < 0 ||
       read(pfd[0], &b->port, sizeof(b->port)) != (ssize_t)sizeof(b->port) ||
-      b->port < 0) {
+      b->port < 0 ||
+      read(b->pid_fd, &b->primary, sizeof(b->primary)) !=
+          (ssize_t)sizeof(b->primary)) {
     fprintf(stderr, "resihp-bench-control: N=%d: no coordinator\n", n);
     goto out;
   }
@@ -507,12 +627,14 @@ static int run_one(int n, int steps, int check, double timeout_s) {
     qsort(b->lat, (size_t)b->nlat, sizeof(double), cmp_d);
   double med = b->nlat ? b->lat[b->nlat / 2] : -1,
          p99 = b->nlat ? b->lat[(b->nlat * 99) / 100] : -1;
-  printf("%7d %9.1f %9.1f %10.2f %10.2f %12.2f %12.1f %10.1f\n", n,
-         b->t_welcome > 0 ? b->t_welcome - b->t0 : -1,
+  printf("%7d %9.1f %9.1f %10.2f %10.2f %12.2f %12.1f %10.1f %11.1f %10.1f\n",
+         n, b->t_welcome > 0 ? b->t_welcome - b->t0 : -1,
          b->t_join > 0 ? b->t_join - b->t0 : -1, med, p99,
          b->tm1 > 0 ? (b->cpu1 - b->cpu0) / steps : -1,
          b->tm1 > 0 ? (b->io1 - b->io0) / steps / 1024 : -1,
-         b->t_epoch > 0 ? b->t_epoch - b->t_death : -1);
+         b->t_epoch > 0 ? b->t_epoch - b->t_death : -1,
+         b->t_fo_back > 0 ? b->t_fo_back - b->t_fo_kill : -1,
+         b->t_fo_start > 0 ? b->t_fo_start - b->t_fo_kill : -1);
   fflush(stdout);
   if (check) {
     const char *why = verdict(b, child_rc);
@@ -520,17 +642,22 @@ static int run_one(int n, int steps, int check, double timeout_s) {
       printf("check N=%d: FAILED: %s\n", n, why);
     else
       printf("check N=%d: ok (%d admitted, %ld steps, 1 death, %d survivors "
-             "in the new epoch)\n",
-             n, n, b->total_steps, b->alive);
+             "in the new epoch%s)\n",
+             n, n, b->total_steps, b->alive,
+             failover ? ", all back after the coordinator's failover" : "");
     rc = why != NULL;
   } else {
-    rc = b->t_join > 0 && b->t_epoch > 0 ? 0 : 1;
+    rc = b->t_join > 0 && b->t_epoch > 0 && (!failover || b->t_fo_start > 0)
+             ? 0
+             : 1;
   }
 out:
   if (b->child > 0)
     wait_child(b->child, 0);
   if (pfd[0] >= 0)
     close(pfd[0]);
+  if (pidp[0] >= 0)
+    close(pidp[0]);
   for (int i = 0; b->s && i < n; i++)
     resihp__wire_free(&b->s[i].w);
   if (b->ep >= 0)
@@ -544,21 +671,23 @@ out:
 
 static void usage(FILE *f) {
   fprintf(f, "usage: resihp-bench-control [--replicas \"N ...\"] [--steps S] "
-             "[--check] [--timeout SECONDS]\n"
+             "[--check] [--no-failover] [--timeout SECONDS]\n"
              "The coordinator with N simulated replicas on loopback (default "
              "16 64 256 1024):\n"
              "join time, step-boundary latency, coordinator CPU and bytes per "
-             "step, death to new epoch.\n");
+             "step, death to new epoch, coordinator SIGKILL to every replica "
+             "back.\n");
 }
 
 int main(int argc, char **argv) {
   const char *list = "16 64 256 1024";
   long steps = 5;
-  int check = 0;
+  int check = 0, failover = 1;
   double timeout_s = 300;
   static const struct option opts[] = {{"replicas", required_argument, 0, 'r'},
                                        {"steps", required_argument, 0, 's'},
                                        {"check", no_argument, 0, 'c'},
+                                       {"no-failover", no_argument, 0, 'F'},
                                        {"timeout", required_argument, 0, 't'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
@@ -578,6 +707,9 @@ int main(int argc, char **argv) {
       break;
     case 'c':
       check = 1;
+      break;
+    case 'F':
+      failover = 0;
       break;
     case 't':
       timeout_s = strtod(optarg, &end);
@@ -629,10 +761,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   printf("# coordinator with N simulated replicas on loopback, 4N "
-         "microbatches, zero compute, %ld steady steps\n",
-         steps);
-  printf("# %5s %9s %9s %10s %10s %12s %12s %10s\n", "N", "hello_ms", "join_ms",
-         "step_med", "step_p99", "cpu_ms/step", "KiB/step", "death_ms");
+         "microbatches, zero compute, %ld steady steps; %s\n",
+         steps,
+         failover ? "under the keeper, state mirrored, SIGKILLed once"
+                  : "alone, no mirror, no failover");
+  printf("# %5s %9s %9s %10s %10s %12s %12s %10s %11s %10s\n", "N", "hello_ms",
+         "join_ms", "step_med", "step_p99", "cpu_ms/step", "KiB/step",
+         "death_ms", "failover_ms", "resume_ms");
   int failed = 0;
   for (int i = 0; i < nn; i++) {
     if ((rlim_t)ns[i] + FD_SPARE > rl.rlim_cur) {
@@ -642,7 +777,7 @@ int main(int argc, char **argv) {
       failed |= check;
       continue;
     }
-    failed |= run_one(ns[i], (int)steps, check, timeout_s);
+    failed |= run_one(ns[i], (int)steps, check, failover, timeout_s);
   }
   return failed ? 1 : 0;
 }

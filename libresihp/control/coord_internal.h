@@ -136,6 +136,11 @@ struct resihp__coord {
   int capevs;
   conn_t *conns;
   int nconns, capconns;
+  /* no slot below this one is free (resihp__coord_adopt) */
+  int conn_free;
+  /* connections that may wait for their leader's address (SUBHELLO):
+   * at least as many as do (coord_protocol.c answer_subs) */
+  int subs_waiting;
   /* Every per-replica table has R entries, R from the launcher (opts
    * replicas), allocated at create: no fixed limit. */
   rep_t *reps;
@@ -189,8 +194,9 @@ struct resihp__coord {
   long samples, costed, swaps;
   /* free-running (coord_schedule.c): HOLD sent in this run; protocol
    * lines received and sent but heartbeats, and of those received the
-   * time-based reports (PROG, PERF) */
-  int held;
+   * time-based reports (PROG, PERF); a member turned slow in the run
+   * (HOLD due once its PERF is read) */
+  int held, hold_slow;
   uint32_t go_epoch; /* epoch of the last list sent (last_list's) */
   long lines_rx, lines_tx, lines_timed;
   /* saves (coord_save.c): the first step of this run, the step whose
@@ -212,6 +218,11 @@ struct resihp__coord {
   long start_at;
   int start_run, nstart_contrib;
   int *start_owner, *start_contrib;
+  /* its index (resihp__coord_index_start), so that N STARTs cost
+   * O(N + M), not O(N M): member r's microbatches are
+   * start_mbs[start_off[r] .. start_off[r + 1]), the members catching up
+   * that serve= names, in id order, start_joiners[0 .. nstart_joiners) */
+  int *start_mbs, *start_off, *start_joiners, nstart_joiners;
 };
 
 /* The coordinator's log lines (subsystem "coord"). */
@@ -291,6 +302,9 @@ void resihp__coord_mirror_if(resihp__coord_t *c);
  * mirror), and the last START again to member r. */
 void resihp__coord_write_ledger(resihp__coord_t *c, long from, long to);
 void resihp__coord_send_start(resihp__coord_t *c, int r);
+/* Index the START just made or restored (start_mbs, start_off,
+ * start_joiners). 0 or RESIHP_ENOMEM. */
+int resihp__coord_index_start(resihp__coord_t *c);
 /* coord_members.c: replica r's GO of the epoch being set up again, with
  * the whole list. */
 void resihp__coord_send_go_whole(resihp__coord_t *c, int r);

@@ -61,15 +61,19 @@ void resihp__coord_close_conn(resihp__coord_t *c, int k) {
   if (cn->replica >= 0 && c->reps[cn->replica].conn == k)
     c->reps[cn->replica].conn = -1;
   cn->replica = -1;
+  if (k < c->conn_free)
+    c->conn_free = k;
 }
 
 int resihp__coord_adopt(resihp__coord_t *c, resihp__wire_t *w) {
   int k = -1;
-  for (int i = 0; i < c->nconns; i++)
+  /* from the lowest slot that may be free: N joins in a row cost O(N) */
+  for (int i = c->conn_free; i < c->nconns; i++)
     if (c->conns[i].w.fd < 0) {
       k = i;
       break;
     }
+  c->conn_free = k < 0 ? c->nconns + 1 : k + 1;
   if (k < 0) {
     if (c->nconns == c->capconns) {
       int nc = c->capconns ? 2 * c->capconns : 16;
@@ -312,6 +316,9 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->owner);
   free(c->start_owner);
   free(c->start_contrib);
+  free(c->start_mbs);
+  free(c->start_off);
+  free(c->start_joiners);
   free(c->start_ms);
   resihp__coord_perf_free(c);
   for (int r = 0; c->reps && r < c->R; r++) {

@@ -27,11 +27,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* members is kept sorted (add_member, and a restored list is checked):
+ * a binary search, so that the lines of N members cost O(N log N), not
+ * O(N^2) (every reconnect and progress report asks). */
 int resihp__coord_is_member(const resihp__coord_t *c, int r) {
-  for (int i = 0; i < c->nmembers; i++)
-    if (c->members[i] == r)
-      return 1;
-  return 0;
+  int lo = 0, hi = c->nmembers;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (c->members[mid] < r)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < c->nmembers && c->members[lo] == r;
 }
 
 void resihp__coord_remove_member(resihp__coord_t *c, int r) {

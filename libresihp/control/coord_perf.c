@@ -74,6 +74,10 @@ static void on_event(int rank, resihp_health_state_t prev,
   /* a new episode, or its end, is news; a factor that moves is not */
   int news = (f > 1) != (p->slow > 1) || f > 1.25 * p->slow;
   p->slow = f;
+  /* free-running, its quota must change: HOLD once the samples are in
+   * (coord_protocol.c) */
+  if (f > 1 && c->phase == P_FREE && resihp__coord_is_member(c, r))
+    c->hold_slow = 1;
   if (f > 1)
     logc(news ? RESIHP_LOG_WARN : RESIHP_LOG_DEBUG,
          "replica %d rank %d is %s at step %llu: the replica runs at x%.2f, "

@@ -47,10 +47,17 @@ void resihp__coord_refuse(resihp__coord_t *c, int k, const char *reason,
  * from its LEP (said before HELLO, while it gathers its ranks' addresses)
  * or its HELLO, for the ranks of the same Slurm step. */
 static void answer_subs(resihp__coord_t *c, int r) {
+  if (!c->subs_waiting)
+    return; /* (every HELLO asks: replicas of one rank never wait) */
+  int left = 0;
   for (int i = 0; i < c->nconns; i++) {
     conn_t *cn = &c->conns[i];
-    if (cn->w.fd < 0 || cn->sub_replica != r)
+    if (cn->w.fd < 0 || cn->sub_replica < 0)
       continue;
+    if (cn->sub_replica != r) {
+      left++;
+      continue;
+    }
     const char *lep = NULL;
     for (int l = 0; !lep && l < c->nconns; l++) {
       const conn_t *ln = &c->conns[l];
@@ -62,13 +69,16 @@ static void answer_subs(resihp__coord_t *c, int r) {
     if (!lep && p->lep[0] && p->conn >= 0 && p->stepid == cn->sub_stepid &&
         p->jobid == cn->sub_jobid)
       lep = p->lep;
-    if (!lep)
+    if (!lep) {
+      left++;
       continue;
+    }
     char line[160];
     snprintf(line, sizeof(line), "LEADER ep=%s", lep);
     resihp__wire_send(&cn->w, line, resihp__now_ms() + 1000);
     cn->sub_replica = -1;
   }
+  c->subs_waiting = left;
 }
 
 /* SUBHELLO (a rank that waits for its leader's address) and LEP (a leader
@@ -92,6 +102,7 @@ static void on_subhello(resihp__coord_t *c, int k, const char *msg) {
     cn->lep_stepid = sid;
     cn->lep_jobid = jid;
   } else {
+    c->subs_waiting += cn->sub_replica < 0;
     cn->sub_replica = (int)r;
     cn->sub_stepid = sid;
     cn->sub_jobid = jid;
@@ -133,9 +144,8 @@ static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
   resihp__coord_again(c, resihp__coord_send_to(c, r, line));
   logc(RESIHP_LOG_INFO, "replica %d reconnected (step %ld)", r, c->step);
   /* a free run that must end: HOLD is said again (who heard it is not
-   * mirrored) */
-  if (c->phase == P_FREE && resihp__coord_is_member(c, r) &&
-      resihp__coord_hold_needed(c))
+   * mirrored; a restored coordinator sets held when a HOLD is due) */
+  if (c->phase == P_FREE && c->held && resihp__coord_is_member(c, r))
     resihp__coord_send_to(c, r, "HOLD");
   answer_subs(c, r);
   return 1;
@@ -383,13 +393,6 @@ static void free_progress(resihp__coord_t *c, int r, const char *msg,
     resihp__coord_free_to(c, t + plus);
 }
 
-/* Free-running, a replica turned slow: its quota must change. */
-static void hold_if_slow(resihp__coord_t *c) {
-  for (int i = 0; c->phase == P_FREE && i < c->nmembers; i++)
-    if (c->reps[c->members[i]].slow > 1)
-      resihp__coord_hold(c, "a member is slow");
-}
-
 /* A BEGIN said again by a replica that missed its answer (coordinator
  * failover): the same answer again, 1; 0 for any other BEGIN. A member
  * whose BEGIN s was counted gets its GO of the epoch being set up; in a
@@ -505,7 +508,10 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
     c->lines_timed++;
     free_progress(c, r, msg, 1);
     resihp__coord_on_perf(c, k, r, msg);
-    hold_if_slow(c);
+    if (c->hold_slow) { /* a member turned slow (coord_perf.c) */
+      c->hold_slow = 0;
+      resihp__coord_hold(c, "a member is slow");
+    }
   } else if (!strncmp(msg, "WL ", 3)) {
     resihp__coord_on_wl(c, k, r, msg);
   } else if (!strncmp(msg, "FAULT ", 6)) {

@@ -124,12 +124,9 @@ static void build_start(resihp__coord_t *c, int r, resihp__wire_buf_t *b) {
   const rep_t *p = &c->reps[r];
   resihp__wire_buf_printf(b, "START step=%ld epoch=%u mbs=", c->start_at,
                           c->epoch);
-  int first = 1;
-  for (int mb = 0; mb < c->M && !b->err; mb++)
-    if (c->start_owner[mb] == r) {
-      resihp__wire_buf_printf(b, "%s%d", first ? "" : ":", mb);
-      first = 0;
-    }
+  for (int i = c->start_off[r]; i < c->start_off[r + 1] && !b->err; i++)
+    resihp__wire_buf_printf(b, "%s%d", i > c->start_off[r] ? ":" : "",
+                            c->start_mbs[i]);
   if (r == c->wl_asked)
     resihp__wire_buf_printf(b, " wl=1");
   if (c->start_run)
@@ -145,11 +142,10 @@ static void build_start(resihp__coord_t *c, int r, resihp__wire_buf_t *b) {
    * ji-th joiner comes from contributor ji + k, so that the K transfers of
    * one joiner run from different replicas (the joiners in id order: the
    * members of the step that catch up) */
-  int nc = c->nstart_contrib, sfirst = 1, ji = 0;
-  for (int q = 0; q < c->R && nc > 0; q++) {
+  int nc = c->nstart_contrib, sfirst = 1;
+  for (int ji = 0; ji < c->nstart_joiners && nc > 0; ji++) {
+    int q = c->start_joiners[ji];
     const rep_t *j = &c->reps[q];
-    if (!c->in_step[q] || !j->catching || !j->sep)
-      continue;
     for (int sh = 0; sh < c->K; sh++) {
       char ep[RESIHP__COORD_EP_MAX];
       if (c->start_contrib[(ji + sh) % nc] != r ||
@@ -159,8 +155,34 @@ static void build_start(resihp__coord_t *c, int r, resihp__wire_buf_t *b) {
                               ep);
       sfirst = 0;
     }
-    ji++;
   }
+}
+
+int resihp__coord_index_start(resihp__coord_t *c) {
+  if (!c->start_mbs)
+    c->start_mbs = malloc(sizeof(int) * (size_t)(c->M ? c->M : 1));
+  if (!c->start_off)
+    c->start_off = malloc(sizeof(int) * (size_t)(c->R + 1));
+  if (!c->start_joiners)
+    c->start_joiners = malloc(sizeof(int) * (size_t)c->R);
+  if (!c->start_mbs || !c->start_off || !c->start_joiners)
+    return RESIHP_ENOMEM;
+  /* a counting sort of the microbatches by owner, in microbatch order */
+  memset(c->start_off, 0, sizeof(int) * (size_t)(c->R + 1));
+  for (int mb = 0; mb < c->M; mb++)
+    c->start_off[c->start_owner[mb] + 1]++;
+  for (int r = 0; r < c->R; r++)
+    c->start_off[r + 1] += c->start_off[r];
+  for (int mb = 0; mb < c->M; mb++) /* start_off[r] ends at r + 1's start */
+    c->start_mbs[c->start_off[c->start_owner[mb]]++] = mb;
+  for (int r = c->R; r > 0; r--)
+    c->start_off[r] = c->start_off[r - 1];
+  c->start_off[0] = 0;
+  c->nstart_joiners = 0;
+  for (int q = 0; q < c->R; q++)
+    if (c->in_step[q] && c->reps[q].catching && c->reps[q].sep)
+      c->start_joiners[c->nstart_joiners++] = q;
+  return 0;
 }
 
 void resihp__coord_send_start(resihp__coord_t *c, int r) {
@@ -212,6 +234,10 @@ static void start_step(resihp__coord_t *c) {
   memcpy(c->start_owner, c->owner, sizeof(int) * (size_t)c->M);
   memcpy(c->start_contrib, contrib, sizeof(int) * (size_t)nc);
   c->nstart_contrib = nc;
+  if (resihp__coord_index_start(c)) {
+    resihp__coord_lose(c, "out of memory");
+    return;
+  }
   c->start_at = c->step;
   c->start_run = run;
   c->phase = run ? P_FREE : P_RUN;

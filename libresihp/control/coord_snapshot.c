@@ -616,7 +616,9 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
   for (int i = 0; i < c->nstart_contrib; i++)
     if (!c->in_step[c->start_contrib[i]])
       return RESIHP_EPROTO;
-  return resihp__coord_check(c) ? RESIHP_EPROTO : 0;
+  if (resihp__coord_check(c))
+    return RESIHP_EPROTO;
+  return c->start_owner ? resihp__coord_index_start(c) : 0;
 }
 
 int resihp__coord_restore(const resihp__coord_opts_t *o, const char *snap,
@@ -668,7 +670,9 @@ int resihp__coord_restore(const resihp__coord_opts_t *o, const char *snap,
   /* rebuilt, not mirrored (see above) */
   for (int r = 0; r < c->R; r++)
     c->reps[r].slow = 1.0;
-  c->held = 0;
+  /* a free run that must end: every member is told HOLD when it comes
+   * back (coord_protocol.c reattach) */
+  c->held = c->phase == P_FREE && resihp__coord_hold_needed(c);
   c->dirty = 0;
   c->reconnect_by = resihp__now_ms() + c->o.silence_ms;
   long committed = c->step - c->base_step;

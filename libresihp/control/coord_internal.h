@@ -169,7 +169,7 @@ struct resihp__coord {
   fail_t fails[MAX_FAIL];
   int nfails;
   long reassigned;
-  int64_t last_hb;
+  int64_t last_hb, last_silence_check;
   spare_t *spares;
   int nspares, capspares;
   resihp__wire_hs_t *hs; /* handshakes in progress */

@@ -186,7 +186,13 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
     drain_conn(c, i, rc);
   }
   accept_conns(c, p[0].revents != 0);
-  for (int i = 0; i < c->nconns; i++) {
+  /* silence is looked for a few times per bound, not at every wake-up:
+   * N joins or reconnects wake the loop up to N times */
+  int64_t every = c->o.silence_ms / 4 < 250 ? c->o.silence_ms / 4 : 250;
+  int look = now - c->last_silence_check >= every;
+  if (look)
+    c->last_silence_check = now;
+  for (int i = 0; look && i < c->nconns; i++) {
     conn_t *cn = &c->conns[i];
     if (cn->w.fd >= 0 && cn->replica >= 0 &&
         now - cn->last_heard > c->o.silence_ms &&

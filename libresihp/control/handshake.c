@@ -146,6 +146,10 @@ struct resihp__wire_hs {
   pending_t *p;
   int n;
   int marked; /* the owner says which are readable (resihp__wire_hs_mark) */
+  /* where resihp__wire_hs_next goes on: the owner calls it until it says
+   * 0, and a pass over P pending ones with C complete costs O(P), not
+   * O(P C) */
+  int scan;
   long refused, expired, quiet, seq;
   int64_t last_warn;
 };
@@ -275,6 +279,7 @@ int resihp__wire_hs_fds(const resihp__wire_hs_t *h, struct pollfd *p, int cap) {
 
 void resihp__wire_hs_mark(resihp__wire_hs_t *h, const struct pollfd *p, int n) {
   h->marked = 1;
+  h->scan = 0;
   for (int i = 0; i < n && i < h->n; i++)
     h->p[i].ready = p[i].revents != 0;
 }
@@ -320,7 +325,7 @@ static int finish(resihp__wire_hs_t *h, pending_t *p, const char *line) {
 int resihp__wire_hs_next(resihp__wire_hs_t *h, resihp__wire_t *out) {
   int64_t now = resihp__now_ms();
   char line[RESIHP__WIRE_PREAUTH_MAX + 1];
-  for (int i = 0; i < h->n;) {
+  for (int i = h->scan; i < h->n;) {
     pending_t *p = &h->p[i];
     int expired = now >= p->deadline;
     if (h->marked && !p->ready) {
@@ -352,7 +357,9 @@ int resihp__wire_hs_next(resihp__wire_hs_t *h, resihp__wire_t *out) {
     }
     *out = p->w;
     h->p[i] = h->p[--h->n];
+    h->scan = i; /* the last one moved here: not looked at yet */
     return 1;
   }
+  h->scan = 0;
   return 0;
 }

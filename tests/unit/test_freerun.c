@@ -49,6 +49,9 @@ typedef struct {
   int late[MAXR];
   /* assignment by predicted cost, the ranks' data loader tm_workload */
   int cost;
+  /* ... which fails for step wl_fail_step on replica wl_fail_r's ranks */
+  int wl_fail_r;
+  long wl_fail_step;
 } plan_t;
 
 static char g_secret[128], g_coord[64];
@@ -65,6 +68,16 @@ static void hook(const plan_t *p) {
     _exit(41);
 }
 
+/* tm_workload, but not for step wl_fail_step on replica wl_fail_r. */
+static int g_replica;
+static int flaky_workload(long s, int mb, double *tokens, double *sum_l2,
+                          double *nseq, void *ud) {
+  const plan_t *p = ud;
+  if (g_replica == p->wl_fail_r && s == p->wl_fail_step)
+    return -1;
+  return tm_workload(s, mb, tokens, sum_l2, nseq, NULL);
+}
+
 static int rank_main(const plan_t *p, int replica) {
   resihp_job_opts_t o;
   uint64_t m[NB] = {0};
@@ -73,7 +86,9 @@ static int rank_main(const plan_t *p, int replica) {
   resihp_job_t *job;
   if (resihp_job_join(&o, &job))
     return 10;
-  if (p->cost && resihp_job_set_workload_fn(job, tm_workload, NULL))
+  g_replica = replica;
+  if (p->cost &&
+      resihp_job_set_workload_fn(job, flaky_workload, (void *)p))
     return 14;
   int sh = resihp_job_shard(job);
   resihp_job_step_t st;
@@ -211,7 +226,8 @@ static void run(const plan_t *p, on_hook_fn on_hook, outcome_t *out) {
 /* R replicas of K ranks for `steps` steps; replica hook_r waits at the
  * start of hook_step for the test (-1: no hook). */
 static plan_t plan(int R, int K, long steps, int hook_r, long hook_step) {
-  plan_t p = {.R = R, .K = K, .steps = steps, .hook_r = hook_r};
+  plan_t p = {.R = R, .K = K, .steps = steps, .hook_r = hook_r,
+              .wl_fail_r = -1};
   p.hook_step = hook_step;
   p.hook_wait = hook_r >= 0;
   return p;
@@ -426,6 +442,36 @@ START_TEST(cost_kill_in_free_run) {
 }
 END_TEST
 
+/* By cost: the data loader of replica 2 does not know step 30's
+ * workloads. Its ranks vote at the end of step 29 to end the run, so that
+ * every replica says BEGIN 30 (nobody goes on with a list of its own);
+ * step 30 is assigned by the coordinator (replica 0's loader gave its
+ * workloads), a new free run follows. The ledger is still the one the
+ * same job writes step by step, the result that of a failure-free run,
+ * and the boundary costs lines that a run without it does not. */
+START_TEST(cost_workload_missing_ends_run) {
+  plan_t p = plan(3, 1, 40, -1, 0);
+  p.cost = 1;
+  outcome_t *a = malloc(sizeof(*a)), *f = malloc(sizeof(*f)),
+            *l = malloc(sizeof(*l));
+  ck_assert(a && f && l);
+  run(&p, no_hook, a);
+  p.wl_fail_r = 2;
+  p.wl_fail_step = 30;
+  run(&p, no_hook, f);
+  expect_result(f, p.K, 40, 3);
+  p.lockstep = 1;
+  run(&p, no_hook, l);
+  ck_assert_msg(!strcmp(f->ledger, l->ledger), "free:\n%s\nlockstep:\n%s",
+                f->ledger, l->ledger);
+  ck_assert_int_gt(f->rx - f->timed, a->rx - a->timed);
+  ck_assert_int_gt(f->tx, a->tx);
+  free(a);
+  free(f);
+  free(l);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("freerun");
   TCase *tc = tcase_create("freerun");
@@ -436,6 +482,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, joiner_in_free_run);
   tcase_add_loop_test(tc, cost_lines_do_not_grow_with_steps, 0, 2);
   tcase_add_loop_test(tc, cost_kill_in_free_run, 0, 2);
+  tcase_add_test(tc, cost_workload_missing_ends_run);
   suite_add_tcase(s, tc);
   return s;
 }

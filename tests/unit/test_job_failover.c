@@ -527,7 +527,10 @@ END_TEST
 
 /* By cost: replica 1 and the coordinator die together in step 25 of a
  * free run; the survivors' RECOVER, with the owners of the run's steps,
- * goes to the new coordinator. */
+ * goes to the new coordinator. Replica 1 is not held: it may have sent its
+ * part of step 25 before the SIGKILL, and the survivors may then finish
+ * the step with it (a machine under load); either way the ledger must say
+ * who computed what. */
 START_TEST(cost_kill_during_recovery) {
   plan_t p = plan(3, 1 + _i, 40);
   p.cost = 1;
@@ -536,7 +539,8 @@ START_TEST(cost_kill_during_recovery) {
   outcome_t o;
   run(&p, &o);
   expect_result(&o, p.K, 40, 2);
-  ck_assert_msg(o.lost_at[1] == 25 && o.owned[1] == 25,
+  ck_assert_msg((o.lost_at[1] == 25 || o.lost_at[1] == 26) &&
+                    o.owned[1] == o.lost_at[1],
                 "lost %ld owned %ld: %s", o.lost_at[1], o.owned[1], o.summary);
   ck_assert_int_eq(o.owned[0], 40);
   ck_assert_int_eq(o.owned[2], 40);

@@ -477,8 +477,10 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
       p->waiting = 1;
     if (p->state == R_JOINING)
       resihp__coord_hold(c, "a replica waits to join");
-    else if (c->phase == P_FREE && resihp__coord_is_member(c, r))
+    else if (c->phase == P_FREE && resihp__coord_is_member(c, r)) {
       c->phase = P_BARRIER; /* the run is over: back to the barrier */
+      c->fown_n = 0;        /* every step of it is in the ledger */
+    }
   } else if (!strncmp(msg, "PROG ", 5)) {
     c->lines_timed++;
     if (c->phase == P_FREE && resihp__coord_is_member(c, r) &&

@@ -372,6 +372,24 @@ static long costed_lines(const char *ledger, int R, long *last_other) {
   return n;
 }
 
+/* Two ledgers hold the same steps and agree line by line after step
+ * `from` (up to it one may still be warming up: by counts). */
+static void same_ledgers(const char *x, const char *y, long from) {
+  const char *p = x, *q = y;
+  while (*p && *q) {
+    const char *pe = strchr(p, '\n'), *qe = strchr(q, '\n');
+    ck_assert(pe && qe);
+    long s = strtol(p, NULL, 10);
+    int same = pe - p == qe - q && !memcmp(p, q, (size_t)(pe - p));
+    if (s > from)
+      ck_assert_msg(same, "step %ld: '%.*s' and '%.*s'", s, (int)(pe - p), p,
+                    (int)(qe - q), q);
+    p = pe + 1;
+    q = qe + 1;
+  }
+  ck_assert(!*p && !*q);
+}
+
 /* Assignment by predicted cost (the default of resihp-run) with the ranks'
  * data loader: once the predictor is warm (lockstep until then: the same
  * steps in every run) the members run free, each rank assigning each step
@@ -405,13 +423,23 @@ START_TEST(cost_lines_do_not_grow_with_steps) {
           "%ld, %ld)\n",
           p.K, a->rx, a->tx, a->timed, a->seconds, b->rx, b->tx, b->timed,
           b->seconds, l->rx, l->tx, l->seconds, ca, cl, other_a, other_l);
-  ck_assert_msg(!strcmp(a->ledger, l->ledger), "free:\n%s\nlockstep:\n%s",
-                a->ledger, l->ledger);
-  /* costed from warm-up (32 samples a rank: 16 steps) to the end */
+  long other_b;
+  costed_lines(b->ledger, 3, &other_b);
+  /* costed from warm-up (32 samples a rank: 16 steps) to the end; with 2
+   * ranks a replica's second rank's samples come through its leader and
+   * may warm its shard's model a step later in one run than in another */
   ck_assert_int_lt(other_a, 24);
   ck_assert_int_eq(ca, 40 - 1 - other_a);
-  ck_assert_int_eq(a->rx - a->timed, b->rx - b->timed);
-  ck_assert_int_eq(a->tx, b->tx);
+  ck_assert_int_eq(cl, 40 - 1 - other_l);
+  same_ledgers(a->ledger, l->ledger, other_a > other_l ? other_a : other_l);
+  if (other_a == other_b) {
+    ck_assert_int_eq(a->rx - a->timed, b->rx - b->timed);
+    ck_assert_int_eq(a->tx, b->tx);
+  } else {
+    /* a warm-up step more or less: its lockstep lines, no more */
+    long d = labs(b->rx - b->timed + b->tx - (a->rx - a->timed + a->tx));
+    ck_assert_int_le(d, 8 * 3 * labs(other_b - other_a));
+  }
   /* the warm-up steps are step by step: the free steps cost nothing */
   ck_assert_int_lt(b->rx - b->timed + b->tx, l->rx - l->timed + l->tx);
   free(a);
@@ -462,8 +490,11 @@ START_TEST(cost_workload_missing_ends_run) {
   expect_result(f, p.K, 40, 3);
   p.lockstep = 1;
   run(&p, no_hook, l);
-  ck_assert_msg(!strcmp(f->ledger, l->ledger), "free:\n%s\nlockstep:\n%s",
-                f->ledger, l->ledger);
+  long other_f, other_l;
+  costed_lines(f->ledger, 3, &other_f);
+  costed_lines(l->ledger, 3, &other_l);
+  ck_assert_int_lt(other_f, 24);
+  same_ledgers(f->ledger, l->ledger, other_f > other_l ? other_f : other_l);
   ck_assert_int_gt(f->rx - f->timed, a->rx - a->timed);
   ck_assert_int_gt(f->tx, a->tx);
   free(a);

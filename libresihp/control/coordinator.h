@@ -50,9 +50,10 @@
  * bits, control/costplan.c), every rank assigns each next step from its
  * data loader with it, and PROG, RECOVER and the BEGIN that ends the run
  * carry the owners of the run's steps (ofrom=a own=r:r:..., M a step:
- * coord_schedule.c); a rank that cannot assign a step ends the run. With --save-every, run=1 comes
- * with until=T, the next boundary where a save is due: the members end
- * the run there by themselves (no HOLD needed). Meanwhile:
+ * coord_schedule.c); a rank that cannot assign a step ends the run.
+ * With --save-every, run=1 comes with until=T, the next boundary where a
+ * save is due: the members end the run there by themselves (no HOLD
+ * needed). Meanwhile:
  *
  *   rank  -> PROG step=s   (from the leader of the first member, at most
  *            about once a second: every step before s is committed)

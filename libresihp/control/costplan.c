@@ -103,12 +103,11 @@ static int parse_figs(const char *s, double *out, int n) {
   return 0;
 }
 
-int resihp__costplan_parse(const char *msg, int max_id,
-                           resihp__costplan_t *p) {
-  size_t cap = (size_t)(FIG + 1) *
-                   (size_t)(p->cap > MODEL_FIGS * p->K ? p->cap
-                                                       : MODEL_FIGS * p->K) +
-               1;
+int resihp__costplan_parse(const char *msg, int max_id, resihp__costplan_t *p) {
+  size_t cap =
+      (size_t)(FIG + 1) *
+          (size_t)(p->cap > MODEL_FIGS * p->K ? p->cap : MODEL_FIGS * p->K) +
+      1;
   char *v = malloc(cap);
   int *ids = NULL, n = 0, rc;
   char *seen = NULL;
@@ -117,8 +116,8 @@ int resihp__costplan_parse(const char *msg, int max_id,
   if (!v)
     return RESIHP_ENOMEM;
   rc = resihp__wire_get(msg, "cby", v, cap);
-  if (rc == RESIHP_ENOENT && resihp__wire_get(msg, "cslow", v, cap) ==
-                                 RESIHP_ENOENT &&
+  if (rc == RESIHP_ENOENT &&
+      resihp__wire_get(msg, "cslow", v, cap) == RESIHP_ENOENT &&
       resihp__wire_get(msg, "cmod", v, cap) == RESIHP_ENOENT)
     goto out; /* no plan */
   rc = RESIHP_EPROTO;

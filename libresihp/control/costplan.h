@@ -43,8 +43,7 @@ void resihp__costplan_put(resihp__wire_buf_t *b, const resihp__costplan_t *p);
  * count that is not nc multipliers and 7 K model figures, a figure that
  * is not exactly 16 lowercase hex digits or not finite, a multiplier < 1,
  * a model that is not resihp_model_ok. On error p holds no plan (nc 0). */
-int resihp__costplan_parse(const char *msg, int max_id,
-                           resihp__costplan_t *p);
+int resihp__costplan_parse(const char *msg, int max_id, resihp__costplan_t *p);
 
 /* Step owners by the plan: each of the M microbatches' cost from its
  * workload (resihp_model_costs; cost: room for M), resihp_planner_assign

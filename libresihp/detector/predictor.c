@@ -155,8 +155,8 @@ int resihp_model_ok(const resihp_model_t *m) {
   for (int i = 0; i < NF; i++)
     if (!isfinite(m->theta[i]))
       return 0;
-  return isfinite(m->n0) && isfinite(m->k0) && isfinite(m->t0) &&
-         m->n0 >= 1 && m->k0 >= 1 && m->t0 > 0;
+  return isfinite(m->n0) && isfinite(m->k0) && isfinite(m->t0) && m->n0 >= 1 &&
+         m->k0 >= 1 && m->t0 > 0;
 }
 
 /* Quiet checks: a caller of these falls back to equal costs. */

@@ -237,9 +237,8 @@ static void take_plan(resihp_job_t *j, long s) {
     j->mbs = mbs;
   if (!mbs || !j->olog || !j->cwl || !j->ccost || !j->cpick)
     rc = RESIHP_ENOMEM;
-  else if (!(rc = resihp__costplan_init(&j->cplan,
-                                        j->nmembers ? j->nmembers : 1,
-                                        j->lsize)))
+  else if (!(rc = resihp__costplan_init(
+                 &j->cplan, j->nmembers ? j->nmembers : 1, j->lsize)))
     rc = resihp__costplan_parse(j->msg, maxid, &j->cplan);
   if (rc == RESIHP_ENOENT)
     return; /* no plan: the same microbatches every step */

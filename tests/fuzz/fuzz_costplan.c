@@ -43,8 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   int rc = resihp__costplan_parse(in, max_id, &p);
   if (rc) {
-    if (p.nc != 0 || (rc != RESIHP_ENOENT && rc != RESIHP_EPROTO &&
-                      rc != RESIHP_ENOMEM))
+    if (p.nc != 0 ||
+        (rc != RESIHP_ENOENT && rc != RESIHP_EPROTO && rc != RESIHP_ENOMEM))
       abort();
     goto out;
   }

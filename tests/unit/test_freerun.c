@@ -87,8 +87,7 @@ static int rank_main(const plan_t *p, int replica) {
   if (resihp_job_join(&o, &job))
     return 10;
   g_replica = replica;
-  if (p->cost &&
-      resihp_job_set_workload_fn(job, flaky_workload, (void *)p))
+  if (p->cost && resihp_job_set_workload_fn(job, flaky_workload, (void *)p))
     return 14;
   int sh = resihp_job_shard(job);
   resihp_job_step_t st;
@@ -226,8 +225,8 @@ static void run(const plan_t *p, on_hook_fn on_hook, outcome_t *out) {
 /* R replicas of K ranks for `steps` steps; replica hook_r waits at the
  * start of hook_step for the test (-1: no hook). */
 static plan_t plan(int R, int K, long steps, int hook_r, long hook_step) {
-  plan_t p = {.R = R, .K = K, .steps = steps, .hook_r = hook_r,
-              .wl_fail_r = -1};
+  plan_t p = {
+      .R = R, .K = K, .steps = steps, .hook_r = hook_r, .wl_fail_r = -1};
   p.hook_step = hook_step;
   p.hook_wait = hook_r >= 0;
   return p;
@@ -539,8 +538,7 @@ START_TEST(bench) {
     printf("%-10s %8d %6ld %10ld %10ld %12.2f %10.3f\n",
            lock ? (p.cost ? "lock-cost" : "lockstep")
                 : (p.cost ? "free-cost" : "free-run"),
-           p.R, p.steps, o.rx, o.tx,
-           (double)(o.rx + o.tx) / (double)p.steps,
+           p.R, p.steps, o.rx, o.tx, (double)(o.rx + o.tx) / (double)p.steps,
            1000.0 * o.seconds / (double)p.steps);
     fflush(stdout);
   }
@@ -554,8 +552,7 @@ static int run_bench(int argc, char **argv) {
   g_bench_cost = argc > 5 && !strcmp(argv[5], "cost");
   if (g_bench_r < 1 || g_bench_r > MAXR || g_bench_steps < 2 ||
       g_compute_us < 0) {
-    fprintf(stderr,
-            "usage: test_freerun --bench [R<=%d [STEPS [US [cost]]]]\n",
+    fprintf(stderr, "usage: test_freerun --bench [R<=%d [STEPS [US [cost]]]]\n",
             MAXR);
     return 2;
   }

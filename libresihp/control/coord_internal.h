@@ -24,6 +24,7 @@
 #define RESIHP_CONTROL_COORD_INTERNAL_H
 
 #include "coordinator.h"
+#include "costplan.h"
 #include "wire.h"
 
 #include <resihp/detector.h>
@@ -185,7 +186,8 @@ struct resihp__coord {
   resihp_detector_t *det;
   double *rank_slow;         /* R*K: each rank's multiplier (1: not SLOW) */
   unsigned char *rank_state; /* R*K: each rank's resihp_health_state_t */
-  double *wl, *cost;         /* M*3 workloads of step wl_step, M costs */
+  resihp_workload_t *wl;     /* M workloads of step wl_step */
+  double *cost;              /* M costs */
   long wl_step;
   int wl_asked;      /* replica to send the next step's workloads */
   int *pick;         /* M: contributor index of each microbatch */
@@ -223,6 +225,16 @@ struct resihp__coord {
    * start_mbs[start_off[r] .. start_off[r + 1]), the members catching up
    * that serve= names, in id order, start_joiners[0 .. nstart_joiners) */
   int *start_mbs, *start_off, *start_joiners, nstart_joiners;
+  /* assignment by cost (coord_perf.c, costplan.c): the plan the last
+   * START's owners were computed with (cplan_have: they were; a free run
+   * then ships it, run=1 cby=...), and the owners the replicas reported
+   * of that free run's steps fown_at..fown_at+fown_n-1 (M each), not yet
+   * in the ledger (coord_schedule.c) */
+  resihp__costplan_t cplan;
+  int cplan_have;
+  int *fown;
+  long fown_at;
+  int fown_n, fown_cap;
 };
 
 /* The coordinator's log lines (subsystem "coord"). */
@@ -250,6 +262,14 @@ int resihp__coord_ensure_steps(resihp__coord_t *c, long n);
 /* Free run: a member says it is at step t, so every step before t is
  * committed (with the run's owners); no-op outside a free run. */
 void resihp__coord_free_to(resihp__coord_t *c, long t);
+/* A free run by cost: whether it is one, and the owners a line carries
+ * (ofrom=a own=...: M per step from step a), kept until their steps are
+ * committed: 0, or RESIHP_EPROTO for owners that are not a run's. */
+int resihp__coord_cost_run(const resihp__coord_t *c);
+int resihp__coord_take_owners(resihp__coord_t *c, const char *msg);
+/* RECOVER in a free run by cost at step s (committed up to s): the owners
+ * of step s become the step's; 0, or RESIHP_EPROTO if they are unknown. */
+int resihp__coord_cost_owners_of(resihp__coord_t *c, long s);
 /* Free run: whether the coordinator needs the next boundary (a stop, a
  * joiner, an expected replacement, a slow member), and HOLD, once. */
 int resihp__coord_hold_needed(const resihp__coord_t *c);

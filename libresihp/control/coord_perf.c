@@ -15,9 +15,14 @@
  * Costs. One contributor is asked (START wl=1) to send the workloads of
  * all M microbatches of the next step with its next BEGIN (WL), from the
  * trainer's data loader (resihp_job_set_workload_fn). A microbatch's cost
- * is the sum over shards of a healthy rank's prediction for it; without
- * workloads or a warm predictor all microbatches cost the same. The
- * assignment itself is resihp_planner_assign.
+ * is the sum over shards of a healthy rank's prediction for it (the
+ * model of the shard's reference rank, resihp_detector_model, evaluated
+ * by resihp_model_costs); without workloads or a warm predictor all
+ * microbatches cost the same. The assignment is resihp__costplan_owners
+ * (resihp_planner_assign by cost) with a plan (contributors, multipliers,
+ * models) that START ships when the members run free: they then assign
+ * every following step themselves, the same way (costplan.c); the WL
+ * asked for is then that of the step at which the run ends.
  *
  * Swap. A replica slow for swap_after steps in a row is swapped for a spare
  * at a step boundary when resihp_planner_swap_gain_s says it pays back over
@@ -99,13 +104,17 @@ int resihp__coord_perf_init(resihp__coord_t *c) {
   cfg.userdata = c;
   c->rank_slow = malloc(sizeof(double) * (size_t)n);
   c->rank_state = calloc((size_t)n, 1);
-  c->wl = malloc(sizeof(double) * 3 * (size_t)c->M);
+  c->wl = malloc(sizeof(resihp_workload_t) * (size_t)c->M);
   c->cost = malloc(sizeof(double) * (size_t)c->M);
   c->pick = malloc(sizeof(int) * (size_t)c->M);
   c->tuples = malloc(sizeof(long long) * 5 * (size_t)c->M);
   c->val = malloc(RESIHP__WIRE_LINE_MAX + 1);
+  c->fown_cap = resihp__costplan_rows(c->M);
+  c->fown = malloc(sizeof(int) * (size_t)c->fown_cap * (size_t)c->M);
   if (!c->val || !c->rank_state || !c->rank_slow || !c->wl || !c->cost ||
-      !c->pick || !c->tuples || resihp_detector_create(&c->det, &cfg))
+      !c->pick || !c->tuples || !c->fown ||
+      resihp__costplan_init(&c->cplan, c->R, c->K) ||
+      resihp_detector_create(&c->det, &cfg))
     return RESIHP_ENOMEM;
   for (int i = 0; i < n; i++) {
     c->rank_slow[i] = 1.0;
@@ -128,7 +137,13 @@ void resihp__coord_perf_free(resihp__coord_t *c) {
   free(c->pick);
   free(c->tuples);
   free(c->val);
-  c->rank_slow = c->wl = c->cost = NULL;
+  free(c->fown);
+  c->fown = NULL;
+  c->fown_n = 0;
+  resihp__costplan_free(&c->cplan);
+  c->cplan_have = 0;
+  c->rank_slow = c->cost = NULL;
+  c->wl = NULL;
   c->pick = NULL;
   c->tuples = NULL;
   c->val = NULL;
@@ -153,7 +168,11 @@ void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg) {
   long s, sh = 0;
   int n = 0, e = 0;
   /* k= is set by the leader's relay for its other ranks */
-  if (!c->det || resihp__wire_get_range(msg, "step", 0, c->step, &s) ||
+  /* free-running by cost, the coordinator commits a step once its
+   * owners come, which may be after its samples */
+  if (!c->det ||
+      resihp__wire_get_range(msg, "step", 0,
+                             c->phase == P_FREE ? c->S : c->step, &s) ||
       ((e = resihp__wire_get_range(msg, "k", 0, c->K - 1, &sh)) &&
        e != RESIHP_ENOENT) ||
       resihp__wire_get(msg, "s", c->val, RESIHP__WIRE_LINE_MAX + 1) ||
@@ -179,73 +198,80 @@ void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg) {
 void resihp__coord_on_wl(resihp__coord_t *c, int k, int r, const char *msg) {
   long s;
   int n = 0;
+  /* free-running, the coordinator's step lags: the WL of the step at
+   * which the run ends comes with the BEGIN that ends it */
   if (!c->det || r != c->wl_asked ||
-      resihp__wire_get_range(msg, "step", c->step, c->step + 1, &s) ||
+      resihp__wire_get_range(msg, "step", c->step,
+                             c->phase == P_FREE ? c->S : c->step + 1, &s) ||
       resihp__wire_get(msg, "w", c->val, RESIHP__WIRE_LINE_MAX + 1) ||
       resihp__wire_parse_tuples(c->val, 3, PERF_MAX, c->tuples, c->M, &n) ||
       n != c->M) {
     resihp__coord_refuse(c, k, "bad-workloads", 0, msg);
     return;
   }
-  for (int i = 0; i < 3 * n; i++)
-    c->wl[i] = (double)c->tuples[i];
+  for (int i = 0; i < n; i++)
+    c->wl[i] = (resihp_workload_t){(double)c->tuples[3 * i],
+                                   (double)c->tuples[3 * i + 1],
+                                   (double)c->tuples[3 * i + 2]};
   c->wl_step = s;
 }
 
-/* A healthy, warm rank of shard k among the contributors, or -1. */
+/* A healthy, warm rank of shard k among the contributors, its model into
+ * *m; -1 if none. */
 static int reference_rank(const resihp__coord_t *c, const int *contrib, int nc,
-                          int k) {
+                          int k, resihp_model_t *m) {
   for (int i = 0; i < nc; i++) {
     int rank = contrib[i] * c->K + k;
     resihp_rank_health_t h;
-    double t;
-    resihp_workload_t w = {1, 1, 1};
     if (!resihp_detector_health(c->det, rank, &h) &&
         h.state == RESIHP_HEALTH_HEALTHY &&
-        !resihp_detector_predict(c->det, rank, &w, &t))
+        !resihp_detector_model(c->det, rank, m))
       return rank;
   }
   return -1;
 }
 
-/* Predicted cost of each microbatch of this step; 0 if unknown. */
-static int predict_costs(resihp__coord_t *c, const int *contrib, int nc) {
-  if (c->wl_step != c->step)
+/* The step's owners by predicted cost into c->owner, with the plan
+ * (c->cplan) that any replica can compute them from: 1, or 0 when there
+ * are no workloads of this step or no warm predictor for some shard. */
+static int assign_by_cost(resihp__coord_t *c, const int *contrib, int nc) {
+  resihp__costplan_t *p = &c->cplan;
+  p->nc = 0;
+  if (c->wl_step != c->step || nc > p->cap)
     return 0;
-  for (int mb = 0; mb < c->M; mb++)
-    c->cost[mb] = 0;
-  for (int k = 0; k < c->K; k++) {
-    int ref = reference_rank(c, contrib, nc, k);
-    if (ref < 0)
+  for (int k = 0; k < c->K; k++)
+    if (reference_rank(c, contrib, nc, k, &p->model[k]) < 0)
       return 0;
-    for (int mb = 0; mb < c->M; mb++) {
-      resihp_workload_t w = {c->wl[3 * mb], c->wl[3 * mb + 1],
-                             c->wl[3 * mb + 2]};
-      double t;
-      if (resihp_detector_predict(c->det, ref, &w, &t) || !(t > 0))
-        return 0;
-      c->cost[mb] += t;
-    }
+  for (int i = 0; i < nc; i++) {
+    p->contrib[i] = contrib[i];
+    p->slow[i] = c->reps[contrib[i]].slow;
+  }
+  p->nc = nc;
+  if (resihp__costplan_owners(p, c->wl, c->M, c->cost, c->pick, c->owner)) {
+    p->nc = 0;
+    return 0;
   }
   return 1;
 }
 
 int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc) {
-  double *slow = c->rslow; /* even ignores them */
-  for (int i = 0; i < nc; i++)
-    slow[i] = c->reps[contrib[i]].slow;
   int have = c->det && c->o.assign == RESIHP_ASSIGN_COST &&
-             predict_costs(c, contrib, nc);
-  /* without costs, counts by speed (contiguous blocks) */
-  resihp_assign_mode_t mode = (resihp_assign_mode_t)c->o.assign;
-  if (mode == RESIHP_ASSIGN_COST && !have)
-    mode = RESIHP_ASSIGN_COUNT;
-  int rc = resihp_planner_assign(mode, have ? c->cost : NULL, c->M, slow, nc,
-                                 c->pick, NULL);
-  if (rc)
-    return rc;
-  for (int mb = 0; mb < c->M; mb++)
-    c->owner[mb] = contrib[c->pick[mb]];
+             assign_by_cost(c, contrib, nc);
+  c->cplan_have = have;
+  if (!have) {
+    /* without costs, counts by speed (contiguous blocks) */
+    double *slow = c->rslow; /* even ignores them */
+    for (int i = 0; i < nc; i++)
+      slow[i] = c->reps[contrib[i]].slow;
+    resihp_assign_mode_t mode = (resihp_assign_mode_t)c->o.assign;
+    if (mode == RESIHP_ASSIGN_COST)
+      mode = RESIHP_ASSIGN_COUNT;
+    int rc = resihp_planner_assign(mode, NULL, c->M, slow, nc, c->pick, NULL);
+    if (rc)
+      return rc;
+    for (int mb = 0; mb < c->M; mb++)
+      c->owner[mb] = contrib[c->pick[mb]];
+  }
   c->costed += have;
   /* the next step's workloads, from the first contributor */
   c->wl_asked = c->det && c->o.assign == RESIHP_ASSIGN_COST ? contrib[0] : -1;

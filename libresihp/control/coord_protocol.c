@@ -461,8 +461,16 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   if (!strncmp(msg, "BEGIN ", 6)) {
     if (again_begin(c, r, msg))
       return;
+    int free_member = c->phase == P_FREE && resihp__coord_is_member(c, r);
+    if (free_member && resihp__coord_take_owners(c, msg)) {
+      resihp__coord_refuse(c, k, "bad-owners", 1, msg);
+      return;
+    }
     free_progress(c, r, msg, 0);
-    if (resihp__wire_get_range(msg, "step", -1, c->step + 1, &v)) {
+    /* free-running by cost, a BEGIN must bring the owners of the run's
+     * steps before it (every leader holds them: job_step.c) */
+    if (resihp__wire_get_range(msg, "step", -1, c->step + 1, &v) ||
+        (free_member && c->phase == P_FREE && v > c->step)) {
       resihp__coord_refuse(c, k, "bad-begin", 1, msg);
       return;
     }
@@ -472,10 +480,17 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
       p->waiting = 1;
     if (p->state == R_JOINING)
       resihp__coord_hold(c, "a replica waits to join");
-    else if (c->phase == P_FREE && resihp__coord_is_member(c, r))
+    else if (c->phase == P_FREE && resihp__coord_is_member(c, r)) {
       c->phase = P_BARRIER; /* the run is over: back to the barrier */
+      c->fown_n = 0;        /* every step of it is in the ledger */
+    }
   } else if (!strncmp(msg, "PROG ", 5)) {
     c->lines_timed++;
+    if (c->phase == P_FREE && resihp__coord_is_member(c, r) &&
+        resihp__coord_take_owners(c, msg)) {
+      resihp__coord_refuse(c, k, "bad-owners", 1, msg);
+      return;
+    }
     free_progress(c, r, msg, 0);
   } else if (!strncmp(msg, "READY ", 6) || !strncmp(msg, "RESYNC ", 7)) {
     int ready = msg[2] == 'A';

@@ -186,10 +186,21 @@ void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
    * any step is, and the run is over (its group changed) */
   if (!bad && inview[r] && c->phase == P_FREE &&
       resihp__coord_is_member(c, r) && s >= c->step && s < c->S) {
+    /* by cost, the RECOVER brings the owners of the run's steps up to s
+     * (job_step.c): those of s are the ones the rounds move */
+    if (resihp__coord_take_owners(c, msg)) {
+      resihp__coord_refuse(c, k, "bad-owners", 1, msg);
+      return;
+    }
     resihp__coord_free_to(c, s);
     if (c->state != RESIHP__COORD_RUNNING)
       return;
-    c->phase = P_RUN;
+    if (c->step == s && resihp__coord_cost_owners_of(c, s)) {
+      resihp__coord_refuse(c, k, "bad-recover", 1, msg);
+      return;
+    }
+    if (c->step == s)
+      c->phase = P_RUN;
   }
   if (bad || !inview[r] || s > c->step) {
     resihp__coord_refuse(c, k, "bad-recover", 1, msg);

@@ -15,9 +15,9 @@
  *
  * Free-running. When nothing is pending that needs a boundary (nobody
  * joins or catches up, no stop, no slow member, not the last step, and an
- * assignment that stays the same from step to step: not by predicted
- * cost, which needs each step's workloads), START says run=1: the members
- * go on step after step with the same microbatches and say nothing (see
+ * assignment the members can make themselves: the same from step to step,
+ * or by predicted cost when this step's was, see below), START says run=1:
+ * the members go on step after step and say nothing (see
  * recovery/job_step.c), and the phase is P_FREE. The coordinator's step
  * then lags theirs; what a member says tells it how far they are, and each
  * step before that is committed with the run's owners, in order
@@ -28,6 +28,24 @@
  * or slowness) it says HOLD once to every member (resihp__coord_hold):
  * the members agree to say BEGIN at the end of the step in which one of
  * them heard it.
+ *
+ * Free-running by cost. The START of such a run carries its plan
+ * (costplan.c: the contributors, their multipliers, each shard's model),
+ * and every rank assigns each following step from its data loader's
+ * workloads exactly as resihp__coord_assign would. The coordinator, which
+ * does not see those workloads, learns the owners from the members: the
+ * first member's leader sends those of the steps since its last PROG with
+ * PROG, and every leader sends those of all the run's steps with the BEGIN
+ * that ends it and with a RECOVER (which needs the step's own): ofrom=a
+ * own=o:o:..., M per step, at most resihp__costplan_rows(M) steps (a run
+ * ends at a boundary before its log is longer). They are checked (every
+ * owner a contributor of the run, M per step, the same as any reported
+ * before for the step: the replicas must never disagree) and kept in fown
+ * (mirrored) until their steps are committed and in the ledger; a step is
+ * committed only once its owners are known, so a BEGIN that does not
+ * bring them is refused. A PROG lost with a coordinator leaves a gap that
+ * the next report or the run's end fills (a reconnecting leader sends
+ * everything again).
  */
 #include "config.h"
 
@@ -83,7 +101,7 @@ int resihp__coord_ensure_steps(resihp__coord_t *c, long n) {
 /* Whether the members may run free from this step: see above. */
 static int may_run_free(const resihp__coord_t *c, int nc) {
   if (c->o.lockstep || c->stop || c->step + 1 >= c->S || nc != c->nmembers ||
-      c->wl_asked >= 0)
+      (c->wl_asked >= 0 && !c->cplan_have))
     return 0;
   for (int r = 0; r < c->R; r++) {
     const rep_t *p = &c->reps[r];
@@ -131,6 +149,8 @@ static void build_start(resihp__coord_t *c, int r, resihp__wire_buf_t *b) {
     resihp__wire_buf_printf(b, " wl=1");
   if (c->start_run)
     resihp__wire_buf_printf(b, " run=1");
+  if (resihp__coord_cost_run(c))
+    resihp__costplan_put(b, &c->cplan);
   if (c->start_run && c->o.save_every > 0)
     resihp__wire_buf_printf(b, " until=%ld",
                             resihp__coord_next_save(c, c->start_at));
@@ -216,6 +236,7 @@ static void start_step(resihp__coord_t *c) {
     return;
   }
   resihp__coord_free_rounds(c);
+  c->fown_n = 0;
   memset(c->in_step, 0, (size_t)c->R);
   for (int i = 0; i < c->nmembers; i++) {
     rep_t *p = &c->reps[c->members[i]];
@@ -278,22 +299,132 @@ static void commit_step(resihp__coord_t *c) {
     resihp__coord_lose(c, "out of memory");
 }
 
+/* The owners of step s: as a free run by cost reported them, else the
+ * step's (c->owner). */
+static const int *owners_of(const resihp__coord_t *c, long s) {
+  if (c->fown_n > 0 && s >= c->fown_at && s < c->fown_at + c->fown_n)
+    return &c->fown[(size_t)(s - c->fown_at) * (size_t)c->M];
+  return c->owner;
+}
+
 /* Write-ahead: the state that says these steps are committed is mirrored
  * before their lines are written, so that a coordinator restored from it
  * writes the lines the file lacks (coord_snapshot.c), and none twice. The
- * owners are the current ones: a commit writes its lines before the next
- * START changes them. */
+ * owners are the current ones (a commit writes its lines before the next
+ * START changes them), or those a free run by cost reported, which stay
+ * in the state until their lines are written. */
 void resihp__coord_write_ledger(resihp__coord_t *c, long from, long to) {
   if (!c->o.ledger || from >= to)
     return;
   resihp__coord_mirror_if(c);
   for (long s = from; s < to; s++) {
+    const int *own = owners_of(c, s);
     fprintf(c->o.ledger, "%ld", s);
     for (int mb = 0; mb < c->M; mb++)
-      fprintf(c->o.ledger, " %d", c->owner[mb]);
+      fprintf(c->o.ledger, " %d", own[mb]);
     fputc('\n', c->o.ledger);
   }
   fflush(c->o.ledger);
+}
+
+int resihp__coord_cost_run(const resihp__coord_t *c) {
+  return c->start_run && c->cplan_have && c->cplan.nc > 0;
+}
+
+/* Reported owners of committed steps are dropped once in the ledger. */
+static void drop_owners_before(resihp__coord_t *c, long s) {
+  if (c->fown_n <= 0 || s <= c->fown_at)
+    return;
+  long k = s - c->fown_at;
+  if (k >= c->fown_n) {
+    c->fown_n = 0;
+    return;
+  }
+  memmove(c->fown, c->fown + (size_t)k * (size_t)c->M,
+          sizeof(int) * (size_t)c->M * (size_t)(c->fown_n - k));
+  c->fown_n -= (int)k;
+  c->fown_at = s;
+}
+
+/* The first step of the run whose owners are unknown: the run's first
+ * step is START's, the next ones as reported. */
+static long owners_known_to(const resihp__coord_t *c) {
+  long next = c->step > c->start_at ? c->step : c->start_at + 1;
+  if (c->fown_n > 0 && c->fown_at <= next)
+    return c->fown_at + c->fown_n;
+  return next;
+}
+
+int resihp__coord_take_owners(resihp__coord_t *c, const char *msg) {
+  long a;
+  if (c->phase != P_FREE || !resihp__coord_cost_run(c))
+    return 0;
+  int rc = resihp__wire_get_range(msg, "ofrom", c->start_at + 1,
+                                  c->start_at + c->fown_cap, &a);
+  if (rc == RESIHP_ENOENT)
+    return 0;
+  int *v = NULL, n = 0, M = c->M;
+  char *ok = NULL;
+  if (rc || resihp__wire_get(msg, "own", c->val, RESIHP__WIRE_LINE_MAX + 1) ||
+      resihp__wire_parse_ints(c->val, c->R, &v, &n) || n % M ||
+      a - c->start_at - 1 + n / M > c->fown_cap ||
+      !(ok = calloc((size_t)c->R, 1))) {
+    rc = RESIHP_EPROTO;
+    goto out;
+  }
+  for (int i = 0; i < c->cplan.nc; i++)
+    ok[c->cplan.contrib[i]] = 1;
+  for (int i = 0; i < n; i++)
+    if (!ok[v[i]]) {
+      rc = RESIHP_EPROTO; /* not a contributor of the run */
+      goto out;
+    }
+  long next = owners_known_to(c);
+  if (c->fown_n == 0)
+    c->fown_at = next;
+  for (int i = 0; i < n / M; i++) {
+    long s = a + i;
+    const int *row = v + (size_t)i * (size_t)M;
+    if (s < c->fown_at)
+      continue; /* committed */
+    if (s < c->fown_at + c->fown_n) {
+      if (memcmp(row, owners_of(c, s), sizeof(int) * (size_t)M)) {
+        logc(RESIHP_LOG_ERROR,
+             "the replicas disagree on the owners of step %ld of a free run "
+             "by cost",
+             s);
+        rc = RESIHP_EPROTO;
+        goto out;
+      }
+      continue;
+    }
+    if (s != c->fown_at + c->fown_n || c->fown_n >= c->fown_cap)
+      break; /* a gap: what comes later says it again */
+    memcpy(c->fown + (size_t)c->fown_n * (size_t)M, row,
+           sizeof(int) * (size_t)M);
+    c->fown_n++;
+  }
+  rc = 0;
+out:
+  free(v);
+  free(ok);
+  return rc;
+}
+
+int resihp__coord_cost_owners_of(resihp__coord_t *c, long s) {
+  if (!resihp__coord_cost_run(c) || s == c->start_at) {
+    c->fown_n = 0;
+    return 0;
+  }
+  if (!(c->fown_n > 0 && s >= c->fown_at && s < c->fown_at + c->fown_n))
+    return RESIHP_EPROTO;
+  memcpy(c->owner, owners_of(c, s), sizeof(int) * (size_t)c->M);
+  c->fown_n = 0;
+  for (int i = 0; i < c->nmembers; i++)
+    c->reps[c->members[i]].quota = 0;
+  for (int mb = 0; mb < c->M; mb++)
+    c->reps[c->owner[mb]].quota++;
+  return 0;
 }
 
 void resihp__coord_free_to(resihp__coord_t *c, long t) {
@@ -301,17 +432,22 @@ void resihp__coord_free_to(resihp__coord_t *c, long t) {
     return;
   if (t > c->S)
     t = c->S;
+  int cost = resihp__coord_cost_run(c);
+  if (cost && t > owners_known_to(c))
+    t = owners_known_to(c); /* the rest when their owners come */
   long from = c->step;
   if (t <= from || resihp__coord_ensure_steps(c, t + 1))
     return;
   /* the steps in between started at times unknown: evenly spread */
   int64_t t0 = c->start_ms[from], now = resihp__now_ms();
   while (c->step < t && c->state == RESIHP__COORD_RUNNING) {
+    c->costed += cost && c->step > c->start_at;
     commit_step(c);
     c->phase = P_FREE;
     c->start_ms[c->step] = t0 + (now - t0) * (c->step - from) / (t - from);
   }
   resihp__coord_write_ledger(c, from, c->step);
+  drop_owners_before(c, c->step);
 }
 
 /* Every member has committed the last step: DONE instead of GO, to the

@@ -18,7 +18,9 @@
  * (addresses, Slurm step, begun/ready/catching, list epoch, quota, results,
  * its fail-slow statistics), stop and abort, the RECOVER rounds of the step
  * (a re-sent RECOVER gets the same REASSIGN), the save in progress, the
- * failure records of the summary and the spare registry. What is not, and
+ * failure records of the summary and the spare registry, the cost plan of
+ * the last START ("cp", parsed as a START's) and the owners a free run by
+ * cost reported that are not in the ledger yet ("ow"). What is not, and
  * is rebuilt: connections and handshakes (every member must reconnect,
  * HELLO ... again=1, within silence_ms of the restore or is failed like a
  * silent replica); the fail-slow detector's history (each rank's detector
@@ -173,6 +175,16 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
                             sp->replica);
     put_word(b, sp->node);
     put_text(b, sp->summary);
+    resihp__wire_buf_printf(b, "\n");
+  }
+  if (c->cplan_have && c->cplan.nc > 0) {
+    resihp__wire_buf_printf(b, "cp");
+    resihp__costplan_put(b, &c->cplan);
+    resihp__wire_buf_printf(b, "\n");
+  }
+  if (c->fown_n > 0) {
+    resihp__wire_buf_printf(b, "ow %ld", c->fown_at);
+    put_ids(b, c->fown, c->fown_n * c->M);
     resihp__wire_buf_printf(b, "\n");
   }
   resihp__wire_buf_printf(b, "end\n");
@@ -599,6 +611,29 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
         return RESIHP_EPROTO;
       if ((rc = restore_spare(c, &u)))
         return rc;
+    } else if (tag(line, "cp", &u)) {
+      /* the plan of a START by cost (its own parser: every figure) */
+      if (c->cplan_have || !c->M || !c->nstart_contrib ||
+          resihp__costplan_parse(line, c->R, &c->cplan) ||
+          c->cplan.nc != c->nstart_contrib ||
+          memcmp(c->cplan.contrib, c->start_contrib,
+                 sizeof(int) * (size_t)c->nstart_contrib))
+        return RESIHP_EPROTO;
+      c->cplan_have = 1;
+    } else if (tag(line, "ow", &u)) {
+      /* owners a free run by cost reported, not yet in the ledger */
+      if (!c->cplan_have || c->fown_n || c->phase != P_FREE || !c->start_run)
+        return RESIHP_EPROTO;
+      c->fown_at = (long)num(&u, c->start_at + 1, c->start_at + c->fown_cap);
+      int n = ids(&u, c->fown, c->fown_cap * c->M, c->R);
+      if (u.err || *u.p || n < c->M || n % c->M ||
+          c->fown_at - c->start_at - 1 + n / c->M > c->fown_cap ||
+          c->fown_at > (c->step > c->start_at ? c->step : c->start_at + 1))
+        return RESIHP_EPROTO;
+      for (int i = 0; i < n; i++)
+        if (!c->in_step[c->fown[i]])
+          return RESIHP_EPROTO; /* not a contributor of the run */
+      c->fown_n = n / c->M;
     } else {
       return RESIHP_EPROTO;
     }

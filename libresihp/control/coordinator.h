@@ -39,14 +39,21 @@
  *
  * Free-running. START may end with run=1 when the coordinator needs no
  * boundary for a while (nobody joins or catches up, no stop, not the last
- * step, an assignment that stays the same: equal counts or counts by
- * speed with every replica healthy; never with assignment by predicted
- * cost, which needs each step's workloads). The members then go on step
- * after step with the same microbatches and group, without BEGIN, GO or
- * START, and agree at the end of every step, over their own all-reduce,
- * whether to go on (recovery/job_step.c). With --save-every, run=1 comes
- * with until=T, the next boundary where a save is due: the members end
- * the run there by themselves (no HOLD needed). Meanwhile:
+ * step, an assignment the members can make: equal counts or counts by
+ * speed with every replica healthy, or by predicted cost when this step
+ * was, with a warm predictor and the step's workloads). The members then
+ * go on step after step with the same group, without BEGIN, GO or START,
+ * and agree at the end of every step, over their own all-reduce, whether
+ * to go on (recovery/job_step.c). By cost, START also carries the plan
+ * (cby=r:r:r cslow=X:X:X cmod=X:...: the contributors, their multipliers
+ * and each shard's reference model, doubles as the 16 hex digits of their
+ * bits, control/costplan.c), every rank assigns each next step from its
+ * data loader with it, and PROG, RECOVER and the BEGIN that ends the run
+ * carry the owners of the run's steps (ofrom=a own=r:r:..., M a step:
+ * coord_schedule.c); a rank that cannot assign a step ends the run.
+ * With --save-every, run=1 comes with until=T, the next boundary where a
+ * save is due: the members end the run there by themselves (no HOLD
+ * needed). Meanwhile:
  *
  *   rank  -> PROG step=s   (from the leader of the first member, at most
  *            about once a second: every step before s is committed)

@@ -21,7 +21,19 @@ TESTS += tests/fuzz/fuzz_snapshot
 EXTRA_DIST += tests/fuzz/corpus-snapshot/setup tests/fuzz/corpus-snapshot/run \
 	tests/fuzz/corpus-snapshot/freerun tests/fuzz/corpus-snapshot/round \
 	tests/fuzz/corpus-snapshot/save tests/fuzz/corpus-snapshot/end \
-	tests/fuzz/corpus-snapshot/spares tests/fuzz/corpus-snapshot/cut
+	tests/fuzz/corpus-snapshot/spares tests/fuzz/corpus-snapshot/cut \
+	tests/fuzz/corpus-snapshot/freerun-cost
+
+# Fuzz target of the cost plan of a free run by cost (costplan.c).
+check_PROGRAMS += tests/fuzz/fuzz_costplan
+tests_fuzz_fuzz_costplan_SOURCES = tests/fuzz/fuzz_costplan.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_costplan_LDADD = libresihp/libresihp-internal.la -lm
+TESTS += tests/fuzz/fuzz_costplan
+EXTRA_DIST += tests/fuzz/corpus-costplan/k1-three \
+	tests/fuzz/corpus-costplan/k2-slow tests/fuzz/corpus-costplan/nan \
+	tests/fuzz/corpus-costplan/twice tests/fuzz/corpus-costplan/upper \
+	tests/fuzz/corpus-costplan/slow-below-1
 
 # The keeper: the process that outlives the coordinator (keeper.h).
 libresihp_libresihp_internal_la_SOURCES += \

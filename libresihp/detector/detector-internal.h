@@ -32,6 +32,8 @@ double resihp__pred_predict(const struct resihp__pred *p,
                             const resihp_workload_t *w);
 void resihp__pred_coef(const struct resihp__pred *p,
                        double coef[RESIHP__PRED_NF]);
+/* The model resihp_model_predict evaluates like resihp__pred_predict. */
+void resihp__pred_model(const struct resihp__pred *p, resihp_model_t *m);
 
 /* 0 if w and time describe a possible microbatch; otherwise logs what is
  * wrong (naming who called) and returns RESIHP_EINVAL. */

@@ -280,3 +280,20 @@ int resihp_detector_predict(const resihp_detector_t *d, int rank,
   *time_us = resihp__pred_predict(&r->pred, w);
   return 0;
 }
+
+int resihp_detector_model(const resihp_detector_t *d, int rank,
+                          resihp_model_t *out) {
+  int rc = resihp__detector_check_rank(d, rank, "resihp_detector_model");
+  if (rc)
+    return rc;
+  if (!out) {
+    resihp_log(RESIHP_LOG_ERROR, "detector",
+               "resihp_detector_model: out is NULL");
+    return RESIHP_EINVAL;
+  }
+  const struct resihp__rank *r = &d->ranks[rank];
+  if (r->pred.n < d->cfg.warmup)
+    return RESIHP_ESTATE;
+  resihp__pred_model(&r->pred, out);
+  return 0;
+}

@@ -40,12 +40,28 @@ void resihp__pred_init(struct resihp__pred *p, double forget) {
   p->forget = forget;
 }
 
+static void scaled(double n0, double k0, const resihp_workload_t *w,
+                   double x[NF]) {
+  x[0] = w->tokens / n0;
+  x[1] = w->sum_l2 / (n0 * n0);
+  x[2] = w->nseq / k0;
+  x[3] = 1.0;
+}
+
 static void features(const struct resihp__pred *p, const resihp_workload_t *w,
                      double x[NF]) {
-  x[0] = w->tokens / p->n0;
-  x[1] = w->sum_l2 / (p->n0 * p->n0);
-  x[2] = w->nseq / p->k0;
-  x[3] = 1.0;
+  scaled(p->n0, p->k0, w, x);
+}
+
+/* The one prediction formula (resihp__pred_predict, resihp_model_predict). */
+static double eval(const double theta[NF], double n0, double k0, double t0,
+                   const resihp_workload_t *w) {
+  double x[NF];
+  scaled(n0, k0, w, x);
+  double y = 0;
+  for (int i = 0; i < NF; i++)
+    y += theta[i] * x[i];
+  return y * t0;
 }
 
 /* Solve (R + ridge I) theta = r by Cholesky. Fails (theta kept) only if the
@@ -123,12 +139,65 @@ void resihp__pred_scale(struct resihp__pred *p, double s) {
 
 double resihp__pred_predict(const struct resihp__pred *p,
                             const resihp_workload_t *w) {
-  double x[NF];
-  features(p, w, x);
-  double y = 0;
+  return eval(p->theta, p->n0, p->k0, p->t0, w);
+}
+
+void resihp__pred_model(const struct resihp__pred *p, resihp_model_t *m) {
+  memcpy(m->theta, p->theta, sizeof(m->theta));
+  m->n0 = p->n0;
+  m->k0 = p->k0;
+  m->t0 = p->t0;
+}
+
+int resihp_model_ok(const resihp_model_t *m) {
+  if (!m)
+    return 0;
   for (int i = 0; i < NF; i++)
-    y += p->theta[i] * x[i];
-  return y * p->t0;
+    if (!isfinite(m->theta[i]))
+      return 0;
+  return isfinite(m->n0) && isfinite(m->k0) && isfinite(m->t0) && m->n0 >= 1 &&
+         m->k0 >= 1 && m->t0 > 0;
+}
+
+/* Quiet checks: a caller of these falls back to equal costs. */
+static int workload_ok(const resihp_workload_t *w) {
+  if (!w || !isfinite(w->tokens) || !isfinite(w->nseq) ||
+      !isfinite(w->sum_l2) || w->tokens < 1 || w->nseq < 1)
+    return 0;
+  double n2 = w->tokens * w->tokens;
+  return !(w->nseq > w->tokens || w->sum_l2 > n2 * (1 + 1e-9) ||
+           w->sum_l2 < n2 / w->nseq * (1 - 1e-9));
+}
+
+int resihp_model_predict(const resihp_model_t *m, const resihp_workload_t *w,
+                         double *time) {
+  if (!time || !resihp_model_ok(m) || !workload_ok(w)) {
+    resihp_log(RESIHP_LOG_DEBUG, "detector",
+               "resihp_model_predict: no model or an impossible workload");
+    return RESIHP_EINVAL;
+  }
+  *time = eval(m->theta, m->n0, m->k0, m->t0, w);
+  return 0;
+}
+
+int resihp_model_costs(const resihp_model_t *models, int k,
+                       const resihp_workload_t *w, int n, double *cost) {
+  if (!models || k < 1 || n < 0 || (n > 0 && (!w || !cost)))
+    return RESIHP_EINVAL;
+  for (int mb = 0; mb < n; mb++) {
+    double c = 0;
+    for (int i = 0; i < k; i++) {
+      double t;
+      if (resihp_model_predict(&models[i], &w[mb], &t) || !(t > 0) ||
+          !isfinite(t))
+        return RESIHP_EINVAL;
+      c += t;
+    }
+    if (!isfinite(c))
+      return RESIHP_EINVAL;
+    cost[mb] = c;
+  }
+  return 0;
 }
 
 void resihp__pred_coef(const struct resihp__pred *p, double coef[NF]) {

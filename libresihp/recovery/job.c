@@ -142,6 +142,11 @@ void resihp_job_destroy(resihp_job_t *j) {
   resihp__job_state_free(j);
   free(j->mbs);
   free(j->extra);
+  resihp__costplan_free(&j->cplan);
+  free(j->olog);
+  free(j->cwl);
+  free(j->ccost);
+  free(j->cpick);
   free(j->msg);
   free(j);
 }

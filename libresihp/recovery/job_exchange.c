@@ -66,6 +66,8 @@ static int decision(resihp_job_t *j, const int64_t *in) {
       resihp__wire_buf_printf(&b, "%s%d", first ? "" : ":", j->members[w]);
       first = 0;
     }
+  /* in a free run by cost, the owners of its steps, this one's too */
+  resihp__job_put_owners(j, &b, 0, j->step + 1);
   rc = b.err ? b.err : resihp__job_send(j, b.s);
   resihp__wire_buf_free(&b);
   if (rc)

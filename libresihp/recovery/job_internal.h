@@ -25,6 +25,7 @@
 #ifndef RESIHP_RECOVERY_JOB_INTERNAL_H
 #define RESIHP_RECOVERY_JOB_INTERNAL_H
 
+#include "../control/costplan.h"
 #include "../control/wire.h"
 #include "../probe/results.h"
 #include "../transport/mesh.h"
@@ -165,6 +166,20 @@ struct resihp_job {
   int probe_rc;
   int perf_due;
   int64_t last_perf_ms, last_prog_ms;
+  /* a free run by cost (job_step.c): START's plan (cost_on), or a plan
+   * that did not parse (cost_bad: the run ends at the first boundary);
+   * the owners this rank computed of the run's steps olog_from.. (olog_n
+   * rows of M, at most olog_cap: the leaders report them), the rows the
+   * first member's leader sent with PROG, and room for one step's
+   * workloads, costs, picks and owners */
+  resihp__costplan_t cplan;
+  int cost_on, cost_bad;
+  int *olog;
+  long olog_from;
+  int olog_n, olog_cap, olog_sent;
+  resihp_workload_t *cwl;
+  double *ccost;
+  int *cpick;
 };
 
 /* job.c: the coordinator link (leader). recv skips heartbeats; its
@@ -223,6 +238,10 @@ int resihp__job_accept_authed(resihp_job_t *j, resihp__wire_hs_t *hs, int lfd,
 /* job_perf.c: before BEGIN, the last step's samples (PERF, every rank)
  * and, if asked, the next step's workloads (WL, leader). */
 void resihp__job_send_perf(resihp_job_t *j);
+/* The data loader's workloads of the M microbatches of step `step` into w,
+ * as WL carries them (whole numbers): 0, or RESIHP_ENOENT when there is
+ * no workload function or it failed for one of them. */
+int resihp__job_workloads(resihp_job_t *j, long step, resihp_workload_t *w);
 /* Free-running: at most one PERF (and PROG) per this many ms and rank. */
 #define RESIHP__JOB_REPORT_MS 1000
 
@@ -230,6 +249,10 @@ void resihp__job_send_perf(resihp_job_t *j);
  * learns whether the run goes on (0) or the next step needs the
  * coordinator; a negative code when this replica lost one of its ranks. */
 int resihp__job_free_boundary(resihp_job_t *j);
+/* Leader, a free run by cost: " ofrom=a own=..." (the owners of the run's
+ * steps from row `from` of its log up to step `to`, exclusive) into b. */
+void resihp__job_put_owners(const resihp_job_t *j, resihp__wire_buf_t *b,
+                            int from, long to);
 
 /* job_catchup.c */
 int resihp__job_state_set(resihp_job_t *j, const resihp_job_buf_t *bufs, int n);

@@ -165,6 +165,8 @@ static int reconnect_main(resihp_job_t *j, int why) {
   if (!rc) {
     j->cw = nw;
     j->heard_ms = resihp__now_ms();
+    /* the new coordinator may lack owners PROG carried: all again */
+    j->olog_sent = 0;
   } else {
     j->lost = rc;
   }

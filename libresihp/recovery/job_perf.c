@@ -10,7 +10,10 @@
  * only when the ranks agreed at its end that about a second has passed
  * since the last ones (RESIHP__JOB_REPORT_MS): the same steps on every
  * rank, so that the detector still compares peers on the same work, at
- * O(1) lines a second instead of one per step. */
+ * O(1) lines a second instead of one per step; the workloads asked for
+ * are then those of the step at which the run ends (with its BEGIN).
+ * resihp__job_workloads is also what a free run by cost assigns each
+ * step from (job_step.c): the figures the coordinator would get. */
 #include "config.h"
 
 #include "job_internal.h"
@@ -21,11 +24,24 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* A figure as the coordinator takes it: a non-negative integer. */
 static long long whole(double v) {
-  if (!(v >= 0))
-    return 0;
-  return v > 1e15 ? 1000000000000000LL : llround(v);
+  return resihp__costplan_whole(v);
+}
+
+int resihp__job_workloads(resihp_job_t *j, long step, resihp_workload_t *w) {
+  if (!j->wl_fn)
+    return RESIHP_ENOENT;
+  for (int mb = 0; mb < j->o.microbatches; mb++) {
+    double t = 0, l2 = 0, ns = 0;
+    if (j->wl_fn(step, mb, &t, &l2, &ns, j->wl_ud)) {
+      resihp_log(RESIHP_LOG_DEBUG, "job",
+                 "no workload for microbatch %d of step %ld", mb, step);
+      return RESIHP_ENOENT;
+    }
+    w[mb] = (resihp_workload_t){(double)whole(t), (double)whole(l2),
+                                (double)whole(ns)};
+  }
+  return 0;
 }
 
 static void send_line(resihp_job_t *j, const resihp__wire_buf_t *b) {
@@ -57,29 +73,32 @@ static void send_samples(resihp_job_t *j) {
 }
 
 static void send_workloads(resihp_job_t *j, long step) {
+  resihp_workload_t *w =
+      malloc(sizeof(resihp_workload_t) * (size_t)j->o.microbatches);
+  if (!w || resihp__job_workloads(j, step, w)) {
+    free(w);
+    return; /* not sent: the step is assigned by counts */
+  }
   resihp__wire_buf_t b;
   resihp__wire_buf_init(&b);
   resihp__wire_buf_printf(&b, "WL step=%ld w=", step);
-  for (int mb = 0; mb < j->o.microbatches; mb++) {
-    double t = 0, l2 = 0, ns = 0;
-    if (j->wl_fn(step, mb, &t, &l2, &ns, j->wl_ud)) {
-      resihp_log(RESIHP_LOG_DEBUG, "job",
-                 "no workload for microbatch %d of step %ld: not sent", mb,
-                 step);
-      resihp__wire_buf_free(&b);
-      return;
-    }
-    resihp__wire_buf_printf(&b, "%s%lld:%lld:%lld", mb ? "," : "", whole(t),
-                            whole(l2), whole(ns));
-  }
+  for (int mb = 0; mb < j->o.microbatches; mb++)
+    resihp__wire_buf_printf(&b, "%s%lld:%lld:%lld", mb ? "," : "",
+                            (long long)w[mb].tokens, (long long)w[mb].sum_l2,
+                            (long long)w[mb].nseq);
   send_line(j, &b);
   resihp__wire_buf_free(&b);
+  free(w);
 }
 
 void resihp__job_send_perf(resihp_job_t *j) {
   if (!j->member)
     return;
   send_samples(j);
+  /* free-running, the workloads asked for are those of the step at which
+   * the run ends, sent with its BEGIN */
+  if (j->run)
+    return;
   if (j->lrank == 0 && j->wl_asked && j->wl_fn)
     send_workloads(j, j->step + 1);
   j->wl_asked = 0;

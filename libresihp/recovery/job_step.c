@@ -31,6 +31,18 @@
  * step=s (from the leader of the first member: steps before s are
  * committed) and PERF (the steps the same sum picked, on every rank).
  *
+ * By cost. A START run=1 may carry a cost plan (control/costplan.c): then
+ * at each boundary, before the vote, every rank asks the data loader for
+ * the next step's workloads, assigns them with the plan (the coordinator's
+ * own function: every rank gets the same owners) and takes its
+ * replica's microbatches; a rank that cannot (no workload function, one
+ * that fails, a workload the model cannot cost, the plan unreadable, the
+ * log of owners full) votes to end the run, so that the next step goes
+ * through the coordinator: nobody ever goes on with a different list.
+ * Each leader logs the owners of the run's steps and sends them with the
+ * BEGIN that ends the run and with RECOVER; the first member's leader
+ * also with PROG, those since its last one (coord_schedule.c).
+ *
  * Every agreement among the K ranks is an exact sum over the replica
  * communicator (resihp__job_replica_sum), called by all K ranks at the same
  * points because they follow the same lines. */
@@ -199,6 +211,46 @@ static int catch_up(resihp_job_t *j, long s) {
   return CATCHUP_AGAIN;
 }
 
+/* START: a free run by cost brings its plan (cby= cslow= cmod=); the log
+ * of owners starts afresh (the coordinator knows everything before s). A
+ * plan that cannot be taken ends the run at the first boundary. */
+static void take_plan(resihp_job_t *j, long s) {
+  int M = j->o.microbatches, maxid = 0, rc;
+  j->cost_on = j->cost_bad = 0;
+  j->olog_n = j->olog_sent = 0;
+  j->olog_from = s + 1;
+  if (!j->run)
+    return;
+  for (int i = 0; i < j->nmembers; i++)
+    if (j->members[i] >= maxid)
+      maxid = j->members[i] + 1;
+  resihp__costplan_free(&j->cplan);
+  if (!j->olog) {
+    j->olog_cap = resihp__costplan_rows(M);
+    j->olog = malloc(sizeof(int) * (size_t)j->olog_cap * (size_t)M);
+    j->cwl = malloc(sizeof(resihp_workload_t) * (size_t)M);
+    j->ccost = malloc(sizeof(double) * (size_t)M);
+    j->cpick = malloc(sizeof(int) * (size_t)M);
+  }
+  int *mbs = realloc(j->mbs, sizeof(int) * (size_t)M);
+  if (mbs)
+    j->mbs = mbs;
+  if (!mbs || !j->olog || !j->cwl || !j->ccost || !j->cpick)
+    rc = RESIHP_ENOMEM;
+  else if (!(rc = resihp__costplan_init(
+                 &j->cplan, j->nmembers ? j->nmembers : 1, j->lsize)))
+    rc = resihp__costplan_parse(j->msg, maxid, &j->cplan);
+  if (rc == RESIHP_ENOENT)
+    return; /* no plan: the same microbatches every step */
+  j->cost_on = !rc;
+  j->cost_bad = rc != 0;
+  if (rc)
+    resihp_log(RESIHP_LOG_WARN, "job",
+               "replica %d rank %d: the cost plan of step %ld cannot be taken "
+               "(%s); the free run ends after this step",
+               j->replica, j->lrank, s, resihp_strerror(rc));
+}
+
 static int on_start(resihp_job_t *j, resihp_job_step_t *st) {
   long s = -1, cu = 0;
   int rc;
@@ -222,6 +274,7 @@ static int on_start(resihp_job_t *j, resihp_job_step_t *st) {
     return rc;
   if (!j->comm)
     return RESIHP_EPROTO; /* a START without a group of ours */
+  take_plan(j, s);
   j->nextra = 0;
   j->step = s;
   j->member = 1;
@@ -289,6 +342,38 @@ static int coordinator_spoke(resihp_job_t *j) {
   return said || frc < 0;
 }
 
+/* A free run by cost: the owners of step s from the data loader's
+ * workloads and the plan, into the next row of the log (not counted yet):
+ * 0, or why not (the run must then end). */
+static int cost_owners(resihp_job_t *j, long s) {
+  int M = j->o.microbatches;
+  if (j->olog_n >= j->olog_cap)
+    return RESIHP_ERANGE; /* the run is as long as its report may be */
+  int rc = resihp__job_workloads(j, s, j->cwl);
+  if (!rc)
+    rc = resihp__costplan_owners(&j->cplan, j->cwl, M, j->ccost, j->cpick,
+                                 j->olog + (size_t)j->olog_n * (size_t)M);
+  if (rc)
+    resihp_log(RESIHP_LOG_DEBUG, "job",
+               "replica %d rank %d: step %ld cannot be assigned by cost here "
+               "(%s): the free run ends",
+               j->replica, j->lrank, s, resihp_strerror(rc));
+  return rc;
+}
+
+void resihp__job_put_owners(const resihp_job_t *j, resihp__wire_buf_t *b,
+                            int from, long to) {
+  long n = to - j->olog_from;
+  if (n > j->olog_n)
+    n = j->olog_n;
+  if (!j->cost_on || from < 0 || n <= from)
+    return;
+  int M = j->o.microbatches;
+  resihp__wire_buf_printf(b, " ofrom=%ld own=", j->olog_from + from);
+  resihp__wire_buf_ints(b, j->olog + (size_t)from * (size_t)M,
+                        (int)(n - from) * M);
+}
+
 int resihp__job_free_boundary(resihp_job_t *j) {
   if (!j->run)
     return 0;
@@ -303,6 +388,10 @@ int resihp__job_free_boundary(resihp_job_t *j) {
     j->probe_rc = rc; /* FAULT said; begin_step returns it */
     v[0] = 1;
   }
+  /* by cost: every rank computes the next step's owners now, and any
+   * that cannot ends the run for all */
+  if (!v[0] && (j->cost_bad || (j->cost_on && cost_owners(j, j->step + 1))))
+    v[0] = 1;
   v[1] = now - j->last_perf_ms >= RESIHP__JOB_REPORT_MS;
   if ((rc = resihp_allreduce(j->comm, v, 2, RESIHP_FIXED64, RESIHP_OP_SUM))) {
     /* A member died after the step committed (its part of the step was
@@ -323,6 +412,14 @@ int resihp__job_free_boundary(resihp_job_t *j) {
   if ((rc = resihp__job_replica_sum(j, v, 2)))
     return rc;
   j->run = v[0] == 0;
+  if (j->run && j->cost_on) {
+    /* the next step's microbatches: this replica's of the row */
+    const int *row = j->olog + (size_t)j->olog_n++ * (size_t)j->o.microbatches;
+    j->nmbs = 0;
+    for (int mb = 0; mb < j->o.microbatches; mb++)
+      if (row[mb] == j->replica)
+        j->mbs[j->nmbs++] = mb;
+  }
   j->perf_due = !j->run || v[1] > 0;
   if (j->perf_due)
     j->last_perf_ms = now;
@@ -337,12 +434,18 @@ static int free_step(resihp_job_t *j, resihp_job_step_t *st) {
     resihp__job_send_perf(j);
   if (j->lrank == 0 && j->nmembers > 0 && j->members[0] == j->replica &&
       now - j->last_prog_ms >= RESIHP__JOB_REPORT_MS) {
-    char line[64];
-    snprintf(line, sizeof(line), "PROG step=%ld", j->step + 1);
+    /* by cost, with the owners of the steps since the last PROG */
+    resihp__wire_buf_t b;
+    resihp__wire_buf_init(&b);
+    resihp__wire_buf_printf(&b, "PROG step=%ld", j->step + 1);
+    resihp__job_put_owners(j, &b, j->olog_sent, j->step + 1);
     j->last_prog_ms = now;
-    int rc = resihp__job_send(j, line);
+    int rc = b.err ? b.err : resihp__job_send(j, b.s);
+    resihp__wire_buf_free(&b);
     if (rc)
       return rc;
+    if (j->cost_on && j->step + 1 - j->olog_from > j->olog_sent)
+      j->olog_sent = (int)(j->step + 1 - j->olog_from);
   }
   j->nextra = 0;
   j->step++;
@@ -370,10 +473,15 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
     return rc;
   resihp__job_send_perf(j);
   if (j->lrank == 0) {
-    char line[128];
-    snprintf(line, sizeof(line), "BEGIN step=%ld",
-             j->member ? j->step + 1 : -1);
-    if ((rc = resihp__job_send(j, line)))
+    /* the end of a free run by cost: the owners of all its steps */
+    resihp__wire_buf_t b;
+    resihp__wire_buf_init(&b);
+    resihp__wire_buf_printf(&b, "BEGIN step=%ld", j->member ? j->step + 1 : -1);
+    if (j->member)
+      resihp__job_put_owners(j, &b, 0, j->step + 1);
+    rc = b.err ? b.err : resihp__job_send(j, b.s);
+    resihp__wire_buf_free(&b);
+    if (rc)
       return rc;
   }
   for (;;) {

@@ -15,6 +15,8 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/coord_protocol.c \
 	libresihp/control/coord_summary.c \
 	libresihp/control/coord_perf.c \
+	libresihp/control/costplan.h \
+	libresihp/control/costplan.c \
 	libresihp/control/coord_loop.c \
 	libresihp/control/spare_agent.h \
 	libresihp/control/spare_agent.c \

@@ -47,6 +47,11 @@ typedef struct {
   int hook_wait;
   /* replicas not started at first (they join later) */
   int late[MAXR];
+  /* assignment by predicted cost, the ranks' data loader tm_workload */
+  int cost;
+  /* ... which fails for step wl_fail_step on replica wl_fail_r's ranks */
+  int wl_fail_r;
+  long wl_fail_step;
 } plan_t;
 
 static char g_secret[128], g_coord[64];
@@ -63,6 +68,16 @@ static void hook(const plan_t *p) {
     _exit(41);
 }
 
+/* tm_workload, but not for step wl_fail_step on replica wl_fail_r. */
+static int g_replica;
+static int flaky_workload(long s, int mb, double *tokens, double *sum_l2,
+                          double *nseq, void *ud) {
+  const plan_t *p = ud;
+  if (g_replica == p->wl_fail_r && s == p->wl_fail_step)
+    return -1;
+  return tm_workload(s, mb, tokens, sum_l2, nseq, NULL);
+}
+
 static int rank_main(const plan_t *p, int replica) {
   resihp_job_opts_t o;
   uint64_t m[NB] = {0};
@@ -71,13 +86,16 @@ static int rank_main(const plan_t *p, int replica) {
   resihp_job_t *job;
   if (resihp_job_join(&o, &job))
     return 10;
+  g_replica = replica;
+  if (p->cost && resihp_job_set_workload_fn(job, flaky_workload, (void *)p))
+    return 14;
   int sh = resihp_job_shard(job);
   resihp_job_step_t st;
   int rc;
   while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
     if (replica == p->hook_r && sh == 0 && st.step == p->hook_step)
       hook(p);
-    if (tm_step(job, &st, sh, m, g_compute_us))
+    if (tm_step_wl(job, &st, sh, m, g_compute_us, p->cost))
       return 11;
     if (resihp_job_end_step(job))
       return 12;
@@ -124,6 +142,7 @@ typedef struct {
    * in which it computed nothing after having done so */
   long owned[MAXR];
   long lost_at[MAXR];
+  char ledger[32768]; /* the ledger file as written */
 } outcome_t;
 
 /* What the test does when the hooked rank reports (its pid). */
@@ -154,7 +173,8 @@ static void run(const plan_t *p, on_hook_fn on_hook, outcome_t *out) {
                              .ud = &h,
                              .ledger = ledger,
                              .swap_cost_s = -1,
-                             .lockstep = p->lockstep};
+                             .lockstep = p->lockstep,
+                             .assign = p->cost ? RESIHP_ASSIGN_COST : 0};
   resihp__coord_t *c;
   ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
   snprintf(g_coord, sizeof(g_coord), "127.0.0.1:%d", resihp__coord_port(c));
@@ -189,6 +209,9 @@ static void run(const plan_t *p, on_hook_fn on_hook, outcome_t *out) {
   resihp__coord_destroy(c);
   out->ledger_ok =
       tm_check_ledger(ledger, p->R, out->steps, out->owned, out->lost_at);
+  rewind(ledger);
+  size_t got = fread(out->ledger, 1, sizeof(out->ledger) - 1, ledger);
+  out->ledger[got] = '\0';
   fclose(ledger);
   for (int i = 0; i < 2; i++) {
     close(g_hook_out[i]);
@@ -202,7 +225,8 @@ static void run(const plan_t *p, on_hook_fn on_hook, outcome_t *out) {
 /* R replicas of K ranks for `steps` steps; replica hook_r waits at the
  * start of hook_step for the test (-1: no hook). */
 static plan_t plan(int R, int K, long steps, int hook_r, long hook_step) {
-  plan_t p = {.R = R, .K = K, .steps = steps, .hook_r = hook_r};
+  plan_t p = {
+      .R = R, .K = K, .steps = steps, .hook_r = hook_r, .wl_fail_r = -1};
   p.hook_step = hook_step;
   p.hook_wait = hook_r >= 0;
   return p;
@@ -323,6 +347,161 @@ START_TEST(joiner_in_free_run) {
 }
 END_TEST
 
+/* Steps of a ledger text whose owners are those that assignment by cost
+ * gives tm_workload over R equal replicas. */
+static long costed_lines(const char *ledger, int R, long *last_other) {
+  long n = 0;
+  *last_other = -1;
+  for (const char *q = ledger; *q;) {
+    char *e;
+    long s = strtol(q, &e, 10);
+    int want[MBS], ok = 1;
+    tm_expect_cost_owners(s, R, want);
+    for (int mb = 0; mb < MBS; mb++)
+      ok &= strtol(e, &e, 10) == want[mb];
+    if (ok)
+      n++;
+    else
+      *last_other = s;
+    q = strchr(e, '\n');
+    if (!q)
+      break;
+    q++;
+  }
+  return n;
+}
+
+/* Two ledgers hold the same steps and agree line by line after step
+ * `from` (up to it one may still be warming up: by counts). */
+static void same_ledgers(const char *x, const char *y, long from) {
+  const char *p = x, *q = y;
+  while (*p && *q) {
+    const char *pe = strchr(p, '\n'), *qe = strchr(q, '\n');
+    ck_assert(pe && qe);
+    long s = strtol(p, NULL, 10);
+    int same = pe - p == qe - q && !memcmp(p, q, (size_t)(pe - p));
+    if (s > from)
+      ck_assert_msg(same, "step %ld: '%.*s' and '%.*s'", s, (int)(pe - p), p,
+                    (int)(qe - q), q);
+    p = pe + 1;
+    q = qe + 1;
+  }
+  ck_assert(!*p && !*q);
+}
+
+/* Assignment by predicted cost (the default of resihp-run) with the ranks'
+ * data loader: once the predictor is warm (lockstep until then: the same
+ * steps in every run) the members run free, each rank assigning each step
+ * itself from the plan START carried. 40 or 80 steps cost the coordinator
+ * the same protocol lines but for the time-based reports; the result is
+ * that of a failure-free run; the ledger is the one the same job writes
+ * step by step (lockstep), and from warm-up on each step's owners are the
+ * assignment by cost of its workloads. */
+START_TEST(cost_lines_do_not_grow_with_steps) {
+  plan_t p = plan(3, 1 + _i, 40, -1, 0);
+  p.cost = 1;
+  outcome_t *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b)),
+            *l = malloc(sizeof(*l));
+  ck_assert(a && b && l);
+  run(&p, no_hook, a);
+  expect_result(a, p.K, 40, 3);
+  p.steps = 80;
+  run(&p, no_hook, b);
+  expect_result(b, p.K, 80, 3);
+  p.lockstep = 1;
+  p.steps = 40;
+  run(&p, no_hook, l);
+  expect_result(l, p.K, 40, 3);
+  long other_a, other_l;
+  long ca = costed_lines(a->ledger, 3, &other_a),
+       cl = costed_lines(l->ledger, 3, &other_l);
+  fprintf(stderr,
+          "freerun cost K=%d: 40 steps %ld+%ld lines (%ld timed) in %.2f s, "
+          "80 steps %ld+%ld (%ld timed) in %.2f s; lockstep 40 steps %ld+%ld "
+          "in %.2f s; steps by cost %ld free, %ld lockstep (the last other: "
+          "%ld, %ld)\n",
+          p.K, a->rx, a->tx, a->timed, a->seconds, b->rx, b->tx, b->timed,
+          b->seconds, l->rx, l->tx, l->seconds, ca, cl, other_a, other_l);
+  long other_b;
+  costed_lines(b->ledger, 3, &other_b);
+  /* costed from warm-up (32 samples a rank: 16 steps) to the end; with 2
+   * ranks a replica's second rank's samples come through its leader and
+   * may warm its shard's model a step later in one run than in another */
+  ck_assert_int_lt(other_a, 24);
+  ck_assert_int_eq(ca, 40 - 1 - other_a);
+  ck_assert_int_eq(cl, 40 - 1 - other_l);
+  same_ledgers(a->ledger, l->ledger, other_a > other_l ? other_a : other_l);
+  if (other_a == other_b) {
+    ck_assert_int_eq(a->rx - a->timed, b->rx - b->timed);
+    ck_assert_int_eq(a->tx, b->tx);
+  } else {
+    /* a warm-up step more or less: its lockstep lines, no more */
+    long d = labs(b->rx - b->timed + b->tx - (a->rx - a->timed + a->tx));
+    ck_assert_int_le(d, 8 * 3 * labs(other_b - other_a));
+  }
+  /* the warm-up steps are step by step: the free steps cost nothing */
+  ck_assert_int_lt(b->rx - b->timed + b->tx, l->rx - l->timed + l->tx);
+  free(a);
+  free(b);
+  free(l);
+}
+END_TEST
+
+/* By cost: replica 1 is SIGKILLed in step 26 of a free run (warm from
+ * about step 17), before it computed anything: the survivors take its
+ * microbatches within the step (their RECOVER brings the owners of the
+ * run's steps), the ledger stays exact and the result is that of a
+ * failure-free run. */
+START_TEST(cost_kill_in_free_run) {
+  plan_t p = plan(3, 1 + _i, 40, 1, 26);
+  p.cost = 1;
+  outcome_t *o = malloc(sizeof(*o));
+  ck_assert(o);
+  run(&p, kill_it, o);
+  expect_result(o, p.K, 40, 2);
+  ck_assert_msg(strstr(o->summary, "reassigned"), "%s", o->summary);
+  ck_assert_msg(o->lost_at[1] == 26 && o->owned[1] == 26, "lost %ld owned %ld",
+                o->lost_at[1], o->owned[1]);
+  long other;
+  long n = costed_lines(o->ledger, 3, &other);
+  ck_assert_msg(n >= 26 - 20, "%s", o->ledger);
+  free(o);
+}
+END_TEST
+
+/* By cost: the data loader of replica 2 does not know step 30's
+ * workloads. Its ranks vote at the end of step 29 to end the run, so that
+ * every replica says BEGIN 30 (nobody goes on with a list of its own);
+ * step 30 is assigned by the coordinator (replica 0's loader gave its
+ * workloads), a new free run follows. The ledger is still the one the
+ * same job writes step by step, the result that of a failure-free run,
+ * and the boundary costs lines that a run without it does not. */
+START_TEST(cost_workload_missing_ends_run) {
+  plan_t p = plan(3, 1, 40, -1, 0);
+  p.cost = 1;
+  outcome_t *a = malloc(sizeof(*a)), *f = malloc(sizeof(*f)),
+            *l = malloc(sizeof(*l));
+  ck_assert(a && f && l);
+  run(&p, no_hook, a);
+  p.wl_fail_r = 2;
+  p.wl_fail_step = 30;
+  run(&p, no_hook, f);
+  expect_result(f, p.K, 40, 3);
+  p.lockstep = 1;
+  run(&p, no_hook, l);
+  long other_f, other_l;
+  costed_lines(f->ledger, 3, &other_f);
+  costed_lines(l->ledger, 3, &other_l);
+  ck_assert_int_lt(other_f, 24);
+  same_ledgers(f->ledger, l->ledger, other_f > other_l ? other_f : other_l);
+  ck_assert_int_gt(f->rx - f->timed, a->rx - a->timed);
+  ck_assert_int_gt(f->tx, a->tx);
+  free(a);
+  free(f);
+  free(l);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("freerun");
   TCase *tc = tcase_create("freerun");
@@ -331,16 +510,21 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, kill_in_free_run, 0, 2);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);
+  tcase_add_loop_test(tc, cost_lines_do_not_grow_with_steps, 0, 2);
+  tcase_add_loop_test(tc, cost_kill_in_free_run, 0, 2);
+  tcase_add_test(tc, cost_workload_missing_ends_run);
   suite_add_tcase(s, tc);
   return s;
 }
 
-/* --bench [R [STEPS [US]]]: the same job step by step and free-running,
- * side by side (compute US microseconds a step, default 0: what the
- * coordinator costs a step). A measurement, not a test; it runs as one so
+/* --bench [R [STEPS [US [cost]]]]: the same job step by step and
+ * free-running, side by side (compute US microseconds a step, default 0:
+ * what the coordinator costs a step; cost: assignment by predicted cost
+ * with the toy data loader). A measurement, not a test; it runs as one so
  * that the harness's checks work. */
 static int g_bench_r = 3;
 static long g_bench_steps = 400;
+static int g_bench_cost;
 
 START_TEST(bench) {
   printf("%-10s %8s %6s %10s %10s %12s %10s\n", "mode", "replicas", "steps",
@@ -348,11 +532,13 @@ START_TEST(bench) {
   for (int lock = 1; lock >= 0; lock--) {
     plan_t p = plan(g_bench_r, 1, g_bench_steps, -1, 0);
     p.lockstep = lock;
+    p.cost = g_bench_cost;
     outcome_t o;
     run(&p, no_hook, &o);
     printf("%-10s %8d %6ld %10ld %10ld %12.2f %10.3f\n",
-           lock ? "lockstep" : "free-run", p.R, p.steps, o.rx, o.tx,
-           (double)(o.rx + o.tx) / (double)p.steps,
+           lock ? (p.cost ? "lock-cost" : "lockstep")
+                : (p.cost ? "free-cost" : "free-run"),
+           p.R, p.steps, o.rx, o.tx, (double)(o.rx + o.tx) / (double)p.steps,
            1000.0 * o.seconds / (double)p.steps);
     fflush(stdout);
   }
@@ -363,9 +549,11 @@ static int run_bench(int argc, char **argv) {
   g_bench_r = argc > 2 ? atoi(argv[2]) : 3;
   g_bench_steps = argc > 3 ? atol(argv[3]) : 400;
   g_compute_us = argc > 4 ? atoi(argv[4]) : 0;
+  g_bench_cost = argc > 5 && !strcmp(argv[5], "cost");
   if (g_bench_r < 1 || g_bench_r > MAXR || g_bench_steps < 2 ||
       g_compute_us < 0) {
-    fprintf(stderr, "usage: test_freerun --bench [R<=%d [STEPS [US]]]\n", MAXR);
+    fprintf(stderr, "usage: test_freerun --bench [R<=%d [STEPS [US [cost]]]]\n",
+            MAXR);
     return 2;
   }
   Suite *s = suite_create("freerun-bench");

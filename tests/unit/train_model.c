@@ -73,14 +73,36 @@ void tm_reference(int K, long steps, char *out, size_t n) {
   }
 }
 
-int tm_step(resihp_job_t *job, const resihp_job_step_t *st, int sh, uint64_t *m,
-            int compute_us) {
+/* Tokens of microbatch mb of step s: a power of two from 200 to 6400 us,
+ * the largest at mb = s % MBS, so that the assignment by cost moves from
+ * step to step and is far from every tie (see train_model.h). */
+static double wl_tokens(long s, int mb) {
+  return 200.0 * (double)(1 << (MBS - 1 - (int)((mb - s % MBS + MBS) % MBS)));
+}
+
+int tm_workload(long s, int mb, double *tokens, double *sum_l2, double *nseq,
+                void *ud) {
+  (void)ud;
+  if (s < 0 || mb < 0 || mb >= MBS)
+    return -1;
+  *tokens = wl_tokens(s, mb);
+  *sum_l2 = *tokens * *tokens; /* one sequence */
+  *nseq = 1;
+  return 0;
+}
+
+int tm_step_wl(resihp_job_t *job, const resihp_job_step_t *st, int sh,
+               uint64_t *m, int compute_us, int by_workload) {
   int64_t acc[NB] = {0};
   usleep((useconds_t)compute_us);
   for (int k = 0; k < st->nmbs; k++) {
     for (int i = 0; i < NB; i++)
       acc[i] += tm_contribution(st->step, st->mbs[k], i, sh);
-    resihp_job_report_microbatch(job, st->mbs[k], 100, 2000, 2, 0.001);
+    double t, l2, ns;
+    if (by_workload && !tm_workload(st->step, st->mbs[k], &t, &l2, &ns, NULL))
+      resihp_job_report_microbatch(job, st->mbs[k], t, l2, ns, t * 1e-6);
+    else
+      resihp_job_report_microbatch(job, st->mbs[k], 100, 2000, 2, 0.001);
   }
   int rc;
   while ((rc = resihp_job_allreduce(job, acc, NB)) == RESIHP_EREASSIGNED)
@@ -92,6 +114,23 @@ int tm_step(resihp_job_t *job, const resihp_job_step_t *st, int sh, uint64_t *m,
   for (int i = 0; i < NB; i++)
     m[i] = apply(m[i], acc[i]);
   return 0;
+}
+
+int tm_step(resihp_job_t *job, const resihp_job_step_t *st, int sh, uint64_t *m,
+            int compute_us) {
+  return tm_step_wl(job, st, sh, m, compute_us, 0);
+}
+
+void tm_expect_cost_owners(long s, int R, int *owner) {
+  double cost[MBS];
+  int pick[MBS];
+  for (int mb = 0; mb < MBS; mb++)
+    cost[mb] = wl_tokens(s, mb);
+  ck_assert_int_eq(
+      resihp_planner_assign(RESIHP_ASSIGN_COST, cost, MBS, NULL, R, pick, NULL),
+      0);
+  for (int mb = 0; mb < MBS; mb++)
+    owner[mb] = pick[mb];
 }
 
 int tm_check_ledger(FILE *f, int R, long steps, long *owned, long *lost_at) {

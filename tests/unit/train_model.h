@@ -38,6 +38,21 @@ void tm_reference(int K, long steps, char *out, size_t n);
  * (taking reassigned microbatches) and apply it to m: 0, or the error. */
 int tm_step(resihp_job_t *job, const resihp_job_step_t *st, int sh, uint64_t *m,
             int compute_us);
+/* The toy data loader (resihp_job_workload_fn): microbatch mb of step s
+ * is one sequence of a power of two of tokens, 200..6400, the largest at
+ * mb = s % MBS. Its time (tm_step_wl) is 1 us per token, so the
+ * predictor's costs go by tokens, and any two loads the assignment by
+ * cost compares differ by 6 % at least: its result does not depend on the
+ * last bits of the fitted model. */
+int tm_workload(long s, int mb, double *tokens, double *sum_l2, double *nseq,
+                void *ud);
+/* tm_step, reporting each microbatch with tm_workload's figures and time
+ * when by_workload (else a fixed sample). */
+int tm_step_wl(resihp_job_t *job, const resihp_job_step_t *st, int sh,
+               uint64_t *m, int compute_us, int by_workload);
+/* The owners (replica index 0..R-1) that assignment by cost over R equal
+ * replicas gives step s's microbatches with tm_workload's costs. */
+void tm_expect_cost_owners(long s, int R, int *owner);
 /* The ledger f holds steps 0..steps-1 once each, in order, MBS owners
  * each, all below R: 1. Counts the steps each replica computed in (owned)
  * and the first in which one computed nothing after having done so

@@ -209,6 +209,44 @@ int resihp_detector_reset_rank(resihp_detector_t *d, int rank, uint64_t iter);
 int resihp_detector_predict(const resihp_detector_t *d, int rank,
                             const resihp_workload_t *w, double *time_us);
 
+/* ---- A rank's model, taken elsewhere ----
+ *
+ * What resihp_detector_predict evaluates for a rank, as plain numbers: the
+ * fitted coefficients theta of the scaled features (tokens/n0,
+ * sum_l2/n0^2, nseq/k0, 1) and the scales n0, k0, t0 (the first sample's
+ * tokens, sequences and time). A process that holds a copy of these
+ * numbers, bit for bit, predicts bit for bit what the detector predicts:
+ * resihp_model_predict is the one formula, which resihp_detector_predict
+ * uses too (the coordinator ships a model to the ranks so that they assign
+ * microbatches by cost without asking it, control/costplan.c). */
+typedef struct {
+  double theta[RESIHP_COEF__COUNT];
+  double n0, k0, t0;
+} resihp_model_t;
+
+/* The rank's model into *out; RESIHP_ESTATE while it warms up (then
+ * resihp_detector_predict fails as well). */
+int resihp_detector_model(const resihp_detector_t *d, int rank,
+                          resihp_model_t *out);
+
+/* 1 if every figure of m is finite and its scales are what a first sample
+ * gives (n0 >= 1, k0 >= 1, t0 > 0): a model worth evaluating. */
+int resihp_model_ok(const resihp_model_t *m);
+
+/* Predicted time of w by m, exactly as resihp_detector_predict computes
+ * it for the rank m came from. RESIHP_EINVAL (logged at debug level: a
+ * caller falls back) for an impossible workload or a model that is not
+ * resihp_model_ok. */
+int resihp_model_predict(const resihp_model_t *m, const resihp_workload_t *w,
+                         double *time);
+
+/* The predicted cost of each of n microbatches w[0..n-1] on a replica of
+ * k shards, shard i's time by models[i]: cost[mb] = the sum over the
+ * shards in order 0..k-1 of each prediction. RESIHP_EINVAL (cost then not
+ * to be used) when a prediction fails or is not a finite time > 0. */
+int resihp_model_costs(const resihp_model_t *models, int k,
+                       const resihp_workload_t *w, int n, double *cost);
+
 #ifdef __cplusplus
 }
 #endif

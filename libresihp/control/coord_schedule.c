@@ -150,7 +150,7 @@ static void build_start(resihp__coord_t *c, int r, resihp__wire_buf_t *b) {
   if (c->start_run)
     resihp__wire_buf_printf(b, " run=1");
   if (resihp__coord_cost_run(c))
-    resihp__costplan_put(b, &c->cplan);
+    resihp__costplan_put(b, &c->cplan, c->last_list, c->nlast);
   if (c->start_run && c->o.save_every > 0)
     resihp__wire_buf_printf(b, " until=%ld",
                             resihp__coord_next_save(c, c->start_at));

@@ -179,7 +179,7 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
   }
   if (c->cplan_have && c->cplan.nc > 0) {
     resihp__wire_buf_printf(b, "cp");
-    resihp__costplan_put(b, &c->cplan);
+    resihp__costplan_put(b, &c->cplan, NULL, 0);
     resihp__wire_buf_printf(b, "\n");
   }
   if (c->fown_n > 0) {
@@ -614,7 +614,7 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
     } else if (tag(line, "cp", &u)) {
       /* the plan of a START by cost (its own parser: every figure) */
       if (c->cplan_have || !c->M || !c->nstart_contrib ||
-          resihp__costplan_parse(line, c->R, &c->cplan) ||
+          resihp__costplan_parse(line, c->R, &c->cplan, NULL, 0) ||
           c->cplan.nc != c->nstart_contrib ||
           memcmp(c->cplan.contrib, c->start_contrib,
                  sizeof(int) * (size_t)c->nstart_contrib))

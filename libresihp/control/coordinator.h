@@ -47,8 +47,10 @@
  * to go on (recovery/job_step.c). By cost, START also carries the plan
  * (cby=r:r:r cslow=X:X:X cmod=X:...: the contributors, their multipliers
  * and each shard's reference model, doubles as the 16 hex digits of their
- * bits, control/costplan.c), every rank assigns each next step from its
- * data loader with it, and PROG, RECOVER and the BEGIN that ends the run
+ * bits, control/costplan.c; "cby=list" when the contributors are the
+ * epoch's member list and "cslow=1" when no one is slow, as in every free
+ * run, so that N STARTs are O(N) bytes), every rank assigns each next step from
+ * its data loader with it, and PROG, RECOVER and the BEGIN that ends the run
  * carry the owners of the run's steps (ofrom=a own=r:r:..., M a step:
  * coord_schedule.c); a rank that cannot assign a step ends the run.
  * With --save-every, run=1 comes with until=T, the next boundary where a

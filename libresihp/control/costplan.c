@@ -64,11 +64,22 @@ static void put_fig(resihp__wire_buf_t *b, double v, int first) {
                           (unsigned long long)u);
 }
 
-void resihp__costplan_put(resihp__wire_buf_t *b, const resihp__costplan_t *p) {
+void resihp__costplan_put(resihp__wire_buf_t *b, const resihp__costplan_t *p,
+                          const int *list, int nlist) {
+  int as_list = list && nlist == p->nc, ones = 1;
+  for (int i = 0; as_list && i < p->nc; i++)
+    as_list = p->contrib[i] == list[i];
+  for (int i = 0; ones && i < p->nc; i++)
+    ones = p->slow[i] == 1.0;
   resihp__wire_buf_printf(b, " cby=");
-  resihp__wire_buf_ints(b, p->contrib, p->nc);
+  if (as_list)
+    resihp__wire_buf_printf(b, "list");
+  else
+    resihp__wire_buf_ints(b, p->contrib, p->nc);
   resihp__wire_buf_printf(b, " cslow=");
-  for (int i = 0; i < p->nc; i++)
+  if (ones)
+    resihp__wire_buf_printf(b, "1");
+  for (int i = 0; !ones && i < p->nc; i++)
     put_fig(b, p->slow[i], !i);
   resihp__wire_buf_printf(b, " cmod=");
   for (int k = 0; k < p->K; k++) {
@@ -103,7 +114,8 @@ static int parse_figs(const char *s, double *out, int n) {
   return 0;
 }
 
-int resihp__costplan_parse(const char *msg, int max_id, resihp__costplan_t *p) {
+int resihp__costplan_parse(const char *msg, int max_id, resihp__costplan_t *p,
+                           const int *list, int nlist) {
   size_t cap =
       (size_t)(FIG + 1) *
           (size_t)(p->cap > MODEL_FIGS * p->K ? p->cap : MODEL_FIGS * p->K) +
@@ -121,17 +133,35 @@ int resihp__costplan_parse(const char *msg, int max_id, resihp__costplan_t *p) {
       resihp__wire_get(msg, "cmod", v, cap) == RESIHP_ENOENT)
     goto out; /* no plan */
   rc = RESIHP_EPROTO;
-  if (max_id < 1 || resihp__wire_get(msg, "cby", v, cap) ||
-      resihp__wire_parse_ints(v, max_id, &ids, &n) || n < 1 || n > p->cap ||
-      !(seen = calloc((size_t)max_id, 1)))
+  if (max_id < 1 || resihp__wire_get(msg, "cby", v, cap))
+    goto out;
+  if (!strcmp(v, "list")) { /* the member list the receiver holds */
+    if (!list || nlist < 1 || nlist > p->cap)
+      goto out;
+    n = nlist;
+    ids = malloc(sizeof(int) * (size_t)n);
+    if (!ids)
+      goto out;
+    memcpy(ids, list, sizeof(int) * (size_t)n);
+  } else if (resihp__wire_parse_ints(v, max_id, &ids, &n) || n < 1 ||
+             n > p->cap) {
+    goto out;
+  }
+  if (!(seen = calloc((size_t)max_id, 1)))
     goto out;
   for (int i = 0; i < n; i++) {
-    if (seen[ids[i]]++)
-      goto out; /* twice */
+    if (ids[i] < 0 || ids[i] >= max_id || seen[ids[i]]++)
+      goto out; /* twice, or past the bound */
     p->contrib[i] = ids[i];
   }
-  if (resihp__wire_get(msg, "cslow", v, cap) || parse_figs(v, p->slow, n))
+  if (resihp__wire_get(msg, "cslow", v, cap))
     goto out;
+  if (!strcmp(v, "1")) {
+    for (int i = 0; i < n; i++)
+      p->slow[i] = 1.0;
+  } else if (parse_figs(v, p->slow, n)) {
+    goto out;
+  }
   for (int i = 0; i < n; i++)
     if (!(p->slow[i] >= 1))
       goto out;

@@ -34,16 +34,22 @@ void resihp__costplan_free(resihp__costplan_t *p);
 
 /* Append " cby=a:b cslow=X:X cmod=X:...": ids in decimal, every double as
  * the 16 hex digits of its IEEE-754 bits (so the receiver gets the same
- * bits), the K models' theta[0..3], n0, k0, t0 in shard order. */
-void resihp__costplan_put(resihp__wire_buf_t *b, const resihp__costplan_t *p);
+ * bits), the K models' theta[0..3], n0, k0, t0 in shard order. list: the
+ * member list the receiver holds (NULL: none); contributors equal to it
+ * are sent as "cby=list", and multipliers that are all 1 as "cslow=1",
+ * so that a START stays O(K) bytes, not O(N), and N of them O(N). */
+void resihp__costplan_put(resihp__wire_buf_t *b, const resihp__costplan_t *p,
+                          const int *list, int nlist);
 
-/* Read a plan from a line (the keys above). 0; RESIHP_ENOENT when the line
+/* Read a plan from a line (the keys above; list as for _put, "cby=list"
+ * without one is an error). 0; RESIHP_ENOENT when the line
  * has none of the keys; RESIHP_EPROTO for anything else: a key missing,
  * more contributors than p->cap or ids not distinct or past max_id, a
  * count that is not nc multipliers and 7 K model figures, a figure that
  * is not exactly 16 lowercase hex digits or not finite, a multiplier < 1,
  * a model that is not resihp_model_ok. On error p holds no plan (nc 0). */
-int resihp__costplan_parse(const char *msg, int max_id, resihp__costplan_t *p);
+int resihp__costplan_parse(const char *msg, int max_id, resihp__costplan_t *p,
+                           const int *list, int nlist);
 
 /* Step owners by the plan: each of the M microbatches' cost from its
  * workload (resihp_model_costs; cost: room for M), resihp_planner_assign

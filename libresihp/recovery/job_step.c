@@ -81,10 +81,10 @@ static int setup_group(resihp_job_t *j, uint32_t epoch) {
   if (!rc)
     rc = resihp__job_members_parse(list, j->lrank, &ids, &eps, &n);
   else if (rc == RESIHP_ENOENT)
-    rc = resihp__job_members_delta(
-        j->msg, j->member_eps ? (long)j->epoch : -1, j->members,
-        (const resihp__job_ep_t *)j->member_eps, j->nmembers, j->lrank, &ids,
-        &eps, &n);
+    rc = resihp__job_members_delta(j->msg, j->member_eps ? (long)j->epoch : -1,
+                                   j->members,
+                                   (const resihp__job_ep_t *)j->member_eps,
+                                   j->nmembers, j->lrank, &ids, &eps, &n);
   free(list);
   if (rc) {
     /* whatever list this rank held is no base for the next delta */
@@ -239,7 +239,8 @@ static void take_plan(resihp_job_t *j, long s) {
     rc = RESIHP_ENOMEM;
   else if (!(rc = resihp__costplan_init(
                  &j->cplan, j->nmembers ? j->nmembers : 1, j->lsize)))
-    rc = resihp__costplan_parse(j->msg, maxid, &j->cplan);
+    rc = resihp__costplan_parse(j->msg, maxid, &j->cplan, j->members,
+                                j->nmembers);
   if (rc == RESIHP_ENOENT)
     return; /* no plan: the same microbatches every step */
   j->cost_on = !rc;

@@ -41,7 +41,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   resihp__costplan_t p, q;
   if (resihp__costplan_init(&p, cap, K) || resihp__costplan_init(&q, cap, K))
     abort();
-  int rc = resihp__costplan_parse(in, max_id, &p);
+  /* the member list the receiver holds ("cby=list"): 0, 2, 4, ... */
+  int list[6], nlist = (max_id + 1) / 2 < cap ? (max_id + 1) / 2 : cap;
+  for (int i = 0; i < nlist; i++)
+    list[i] = 2 * i;
+  int rc = resihp__costplan_parse(in, max_id, &p, list, nlist);
   if (rc) {
     if (p.nc != 0 ||
         (rc != RESIHP_ENOENT && rc != RESIHP_EPROTO && rc != RESIHP_ENOMEM))
@@ -61,17 +65,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int k = 0; k < K; k++)
     if (!resihp_model_ok(&p.model[k]))
       abort();
-  /* back and forth: the same bits */
-  resihp__wire_buf_t b;
-  resihp__wire_buf_init(&b);
-  resihp__wire_buf_printf(&b, "START");
-  resihp__costplan_put(&b, &p);
-  if (b.err || resihp__costplan_parse(b.s, max_id, &q) || q.nc != p.nc ||
-      memcmp(q.contrib, p.contrib, sizeof(int) * (size_t)p.nc) ||
-      memcmp(q.slow, p.slow, sizeof(double) * (size_t)p.nc) ||
-      memcmp(q.model, p.model, sizeof(resihp_model_t) * (size_t)K))
-    abort();
-  resihp__wire_buf_free(&b);
+  /* back and forth, with and without the receiver's list: the same bits */
+  for (int with = 0; with < 2; with++) {
+    resihp__wire_buf_t b;
+    resihp__wire_buf_init(&b);
+    resihp__wire_buf_printf(&b, "START");
+    resihp__costplan_put(&b, &p, with ? list : NULL, with ? nlist : 0);
+    if (b.err ||
+        resihp__costplan_parse(b.s, max_id, &q, with ? list : NULL,
+                               with ? nlist : 0) ||
+        q.nc != p.nc ||
+        memcmp(q.contrib, p.contrib, sizeof(int) * (size_t)p.nc) ||
+        memcmp(q.slow, p.slow, sizeof(double) * (size_t)p.nc) ||
+        memcmp(q.model, p.model, sizeof(resihp_model_t) * (size_t)K))
+      abort();
+    resihp__wire_buf_free(&b);
+  }
   /* any workloads: owners among the contributors, or a refusal */
   resihp_workload_t w[M];
   double cost[M];

@@ -498,15 +498,19 @@ END_TEST
 
 /* Replica 1 and the coordinator die together in step 7 of a free run: the
  * survivors' RECOVER goes to the new coordinator, which decides the round;
- * replica 1 owns nothing from step 7 on. */
+ * replica 1 owns nothing from the step it died in on. Replica 1 is not
+ * held: it may have sent its part of step 7 before the SIGKILL (a machine
+ * under load), and the survivors then finish step 7 with it; either way
+ * the ledger must say who computed what. */
 START_TEST(kill_during_recovery) {
   plan_t p = plan(3, 1 + _i, 20);
   p.kill_r = 1;
   outcome_t o;
   run(&p, &o);
   expect_result(&o, p.K, 20, 2);
-  ck_assert_msg(o.lost_at[1] == 7 && o.owned[1] == 7, "lost %ld owned %ld: %s",
-                o.lost_at[1], o.owned[1], o.summary);
+  ck_assert_msg((o.lost_at[1] == 7 || o.lost_at[1] == 8) &&
+                    o.owned[1] == o.lost_at[1],
+                "lost %ld owned %ld: %s", o.lost_at[1], o.owned[1], o.summary);
   ck_assert_int_eq(o.owned[0], 20);
   ck_assert_int_eq(o.owned[2], 20);
 }

@@ -134,6 +134,7 @@ static struct {
   const char *events, *metrics; /* --events, --metrics (record.h) */
   resihp__record_t *record;
   int hold;             /* --wait-for-replacements */
+  int lockstep;         /* --lockstep */
   int stopping;         /* stop asked at the next step boundary */
   int program_failed;   /* the program, not a node, failed to start */
   int aborted;          /* a replica stopped the run (ABORT) */
@@ -215,7 +216,7 @@ static void usage(FILE *f) {
       "                  [--launch-timeout S] [--no-spare-check]\n"
       "                  [--spare-recheck S] [--wait-for-replacements]\n"
       "                  [--ledger FILE] [--events FILE] [--metrics FILE]\n"
-      "                  [--assign even|count|cost]\n"
+      "                  [--assign even|count|cost] [--lockstep]\n"
       "                  [--swap-cost SECONDS|never] [--progress SECONDS]\n"
       "                  [--state-dir DIR [--save-every N]] [--resume DIR]\n"
       "                  [--failover-after-ms MS]\n"
@@ -1297,6 +1298,7 @@ int main(int argc, char **argv) {
       {"spare-recheck", required_argument, 0, 'C'},
       {"wait-for-replacements", no_argument, 0, 'W'},
       {"assign", required_argument, 0, 'A'},
+      {"lockstep", no_argument, 0, 'l'},
       {"swap-cost", required_argument, 0, 'w'},
       {"progress", required_argument, 0, 'P'},
       {"state-dir", required_argument, 0, 'D'},
@@ -1309,7 +1311,7 @@ int main(int argc, char **argv) {
       {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:w:P:D:E:R:V:M:F:h",
+  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:lw:P:D:E:R:V:M:F:h",
                           lo, NULL)) != -1) {
     long v = 0;
     if (strchr("rskKpSTCPEF", o)) {
@@ -1398,6 +1400,9 @@ int main(int argc, char **argv) {
       break;
     case 'W':
       g.hold = 1;
+      break;
+    case 'l':
+      g.lockstep = 1;
       break;
     case 'A':
       if ((g.assign = resihp_assign_mode_lookup(optarg)) < 0) {
@@ -1573,6 +1578,7 @@ int main(int argc, char **argv) {
       .replicas = g.R,
       .bind_host = bind_addr,
       .hold_for_replacements = g.hold,
+      .lockstep = g.lockstep,
       .port = g.port,
       .secret = secret,
       .secret_len = slen,

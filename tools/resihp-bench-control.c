@@ -26,7 +26,9 @@
  *              (every survivor has its START and has said BEGIN of the
  *              next step): time to every survivor back on the successor
  *              (WELCOME ... again=1), and to every survivor holding the
- *              next step's START (resume).
+ *              next step's START (resume); fo_cpu: the successor's CPU
+ *              time until every survivor was back (restore and N
+ *              handshakes: on one machine the stubs share its cores).
  *
  * The coordinator runs as resihp-run runs it: under the keeper (keeper.h),
  * which holds the listening socket and the mirrored state and starts the
@@ -109,6 +111,7 @@ typedef struct {
   pid_t primary; /* the coordinator's process (the keeper's child) */
   int pid_fd;    /* where each coordinator's process says its pid */
   double t_fo_kill, t_fo_back, t_fo_start;
+  double fo_cpu; /* the successor's CPU time until every survivor was back */
   long fo_back;
   int alive;
   int live; /* stubs with a socket */
@@ -237,8 +240,13 @@ static void stub_line(bench_t *b, stub_t *s, const char *line) {
     /* back on the successor: the BEGIN it may have missed, again */
     s->agains++;
     s->back = 0;
-    if (++b->fo_back == b->alive)
+    if (++b->fo_back == b->alive) {
       b->t_fo_back = now_ms();
+      /* the successor said its pid before it restored: its CPU so far */
+      pid_t succ;
+      if (read(b->pid_fd, &succ, sizeof(succ)) == (ssize_t)sizeof(succ))
+        b->fo_cpu = coordinator_cpu_ms(succ);
+    }
     snprintf(buf, sizeof(buf), "BEGIN step=%ld", s->next_step);
     send_line(b, s, buf);
   } else if (!strncmp(line, "WELCOME ", 8)) {
@@ -416,7 +424,8 @@ static int start_stub(bench_t *b, stub_t *s) {
 /* The coordinator's process (or processes, under the keeper). */
 typedef struct {
   bench_t *b;
-  int lfd, pid_wfd;
+  resihp__wire_listener_t lis;
+  int pid_wfd;
 } coord_proc_t;
 
 static void mirror_to_keeper(void *ud, const char *snap, size_t len) {
@@ -436,8 +445,7 @@ static int serve(void *ud, const char *snap, size_t len, resihp__keeper_t *k) {
                             .secret = b->secret,
                             .secret_len = sizeof(b->secret),
                             .silence_ms = 30000,
-                            .use_listen_fd = 1,
-                            .listen_fd = cp->lfd,
+                            .listener = &cp->lis,
                             .on_mirror = k ? mirror_to_keeper : NULL,
                             .ud = k};
   resihp__coord_t *c;
@@ -464,11 +472,11 @@ static void run_coordinator(bench_t *b, int wfd, int pid_wfd) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   int port = -1;
   coord_proc_t cp = {.b = b, .pid_wfd = pid_wfd};
-  cp.lfd = resihp__wire_listen("127.0.0.1", 0, &port);
-  if (cp.lfd < 0) {
+  if (resihp__wire_listener_open("127.0.0.1", 0, b->n, &cp.lis)) {
     fprintf(stderr, "resihp-bench-control: cannot listen: %s\n",
             strerror(errno));
-    port = -1;
+  } else {
+    port = cp.lis.port;
   }
   if (write(wfd, &port, sizeof(port)) != (ssize_t)sizeof(port) || port < 0)
     _exit(3);
@@ -627,13 +635,15 @@ static int run_one(int n, int steps, int check, int failover,
     qsort(b->lat, (size_t)b->nlat, sizeof(double), cmp_d);
   double med = b->nlat ? b->lat[b->nlat / 2] : -1,
          p99 = b->nlat ? b->lat[(b->nlat * 99) / 100] : -1;
-  printf("%7d %9.1f %9.1f %10.2f %10.2f %12.2f %12.1f %10.1f %11.1f %10.1f\n",
+  printf("%7d %9.1f %9.1f %10.2f %10.2f %12.2f %12.1f %10.1f %11.1f %10.1f "
+         "%10.1f\n",
          n, b->t_welcome > 0 ? b->t_welcome - b->t0 : -1,
          b->t_join > 0 ? b->t_join - b->t0 : -1, med, p99,
          b->tm1 > 0 ? (b->cpu1 - b->cpu0) / steps : -1,
          b->tm1 > 0 ? (b->io1 - b->io0) / steps / 1024 : -1,
          b->t_epoch > 0 ? b->t_epoch - b->t_death : -1,
          b->t_fo_back > 0 ? b->t_fo_back - b->t_fo_kill : -1,
+         b->t_fo_back > 0 ? b->fo_cpu : -1,
          b->t_fo_start > 0 ? b->t_fo_start - b->t_fo_kill : -1);
   fflush(stdout);
   if (check) {
@@ -765,9 +775,9 @@ int main(int argc, char **argv) {
          steps,
          failover ? "under the keeper, state mirrored, SIGKILLed once"
                   : "alone, no mirror, no failover");
-  printf("# %5s %9s %9s %10s %10s %12s %12s %10s %11s %10s\n", "N", "hello_ms",
-         "join_ms", "step_med", "step_p99", "cpu_ms/step", "KiB/step",
-         "death_ms", "failover_ms", "resume_ms");
+  printf("# %5s %9s %9s %10s %10s %12s %12s %10s %11s %10s %10s\n", "N",
+         "hello_ms", "join_ms", "step_med", "step_p99", "cpu_ms/step",
+         "KiB/step", "death_ms", "failover_ms", "fo_cpu_ms", "resume_ms");
   int failed = 0;
   for (int i = 0; i < nn; i++) {
     if ((rlim_t)ns[i] + FD_SPARE > rl.rlim_cur) {

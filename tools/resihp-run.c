@@ -47,8 +47,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <netdb.h>
 #include <signal.h>
@@ -1605,10 +1605,9 @@ int main(int argc, char **argv) {
   }
   /* The listening socket is the keeper's: the port outlives any one
    * coordinator, and what waits in its backlog during a failover is
-   * accepted by the next one. */
-  int port = 0;
-  int lfd = resihp__wire_listen(bind_addr, g.port, &port);
-  if (lfd < 0) {
+   * accepted by the next one. Sized for every replica's leader at once. */
+  resihp__wire_listener_t lis;
+  if (resihp__wire_listener_open(bind_addr, g.port, g.R, &lis)) {
     fprintf(stderr, "resihp-run: cannot listen on %s:%d: %s\n", bind_addr,
             g.port, strerror(errno));
     memset(secret, 0, sizeof(secret));
@@ -1616,8 +1615,8 @@ int main(int argc, char **argv) {
       unlink(g.secret_file);
     return EXIT_USAGE;
   }
-  g.co.use_listen_fd = 1;
-  g.co.listen_fd = lfd;
+  int port = lis.port;
+  g.co.listener = &lis;
   snprintf(g.host, sizeof(g.host), "%s", host);
   snprintf(g.coord_ep, sizeof(g.coord_ep), "%s:%d", host, port);
   ssize_t sl = readlink("/proc/self/exe", g.self, sizeof(g.self) - 1);
@@ -1631,7 +1630,7 @@ int main(int argc, char **argv) {
                               .lost_status = EXIT_LOST,
                               .primary = primary_main};
   int ret = resihp__keeper_run(&ko);
-  close(lfd);
+  resihp__wire_listener_close(&lis);
   memset(secret, 0, sizeof(secret));
   resihp__cmd_free(&g.kill_cmd);
   if (g.own_secret)

@@ -38,7 +38,6 @@
 #define RESIHP__COORD_MAX_SHARDS 64
 #define RESIHP__COORD_EP_MAX 48
 #define RESIHP__COORD_EPS_MAX (RESIHP__COORD_MAX_SHARDS * RESIHP__COORD_EP_MAX)
-#define MAX_FAIL 256
 /* Most steps a job may declare: the summary keeps one time per step. */
 #define MAX_STEPS 1000000000L
 
@@ -128,7 +127,8 @@ typedef struct {
 
 struct resihp__coord {
   resihp__coord_opts_t o; /* o.secret: the caller's, read at create only */
-  int lfd, port;
+  resihp__wire_listener_t lis; /* o.listener's, or our own */
+  int port;
   /* The replicas' connections are in an epoll set (efd): a wake-up costs
    * what is ready, not one poll entry per replica; the listener and the
    * few pending handshakes are polled beside efd. */
@@ -167,8 +167,8 @@ struct resihp__coord {
   int64_t *start_ms; /* START time of each step, index step */
   long capsteps;     /* entries of start_ms: grows with the steps done */
   int64_t t_done;
-  fail_t fails[MAX_FAIL];
-  int nfails;
+  fail_t *fails; /* every failure of the run, for the summary */
+  int nfails, capfails;
   long reassigned;
   int64_t last_hb, last_silence_check;
   spare_t *spares;
@@ -253,6 +253,9 @@ int resihp__coord_is_member(const resihp__coord_t *c, int r);
 void resihp__coord_remove_member(resihp__coord_t *c, int r);
 void resihp__coord_add_member(resihp__coord_t *c, int r);
 void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why);
+/* Room for n failure records (c->fails grows with the run): 0 or
+ * RESIHP_ENOMEM. */
+int resihp__coord_ensure_fails(resihp__coord_t *c, int n);
 void resihp__coord_send_go(resihp__coord_t *c);
 
 /* coord_schedule.c */

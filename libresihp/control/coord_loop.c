@@ -140,9 +140,10 @@ void resihp__coord_feed(resihp__coord_t *c, int k, const char *line) {
 
 /* Handshakes never hold this loop: each pending one is a record in c->hs,
  * moved on when its socket has something (see handshake.c). */
-static void accept_conns(resihp__coord_t *c, int listener_ready) {
-  if (listener_ready)
-    resihp__wire_hs_accept(c->hs, c->lfd);
+static void accept_conns(resihp__coord_t *c, const struct pollfd *lp) {
+  for (int i = 0; i < c->lis.n; i++)
+    if (lp[i].revents)
+      resihp__wire_hs_accept(c->hs, lp[i].fd);
   resihp__wire_t w;
   while (resihp__wire_hs_next(c->hs, &w) == 1) {
     int k = resihp__coord_adopt(c, &w);
@@ -152,7 +153,7 @@ static void accept_conns(resihp__coord_t *c, int listener_ready) {
 }
 
 int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
-  int want = 2 + resihp__wire_hs_pending(c->hs);
+  int nl = c->lis.n, want = nl + 2;
   if (want > c->cappfd) {
     struct pollfd *np = realloc(c->pfd, sizeof(*np) * (size_t)want);
     if (!np)
@@ -168,14 +169,15 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
     c->capevs = c->capconns;
   }
   struct pollfd *p = c->pfd;
-  p[0] = (struct pollfd){.fd = c->lfd, .events = POLLIN};
-  p[1] = (struct pollfd){.fd = c->efd, .events = POLLIN};
-  int nh = resihp__wire_hs_fds(c->hs, p + 2, want - 2);
-  poll(p, (nfds_t)(2 + nh), resihp__wire_hs_wait_ms(c->hs, timeout_ms));
-  resihp__wire_hs_mark(c->hs, p + 2, nh);
+  for (int i = 0; i < nl; i++)
+    p[i] = (struct pollfd){.fd = c->lis.fds[i], .events = POLLIN};
+  p[nl] = (struct pollfd){.fd = c->efd, .events = POLLIN};
+  p[nl + 1] =
+      (struct pollfd){.fd = resihp__wire_hs_fd(c->hs), .events = POLLIN};
+  poll(p, (nfds_t)want, resihp__wire_hs_wait_ms(c->hs, timeout_ms));
   int64_t now = resihp__now_ms();
   int ne =
-      p[1].revents && c->capevs ? epoll_wait(c->efd, c->evs, c->capevs, 0) : 0;
+      p[nl].revents && c->capevs ? epoll_wait(c->efd, c->evs, c->capevs, 0) : 0;
   for (int e = 0; e < ne; e++) {
     int i = (int)c->evs[e].data.u32;
     if (i >= c->nconns || c->conns[i].w.fd < 0)
@@ -185,7 +187,7 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
     cn->last_heard = now;
     drain_conn(c, i, rc);
   }
-  accept_conns(c, p[0].revents != 0);
+  accept_conns(c, p);
   /* silence is looked for a few times per bound, not at every wake-up:
    * N joins or reconnects wake the loop up to N times */
   int64_t every = c->o.silence_ms / 4 < 250 ? c->o.silence_ms / 4 : 250;
@@ -231,7 +233,6 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   if (!c)
     return RESIHP_ENOMEM;
   c->o = *o;
-  c->lfd = -1;
   c->efd = epoll_create1(EPOLL_CLOEXEC);
   if (c->o.silence_ms <= 0)
     c->o.silence_ms = 3000;
@@ -275,25 +276,21 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
                                    c->R + HS_PENDING_EXTRA, HS_TIMEOUT_MS,
                                    &c->hs)))
     goto fail;
-  if (o->use_listen_fd) {
-    /* the keeper's socket: it outlives this coordinator */
-    struct sockaddr_in a;
-    socklen_t al = sizeof(a);
-    if (o->listen_fd < 0 ||
-        getsockname(o->listen_fd, (struct sockaddr *)&a, &al) < 0) {
+  if (o->listener) {
+    /* the keeper's sockets: they outlive this coordinator */
+    if (o->listener->n < 1 || !o->listener->fds) {
       rc = RESIHP_EINVAL;
       goto fail;
     }
-    c->lfd = o->listen_fd;
-    c->port = ntohs(a.sin_port);
-  } else {
-    c->lfd = resihp__wire_listen(o->bind_host, o->port, &c->port);
-  }
-  if (c->lfd < 0) {
+    c->lis = *o->listener;
+    c->port = c->lis.port;
+  } else if ((rc = resihp__wire_listener_open(o->bind_host, o->port, c->R,
+                                              &c->lis))) {
     logc(RESIHP_LOG_ERROR, "cannot listen on %s:%d: %s",
          o->bind_host ? o->bind_host : "*", o->port, strerror(errno));
-    rc = c->lfd;
     goto fail;
+  } else {
+    c->port = c->lis.port;
   }
   *out = c;
   return 0;
@@ -311,8 +308,9 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->rounds);
   free(c->conns);
   free(c->spares);
-  if (c->lfd >= 0 && !c->o.use_listen_fd)
-    close(c->lfd);
+  free(c->fails);
+  if (!c->o.listener)
+    resihp__wire_listener_close(&c->lis);
   if (c->efd >= 0)
     close(c->efd);
   free(c->evs);

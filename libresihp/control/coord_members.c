@@ -23,6 +23,9 @@
 #include "../transport/mesh.h"
 #include "coord_internal.h"
 
+#include <resihp/error.h>
+
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +65,20 @@ void resihp__coord_add_member(resihp__coord_t *c, int r) {
   c->members[i] = r;
 }
 
+int resihp__coord_ensure_fails(resihp__coord_t *c, int n) {
+  if (n <= c->capfails)
+    return 0;
+  int cap = c->capfails > 0 ? c->capfails : 16;
+  while (cap < n)
+    cap = cap > INT_MAX / 2 ? n : 2 * cap;
+  fail_t *f = realloc(c->fails, sizeof(*f) * (size_t)cap);
+  if (!f)
+    return RESIHP_ENOMEM;
+  c->fails = f;
+  c->capfails = cap;
+  return 0;
+}
+
 /* Replica r has failed: leave it out, tell the launcher. */
 void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why) {
   rep_t *p = &c->reps[r];
@@ -75,7 +92,9 @@ void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why) {
   p->state = R_GONE;
   p->catching = 0;
   logc(RESIHP_LOG_WARN, "replica %d failed at step %ld (%s)", r, c->step, why);
-  if (c->nfails < MAX_FAIL && c->state == RESIHP__COORD_RUNNING) {
+  /* (no room for its record: the run goes on, the summary lacks it) */
+  if (c->state == RESIHP__COORD_RUNNING &&
+      !resihp__coord_ensure_fails(c, c->nfails + 1)) {
     fail_t *f = &c->fails[c->nfails];
     memset(f, 0, sizeof(*f));
     f->replica = r;

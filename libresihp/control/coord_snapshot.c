@@ -522,7 +522,8 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
   c->samples = (long)num(&u, 0, LONG_MAX);
   c->costed = (long)num(&u, 0, LONG_MAX);
   c->swaps = (long)num(&u, 0, LONG_MAX);
-  c->nfails = (int)num(&u, 0, MAX_FAIL);
+  /* records are made as their lines come: a count is no allocation */
+  c->nfails = (int)num(&u, 0, INT_MAX - 1);
   int nrounds = (int)num(&u, 0, ROUNDS_PER_REPLICA * (long)c->R);
   int nspares = (int)num(&u, 0, RESIHP__COORD_MAX_SPARES);
   int64_t t0 = (int64_t)num(&u, LLONG_MIN, LLONG_MAX);
@@ -590,7 +591,10 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
     } else if (tag(line, "f", &u)) {
       if (nf >= c->nfails)
         return RESIHP_EPROTO;
+      if (resihp__coord_ensure_fails(c, nf + 1))
+        return RESIHP_ENOMEM;
       fail_t *f = &c->fails[nf++];
+      memset(f, 0, sizeof(*f));
       f->replica = (int)num(&u, 0, c->R - 1);
       f->step = (long)num(&u, 0, MAX_STEPS);
       f->catchup = (int)num(&u, 0, 1);

@@ -197,9 +197,10 @@ typedef struct {
    * admissions, recoveries with their duration, swaps, how the run
    * ended. Owned by the caller. */
   resihp__record_t *record;
-  /* Failover (coord_snapshot.c). use_listen_fd: listen on listen_fd (the
-   * keeper's socket, not closed by destroy) instead of binding. */
-  int use_listen_fd, listen_fd;
+  /* Failover (coord_snapshot.c). listener: accept on these sockets (the
+   * keeper's port, not closed by destroy) instead of binding one for
+   * `replicas` clients (NULL). */
+  const resihp__wire_listener_t *listener;
   /* Write-ahead mirror of the state (text; NULL: none): called with the
    * snapshot (resihp__coord_snapshot) before any message that follows
    * from a change of state goes out and before a ledger line is written,

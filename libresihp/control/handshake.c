@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -128,12 +129,16 @@ int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
   }
 }
 
+/* A slot of the table. Slots stay where they are (the epoll set names
+ * them by index); the ones in use are linked in accept order, so the
+ * oldest (first to expire, first evicted) is at hand. */
 typedef struct {
-  resihp__wire_t w;
+  resihp__wire_t w; /* w.fd < 0: the slot is free */
   int64_t deadline;
   char ns[NONCE_HEX + 1];
-  int ready; /* its socket polled readable (resihp__wire_hs_mark) */
-  long seq;  /* accepted as the seq-th: the oldest is evicted first */
+  uint32_t tag;     /* the accept's sequence number: events of a slot's
+                       earlier occupant are recognised as stale */
+  int older, newer; /* accept order, -1 at the ends */
 } pending_t;
 
 struct resihp__wire_hs {
@@ -141,16 +146,19 @@ struct resihp__wire_hs {
   size_t slen;
   char label[16];
   int max, timeout_ms;
-  /* in no order: removal moves the last one into the hole, so that
-   * thousands of joiners completing at once cost O(1) each */
-  pending_t *p;
-  int n;
-  int marked; /* the owner says which are readable (resihp__wire_hs_mark) */
-  /* where resihp__wire_hs_next goes on: the owner calls it until it says
-   * 0, and a pass over P pending ones with C complete costs O(P), not
-   * O(P C) */
-  int scan;
-  long refused, expired, quiet, seq;
+  pending_t *p; /* max slots */
+  int *free, nfree;
+  int n;              /* slots in use */
+  int oldest, newest; /* -1 when none */
+  /* Every pending socket is in one epoll set: a wake-up with thousands of
+   * joiners pending (a whole job after a failover) costs what is ready,
+   * not one poll entry and one look per pending handshake. */
+  int efd;
+  struct epoll_event *ev;
+  int cap_ev, nev, iev; /* the ready ones of this pass, and where it is */
+  int in_pass;
+  uint32_t seq;
+  long refused, expired, quiet;
   int64_t last_warn;
 };
 
@@ -163,19 +171,34 @@ int resihp__wire_hs_create(const uint8_t *secret, size_t slen,
   resihp__wire_hs_t *h = calloc(1, sizeof(*h));
   if (!h)
     return RESIHP_ENOMEM;
+  h->efd = epoll_create1(EPOLL_CLOEXEC);
   h->secret = malloc(slen);
   h->p = calloc((size_t)max_pending, sizeof(*h->p));
-  if (!h->secret || !h->p) {
+  h->free = malloc(sizeof(int) * (size_t)max_pending);
+  /* a pass reads at most this many: the rest are ready for the next */
+  h->cap_ev = max_pending < 1024 ? max_pending : 1024;
+  h->ev = malloc(sizeof(*h->ev) * (size_t)h->cap_ev);
+  if (h->efd < 0 || !h->secret || !h->p || !h->free || !h->ev) {
+    int rc = h->efd < 0 ? RESIHP_ESYS : RESIHP_ENOMEM;
+    if (h->efd >= 0)
+      close(h->efd);
     free(h->secret);
     free(h->p);
+    free(h->free);
+    free(h->ev);
     free(h);
-    return RESIHP_ENOMEM;
+    return rc;
   }
   memcpy(h->secret, secret, slen);
   h->slen = slen;
   snprintf(h->label, sizeof(h->label), "%s", label);
   h->max = max_pending;
   h->timeout_ms = timeout_ms;
+  h->oldest = h->newest = -1;
+  for (int i = 0; i < max_pending; i++) {
+    resihp__wire_init(&h->p[i].w, -1);
+    h->free[h->nfree++] = max_pending - 1 - i;
+  }
   *out = h;
   return 0;
 }
@@ -183,12 +206,35 @@ int resihp__wire_hs_create(const uint8_t *secret, size_t slen,
 void resihp__wire_hs_destroy(resihp__wire_hs_t *h) {
   if (!h)
     return;
-  for (int i = 0; i < h->n; i++)
-    resihp__wire_free(&h->p[i].w);
+  for (int i = 0; i < h->max; i++)
+    if (h->p[i].w.fd >= 0)
+      resihp__wire_free(&h->p[i].w);
+  close(h->efd);
   memset(h->secret, 0, h->slen);
   free(h->secret);
   free(h->p);
+  free(h->free);
+  free(h->ev);
   free(h);
+}
+
+/* Take slot i out of the table; its connection is the caller's. */
+static void release(resihp__wire_hs_t *h, int i) {
+  pending_t *p = &h->p[i];
+  /* explicitly: a forked child may hold the same socket open, and the
+   * set would go on reporting it */
+  epoll_ctl(h->efd, EPOLL_CTL_DEL, p->w.fd, NULL);
+  if (p->older >= 0)
+    h->p[p->older].newer = p->newer;
+  else
+    h->oldest = p->newer;
+  if (p->newer >= 0)
+    h->p[p->newer].older = p->older;
+  else
+    h->newest = p->older;
+  resihp__wire_init(&p->w, -1);
+  h->free[h->nfree++] = i;
+  h->n--;
 }
 
 /* Strangers can make many of these; say so at most once a second. */
@@ -209,17 +255,9 @@ static void drop(resihp__wire_hs_t *h, int i, int refused, const char *why) {
     resihp_log(RESIHP_LOG_DEBUG, "wire", "%s: dropped a pending handshake (%s)",
                h->label, why);
   }
-  resihp__wire_free(&h->p[i].w);
-  h->p[i] = h->p[--h->n];
-}
-
-/* The pending handshake that will expire first (the oldest). */
-static int oldest(const resihp__wire_hs_t *h) {
-  int o = 0;
-  for (int i = 1; i < h->n; i++)
-    if (h->p[i].seq < h->p[o].seq)
-      o = i;
-  return o;
+  resihp__wire_t w = h->p[i].w;
+  release(h, i);
+  resihp__wire_free(&w);
 }
 
 /* A short line on a fresh socket: it fits the send buffer, or the peer is
@@ -232,11 +270,19 @@ static int send_now(int fd, const char *line) {
 }
 
 int resihp__wire_hs_add(resihp__wire_hs_t *h, int fd) {
-  if (h->n == h->max)
-    drop(h, oldest(h), 0, "evicted: too many pending handshakes");
-  pending_t *p = &h->p[h->n];
-  p->ready = 0; /* nothing to read before it has our AUTH1 */
-  p->seq = h->seq++;
+  if (!h->nfree)
+    drop(h, h->oldest, 0, "evicted: too many pending handshakes");
+  int i = h->free[--h->nfree];
+  pending_t *p = &h->p[i];
+  h->n++;
+  p->tag = h->seq++;
+  p->older = h->newest;
+  p->newer = -1;
+  if (h->newest >= 0)
+    h->p[h->newest].newer = i;
+  else
+    h->oldest = i;
+  h->newest = i;
   resihp__wire_init(&p->w, fd);
   p->w.max = RESIHP__WIRE_PREAUTH_MAX;
   p->deadline = resihp__now_ms() + h->timeout_ms;
@@ -244,15 +290,18 @@ int resihp__wire_hs_add(resihp__wire_hs_t *h, int fd) {
    * peer's delayed ACK (~40 ms a step). Fails harmlessly off TCP. */
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  struct epoll_event e = {.events = EPOLLIN,
+                          .data.u64 = (uint64_t)p->tag << 32 | (uint32_t)i};
   char line[80];
-  int rc = nonce(p->ns);
+  int rc = epoll_ctl(h->efd, EPOLL_CTL_ADD, fd, &e) ? RESIHP_ESYS : 0;
+  if (!rc)
+    rc = nonce(p->ns);
   if (!rc) {
     snprintf(line, sizeof(line), "AUTH1 %s %s\n", h->label, p->ns);
     rc = send_now(fd, line);
   }
-  h->n++;
   if (rc)
-    drop(h, h->n - 1, 0, "cannot greet");
+    drop(h, i, 0, "cannot greet");
   return rc;
 }
 
@@ -267,21 +316,8 @@ void resihp__wire_hs_accept(resihp__wire_hs_t *h, int lfd) {
   }
 }
 
-int resihp__wire_hs_fds(const resihp__wire_hs_t *h, struct pollfd *p, int cap) {
-  int k = 0;
-  for (int i = 0; i < h->n && k < cap; i++, k++) {
-    p[k].fd = h->p[i].w.fd;
-    p[k].events = POLLIN;
-    p[k].revents = 0;
-  }
-  return k;
-}
-
-void resihp__wire_hs_mark(resihp__wire_hs_t *h, const struct pollfd *p, int n) {
-  h->marked = 1;
-  h->scan = 0;
-  for (int i = 0; i < n && i < h->n; i++)
-    h->p[i].ready = p[i].revents != 0;
+int resihp__wire_hs_fd(const resihp__wire_hs_t *h) {
+  return h->efd;
 }
 
 int resihp__wire_hs_pending(const resihp__wire_hs_t *h) {
@@ -289,13 +325,12 @@ int resihp__wire_hs_pending(const resihp__wire_hs_t *h) {
 }
 
 int resihp__wire_hs_wait_ms(const resihp__wire_hs_t *h, int max_ms) {
-  int64_t now = resihp__now_ms(), best = max_ms < 0 ? INT64_MAX : max_ms;
-  for (int i = 0; h && i < h->n; i++)
-    if (h->p[i].deadline - now < best)
-      best = h->p[i].deadline - now;
-  if (best == INT64_MAX)
+  if (!h || h->oldest < 0)
     return max_ms; /* nothing pending: the caller's own wait */
-  return best < 0 ? 0 : (int)best;
+  int64_t left = h->p[h->oldest].deadline - resihp__now_ms();
+  if (left < 0)
+    left = 0;
+  return max_ms >= 0 && max_ms < left ? max_ms : (int)left;
 }
 
 void resihp__wire_hs_stats(const resihp__wire_hs_t *h, long *refused,
@@ -323,30 +358,28 @@ static int finish(resihp__wire_hs_t *h, pending_t *p, const char *line) {
 }
 
 int resihp__wire_hs_next(resihp__wire_hs_t *h, resihp__wire_t *out) {
-  int64_t now = resihp__now_ms();
   char line[RESIHP__WIRE_PREAUTH_MAX + 1];
-  for (int i = h->scan; i < h->n;) {
+  if (!h->in_pass) {
+    /* A pass: what is ready now. An answer that came in time but waited
+     * for us (thousands joining at once) still counts, so the expired
+     * are dropped after it, from the oldest on (a partial answer does not
+     * extend a deadline). */
+    h->in_pass = 1;
+    h->iev = 0;
+    h->nev = h->n ? epoll_wait(h->efd, h->ev, h->cap_ev, 0) : 0;
+    if (h->nev < 0)
+      h->nev = 0;
+  }
+  while (h->iev < h->nev) {
+    uint64_t d = h->ev[h->iev++].data.u64;
+    int i = (int)(uint32_t)d;
     pending_t *p = &h->p[i];
-    int expired = now >= p->deadline;
-    if (h->marked && !p->ready) {
-      if (expired)
-        drop(h, i, 0, "no answer in time");
-      else
-        i++; /* nothing arrived: no system call for it */
-      continue;
-    }
-    p->ready = 0;
-    /* An answer that came in time but waited for us (thousands joining
-     * at once) still counts; a partial one does not extend the deadline. */
+    if (i >= h->max || p->w.fd < 0 || p->tag != (uint32_t)(d >> 32))
+      continue; /* dropped (or replaced) since the wait */
     int rc = resihp__wire_fill(&p->w);
     int t = resihp__wire_take(&p->w, line, sizeof(line));
-    if (t == 0 && rc == 0) {
-      if (expired)
-        drop(h, i, 0, "no answer in time");
-      else
-        i++;
-      continue;
-    }
+    if (t == 0 && rc == 0)
+      continue; /* part of a line: more later */
     if (t <= 0) {
       drop(h, i, rc == RESIHP_EPROTO || t < 0, resihp_strerror(t ? t : rc));
       continue;
@@ -356,10 +389,12 @@ int resihp__wire_hs_next(resihp__wire_hs_t *h, resihp__wire_t *out) {
       continue;
     }
     *out = p->w;
-    h->p[i] = h->p[--h->n];
-    h->scan = i; /* the last one moved here: not looked at yet */
+    release(h, i);
     return 1;
   }
-  h->scan = 0;
+  int64_t now = resihp__now_ms();
+  while (h->oldest >= 0 && now >= h->p[h->oldest].deadline)
+    drop(h, h->oldest, 0, "no answer in time");
+  h->in_pass = 0;
   return 0;
 }

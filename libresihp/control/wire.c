@@ -280,12 +280,19 @@ int resihp__wire_dial(const char *endpoint, int64_t deadline_ms) {
   return fd;
 }
 
-int resihp__wire_listen(const char *host, int port, int *port_out) {
+/* One listening socket; reuseport: one of a group on the same port. */
+static int listen_one(const char *host, int port, int reuseport,
+                      int *port_out) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return RESIHP_ESYS;
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (reuseport &&
+      setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one))) {
+    close(fd);
+    return RESIHP_ESYS;
+  }
   struct sockaddr_in a = {.sin_family = AF_INET,
                           .sin_port = htons((uint16_t)port)};
   a.sin_addr.s_addr = htonl(INADDR_ANY);
@@ -305,6 +312,62 @@ int resihp__wire_listen(const char *host, int port, int *port_out) {
   if (port_out)
     *port_out = ntohs(a.sin_port);
   return fd;
+}
+
+int resihp__wire_listen(const char *host, int port, int *port_out) {
+  return listen_one(host, port, 0, port_out);
+}
+
+int resihp__wire_listener_count(int expect, int somaxconn) {
+  if (somaxconn < 1)
+    somaxconn = 1;
+  /* twice the room: the kernel spreads clients by a hash, not evenly */
+  long n = (2L * (expect > 0 ? expect : 0) + somaxconn - 1) / somaxconn;
+  return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+}
+
+static int read_somaxconn(void) {
+  FILE *f = fopen("/proc/sys/net/core/somaxconn", "r");
+  int v = 0;
+  if (f) {
+    if (fscanf(f, "%d", &v) != 1)
+      v = 0;
+    fclose(f);
+  }
+  return v > 0 ? v : 4096;
+}
+
+/* Past one socket's queue the kernel drops SYNs, and each client dropped
+ * waits a second for its retry: 10,000 replicas coming back after a
+ * failover lost a second or more that way. Several sockets on one port
+ * (SO_REUSEPORT) each have their own queue; the kernel spreads clients
+ * over them and lets only processes of this user join the group. */
+int resihp__wire_listener_open(const char *host, int port, int expect,
+                               resihp__wire_listener_t *l) {
+  int n = resihp__wire_listener_count(expect, read_somaxconn());
+  memset(l, 0, sizeof(*l));
+  if (!(l->fds = malloc(sizeof(int) * (size_t)n)))
+    return RESIHP_ENOMEM;
+  l->port = port;
+  for (; l->n < n; l->n++) {
+    int fd = listen_one(host, l->port, n > 1, &l->port);
+    if (fd < 0) {
+      int e = errno;
+      resihp__wire_listener_close(l);
+      errno = e;
+      return fd;
+    }
+    l->fds[l->n] = fd;
+  }
+  return 0;
+}
+
+void resihp__wire_listener_close(resihp__wire_listener_t *l) {
+  for (int i = 0; i < l->n; i++)
+    close(l->fds[i]);
+  free(l->fds);
+  l->fds = NULL;
+  l->n = 0;
 }
 
 static int get_value(const char *msg, const char *key, const char *stop,

@@ -126,9 +126,10 @@ int resihp__wire_cli_step(resihp__wire_t *w, resihp__wire_cli_t *s,
                           const char *label);
 
 /* Server side of the handshake for every connection of a listening
- * socket, without ever blocking. The owner adds resihp__wire_hs_fds to its
- * poll set, calls resihp__wire_hs_accept when the listening socket is
- * readable, and then resihp__wire_hs_next until it returns 0. */
+ * socket, without ever blocking. The owner polls resihp__wire_hs_fd (one
+ * descriptor, however many are pending) beside its listening socket,
+ * calls resihp__wire_hs_accept when that socket is readable, and then
+ * resihp__wire_hs_next until it returns 0. */
 typedef struct resihp__wire_hs resihp__wire_hs_t;
 /* max_pending: cap on handshakes in progress; timeout_ms: each one's
  * deadline from its accept. The secret is copied. */
@@ -140,21 +141,18 @@ void resihp__wire_hs_destroy(resihp__wire_hs_t *h);
 void resihp__wire_hs_accept(resihp__wire_hs_t *h, int lfd);
 /* Start the handshake on a connected socket (taken over, even on error). */
 int resihp__wire_hs_add(resihp__wire_hs_t *h, int fd);
-/* The pending connections' pollfds (POLLIN), at most cap; returns n. */
-int resihp__wire_hs_fds(const resihp__wire_hs_t *h, struct pollfd *p, int cap);
-/* After poll, optional: the revents of the n pollfds hs_fds gave (same
- * order, nothing accepted or moved on in between). From then on
- * resihp__wire_hs_next reads only the connections marked readable (and
- * those just accepted at the next mark), not every pending one: O(ready)
- * system calls per round instead of O(pending). */
-void resihp__wire_hs_mark(resihp__wire_hs_t *h, const struct pollfd *p, int n);
+/* Readable (POLLIN) when a pending connection has something to read: an
+ * epoll set of them all. resihp__wire_hs_next reads only those, so a
+ * round costs O(ready) system calls, not O(pending). */
+int resihp__wire_hs_fd(const resihp__wire_hs_t *h);
 int resihp__wire_hs_pending(const resihp__wire_hs_t *h);
 /* Milliseconds until the nearest pending deadline (0 if one passed), or
  * max_ms if none is nearer (max_ms < 0: no limit of the caller's). */
 int resihp__wire_hs_wait_ms(const resihp__wire_hs_t *h, int max_ms);
-/* Move every pending handshake on: read what arrived, drop the expired
+/* Move the pending handshakes on: read what arrived, drop the expired
  * and the failed. If one completed, it is moved into *out (fd, buffered
- * lines and session keys now the caller's) and 1 is returned; else 0. */
+ * lines and session keys now the caller's) and 1 is returned; else 0 (the
+ * end of a pass: the next call looks at what is ready then). */
 int resihp__wire_hs_next(resihp__wire_hs_t *h, resihp__wire_t *out);
 /* Connections dropped so far: failed proof, and expired or evicted. */
 void resihp__wire_hs_stats(const resihp__wire_hs_t *h, long *refused,
@@ -165,6 +163,22 @@ int resihp__wire_dial(const char *endpoint, int64_t deadline_ms);
 /* Listening socket on host (NULL: any) and port (0: ephemeral);
  * *port_out gets the bound port. */
 int resihp__wire_listen(const char *host, int port, int *port_out);
+
+/* A port for `expect` clients that may connect at once (a job's replicas
+ * coming back after a failover): one socket or more on the same port. */
+typedef struct {
+  int n;    /* sockets, >= 1 once open */
+  int *fds; /* n listening sockets, non-blocking */
+  int port;
+} resihp__wire_listener_t;
+/* Open it on host (NULL: any) and port (0: ephemeral); 0 or an error
+ * (RESIHP_ESYS with errno, RESIHP_EINVAL, RESIHP_ENOMEM). */
+int resihp__wire_listener_open(const char *host, int port, int expect,
+                               resihp__wire_listener_t *l);
+/* Sockets needed for expect clients at once when one socket queues at
+ * most somaxconn of them (exposed for the tests). */
+int resihp__wire_listener_count(int expect, int somaxconn);
+void resihp__wire_listener_close(resihp__wire_listener_t *l);
 
 /* Value of key in a message ("VERB k=v k2=v2"), copied into out; returns 0
  * or RESIHP_ENOENT, RESIHP_ERANGE if it does not fit in cap. */

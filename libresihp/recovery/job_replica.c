@@ -82,7 +82,7 @@ int resihp__job_join_leader(resihp_job_t *j, const char *jid, const char *sid) {
 int resihp__job_accept_authed(resihp_job_t *j, resihp__wire_hs_t *hs, int lfd,
                               int64_t deadline, int (*give_up)(resihp_job_t *),
                               resihp__wire_t *out) {
-  struct pollfd p[1 + RESIHP__JOB_HS_PENDING];
+  struct pollfd p[2];
   for (;;) {
     if (resihp__wire_hs_next(hs, out) == 1)
       return 0;
@@ -91,11 +91,9 @@ int resihp__job_accept_authed(resihp_job_t *j, resihp__wire_hs_t *hs, int lfd,
     int64_t left = deadline - resihp__now_ms();
     if (left <= 0)
       return RESIHP_ETIMEDOUT;
-    p[0].fd = lfd;
-    p[0].events = POLLIN;
-    p[0].revents = 0;
-    int n = 1 + resihp__wire_hs_fds(hs, p + 1, RESIHP__JOB_HS_PENDING);
-    poll(p, (nfds_t)n, resihp__wire_hs_wait_ms(hs, left < 50 ? (int)left : 50));
+    p[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
+    p[1] = (struct pollfd){.fd = resihp__wire_hs_fd(hs), .events = POLLIN};
+    poll(p, 2, resihp__wire_hs_wait_ms(hs, left < 50 ? (int)left : 50));
     if (p[0].revents)
       resihp__wire_hs_accept(hs, lfd);
   }

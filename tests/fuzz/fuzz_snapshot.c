@@ -21,21 +21,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int listen_fd = -1;
+static resihp__wire_listener_t lis;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const char key[] = "fuzz-secret";
   resihp__fuzz_quiet();
-  if (listen_fd < 0 &&
-      (listen_fd = resihp__wire_listen("127.0.0.1", 0, NULL)) < 0)
+  if (!lis.n && resihp__wire_listener_open("127.0.0.1", 0, 3, &lis))
     abort();
   /* the keeper's socket: no bind per input */
   resihp__coord_opts_t co = {.replicas = 3,
                              .secret = (const uint8_t *)key,
                              .secret_len = sizeof(key) - 1,
                              .silence_ms = 600000,
-                             .use_listen_fd = 1,
-                             .listen_fd = listen_fd};
+                             .listener = &lis};
   resihp__coord_t *c = NULL, *d = NULL;
   if (resihp__coord_restore(&co, (const char *)data, size, -1, &c))
     return 0;

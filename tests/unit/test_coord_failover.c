@@ -496,6 +496,57 @@ START_TEST(test_bad_records) {
 END_TEST
 
 /* A synthetic state of R replicas in a running step: size and times. */
+/* More failures than the old fixed table held (256): each has its record,
+ * in the summary and through a failover. Replica 2 joins and is lost 300
+ * times (each time a replacement, as spare nodes would bring). */
+START_TEST(test_many_failures) {
+  enum { FAILS = 300 };
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+  connect_all(&a);
+  char line[256];
+  for (int f = 0; f < FAILS; f++) {
+    feed(&a, 2,
+         "HELLO replica=2 ep=h2:1 sep=h2:2 mbs=6 steps=8 jobid=7 "
+         "stepid=%d",
+         100 + f);
+    expect(&a, 2, "WELCOME ", line, sizeof(line));
+    resihp__wire_free(&a.peer[2]);              /* the replica's process dies */
+    int64_t give_up = resihp__now_ms() + 60000; /* a safety net */
+    while (resihp__coord_connected(a.c, 2) && resihp__now_ms() < give_up)
+      resihp__coord_poll(a.c, 50);
+    ck_assert(!resihp__coord_connected(a.c, 2));
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv),
+                     0);
+    resihp__wire_t w;
+    resihp__wire_init(&w, sv[0]);
+    ck_assert_int_ge(a.k[2] = resihp__coord_adopt(a.c, &w), 0);
+    resihp__wire_init(&a.peer[2], sv[1]);
+  }
+  join(&a, NULL); /* the last replacement among them: GO, mirrored */
+  resihp__coord_t *cs[2] = {a.c, NULL};
+  failover(&a, &b, &co, -1, NULL, 0); /* 300 records, the same text */
+  cs[1] = b.c;
+  for (int i = 0; i < 2; i++) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    resihp__coord_summary(cs[i], f, NULL);
+    fclose(f);
+    const char *at = strstr(text, "failures:");
+    int n = -1;
+    ck_assert_msg(at && sscanf(at, "failures: %d", &n) == 1, "%s", text);
+    ck_assert_int_eq(n, FAILS);
+    free(text);
+  }
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
 static void bench(int R) {
   resihp__wire_buf_t b;
   resihp__wire_buf_init(&b);
@@ -574,6 +625,7 @@ int main(void) {
   tcase_add_test(tc, test_end);
   tcase_add_test(tc, test_no_comeback);
   tcase_add_test(tc, test_bad_records);
+  tcase_add_test(tc, test_many_failures);
   tcase_add_test(tc, test_bench);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static const char key[] = "scale-test-secret";
@@ -117,6 +118,53 @@ START_TEST(member_list_too_long_refused) {
 }
 END_TEST
 
+/* One socket queues at most net.core.somaxconn connections: the port gets
+ * enough sockets for the clients expected at once (twice the room). */
+START_TEST(listen_queues_follow_the_job) {
+  ck_assert_int_eq(resihp__wire_listener_count(0, 4096), 1);
+  ck_assert_int_eq(resihp__wire_listener_count(2048, 4096), 1);
+  ck_assert_int_eq(resihp__wire_listener_count(2049, 4096), 2);
+  ck_assert_int_eq(resihp__wire_listener_count(10000, 4096), 5);
+  ck_assert_int_eq(resihp__wire_listener_count(10000, 0), 1024);
+  /* a group: every socket on one port, every client accepted by one of
+   * them, and the kernel spreads the clients (200 on one of 4 sockets
+   * by chance: below 4^-199) */
+  int somaxconn = 4096;
+  FILE *f = fopen("/proc/sys/net/core/somaxconn", "r");
+  if (f) {
+    ck_assert_int_eq(fscanf(f, "%d", &somaxconn), 1);
+    fclose(f);
+  }
+  resihp__wire_listener_t l;
+  ck_assert_int_eq(
+      resihp__wire_listener_open("127.0.0.1", 0, 2 * somaxconn, &l), 0);
+  ck_assert_int_eq(l.n, 4);
+  char ep[64];
+  snprintf(ep, sizeof(ep), "127.0.0.1:%d", l.port);
+  enum { CLIENTS = 200 };
+  int cfd[CLIENTS], got = 0, used = 0;
+  for (int i = 0; i < CLIENTS; i++) {
+    cfd[i] = resihp__wire_dial(ep, resihp__now_ms() + 5000);
+    ck_assert_int_ge(cfd[i], 0);
+  }
+  for (int s = 0; s < l.n; s++) {
+    int fd, here = 0;
+    while ((fd = accept(l.fds[s], NULL, NULL)) >= 0) {
+      close(fd);
+      here++;
+    }
+    got += here;
+    used += here > 0;
+  }
+  ck_assert_int_eq(got, CLIENTS); /* dial returned: each one is queued */
+  ck_assert_int_ge(used, 2);
+  for (int i = 0; i < CLIENTS; i++)
+    close(cfd[i]);
+  resihp__wire_listener_close(&l);
+  ck_assert_int_eq(l.n, 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("coord_scale");
   TCase *t = tcase_create("scale");
@@ -124,6 +172,7 @@ int main(void) {
   tcase_add_test(t, replica_count_validated);
   tcase_add_test(t, tables_follow_the_job);
   tcase_add_test(t, member_list_too_long_refused);
+  tcase_add_test(t, listen_queues_follow_the_job);
   suite_add_tcase(s, t);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);

@@ -61,7 +61,8 @@ typedef struct {
 } plan_t;
 
 static char g_secret[128], g_ledger[128], g_coord[64];
-static int g_lfd = -1; /* the coordinator's socket, outlives coordinators */
+/* the coordinator's port, outlives coordinators */
+static resihp__wire_listener_t g_lis;
 static int g_compute_us = 2000;
 static int g_hook_out[2], g_hook_in[2]; /* rank -> test, test -> rank */
 static int g_stat[2];                   /* the hooked rank's boundary times */
@@ -115,7 +116,8 @@ static int rank_main(const plan_t *p, int replica) {
 }
 
 static int rank_entry(void *ud, int r) {
-  close(g_lfd); /* the coordinators' socket is none of a rank's business */
+  /* the coordinators' sockets are none of a rank's business */
+  resihp__wire_listener_close(&g_lis);
   return rank_main(ud, r);
 }
 
@@ -192,8 +194,7 @@ static void coord_main(const plan_t *p, int fd, const char *snap, size_t len) {
                              .swap_cost_s = -1,
                              .lockstep = p->lockstep,
                              .assign = p->cost ? RESIHP_ASSIGN_COST : 0,
-                             .use_listen_fd = 1,
-                             .listen_fd = g_lfd};
+                             .listener = &g_lis};
   resihp__coord_t *c;
   int rc = snap ? resihp__coord_restore(&co, snap, len, ledger_lines(), &c)
                 : resihp__coord_create(&co, &c);
@@ -325,10 +326,8 @@ static void run(const plan_t *p, outcome_t *out) {
   fclose(sf);
   chmod(g_secret, 0600);
   unlink(g_ledger);
-  int port = 0;
-  g_lfd = resihp__wire_listen("127.0.0.1", 0, &port);
-  ck_assert_int_ge(g_lfd, 0);
-  snprintf(g_coord, sizeof(g_coord), "127.0.0.1:%d", port);
+  ck_assert_int_eq(resihp__wire_listener_open("127.0.0.1", 0, p->R, &g_lis), 0);
+  snprintf(g_coord, sizeof(g_coord), "127.0.0.1:%d", g_lis.port);
   ck_assert_int_eq(pipe(g_hook_out), 0);
   ck_assert_int_eq(pipe(g_hook_in), 0);
   ck_assert_int_eq(pipe(g_stat), 0);
@@ -401,7 +400,7 @@ static void run(const plan_t *p, outcome_t *out) {
   free(cp.snap);
   free(cp.summary);
   close(cp.rfd);
-  close(g_lfd);
+  resihp__wire_listener_close(&g_lis);
   for (int i = 0; i < 2; i++) {
     close(g_hook_out[i]);
     close(g_hook_in[i]);

@@ -35,6 +35,7 @@
 #include "config.h"
 
 #include "../libresihp/control/coordinator.h"
+#include "../libresihp/control/gate.h"
 #include "../libresihp/control/keeper.h"
 #include "../libresihp/control/spare_agent.h"
 #include "../libresihp/recovery/inject.h"
@@ -101,6 +102,9 @@ typedef struct {
    * tell a broken node from a program that cannot run; the srun status */
   int diagnosing;
   int early_status;
+  /* its srun waits at this gate until its pid is in the keeper's record
+   * (gate.h): -1 when none */
+  int gate;
 } replica_t;
 
 static struct {
@@ -498,7 +502,8 @@ static int launch(int r) {
     argv[i] = (char *)argv0[i];
   for (int i = 0; i < np; i++)
     argv[na + i] = g.prog[i];
-  pid_t pid = fork();
+  /* write-ahead: srun runs once its pid is recorded (open_gates) */
+  pid_t pid = resihp__gate_fork(&p->gate);
   if (pid == 0) {
     child_setup(0);
     setenv("RESIHP_INJECT", inj, 1);
@@ -538,6 +543,24 @@ static int launch(int r) {
   say("replica %d: step launched on %s%s%s", r, nodelist,
       inj[0] ? ", injecting " : "", inj);
   return 0;
+}
+
+/* The sruns launched since the last record: record their pids, then let
+ * them run (gate.h). A primary killed before the record leaves none
+ * running; one killed after it, before they run, leaves their exits to
+ * say so (ended). */
+static void open_gates(void) {
+  int any = 0;
+  for (int r = 0; r < g.R && !any; r++)
+    any = g.reps[r].gate >= 0;
+  if (!any)
+    return;
+  resihp__coord_mirror(g.coord);
+  for (int r = 0; r < g.R; r++)
+    if (g.reps[r].gate >= 0) {
+      resihp__gate_open(g.reps[r].gate);
+      g.reps[r].gate = -1;
+    }
 }
 
 static void release_nodes(int r, int bad) {
@@ -1032,6 +1055,19 @@ static void ended(pid_t pid, int st) {
       if (p->pid != pid)
         continue;
       p->pid = 0;
+      if (resihp__gate_unopened(st)) {
+        /* recorded by a primary that died before it could run: launch it
+         * again, as if it never was (no try, its nodes not blamed) */
+        say("replica %d: its step never started (the coordinator before "
+            "this one died first): launching it again",
+            r);
+        release_nodes(r, 0);
+        if (p->launches-- > 1)
+          g.nreplacements--;
+        if (!p->given_up)
+          p->relaunch = 1;
+        continue;
+      }
       if (!p->connected && !p->relaunch && !p->given_up && !g.stopping &&
           resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING)
         diagnose(r, st);
@@ -1486,6 +1522,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "resihp-run: out of memory for %d replicas\n", g.R);
     return EXIT_USAGE;
   }
+  for (int r = 0; r < g.R; r++)
+    g.reps[r].gate = -1;
   if (!g.ranks)
     g.ranks = g.K;
   if (g.ranks < g.K || g.ranks > 64 || g.ranks % g.K) {
@@ -1730,7 +1768,7 @@ static int primary_main(void *ud, const char *snap, size_t snaplen,
     for (int r = 0; r < g.R; r++)
       if (launch(r))
         g.reps[r].relaunch = 1;
-    resihp__coord_mirror(g.coord);
+    open_gates();
   }
   int64_t next_check = 0;
   int ret = EXIT_OK, killed = 0;
@@ -1803,6 +1841,7 @@ static int primary_main(void *ud, const char *snap, size_t snaplen,
     }
     reap();
     tick();
+    open_gates();
     progress();
     check_resumed_shape();
     int live = 0;

@@ -37,7 +37,8 @@ EXTRA_DIST += tests/fuzz/corpus-costplan/k1-three \
 
 # The keeper: the process that outlives the coordinator (keeper.h).
 libresihp_libresihp_internal_la_SOURCES += \
-	libresihp/control/keeper.c libresihp/control/keeper.h
+	libresihp/control/keeper.c libresihp/control/keeper.h \
+	libresihp/control/gate.c libresihp/control/gate.h
 
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_keeper

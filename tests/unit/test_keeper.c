@@ -3,15 +3,18 @@
  * exit status passes through; a primary SIGKILLed, or SIGSTOPped beyond
  * the hang bound, is replaced by one that gets exactly the last complete
  * record (never a cut one); the old primary's children are reaped and
- * their exits reach the new primary; signals reach the primary; a primary
+ * their exits reach the new primary; a gated child (gate.h) runs only if
+ * its parent recorded it and let it go; signals reach the primary; a primary
  * that keeps dying without progress makes the keeper give up. Each case
  * runs the keeper in a child of the test and reads its exit status: the
  * primaries say what they saw through their own exit status. */
 #include "config.h"
 
+#include "../../libresihp/control/gate.h"
 #include "../../libresihp/control/keeper.h"
 
 #include <check.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +143,65 @@ START_TEST(orphans_exits_reach_the_new_primary) {
 }
 END_TEST
 
+/* A gated child (gate.h) whose parent, the first primary, is killed:
+ * mode 0 after recording the child's pid, 1 after opening its gate too,
+ * 2 before recording it. The child would make gate_file. Second primary:
+ * the orphan's exit says whether it ran, and the file agrees. */
+static int gate_mode;
+static char gate_file[64];
+
+static int gated(void *ud, const char *snap, size_t len, resihp__keeper_t *k) {
+  (void)ud;
+  (void)len;
+  if (!snap) {
+    resihp__keeper_record(k, "0", 1); /* a record without the child */
+    int g;
+    pid_t c = resihp__gate_fork(&g);
+    if (c == 0) {
+      int fd = open(gate_file, O_CREAT | O_WRONLY, 0600);
+      _exit(fd >= 0 ? 7 : 8);
+    }
+    if (c < 0)
+      return 2;
+    char s[32];
+    int n = snprintf(s, sizeof(s), "%ld", (long)c);
+    if (gate_mode != 2)
+      resihp__keeper_record(k, s, (size_t)n);
+    if (gate_mode == 1)
+      resihp__gate_open(g);
+    raise(SIGKILL);
+    return 1;
+  }
+  pid_t c = (pid_t)atol(snap);
+  for (int i = 0; i < 600000; i++) { /* a safety net, not a timing */
+    pid_t p;
+    int st;
+    resihp__keeper_beat(k);
+    if (!resihp__keeper_orphan(k, &p, &st)) {
+      usleep(1000);
+      continue;
+    }
+    if (c && p != c)
+      return 3;
+    int made = access(gate_file, F_OK) == 0;
+    if (gate_mode == 1)
+      return WIFEXITED(st) && WEXITSTATUS(st) == 7 && made ? 50 : 4;
+    return resihp__gate_unopened(st) && !made ? 50 : 5;
+  }
+  return 6;
+}
+
+START_TEST(gated_child_runs_only_once_recorded) {
+  for (gate_mode = 0; gate_mode < 3; gate_mode++) {
+    snprintf(gate_file, sizeof(gate_file), "/tmp/resihp-gate.%d.%d",
+             (int)getpid(), gate_mode);
+    unlink(gate_file);
+    ck_assert_int_eq(status_of(keep(gated, 0, 0, NULL)), 50);
+    unlink(gate_file);
+  }
+}
+END_TEST
+
 static volatile sig_atomic_t got_term;
 static void on_term(int s) {
   (void)s;
@@ -211,6 +273,7 @@ int main(void) {
   tcase_add_test(tc, killed_primary_gets_last_complete_record);
   tcase_add_test(tc, hung_primary_is_killed_and_replaced);
   tcase_add_test(tc, orphans_exits_reach_the_new_primary);
+  tcase_add_test(tc, gated_child_runs_only_once_recorded);
   tcase_add_test(tc, signals_reach_the_primary);
   tcase_add_test(tc, gives_up_without_progress);
   suite_add_tcase(s, tc);

@@ -57,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -110,6 +111,10 @@ typedef struct {
 static struct {
   int R, S, K;
   int ranks; /* ranks per replica (shards); 0: one per node */
+  /* the open-files limit this process was given: its children get it
+   * back (raise_nofile) */
+  struct rlimit nofile0;
+  int nofile_raised;
   const char *inject;
   resihp__cmd_t kill_cmd; /* n == 0: none */
   const char *mpi;
@@ -239,6 +244,8 @@ static pid_t helpers[256];
  * terminal reaches resihp-run alone, which stops the steps in order. */
 static void child_setup(int quiet_stdio) {
   setpgid(0, 0);
+  if (g.nofile_raised)
+    setrlimit(RLIMIT_NOFILE, &g.nofile0);
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
   signal(SIGHUP, SIG_DFL);
@@ -1311,6 +1318,43 @@ static int resolve_host(const char *host, char *out, size_t len) {
 static int primary_main(void *ud, const char *snap, size_t snaplen,
                         resihp__keeper_t *k);
 
+/* The coordinator holds a descriptor per replica's link and per pending
+ * handshake (up to R + 64), and at set-up one per rank waiting for its
+ * leader: past the usual soft limit of 1024 for a large job, where accept
+ * would fail and joiners wait. Raise the soft limit as far as that needs
+ * (the hard limit at most); refuse a job the hard limit cannot hold. */
+static int raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl))
+    return 0;
+  g.nofile0 = rl;
+  rlim_t need = 2 * (rlim_t)g.R + 192; /* links, handshakes, our own */
+  rlim_t want = need + (rlim_t)g.R * (rlim_t)g.ranks;
+  if (rl.rlim_cur < want) {
+    rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+    g.nofile_raised = !setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur < need) {
+    fprintf(stderr,
+            "resihp-run: %d replicas need at least %llu open files (a link "
+            "and a handshake per replica); the limit is %llu (hard %llu): "
+            "raise it (ulimit -Hn, or nofile in /etc/security/limits.conf) "
+            "and try again\n",
+            g.R, (unsigned long long)need, (unsigned long long)rl.rlim_cur,
+            (unsigned long long)rl.rlim_max);
+    return -1;
+  }
+  if (rl.rlim_cur < want)
+    fprintf(stderr,
+            "resihp-run: warning: the open-files limit (%llu) is below the "
+            "%llu that %d replicas of %d rank(s) may hold at set-up; ranks "
+            "may wait for their leader's address longer (raise ulimit -Hn)\n",
+            (unsigned long long)rl.rlim_cur, (unsigned long long)want, g.R,
+            g.ranks);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   /* The program of a spare's check step (see the top comment). */
   if (argc == 2 && !strcmp(argv[1], "--spare-agent"))
@@ -1534,6 +1578,8 @@ int main(int argc, char **argv) {
             g.ranks, g.K);
     return EXIT_USAGE;
   }
+  if (raise_nofile())
+    return EXIT_USAGE;
   if (g.save_every && !g.state_dir[0] && !g.resume_arg) {
     fprintf(stderr, "resihp-run: --save-every needs --state-dir DIR (where "
                     "the states go)\n");
@@ -1643,9 +1689,11 @@ int main(int argc, char **argv) {
   }
   /* The listening socket is the keeper's: the port outlives any one
    * coordinator, and what waits in its backlog during a failover is
-   * accepted by the next one. Sized for every replica's leader at once. */
+   * accepted by the next one. Sized for every rank at once: at set-up
+   * each one connects (the leaders, and the others for their leader's
+   * address). */
   resihp__wire_listener_t lis;
-  if (resihp__wire_listener_open(bind_addr, g.port, g.R, &lis)) {
+  if (resihp__wire_listener_open(bind_addr, g.port, g.R * g.ranks, &lis)) {
     fprintf(stderr, "resihp-run: cannot listen on %s:%d: %s\n", bind_addr,
             g.port, strerror(errno));
     memset(secret, 0, sizeof(secret));

@@ -88,6 +88,7 @@ typedef struct {
    * with the coordinator when it started */
   pid_t check;
   long check_regs;
+  int gate; /* the check's gate until recorded (gate.h), else -1 */
 } node_t;
 
 typedef struct {
@@ -115,6 +116,10 @@ static struct {
    * back (raise_nofile) */
   struct rlimit nofile0;
   int nofile_raised;
+  /* children waiting at their gate (open_gates); the test hook
+   * RESIHP_TEST_KILL_PRIMARY: the batch of gates at which the first
+   * primary SIGKILLs itself (0: none), after its record or before */
+  int ngates, gate_batches, kill_at_batch, kill_after_record;
   const char *inject;
   resihp__cmd_t kill_cmd; /* n == 0: none */
   const char *mpi;
@@ -345,6 +350,7 @@ static int read_nodes(void) {
   for (int i = 0; i < n; i++) {
     snprintf(g.nodes[g.nnodes].name, sizeof(g.nodes[0].name), "%s", names[i]);
     g.nodes[g.nnodes].owner = -1;
+    g.nodes[g.nnodes].gate = -1;
     g.nnodes++;
   }
   if (n <= 0) {
@@ -511,6 +517,7 @@ static int launch(int r) {
     argv[na + i] = g.prog[i];
   /* write-ahead: srun runs once its pid is recorded (open_gates) */
   pid_t pid = resihp__gate_fork(&p->gate);
+  g.ngates += pid > 0;
   if (pid == 0) {
     child_setup(0);
     setenv("RESIHP_INJECT", inj, 1);
@@ -557,17 +564,25 @@ static int launch(int r) {
  * running; one killed after it, before they run, leaves their exits to
  * say so (ended). */
 static void open_gates(void) {
-  int any = 0;
-  for (int r = 0; r < g.R && !any; r++)
-    any = g.reps[r].gate >= 0;
-  if (!any)
+  if (!g.ngates)
     return;
+  int die = ++g.gate_batches == g.kill_at_batch;
+  if (die && !g.kill_after_record)
+    raise(SIGKILL);
   resihp__coord_mirror(g.coord);
+  if (die)
+    raise(SIGKILL);
   for (int r = 0; r < g.R; r++)
     if (g.reps[r].gate >= 0) {
       resihp__gate_open(g.reps[r].gate);
       g.reps[r].gate = -1;
     }
+  for (int i = 0; i < g.nnodes; i++)
+    if (g.nodes[i].gate >= 0) {
+      resihp__gate_open(g.nodes[i].gate);
+      g.nodes[i].gate = -1;
+    }
+  g.ngates = 0;
 }
 
 static void release_nodes(int r, int bad) {
@@ -880,7 +895,9 @@ static void start_check(int i) {
   node_t *n = &g.nodes[i];
   resihp__coord_spare_add(g.coord, n->name);
   resihp__coord_spare_state(g.coord, n->name, &n->check_regs);
-  pid_t p = fork();
+  /* write-ahead, as a replica's launch: an srun the successor of a
+   * primary killed now does not know of would hold the node */
+  pid_t p = resihp__gate_fork(&n->gate);
   if (p == 0) {
     child_setup(1); /* what went wrong is in the coordinator's registry */
     setenv("RESIHP_COORDINATOR", g.coord_ep, 1);
@@ -899,8 +916,10 @@ static void start_check(int i) {
            "--spare-agent", (char *)NULL);
     _exit(127);
   }
-  if (p > 0)
+  if (p > 0) {
     n->check = p;
+    g.ngates++;
+  }
 }
 
 /* Check the free spares (those without a check in flight). */
@@ -1029,6 +1048,22 @@ static void check_done(int i, int st) {
   }
 }
 
+/* A check step recorded by a primary that died before letting it run
+ * (gate.h): start it again, as if it never was. */
+static void check_unopened(int i) {
+  node_t *n = &g.nodes[i];
+  n->check = 0;
+  int diag = n->owner >= 0 && g.reps[n->owner].diagnosing;
+  if (n->bad || (n->owner >= 0 && !diag))
+    return;
+  say("node %s: its check step never started (the coordinator before this "
+      "one died first): checking it again",
+      n->name);
+  start_check(i);
+  if (diag && n->check <= 0)
+    diagnosis_done(n->owner);
+}
+
 /* The coordinator heard from a spare agent. */
 static void on_spare(void *ud, const char *node, int state,
                      const char *summary) {
@@ -1052,8 +1087,12 @@ static void ended(pid_t pid, int st) {
   {
     g.ldirty = 1;
     for (int i = 0; i < g.nnodes; i++)
-      if (g.nodes[i].check == pid)
-        check_done(i, st);
+      if (g.nodes[i].check == pid) {
+        if (resihp__gate_unopened(st))
+          check_unopened(i);
+        else
+          check_done(i, st);
+      }
     for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
       if (helpers[i] == pid)
         helpers[i] = 0;
@@ -1726,10 +1765,30 @@ int main(int argc, char **argv) {
 
 /* The primary (keeper.h): the coordinator and the launcher, from the start
  * (snap NULL) or from the last state a primary that died left. */
+/* RESIHP_TEST_KILL_PRIMARY=before:N or after:N, for failover.test: the
+ * first primary SIGKILLs itself at its N-th batch of gated launches, before
+ * or after recording them, the two windows that gates close. */
+static void test_kill_primary(void) {
+  const char *v = getenv("RESIHP_TEST_KILL_PRIMARY");
+  if (!v || !*v)
+    return;
+  char when[8];
+  int n = 0, used = 0;
+  if (sscanf(v, "%7[a-z]:%d%n", when, &n, &used) != 2 || v[used] || n < 1 ||
+      (strcmp(when, "before") && strcmp(when, "after"))) {
+    say("ignoring RESIHP_TEST_KILL_PRIMARY=%s (before:N or after:N)", v);
+    return;
+  }
+  g.kill_at_batch = n;
+  g.kill_after_record = !strcmp(when, "after");
+}
+
 static int primary_main(void *ud, const char *snap, size_t snaplen,
                         resihp__keeper_t *kp) {
   (void)ud;
   g.keeper = kp;
+  if (!resihp__keeper_failovers(kp, NULL, NULL, NULL))
+    test_kill_primary();
   struct sigaction sa = {.sa_handler = on_signal};
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
@@ -1861,6 +1920,7 @@ static int primary_main(void *ud, const char *snap, size_t snaplen,
     }
     if (!g.stopping && !g.no_spare_check && resihp__now_ms() >= next_check) {
       check_spares();
+      open_gates();
       next_check =
           g.recheck_s ? resihp__now_ms() + g.recheck_s * 1000L : INT64_MAX;
     }

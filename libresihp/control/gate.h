@@ -3,10 +3,10 @@
  * recorded its pid (in the keeper's state record), so that a parent killed
  * in between cannot leave behind a child its successor knows nothing of.
  *
- * resihp-run launches a replica's job step this way. Without the gate, a
- * primary killed between its fork of srun and its next state record left
- * an srun the successor did not know of: it launched the replica again,
- * possibly on the same spare node. With it:
+ * resihp-run launches a replica's job step and a node's check step this
+ * way. Without the gate, a primary killed between its fork of srun and its
+ * next state record left an srun the successor did not know of: it
+ * launched the replica again, possibly on the same spare node. With it:
  * - killed before the record: the child never runs (its gate reads end of
  *   file when the parent's end closes) and the successor, whose record
  *   does not have it, launches as if nothing had happened;

@@ -102,7 +102,7 @@ int tm_step_wl(resihp_job_t *job, const resihp_job_step_t *st, int sh,
     if (by_workload && !tm_workload(st->step, st->mbs[k], &t, &l2, &ns, NULL))
       resihp_job_report_microbatch(job, st->mbs[k], t, l2, ns, t * 1e-6);
     else
-      resihp_job_report_microbatch(job, st->mbs[k], 100, 2000, 2, 0.001);
+      resihp_job_report_microbatch(job, st->mbs[k], 100, 5200, 2, 0.001);
   }
   int rc;
   while ((rc = resihp_job_allreduce(job, acc, NB)) == RESIHP_EREASSIGNED)

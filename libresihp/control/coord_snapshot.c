@@ -61,11 +61,13 @@
 
 /* ---- writing ---- */
 
+/* (A snapshot of 10,000 replicas is ~10^5 fields: they are appended, not
+ * printf'ed, where that is simple.) */
 static void put_ids(resihp__wire_buf_t *b, const int *v, int n) {
   if (n <= 0)
-    resihp__wire_buf_printf(b, " -");
+    resihp__wire_buf_put(b, " -", 2);
   else {
-    resihp__wire_buf_printf(b, " ");
+    resihp__wire_buf_put(b, " ", 1);
     resihp__wire_buf_ints(b, v, n);
   }
 }
@@ -73,28 +75,39 @@ static void put_ids(resihp__wire_buf_t *b, const int *v, int n) {
 /* The ids r (< n) with set[r] != 0. */
 static void put_set(resihp__wire_buf_t *b, const char *set, int n) {
   int first = 1;
-  resihp__wire_buf_printf(b, " ");
+  resihp__wire_buf_put(b, " ", 1);
   for (int r = 0; r < n && !b->err; r++)
     if (set[r]) {
-      resihp__wire_buf_printf(b, "%s%d", first ? "" : ":", r);
+      if (!first)
+        resihp__wire_buf_put(b, ":", 1);
+      resihp__wire_buf_long(b, r);
       first = 0;
     }
   if (first)
-    resihp__wire_buf_printf(b, "-");
+    resihp__wire_buf_put(b, "-", 1);
+}
+
+/* lead, then s with every byte outside [lo, '~'] written as '?'. */
+static void put_clean(resihp__wire_buf_t *b, const char *lead, const char *s,
+                      char lo) {
+  size_t l = strlen(lead), n = s ? strlen(s) : 0;
+  resihp__wire_buf_put(b, lead, l);
+  resihp__wire_buf_put(b, s ? s : "", n);
+  if (b->err)
+    return;
+  for (char *q = b->s + b->len - n; q < b->s + b->len; q++)
+    if (*q < lo || *q > '~')
+      *q = '?';
 }
 
 /* A text to the end of the line: printable ASCII only. */
 static void put_text(resihp__wire_buf_t *b, const char *s) {
-  resihp__wire_buf_printf(b, " ");
-  for (; *s && !b->err; s++)
-    resihp__wire_buf_printf(b, "%c", *s >= ' ' && *s <= '~' ? *s : '?');
+  put_clean(b, " ", s, ' ');
 }
 
 /* A free token: "=value" (no space inside). */
 static void put_word(resihp__wire_buf_t *b, const char *s) {
-  resihp__wire_buf_printf(b, " =");
-  for (; s && *s && !b->err; s++)
-    resihp__wire_buf_printf(b, "%c", *s > ' ' && *s <= '~' ? *s : '?');
+  put_clean(b, " =", s, '!');
 }
 
 int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {

@@ -567,11 +567,23 @@ static int buf_room(resihp__wire_buf_t *b, size_t more) {
   return 0;
 }
 
+/* Formatted once into the room there is; again only when it did not fit
+ * (a snapshot or a member list of 10,000 replicas is ~10^5 calls). */
 void resihp__wire_buf_printf(resihp__wire_buf_t *b, const char *fmt, ...) {
+  if (b->err)
+    return;
+  size_t room = b->cap - b->len;
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
+  int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? room : 0, fmt, ap);
   va_end(ap);
+  if (n >= 0 && (size_t)n < room &&
+      b->len + (size_t)n <= RESIHP__WIRE_LINE_MAX) {
+    b->len += (size_t)n;
+    return;
+  }
+  if (b->s)
+    b->s[b->len] = '\0'; /* what did not fit is not the line's */
   if (n < 0 || buf_room(b, (size_t)n))
     return;
   va_start(ap, fmt);
@@ -580,9 +592,32 @@ void resihp__wire_buf_printf(resihp__wire_buf_t *b, const char *fmt, ...) {
   b->len += (size_t)n;
 }
 
+void resihp__wire_buf_put(resihp__wire_buf_t *b, const char *p, size_t n) {
+  if (buf_room(b, n))
+    return;
+  memcpy(b->s + b->len, p, n);
+  b->len += n;
+  b->s[b->len] = '\0';
+}
+
+void resihp__wire_buf_long(resihp__wire_buf_t *b, long v) {
+  char t[24];
+  int k = (int)sizeof(t);
+  unsigned long u = v < 0 ? 0UL - (unsigned long)v : (unsigned long)v;
+  do
+    t[--k] = (char)('0' + u % 10);
+  while (u /= 10);
+  if (v < 0)
+    t[--k] = '-';
+  resihp__wire_buf_put(b, t + k, sizeof(t) - (size_t)k);
+}
+
 void resihp__wire_buf_ints(resihp__wire_buf_t *b, const int *v, int n) {
-  for (int i = 0; i < n && !b->err; i++)
-    resihp__wire_buf_printf(b, "%s%d", i ? ":" : "", v[i]);
+  for (int i = 0; i < n && !b->err; i++) {
+    if (i)
+      resihp__wire_buf_put(b, ":", 1);
+    resihp__wire_buf_long(b, v[i]);
+  }
 }
 
 int resihp__wire_send_buf(resihp__wire_t *w, const resihp__wire_buf_t *b,

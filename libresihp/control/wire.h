@@ -224,7 +224,9 @@ void resihp__wire_buf_init(resihp__wire_buf_t *b);
 void resihp__wire_buf_free(resihp__wire_buf_t *b);
 void resihp__wire_buf_printf(resihp__wire_buf_t *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* Append "a:b:c". */
+/* Append n bytes of p; a number in decimal; "a:b:c". */
+void resihp__wire_buf_put(resihp__wire_buf_t *b, const char *p, size_t n);
+void resihp__wire_buf_long(resihp__wire_buf_t *b, long v);
 void resihp__wire_buf_ints(resihp__wire_buf_t *b, const int *v, int n);
 int resihp__wire_send_buf(resihp__wire_t *w, const resihp__wire_buf_t *b,
                           int64_t deadline_ms);

@@ -1110,6 +1110,48 @@ START_TEST(job_long_lists_reassigned) {
 }
 END_TEST
 
+/* A line built by appends and printf: numbers of every sign and size,
+ * growth from empty, and the line limit, which sticks and keeps the line
+ * as it was. */
+START_TEST(wire_buf_appends) {
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  int v[] = {0, -1, 7, INT_MAX, INT_MIN, 1000000};
+  resihp__wire_buf_ints(&b, v, 6);
+  resihp__wire_buf_put(&b, " ", 1);
+  resihp__wire_buf_long(&b, LONG_MIN);
+  resihp__wire_buf_printf(&b, " %s=%d", "x", 42);
+  char want[160];
+  snprintf(want, sizeof(want), "0:-1:7:%d:%d:1000000 %ld x=42", INT_MAX,
+           INT_MIN, LONG_MIN);
+  ck_assert_int_eq(b.err, 0);
+  ck_assert_str_eq(b.s, want);
+  ck_assert_uint_eq(b.len, strlen(want));
+  /* printf past the room it has grows the line, many times over */
+  for (int i = 0; i < 1000; i++)
+    resihp__wire_buf_printf(&b, " %0100d", i);
+  ck_assert_int_eq(b.err, 0);
+  ck_assert_uint_eq(b.len, strlen(want) + 1000 * 101);
+  ck_assert_uint_eq(strlen(b.s), b.len);
+  resihp__wire_buf_free(&b);
+  /* the line limit: one byte too many is refused and sticks */
+  char *big = malloc(RESIHP__WIRE_LINE_MAX);
+  ck_assert_ptr_nonnull(big);
+  memset(big, 'a', RESIHP__WIRE_LINE_MAX);
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_put(&b, big, RESIHP__WIRE_LINE_MAX - 1);
+  ck_assert_int_eq(b.err, 0);
+  resihp__wire_buf_printf(&b, "%s", "bc");
+  ck_assert_int_eq(b.err, RESIHP_ERANGE);
+  ck_assert_uint_eq(b.len, RESIHP__WIRE_LINE_MAX - 1);
+  ck_assert_uint_eq(strlen(b.s), b.len);
+  resihp__wire_buf_long(&b, 5);
+  ck_assert_uint_eq(b.len, RESIHP__WIRE_LINE_MAX - 1);
+  resihp__wire_buf_free(&b);
+  free(big);
+}
+END_TEST
+
 /* More microbatches than a line can list: refused at join, clearly. */
 START_TEST(too_many_microbatches_refused) {
   int max = resihp__wire_max_microbatches();
@@ -1455,6 +1497,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, catchup_strangers_do_not_delay);
   tcase_add_test(tc, leader_strangers_and_long_lists);
   tcase_add_test(tc, job_long_lists_reassigned);
+  tcase_add_test(tc, wire_buf_appends);
   tcase_add_test(tc, too_many_microbatches_refused);
   tcase_add_test(tc, coord_bad_hello_refused);
   tcase_add_test(tc, coord_rogue_recover_refused);

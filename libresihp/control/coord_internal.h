@@ -171,6 +171,9 @@ struct resihp__coord {
   int nfails, capfails;
   long reassigned;
   int64_t last_hb, last_silence_check;
+  /* heartbeat periods: each leader's (told in WELCOME) and our own
+   * (resihp__coord_heartbeats) */
+  int hb_leader_ms, hb_coord_ms;
   spare_t *spares;
   int nspares, capspares;
   resihp__wire_hs_t *hs; /* handshakes in progress */

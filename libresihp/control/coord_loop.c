@@ -215,7 +215,7 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
           (c->reps[r].state == R_MEMBER || c->reps[r].state == R_JOINING))
         resihp__coord_fail_replica(c, r, "did not reconnect after a failover");
   }
-  if (now - c->last_hb >= 500) {
+  if (now - c->last_hb >= c->hb_coord_ms) {
     c->last_hb = now;
     for (int r = 0; r < c->R; r++)
       if (c->reps[r].conn >= 0)
@@ -223,6 +223,22 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
   }
   resihp__coord_advance(c);
   return 0;
+}
+
+/* Heartbeats are the one traffic of a quiet job, and they come from every
+ * replica: at the small jobs' 200 ms, 10,000 replicas would send 50,000 a
+ * second, and the coordinator 20,000 back, about a core's worth. So the
+ * periods grow with R (R/2 ms: about 2,000 a second each way), bounded
+ * by what detection needs: a leader beats at least four times per silence
+ * bound (the coordinator fails a silent replica after it), the coordinator
+ * every 5 s at most (a replica takes its coordinator for lost after a
+ * silence of its own, 20 s or more). */
+void resihp__coord_heartbeats(int replicas, int silence_ms, int *leader_ms,
+                              int *coord_ms) {
+  long grow = replicas / 2;
+  long lmax = silence_ms / 4 > 200 ? silence_ms / 4 : 200;
+  *leader_ms = (int)(grow < 200 ? 200 : grow > lmax ? lmax : grow);
+  *coord_ms = (int)(grow < 500 ? 500 : grow > 5000 ? 5000 : grow);
 }
 
 int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
@@ -236,6 +252,8 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   c->efd = epoll_create1(EPOLL_CLOEXEC);
   if (c->o.silence_ms <= 0)
     c->o.silence_ms = 3000;
+  resihp__coord_heartbeats(o->replicas, c->o.silence_ms, &c->hb_leader_ms,
+                           &c->hb_coord_ms);
   c->line = malloc(RESIHP__WIRE_LINE_MAX + 1);
   int rc = RESIHP_ENOMEM;
   size_t R = (size_t)o->replicas;

@@ -139,8 +139,8 @@ static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
   c->conns[k].replica = r;
   p->last_life = resihp__now_ms();
   char line[128];
-  snprintf(line, sizeof(line), "WELCOME replica=%d step=%ld again=1", r,
-           c->step);
+  snprintf(line, sizeof(line), "WELCOME replica=%d step=%ld hb=%d again=1", r,
+           c->step, c->hb_leader_ms);
   resihp__coord_again(c, resihp__coord_send_to(c, r, line));
   logc(RESIHP_LOG_INFO, "replica %d reconnected (step %ld)", r, c->step);
   /* a free run that must end: HOLD is said again (who heard it is not
@@ -267,7 +267,8 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   c->conns[k].replica = (int)r;
   p->last_life = resihp__now_ms();
   char line[128];
-  snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld", r, c->step);
+  snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld hb=%d", r, c->step,
+           c->hb_leader_ms);
   resihp__coord_again(c, resihp__coord_send_to(c, (int)r, line));
   logc(RESIHP_LOG_INFO, "replica %ld joined from %s (node %s, step %ld.%ld)", r,
        ep, node, jobid, stepid);

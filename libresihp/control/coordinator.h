@@ -7,9 +7,11 @@
  * Protocol (text lines, see wire.h; connections authenticated with the
  * per-job secret). A replica's rank 0 says HELLO (replica, endpoints,
  * node, Slurm step, microbatches, steps, lsize=K ranks and shape=D, a
- * digest of its shards' state sizes) and gets WELCOME; K and D must be the
- * job's (the first HELLO sets them). With K ranks, ep= and sep= list one
- * address per rank, "a/b/..." in shard order. Each step:
+ * digest of its shards' state sizes) and gets WELCOME hb=H; K and D must
+ * be the job's (the first HELLO sets them). With K ranks, ep= and sep= list
+ * one address per rank, "a/b/..." in shard order. The leader then says HB
+ * every H ms, and the coordinator says HB to it too
+ * (resihp__coord_heartbeats). Each step:
  *
  *   rank  -> BEGIN step=s            (at the step boundary)
  *   coord -> GO step=s epoch=e new=0|1 [members=r@ep,...]  (ep: the list)
@@ -95,7 +97,7 @@
  * outlives it starts a successor from that record (resihp__coord_restore).
  * A leader that lost its link reconnects with its HELLO line plus
  * ` again=1 epoch=E step=S`; the same process of a known replica (replica,
- * jobid, stepid, ep and sep as before) gets `WELCOME replica=R step=S
+ * jobid, stepid, ep and sep as before) gets `WELCOME replica=R step=S hb=H
  * again=1` (and HOLD again in a free run that must end), anything else is
  * an ordinary HELLO. A restored coordinator fails a member that has not
  * come back within silence_ms. Requests said again get the answer they
@@ -236,6 +238,10 @@ int resihp__coord_aborted(const resihp__coord_t *c, char *why, size_t n);
 /* The launcher has started (on=1) a replacement of replica, or no longer
  * waits for one (on=0); see hold_for_replacements. */
 void resihp__coord_expect(resihp__coord_t *c, int replica, int on);
+/* The heartbeat periods of a job of that many replicas with that silence
+ * bound: each leader's (told in WELCOME) and the coordinator's, in ms. */
+void resihp__coord_heartbeats(int replicas, int silence_ms, int *leader_ms,
+                              int *coord_ms);
 /* Forget a replica that never joined or was given up (no replacement). */
 void resihp__coord_mark_failed(resihp__coord_t *c, int replica,
                                const char *why);

@@ -6,10 +6,10 @@
  *
  * The leader's main thread talks to the coordinator: it sends requests and
  * reads the answers itself, skipping the coordinator's heartbeats. A
- * heartbeat thread only writes (HB every 200 ms, under send_mu, on the
- * coordinator link and the star links), so a rank that is computing is
- * never taken for a dead one, while a rank that is hung (SIGSTOP) falls
- * silent as a whole. */
+ * heartbeat thread only writes (HB under send_mu, every 200 ms on the star
+ * links and as often as WELCOME says on the coordinator link), so a rank
+ * that is computing is never taken for a dead one, while a rank that is
+ * hung (SIGSTOP) falls silent as a whole. */
 #include "config.h"
 
 #include "../transport/msgauth.h"
@@ -55,19 +55,34 @@ int resihp__job_parse_mbs(resihp_job_t *j, const char *msg, const char *key,
   return rc;
 }
 
+int resihp__job_welcome_hb(resihp_job_t *j, const char *welcome) {
+  long hb = RESIHP__JOB_HB_MS;
+  int rc = resihp__wire_get_range(welcome, "hb", 100, 60000, &hb);
+  if (rc && rc != RESIHP_ENOENT)
+    return RESIHP_EPROTO;
+  __atomic_store_n(&j->coord_hb_ms, rc ? RESIHP__JOB_HB_MS : (int)hb,
+                   __ATOMIC_RELAXED);
+  return 0;
+}
+
 static void *hb_main(void *arg) {
   resihp_job_t *j = arg;
+  int64_t coord_next = 0;
   pthread_mutex_lock(&j->hb_mu);
   while (!j->hb_stop) {
-    struct timespec ts = resihp__realtime_in(200);
+    struct timespec ts = resihp__realtime_in(RESIHP__JOB_HB_MS);
     pthread_cond_timedwait(&j->hb_cv, &j->hb_mu, &ts);
     if (j->hb_stop)
       break;
     pthread_mutex_unlock(&j->hb_mu);
     pthread_mutex_lock(&j->send_mu);
-    int64_t dl = resihp__now_ms() + 1000;
-    if (j->cw.fd >= 0)
+    int64_t now = resihp__now_ms(), dl = now + 1000;
+    int coord_ms = __atomic_load_n(&j->coord_hb_ms, __ATOMIC_RELAXED);
+    if (j->cw.fd >= 0 && now >= coord_next) {
+      /* the first beat RESIHP__JOB_HB_MS after the last, as the star's */
       resihp__wire_send(&j->cw, "HB", dl);
+      coord_next = now + coord_ms - RESIHP__JOB_HB_MS / 2;
+    }
     if (j->up.fd >= 0)
       resihp__wire_send(&j->up, "HB", dl);
     for (int k = 0; j->down && k < j->lsize - 1; k++)
@@ -231,6 +246,8 @@ static int hello(resihp_job_t *j, const char *jid, const char *sid) {
     rc = resihp__job_recv(j);
   if (!rc && strncmp(j->msg, "WELCOME ", 8))
     rc = RESIHP_EPROTO;
+  if (!rc)
+    rc = resihp__job_welcome_hb(j, j->msg);
   if (rc)
     free(line);
   else

@@ -68,6 +68,9 @@ struct resihp_job {
   pthread_cond_t hb_cv;
   pthread_t hb_thread;
   int hb_started, hb_stop;
+  /* the period of HB to the coordinator, as its WELCOME said (the star
+   * links' stays RESIHP__JOB_HB_MS); read by the heartbeat thread */
+  int coord_hb_ms;
   char *msg; /* the last line received (coordinator or leader) */
   /* failover (leader): the HELLO said at join, the last request that
    * waits for (or may have missed) an answer, re-sent after a reconnect;
@@ -197,6 +200,12 @@ int resihp__job_reconnect(resihp_job_t *j, int why);
 /* Parse RESIHP_FAILOVER_MS (NULL or "": the default); strict: digits
  * only, at most RESIHP__JOB_FAILOVER_MAX_MS. */
 int resihp__job_parse_failover(const char *v, int *ms);
+/* The heartbeat period of the star links, and of the coordinator link
+ * when the coordinator does not say (resihp__coord_heartbeats). */
+#define RESIHP__JOB_HB_MS 200
+/* Take the period of HB to the coordinator from its WELCOME line (hb=,
+ * 100..60000 ms; absent: RESIHP__JOB_HB_MS). 0 or RESIHP_EPROTO. */
+int resihp__job_welcome_hb(resihp_job_t *j, const char *welcome);
 /* Parse the microbatch list under key of msg into *out (freed first). */
 int resihp__job_parse_mbs(resihp_job_t *j, const char *msg, const char *key,
                           int **out, int *n);

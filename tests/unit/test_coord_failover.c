@@ -195,8 +195,8 @@ static void failover(side_t *s1, side_t *s2, resihp__coord_opts_t *co,
          i, i, i, i, ep, step);
     char line[256], want[96];
     next(s2, i, line, sizeof(line));
-    snprintf(want, sizeof(want), "WELCOME replica=%d step=%ld again=1", i,
-             step);
+    snprintf(want, sizeof(want), "WELCOME replica=%d step=%ld hb=200 again=1",
+             i, step);
     ck_assert_str_eq(line, want);
     ck_assert(resihp__coord_connected(s2->c, i));
   }

@@ -65,6 +65,26 @@ static int says(resihp__coord_t *c, const char *ep, const char *line,
   return t == 1 && !strncmp(reply, want, strlen(want));
 }
 
+/* Heartbeat periods grow with the job (about 2,000 a second each way),
+ * within what detection needs: a leader beats 4 times per silence bound,
+ * the coordinator at least every 5 s, small jobs as before. */
+START_TEST(heartbeats_follow_the_job) {
+  static const struct {
+    int R, silence, leader, coord;
+  } t[] = {{3, 3000, 200, 500},        {400, 3000, 200, 500},
+           {2000, 3000, 750, 1000},    {10000, 3000, 750, 5000},
+           {10000, 60000, 5000, 5000}, {1000000, 60000, 15000, 5000},
+           {10000, 100, 200, 5000},    {1, 1, 200, 500}};
+  for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+    int l = -1, k = -1;
+    resihp__coord_heartbeats(t[i].R, t[i].silence, &l, &k);
+    ck_assert_msg(l == t[i].leader && k == t[i].coord,
+                  "R=%d silence=%d: leader %d coord %d", t[i].R, t[i].silence,
+                  l, k);
+  }
+}
+END_TEST
+
 START_TEST(replica_count_validated) {
   resihp__coord_opts_t o = {.replicas = RESIHP__COORD_MAX_REPLICAS + 1,
                             .secret = (const uint8_t *)key,
@@ -85,7 +105,8 @@ START_TEST(tables_follow_the_job) {
   resihp__coord_t *c = coord(5000, ep, sizeof(ep));
   char line[160];
   snprintf(line, sizeof(line), HELLO_FMT, 4999);
-  ck_assert(says(c, ep, line, "WELCOME replica=4999"));
+  /* silence 60 s: the leaders beat every R/2 = 2500 ms */
+  ck_assert(says(c, ep, line, "WELCOME replica=4999 step=0 hb=2500"));
   snprintf(line, sizeof(line), HELLO_FMT, 5000);
   ck_assert(says(c, ep, line, "NO reason=bad-hello"));
   ck_assert_int_eq(resihp__coord_state(c), RESIHP__COORD_RUNNING);
@@ -169,6 +190,7 @@ int main(void) {
   Suite *s = suite_create("coord_scale");
   TCase *t = tcase_create("scale");
   tcase_set_timeout(t, 120);
+  tcase_add_test(t, heartbeats_follow_the_job);
   tcase_add_test(t, replica_count_validated);
   tcase_add_test(t, tables_follow_the_job);
   tcase_add_test(t, member_list_too_long_refused);

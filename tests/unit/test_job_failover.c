@@ -474,6 +474,31 @@ START_TEST(failover_ms_parsed_strictly) {
 }
 END_TEST
 
+/* WELCOME's heartbeat period: taken within 100..60000 ms, the default
+ * when absent, anything else refused (the join or the reconnect fails). */
+START_TEST(welcome_hb_parsed_strictly) {
+  resihp_job_t *j = calloc(1, sizeof(*j));
+  ck_assert_ptr_nonnull(j);
+  ck_assert_int_eq(resihp__job_welcome_hb(j, "WELCOME replica=0 step=0"), 0);
+  ck_assert_int_eq(j->coord_hb_ms, RESIHP__JOB_HB_MS);
+  ck_assert_int_eq(
+      resihp__job_welcome_hb(j, "WELCOME replica=0 step=0 hb=750 again=1"), 0);
+  ck_assert_int_eq(j->coord_hb_ms, 750);
+  ck_assert_int_eq(resihp__job_welcome_hb(j, "WELCOME replica=1 hb=60000"), 0);
+  ck_assert_int_eq(j->coord_hb_ms, 60000);
+  const char *bad[] = {"hb=99", "hb=60001", "hb=-5",
+                       "hb=",   "hb=7x",    "hb=99999999999999999999"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char line[96];
+    snprintf(line, sizeof(line), "WELCOME replica=0 step=0 %s", bad[i]);
+    ck_assert_msg(resihp__job_welcome_hb(j, line) == RESIHP_EPROTO,
+                  "'%s' taken", bad[i]);
+    ck_assert_int_eq(j->coord_hb_ms, 60000); /* unchanged */
+  }
+  free(j);
+}
+END_TEST
+
 /* The coordinator dies in step 7 of a free run and comes back from its
  * mirror (before the hooked replica goes on, or after): the replicas
  * reconnect and train on; nothing is lost or done twice. */
@@ -555,6 +580,7 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("failover");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, failover_ms_parsed_strictly);
+  tcase_add_test(tc, welcome_hb_parsed_strictly);
   tcase_add_loop_test(tc, kill_in_free_run, 0, 4);
   tcase_add_loop_test(tc, kill_at_boundary, 0, 2);
   tcase_add_loop_test(tc, kill_during_recovery, 0, 2);

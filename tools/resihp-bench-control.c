@@ -15,6 +15,10 @@
  *   join       all N admitted too (their first GO: the first epoch);
  *   step       BEGIN sent -> START received, per replica and step, over
  *              the --steps steady steps (median and 99th percentile);
+ *   idle       the coordinator's CPU share (%) while every replica only
+ *              beats, for --idle seconds after the first step (what a
+ *              quiet job, as in a free run, costs it: heartbeats both
+ *              ways at the periods WELCOME says, resihp__coord_heartbeats);
  *   cpu        the coordinator's CPU time per steady step
  *              (/proc/PID/schedstat), heartbeats included;
  *   bytes      the coordinator's bytes received + sent per steady step
@@ -96,6 +100,7 @@ typedef struct {
   long epochs;     /* GO new=1 received */
   double begin_ms; /* last BEGIN sent */
   int admitted, done;
+  int held;   /* its BEGIN of step 1 waits for the idle window's end */
   int back;   /* reconnecting after the failover */
   int agains; /* WELCOME ... again=1 received */
 } stub_t;
@@ -121,6 +126,11 @@ typedef struct {
   int port;
   pid_t child;
   double t0, t_welcome, t_join, t_death, t_epoch;
+  int hb_ms;                   /* the leaders' heartbeat period (WELCOME) */
+  double idle_ms;              /* the idle window after step 0 */
+  int silence_ms;              /* the coordinator's silence bound */
+  double t_idle0, t_idle1;     /* its start (step 0 everywhere) and end */
+  double cpu_idle0, cpu_idle1; /* the coordinator's CPU then */
   long welcomed;
   long admitted, in_new_epoch, done;
   long *started; /* per step: replicas that got its START */
@@ -250,6 +260,10 @@ static void stub_line(bench_t *b, stub_t *s, const char *line) {
     snprintf(buf, sizeof(buf), "BEGIN step=%ld", s->next_step);
     send_line(b, s, buf);
   } else if (!strncmp(line, "WELCOME ", 8)) {
+    long hb = 0;
+    if (!b->hb_ms && !resihp__wire_get_long(line, "hb", &hb) && hb >= 100 &&
+        hb <= 60000)
+      b->hb_ms = (int)hb;
     if (++b->welcomed == b->n)
       b->t_welcome = now_ms();
     send_line(b, s, "BEGIN step=-1");
@@ -294,7 +308,10 @@ static void stub_line(bench_t *b, stub_t *s, const char *line) {
     if (v >= 1 && v <= b->steps)
       add_latency(b, t - s->begin_ms);
     int all = v < b->total_steps && ++b->started[v] == b->alive;
-    if (all && v == 0)
+    if (all && v == 0 && b->idle_ms > 0) {
+      b->t_idle0 = now_ms();
+      b->cpu_idle0 = coordinator_cpu_ms(b->primary);
+    } else if (all && v == 0)
       snapshot(b, 0);
     else if (all && v == b->steps)
       snapshot(b, 1);
@@ -305,6 +322,10 @@ static void stub_line(bench_t *b, stub_t *s, const char *line) {
       b->alive--;
       kill_stub(b, s);
       b->t_death = now_ms();
+      return;
+    }
+    if (v == 0 && b->idle_ms > 0) {
+      s->held = 1; /* step 1 after the idle window (end_idle) */
       return;
     }
     snprintf(buf, sizeof(buf), "BEGIN step=%ld", v + 1);
@@ -323,6 +344,19 @@ static void stub_line(bench_t *b, stub_t *s, const char *line) {
 
 static int start_stub(bench_t *b, stub_t *s);
 
+/* The idle window is over: its CPU share, then step 1 for everyone. */
+static void end_idle(bench_t *b) {
+  b->t_idle1 = now_ms();
+  b->cpu_idle1 = coordinator_cpu_ms(b->primary);
+  snapshot(b, 0);
+  for (int i = 0; i < b->n; i++)
+    if (b->s[i].held && b->s[i].stage == S_LIVE) {
+      b->s[i].held = 0;
+      b->s[i].begin_ms = now_ms();
+      send_line(b, &b->s[i], "BEGIN step=1");
+    }
+}
+
 /* The replica's socket is ready: connect, handshake, then lines. */
 static void stub_io(bench_t *b, stub_t *s, uint32_t ev) {
   if (s->stage == S_CONNECTING) {
@@ -331,8 +365,9 @@ static void stub_io(bench_t *b, stub_t *s, uint32_t ev) {
     getsockopt(s->w.fd, SOL_SOCKET, SO_ERROR, &err, &el);
     if (err) {
       b->retries++;
-      fail(b, s, "connect failed");
       kill_stub(b, s);
+      if (!s->back || start_stub(b, s))
+        fail(b, s, "connect failed");
       return;
     }
     struct epoll_event e = {.events = EPOLLIN, .data.ptr = s};
@@ -345,9 +380,12 @@ static void stub_io(bench_t *b, stub_t *s, uint32_t ev) {
     int rc = resihp__wire_cli_step(&s->w, &s->hs, b->secret, sizeof(b->secret),
                                    "coord");
     if (rc < 0) {
+      /* a join is refused for good; a reconnect tries again, as the
+       * job's link does within RESIHP_FAILOVER_MS (job_link.c) */
       b->retries++;
-      fail(b, s, "handshake refused (a joiner dropped)");
       kill_stub(b, s);
+      if (!s->back || start_stub(b, s))
+        fail(b, s, "handshake refused (a joiner dropped)");
       return;
     }
     if (rc == 0)
@@ -444,7 +482,7 @@ static int serve(void *ud, const char *snap, size_t len, resihp__keeper_t *k) {
                             .bind_host = "127.0.0.1",
                             .secret = b->secret,
                             .secret_len = sizeof(b->secret),
-                            .silence_ms = 30000,
+                            .silence_ms = b->silence_ms,
                             .listener = &cp->lis,
                             .on_mirror = k ? mirror_to_keeper : NULL,
                             .ud = k};
@@ -542,14 +580,16 @@ static const char *verdict(const bench_t *b, int child_rc) {
 }
 
 /* One N: returns 0 if it ran (and, with check, passed). */
-static int run_one(int n, int steps, int check, int failover,
-                   double timeout_s) {
+static int run_one(int n, int steps, int check, int failover, double idle_s,
+                   int silence_ms, double timeout_s) {
   bench_t *b = calloc(1, sizeof(*b));
   if (!b)
     return 1;
   b->n = b->alive = n;
   b->steps = steps;
   b->check = check;
+  b->idle_ms = idle_s * 1000;
+  b->silence_ms = silence_ms;
   b->kill_step = steps + 1;
   b->failover = failover;
   b->fo_step = steps + 2;
@@ -606,11 +646,21 @@ static int run_one(int n, int steps, int check, int failover,
                 strerror(errno));
         goto out;
       }
-    int k = epoll_wait(b->ep, ev, 256, next < n ? 0 : 100);
-    for (int i = 0; i < k; i++)
-      stub_io(b, ev[i].data.ptr, ev[i].events);
-    if (now_ms() - last_hb >= 1000) {
-      /* a replica's heartbeat thread, for every live stub */
+    /* then all the mail there is (each replica answers its own at once:
+     * a stub left waiting behind thousands of others would answer its
+     * handshake later than a replica does, and be dropped as slow) */
+    int k, rounds = 0;
+    do {
+      k = epoll_wait(b->ep, ev, 256, next < n || rounds++ ? 0 : 100);
+      for (int i = 0; i < k; i++)
+        stub_io(b, ev[i].data.ptr, ev[i].events);
+    } while (k == 256 && rounds < 64);
+    if (b->t_idle0 > 0 && !(b->t_idle1 > 0) &&
+        now_ms() >= b->t_idle0 + b->idle_ms)
+      end_idle(b);
+    if (now_ms() - last_hb >= (b->hb_ms ? b->hb_ms : 200)) {
+      /* a replica's heartbeat thread, for every live stub, at the period
+       * its WELCOME said */
       last_hb = now_ms();
       for (int i = 0; i < n; i++)
         if (b->s[i].stage == S_LIVE)
@@ -635,11 +685,14 @@ static int run_one(int n, int steps, int check, int failover,
     qsort(b->lat, (size_t)b->nlat, sizeof(double), cmp_d);
   double med = b->nlat ? b->lat[b->nlat / 2] : -1,
          p99 = b->nlat ? b->lat[(b->nlat * 99) / 100] : -1;
-  printf("%7d %9.1f %9.1f %10.2f %10.2f %12.2f %12.1f %10.1f %11.1f %10.1f "
-         "%10.1f\n",
+  printf("%7d %9.1f %9.1f %6d %6.1f %10.2f %10.2f %12.2f %12.1f %10.1f "
+         "%11.1f %10.1f %10.1f\n",
          n, b->t_welcome > 0 ? b->t_welcome - b->t0 : -1,
-         b->t_join > 0 ? b->t_join - b->t0 : -1, med, p99,
-         b->tm1 > 0 ? (b->cpu1 - b->cpu0) / steps : -1,
+         b->t_join > 0 ? b->t_join - b->t0 : -1, b->hb_ms,
+         b->t_idle1 > 0
+             ? 100 * (b->cpu_idle1 - b->cpu_idle0) / (b->t_idle1 - b->t_idle0)
+             : -1,
+         med, p99, b->tm1 > 0 ? (b->cpu1 - b->cpu0) / steps : -1,
          b->tm1 > 0 ? (b->io1 - b->io0) / steps / 1024 : -1,
          b->t_epoch > 0 ? b->t_epoch - b->t_death : -1,
          b->t_fo_back > 0 ? b->t_fo_back - b->t_fo_kill : -1,
@@ -681,29 +734,35 @@ out:
 
 static void usage(FILE *f) {
   fprintf(f, "usage: resihp-bench-control [--replicas \"N ...\"] [--steps S] "
-             "[--check] [--no-failover] [--timeout SECONDS]\n"
+             "[--check] [--no-failover] [--idle SECONDS] [--silence-ms MS] "
+             "[--timeout SECONDS]\n"
              "The coordinator with N simulated replicas on loopback (default "
              "16 64 256 1024):\n"
-             "join time, step-boundary latency, coordinator CPU and bytes per "
-             "step, death to new epoch, coordinator SIGKILL to every replica "
-             "back.\n");
+             "join time, the coordinator's CPU share while replicas only beat "
+             "(--idle, default 2 s; 0: none), step-boundary latency, "
+             "coordinator CPU and bytes per step, death to new epoch, "
+             "coordinator SIGKILL to every replica back.\n");
 }
 
 int main(int argc, char **argv) {
   const char *list = "16 64 256 1024";
   long steps = 5;
   int check = 0, failover = 1;
-  double timeout_s = 300;
-  static const struct option opts[] = {{"replicas", required_argument, 0, 'r'},
-                                       {"steps", required_argument, 0, 's'},
-                                       {"check", no_argument, 0, 'c'},
-                                       {"no-failover", no_argument, 0, 'F'},
-                                       {"timeout", required_argument, 0, 't'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  double timeout_s = 300, idle_s = 2;
+  long silence_ms = 30000;
+  static const struct option opts[] = {
+      {"replicas", required_argument, 0, 'r'},
+      {"steps", required_argument, 0, 's'},
+      {"check", no_argument, 0, 'c'},
+      {"no-failover", no_argument, 0, 'F'},
+      {"timeout", required_argument, 0, 't'},
+      {"idle", required_argument, 0, 'i'},
+      {"silence-ms", required_argument, 0, 'S'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "r:s:ct:h", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, "r:s:ct:i:S:h", opts, NULL)) != -1) {
     switch (o) {
     case 'r':
       list = optarg;
@@ -726,6 +785,22 @@ int main(int argc, char **argv) {
       if (*end || !(timeout_s >= 1 && timeout_s <= 86400)) {
         fprintf(stderr,
                 "resihp-bench-control: --timeout must be 1..86400 seconds\n");
+        return 2;
+      }
+      break;
+    case 'i':
+      idle_s = strtod(optarg, &end);
+      if (*end || !(idle_s >= 0 && idle_s <= 3600)) {
+        fprintf(stderr,
+                "resihp-bench-control: --idle must be 0..3600 seconds\n");
+        return 2;
+      }
+      break;
+    case 'S':
+      silence_ms = strtol(optarg, &end, 10);
+      if (*end || silence_ms < 100 || silence_ms > 3600000) {
+        fprintf(stderr,
+                "resihp-bench-control: --silence-ms must be 100..3600000\n");
         return 2;
       }
       break;
@@ -775,9 +850,10 @@ int main(int argc, char **argv) {
          steps,
          failover ? "under the keeper, state mirrored, SIGKILLed once"
                   : "alone, no mirror, no failover");
-  printf("# %5s %9s %9s %10s %10s %12s %12s %10s %11s %10s %10s\n", "N",
-         "hello_ms", "join_ms", "step_med", "step_p99", "cpu_ms/step",
-         "KiB/step", "death_ms", "failover_ms", "fo_cpu_ms", "resume_ms");
+  printf("# %5s %9s %9s %6s %6s %10s %10s %12s %12s %10s %11s %10s %10s\n", "N",
+         "hello_ms", "join_ms", "hb_ms", "idle%", "step_med", "step_p99",
+         "cpu_ms/step", "KiB/step", "death_ms", "failover_ms", "fo_cpu_ms",
+         "resume_ms");
   int failed = 0;
   for (int i = 0; i < nn; i++) {
     if ((rlim_t)ns[i] + FD_SPARE > rl.rlim_cur) {
@@ -787,7 +863,8 @@ int main(int argc, char **argv) {
       failed |= check;
       continue;
     }
-    failed |= run_one(ns[i], (int)steps, check, failover, timeout_s);
+    failed |= run_one(ns[i], (int)steps, check, failover, idle_s,
+                      (int)silence_ms, timeout_s);
   }
   return failed ? 1 : 0;
 }

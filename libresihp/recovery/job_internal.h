@@ -253,6 +253,13 @@ void resihp__job_send_perf(resihp_job_t *j);
 int resihp__job_workloads(resihp_job_t *j, long step, resihp_workload_t *w);
 /* Free-running: at most one PERF (and PROG) per this many ms and rank. */
 #define RESIHP__JOB_REPORT_MS 1000
+#define RESIHP__JOB_REPORT_MAX_MS 60000
+/* The period of a free run's samples (PERF) in an epoch of nmembers
+ * replicas of lsize ranks: RESIHP__JOB_REPORT_MS, or longer in a large
+ * job, so that the coordinator gets about 2,000 PERF lines a second up
+ * to 120,000 ranks (then once a minute: every rank of the epoch computes the
+ * same period: they vote on it, job_step.c). */
+int64_t resihp__job_report_ms(int nmembers, int lsize);
 
 /* job_step.c: the end of a free-running step: every rank of every member
  * learns whether the run goes on (0) or the next step needs the

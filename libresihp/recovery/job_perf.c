@@ -8,9 +8,11 @@
  * and the leader's relay thread forwards it with the rank's index.
  * While the replicas run free (job_step.c) the samples of a step are sent
  * only when the ranks agreed at its end that about a second has passed
- * since the last ones (RESIHP__JOB_REPORT_MS): the same steps on every
- * rank, so that the detector still compares peers on the same work, at
- * O(1) lines a second instead of one per step; the workloads asked for
+ * since the last ones (resihp__job_report_ms: longer in a job of more
+ * than 2,000 ranks, so that the coordinator hears about 2,000 PERF lines a
+ * second, not one per rank): the same steps on every rank, so that the
+ * detector still compares peers on the same work, at O(1) lines a second
+ * instead of one per step; the workloads asked for
  * are then those of the step at which the run ends (with its BEGIN).
  * resihp__job_workloads is also what a free run by cost assigns each
  * step from (job_step.c): the figures the coordinator would get. */
@@ -23,6 +25,16 @@
 
 #include <math.h>
 #include <stdlib.h>
+
+int64_t resihp__job_report_ms(int nmembers, int lsize) {
+  int64_t ranks =
+      (int64_t)(nmembers > 0 ? nmembers : 1) * (lsize > 0 ? lsize : 1);
+  int64_t ms = ranks / 2; /* 2,000 lines a second */
+  /* but a slowdown is still confirmed within minutes */
+  if (ms > RESIHP__JOB_REPORT_MAX_MS)
+    ms = RESIHP__JOB_REPORT_MAX_MS;
+  return ms > RESIHP__JOB_REPORT_MS ? ms : RESIHP__JOB_REPORT_MS;
+}
 
 static long long whole(double v) {
   return resihp__costplan_whole(v);

@@ -393,7 +393,7 @@ int resihp__job_free_boundary(resihp_job_t *j) {
    * that cannot ends the run for all */
   if (!v[0] && (j->cost_bad || (j->cost_on && cost_owners(j, j->step + 1))))
     v[0] = 1;
-  v[1] = now - j->last_perf_ms >= RESIHP__JOB_REPORT_MS;
+  v[1] = now - j->last_perf_ms >= resihp__job_report_ms(j->nmembers, j->lsize);
   if ((rc = resihp_allreduce(j->comm, v, 2, RESIHP_FIXED64, RESIHP_OP_SUM))) {
     /* A member died after the step committed (its part of the step was
      * complete, or the step would have failed): the survivors agree on who

@@ -499,6 +499,23 @@ START_TEST(welcome_hb_parsed_strictly) {
 }
 END_TEST
 
+/* A free run's samples: once a second in a job of up to 2,000 ranks,
+ * then every ranks/2 ms (about 2,000 PERF lines a second), at most once a
+ * minute. */
+START_TEST(report_period_follows_the_job) {
+  static const struct {
+    int members, lsize;
+    int64_t ms;
+  } t[] = {{3, 1, 1000},     {2000, 1, 1000},   {2002, 1, 1001},
+           {10000, 1, 5000}, {6000, 16, 48000}, {1000000, 64, 60000},
+           {0, 0, 1000},     {-5, 3, 1000}};
+  for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+    ck_assert_msg(resihp__job_report_ms(t[i].members, t[i].lsize) == t[i].ms,
+                  "%d x %d: %lld ms", t[i].members, t[i].lsize,
+                  (long long)resihp__job_report_ms(t[i].members, t[i].lsize));
+}
+END_TEST
+
 /* The coordinator dies in step 7 of a free run and comes back from its
  * mirror (before the hooked replica goes on, or after): the replicas
  * reconnect and train on; nothing is lost or done twice. */
@@ -581,6 +598,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, failover_ms_parsed_strictly);
   tcase_add_test(tc, welcome_hb_parsed_strictly);
+  tcase_add_test(tc, report_period_follows_the_job);
   tcase_add_loop_test(tc, kill_in_free_run, 0, 4);
   tcase_add_loop_test(tc, kill_at_boundary, 0, 2);
   tcase_add_loop_test(tc, kill_during_recovery, 0, 2);

@@ -1763,8 +1763,6 @@ int main(int argc, char **argv) {
   return ret;
 }
 
-/* The primary (keeper.h): the coordinator and the launcher, from the start
- * (snap NULL) or from the last state a primary that died left. */
 /* RESIHP_TEST_KILL_PRIMARY=before:N or after:N, for failover.test: the
  * first primary SIGKILLs itself at its N-th batch of gated launches, before
  * or after recording them, the two windows that gates close. */
@@ -1783,6 +1781,8 @@ static void test_kill_primary(void) {
   g.kill_after_record = !strcmp(when, "after");
 }
 
+/* The primary (keeper.h): the coordinator and the launcher, from the start
+ * (snap NULL) or from the last state a primary that died left. */
 static int primary_main(void *ud, const char *snap, size_t snaplen,
                         resihp__keeper_t *kp) {
   (void)ud;

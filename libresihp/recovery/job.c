@@ -79,7 +79,8 @@ static void *hb_main(void *arg) {
     int64_t now = resihp__now_ms(), dl = now + 1000;
     int coord_ms = __atomic_load_n(&j->coord_hb_ms, __ATOMIC_RELAXED);
     if (j->cw.fd >= 0 && now >= coord_next) {
-      /* the first beat RESIHP__JOB_HB_MS after the last, as the star's */
+      /* every coord_ms, on the star links' ticks (half a tick early
+       * rather than a tick late) */
       resihp__wire_send(&j->cw, "HB", dl);
       coord_next = now + coord_ms - RESIHP__JOB_HB_MS / 2;
     }

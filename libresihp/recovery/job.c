@@ -55,9 +55,11 @@ int resihp__job_parse_mbs(resihp_job_t *j, const char *msg, const char *key,
   return rc;
 }
 
-int resihp__job_welcome_hb(resihp_job_t *j, const char *welcome) {
+int resihp__job_welcome(resihp_job_t *j, const char *line) {
+  if (strncmp(line, "WELCOME ", 8))
+    return RESIHP_EPROTO;
   long hb = RESIHP__JOB_HB_MS;
-  int rc = resihp__wire_get_range(welcome, "hb", 100, 60000, &hb);
+  int rc = resihp__wire_get_range(line, "hb", 100, 60000, &hb);
   if (rc && rc != RESIHP_ENOENT)
     return RESIHP_EPROTO;
   __atomic_store_n(&j->coord_hb_ms, rc ? RESIHP__JOB_HB_MS : (int)hb,
@@ -245,10 +247,8 @@ static int hello(resihp_job_t *j, const char *jid, const char *sid) {
   int rc = resihp__job_send(j, line);
   if (!rc)
     rc = resihp__job_recv(j);
-  if (!rc && strncmp(j->msg, "WELCOME ", 8))
-    rc = RESIHP_EPROTO;
   if (!rc)
-    rc = resihp__job_welcome_hb(j, j->msg);
+    rc = resihp__job_welcome(j, j->msg);
   if (rc)
     free(line);
   else

@@ -203,9 +203,10 @@ int resihp__job_parse_failover(const char *v, int *ms);
 /* The heartbeat period of the star links, and of the coordinator link
  * when the coordinator does not say (resihp__coord_heartbeats). */
 #define RESIHP__JOB_HB_MS 200
-/* Take the period of HB to the coordinator from its WELCOME line (hb=,
- * 100..60000 ms; absent: RESIHP__JOB_HB_MS). 0 or RESIHP_EPROTO. */
-int resihp__job_welcome_hb(resihp_job_t *j, const char *welcome);
+/* The coordinator's answer to HELLO: 0 when it is WELCOME (its period of
+ * HB to the coordinator taken from hb=, 100..60000 ms; absent:
+ * RESIHP__JOB_HB_MS), else RESIHP_EPROTO. */
+int resihp__job_welcome(resihp_job_t *j, const char *line);
 /* Parse the microbatch list under key of msg into *out (freed first). */
 int resihp__job_parse_mbs(resihp_job_t *j, const char *msg, const char *key,
                           int **out, int *n);

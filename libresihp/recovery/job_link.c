@@ -124,8 +124,7 @@ static int try_once(resihp_job_t *j, int64_t deadline, resihp__wire_t *nw) {
     resihp_log(RESIHP_LOG_ERROR, "job",
                "replica %d: the new coordinator says %s", j->replica, j->msg);
     rc = RESIHP_ESTATE;
-  } else if (!rc && (strncmp(j->msg, "WELCOME ", 8) ||
-                     resihp__job_welcome_hb(j, j->msg))) {
+  } else if (!rc && resihp__job_welcome(j, j->msg)) {
     resihp_log(RESIHP_LOG_ERROR, "job",
                "replica %d: the new coordinator answered '%.60s' to HELLO",
                j->replica, j->msg);

@@ -479,22 +479,26 @@ END_TEST
 START_TEST(welcome_hb_parsed_strictly) {
   resihp_job_t *j = calloc(1, sizeof(*j));
   ck_assert_ptr_nonnull(j);
-  ck_assert_int_eq(resihp__job_welcome_hb(j, "WELCOME replica=0 step=0"), 0);
+  ck_assert_int_eq(resihp__job_welcome(j, "WELCOME replica=0 step=0"), 0);
   ck_assert_int_eq(j->coord_hb_ms, RESIHP__JOB_HB_MS);
   ck_assert_int_eq(
-      resihp__job_welcome_hb(j, "WELCOME replica=0 step=0 hb=750 again=1"), 0);
+      resihp__job_welcome(j, "WELCOME replica=0 step=0 hb=750 again=1"), 0);
   ck_assert_int_eq(j->coord_hb_ms, 750);
-  ck_assert_int_eq(resihp__job_welcome_hb(j, "WELCOME replica=1 hb=60000"), 0);
+  ck_assert_int_eq(resihp__job_welcome(j, "WELCOME replica=1 hb=60000"), 0);
   ck_assert_int_eq(j->coord_hb_ms, 60000);
   const char *bad[] = {"hb=99", "hb=60001", "hb=-5",
                        "hb=",   "hb=7x",    "hb=99999999999999999999"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     char line[96];
     snprintf(line, sizeof(line), "WELCOME replica=0 step=0 %s", bad[i]);
-    ck_assert_msg(resihp__job_welcome_hb(j, line) == RESIHP_EPROTO,
-                  "'%s' taken", bad[i]);
+    ck_assert_msg(resihp__job_welcome(j, line) == RESIHP_EPROTO, "'%s' taken",
+                  bad[i]);
     ck_assert_int_eq(j->coord_hb_ms, 60000); /* unchanged */
   }
+  /* and only a WELCOME is one */
+  ck_assert_int_eq(resihp__job_welcome(j, "NO reason=bad-hello"),
+                   RESIHP_EPROTO);
+  ck_assert_int_eq(j->coord_hb_ms, 60000);
   free(j);
 }
 END_TEST

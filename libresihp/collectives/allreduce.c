@@ -234,18 +234,24 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
   size_t wsz = resihp__dtype_size(wire);
   double div = op == RESIHP_OP_AVG ? (double)c->nmembers : 1.0;
   const void *in;
-  void *work, *staging = NULL;
+  void *work, *staging = NULL, *fixed_out = NULL;
   if (fixed || (c->unprotected && inplace)) {
-    if ((rc = reserve(&c->staging, &c->staging_cap, c->chunk_bytes)))
+    /* The deterministic ring's second chunk: step 0's conversion. */
+    if ((rc = reserve(&c->staging, &c->staging_cap,
+                      (fixed ? 2 : 1) * c->chunk_bytes)))
       return rc;
     staging = c->staging;
   }
   if (fixed) {
-    /* int64 sums, then the narrow forms of the chunks the ring sends so. */
+    /* int64 sums, the narrow forms of the chunks the ring sends so, and
+     * (in place) the results until the outcome is known. */
     size_t nlen = resihp__ring_fixed_narrow_len(c, count);
-    if ((rc = reserve(&c->work, &c->work_cap, count * wsz + nlen * 4)))
+    size_t outoff = (count * wsz + nlen * 4 + 63) & ~(size_t)63;
+    if ((rc = reserve(&c->work, &c->work_cap,
+                      outoff + (inplace ? count * esz : 0))))
       return rc;
     in = work = c->work;
+    fixed_out = inplace ? (char *)work + outoff : buf;
   } else if (c->unprotected && inplace) {
     in = work = buf;
   } else if (!inplace) {
@@ -275,8 +281,10 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
     rc = resihp__cma_allreduce(c, in, work, c->staging, count, wire, &bad);
   } else if (fixed) {
     /* The ring converts the input as it first reads it (fixed_point.h). */
-    struct resihp__ring_fixed fx = {sendbuf, (int)dtype, c->frac_bits,
-                                    (int32_t *)((char *)work + count * wsz)};
+    struct resihp__ring_fixed fx = {
+        sendbuf,      (int)dtype,
+        c->frac_bits, (int32_t *)((char *)work + count * wsz),
+        fixed_out,    div};
     rc = resihp__ring_allreduce_fixed(c, &fx, work, staging, count, &bad);
   } else {
     rc = resihp__ring_allreduce(c, in, work, staging, count, wire, &bad);
@@ -286,11 +294,12 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
   if (!c->unprotected && c->nmembers > 1 && (rc = commit(c)))
     return fail(c, rc, -1);
   c->seq++;
-  if (fixed) {
+  if (fixed && (small || cma))
     resihp__fixed_to(buf, work, count, (int)dtype, c->frac_bits, div);
-  } else {
+  else if (fixed && fixed_out != buf)
+    memcpy(buf, fixed_out, count * esz);
+  else if (!fixed)
     copy_out(buf, work, count, wire, div);
-  }
   return 0;
 }
 

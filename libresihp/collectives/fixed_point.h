@@ -65,16 +65,22 @@ int resihp__fixed_narrow(int32_t *dst, const int64_t *src, size_t n,
 int resihp__fixed_widen(int64_t *dst, const int32_t *src, size_t n);
 
 /* The deterministic ring (ring_allreduce.c): src, count elements of
- * src_dtype, is converted chunk by chunk as the ring first reads it; chunks
- * that fit travel in the narrow form (resihp__fixed_narrow) through narrow
+ * src_dtype, is converted chunk by chunk as the ring first reads it, and
+ * reduce-scatter adds int64 fixed point; chunks that fit travel in the
+ * narrow form (resihp__fixed_narrow) through narrow
  * (resihp__ring_fixed_narrow_len int32), or all as int64 when narrow is
- * NULL. work receives the int64 sums; staging
- * (one chunk) is required. Same contract as resihp__ring_allreduce. */
+ * NULL. The owner of a reduced segment converts it back (divided by
+ * divisor) into out, count elements of src_dtype, and all-gather moves those
+ * final values, so no rank converts more than its own segment. work holds
+ * int64 partial sums; staging (two chunks) is required. Same contract as
+ * resihp__ring_allreduce. */
 struct resihp_comm;
 struct resihp__ring_fixed {
   const void *src;
   int src_dtype, frac_bits;
   int32_t *narrow;
+  void *out;
+  double divisor;
 };
 int resihp__ring_allreduce_fixed(struct resihp_comm *c,
                                  const struct resihp__ring_fixed *fx,

@@ -39,9 +39,14 @@
  * transport's alternative form, and is widened on receipt; any other chunk
  * travels as int64. Each sender decides per chunk and the frame says
  * which, so every value stays exact and no rank needs to agree beforehand.
- * The narrow copies live in a buffer laid out like work (narrow_slot): a
- * segment is sent twice (reduce-scatter, then all-gather) only after its
- * first send went round the ring, so the first copy has left by then.
+ * The narrow copies live in a buffer laid out like work (narrow_slot), each
+ * segment being sent once in reduce-scatter. Step 0 converts into a chunk
+ * in cache (staging's second chunk) and packs from there, so its int64
+ * values reach memory only when they cannot travel narrow. The last
+ * reduce-scatter step converts the owner's segment back to the caller's
+ * type (a pure function of the int64 sums, so every rank gets the same
+ * bits), and all-gather moves those final values as the float ring does:
+ * no rank widens, packs or converts back more than its own segment.
  *
  * Failure. The algorithm only sees the transport and the communicator's
  * failure flag; it returns at the first error and leaves the clean-up
@@ -145,27 +150,35 @@ size_t resihp__ring_fixed_narrow_len(resihp_comm_t *c, size_t count) {
   return count + (size_t)c->nmembers * nchunks(&l, 0) + 1;
 }
 
-/* What the deterministic ring knows about a chunk of work (by segment and
- * chunk, narrow_slot's order): stats of its values (from the conversion
- * that wrote them), or its narrow form already in its slot (as it
- * arrived, to be sent on as it is). */
-struct chunk_state {
-  uint64_t stats[2];
-  uint8_t have_stats, slot_ready;
-};
+/* Where the deterministic ring put a reduce-scatter chunk's values to be
+ * sent (by segment and chunk, narrow_slot's order): not yet made, narrow
+ * in its slot, or int64 in work. */
+enum { CHUNK_UNMADE, CHUNK_NARROW, CHUNK_WIDE };
+
+/* Values of a chunk just made in conv (stats from the conversion): to
+ * their narrow slot when they fit, else to wide. */
+static uint8_t settle(const int64_t *conv, const uint64_t stats[2], size_t len,
+                      int32_t *slot, int64_t *wide) {
+  if (slot && resihp__fixed_narrow(slot, conv, len, stats))
+    return CHUNK_NARROW;
+  if (conv != wide)
+    memcpy(wide, conv, len * sizeof(*wide));
+  return CHUNK_WIDE;
+}
 
 static int ring(resihp_comm_t *c, const void *in,
-                const struct resihp__ring_fixed *fx, struct chunk_state *cs,
-                void *work, void *staging, size_t count, int dtype,
-                int *bad_peer) {
+                const struct resihp__ring_fixed *fx, uint8_t *made, void *work,
+                void *staging, size_t count, int dtype, int *bad_peer) {
   size_t esz = resihp__dtype_size(dtype);
   int n = c->nmembers;
   *bad_peer = -1;
   if (n == 1 || count == 0) {
-    if (fx)
+    if (fx && count) {
       resihp__fixed_from(work, fx->src, NULL, count, fx->src_dtype,
                          fx->frac_bits);
-    else if (in != work && count)
+      resihp__fixed_to(fx->out, work, count, fx->src_dtype, fx->frac_bits,
+                       fx->divisor);
+    } else if (in != work && count)
       memcpy(work, in, count * esz);
     return 0;
   }
@@ -176,10 +189,14 @@ static int ring(resihp_comm_t *c, const void *in,
   int nsteps = 2 * (n - 1);
   const uint8_t *inb = in;
   uint8_t *wb = work;
-  /* Deterministic mode: float input and its element size; narrow wire
-   * where the transport has the alternative form. */
+  /* Deterministic mode: float input and output and their element size,
+   * step 0's conversion chunk; narrow wire where the transport has the
+   * alternative form. */
   const uint8_t *fsrc = fx ? fx->src : NULL;
+  uint8_t *fout = fx ? fx->out : NULL;
   size_t fsz = fx ? resihp__dtype_size(fx->src_dtype) : 0;
+  int64_t *converted =
+      fx ? (int64_t *)((uint8_t *)staging + l.chunk * esz) : NULL;
   int32_t *narrow =
       fx && ops->post_send_alt && ops->post_recv_alt ? fx->narrow : NULL;
   int ss = 0, rs = 0, posted = 0, summed = 0;
@@ -202,34 +219,34 @@ static int ring(resihp_comm_t *c, const void *in,
         len = l.chunk;
       if (resihp__ring_test_hook)
         resihp__ring_test_hook(c, ss, sc);
-      const uint8_t *src = (ss == 0 && !fx ? inb : wb) + off * esz;
-      struct chunk_state *st =
-          cs ? &cs[(size_t)seg * nchunks(&l, 0) + sc] : NULL;
-      if (fx && ss == 0 && !(st && st->slot_ready)) {
+      int ag = ss >= n - 1;
+      /* Deterministic all-gather moves final values of the caller's type. */
+      const uint8_t *src =
+          fx && ag ? fout + off * fsz : (ss == 0 && !fx ? inb : wb) + off * esz;
+      size_t bytes = len * (fx && ag ? fsz : esz);
+      uint8_t *state =
+          made && !ag ? &made[(size_t)seg * nchunks(&l, 0) + sc] : NULL;
+      int32_t *slot =
+          narrow && !ag && len > 1 ? narrow + narrow_slot(&l, seg, sc) : NULL;
+      if (fx && ss == 0 && !(state && *state)) {
+        /* A retry after RESIHP_EBUSY finds it made. */
         uint64_t stats[2] = {0, 0};
-        resihp__fixed_from_stats((int64_t *)(wb + off * esz), fsrc + off * fsz,
+        int64_t *wide = (int64_t *)(wb + off * esz);
+        resihp__fixed_from_stats(slot ? converted : wide, fsrc + off * fsz,
                                  NULL, len, fx->src_dtype, fx->frac_bits,
                                  stats);
-        if (st) {
-          memcpy(st->stats, stats, sizeof(stats));
-          st->have_stats = 1;
-        }
+        if (state)
+          *state = settle(slot ? converted : wide, stats, len, slot, wide);
       }
+      int thin = state && *state == CHUNK_NARROW;
       resihp__tag_t tag = {c->seq, (uint32_t)ss, (uint32_t)sc};
-      int32_t *slot = narrow ? narrow + narrow_slot(&l, seg, sc) : NULL;
-      int thin = slot && len > 1 &&
-                 (st->slot_ready ||
-                  resihp__fixed_narrow(slot, (const int64_t *)src, len,
-                                       st->have_stats ? st->stats : NULL));
-      if (thin)
-        st->slot_ready = 1; /* a retry after EBUSY sends it as it is */
       int r = thin ? ops->post_send_alt(c->tp, right, tag, slot, (len + 1) * 4)
-                   : ops->post_send(c->tp, right, tag, src, len * esz);
+                   : ops->post_send(c->tp, right, tag, src, bytes);
       if (r == RESIHP_EBUSY)
         break;
       if (r)
         return r;
-      if (fx)
+      if (fx && !ag)
         atomic_fetch_add_explicit(&resihp__ring_fixed_sent[thin], 1,
                                   memory_order_relaxed);
       sc++;
@@ -246,16 +263,20 @@ static int ring(resihp_comm_t *c, const void *in,
       size_t len = seg_len(&l, seg) - rc * l.chunk;
       if (len > l.chunk)
         len = l.chunk;
-      void *dst = rs < n - 1 && staging ? staging : wb + off * esz;
+      int rsphase = rs < n - 1;
+      void *dst = fx && !rsphase       ? fout + off * fsz
+                  : rsphase && staging ? staging
+                                       : wb + off * esz;
+      size_t bytes = len * (fx && !rsphase ? fsz : esz);
       resihp__tag_t tag = {c->seq, (uint32_t)rs, (uint32_t)rc};
-      summed = rs < n - 1 && !staging && ops->post_recv_reduce;
-      int r = summed ? ops->post_recv_reduce(c->tp, left, tag, dst,
-                                             inb + off * esz, len * esz, esz,
-                                             resihp__reduce_sum_to, dtype)
-              : narrow && len > 1
-                  ? ops->post_recv_alt(c->tp, left, tag, dst, len * esz,
-                                       (len + 1) * 4)
-                  : ops->post_recv(c->tp, left, tag, dst, len * esz);
+      summed = rsphase && !staging && ops->post_recv_reduce;
+      int r =
+          summed
+              ? ops->post_recv_reduce(c->tp, left, tag, dst, inb + off * esz,
+                                      bytes, esz, resihp__reduce_sum_to, dtype)
+          : narrow && rsphase && len > 1
+              ? ops->post_recv_alt(c->tp, left, tag, dst, bytes, (len + 1) * 4)
+              : ops->post_recv(c->tp, left, tag, dst, bytes);
       if (r)
         return r;
       posted = 1;
@@ -279,13 +300,8 @@ static int ring(resihp_comm_t *c, const void *in,
         len = l.chunk;
       int rsphase = rs < n - 1;
       void *dst = rsphase && staging ? staging : wb + off * esz;
-      struct chunk_state *st =
-          cs ? &cs[(size_t)seg * nchunks(&l, 0) + rc] : NULL;
-      if (st)
-        st->have_stats = st->slot_ready = 0;
-      int fwd = got == 2 && !rsphase && st && rs < nsteps - 1;
-      if (fwd) /* sent on as it came */
-        memcpy(narrow + narrow_slot(&l, seg, rc), dst, (len + 1) * 4);
+      uint8_t *state =
+          made && rsphase ? &made[(size_t)seg * nchunks(&l, 0) + rc] : NULL;
       if (got == 2 && resihp__fixed_widen(dst, dst, len)) {
         resihp_log(RESIHP_LOG_ERROR, "allreduce",
                    "rank %d sent a narrow chunk with an impossible shift: "
@@ -295,17 +311,23 @@ static int ring(resihp_comm_t *c, const void *in,
         *bad_peer = left;
         return RESIHP_EPROTO;
       }
-      if (fwd)
-        st->slot_ready = 1;
-      if (rsphase && fx) {
+      if (rsphase && fx && rs == n - 2) {
+        /* Reduced: back to the caller's type, for all-gather. */
+        resihp__fixed_from(dst, fsrc + off * fsz, dst, len, fx->src_dtype,
+                           fx->frac_bits);
+        resihp__fixed_to(fout + off * fsz, dst, len, fx->src_dtype,
+                         fx->frac_bits, fx->divisor);
+      } else if (rsphase && fx) {
+        /* Partial sum, sent on at the next step: made here, in cache. */
         uint64_t stats[2] = {0, 0};
-        resihp__fixed_from_stats((int64_t *)(wb + off * esz), fsrc + off * fsz,
+        int32_t *slot =
+            narrow && len > 1 ? narrow + narrow_slot(&l, seg, rc) : NULL;
+        int64_t *wide = (int64_t *)(wb + off * esz);
+        resihp__fixed_from_stats(slot ? converted : wide, fsrc + off * fsz,
                                  staging, len, fx->src_dtype, fx->frac_bits,
                                  stats);
-        if (st) {
-          memcpy(st->stats, stats, sizeof(stats));
-          st->have_stats = 1;
-        }
+        if (state)
+          *state = settle(slot ? converted : wide, stats, len, slot, wide);
       } else if (rsphase && !summed && staging)
         resihp__reduce_sum(wb + off * esz, staging, len, dtype);
       else if (rsphase && !summed)
@@ -328,19 +350,19 @@ int resihp__ring_allreduce_fixed(resihp_comm_t *c,
   if (!staging)
     return RESIHP_EINVAL; /* arrivals cannot go straight into work */
   const resihp__transport_ops_t *ops = c->tp->ops;
-  struct chunk_state *cs = NULL;
+  uint8_t *made = NULL;
   if (fx->narrow && ops->post_send_alt && ops->post_recv_alt &&
       c->nmembers > 1 && count) {
     struct layout l;
     make_layout(c, count, 8, &l);
-    cs = calloc((size_t)c->nmembers * nchunks(&l, 0), sizeof(*cs));
-    if (!cs) {
+    made = calloc((size_t)c->nmembers * nchunks(&l, 0), 1);
+    if (!made) {
       resihp_log(RESIHP_LOG_ERROR, "allreduce", "out of memory");
       return RESIHP_ENOMEM;
     }
   }
-  int rc = ring(c, NULL, fx, cs, work, staging, count, RESIHP__DTYPE_INT64,
+  int rc = ring(c, NULL, fx, made, work, staging, count, RESIHP__DTYPE_INT64,
                 bad_peer);
-  free(cs);
+  free(made);
   return rc;
 }

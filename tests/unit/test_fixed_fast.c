@@ -394,8 +394,8 @@ static void input(resihp_comm_t *c, size_t count, int seed, int dtype,
   }
 }
 
-/* One deterministic all-reduce of count elements, checked bitwise; the
- * input must stay untouched (out of place). 0 or 1. */
+/* One deterministic all-reduce of count elements out of place (the input
+ * must stay untouched), then in place, both checked bitwise. 0 or 1. */
 static int one(resihp_comm_t *c, size_t count, int seed, int dtype, int op,
                int *rc_out) {
   size_t es = dsize(dtype);
@@ -403,19 +403,29 @@ static int one(resihp_comm_t *c, size_t count, int seed, int dtype, int op,
           *out = malloc(count * es + 1), *want = malloc(count * es + 1);
   input(c, count, seed, dtype, in);
   memcpy(in0, in, count * es);
+  expected(c, count, seed, dtype,
+           op == RESIHP_OP_AVG ? (double)resihp_comm_size(c) : 1.0, want);
   int rc = resihp_allreduce_to(c, in, out, count, (resihp_dtype_t)dtype,
                                (resihp_op_t)op);
-  int bad = 0;
+  int bad =
+      !rc && (memcmp(out, want, count * es) || memcmp(in, in0, count * es));
+  /* In place too: the result goes through the communicator's own memory
+   * until the outcome is known. */
+  if (!rc && !bad) {
+    rc = resihp_allreduce(c, in, count, (resihp_dtype_t)dtype, (resihp_op_t)op);
+    bad = !rc && memcmp(in, want, count * es);
+    if (rc && memcmp(in, in0, count * es)) {
+      fprintf(stderr, "rank %d: a failed call changed the buffer\n",
+              resihp_comm_world_rank(c));
+      bad = 1;
+    }
+  }
   if (rc_out)
     *rc_out = rc;
-  if (!rc) {
-    expected(c, count, seed, dtype,
-             op == RESIHP_OP_AVG ? (double)resihp_comm_size(c) : 1.0, want);
-    bad = memcmp(out, want, count * es) != 0 || memcmp(in, in0, count * es);
-    if (bad)
-      fprintf(stderr, "rank %d: count %zu dtype %d op %d differs\n",
-              resihp_comm_world_rank(c), count, dtype, op);
-  } else if (!rc_out) {
+  if (bad)
+    fprintf(stderr, "rank %d: count %zu dtype %d op %d differs\n",
+            resihp_comm_world_rank(c), count, dtype, op);
+  else if (rc && !rc_out) {
     fprintf(stderr, "rank %d: count %zu: %s\n", resihp_comm_world_rank(c),
             count, resihp_strerror(rc));
     bad = 1;

@@ -83,10 +83,35 @@ static double any_double(int f) {
   }
 }
 
+/* What gradients look like with frac_bits f: below 2^31 after scaling,
+ * where the AVX2 kernel converts eight floats at a time in float, with
+ * ties, both sides of the 2^31 edge, and now and then any value (a lane
+ * that sends its eight to the double path). */
+static double gradient_double(int f) {
+  uint64_t r = next();
+  double edge = ldexp(1.0, 31 - f);
+  switch (r % 64) {
+  case 0:
+    return any_double(f);
+  case 1:
+    return (r >> 8) & 1 ? edge : -edge;
+  case 2:
+    return nextafterf((float)((r >> 8) & 1 ? edge : -edge), 0.0f);
+  case 3:
+    return nextafter((r >> 8) & 1 ? edge : -edge, 0.0);
+  default:
+    if (r % 4 == 0) /* k + 1/2 on the grid: ties */
+      return ldexp((double)((int64_t)(r >> 40) - (1ll << 23)) + 0.5, -f);
+    return ldexp((double)(int64_t)(next() >> 33) * ((r & 1) ? 1 : -1),
+                 -f - (int)((r >> 8) % 24));
+  }
+}
+
 static void fill_src(void *src, size_t n, int dtype, int f) {
   uint8_t *b = src;
+  int gradients = next() % 2;
   for (size_t i = 0; i < n; i++) {
-    double d = any_double(f);
+    double d = gradients ? gradient_double(f) : any_double(f);
     if (dtype == RESIHP_FLOAT64) {
       memcpy(b + 8 * i, &d, 8);
     } else if (dtype == RESIHP_FLOAT32) {

@@ -132,6 +132,31 @@ static void to_scalar(void *dst, const int64_t *src, size_t n, int dtype,
     store_to(dst, i, dtype, (double)load_i64(src, i) * k);
 }
 
+/* A partial sum (resihp__fixed_sum_to): int64, or narrow values to shift
+ * by t. */
+struct partial {
+  const int64_t *wide;
+  const int32_t *vals;
+  int t;
+};
+
+static inline int64_t partial_at(const struct partial *w, size_t i) {
+  if (w->wide)
+    return load_i64(w->wide, i);
+  int32_t v;
+  memcpy(&v, (const uint8_t *)w->vals + 4 * i, 4);
+  return (int64_t)((uint64_t)(int64_t)v << w->t);
+}
+
+static void sum_to_scalar(void *dst, const void *src, struct partial w,
+                          size_t n, int dtype, double scale, double k) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = (uint64_t)fixed_of(load_src(src, i, dtype) * scale) +
+                 (uint64_t)partial_at(&w, i);
+    store_to(dst, i, dtype, (double)(int64_t)v * k);
+  }
+}
+
 /* Narrow form (fixed_point.h): the common power of two t of the values
  * (at most 32, so that shifting logically or arithmetically keeps the
  * same low 32 bits) and whether every value >> t fits in int32. fold is
@@ -142,6 +167,27 @@ static int narrow_shift(uint64_t any, uint64_t fold) {
   if (t > 32)
     t = 32;
   return (fold >> t) < 0x80000000u ? t : -1;
+}
+
+/* The narrow values with shift 0 of n inputs straight from the caller's
+ * type: 1 when every fixed value fits in int32 (fold < 2^31, as
+ * narrow_shift asks), else 0. */
+static int narrow_of_scalar(int32_t *vals, const void *src, size_t n, int dtype,
+                            double scale) {
+  for (size_t i = 0; i < n; i++) {
+    int64_t v = fixed_of(load_src(src, i, dtype) * scale);
+    if (fold((uint64_t)v) >= 0x80000000u)
+      return 0;
+    uint32_t w = (uint32_t)v;
+    memcpy((uint8_t *)vals + 4 * i, &w, 4);
+  }
+  return 1;
+}
+
+static int from_narrow_scalar(int32_t *dst, const void *src, size_t n,
+                              int dtype, double scale) {
+  memset(dst, 0, 4);
+  return narrow_of_scalar(dst + 1, src, n, dtype, scale);
 }
 
 static void scan_scalar(const int64_t *src, size_t n, uint64_t *stats) {
@@ -255,31 +301,37 @@ AVX2 static inline void put4_avx2(int64_t *dst, const int64_t *add, size_t i,
   *fo = _mm256_or_si256(*fo, fold_avx2(r));
 }
 
+/* Float and bfloat16, eight at a time in float: x * 2^frac_bits is exact
+ * there too (frac_bits <= 62), and while |v| < 2^31 cvtps2dq rounds it
+ * half to even into int32 as the double path would (gradients are far
+ * below: 2^31 is 0.5 with 32 fraction bits); else by way of double. */
+AVX2 static inline void fixed8_avx2(const void *src, size_t i, int dtype,
+                                    __m256 fs, __m256d vs, __m256i *lo,
+                                    __m256i *hi) {
+  const __m256 flim = _mm256_set1_ps(2147483648.0f);
+  const __m256 fabs = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MAX));
+  __m256 v = _mm256_mul_ps(load8_avx2(src, i, dtype), fs);
+  __m256 ok = _mm256_cmp_ps(_mm256_and_ps(v, fabs), flim, _CMP_LT_OQ);
+  if (_mm256_movemask_ps(ok) == 0xff) {
+    __m256i q = _mm256_cvtps_epi32(v);
+    *lo = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(q));
+    *hi = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(q, 1));
+  } else {
+    *lo = fixed4_avx2(src, i, dtype, vs);
+    *hi = fixed4_avx2(src, i + 4, dtype, vs);
+  }
+}
+
 AVX2 static void from_avx2(int64_t *dst, const void *src, const int64_t *add,
                            size_t n, int dtype, double scale, uint64_t *stats) {
   __m256i any = _mm256_setzero_si256(), fo = any;
   const __m256d vs = _mm256_set1_pd(scale);
+  const __m256 fs = _mm256_set1_ps((float)scale);
   size_t i = 0;
   if (dtype != RESIHP_FLOAT64) {
-    /* Float and bfloat16, eight at a time in float: x * 2^frac_bits is
-     * exact there too (frac_bits <= 62), and while |v| < 2^31 cvtps2dq
-     * rounds it half to even into int32 as the double path would
-     * (gradients are far below: 2^31 is 0.5 with 32 fraction bits). */
-    const __m256 fs = _mm256_set1_ps((float)scale);
-    const __m256 flim = _mm256_set1_ps(2147483648.0f);
-    const __m256 fabs = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MAX));
     for (; i + 8 <= n; i += 8) {
-      __m256 v = _mm256_mul_ps(load8_avx2(src, i, dtype), fs);
-      __m256 ok = _mm256_cmp_ps(_mm256_and_ps(v, fabs), flim, _CMP_LT_OQ);
       __m256i lo, hi;
-      if (_mm256_movemask_ps(ok) == 0xff) {
-        __m256i q = _mm256_cvtps_epi32(v);
-        lo = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(q));
-        hi = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(q, 1));
-      } else {
-        lo = fixed4_avx2(src, i, dtype, vs);
-        hi = fixed4_avx2(src, i + 4, dtype, vs);
-      }
+      fixed8_avx2(src, i, dtype, fs, vs, &lo, &hi);
       put4_avx2(dst, add, i, lo, &any, &fo);
       put4_avx2(dst, add, i + 4, hi, &any, &fo);
     }
@@ -290,6 +342,45 @@ AVX2 static void from_avx2(int64_t *dst, const void *src, const int64_t *add,
     stats_avx2(any, fo, stats);
   from_scalar(dst + i, (const uint8_t *)src + i * src_size(dtype),
               add ? add + i : NULL, n - i, dtype, scale, stats);
+}
+
+/* from_narrow_scalar, eight (float, bfloat16) or four (double) at a time
+ * while every value is below 2^31 after scaling; the first block with
+ * one that is not (out of range, or exactly -2^31, which fits) goes on in
+ * the scalar code. */
+AVX2 static int from_narrow_avx2(int32_t *dst, const void *src, size_t n,
+                                 int dtype, double scale) {
+  memset(dst, 0, 4);
+  int32_t *vals = dst + 1;
+  size_t i = 0;
+  if (dtype != RESIHP_FLOAT64) {
+    const __m256 fs = _mm256_set1_ps((float)scale);
+    const __m256 flim = _mm256_set1_ps(2147483648.0f);
+    const __m256 fabs = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MAX));
+    for (; i + 8 <= n; i += 8) {
+      __m256 v = _mm256_mul_ps(load8_avx2(src, i, dtype), fs);
+      __m256 ok = _mm256_cmp_ps(_mm256_and_ps(v, fabs), flim, _CMP_LT_OQ);
+      if (_mm256_movemask_ps(ok) != 0xff)
+        break;
+      _mm256_storeu_si256((__m256i *)(vals + i), _mm256_cvtps_epi32(v));
+    }
+  } else {
+    const __m256d vs = _mm256_set1_pd(scale);
+    /* Doubles just below 2^31 round up to it: below 2^31 - 1/2 they
+     * cannot (floats there are integers already). */
+    const __m256d lim = _mm256_set1_pd(2147483647.5);
+    const __m256d abs = _mm256_castsi256_pd(_mm256_set1_epi64x(INT64_MAX));
+    for (; i + 4 <= n; i += 4) {
+      __m256d v = _mm256_mul_pd(
+          _mm256_loadu_pd((const double *)((const uint8_t *)src + 8 * i)), vs);
+      __m256d ok = _mm256_cmp_pd(_mm256_and_pd(v, abs), lim, _CMP_LT_OQ);
+      if (_mm256_movemask_pd(ok) != 0xf)
+        break;
+      _mm_storeu_si128((__m128i *)(vals + i), _mm256_cvtpd_epi32(v));
+    }
+  }
+  return narrow_of_scalar(vals + i, (const uint8_t *)src + i * src_size(dtype),
+                          n - i, dtype, scale);
 }
 
 /* int64 -> double, correctly rounded over the whole range: the top 16
@@ -320,24 +411,63 @@ AVX2 static inline __m128i bf16_of_bits4(__m128i u) {
   return _mm_blendv_epi8(rn, qn, nan);
 }
 
+/* Four int64 values times k, stored as dtype at element i of b. */
+AVX2 static inline void store4_avx2(uint8_t *b, size_t i, int dtype, __m256i x,
+                                    __m256d vk) {
+  __m256d d = _mm256_mul_pd(i64_to_f64_avx2(x), vk);
+  if (dtype == RESIHP_FLOAT64) {
+    _mm256_storeu_pd((double *)(b + 8 * i), d);
+  } else if (dtype == RESIHP_FLOAT32) {
+    _mm_storeu_ps((float *)(b + 4 * i), _mm256_cvtpd_ps(d));
+  } else {
+    __m128i h = bf16_of_bits4(_mm_castps_si128(_mm256_cvtpd_ps(d)));
+    _mm_storel_epi64((__m128i *)(b + 2 * i), _mm_packus_epi32(h, h));
+  }
+}
+
 AVX2 static void to_avx2(void *dst, const int64_t *src, size_t n, int dtype,
                          double k) {
   const __m256d vk = _mm256_set1_pd(k);
   uint8_t *b = dst;
   size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    __m256d d = _mm256_mul_pd(
-        i64_to_f64_avx2(_mm256_loadu_si256((const __m256i *)(src + i))), vk);
-    if (dtype == RESIHP_FLOAT64) {
-      _mm256_storeu_pd((double *)(b + 8 * i), d);
-    } else if (dtype == RESIHP_FLOAT32) {
-      _mm_storeu_ps((float *)(b + 4 * i), _mm256_cvtpd_ps(d));
-    } else {
-      __m128i h = bf16_of_bits4(_mm_castps_si128(_mm256_cvtpd_ps(d)));
-      _mm_storel_epi64((__m128i *)(b + 2 * i), _mm_packus_epi32(h, h));
+  for (; i + 4 <= n; i += 4)
+    store4_avx2(b, i, dtype, _mm256_loadu_si256((const __m256i *)(src + i)),
+                vk);
+  to_scalar(b + i * src_size(dtype), src + i, n - i, dtype, k);
+}
+
+AVX2 static inline __m256i partial4_avx2(const struct partial *w, size_t i) {
+  if (w->wide)
+    return _mm256_loadu_si256((const __m256i *)(w->wide + i));
+  __m128i x = _mm_loadu_si128((const __m128i *)(w->vals + i));
+  return _mm256_sll_epi64(_mm256_cvtepi32_epi64(x), _mm_cvtsi32_si128(w->t));
+}
+
+AVX2 static void sum_to_avx2(void *dst, const void *src, struct partial w,
+                             size_t n, int dtype, double scale, double k) {
+  const __m256d vs = _mm256_set1_pd(scale), vk = _mm256_set1_pd(k);
+  const __m256 fs = _mm256_set1_ps((float)scale);
+  uint8_t *b = dst;
+  size_t i = 0;
+  if (dtype != RESIHP_FLOAT64) {
+    for (; i + 8 <= n; i += 8) {
+      __m256i lo, hi;
+      fixed8_avx2(src, i, dtype, fs, vs, &lo, &hi);
+      store4_avx2(b, i, dtype, _mm256_add_epi64(lo, partial4_avx2(&w, i)), vk);
+      store4_avx2(b, i + 4, dtype,
+                  _mm256_add_epi64(hi, partial4_avx2(&w, i + 4)), vk);
     }
   }
-  to_scalar(b + i * src_size(dtype), src + i, n - i, dtype, k);
+  for (; i + 4 <= n; i += 4)
+    store4_avx2(
+        b, i, dtype,
+        _mm256_add_epi64(fixed4_avx2(src, i, dtype, vs), partial4_avx2(&w, i)),
+        vk);
+  struct partial rest = {w.wide ? w.wide + i : NULL, w.wide ? NULL : w.vals + i,
+                         w.t};
+  sum_to_scalar(b + i * src_size(dtype),
+                (const uint8_t *)src + i * src_size(dtype), rest, n - i, dtype,
+                scale, k);
 }
 
 AVX2 static void scan_avx2(const int64_t *src, size_t n, uint64_t *stats) {
@@ -464,16 +594,23 @@ struct kernels {
   void (*from)(int64_t *dst, const void *src, const int64_t *add, size_t n,
                int dtype, double scale, uint64_t *stats);
   void (*to)(void *dst, const int64_t *src, size_t n, int dtype, double k);
+  void (*sum_to)(void *dst, const void *src, struct partial w, size_t n,
+                 int dtype, double scale, double k);
+  int (*from_narrow)(int32_t *dst, const void *src, size_t n, int dtype,
+                     double scale);
   void (*scan)(const int64_t *src, size_t n, uint64_t *stats);
   void (*pack)(int32_t *dst, const int64_t *src, size_t n, int t);
   int (*widen)(int64_t *dst, const int32_t *src, size_t n);
 };
 
 static const struct kernels kernel_sets[] = {
-    {0, from_scalar, to_scalar, scan_scalar, pack_scalar, widen_scalar},
+    {0, from_scalar, to_scalar, sum_to_scalar, from_narrow_scalar, scan_scalar,
+     pack_scalar, widen_scalar},
 #ifdef HAVE_X86_KERNELS
-    {1, from_avx2, to_avx2, scan_avx2, pack_avx2, widen_avx2},
-    {2, from_avx512, to_avx512, scan_avx2, pack_avx2, widen_avx2},
+    {1, from_avx2, to_avx2, sum_to_avx2, from_narrow_avx2, scan_avx2, pack_avx2,
+     widen_avx2},
+    {2, from_avx512, to_avx512, sum_to_avx2, from_narrow_avx2, scan_avx2,
+     pack_avx2, widen_avx2},
 #endif
 };
 
@@ -536,6 +673,25 @@ int resihp__fixed_narrow(int32_t *dst, const int64_t *src, size_t n,
     return 0;
   K()->pack(dst, src, n, t);
   return 1;
+}
+
+int resihp__fixed_sum_to(void *dst, const void *src, const void *partial,
+                         int narrow, size_t n, int src_dtype, int frac_bits,
+                         double divisor) {
+  struct partial w = {narrow ? NULL : partial, NULL, 0};
+  if (narrow) {
+    if ((w.t = narrow_t(partial)) < 0)
+      return -1;
+    w.vals = (const int32_t *)partial + 1;
+  }
+  K()->sum_to(dst, src, w, n, src_dtype, ldexp(1.0, frac_bits),
+              ldexp(1.0, -frac_bits) / divisor);
+  return 0;
+}
+
+int resihp__fixed_from_narrow(int32_t *dst, const void *src, size_t n,
+                              int src_dtype, int frac_bits) {
+  return K()->from_narrow(dst, src, n, src_dtype, ldexp(1.0, frac_bits));
 }
 
 int resihp__fixed_widen(int64_t *dst, const int32_t *src, size_t n) {

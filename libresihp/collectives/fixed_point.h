@@ -59,6 +59,21 @@ void resihp__fixed_to(void *dst, const int64_t *src, size_t n, int dst_dtype,
  * of similar magnitude share their low zero bits. */
 int resihp__fixed_narrow(int32_t *dst, const int64_t *src, size_t n,
                          const uint64_t stats[2]);
+/* dst[i] = fixed(src[i]) + partial[i] back in src_dtype, divided by
+ * divisor: resihp__fixed_from with add, then resihp__fixed_to, bit for bit,
+ * in one pass and without the sums in memory. partial: n int64, or a
+ * narrow form when narrow is set (then -1 for an impossible shift, as
+ * resihp__fixed_widen). */
+int resihp__fixed_sum_to(void *dst, const void *src, const void *partial,
+                         int narrow, size_t n, int src_dtype, int frac_bits,
+                         double divisor);
+/* The narrow form with shift 0 straight from n values of src_dtype (the
+ * deterministic ring's first sends, without int64 in between): 1 when
+ * every resihp__fixed_from value fits in int32 (dst then holds n + 1
+ * int32), else 0 (dst holds garbage; resihp__fixed_narrow may still find a
+ * shift). */
+int resihp__fixed_from_narrow(int32_t *dst, const void *src, size_t n,
+                              int src_dtype, int frac_bits);
 /* Back: dst[i] = src[1 + i] << src[0]; dst may start where src starts
  * (widening in place: the narrow form at the beginning of a wide buffer).
  * 0, or -1 when the shift is out of range (a peer's garbage). */

@@ -40,13 +40,16 @@
  * travels as int64. Each sender decides per chunk and the frame says
  * which, so every value stays exact and no rank needs to agree beforehand.
  * The narrow copies live in a buffer laid out like work (narrow_slot), each
- * segment being sent once in reduce-scatter. Step 0 converts into a chunk
- * in cache (staging's second chunk) and packs from there, so its int64
- * values reach memory only when they cannot travel narrow. The last
- * reduce-scatter step converts the owner's segment back to the caller's
- * type (a pure function of the int64 sums, so every rank gets the same
- * bits), and all-gather moves those final values as the float ring does:
- * no rank widens, packs or converts back more than its own segment.
+ * segment being sent once in reduce-scatter. Step 0 converts a chunk whose
+ * values are all below 2^31 straight into its narrow form (shift 0);
+ * others, and the partial sums of later steps, are made in a chunk in
+ * cache (staging's second chunk) and packed from there, so int64 values
+ * reach memory only when they cannot travel narrow. The last
+ * reduce-scatter step adds the received sum to the owner's own values and
+ * converts the result back to the caller's type in one pass
+ * (resihp__fixed_sum_to: a pure function of the int64 sums, so every rank
+ * gets the same bits), and all-gather moves those final values as the
+ * float ring does: no rank converts back more than its own segment.
  *
  * Failure. The algorithm only sees the transport and the communicator's
  * failure flag; it returns at the first error and leaves the clean-up
@@ -229,14 +232,20 @@ static int ring(resihp_comm_t *c, const void *in,
       int32_t *slot =
           narrow && !ag && len > 1 ? narrow + narrow_slot(&l, seg, sc) : NULL;
       if (fx && ss == 0 && !(state && *state)) {
-        /* A retry after RESIHP_EBUSY finds it made. */
+        /* A retry after RESIHP_EBUSY finds it made. Values below 2^31 go
+         * narrow in one pass; others by way of int64. */
         uint64_t stats[2] = {0, 0};
         int64_t *wide = (int64_t *)(wb + off * esz);
-        resihp__fixed_from_stats(slot ? converted : wide, fsrc + off * fsz,
-                                 NULL, len, fx->src_dtype, fx->frac_bits,
-                                 stats);
-        if (state)
-          *state = settle(slot ? converted : wide, stats, len, slot, wide);
+        if (slot && resihp__fixed_from_narrow(slot, fsrc + off * fsz, len,
+                                              fx->src_dtype, fx->frac_bits)) {
+          *state = CHUNK_NARROW;
+        } else {
+          resihp__fixed_from_stats(slot ? converted : wide, fsrc + off * fsz,
+                                   NULL, len, fx->src_dtype, fx->frac_bits,
+                                   stats);
+          if (state)
+            *state = settle(slot ? converted : wide, stats, len, slot, wide);
+        }
       }
       int thin = state && *state == CHUNK_NARROW;
       resihp__tag_t tag = {c->seq, (uint32_t)ss, (uint32_t)sc};
@@ -302,7 +311,13 @@ static int ring(resihp_comm_t *c, const void *in,
       void *dst = rsphase && staging ? staging : wb + off * esz;
       uint8_t *state =
           made && rsphase ? &made[(size_t)seg * nchunks(&l, 0) + rc] : NULL;
-      if (got == 2 && resihp__fixed_widen(dst, dst, len)) {
+      /* The last reduce-scatter step of deterministic mode: the sum back
+       * to the caller's type, for all-gather, in one pass. */
+      int last = fx && rs == n - 2;
+      if (last ? resihp__fixed_sum_to(fout + off * fsz, fsrc + off * fsz, dst,
+                                      got == 2, len, fx->src_dtype,
+                                      fx->frac_bits, fx->divisor)
+               : got == 2 && resihp__fixed_widen(dst, dst, len)) {
         resihp_log(RESIHP_LOG_ERROR, "allreduce",
                    "rank %d sent a narrow chunk with an impossible shift: "
                    "dropping the peer; check that every rank runs the same "
@@ -311,23 +326,19 @@ static int ring(resihp_comm_t *c, const void *in,
         *bad_peer = left;
         return RESIHP_EPROTO;
       }
-      if (rsphase && fx && rs == n - 2) {
-        /* Reduced: back to the caller's type, for all-gather. */
-        resihp__fixed_from(dst, fsrc + off * fsz, dst, len, fx->src_dtype,
-                           fx->frac_bits);
-        resihp__fixed_to(fout + off * fsz, dst, len, fx->src_dtype,
-                         fx->frac_bits, fx->divisor);
-      } else if (rsphase && fx) {
-        /* Partial sum, sent on at the next step: made here, in cache. */
-        uint64_t stats[2] = {0, 0};
-        int32_t *slot =
-            narrow && len > 1 ? narrow + narrow_slot(&l, seg, rc) : NULL;
-        int64_t *wide = (int64_t *)(wb + off * esz);
-        resihp__fixed_from_stats(slot ? converted : wide, fsrc + off * fsz,
-                                 staging, len, fx->src_dtype, fx->frac_bits,
-                                 stats);
-        if (state)
-          *state = settle(slot ? converted : wide, stats, len, slot, wide);
+      if (fx) {
+        if (rsphase && !last) {
+          /* Partial sum, sent on at the next step: made here, in cache. */
+          uint64_t stats[2] = {0, 0};
+          int32_t *slot =
+              narrow && len > 1 ? narrow + narrow_slot(&l, seg, rc) : NULL;
+          int64_t *wide = (int64_t *)(wb + off * esz);
+          resihp__fixed_from_stats(slot ? converted : wide, fsrc + off * fsz,
+                                   staging, len, fx->src_dtype, fx->frac_bits,
+                                   stats);
+          if (state)
+            *state = settle(slot ? converted : wide, stats, len, slot, wide);
+        }
       } else if (rsphase && !summed && staging)
         resihp__reduce_sum(wb + off * esz, staging, len, dtype);
       else if (rsphase && !summed)

@@ -160,7 +160,7 @@ START_TEST(from_fixed_bitwise) {
   int best = resihp__fixed_set_isa(99);
   static uint8_t srcb[NMAX * 8 + 16], dstb[NMAX * 8 + 16], accb[NMAX * 8 + 16];
   static int64_t want[NMAX], acc0[NMAX];
-  long checked = 0;
+  long checked = 0, fits_seen[2] = {0, 0};
   for (int level = 0; level <= best; level++) {
     ck_assert_int_eq(resihp__fixed_set_isa(level), level);
     for (int f = 0; f <= 62; f++)
@@ -196,6 +196,22 @@ START_TEST(from_fixed_bitwise) {
           fo |= (uint64_t)(want[i] < 0 ? ~want[i] : want[i]);
         }
         ck_assert(st[0] == any && st[1] == fo);
+        /* Straight to the narrow form with shift 0: exactly when every
+         * value fits in int32, then those values. */
+        static int32_t nb[NMAX + 1];
+        int fits = 1;
+        for (size_t i = 0; i < n; i++)
+          fits &= want[i] >= INT32_MIN && want[i] <= INT32_MAX;
+        ck_assert_msg(resihp__fixed_from_narrow(nb, src, n, dt, f) == fits,
+                      "level %d frac %d dtype %d n %zu: fits %d", level, f, dt,
+                      n, fits);
+        for (size_t i = 0; fits && i <= n; i++)
+          ck_assert_msg(nb[i] == (i ? want[i - 1] : 0),
+                        "level %d frac %d dtype %d i %zu: narrow %d, want "
+                        "%lld",
+                        level, f, dt, i, nb[i],
+                        (long long)(i ? want[i - 1] : 0));
+        fits_seen[fits]++;
         if (dt != RESIHP_FLOAT32)
           continue;
         /* accumulate: wrapping sums, acc misaligned too */
@@ -214,6 +230,7 @@ START_TEST(from_fixed_bitwise) {
   }
   resihp__fixed_set_isa(-1);
   ck_assert(checked > 10000);
+  ck_assert(fits_seen[0] > 10 && fits_seen[1] > 10);
 }
 END_TEST
 
@@ -231,6 +248,21 @@ static int64_t any_int64(void) {
     return (int64_t)next();
   default:
     return (int64_t)(next() >> ((r >> 3) % 64)) * (((r >> 9) & 1) ? 1 : -1);
+  }
+}
+
+/* x times k in dtype, by the definition: one rounding to double, then
+ * to the type. */
+static void ref_to(int64_t x, int dt, double k, uint8_t *want) {
+  double w = (double)x * k;
+  if (dt == RESIHP_FLOAT64) {
+    memcpy(want, &w, 8);
+  } else if (dt == RESIHP_FLOAT32) {
+    float y = (float)w;
+    memcpy(want, &y, 4);
+  } else {
+    uint16_t h = resihp_bf16_from_float((float)w);
+    memcpy(want, &h, 2);
   }
 }
 
@@ -258,23 +290,80 @@ START_TEST(to_float_bitwise) {
           for (size_t i = 0; i < n; i++) {
             int64_t x;
             memcpy(&x, srcb + so + 8 * i, 8);
-            double w = (double)x * k;
             uint8_t want[8];
-            if (dt == RESIHP_FLOAT64) {
-              memcpy(want, &w, 8);
-            } else if (dt == RESIHP_FLOAT32) {
-              float y = (float)w;
-              memcpy(want, &y, 4);
-            } else {
-              uint16_t h = resihp_bf16_from_float((float)w);
-              memcpy(want, &h, 2);
-            }
+            ref_to(x, dt, k, want);
             ck_assert_msg(!memcmp(dstb + doff + dsize(dt) * i, want, dsize(dt)),
                           "level %d frac %d dtype %d div %g x %lld", level, f,
                           dt, div, (long long)x);
           }
           checked += (long)n;
         }
+  }
+  resihp__fixed_set_isa(-1);
+  ck_assert(checked > 10000);
+}
+END_TEST
+
+/* The deterministic ring's last reduce-scatter step in one pass: the
+ * caller's values to fixed point, plus a partial sum (int64, or a narrow
+ * form with any shift), back to the caller's type and divided, at each
+ * kernel level, against the definitions; a narrow form with an impossible
+ * shift is refused. */
+START_TEST(sum_to_bitwise) {
+  int best = resihp__fixed_set_isa(99);
+  static uint8_t srcb[NMAX * 8 + 16], dstb[NMAX * 8 + 16], wb[NMAX * 8 + 16];
+  static const double divisors[] = {1.0, 3.0, 4.0};
+  long checked = 0;
+  for (int level = 0; level <= best; level++) {
+    resihp__fixed_set_isa(level);
+    for (int f = 0; f <= 62; f++)
+      for (int d = 0; d < 3; d++)
+        for (int form = 0; form < 2; form++) {
+          int dt = dtypes[d];
+          double div = divisors[(f + form) % 3];
+          size_t n = (f + d) % 9 == 0 ? NMAX : (size_t)(next() % 40);
+          size_t so = next() % 8, doff = next() % 8, wo = next() % 8;
+          void *src = srcb + so;
+          fill_src(src, n, dt, f);
+          uint32_t t = (uint32_t)(next() % 33);
+          if (form)
+            memcpy(wb + wo, &t, 4);
+          for (size_t i = 0; i < n; i++) {
+            int64_t x = any_int64();
+            int32_t q = (int32_t)next();
+            if (form)
+              memcpy(wb + wo + 4 * (i + 1), &q, 4);
+            else
+              memcpy(wb + wo + 8 * i, &x, 8);
+          }
+          ck_assert_int_eq(resihp__fixed_sum_to(dstb + doff, src, wb + wo, form,
+                                                n, dt, f, div),
+                           0);
+          double k = ldexp(1.0, -f) / div;
+          for (size_t i = 0; i < n; i++) {
+            int64_t w;
+            if (form) {
+              int32_t q;
+              memcpy(&q, wb + wo + 4 * (i + 1), 4);
+              w = (int64_t)((uint64_t)(int64_t)q << t);
+            } else {
+              memcpy(&w, wb + wo + 8 * i, 8);
+            }
+            int64_t sum = (int64_t)((uint64_t)ref_fixed(src_at(src, i, dt), f) +
+                                    (uint64_t)w);
+            uint8_t want[8];
+            ref_to(sum, dt, k, want);
+            ck_assert_msg(!memcmp(dstb + doff + dsize(dt) * i, want, dsize(dt)),
+                          "level %d frac %d dtype %d form %d i %zu x %a", level,
+                          f, dt, form, i, src_at(src, i, dt));
+          }
+          checked += (long)n;
+        }
+    uint32_t bad = 33;
+    memcpy(wb, &bad, 4);
+    ck_assert_int_eq(
+        resihp__fixed_sum_to(dstb, srcb, wb, 1, 4, RESIHP_FLOAT32, 32, 1.0),
+        -1);
   }
   resihp__fixed_set_isa(-1);
   ck_assert(checked > 10000);
@@ -592,6 +681,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, from_fixed_bitwise);
   tcase_add_test(tc, to_float_bitwise);
+  tcase_add_test(tc, sum_to_bitwise);
   tcase_add_test(tc, narrow_and_widen);
   suite_add_tcase(s, tc);
   tc = tcase_create("group");

@@ -274,7 +274,13 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
     if ((rc = reserve(&c->staging, &c->staging_cap,
                       (size_t)c->nmembers * count * wsz)))
       return rc;
-    rc = resihp__small_allreduce(c, in, work, c->staging, count, wire, &bad);
+    /* Deterministic: the narrow form goes where every value fits. */
+    int32_t *narrow = fixed ? (int32_t *)((char *)work + count * wsz) : NULL;
+    if (narrow && !resihp__fixed_from_narrow(narrow, sendbuf, count, (int)dtype,
+                                             c->frac_bits))
+      narrow = NULL;
+    rc = resihp__small_allreduce(c, in, narrow, work, c->staging, count, wire,
+                                 &bad);
   } else if (cma) {
     if ((rc = reserve(&c->staging, &c->staging_cap, RESIHP__CMA_STAGING)))
       return rc;

@@ -183,12 +183,14 @@ extern void (*resihp__shrink_test_hook)(resihp_comm_t *c, int point,
 
 /* Small messages (small_allreduce.c): every member sends its buffer to
  * every other and adds the n contributions in view order (bitwise equal
- * results everywhere). slots: n * count elements of dtype. Otherwise as
+ * results everywhere). slots: n * count elements of dtype. narrow_in: the
+ * narrow form of a RESIHP_FIXED64 in (resihp__fixed_narrow), sent instead
+ * where the transport has the alternative form, or NULL. Otherwise as
  * resihp__ring_allreduce. */
 #define RESIHP__STEP_SMALL (UINT32_MAX - 4)
-int resihp__small_allreduce(resihp_comm_t *c, const void *in, void *work,
-                            void *slots, size_t count, int dtype,
-                            int *bad_peer);
+int resihp__small_allreduce(resihp_comm_t *c, const void *in,
+                            const int32_t *narrow_in, void *work, void *slots,
+                            size_t count, int dtype, int *bad_peer);
 /* Whether an all-reduce of bytes (wire size) takes the small-message path:
  * the same answer on every member (size, view size, settings). */
 int resihp__small_fits(const resihp_comm_t *c, size_t bytes);

@@ -20,7 +20,9 @@
  * algorithm).
  *
  * Buffers. in is read-only and is what leaves (the caller's data, or the
- * fixed-point copy); slots holds n * count elements; the sum goes to
+ * fixed-point copy; in deterministic mode its narrow form, when it has
+ * one, leaves instead: half the bytes, widened where it lands); slots
+ * holds n * count elements; the sum goes to
  * work, which may be the caller's receive buffer (out of place) or a
  * private one: the caller's buffer is written only after the DONE round.
  *
@@ -31,8 +33,9 @@
  */
 #include "config.h"
 
-#include "comm_internal.h"
 #include "../transport/mesh.h"
+#include "comm_internal.h"
+#include "fixed_point.h"
 
 #include <resihp/error.h>
 #include <resihp/log.h>
@@ -51,9 +54,9 @@ int resihp__small_fits(const resihp_comm_t *c, size_t bytes) {
          bytes * (n - 1) <= SMALL_TOTAL_MAX;
 }
 
-int resihp__small_allreduce(resihp_comm_t *c, const void *in, void *work,
-                            void *slots, size_t count, int dtype,
-                            int *bad_peer) {
+int resihp__small_allreduce(resihp_comm_t *c, const void *in,
+                            const int32_t *narrow_in, void *work, void *slots,
+                            size_t count, int dtype, int *bad_peer) {
   size_t esz = resihp__dtype_size(dtype), bytes = count * esz;
   int n = c->nmembers, p = c->my_index;
   *bad_peer = -1;
@@ -64,6 +67,13 @@ int resihp__small_allreduce(resihp_comm_t *c, const void *in, void *work,
   }
   const resihp__transport_ops_t *ops = c->tp->ops;
   resihp__tag_t tag = {c->seq, RESIHP__STEP_SMALL, 0};
+  /* Fixed point may arrive narrow (count + 1 int32, fixed_point.h). */
+  size_t alt = dtype == RESIHP_FIXED64 && ops->post_recv_alt &&
+                       ops->post_send_alt && count > 1
+                   ? (count + 1) * 4
+                   : 0;
+  if (!alt)
+    narrow_in = NULL;
   uint8_t *slot = slots;
 #define SLOT(j) (slot + (size_t)(j) * bytes)
   if (in == work) {
@@ -75,7 +85,9 @@ int resihp__small_allreduce(resihp_comm_t *c, const void *in, void *work,
   for (int j = 0; j < n; j++) {
     if (j == p)
       continue;
-    int r = ops->post_recv(c->tp, c->members[j], tag, SLOT(j), bytes);
+    int r =
+        alt ? ops->post_recv_alt(c->tp, c->members[j], tag, SLOT(j), bytes, alt)
+            : ops->post_recv(c->tp, c->members[j], tag, SLOT(j), bytes);
     if (r) {
       *bad_peer = c->members[j];
       return r;
@@ -90,7 +102,8 @@ int resihp__small_allreduce(resihp_comm_t *c, const void *in, void *work,
       if (resihp__small_test_hook)
         resihp__small_test_hook(c, sent - 1);
       int m = c->members[(p + sent) % n];
-      int r = ops->post_send(c->tp, m, tag, in, bytes);
+      int r = narrow_in ? ops->post_send_alt(c->tp, m, tag, narrow_in, alt)
+                        : ops->post_send(c->tp, m, tag, in, bytes);
       if (r == RESIHP_EBUSY)
         break; /* earlier frames to m (a DONE) still queued */
       if (r) {
@@ -99,9 +112,19 @@ int resihp__small_allreduce(resihp_comm_t *c, const void *in, void *work,
       }
     }
     for (int j = 0; j < n; j++)
-      if (j != p && !arrived[j] && ops->recv_done(c->tp, c->members[j])) {
-        arrived[j] = 1;
+      if (j != p && !arrived[j] &&
+          (arrived[j] = (uint8_t)ops->recv_done(c->tp, c->members[j]))) {
         got++;
+        if (arrived[j] == 2 && resihp__fixed_widen((int64_t *)SLOT(j),
+                                                   (int32_t *)SLOT(j), count)) {
+          resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                     "rank %d sent a narrow contribution with an impossible "
+                     "shift: dropping the peer; check that every rank runs "
+                     "the same resihp version",
+                     c->members[j]);
+          *bad_peer = c->members[j];
+          return RESIHP_EPROTO;
+        }
       }
     if (got == n - 1 && sent == n) {
       /* Done once every byte left too: in may be the caller's buffer. */

@@ -599,6 +599,53 @@ START_TEST(deterministic_sums_exact) {
 }
 END_TEST
 
+/* ---- a narrow contribution that cannot be right ------------------------- */
+
+/* Rank 1 sends rank 0 a small-message contribution in the narrow form with
+ * shift 33, over the real (authenticated) link, then waits for rank 0 to
+ * go: rank 0's deterministic all-reduce must refuse it as RESIHP_EPROTO
+ * and suspect rank 1, not add garbage. */
+static int rank_bad_shift(int rank, int n, void *arg) {
+  (void)arg;
+  resihp_comm_t *c;
+  if (make_comm(rank, n, SECRET, CHUNK, 1, &c))
+    return 1;
+  enum { COUNT = 64 };
+  if (rank == 1) {
+    const resihp__transport_ops_t *ops = c->tp->ops;
+    int32_t bad[COUNT + 1] = {33};
+    resihp__tag_t tag = {c->seq, RESIHP__STEP_SMALL, 0};
+    int bp;
+    if (ops->post_send_alt(c->tp, c->members[0], tag, bad, sizeof(bad)))
+      return 1;
+    while (!atomic_load(&c->failed) && ops->progress(c->tp, 100, &bp) >= 0)
+      ; /* until rank 0 has gone (the monitor saw it) */
+    return 0;
+  }
+  float x[COUNT];
+  for (int i = 0; i < COUNT; i++)
+    x[i] = (float)i;
+  int rc = resihp_allreduce(c, x, COUNT, RESIHP_FLOAT32, RESIHP_OP_SUM);
+  if (rc != RESIHP_EPROTO || !resihp__set_has(&c->dead, 1)) {
+    fprintf(stderr, "rank 0: %s, rank 1 %ssuspected\n", resihp_strerror(rc),
+            resihp__set_has(&c->dead, 1) ? "" : "not ");
+    return 1;
+  }
+  for (int i = 0; i < COUNT; i++)
+    if (x[i] != (float)i)
+      return 1; /* the caller's buffer is untouched */
+  return 0;
+}
+
+START_TEST(narrow_with_impossible_shift_refused) {
+  int st[MAXN];
+  detect_ms = CALM_DETECT_MS;
+  run_group(2, rank_bad_shift, NULL, st);
+  expect_all_ok(2, st);
+  close(rec_pipe[0]);
+}
+END_TEST
+
 /* ---- a rank killed mid-collective ---------------------------------------- */
 
 static resihp_comm_t *victim_comm;
@@ -688,6 +735,10 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, deterministic_sums_exact, 0, 12);
   tcase_add_loop_test(tc, deterministic_rank_killed, 0, 12);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("refusal");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, narrow_with_impossible_shift_refused);
   suite_add_tcase(s, tc);
   return s;
 }

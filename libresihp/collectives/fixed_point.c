@@ -148,6 +148,12 @@ static inline int64_t partial_at(const struct partial *w, size_t i) {
   return (int64_t)((uint64_t)(int64_t)v << w->t);
 }
 
+/* w from element i on. */
+static inline struct partial partial_from(struct partial w, size_t i) {
+  return (struct partial){w.wide ? w.wide + i : NULL,
+                          w.vals ? w.vals + i : NULL, w.t};
+}
+
 static void sum_to_scalar(void *dst, const void *src, struct partial w,
                           size_t n, int dtype, double scale, double k) {
   for (size_t i = 0; i < n; i++) {
@@ -169,25 +175,34 @@ static int narrow_shift(uint64_t any, uint64_t fold) {
   return (fold >> t) < 0x80000000u ? t : -1;
 }
 
-/* The narrow values with shift 0 of n inputs straight from the caller's
- * type: 1 when every fixed value fits in int32 (fold < 2^31, as
- * narrow_shift asks), else 0. */
-static int narrow_of_scalar(int32_t *vals, const void *src, size_t n, int dtype,
-                            double scale) {
+/* The narrow values with shift 0 of fixed(src[i]) + partial[i] (none
+ * when the partial has neither form; wrapping, as the int64 path): 1 when
+ * every one fits in int32 (fold < 2^31, as narrow_shift asks), else 0. */
+static int narrow_of_scalar(int32_t *vals, const void *src, struct partial w,
+                            size_t n, int dtype, double scale) {
   for (size_t i = 0; i < n; i++) {
-    int64_t v = fixed_of(load_src(src, i, dtype) * scale);
-    if (fold((uint64_t)v) >= 0x80000000u)
+    uint64_t v = (uint64_t)fixed_of(load_src(src, i, dtype) * scale);
+    if (w.wide || w.vals)
+      v += (uint64_t)partial_at(&w, i);
+    if (fold(v) >= 0x80000000u)
       return 0;
-    uint32_t w = (uint32_t)v;
-    memcpy((uint8_t *)vals + 4 * i, &w, 4);
+    uint32_t u = (uint32_t)v;
+    memcpy((uint8_t *)vals + 4 * i, &u, 4);
   }
   return 1;
 }
 
 static int from_narrow_scalar(int32_t *dst, const void *src, size_t n,
                               int dtype, double scale) {
+  static const struct partial none;
   memset(dst, 0, 4);
-  return narrow_of_scalar(dst + 1, src, n, dtype, scale);
+  return narrow_of_scalar(dst + 1, src, none, n, dtype, scale);
+}
+
+static int add_narrow_scalar(int32_t *dst, const void *src, struct partial w,
+                             size_t n, int dtype, double scale) {
+  memset(dst, 0, 4);
+  return narrow_of_scalar(dst + 1, src, w, n, dtype, scale);
 }
 
 static void scan_scalar(const int64_t *src, size_t n, uint64_t *stats) {
@@ -379,8 +394,9 @@ AVX2 static int from_narrow_avx2(int32_t *dst, const void *src, size_t n,
       _mm_storeu_si128((__m128i *)(vals + i), _mm256_cvtpd_epi32(v));
     }
   }
+  static const struct partial none;
   return narrow_of_scalar(vals + i, (const uint8_t *)src + i * src_size(dtype),
-                          n - i, dtype, scale);
+                          none, n - i, dtype, scale);
 }
 
 /* int64 -> double, correctly rounded over the whole range: the top 16
@@ -463,11 +479,51 @@ AVX2 static void sum_to_avx2(void *dst, const void *src, struct partial w,
         b, i, dtype,
         _mm256_add_epi64(fixed4_avx2(src, i, dtype, vs), partial4_avx2(&w, i)),
         vk);
-  struct partial rest = {w.wide ? w.wide + i : NULL, w.wide ? NULL : w.vals + i,
-                         w.t};
   sum_to_scalar(b + i * src_size(dtype),
-                (const uint8_t *)src + i * src_size(dtype), rest, n - i, dtype,
-                scale, k);
+                (const uint8_t *)src + i * src_size(dtype), partial_from(w, i),
+                n - i, dtype, scale, k);
+}
+
+/* add_narrow_scalar: the sums are made as in sum_to_avx2, their folds
+ * OR'ed (fits iff below 2^31), their low halves stored. */
+AVX2 static inline void put_narrow4_avx2(int32_t *vals, size_t i, __m256i x,
+                                         __m256i *fo) {
+  const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  *fo = _mm256_or_si256(*fo, fold_avx2(x));
+  _mm_storeu_si128(
+      (__m128i *)(vals + i),
+      _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(x, even)));
+}
+
+AVX2 static int add_narrow_avx2(int32_t *dst, const void *src, struct partial w,
+                                size_t n, int dtype, double scale) {
+  const __m256d vs = _mm256_set1_pd(scale);
+  const __m256 fs = _mm256_set1_ps((float)scale);
+  __m256i fo = _mm256_setzero_si256();
+  int32_t *vals = dst + 1;
+  size_t i = 0;
+  if (dtype != RESIHP_FLOAT64) {
+    for (; i + 8 <= n; i += 8) {
+      __m256i lo, hi;
+      fixed8_avx2(src, i, dtype, fs, vs, &lo, &hi);
+      put_narrow4_avx2(vals, i, _mm256_add_epi64(lo, partial4_avx2(&w, i)),
+                       &fo);
+      put_narrow4_avx2(vals, i + 4,
+                       _mm256_add_epi64(hi, partial4_avx2(&w, i + 4)), &fo);
+    }
+  }
+  for (; i + 4 <= n; i += 4)
+    put_narrow4_avx2(
+        vals, i,
+        _mm256_add_epi64(fixed4_avx2(src, i, dtype, vs), partial4_avx2(&w, i)),
+        &fo);
+  uint64_t f[4];
+  _mm256_storeu_si256((__m256i *)f, fo);
+  if ((f[0] | f[1] | f[2] | f[3]) >= 0x80000000u)
+    return 0;
+  memset(dst, 0, 4);
+  return narrow_of_scalar(vals + i, (const uint8_t *)src + i * src_size(dtype),
+                          partial_from(w, i), n - i, dtype, scale);
 }
 
 AVX2 static void scan_avx2(const int64_t *src, size_t n, uint64_t *stats) {
@@ -598,19 +654,21 @@ struct kernels {
                  int dtype, double scale, double k);
   int (*from_narrow)(int32_t *dst, const void *src, size_t n, int dtype,
                      double scale);
+  int (*add_narrow)(int32_t *dst, const void *src, struct partial w, size_t n,
+                    int dtype, double scale);
   void (*scan)(const int64_t *src, size_t n, uint64_t *stats);
   void (*pack)(int32_t *dst, const int64_t *src, size_t n, int t);
   int (*widen)(int64_t *dst, const int32_t *src, size_t n);
 };
 
 static const struct kernels kernel_sets[] = {
-    {0, from_scalar, to_scalar, sum_to_scalar, from_narrow_scalar, scan_scalar,
-     pack_scalar, widen_scalar},
+    {0, from_scalar, to_scalar, sum_to_scalar, from_narrow_scalar,
+     add_narrow_scalar, scan_scalar, pack_scalar, widen_scalar},
 #ifdef HAVE_X86_KERNELS
-    {1, from_avx2, to_avx2, sum_to_avx2, from_narrow_avx2, scan_avx2, pack_avx2,
-     widen_avx2},
-    {2, from_avx512, to_avx512, sum_to_avx2, from_narrow_avx2, scan_avx2,
-     pack_avx2, widen_avx2},
+    {1, from_avx2, to_avx2, sum_to_avx2, from_narrow_avx2, add_narrow_avx2,
+     scan_avx2, pack_avx2, widen_avx2},
+    {2, from_avx512, to_avx512, sum_to_avx2, from_narrow_avx2, add_narrow_avx2,
+     scan_avx2, pack_avx2, widen_avx2},
 #endif
 };
 
@@ -675,18 +733,36 @@ int resihp__fixed_narrow(int32_t *dst, const int64_t *src, size_t n,
   return 1;
 }
 
+/* A partial sum as the ring received it: n int64, or a narrow form. 0, or
+ * -1 for an impossible shift. */
+static int partial_of(const void *partial, int narrow, struct partial *w) {
+  *w = (struct partial){narrow ? NULL : partial, NULL, 0};
+  if (narrow) {
+    if ((w->t = narrow_t(partial)) < 0)
+      return -1;
+    w->vals = (const int32_t *)partial + 1;
+  }
+  return 0;
+}
+
 int resihp__fixed_sum_to(void *dst, const void *src, const void *partial,
                          int narrow, size_t n, int src_dtype, int frac_bits,
                          double divisor) {
-  struct partial w = {narrow ? NULL : partial, NULL, 0};
-  if (narrow) {
-    if ((w.t = narrow_t(partial)) < 0)
-      return -1;
-    w.vals = (const int32_t *)partial + 1;
-  }
+  struct partial w;
+  if (partial_of(partial, narrow, &w))
+    return -1;
   K()->sum_to(dst, src, w, n, src_dtype, ldexp(1.0, frac_bits),
               ldexp(1.0, -frac_bits) / divisor);
   return 0;
+}
+
+int resihp__fixed_add_narrow(int32_t *dst, const void *src, const void *partial,
+                             int narrow, size_t n, int src_dtype,
+                             int frac_bits) {
+  struct partial w;
+  if (partial_of(partial, narrow, &w))
+    return -1;
+  return K()->add_narrow(dst, src, w, n, src_dtype, ldexp(1.0, frac_bits));
 }
 
 int resihp__fixed_from_narrow(int32_t *dst, const void *src, size_t n,

@@ -74,6 +74,13 @@ int resihp__fixed_sum_to(void *dst, const void *src, const void *partial,
  * shift). */
 int resihp__fixed_from_narrow(int32_t *dst, const void *src, size_t n,
                               int src_dtype, int frac_bits);
+/* resihp__fixed_from_narrow of fixed(src[i]) + partial[i] (partial as in
+ * resihp__fixed_sum_to): a partial sum sent on narrow without int64 in
+ * between. 1, 0 when a value does not fit (dst holds garbage), or -1 for
+ * an impossible shift of a narrow partial. */
+int resihp__fixed_add_narrow(int32_t *dst, const void *src, const void *partial,
+                             int narrow, size_t n, int src_dtype,
+                             int frac_bits);
 /* Back: dst[i] = src[1 + i] << src[0]; dst may start where src starts
  * (widening in place: the narrow form at the beginning of a wide buffer).
  * 0, or -1 when the shift is out of range (a peer's garbage). */

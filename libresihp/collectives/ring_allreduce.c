@@ -169,6 +169,39 @@ static uint8_t settle(const int64_t *conv, const uint64_t stats[2], size_t len,
   return CHUNK_WIDE;
 }
 
+/* Deterministic reduce-scatter: a partial sum arrived in part (narrow or
+ * int64) for the chunk at off. At the last step, this rank's own values are
+ * added and the sum goes back to the caller's type in out, for
+ * all-gather; before it, the new partial sum is made for the next step:
+ * narrow in its slot in one pass when every value fits, else in conv (a
+ * chunk in cache), settled. 0, or -1 for an impossible shift. */
+static int fixed_arrival(const struct resihp__ring_fixed *fx, int last,
+                         int narrow_in, void *part, size_t off, size_t len,
+                         uint8_t *out, size_t fsz, int32_t *slot, int64_t *conv,
+                         int64_t *wide, uint8_t *state) {
+  const uint8_t *own = (const uint8_t *)fx->src + off * fsz;
+  if (last)
+    return resihp__fixed_sum_to(out + off * fsz, own, part, narrow_in, len,
+                                fx->src_dtype, fx->frac_bits, fx->divisor);
+  int fits = slot ? resihp__fixed_add_narrow(slot, own, part, narrow_in, len,
+                                             fx->src_dtype, fx->frac_bits)
+                  : 0;
+  if (fits < 0)
+    return -1;
+  if (fits) {
+    *state = CHUNK_NARROW;
+    return 0;
+  }
+  if (narrow_in && resihp__fixed_widen(part, part, len))
+    return -1;
+  uint64_t stats[2] = {0, 0};
+  resihp__fixed_from_stats(slot ? conv : wide, own, part, len, fx->src_dtype,
+                           fx->frac_bits, stats);
+  if (state)
+    *state = settle(slot ? conv : wide, stats, len, slot, wide);
+  return 0;
+}
+
 static int ring(resihp_comm_t *c, const void *in,
                 const struct resihp__ring_fixed *fx, uint8_t *made, void *work,
                 void *staging, size_t count, int dtype, int *bad_peer) {
@@ -311,33 +344,19 @@ static int ring(resihp_comm_t *c, const void *in,
       void *dst = rsphase && staging ? staging : wb + off * esz;
       uint8_t *state =
           made && rsphase ? &made[(size_t)seg * nchunks(&l, 0) + rc] : NULL;
-      /* The last reduce-scatter step of deterministic mode: the sum back
-       * to the caller's type, for all-gather, in one pass. */
-      int last = fx && rs == n - 2;
-      if (last ? resihp__fixed_sum_to(fout + off * fsz, fsrc + off * fsz, dst,
-                                      got == 2, len, fx->src_dtype,
-                                      fx->frac_bits, fx->divisor)
-               : got == 2 && resihp__fixed_widen(dst, dst, len)) {
-        resihp_log(RESIHP_LOG_ERROR, "allreduce",
-                   "rank %d sent a narrow chunk with an impossible shift: "
-                   "dropping the peer; check that every rank runs the same "
-                   "resihp version",
-                   left);
-        *bad_peer = left;
-        return RESIHP_EPROTO;
-      }
-      if (fx) {
-        if (rsphase && !last) {
-          /* Partial sum, sent on at the next step: made here, in cache. */
-          uint64_t stats[2] = {0, 0};
-          int32_t *slot =
-              narrow && len > 1 ? narrow + narrow_slot(&l, seg, rc) : NULL;
-          int64_t *wide = (int64_t *)(wb + off * esz);
-          resihp__fixed_from_stats(slot ? converted : wide, fsrc + off * fsz,
-                                   staging, len, fx->src_dtype, fx->frac_bits,
-                                   stats);
-          if (state)
-            *state = settle(slot ? converted : wide, stats, len, slot, wide);
+      if (fx && rsphase) {
+        int32_t *slot =
+            narrow && len > 1 ? narrow + narrow_slot(&l, seg, rc) : NULL;
+        if (fixed_arrival(fx, rs == n - 2, got == 2, dst, off, len, fout, fsz,
+                          slot, converted, (int64_t *)(wb + off * esz),
+                          state)) {
+          resihp_log(RESIHP_LOG_ERROR, "allreduce",
+                     "rank %d sent a narrow chunk with an impossible shift: "
+                     "dropping the peer; check that every rank runs the same "
+                     "resihp version",
+                     left);
+          *bad_peer = left;
+          return RESIHP_EPROTO;
         }
       } else if (rsphase && !summed && staging)
         resihp__reduce_sum(wb + off * esz, staging, len, dtype);

@@ -313,7 +313,7 @@ START_TEST(sum_to_bitwise) {
   int best = resihp__fixed_set_isa(99);
   static uint8_t srcb[NMAX * 8 + 16], dstb[NMAX * 8 + 16], wb[NMAX * 8 + 16];
   static const double divisors[] = {1.0, 3.0, 4.0};
-  long checked = 0;
+  long checked = 0, fits_seen[2] = {0, 0};
   for (int level = 0; level <= best; level++) {
     resihp__fixed_set_isa(level);
     for (int f = 0; f <= 62; f++)
@@ -325,12 +325,15 @@ START_TEST(sum_to_bitwise) {
           size_t so = next() % 8, doff = next() % 8, wo = next() % 8;
           void *src = srcb + so;
           fill_src(src, n, dt, f);
-          uint32_t t = (uint32_t)(next() % 33);
+          /* Half the time partial sums of gradients: small, shift 0. */
+          int small = next() % 2;
+          uint32_t t = small ? 0 : (uint32_t)(next() % 33);
           if (form)
             memcpy(wb + wo, &t, 4);
           for (size_t i = 0; i < n; i++) {
-            int64_t x = any_int64();
-            int32_t q = (int32_t)next();
+            int64_t x =
+                small ? (int64_t)(next() % 2000001) - 1000000 : any_int64();
+            int32_t q = small ? (int32_t)x : (int32_t)next();
             if (form)
               memcpy(wb + wo + 4 * (i + 1), &q, 4);
             else
@@ -340,6 +343,10 @@ START_TEST(sum_to_bitwise) {
                                                 n, dt, f, div),
                            0);
           double k = ldexp(1.0, -f) / div;
+          static int32_t nb[NMAX + 1];
+          int fits = resihp__fixed_add_narrow(nb, src, wb + wo, form, n, dt, f);
+          ck_assert_int_ge(fits, 0);
+          int want_fits = 1;
           for (size_t i = 0; i < n; i++) {
             int64_t w;
             if (form) {
@@ -356,7 +363,16 @@ START_TEST(sum_to_bitwise) {
             ck_assert_msg(!memcmp(dstb + doff + dsize(dt) * i, want, dsize(dt)),
                           "level %d frac %d dtype %d form %d i %zu x %a", level,
                           f, dt, form, i, src_at(src, i, dt));
+            want_fits &= sum >= INT32_MIN && sum <= INT32_MAX;
+            if (fits)
+              ck_assert_msg(nb[i + 1] == sum, "level %d frac %d: narrow sum",
+                            level, f);
           }
+          ck_assert_msg(fits == want_fits, "level %d frac %d dtype %d n %zu",
+                        level, f, dt, n);
+          ck_assert(!fits || nb[0] == 0);
+          if (n >= 16)
+            fits_seen[fits]++;
           checked += (long)n;
         }
     uint32_t bad = 33;
@@ -364,9 +380,13 @@ START_TEST(sum_to_bitwise) {
     ck_assert_int_eq(
         resihp__fixed_sum_to(dstb, srcb, wb, 1, 4, RESIHP_FLOAT32, 32, 1.0),
         -1);
+    ck_assert_int_eq(resihp__fixed_add_narrow((int32_t *)(void *)dstb, srcb, wb,
+                                              1, 4, RESIHP_FLOAT32, 32),
+                     -1);
   }
   resihp__fixed_set_isa(-1);
   ck_assert(checked > 10000);
+  ck_assert(fits_seen[0] > 10 && fits_seen[1] > 10);
 }
 END_TEST
 

@@ -86,6 +86,7 @@ typedef struct {
   resihp__wire_t w;
   int replica;
   int64_t last_heard;
+  int out_armed; /* its output queue waits for EPOLLOUT */
   /* a non-leader rank waiting for its leader's address */
   int sub_replica;
   long sub_stepid, sub_jobid;

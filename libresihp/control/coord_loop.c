@@ -30,6 +30,15 @@
 #define HS_PENDING_EXTRA 64
 #define HS_TIMEOUT_MS 3000
 
+/* What the coordinator keeps for one replica that does not read (a
+ * stopped process, a full socket buffer): two of the longest lines. Past
+ * it the replica's connection is cut and it fails as a lost one, long
+ * before its silence would fail it. */
+#define COORD_OUT_MAX (2 * (size_t)RESIHP__WIRE_LINE_MAX + 4096)
+
+/* Lines to a replica never wait for it: they are queued in order and
+ * leave when its socket takes them (EPOLLOUT in resihp__coord_poll), so a
+ * replica that stops reading delays nobody else. */
 void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line) {
   rep_t *p = &c->reps[r];
   if (p->conn < 0)
@@ -38,9 +47,34 @@ void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line) {
   if (!hb && !c->again)
     resihp__coord_mirror_if(c); /* write-ahead (coord_snapshot.c) */
   c->lines_tx += !hb;
-  if (resihp__wire_send(&c->conns[p->conn].w, line, resihp__now_ms() + 2000) <
-      0)
-    logc(RESIHP_LOG_WARN, "cannot send to replica %d", r);
+  conn_t *cn = &c->conns[p->conn];
+  int rc = resihp__wire_queue(&cn->w, line);
+  size_t queued = cn->w.out_len - cn->w.out_off;
+  if (rc < 0) {
+    /* a gone peer's end of file follows: its reader fails it */
+    logc(RESIHP_LOG_WARN, "cannot send to replica %d: %s", r,
+         resihp_strerror(rc));
+  } else if (queued > COORD_OUT_MAX) {
+    logc(RESIHP_LOG_WARN,
+         "replica %d has not read what it was sent (%zu bytes wait): its "
+         "connection is cut",
+         r, queued);
+    shutdown(cn->w.fd, SHUT_RDWR); /* the next poll round sees it closed */
+  } else if (queued && !cn->out_armed) {
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT,
+                             .data.u32 = (uint32_t)p->conn};
+    cn->out_armed = !epoll_ctl(c->efd, EPOLL_CTL_MOD, cn->w.fd, &ev);
+  }
+}
+
+/* Connection k's socket takes more of its queue. */
+static void flush_conn(resihp__coord_t *c, int k) {
+  conn_t *cn = &c->conns[k];
+  long left = resihp__wire_flush(&cn->w);
+  if (left == 0 && cn->out_armed) {
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)k};
+    cn->out_armed = epoll_ctl(c->efd, EPOLL_CTL_MOD, cn->w.fd, &ev) != 0;
+  }
 }
 
 void resihp__coord_send_buf_to(resihp__coord_t *c, int r,
@@ -93,6 +127,7 @@ int resihp__coord_adopt(resihp__coord_t *c, resihp__wire_t *w) {
   if (w->fd >= 0)
     epoll_ctl(c->efd, EPOLL_CTL_ADD, w->fd, &ev);
   c->conns[k].w = *w;
+  c->conns[k].out_armed = 0;
   c->conns[k].replica = -1;
   c->conns[k].sub_replica = -1;
   c->conns[k].lep_replica = -1;
@@ -183,6 +218,10 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
     if (i >= c->nconns || c->conns[i].w.fd < 0)
       continue; /* closed by an earlier line of this round */
     conn_t *cn = &c->conns[i];
+    if (c->evs[e].events & EPOLLOUT)
+      flush_conn(c, i);
+    if (!(c->evs[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+      continue; /* writable only: nothing heard */
     int rc = resihp__wire_fill(&cn->w);
     cn->last_heard = now;
     drain_conn(c, i, rc);

@@ -49,3 +49,13 @@ TESTS += tests/unit/test_keeper
 endif
 dist_check_SCRIPTS += tests/integration/failover.test
 TESTS += tests/integration/failover.test
+
+# The coordinator's output queues: a replica that stops reading delays
+# nobody (coord_loop.c, resihp__wire_queue).
+if HAVE_CHECK
+check_PROGRAMS += tests/unit/test_coord_slow_reader
+tests_unit_test_coord_slow_reader_SOURCES = tests/unit/test_coord_slow_reader.c
+tests_unit_test_coord_slow_reader_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_coord_slow_reader_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_coord_slow_reader
+endif

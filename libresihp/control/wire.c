@@ -37,6 +37,7 @@ void resihp__wire_free(resihp__wire_t *w) {
   if (w->fd >= 0)
     close(w->fd);
   free(w->buf);
+  free(w->out);
   memset(w, 0, sizeof(*w)); /* the session keys too */
   w->fd = -1;
   w->max = RESIHP__WIRE_LINE_MAX;
@@ -138,8 +139,31 @@ int resihp__wire_recv(resihp__wire_t *w, char *out, size_t cap,
   }
 }
 
-int resihp__wire_send(resihp__wire_t *w, const char *line,
-                      int64_t deadline_ms) {
+/* Room for more bytes at the end of the output queue. */
+static int out_reserve(resihp__wire_t *w, size_t more) {
+  if (w->out_off == w->out_len)
+    w->out_off = w->out_len = 0;
+  if (w->out_len + more <= w->out_cap)
+    return 0;
+  if (w->out_off) { /* what left makes room first */
+    memmove(w->out, w->out + w->out_off, w->out_len - w->out_off);
+    w->out_len -= w->out_off;
+    w->out_off = 0;
+    if (w->out_len + more <= w->out_cap)
+      return 0;
+  }
+  size_t cap = w->out_cap ? w->out_cap : 4096;
+  while (cap < w->out_len + more)
+    cap *= 2;
+  char *n = realloc(w->out, cap);
+  if (!n)
+    return RESIHP_ENOMEM;
+  w->out = n;
+  w->out_cap = cap;
+  return 0;
+}
+
+int resihp__wire_queue(resihp__wire_t *w, const char *line) {
   size_t n = strlen(line), extra = w->sealed ? TAG_TEXT : 0;
   if (n + extra > RESIHP__WIRE_LINE_MAX || memchr(line, '\n', n)) {
     resihp_log(RESIHP_LOG_ERROR, "wire",
@@ -148,11 +172,9 @@ int resihp__wire_send(resihp__wire_t *w, const char *line,
                n, line, RESIHP__WIRE_LINE_MAX);
     return RESIHP_ERANGE;
   }
-  char stackbuf[1024];
-  size_t total = n + extra + 1;
-  char *b = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
-  if (!b)
+  if (out_reserve(w, n + extra + 1))
     return RESIHP_ENOMEM;
+  char *b = w->out + w->out_len;
   memcpy(b, line, n);
   if (w->sealed) {
     uint8_t tag[RESIHP__MAC_LEN];
@@ -163,14 +185,55 @@ int resihp__wire_send(resihp__wire_t *w, const char *line,
     resihp__mac_to_hex(tag, b + n + sizeof(TAG_PREFIX) - 1);
   }
   b[n + extra] = '\n';
-  int rc = resihp__io_full(w->fd, b, total, 1, deadline_ms);
-  if (b != stackbuf)
-    free(b);
-  return rc;
+  w->out_len += n + extra + 1;
+  long left = resihp__wire_flush(w);
+  return left < 0 ? (int)left : 0;
+}
+
+long resihp__wire_flush(resihp__wire_t *w) {
+  while (w->out_off < w->out_len) {
+    ssize_t r = send(w->fd, w->out + w->out_off, w->out_len - w->out_off,
+                     MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (r > 0) {
+      w->out_off += (size_t)r;
+      continue;
+    }
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      break;
+    return w->fd < 0 ? RESIHP_ECLOSED : RESIHP_EPEER;
+  }
+  if (w->out_off == w->out_len)
+    w->out_off = w->out_len = 0;
+  return (long)(w->out_len - w->out_off);
+}
+
+/* The queue written out before the deadline. */
+static int drain_out(resihp__wire_t *w, int64_t deadline_ms) {
+  long left;
+  while ((left = resihp__wire_flush(w)) > 0) {
+    int64_t t = deadline_ms - resihp__now_ms();
+    if (t <= 0)
+      return RESIHP_ETIMEDOUT;
+    struct pollfd p = {.fd = w->fd, .events = POLLOUT};
+    if (poll(&p, 1, t > 1000 ? 1000 : (int)t) < 0 && errno != EINTR)
+      return RESIHP_ESYS;
+  }
+  return (int)left;
+}
+
+int resihp__wire_send(resihp__wire_t *w, const char *line,
+                      int64_t deadline_ms) {
+  int rc = resihp__wire_queue(w, line);
+  return rc ? rc : drain_out(w, deadline_ms);
 }
 
 int resihp__wire_write(resihp__wire_t *w, const void *buf, size_t len,
                        int64_t deadline_ms) {
+  int rc = drain_out(w, deadline_ms); /* what was queued goes first */
+  if (rc)
+    return rc;
   return len ? resihp__io_full(w->fd, (void *)buf, len, 1, deadline_ms) : 0;
 }
 

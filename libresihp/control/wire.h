@@ -71,6 +71,9 @@ typedef struct {
   size_t max; /* longest line accepted now */
   int sealed; /* lines carry a tag (set by the handshake) */
   resihp__msgauth_t auth;
+  /* output not yet taken by the socket: out[out_off, out_len) */
+  char *out;
+  size_t out_off, out_len, out_cap;
 } resihp__wire_t;
 
 void resihp__wire_init(resihp__wire_t *w, int fd);
@@ -90,6 +93,17 @@ int resihp__wire_recv(resihp__wire_t *w, char *out, size_t cap,
 /* Send one line (its tag and a '\n' are appended) before the deadline.
  * RESIHP_ERANGE (nothing sent) for a line over RESIHP__WIRE_LINE_MAX. */
 int resihp__wire_send(resihp__wire_t *w, const char *line, int64_t deadline_ms);
+/* The same without waiting, for a server whose peers may stop reading (a
+ * stopped process, a full socket buffer): the line is sealed now, in
+ * order, and queued; what the socket takes at once leaves at once, the
+ * rest with resihp__wire_flush when the socket is writable again. Later
+ * sends and raw writes (blocking ones wait for the queue first) keep the
+ * order. 0, RESIHP_ERANGE (nothing queued), RESIHP_ENOMEM, or the socket's
+ * error (RESIHP_EPEER: the peer is gone). */
+int resihp__wire_queue(resihp__wire_t *w, const char *line);
+/* Write what the queue holds without blocking: the bytes still queued, or
+ * the socket's error (negative). */
+long resihp__wire_flush(resihp__wire_t *w);
 
 /* Raw bytes after a line: write/read exactly len bytes (read takes what
  * is buffered first). Then seal/unseal: the tag of the bytes given as n

@@ -2026,6 +2026,19 @@ static int primary_main(void *ud, const char *snap, size_t snaplen,
       usleep(100000);
       kill(g.reps[r].pid, SIGKILL);
     }
+  /* and gone before resihp-run is: a SIGKILLed srun lingers a moment, and
+   * nothing of the job may outlive its launcher (bounded: a process stuck
+   * in the kernel is not waited for) */
+  for (int64_t until = resihp__now_ms() + 5000; resihp__now_ms() < until;) {
+    reap();
+    int left = 0;
+    for (int r = 0; r < g.R; r++)
+      left += g.reps[r].pid > 0 && kill(g.reps[r].pid, 0) == 0;
+    if (!left)
+      break;
+    resihp__keeper_beat(kp);
+    usleep(10000);
+  }
   double secs = 0;
   fflush(stdout);
   int agree = resihp__coord_summary(g.coord, stdout, &secs);

@@ -250,6 +250,13 @@ int resihp__coord_set_eps(resihp__coord_t *c, int r, const char *ep,
 void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line);
 void resihp__coord_send_buf_to(resihp__coord_t *c, int r,
                                const resihp__wire_buf_t *b);
+/* The same for a line sent to many: its digest computed once
+ * (resihp__wire_line_digest), or NULL. */
+void resihp__coord_send_hashed(resihp__coord_t *c, int r, const char *line,
+                               const uint8_t *digest);
+void resihp__coord_send_buf_hashed(resihp__coord_t *c, int r,
+                                   const resihp__wire_buf_t *b,
+                                   const uint8_t *digest);
 void resihp__coord_close_conn(resihp__coord_t *c, int k);
 
 /* coord_members.c */

@@ -40,6 +40,11 @@
  * leave when its socket takes them (EPOLLOUT in resihp__coord_poll), so a
  * replica that stops reading delays nobody else. */
 void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line) {
+  resihp__coord_send_hashed(c, r, line, NULL);
+}
+
+void resihp__coord_send_hashed(resihp__coord_t *c, int r, const char *line,
+                               const uint8_t *digest) {
   rep_t *p = &c->reps[r];
   if (p->conn < 0)
     return;
@@ -48,7 +53,7 @@ void resihp__coord_send_to(resihp__coord_t *c, int r, const char *line) {
     resihp__coord_mirror_if(c); /* write-ahead (coord_snapshot.c) */
   c->lines_tx += !hb;
   conn_t *cn = &c->conns[p->conn];
-  int rc = resihp__wire_queue(&cn->w, line);
+  int rc = resihp__wire_queue_hashed(&cn->w, line, digest);
   size_t queued = cn->w.out_len - cn->w.out_off;
   if (rc < 0) {
     /* a gone peer's end of file follows: its reader fails it */
@@ -79,12 +84,18 @@ static void flush_conn(resihp__coord_t *c, int k) {
 
 void resihp__coord_send_buf_to(resihp__coord_t *c, int r,
                                const resihp__wire_buf_t *b) {
+  resihp__coord_send_buf_hashed(c, r, b, NULL);
+}
+
+void resihp__coord_send_buf_hashed(resihp__coord_t *c, int r,
+                                   const resihp__wire_buf_t *b,
+                                   const uint8_t *digest) {
   if (b->err) {
     logc(RESIHP_LOG_ERROR, "cannot build a message for replica %d (%s)", r,
          resihp_strerror(b->err));
     return;
   }
-  resihp__coord_send_to(c, r, b->s);
+  resihp__coord_send_hashed(c, r, b->s, digest);
 }
 
 void resihp__coord_close_conn(resihp__coord_t *c, int k) {

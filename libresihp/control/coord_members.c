@@ -239,13 +239,20 @@ void resihp__coord_send_go(resihp__coord_t *c) {
   memcpy(c->last_list, c->members, sizeof(int) * (size_t)c->nmembers);
   c->nlast = c->nmembers;
   resihp__coord_dirty(c);
+  /* each line is hashed once for all its recipients (wire.h) */
+  uint8_t dwhole[RESIHP__SHA256_LEN], ddelta[RESIHP__SHA256_LEN];
+  if (whole.s && !whole.err)
+    resihp__wire_line_digest(whole.s, whole.len, dwhole);
+  if (delta.s && !delta.err)
+    resihp__wire_line_digest(delta.s, delta.len, ddelta);
   for (int i = 0; i < c->nmembers; i++) {
     int r = c->members[i];
+    int d = delta_for && delta_for[i];
     if (!delta_for && renew) /* no memory: the whole list is always right */
       resihp__coord_send_go_whole(c, r);
     else
-      resihp__coord_send_buf_to(c, r,
-                                delta_for && delta_for[i] ? &delta : &whole);
+      resihp__coord_send_buf_hashed(c, r, d ? &delta : &whole,
+                                    d ? ddelta : dwhole);
   }
   free(delta_for);
   if (renew)

@@ -27,6 +27,29 @@
 #define TAG_PREFIX " mac="
 #define TAG_TEXT (sizeof(TAG_PREFIX) - 1 + RESIHP__MAC_HEX)
 
+/* A line's tag covers its digest, under a label of its own:
+ * HMAC(key, seq | "resihp-line" | SHA-256(line)). A line that goes to many
+ * peers (a member list to every joiner) is hashed once, and each peer's
+ * tag costs a few blocks whatever the line's length; the label keeps a
+ * line's tag from ever matching that of raw bytes (resihp__wire_seal). */
+static const char LINE_LABEL[] = "resihp-line";
+
+void resihp__wire_line_digest(const char *line, size_t n,
+                              uint8_t digest[RESIHP__SHA256_LEN]) {
+  resihp__sha256_t h;
+  resihp__sha256_init(&h);
+  resihp__sha256_update(&h, line, n);
+  resihp__sha256_final(&h, digest);
+}
+
+static void line_parts(const uint8_t *digest, const void *parts[2],
+                       size_t lens[2]) {
+  parts[0] = LINE_LABEL;
+  lens[0] = sizeof(LINE_LABEL) - 1;
+  parts[1] = digest;
+  lens[1] = RESIHP__SHA256_LEN;
+}
+
 void resihp__wire_init(resihp__wire_t *w, int fd) {
   memset(w, 0, sizeof(*w));
   w->fd = fd;
@@ -102,9 +125,12 @@ int resihp__wire_take(resihp__wire_t *w, char *out, size_t cap) {
                              tag)) {
       rc = RESIHP_EAUTH;
     } else {
-      const void *parts[1] = {w->buf};
-      size_t lens[1] = {body};
-      rc = resihp__msgauth_open(&w->auth, parts, lens, 1, tag) ? RESIHP_EAUTH
+      uint8_t digest[RESIHP__SHA256_LEN];
+      const void *parts[2];
+      size_t lens[2];
+      resihp__wire_line_digest(w->buf, body, digest);
+      line_parts(digest, parts, lens);
+      rc = resihp__msgauth_open(&w->auth, parts, lens, 2, tag) ? RESIHP_EAUTH
                                                                : 1;
     }
   }
@@ -164,6 +190,11 @@ static int out_reserve(resihp__wire_t *w, size_t more) {
 }
 
 int resihp__wire_queue(resihp__wire_t *w, const char *line) {
+  return resihp__wire_queue_hashed(w, line, NULL);
+}
+
+int resihp__wire_queue_hashed(resihp__wire_t *w, const char *line,
+                              const uint8_t *digest) {
   size_t n = strlen(line), extra = w->sealed ? TAG_TEXT : 0;
   if (n + extra > RESIHP__WIRE_LINE_MAX || memchr(line, '\n', n)) {
     resihp_log(RESIHP_LOG_ERROR, "wire",
@@ -177,10 +208,13 @@ int resihp__wire_queue(resihp__wire_t *w, const char *line) {
   char *b = w->out + w->out_len;
   memcpy(b, line, n);
   if (w->sealed) {
-    uint8_t tag[RESIHP__MAC_LEN];
-    const void *parts[1] = {line};
-    size_t lens[1] = {n};
-    resihp__msgauth_seal(&w->auth, parts, lens, 1, tag);
+    uint8_t tag[RESIHP__MAC_LEN], own[RESIHP__SHA256_LEN];
+    if (!digest)
+      resihp__wire_line_digest(line, n, own);
+    const void *parts[2];
+    size_t lens[2];
+    line_parts(digest ? digest : own, parts, lens);
+    resihp__msgauth_seal(&w->auth, parts, lens, 2, tag);
     memcpy(b + n, TAG_PREFIX, sizeof(TAG_PREFIX) - 1);
     resihp__mac_to_hex(tag, b + n + sizeof(TAG_PREFIX) - 1);
   }

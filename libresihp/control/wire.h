@@ -16,7 +16,8 @@
  *
  * Integrity after the handshake. Every later line, both ways, ends with
  * " mac=<32 hex>", a tag from transport/msgauth.h keyed from both nonces,
- * with a sequence number per direction: a line that was forged, altered,
+ * with a sequence number per direction, over the line's SHA-256 (so that
+ * a line sent to many peers is hashed once): a line that was forged, altered,
  * replayed, reordered or dropped fails the check, and the reader refuses it
  * (RESIHP_EAUTH: drop the connection). Raw bytes that follow a line (a
  * state, an accumulator) are followed by a binary tag of their own
@@ -101,6 +102,12 @@ int resihp__wire_send(resihp__wire_t *w, const char *line, int64_t deadline_ms);
  * order. 0, RESIHP_ERANGE (nothing queued), RESIHP_ENOMEM, or the socket's
  * error (RESIHP_EPEER: the peer is gone). */
 int resihp__wire_queue(resihp__wire_t *w, const char *line);
+/* The same with the line's digest (resihp__wire_line_digest) computed
+ * once for all its recipients, or NULL. */
+int resihp__wire_queue_hashed(resihp__wire_t *w, const char *line,
+                              const uint8_t *digest);
+void resihp__wire_line_digest(const char *line, size_t n,
+                              uint8_t digest[RESIHP__SHA256_LEN]);
 /* Write what the queue holds without blocking: the bytes still queued, or
  * the socket's error (negative). */
 long resihp__wire_flush(resihp__wire_t *w);

@@ -148,9 +148,12 @@ static int serve_handshake(const uint8_t *key, size_t klen, int fd,
 
 /* Mutual authentication, then every line tagged: a line altered or
  * injected after the handshake is refused. */
+/* wrong: 0 right secret, 1 wrong secret, 2 right secret but the second
+ * line tagged with another line's digest (a line sent to many is hashed
+ * once: resihp__wire_queue_hashed). */
 START_TEST(wire_auth) {
   const uint8_t k1[] = "secret-one", k2[] = "secret-two";
-  for (int wrong = 0; wrong < 2; wrong++) {
+  for (int wrong = 0; wrong < 3; wrong++) {
     int sv[2];
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     pid_t p = fork();
@@ -158,12 +161,16 @@ START_TEST(wire_auth) {
       close(sv[0]);
       resihp__wire_t w;
       resihp__wire_init(&w, sv[1]);
-      int rc = resihp__wire_auth_client(&w, wrong ? k2 : k1, 10, "coord",
+      int rc = resihp__wire_auth_client(&w, wrong == 1 ? k2 : k1, 10, "coord",
                                         resihp__now_ms() + 3000);
-      if (!rc)
-        rc = resihp__wire_send(&w, "HELLO a=1", resihp__now_ms() + 3000);
-      /* an injected line without a tag, then one with a stale tag */
-      if (!rc)
+      uint8_t d[RESIHP__SHA256_LEN];
+      resihp__wire_line_digest("HELLO a=1", 9, d);
+      if (!rc) /* hashed beforehand: the same tag */
+        rc = resihp__wire_queue_hashed(&w, "HELLO a=1", d);
+      if (!rc && wrong == 2) /* the digest of another line */
+        rc = resihp__wire_queue_hashed(&w, "HELLO a=2", d);
+      /* an injected line without a tag */
+      else if (!rc)
         rc = send(sv[1], "GO step=1\n", 10, 0) == 10 ? 0 : 1;
       _exit(rc == 0 ? 0 : 1);
     }
@@ -173,7 +180,7 @@ START_TEST(wire_auth) {
     int rc = serve_handshake(k1, 10, sv[0], &w);
     int st;
     waitpid(p, &st, 0);
-    if (wrong) {
+    if (wrong == 1) {
       ck_assert_int_eq(rc, RESIHP_EAUTH);
       ck_assert_int_ne(WEXITSTATUS(st), 0);
       continue;

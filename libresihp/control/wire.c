@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define TAG_PREFIX " mac="
@@ -193,6 +194,21 @@ int resihp__wire_queue(resihp__wire_t *w, const char *line) {
   return resihp__wire_queue_hashed(w, line, NULL);
 }
 
+/* Bytes [from, n) of the two pieces appended to the output queue. */
+static int queue_rest(resihp__wire_t *w, const struct iovec *iov, size_t from) {
+  size_t total = iov[0].iov_len + iov[1].iov_len;
+  if (out_reserve(w, total - from))
+    return RESIHP_ENOMEM;
+  for (int i = 0; i < 2; i++) {
+    size_t len = iov[i].iov_len, skip = from < len ? from : len;
+    memcpy(w->out + w->out_len, (const char *)iov[i].iov_base + skip,
+           len - skip);
+    w->out_len += len - skip;
+    from -= skip;
+  }
+  return 0;
+}
+
 int resihp__wire_queue_hashed(resihp__wire_t *w, const char *line,
                               const uint8_t *digest) {
   size_t n = strlen(line), extra = w->sealed ? TAG_TEXT : 0;
@@ -203,10 +219,7 @@ int resihp__wire_queue_hashed(resihp__wire_t *w, const char *line,
                n, line, RESIHP__WIRE_LINE_MAX);
     return RESIHP_ERANGE;
   }
-  if (out_reserve(w, n + extra + 1))
-    return RESIHP_ENOMEM;
-  char *b = w->out + w->out_len;
-  memcpy(b, line, n);
+  char tail[TAG_TEXT + 1];
   if (w->sealed) {
     uint8_t tag[RESIHP__MAC_LEN], own[RESIHP__SHA256_LEN];
     if (!digest)
@@ -215,15 +228,31 @@ int resihp__wire_queue_hashed(resihp__wire_t *w, const char *line,
     size_t lens[2];
     line_parts(digest ? digest : own, parts, lens);
     resihp__msgauth_seal(&w->auth, parts, lens, 2, tag);
-    memcpy(b + n, TAG_PREFIX, sizeof(TAG_PREFIX) - 1);
-    resihp__mac_to_hex(tag, b + n + sizeof(TAG_PREFIX) - 1);
+    memcpy(tail, TAG_PREFIX, sizeof(TAG_PREFIX) - 1);
+    resihp__mac_to_hex(tag, tail + sizeof(TAG_PREFIX) - 1);
   }
-  b[n + extra] = '\n';
-  w->out_len += n + extra + 1;
+  tail[extra] = '\n';
+  struct iovec iov[2] = {{(void *)line, n}, {tail, extra + 1}};
+  size_t sent = 0;
+  if (w->out_off == w->out_len) {
+    /* Nothing waits: straight from the caller's line, and only what the
+     * socket does not take now is copied. */
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
+    ssize_t r;
+    do
+      r = sendmsg(w->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (r < 0 && errno == EINTR);
+    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+      return w->fd < 0 ? RESIHP_ECLOSED : RESIHP_EPEER;
+    sent = r > 0 ? (size_t)r : 0;
+    if (sent == n + extra + 1)
+      return 0;
+  }
+  if (queue_rest(w, iov, sent))
+    return RESIHP_ENOMEM;
   long left = resihp__wire_flush(w);
   return left < 0 ? (int)left : 0;
 }
-
 long resihp__wire_flush(resihp__wire_t *w) {
   while (w->out_off < w->out_len) {
     ssize_t r = send(w->fd, w->out + w->out_off, w->out_len - w->out_off,
@@ -238,8 +267,14 @@ long resihp__wire_flush(resihp__wire_t *w) {
       break;
     return w->fd < 0 ? RESIHP_ECLOSED : RESIHP_EPEER;
   }
-  if (w->out_off == w->out_len)
+  if (w->out_off == w->out_len) {
     w->out_off = w->out_len = 0;
+    if (w->out_cap > 65536) { /* a long line's room is not kept */
+      free(w->out);
+      w->out = NULL;
+      w->out_cap = 0;
+    }
+  }
   return (long)(w->out_len - w->out_off);
 }
 

@@ -40,11 +40,12 @@
  * travels as int64. Each sender decides per chunk and the frame says
  * which, so every value stays exact and no rank needs to agree beforehand.
  * The narrow copies live in a buffer laid out like work (narrow_slot), each
- * segment being sent once in reduce-scatter. Step 0 converts a chunk whose
- * values are all below 2^31 straight into its narrow form (shift 0);
- * others, and the partial sums of later steps, are made in a chunk in
- * cache (staging's second chunk) and packed from there, so int64 values
- * reach memory only when they cannot travel narrow. The last
+ * segment being sent once in reduce-scatter. Step 0's values, and the
+ * partial sums of the steps after it, go straight into their narrow form
+ * (shift 0) when every one fits in int32; other chunks are made in a chunk
+ * in cache (staging's second chunk) and packed from there with a shift if
+ * one fits, so int64 values reach memory only when they cannot travel
+ * narrow. The last
  * reduce-scatter step adds the received sum to the owner's own values and
  * converts the result back to the caller's type in one pass
  * (resihp__fixed_sum_to: a pure function of the int64 sums, so every rank

@@ -45,8 +45,11 @@
 void (*resihp__small_test_hook)(resihp_comm_t *c, int stage);
 
 /* Beyond this many bytes sent per call ((n-1) * size) the extra traffic
- * costs more than the ring's steps (measured on one host, 2-8 ranks). */
-#define SMALL_TOTAL_MAX ((size_t)256 << 10)
+ * costs more than the ring's steps. Measured on one host, 2-8 ranks
+ * (resihp-bench-allreduce, ft against ring): direct exchange wins at 2
+ * ranks x 32 KiB and 4 x 16 KiB, ties at 4 x 32 KiB (96 KiB) and 8 x 16
+ * KiB (112 KiB), loses at 2 x 64 KiB, 4 x 64 KiB and 8 x 32 KiB. */
+#define SMALL_TOTAL_MAX ((size_t)96 << 10)
 
 int resihp__small_fits(const resihp_comm_t *c, size_t bytes) {
   size_t n = (size_t)c->nmembers;

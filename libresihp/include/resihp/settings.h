@@ -73,7 +73,7 @@ extern "C" {
      600000, "", "coordinator: silence after which a replica is failed (ms)") \
   XX(MAC_DATA, "mac-data", "RESIHP_MAC_DATA", BOOL, 0, 0, 1, "",              \
      "per-message MACs over gradient data too (control traffic: always)")    \
-  XX(SMALL_MAX, "small-max", "RESIHP_SMALL_MAX", INT, 65536, 0, 16777216, "",  \
+  XX(SMALL_MAX, "small-max", "RESIHP_SMALL_MAX", INT, 32768, 0, 16777216, "",  \
      "all-reduce by direct exchange up to this size (bytes, 0 = ring only)")  \
   XX(SINGLE_COPY, "single-copy", "RESIHP_SINGLE_COPY", BOOL, 0, 0, 1, "",      \
      "large all-reduces read same-host peers' memory directly (one copy)")

@@ -108,6 +108,9 @@ int resihp__ring_allreduce_fixed(struct resihp_comm *c,
                                  const struct resihp__ring_fixed *fx,
                                  int64_t *work, void *staging, size_t count,
                                  int *bad_peer);
+/* A narrow form with an impossible shift came from peer (what: "chunk",
+ * "contribution"): logged, *bad_peer = peer, RESIHP_EPROTO. */
+int resihp__narrow_refused(int peer, const char *what, int *bad_peer);
 /* The int32 capacity that fx->narrow needs for count elements on c. */
 size_t resihp__ring_fixed_narrow_len(struct resihp_comm *c, size_t count);
 /* Chunks this process sent in deterministic mode: [0] as int64, [1] as

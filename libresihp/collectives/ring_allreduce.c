@@ -170,23 +170,21 @@ static uint8_t settle(const int64_t *conv, const uint64_t stats[2], size_t len,
   return CHUNK_WIDE;
 }
 
-/* Deterministic reduce-scatter: a partial sum arrived in part (narrow or
- * int64) for the chunk at off. At the last step, this rank's own values are
- * added and the sum goes back to the caller's type in out, for
- * all-gather; before it, the new partial sum is made for the next step:
- * narrow in its slot in one pass when every value fits, else in conv (a
- * chunk in cache), settled. 0, or -1 for an impossible shift. */
-static int fixed_arrival(const struct resihp__ring_fixed *fx, int last,
-                         int narrow_in, void *part, size_t off, size_t len,
-                         uint8_t *out, size_t fsz, int32_t *slot, int64_t *conv,
-                         int64_t *wide, uint8_t *state) {
+/* Deterministic reduce-scatter: the values this rank sends on for the
+ * chunk at off - its own (step 0: part NULL), or the partial sum that
+ * arrived in part (narrow or int64) plus its own: narrow in its slot in one
+ * pass when every value fits, else made in conv (a chunk in cache) and
+ * settled. 0, or -1 for an impossible shift. */
+static int make_partial(const struct resihp__ring_fixed *fx, void *part,
+                        int narrow_in, size_t off, size_t len, size_t fsz,
+                        int32_t *slot, int64_t *conv, int64_t *wide,
+                        uint8_t *state) {
   const uint8_t *own = (const uint8_t *)fx->src + off * fsz;
-  if (last)
-    return resihp__fixed_sum_to(out + off * fsz, own, part, narrow_in, len,
-                                fx->src_dtype, fx->frac_bits, fx->divisor);
-  int fits = slot ? resihp__fixed_add_narrow(slot, own, part, narrow_in, len,
-                                             fx->src_dtype, fx->frac_bits)
-                  : 0;
+  int fits = !slot  ? 0
+             : part ? resihp__fixed_add_narrow(slot, own, part, narrow_in, len,
+                                               fx->src_dtype, fx->frac_bits)
+                    : resihp__fixed_from_narrow(slot, own, len, fx->src_dtype,
+                                                fx->frac_bits);
   if (fits < 0)
     return -1;
   if (fits) {
@@ -201,6 +199,15 @@ static int fixed_arrival(const struct resihp__ring_fixed *fx, int last,
   if (state)
     *state = settle(slot ? conv : wide, stats, len, slot, wide);
   return 0;
+}
+
+int resihp__narrow_refused(int peer, const char *what, int *bad_peer) {
+  resihp_log(RESIHP_LOG_ERROR, "allreduce",
+             "rank %d sent a narrow %s with an impossible shift: dropping the "
+             "peer; check that every rank runs the same resihp version",
+             peer, what);
+  *bad_peer = peer;
+  return RESIHP_EPROTO;
 }
 
 static int ring(resihp_comm_t *c, const void *in,
@@ -265,22 +272,9 @@ static int ring(resihp_comm_t *c, const void *in,
           made && !ag ? &made[(size_t)seg * nchunks(&l, 0) + sc] : NULL;
       int32_t *slot =
           narrow && !ag && len > 1 ? narrow + narrow_slot(&l, seg, sc) : NULL;
-      if (fx && ss == 0 && !(state && *state)) {
-        /* A retry after RESIHP_EBUSY finds it made. Values below 2^31 go
-         * narrow in one pass; others by way of int64. */
-        uint64_t stats[2] = {0, 0};
-        int64_t *wide = (int64_t *)(wb + off * esz);
-        if (slot && resihp__fixed_from_narrow(slot, fsrc + off * fsz, len,
-                                              fx->src_dtype, fx->frac_bits)) {
-          *state = CHUNK_NARROW;
-        } else {
-          resihp__fixed_from_stats(slot ? converted : wide, fsrc + off * fsz,
-                                   NULL, len, fx->src_dtype, fx->frac_bits,
-                                   stats);
-          if (state)
-            *state = settle(slot ? converted : wide, stats, len, slot, wide);
-        }
-      }
+      if (fx && ss == 0 && !(state && *state)) /* made once: EBUSY retries */
+        make_partial(fx, NULL, 0, off, len, fsz, slot, converted,
+                     (int64_t *)(wb + off * esz), state);
       int thin = state && *state == CHUNK_NARROW;
       resihp__tag_t tag = {c->seq, (uint32_t)ss, (uint32_t)sc};
       int r = thin ? ops->post_send_alt(c->tp, right, tag, slot, (len + 1) * 4)
@@ -348,17 +342,15 @@ static int ring(resihp_comm_t *c, const void *in,
       if (fx && rsphase) {
         int32_t *slot =
             narrow && len > 1 ? narrow + narrow_slot(&l, seg, rc) : NULL;
-        if (fixed_arrival(fx, rs == n - 2, got == 2, dst, off, len, fout, fsz,
-                          slot, converted, (int64_t *)(wb + off * esz),
-                          state)) {
-          resihp_log(RESIHP_LOG_ERROR, "allreduce",
-                     "rank %d sent a narrow chunk with an impossible shift: "
-                     "dropping the peer; check that every rank runs the same "
-                     "resihp version",
-                     left);
-          *bad_peer = left;
-          return RESIHP_EPROTO;
-        }
+        /* the last step: the sum back to the caller's type, for
+         * all-gather, in one pass */
+        if (rs == n - 2
+                ? resihp__fixed_sum_to(fout + off * fsz, fsrc + off * fsz, dst,
+                                       got == 2, len, fx->src_dtype,
+                                       fx->frac_bits, fx->divisor)
+                : make_partial(fx, dst, got == 2, off, len, fsz, slot,
+                               converted, (int64_t *)(wb + off * esz), state))
+          return resihp__narrow_refused(left, "chunk", bad_peer);
       } else if (rsphase && !summed && staging)
         resihp__reduce_sum(wb + off * esz, staging, len, dtype);
       else if (rsphase && !summed)

@@ -118,16 +118,10 @@ int resihp__small_allreduce(resihp_comm_t *c, const void *in,
       if (j != p && !arrived[j] &&
           (arrived[j] = (uint8_t)ops->recv_done(c->tp, c->members[j]))) {
         got++;
-        if (arrived[j] == 2 && resihp__fixed_widen((int64_t *)SLOT(j),
-                                                   (int32_t *)SLOT(j), count)) {
-          resihp_log(RESIHP_LOG_ERROR, "allreduce",
-                     "rank %d sent a narrow contribution with an impossible "
-                     "shift: dropping the peer; check that every rank runs "
-                     "the same resihp version",
-                     c->members[j]);
-          *bad_peer = c->members[j];
-          return RESIHP_EPROTO;
-        }
+        if (arrived[j] == 2 &&
+            resihp__fixed_widen((int64_t *)SLOT(j), (int32_t *)SLOT(j), count))
+          return resihp__narrow_refused(c->members[j], "contribution",
+                                        bad_peer);
       }
     if (got == n - 1 && sent == n) {
       /* Done once every byte left too: in may be the caller's buffer. */

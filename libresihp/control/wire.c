@@ -253,6 +253,7 @@ int resihp__wire_queue_hashed(resihp__wire_t *w, const char *line,
   long left = resihp__wire_flush(w);
   return left < 0 ? (int)left : 0;
 }
+
 long resihp__wire_flush(resihp__wire_t *w) {
   while (w->out_off < w->out_len) {
     ssize_t r = send(w->fd, w->out + w->out_off, w->out_len - w->out_off,

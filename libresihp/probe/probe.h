@@ -27,7 +27,7 @@
   XX(DISK, "disk", "create+write+fsync+unlink a file in the scratch dir")     \
   XX(NET, "net", "NIC and InfiniBand link state and rate (sysfs)")            \
   XX(GPU, "gpu", "NVML: uncorrected ECC, pending retired/remapped rows, "     \
-                 "hardware throttling")
+                 "hardware throttling, PCIe link width")
 
 typedef enum {
 #define RESIHP__PROBE_ENUM(id, name, help) RESIHP_PROBE_##id,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the probe library: selection lists, the bounded helper
- * (deadline, blame, hygiene), renderers and the metrics writer. */
+ * (deadline, blame, hygiene), renderers, the metrics writer, and the gpu
+ * check's verdicts and details against a fake NVML. */
 #include "config.h"
 
 #include "probe.h"
@@ -292,6 +293,224 @@ START_TEST(kv_and_json_render) {
   fclose(f);
   ck_assert_int_eq(blocks, 2);
   unlink(path);
+}
+END_TEST
+
+/* ---- gpu check against the fake NVML (tests/fake/fake-nvml.c) ---------- */
+
+/* The fake reads what to answer from "<library>.state". A private copy of
+ * the library gets a state file of its own, so that these tests never race
+ * with resihp-probe.test, which steers the built one. */
+struct fake_nvml {
+  char dir[64];
+  char lib[128];
+  char state[160];
+};
+
+static int fake_nvml_open(struct fake_nvml *f) {
+  const char *top = getenv("top_builddir");
+  char src[4096];
+  snprintf(src, sizeof(src), "%s/tests/fake/.libs/libfake-nvml.so",
+           top ? top : ".");
+  int in = open(src, O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    fprintf(stderr, "skipped: %s not built\n", src);
+    return -1;
+  }
+  snprintf(f->dir, sizeof(f->dir), "/tmp/resihp-fake-nvml.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(f->dir));
+  snprintf(f->lib, sizeof(f->lib), "%s/libnvidia-ml.so.1", f->dir);
+  snprintf(f->state, sizeof(f->state), "%s.state", f->lib);
+  int out = open(f->lib, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+  ck_assert_int_ge(out, 0);
+  char buf[65536];
+  ssize_t k;
+  while ((k = read(in, buf, sizeof(buf))) > 0)
+    ck_assert_int_eq(write(out, buf, (size_t)k), k);
+  ck_assert_int_eq(k, 0);
+  close(in);
+  ck_assert_int_eq(close(out), 0);
+  return 0;
+}
+
+static void fake_nvml_close(struct fake_nvml *f) {
+  unlink(f->state);
+  unlink(f->lib);
+  rmdir(f->dir);
+}
+
+/* One gpu check, in this process, with the fake answering as "state" says
+ * ("" = the idle-H200 defaults). */
+static void gpu_check(const struct fake_nvml *f, const char *state,
+                      int expect_gpus, resihp_probe_result_t *r) {
+  FILE *s = fopen(f->state, "w");
+  ck_assert_ptr_nonnull(s);
+  fprintf(s, "%s\n", state);
+  ck_assert_int_eq(fclose(s), 0);
+  resihp_probe_config_t c;
+  config_only(&c, 1u << RESIHP_PROBE_GPU);
+  c.expect_gpus = expect_gpus;
+  snprintf(c.nvml_lib, sizeof(c.nvml_lib), "%s", f->lib);
+  resihp__probe_run_check(&c, RESIHP_PROBE_GPU, r);
+  ck_assert_uint_lt(strlen(r->detail), sizeof(r->detail));
+}
+
+#define HAS(r, text)                                                           \
+  ck_assert_msg(strstr((r).detail, text) != NULL, "'%s' not in '%s'", text,    \
+                (r).detail)
+#define HASNT(r, text)                                                         \
+  ck_assert_msg(strstr((r).detail, text) == NULL, "'%s' in '%s'", text,        \
+                (r).detail)
+
+/* What an idle H200 answered: retired pages NOT_SUPPORTED is reported as
+ * n/a, never as checked, and does not fail the GPU. */
+START_TEST(gpu_h200_defaults) {
+  struct fake_nvml f;
+  if (fake_nvml_open(&f) != 0)
+    return;
+  resihp_probe_result_t r;
+  gpu_check(&f, "", 0, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_PASS);
+  ck_assert_str_eq(r.detail,
+                   "1 GPU healthy: gpu0 H200: ecc 0 uncorrected, "
+                   "retired-pages n/a, remap 0 pending, throttle none, "
+                   "pcie gen5/5 x16/16, replay 0, sm 345/1980 MHz, "
+                   "mem 3201/3201 MHz");
+  /* Where the query works it is named as checked. */
+  gpu_check(&f, "retired=0", 0, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_PASS);
+  HAS(r, "retired-pages ok");
+  gpu_check(&f, "retired=1", 0, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_FAIL);
+  HAS(r, "gpu0: retired pages pending reset");
+  fake_nvml_close(&f);
+}
+END_TEST
+
+/* ECC disabled: the count query is unsupported, which is not a fault. */
+START_TEST(gpu_ecc_unsupported) {
+  struct fake_nvml f;
+  if (fake_nvml_open(&f) != 0)
+    return;
+  resihp_probe_result_t r;
+  gpu_check(&f, "ecc_rc=3", 0, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_PASS);
+  HAS(r, "gpu0 H200: ecc n/a, retired-pages n/a, remap 0 pending");
+  HASNT(r, "uncorrected");
+  /* Any other error of a required query fails, with NVML's words. */
+  gpu_check(&f, "ecc_rc=999", 0, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_FAIL);
+  ck_assert_str_eq(r.detail, "gpu0: ecc query: Unknown Error");
+  fake_nvml_close(&f);
+}
+END_TEST
+
+/* x8 of x16 fails; a generation below the maximum (power saving when idle)
+ * is only reported. */
+START_TEST(gpu_pcie_link) {
+  struct fake_nvml f;
+  if (fake_nvml_open(&f) != 0)
+    return;
+  resihp_probe_result_t r;
+  gpu_check(&f, "width=8", 0, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_FAIL);
+  ck_assert_str_eq(r.detail, "gpu0: pcie link x8 of x16");
+  gpu_check(&f, "gen=1", 0, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_PASS);
+  HAS(r, "pcie gen1/5 x16/16");
+  gpu_check(&f, "count=4 gpu=2 width=8 gen=3", 0, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_FAIL);
+  ck_assert_str_eq(r.detail, "gpu2: pcie link x8 of x16; 3 GPUs healthy");
+  fake_nvml_close(&f);
+}
+END_TEST
+
+/* A GPU that fell off the bus answers GPU_IS_LOST, to the handle or to a
+ * query; either fails it with that word, and the others stay healthy. */
+START_TEST(gpu_lost) {
+  struct fake_nvml f;
+  if (fake_nvml_open(&f) != 0)
+    return;
+  resihp_probe_result_t r;
+  gpu_check(&f, "count=2 gpu=1 handle_rc=15", 0, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_FAIL);
+  ck_assert_str_eq(r.detail, "gpu1: no handle (GPU is lost); 1 GPU healthy");
+  gpu_check(&f, "count=2 gpu=0 lost=1", 0, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_FAIL);
+  /* Said once: a lost GPU is not asked again. */
+  ck_assert_str_eq(r.detail, "gpu0: ecc query: GPU is lost; 1 GPU healthy");
+  fake_nvml_close(&f);
+}
+END_TEST
+
+/* The clock event reasons come from the current name where the driver has
+ * it; the deprecated throttle name would say thermal throttling here. Only
+ * hardware reasons fail. */
+START_TEST(gpu_throttle) {
+  struct fake_nvml f;
+  if (fake_nvml_open(&f) != 0)
+    return;
+  resihp_probe_result_t r;
+  gpu_check(&f, "throttle=1 old_throttle=40", 0, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_PASS);
+  HAS(r, "throttle none");
+  gpu_check(&f, "throttle=4", 0, &r); /* software power cap */
+  ck_assert_int_eq(r.status, RESIHP_PROBE_PASS);
+  HAS(r, "throttle 0x4");
+  gpu_check(&f, "throttle=40 old_throttle=0", 0, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_FAIL);
+  HAS(r, "gpu0: hardware throttling (reasons 0x40)");
+  fake_nvml_close(&f);
+}
+END_TEST
+
+/* 8 (and 64) GPUs: the detail stays within RESIHP_PROBE_DETAIL_MAX, shows
+ * whole entries and counts the rest, and a failing GPU is never the one left
+ * out. Run through the helper, as resihp-probe does. */
+START_TEST(gpu_many) {
+  struct fake_nvml f;
+  if (fake_nvml_open(&f) != 0)
+    return;
+  resihp_probe_result_t r;
+  gpu_check(&f, "count=8", 8, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_PASS);
+  HAS(r, "8 GPUs healthy: gpu0 H200: ecc 0 uncorrected,");
+  HAS(r, "mem 3201/3201 MHz; +7 more healthy");
+  const char *end = "; +7 more healthy";
+  size_t dl = strlen(r.detail), el = strlen(end);
+  ck_assert(dl > el && strcmp(r.detail + dl - el, end) == 0);
+  gpu_check(&f, "count=8 remap=1", 8, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_FAIL);
+  HAS(r, "gpu0: row remap pending reset; gpu1: row remap pending reset");
+  const char *more = strstr(r.detail, "; +");
+  ck_assert_ptr_nonnull(more);
+  unsigned shown = 0;
+  for (const char *p = r.detail; (p = strstr(p, "gpu")) != NULL; p++)
+    shown++;
+  char tail[32];
+  snprintf(tail, sizeof(tail), "; +%u more failing", 8 - shown);
+  ck_assert_str_eq(more, tail);
+  gpu_check(&f, "count=64 gpu=63 lost=1", 64, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_FAIL);
+  ck_assert_str_eq(r.detail, "gpu63: ecc query: GPU is lost; 63 GPUs healthy");
+  gpu_check(&f, "count=4", 8, &r);
+  ck_assert_int_eq(r.status, RESIHP_PROBE_FAIL);
+  ck_assert_str_eq(r.detail,
+                   "NVML sees 4 GPUs, step asked for 8; 4 GPUs healthy");
+
+  FILE *s = fopen(f.state, "w");
+  ck_assert_ptr_nonnull(s);
+  fprintf(s, "count=8 gpu=6 width=8\n");
+  ck_assert_int_eq(fclose(s), 0);
+  resihp_probe_config_t c;
+  config_only(&c, 1u << RESIHP_PROBE_GPU);
+  snprintf(c.nvml_lib, sizeof(c.nvml_lib), "%s", f.lib);
+  resihp_probe_report_t rep;
+  ck_assert_int_eq(resihp__probe_run(&c, &rep), 0);
+  ck_assert_int_eq(rep.healthy, 0);
+  ck_assert_str_eq(rep.r[RESIHP_PROBE_GPU].detail,
+                   "gpu6: pcie link x8 of x16; 7 GPUs healthy");
+  fake_nvml_close(&f);
 }
 END_TEST
 
@@ -631,6 +850,12 @@ int main(void) {
   tcase_add_test(tc, scratch_unwritable);
   tcase_add_test(tc, site_verdict_ignores_user_inputs);
   tcase_add_test(tc, kv_and_json_render);
+  tcase_add_test(tc, gpu_h200_defaults);
+  tcase_add_test(tc, gpu_ecc_unsupported);
+  tcase_add_test(tc, gpu_pcie_link);
+  tcase_add_test(tc, gpu_lost);
+  tcase_add_test(tc, gpu_throttle);
+  tcase_add_test(tc, gpu_many);
   tcase_add_test(tc, metrics_roundtrip_atomic);
   tcase_add_test(tc, metrics_lock_is_private_and_bounded);
   tcase_add_test(tc, rundir_names);

@@ -36,3 +36,6 @@ EXTRA_DIST += libresihp/libresihp.pc.in
 # Modules add their sources here (one local.mk per concern).
 # (libresihp.la has no sources of its own; this makes libtool link it as C.)
 nodist_EXTRA_libresihp_libresihp_la_SOURCES = dummy.c
+
+# Deterministic mode on GPU buffers (nvcc-built kernels; only with HAVE_NVCC).
+include libresihp/collectives/fixed_point_gpu.mk

@@ -7,6 +7,7 @@
 
 #include "../transport/mesh.h"
 #include "comm_internal.h"
+#include "device_staging.h"
 #include "fixed_point.h"
 
 #include <resihp/error.h>
@@ -326,6 +327,7 @@ int resihp_comm_attach_device(resihp_comm_t *c, int device) {
     c->gpu->ops->destroy(c->gpu);
     c->gpu = NULL;
   }
+  c->gpu_detached = 0;
   if (!c->unprotected && atomic_load(&c->failed))
     return fail(c, RESIHP_EPEER, -1);
   uint8_t id[RESIHP__NCCL_ID_BYTES];
@@ -364,6 +366,7 @@ int resihp_comm_attach_device(resihp_comm_t *c, int device) {
     return rc ? rc : RESIHP_EIO;
   rc = resihp__nccl_transport_create(id, c->my_index, c->nmembers, device,
                                      &c->failed, 10 * c->detect_ms, &c->gpu);
+  c->gpu_device = device;
   if (rc)
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
                "rank %d: cannot attach CUDA device %d: %s", c->world_rank,
@@ -377,18 +380,43 @@ int resihp_allreduce_device(resihp_comm_t *c, const void *sendbuf,
                             resihp_op_t op, void *cuda_stream) {
   if (!c || !resihp__dtype_size(dtype) || (count && (!sendbuf || !recvbuf)))
     return RESIHP_EINVAL;
-  if (!c->gpu) {
+  if (!c->gpu && c->gpu_detached) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
-               "no device attached to this communicator (epoch %u): call "
-               "resihp_comm_attach_device() first",
+               "the device communicator was lost in a shrink (epoch %u): "
+               "call resihp_comm_attach_device() again",
                c->epoch);
     return RESIHP_ESTATE;
   }
+  if (!c->gpu) {
+#ifdef RESIHP_HAVE_CUDA
+    return resihp__allreduce_staged(c, sendbuf, recvbuf, count, dtype, op,
+                                    cuda_stream);
+#else
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "this libresihp was built without CUDA: rebuild it with "
+               "--with-cuda for device buffers");
+    return RESIHP_ENOTSUP;
+#endif
+  }
   if (!c->unprotected && atomic_load(&c->failed))
     return fail(c, RESIHP_EPEER, -1);
-  int rc = c->gpu->ops->allreduce(c->gpu, sendbuf, recvbuf, count, (int)dtype,
-                                  (int)op, cuda_stream, &c->failed,
-                                  10 * c->detect_ms);
+  int rc;
+  if (c->deterministic && dtype != RESIHP_FIXED64) {
+#ifdef RESIHP_HAVE_CUDA_KERNELS
+    rc = resihp__allreduce_device_fixed(c, sendbuf, recvbuf, count, dtype, op,
+                                        cuda_stream);
+#else
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "deterministic mode on NCCL needs the CUDA kernels, and this "
+               "libresihp was built without nvcc: rebuild it with nvcc in "
+               "the CUDA directory, or sum int64 (RESIHP_FIXED64) yourself");
+    return RESIHP_ENOTSUP;
+#endif
+  } else {
+    rc = c->gpu->ops->allreduce(c->gpu, sendbuf, recvbuf, count, (int)dtype,
+                                (int)op, cuda_stream, &c->failed,
+                                10 * c->detect_ms);
+  }
   if (rc)
     return fail(c, rc, -1);
   if (!c->unprotected && c->nmembers > 1 && (rc = commit(c)))

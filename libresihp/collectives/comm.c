@@ -50,9 +50,10 @@
  */
 #include "config.h"
 
-#include "comm_internal.h"
 #include "../transport/mesh.h"
 #include "../transport/shm.h"
+#include "comm_internal.h"
+#include "device_staging.h"
 
 #include <resihp/error.h>
 #include <resihp/log.h>
@@ -455,6 +456,12 @@ void resihp_comm_destroy(resihp_comm_t *c) {
   }
   if (c->gpu)
     c->gpu->ops->destroy(c->gpu);
+#ifdef RESIHP_HAVE_CUDA
+  resihp__staged_free(c->staged);
+#endif
+#ifdef RESIHP_HAVE_CUDA_KERNELS
+  resihp__device_fixed_free(c);
+#endif
   if (c->tp)
     c->tp->ops->destroy(c->tp);
   if (c->ctrl_fds) {
@@ -929,13 +936,24 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
   if (c->gpu) {
     int grc = gone ? c->gpu->ops->shrink(c->gpu, gone, ngone, 10 * c->detect_ms)
                    : RESIHP_ENOMEM;
+    if (grc && gone && ngone == 0) {
+      /* Nobody left (a false alarm, a collective past its bound): NCCL
+       * cannot remake its communicator in place, and it may be revoked;
+       * every member is here (the view agreed that much), so attach a new
+       * one, which is collective over the view like this call. */
+      c->gpu->ops->destroy(c->gpu);
+      c->gpu = NULL;
+      grc = resihp_comm_attach_device(c, c->gpu_device);
+    }
     if (grc) {
       resihp_log(RESIHP_LOG_ERROR, "allreduce",
                  "rank %d: shrinking the device communicator failed (%s); "
                  "device detached, call resihp_comm_attach_device() again",
                  c->world_rank, resihp_strerror(grc));
-      c->gpu->ops->destroy(c->gpu);
+      if (c->gpu)
+        c->gpu->ops->destroy(c->gpu);
       c->gpu = NULL;
+      c->gpu_detached = 1;
     }
   }
   free(gone);

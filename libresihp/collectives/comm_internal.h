@@ -69,6 +69,14 @@ struct resihp_comm {
   size_t small_max; /* small-message path up to this size (0: ring only) */
   resihp__transport_t *tp;
   resihp__transport_t *gpu; /* NCCL data plane, when attached */
+  struct resihp__staged *staged; /* device buffers without NCCL (CUDA) */
+  /* NCCL was attached and then lost (a failed shrink): device all-reduces
+   * must not fall back to the staged path on their own, since the other
+   * ranks may still use NCCL. Cleared by the next attach. */
+  int gpu_detached;
+  int gpu_device;  /* the CUDA device NCCL was attached on */
+  void *fixed_dev; /* device int64 sums of the deterministic NCCL path */
+  size_t fixed_dev_cap;
   int *data_fds; /* copies for the link-cut test hook */
   int *ctrl_fds;
   /* Per-message MACs of the control links, by world rank: tx under

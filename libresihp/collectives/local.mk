@@ -116,6 +116,38 @@ tools/resihp-bench-mpi.mpio: $(top_srcdir)/tools/resihp-bench-mpi.c
 	$(AM_V_CC)$(MPICC) $(WARN_CFLAGS) $(CFLAGS) -c -o $@ $(top_srcdir)/tools/resihp-bench-mpi.c
 endif
 
+# Device buffers staged through pinned host memory: its own convenience
+# library, the only other one that sees the CUDA headers.
+if HAVE_CUDA
+noinst_LTLIBRARIES += libresihp/libresihp-cuda.la
+libresihp_libresihp_cuda_la_SOURCES = libresihp/collectives/device_staging.c
+libresihp_libresihp_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+libresihp_libresihp_cuda_la_LIBADD = $(CUDA_LIBS)
+libresihp_libresihp_internal_la_LIBADD += libresihp/libresihp-cuda.la
+if HAVE_NVCC
+libresihp_libresihp_cuda_la_SOURCES += libresihp/collectives/device_fixed.c
+endif
+
+# GPU test: ranks sharing one device; exits 77 (skip) without one.
+check_PROGRAMS += tests/gpu/test_allreduce_staged
+tests_gpu_test_allreduce_staged_SOURCES = tests/gpu/test_allreduce_staged.c \
+	tests/gpu/device_count.h
+tests_gpu_test_allreduce_staged_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_gpu_test_allreduce_staged_LDADD = libresihp/libresihp-internal.la \
+	$(CUDA_LIBS) -lpthread
+TESTS += tests/gpu/test_allreduce_staged
+
+# Device buffers staged vs host buffers vs the PCIe/HBM copy limits.
+noinst_PROGRAMS += tools/resihp-bench-device
+tools_resihp_bench_device_SOURCES = tools/resihp-bench-device.c
+tools_resihp_bench_device_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tools_resihp_bench_device_LDADD = libresihp/libresihp-internal.la $(CUDA_LIBS)
+endif
+libresihp_libresihp_internal_la_SOURCES += \
+	libresihp/collectives/device_staging.h
+EXTRA_DIST += libresihp/collectives/device_staging.c \
+	libresihp/collectives/device_fixed.c
+
 # NCCL data plane: its own convenience library so that only nccl.c sees
 # the CUDA/NCCL headers; the SPANK plugin links libresihp-core.la only, so
 # nothing CUDA reaches slurmstepd.
@@ -128,8 +160,18 @@ libresihp_libresihp_internal_la_LIBADD += libresihp/libresihp-nccl.la
 
 # GPU test: needs two CUDA devices; exits 77 (skip) otherwise.
 check_PROGRAMS += tests/gpu/test_allreduce_nccl
-tests_gpu_test_allreduce_nccl_SOURCES = tests/gpu/test_allreduce_nccl.c
+tests_gpu_test_allreduce_nccl_SOURCES = tests/gpu/test_allreduce_nccl.c \
+	tests/gpu/device_count.h
 tests_gpu_test_allreduce_nccl_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_gpu_test_allreduce_nccl_LDADD = libresihp/libresihp-internal.la $(CUDA_LIBS)
 TESTS += tests/gpu/test_allreduce_nccl
+
+# What one GPU allows of NCCL: a one-rank communicator's life cycle.
+check_PROGRAMS += tests/gpu/test_nccl_lifecycle
+tests_gpu_test_nccl_lifecycle_SOURCES = tests/gpu/test_nccl_lifecycle.c \
+	tests/gpu/device_count.h
+tests_gpu_test_nccl_lifecycle_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_gpu_test_nccl_lifecycle_LDADD = libresihp/libresihp-internal.la \
+	$(CUDA_LIBS)
+TESTS += tests/gpu/test_nccl_lifecycle
 endif

@@ -189,6 +189,12 @@ static int nccl_shrink(resihp__transport_t *tt, int *excluded, int nexcluded,
   ncclComm_t newcomm = NULL;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
+  /* Nobody left (a false alarm, a collective past its bound): NCCL
+   * shrinks by at least one rank (0 is an invalid argument), and neither
+   * a revoked communicator nor ncclCommSplit of one gave a usable one on
+   * NCCL 2.28.9 (H200, one rank), so the caller attaches a new one. */
+  if (nexcluded <= 0)
+    return RESIHP_ENOTSUP;
   cudaSetDevice(t->device);
   ncclResult_t r = ncclCommShrink(t->comm, excluded, nexcluded, &newcomm, &cfg,
                                   NCCL_SHRINK_ABORT);
@@ -197,6 +203,9 @@ static int nccl_shrink(resihp__transport_t *tt, int *excluded, int nexcluded,
                ncclGetErrorString(r));
     return RESIHP_EPEER;
   }
+  if (!newcomm)
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "ncclCommShrink gave no communicator");
   int rc = newcomm ? settle(newcomm, NULL, timeout_ms, "shrink") : RESIHP_EPEER;
   if (rc) {
     if (newcomm)

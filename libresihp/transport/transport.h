@@ -173,7 +173,9 @@ typedef struct {
                    size_t count, int dtype, int op, void *stream,
                    atomic_int *failed, int timeout_ms);
   /* Drop the ranks (positions in the old view) from the device
-   * communicator; collective among the survivors. */
+   * communicator; collective among the survivors. RESIHP_ENOTSUP when
+   * nobody is to be dropped: NCCL cannot remake a communicator in place,
+   * the caller attaches a new one. */
   int (*shrink)(resihp__transport_t *t, int *excluded, int nexcluded,
                 int timeout_ms);
 } resihp__transport_ops_t;

@@ -113,7 +113,7 @@ typedef struct {
    * small-message algorithm (direct exchange: fewer steps, more bytes),
    * larger ones the ring; it also applies only while (view size - 1) times
    * the size stays small. -1 = registry (RESIHP_SMALL_MAX, small-max,
-   * default 64 KiB), 0 = ring always. Every rank must use the same value. */
+   * default 32 KiB), 0 = ring always. Every rank must use the same value. */
   long small_max;
   /* Large all-reduces between ranks of one host read each other's buffers
    * with process_vm_readv (one copy instead of two through the
@@ -227,22 +227,31 @@ int resihp_send(resihp_comm_t *comm, int peer, const void *buf, size_t bytes);
 int resihp_recv(resihp_comm_t *comm, int peer, void *buf, size_t bytes);
 int resihp_bcast(resihp_comm_t *comm, int root, void *buf, size_t bytes);
 
-/* ---- GPU data plane (NCCL) ----------------------------------------------
- * FTAR split: the CPU communicator keeps membership, failure detection and
- * agreement; NCCL moves device data. Built only when configure finds NCCL;
- * otherwise these return RESIHP_ENOTSUP.
+/* ---- GPU data plane ------------------------------------------------------
+ * Device buffers travel one of two ways. With NCCL attached (FTAR split:
+ * the CPU communicator keeps membership, failure detection and agreement;
+ * NCCL moves device data), NCCL does. Without (ranks sharing one GPU, or a
+ * library built without NCCL), they are staged through pinned host memory
+ * in segments, the copies overlapped with the host ring. Without CUDA at
+ * build time, these return RESIHP_ENOTSUP.
  *
  * Attach: collective over the current view; view rank 0 makes an NCCL
  * unique id and sends it over the authenticated links; every rank then
- * creates a non-blocking NCCL communicator on CUDA device `device`.
- * resihp_comm_shrink() later shrinks it with ncclCommShrink. */
+ * creates a non-blocking NCCL communicator on CUDA device `device` (one
+ * device per rank). resihp_comm_shrink() later shrinks it with
+ * ncclCommShrink. */
 int resihp_comm_attach_device(resihp_comm_t *comm, int device);
 
-/* All-reduce of device buffers, enqueued on cuda_stream (a cudaStream_t;
- * NULL = default stream) and waited for. sendbuf is never written; with
- * sendbuf == recvbuf the result goes through a private device buffer first,
- * so a failure leaves recvbuf as it was. Failures as resihp_allreduce():
- * the device communicator is revoked, then call resihp_comm_shrink(). */
+/* All-reduce of device buffers (both on one device), ordered after the
+ * work already enqueued on cuda_stream (a cudaStream_t; NULL = default
+ * stream) and waited for. sendbuf is never written; with sendbuf ==
+ * recvbuf the result goes through a private device buffer first, so a
+ * failure leaves recvbuf as it was (out of place, recvbuf is meaningful
+ * only after success). Failures as resihp_allreduce(): call
+ * resihp_comm_shrink() (which also revokes and shrinks an attached NCCL
+ * communicator) and retry. RESIHP_EIO: this rank's GPU failed or hung (a
+ * copy did not finish within the operation bound); leave the job. The
+ * deterministic mode applies to the staged path as to host buffers. */
 int resihp_allreduce_device(resihp_comm_t *comm, const void *sendbuf,
                             void *recvbuf, size_t count, resihp_dtype_t dtype,
                             resihp_op_t op, void *cuda_stream);

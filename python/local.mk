@@ -10,8 +10,9 @@ nodist_resihppy_DATA = python/resihp/_installed.py
 resihptorchdir = $(pythondir)/resihp/torch
 dist_resihptorch_DATA = \
 	python/resihp/torch/__init__.py python/resihp/torch/codec.py \
-	python/resihp/torch/ddp.py \
-	python/resihp/torch/digest.py python/resihp/torch/grads.py \
+	python/resihp/torch/ddp.py python/resihp/torch/device.py \
+	python/resihp/torch/digest.py python/resihp/torch/fixed.py \
+	python/resihp/torch/grads.py \
 	python/resihp/torch/overlap.py \
 	python/resihp/torch/state.py python/resihp/torch/trainer.py
 

@@ -39,7 +39,10 @@ EXTRA_DIST += contrib/debian/copyright contrib/rpm/resihp.spec
 
 dist_check_SCRIPTS += tests/python/torch-local.test
 TESTS += tests/python/torch-local.test
-EXTRA_DIST += tests/python/torch_local.py
+EXTRA_DIST += tests/python/torch_local.py tests/python/tap.py
+dist_check_SCRIPTS += tests/python/torch-cuda.test
+TESTS += tests/python/torch-cuda.test
+EXTRA_DIST += tests/python/torch_cuda.py
 
 dist_check_SCRIPTS += tests/integration/torch.test
 TESTS += tests/integration/torch.test

@@ -55,7 +55,7 @@ def main():
                    choices=("bad-init", "bad-catchup", "meta-device"),
                    help="rehearse a program error (tests): replicas "
                    "initialised differently, a replacement whose received "
-                   "state is corrupt, a model not on the CPU")
+                   "state is corrupt, a model on the meta device")
     p.add_argument("--test-hold", metavar="STEP:REPLICA:FILE",
                    help="tests: replica REPLICA writes its pid to FILE at "
                    "the start of step STEP and waits there for a signal "

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """resihp.torch without a cluster (TAP): the state encoding and its fuzzing,
 the catch-up round trip of model/optimizer/scheduler/RNG through the
-replica state buffers, determinism of the reference, bad input refused."""
+replica state buffers, determinism of the reference, the fixed-point
+emulation a CUDA model uses (against the C code, and in training), bad
+input refused. tests/python/torch_cuda.py does the same on a CUDA device."""
 import ctypes
 import random
 
@@ -11,28 +13,10 @@ import torch.nn.functional as F
 
 import resihp
 import resihp.torch as rt
-from resihp.torch import codec
+from resihp import job as rj
+from resihp.torch import codec, fixed
 from resihp.torch.state import ReplicaState
-
-results = []
-
-
-def ok(cond, what):
-    results.append((bool(cond), what))
-
-
-def raises(exc, fn, what, needle=""):
-    try:
-        fn()
-    except exc as e:
-        ok(needle in str(e), "%s (%s)" % (what, e))
-        return
-    except Exception as e:  # the wrong kind
-        ok(False, "%s: %s instead of %s" % (what, type(e).__name__,
-                                              exc.__name__))
-        return
-    ok(False, "%s: no exception" % what)
-
+from tap import ok, raises, report
 
 def build(seed=1):
     torch.manual_seed(seed)
@@ -134,6 +118,13 @@ ok(rt.state_digest(ma, oa) == rt.state_digest(mb_, ob) and la[3:] == lb,
 tb.state.meta[8:12] = torch.tensor([1, 2, 3, 4], dtype=torch.uint8)
 raises(resihp.ProgramError, tb.state.load,
        "a corrupt received state is refused", "malformed")
+newer = codec.encode({"version": 99, "step": 1})
+tb.state.meta[:8] = torch.tensor(list(len(newer).to_bytes(8, "little")),
+                                 dtype=torch.uint8)
+tb.state.meta[8:8 + len(newer)] = torch.tensor(list(newer),
+                                               dtype=torch.uint8)
+raises(resihp.ProgramError, tb.state.load,
+       "a state of an unknown format version is refused", "version 99")
 
 # -- the reference is deterministic; modes --------------------------------
 digests = []
@@ -145,6 +136,49 @@ for mode in ("deterministic", "deterministic", "float32", "bfloat16"):
 ok(digests[0] == digests[1], "deterministic mode: same digest twice")
 ok(len(set(digests[1:])) == 3, "float32 and bfloat16 exchanges train too "
    "(their own results)")
+for mode, d in (("deterministic", digests[0]), ("float32", digests[2])):
+    m, o, s = build()
+    tr = rt.Trainer(m, o, scheduler=s, microbatches=5, steps=4, mode=mode,
+                    standalone=True, bucket_mb=0.0005)
+    tr.overlap = True  # the bucket thread during backward, without a job
+    train(tr, m)
+    ok(rt.state_digest(m, o) == d, "%s: the same result with the buckets "
+       "exchanged during backward" % mode)
+
+# -- the fixed point of a CUDA model: torch ops, here on the CPU --------------
+fb = rj.fixed_frac_bits()
+g = torch.Generator().manual_seed(5)
+x = torch.cat([
+    torch.randn(20000, generator=g) * torch.pow(
+        2.0, torch.randint(-45, 45, (20000,), generator=g).float()),
+    ((torch.randint(-(1 << 21), 1 << 21, (2000,), generator=g).double() +
+      0.5) * 2.0 ** -fb).float(),  # ties
+    torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0,
+                  2.0 ** (63 - fb), -2.0 ** (63 - fb), 3.4e38, -3.4e38,
+                  1e-45])])
+acc0 = torch.randint(-(1 << 63), (1 << 63) - 1, (x.numel(),), generator=g,
+                     dtype=torch.int64)  # wraps modulo 2^64 too
+ref, emu = acc0.clone(), acc0.clone()
+rj.fixed_accumulate_float(ref.data_ptr(), x.data_ptr(), x.numel(), fb)
+fixed.accumulate_emulated(emu, x, fb)
+ok(torch.equal(ref, emu), "fixed point: the torch emulation (a CUDA "
+   "model's) equals the C reference (ties, NaN, +-inf, saturation)")
+fr, fe = torch.empty(x.numel()), torch.empty(x.numel())
+rj.fixed_to_float(fr.data_ptr(), acc0.data_ptr(), acc0.numel(), fb)
+fixed.to_float_emulated(fe, acc0, fb)
+ok(torch.equal(fr.view(torch.int32), fe.view(torch.int32)),
+   "fixed point: the emulation's way back to float32 equals the C code")
+c_calls = fixed.accumulate, fixed.to_float
+fixed.accumulate = fixed.accumulate_emulated
+fixed.to_float = fixed.to_float_emulated
+try:
+    m, o, s = build()
+    train(rt.Trainer(m, o, scheduler=s, microbatches=5, steps=4,
+                     standalone=True), m)
+finally:
+    fixed.accumulate, fixed.to_float = c_calls
+ok(rt.state_digest(m, o) == digests[0], "deterministic mode trains to the "
+   "same bits with the emulation as with the C code")
 
 # -- bad input -------------------------------------------------------------
 m, o, s = build()
@@ -156,7 +190,7 @@ mm = nn.Linear(4, 4).to("meta")
 raises(resihp.ProgramError,
        lambda: rt.Trainer(mm, torch.optim.SGD(mm.parameters(), lr=0.1),
                           microbatches=2, steps=1, standalone=True),
-       "a model not on the CPU is refused", "CPU")
+       "a model on the 'meta' device is refused", "'meta'")
 md = nn.Linear(4, 4).double()
 raises(resihp.ProgramError,
        lambda: rt.Trainer(md, torch.optim.SGD(md.parameters(), lr=0.1),
@@ -180,6 +214,4 @@ raises(resihp.ResihpError,
        "no coordinator: the C error name comes with the exception",
        "RESIHP_EINVAL")
 
-print("1..%d" % len(results))
-for i, (good, what) in enumerate(results, 1):
-    print("%s %d - %s" % ("ok" if good else "not ok", i, what))
+report()

@@ -119,7 +119,9 @@ def _check_ddp(ddp):
             raise ProgramError(
                 "parameter '%s' is on %s: the resihp DDP adapter exchanges "
                 "CPU tensors only (build the model on the CPU and wrap it "
-                "with DistributedDataParallel(model) without device_ids)" %
+                "with DistributedDataParallel(model) without device_ids); "
+                "to train on a CUDA device use resihp.torch.Trainer, which "
+                "supports a model on one CUDA device" %
                 (name, p.device))
         if p.requires_grad and p.dtype != torch.float32:
             raise ProgramError(

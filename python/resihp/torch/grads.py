@@ -21,11 +21,21 @@ exchanged again from the local sums plus the reassigned microbatches, which
 stay intact. During the backward of the step's last microbatch, a bucket
 whose gradients are all done is exchanged at once from a thread
 (overlap.py), while backward goes on with the others. Every replica
-exchanges the buckets in the same order, the slots last."""
+exchanges the buckets in the same order, the slots last.
+
+Devices. The parameters live on the CPU or on one CUDA device; the float
+buffer and the accumulator live there too (on a CUDA device the fixed-point
+arithmetic is torch ops giving the C reference's bits: fixed.py). The wire
+is always host memory, as libresihp reads it: pinned for a CUDA model.
+prepare() copies a bucket to it and exchange() copies the result back, both
+synchronously, also without a job (standalone), so the reference takes the
+same path as a resilient run."""
 import torch
 
 from .. import job as _job
 from ..errors import ProgramError
+from . import fixed
+from .device import host_buffer, one_device
 from .overlap import Overlap
 
 MODES = ("deterministic", "float32", "bfloat16")
@@ -49,6 +59,9 @@ class Gradients:
                                                              ", ".join(MODES)))
         self.mode = mode
         self.params = _params(optimizer)
+        self.device = one_device((("a parameter of shape %s" % (
+            tuple(p.shape),), p) for p in self.params),
+            "the trained parameters")
         for p in self.params:
             if p.dtype != torch.float32:
                 raise ProgramError(
@@ -56,7 +69,8 @@ class Gradients:
                     "parameters (bfloat16 is available for the exchange: "
                     "mode='bfloat16')" % p.dtype)
         self.n = sum(p.numel() for p in self.params)
-        self.flat = torch.zeros(self.n + _SLOTS, dtype=torch.float32)
+        self.flat = torch.zeros(self.n + _SLOTS, dtype=torch.float32,
+                                device=self.device)
         self.views, self.offsets, off = [], [], 0
         for p in self.params:
             self.views.append(self.flat[off:off + p.numel()].view_as(p))
@@ -67,9 +81,10 @@ class Gradients:
             "deterministic": (torch.int64, _job.FIXED64),
             "float32": (torch.float32, _job.FLOAT32),
             "bfloat16": (torch.bfloat16, _job.BFLOAT16)}[mode]
-        self.wire = torch.zeros(self.n + _SLOTS, dtype=wire_dtype)
+        self.wire = host_buffer(self.n + _SLOTS, wire_dtype, self.device)
         if mode == "deterministic":
-            self.acc = torch.zeros(self.n + _SLOTS, dtype=torch.int64)
+            self.acc = torch.zeros(self.n + _SLOTS, dtype=torch.int64,
+                                   device=self.device)
         self.buckets = self._make_buckets(max(1, int(bucket_bytes)))
         self.overlap = Overlap(self)
 
@@ -120,22 +135,21 @@ class Gradients:
             self.gather(i)
         self.flat[self.n] += loss_over_m
         if self.mode == "deterministic":
-            _job.fixed_accumulate_float(self.acc.data_ptr(),
-                                        self.flat.data_ptr(), self.n + 1,
-                                        self.fb)
+            fixed.accumulate(self.acc[:self.n + 1], self.flat[:self.n + 1],
+                             self.fb)
             self.flat.zero_()
 
     def prepare(self, bucket, fresh):
         """The wire gets a bucket's local sum. fresh: the bucket's last
         microbatch is still in the float buffer (overlap), not yet in the
-        fixed-point accumulator."""
+        fixed-point accumulator. The copy to the wire is synchronous: the
+        wire is complete when this returns."""
         lo, hi, _ = bucket
         if self.mode == "deterministic":
             if fresh:
                 hi_f = min(hi, self.n + 1)  # the loss slot, not the check
-                _job.fixed_accumulate_float(self.acc[lo:].data_ptr(),
-                                            self.flat[lo:].data_ptr(),
-                                            hi_f - lo, self.fb)
+                fixed.accumulate(self.acc[lo:hi_f], self.flat[lo:hi_f],
+                                 self.fb)
                 self.flat[lo:hi_f].zero_()
             self.wire[lo:hi].copy_(self.acc[lo:hi])
         else:
@@ -165,13 +179,18 @@ class Gradients:
         if extra is not None:
             return extra
         if self.mode == "deterministic":
-            _job.fixed_to_float(self.flat.data_ptr(), self.wire.data_ptr(),
-                                self.n + 1, self.fb)
+            if self.device.type == "cpu":
+                sums = self.wire
+            else:  # the accumulator is free until the next start()
+                sums = self.acc
+                sums.copy_(self.wire)
+            fixed.to_float(self.flat[:self.n + 1], sums[:self.n + 1],
+                           self.fb)
             self.tail = [float(self.flat[self.n]), int(self.wire[self.n + 1]),
                          int(self.wire[self.n + 2])]
         else:
             self.flat.copy_(self.wire)
-            self.tail = [float(x) for x in self.flat[self.n:]]
+            self.tail = [float(x) for x in self.flat[self.n:].tolist()]
         for p, v in zip(self.params, self.views):
             p.grad = v
         return None

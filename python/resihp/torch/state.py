@@ -14,7 +14,15 @@ every other replica) as they were at the last commit. Here they are:
   safe encoding (codec.py: no pickle, a peer's bytes cannot run code): the
   optimizer's state_dict without its tensors, the LR scheduler's
   state_dict, the RNG state and the step.
-After a catch-up, load() puts all of it back through load_state_dict."""
+After a catch-up, load() puts all of it back through load_state_dict.
+
+A model on a CUDA device: libresihp reads and writes the buffers raw, in
+host memory. Each tensor on the device has a pinned CPU mirror, which is
+what the buffers list; commit() copies the tensors to their mirrors (and
+waits: libresihp may read them any time after), load() copies the mirrors
+back. Tensors on the CPU (e.g. an optimizer's step counts) are their own
+buffers, as for a CPU model. The meta buffer then also carries the
+device's RNG state (format version 2; a CPU model writes version 1)."""
 import copy
 import struct
 
@@ -22,6 +30,7 @@ import torch
 
 from ..errors import ProgramError
 from . import codec
+from .device import check_tensor, cuda_of, one_device, pinned_like
 from .digest import state_digest
 
 _MARK = "__resihp_buffer__"
@@ -30,14 +39,7 @@ _DIFFERENT_START = ("the replicas started from different parameters: "
                     "(torch.manual_seed before building it)")
 
 
-def _check_cpu(name, t):
-    if t.device.type != "cpu":
-        raise ProgramError(
-            "%s is on %s: resihp.torch exchanges and copies CPU tensors only "
-            "in this version (move the model to the CPU)" % (name, t.device))
-    if not t.is_contiguous():
-        raise ProgramError("%s is not contiguous: call .contiguous() on it "
-                           "before training" % name)
+_VERSION_CPU, _VERSION_CUDA = 1, 2  # meta formats (see above)
 
 
 def _optimizer_layout(optimizer):
@@ -68,24 +70,55 @@ def _optimizer_layout(optimizer):
 class ReplicaState:
     def __init__(self, model, optimizer, scheduler=None, meta_bytes=1 << 20):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
-        self.tensors, seen = [], set()
+        self.tensors, seen, named = [], set(), []
         for name, t in model.state_dict(keep_vars=True).items():
             t = t.detach()
-            _check_cpu("model tensor '%s'" % name, t)
-            key = (t.data_ptr(), t.numel(), t.dtype)
+            named.append(("model tensor '%s'" % name, t))
+            check_tensor(named[-1][0], t)
+            key = (t.device, t.data_ptr(), t.numel(), t.dtype)
             if key not in seen and t.numel():  # tied weights: once
                 seen.add(key)
                 self.tensors.append(t)
-        for g in optimizer.param_groups:
-            for p in g["params"]:
-                _check_cpu("an optimizer parameter", p)
+        names = {id(p): n for n, p in model.named_parameters()}
+        params = [("parameter '%s'" % names[id(p)] if id(p) in names else
+                   "an optimizer parameter of shape %s" % (tuple(p.shape),),
+                   p) for g in optimizer.param_groups for p in g["params"]]
+        # the parameters on one device; buffers may be on the CPU beside it
+        one_device(params, "the optimizer's parameters")
+        self.cuda = cuda_of(named + params, "the model's tensors")
         self.slots = _optimizer_layout(optimizer)
         self.meta = torch.zeros(meta_bytes, dtype=torch.uint8)
+        # (tensor, its host buffer): the tensor itself on the CPU, else a
+        # pinned mirror holding the state as of the last commit
+        self.hosted = []
+        for t in self.tensors + [s[3] for s in self.slots]:
+            self.hosted.append((t, t if t.device.type == "cpu" else
+                                pinned_like(t)))
+        self._to_host()
 
     def buffers(self):
-        """(address, bytes) of every buffer, in the order sent."""
-        ts = self.tensors + [s[3] for s in self.slots] + [self.meta]
+        """(address, bytes) of every buffer, in the order sent: host
+        memory, which libresihp reads and writes raw."""
+        ts = [h for _, h in self.hosted] + [self.meta]
         return [(t.data_ptr(), t.numel() * t.element_size()) for t in ts]
+
+    def _to_host(self):
+        """The mirrors get their device tensors; done when this returns."""
+        if self.cuda is None:
+            return
+        for t, h in self.hosted:
+            if h is not t:
+                h.copy_(t, non_blocking=True)
+        torch.cuda.current_stream(self.cuda).synchronize()
+
+    def _from_host(self):
+        """The device tensors get their mirrors (after a catch-up)."""
+        if self.cuda is None:
+            return
+        for t, h in self.hosted:
+            if h is not t:
+                t.copy_(h, non_blocking=True)
+        torch.cuda.current_stream(self.cuda).synchronize()
 
     def start_word(self):
         """A word of the model's digest. Summed over the replicas at step 0
@@ -151,10 +184,15 @@ class ReplicaState:
             for k, v in st.items():
                 if torch.is_tensor(v) and id(v) in marks:
                     st[k] = "%s%d" % (_MARK, marks[id(v)])
-        meta = {"version": 1, "step": int(step), "optimizer": sd,
+        meta = {"version": _VERSION_CPU, "step": int(step),
+                "optimizer": sd,
                 "scheduler": (self.scheduler.state_dict()
                               if self.scheduler is not None else None),
                 "rng": torch.get_rng_state()}
+        if self.cuda is not None:
+            meta["version"] = _VERSION_CUDA
+            meta["cuda_rng"] = torch.cuda.get_rng_state(self.cuda)
+        self._to_host()
         blob = codec.encode(meta)
         if len(blob) + 8 > self.meta.numel():
             raise ProgramError(
@@ -172,6 +210,7 @@ class ReplicaState:
         back. Returns the step the state is of, or -1 for the initial one."""
         n = struct.unpack("<Q", bytes(self.meta[:8].tolist()))[0]
         if n == 0:  # the source had not committed a step: fresh optimizer
+            self._from_host()
             self.optimizer.state.clear()
             return -1
         if n > self.meta.numel() - 8:
@@ -181,6 +220,14 @@ class ReplicaState:
             meta = codec.decode(bytes(self.meta[8:8 + n].numpy()))
         except ValueError as e:
             raise ProgramError("the state received is %s" % e) from None
+        version = meta.get("version") if isinstance(meta, dict) else None
+        if version not in (_VERSION_CPU, _VERSION_CUDA):
+            raise ProgramError(
+                "the state received is of format version %r, this resihp "
+                "reads versions %d and %d: run the same resihp on every "
+                "replica" % (version, _VERSION_CPU, _VERSION_CUDA))
+        # the slots' device tensors first: load_state_dict copies them
+        self._from_host()
         sd = meta["optimizer"]
         for st in sd["state"].values():
             for k, v in st.items():
@@ -194,4 +241,8 @@ class ReplicaState:
         if self.scheduler is not None and meta["scheduler"] is not None:
             self.scheduler.load_state_dict(meta["scheduler"])
         torch.set_rng_state(meta["rng"])
+        # a state from a CPU replica has no device RNG state: the device's
+        # stays (the Trainer seeds it at each microbatch anyway)
+        if self.cuda is not None and meta.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(meta["cuda_rng"], self.cuda)
         return meta["step"]

@@ -18,9 +18,15 @@ A replacement gets the state of the last committed step from a healthy
 replica (model, optimizer, scheduler, RNG: see state.py) and trains on.
 Gradients are exchanged in buckets of bucket_mb MiB, those of the step's
 last microbatch while its backward still runs (overlap=True; grads.py).
-The torch RNG is seeded from (seed, step, microbatch) before each microbatch,
-so dropout does not depend on which replica computes it. Microbatch times
-and workloads go to resihp's fail-slow detector.
+The torch RNG is seeded from (seed, step, microbatch) before each microbatch
+(torch.manual_seed: the CPU's and every CUDA device's), so dropout does not
+depend on which replica computes it. Microbatch times and workloads go to
+resihp's fail-slow detector.
+
+The model lives on the CPU or on one CUDA device (model.to(device) before
+building the optimizer), with the same guarantees: libresihp sees host
+memory only, and the gradients and the replica state are staged through
+pinned host buffers (grads.py, state.py).
 
 standalone=True runs without resihp: one process computes all M microbatches
 of every step with the same arithmetic (the reference a resilient run is
@@ -38,7 +44,8 @@ from .state import ReplicaState
 
 def microbatch_seed(seed, step, mb):
     """The torch seed of microbatch mb of step: the same whichever replica
-    (or a stock script that must match) computes it."""
+    (or a stock script that must match) computes it. The Trainer passes it
+    to torch.manual_seed, which seeds the CPU and the CUDA devices."""
     d = hashlib.sha256(b"%d:%d:%d" % (int(seed), int(step), int(mb))).digest()
     return int.from_bytes(d[:8], "little") & ((1 << 63) - 1)
 

@@ -20,7 +20,8 @@
  * fixed point), mac (ft with mac-data: a MAC over every gradient byte) -
  * all with the default host transport (shared-memory rings between ranks of
  * one host) - and fttcp, mactcp (ft, mac over TCP only, the medium of Open
- * MPI's tcp BTL). Every mode MACs its control frames and frame headers. All but
+ * MPI's tcp BTL). Every mode MACs its control frames, and the frame headers
+ * on socket links (shared-memory rings carry no MACs). All but
  * ftip use resihp_allreduce_to() with separate send and receive buffers, like
  * the MPI twin. Data are float32 sums.
  *

@@ -17,8 +17,10 @@
 #   noft    resihp, unprotected ring (what fault tolerance costs)
 #   det     resihp, fault tolerant + deterministic fixed point (int64 sums,
 #           int32 on the wire where exact)
-#   mac     ft with mac-data: a MAC over every gradient byte (all modes MAC
-#           control frames and frame headers)
+#   mac     ft with mac-data: a MAC over every gradient byte on socket
+#           links (all modes MAC control frames and the frame headers on
+#           sockets; frames through shared-memory rings carry no MAC, so on
+#           one host this equals ft)
 #   mactcp  the same over TCP only
 #   mpi-sm  Open MPI, --mca btl self,vader,tcp (shared memory on one node)
 #   mpi-tcp Open MPI, --mca btl self,tcp over lo

@@ -19,7 +19,8 @@
  * copies what is left of queued messages, so that a sender need not wait
  * for a receiver that is itself sending to it (p2p.c).
  *
- * MACs (transport.h): a frame is header | payload | tag. The sender seals
+ * MACs (transport.h), on socket links only (a shared-memory ring has
+ * nobody on its path): a frame is header | payload | tag. The sender seals
  * a frame when it starts writing it, so frames dropped by cancel before
  * their first byte never use a sequence number; the receiver hashes the
  * bytes as they arrive (before they are summed) and only then completes
@@ -1066,7 +1067,12 @@ int resihp__tcp_transport_create(int self, int nranks, const int *fds,
     t->p[i].fd = fds[i];
     t->p[i].rin = rin ? rin[i] : NULL;
     t->p[i].rout = rout ? rout[i] : NULL;
-    if (auth && i != self) {
+    /* A ring is memory of this process and the peer alone (0600, this
+     * user's, unlinked once both mapped it: shm.h): whoever else could
+     * write it could read the keys too, so its frames carry no MAC.
+     * Both ends see the same rings (resihp__shm_setup decides per pair). */
+    int ring = t->p[i].rin && t->p[i].rout;
+    if (auth && i != self && !ring) {
       t->p[i].mac = 1;
       t->p[i].auth = auth[i];
       resihp__mackey_init(&t->p[i].ktx, &auth[i].tx);

@@ -29,7 +29,9 @@
  * same links carry the next epoch.
  *
  * Integrity: with per-message MAC state for a link (msgauth.h, keyed by the
- * handshake), every frame on it is followed by a RESIHP__MAC_LEN tag over
+ * handshake; the TCP transport uses it on socket links, not on
+ * shared-memory rings, which only the two processes' user can reach),
+ * every frame on it is followed by a RESIHP__MAC_LEN tag over
  * its header - and its payload when the header has RESIHP__FRAME_F_MACPAY,
  * which the sender sets under mac-data and for RESIHP__STEP_CONTROL frames -
  * with the link's sequence number. A frame is only complete (its receive

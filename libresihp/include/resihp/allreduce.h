@@ -107,7 +107,11 @@ typedef struct {
    * nobody on the path can change the numbers either: -1 = registry
    * (RESIHP_MAC_DATA, mac-data, default off), 0 = off, 1 = on. Every rank
    * must use the same value. A frame whose MAC fails makes its sender a
-   * suspect, like a malformed frame (RESIHP_EPROTO). */
+   * suspect, like a malformed frame (RESIHP_EPROTO). Frames between ranks
+   * of one host that go through shared-memory rings carry none: a ring is
+   * memory of the two processes (mode 0600, removed from /dev/shm once
+   * both mapped it), and whoever else could write it (their user, root)
+   * could read the keys as well. */
   int mac_data;
   /* All-reduces of at most this many bytes (wire size) use the
    * small-message algorithm (direct exchange: fewer steps, more bytes),

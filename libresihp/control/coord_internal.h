@@ -258,6 +258,10 @@ void resihp__coord_send_buf_hashed(resihp__coord_t *c, int r,
                                    const resihp__wire_buf_t *b,
                                    const uint8_t *digest);
 void resihp__coord_close_conn(resihp__coord_t *c, int k);
+/* The FAULT lines that connection k has buffered or its socket holds,
+ * handled; its other lines are dropped (the replica is failing: see
+ * resihp__coord_fail_replica). */
+void resihp__coord_take_faults(resihp__coord_t *c, int k);
 
 /* coord_members.c */
 int resihp__coord_is_member(const resihp__coord_t *c, int r);

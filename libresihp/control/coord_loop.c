@@ -177,6 +177,28 @@ static void drain_conn(resihp__coord_t *c, int k, int rc) {
   }
 }
 
+void resihp__coord_take_faults(resihp__coord_t *c, int k) {
+  if (k < 0 || k >= c->nconns || c->conns[k].w.fd < 0)
+    return;
+  /* not c->line: a caller may be handling the line held there */
+  char *line = malloc(RESIHP__WIRE_LINE_MAX + 1);
+  if (!line)
+    return;
+  /* What has come (non-blocking), a few buffers' worth at most: a peer
+   * that keeps sending cannot hold the loop here. */
+  for (int pass = 0, got = 1; got && pass < 4 && c->conns[k].w.fd >= 0;
+       pass++) {
+    resihp__wire_fill(&c->conns[k].w);
+    for (got = 0; c->conns[k].w.fd >= 0 &&
+                  resihp__wire_take(&c->conns[k].w, line,
+                                    RESIHP__WIRE_LINE_MAX + 1) == 1;
+         got = 1)
+      if (!strncmp(line, "FAULT ", 6))
+        resihp__coord_on_line(c, k, line);
+  }
+  free(line);
+}
+
 void resihp__coord_feed(resihp__coord_t *c, int k, const char *line) {
   if (k < 0 || k >= c->nconns || c->conns[k].w.fd < 0)
     return;

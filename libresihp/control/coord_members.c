@@ -84,6 +84,15 @@ void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why) {
   rep_t *p = &c->reps[r];
   if (p->state == R_GONE || p->state == R_NONE)
     return;
+  /* The fault it announced may still wait on its connection: a rank's
+   * FAULT is relayed by its leader, and someone else (a peer, a joiner
+   * whose catch-up source it was) can report the failure first on another
+   * connection. Read it before the failure is judged an outside one. */
+  if (p->conn >= 0 && !p->fault_kind[0]) {
+    resihp__coord_take_faults(c, p->conn);
+    if (p->state == R_GONE || p->state == R_NONE)
+      return; /* a FAULT kind=probe fails it right away */
+  }
   resihp__coord_dirty(c);
   int was_member = resihp__coord_is_member(c, r);
   resihp__coord_remove_member(c, r);

@@ -54,8 +54,19 @@ TESTS += tests/integration/failover.test
 # nobody (coord_loop.c, resihp__wire_queue).
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_coord_slow_reader
-tests_unit_test_coord_slow_reader_SOURCES = tests/unit/test_coord_slow_reader.c
+tests_unit_test_coord_slow_reader_SOURCES = tests/unit/test_coord_slow_reader.c \
+	tests/unit/coord_pairs.c tests/unit/coord_pairs.h
 tests_unit_test_coord_slow_reader_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_coord_slow_reader_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_coord_slow_reader
+
+# An injected fault announced just before somebody else reports the
+# replica's failure still counts as injected (coord_members.c).
+check_PROGRAMS += tests/unit/test_coord_fault_order
+tests_unit_test_coord_fault_order_SOURCES = \
+	tests/unit/test_coord_fault_order.c \
+	tests/unit/coord_pairs.c tests/unit/coord_pairs.h
+tests_unit_test_coord_fault_order_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_coord_fault_order_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_coord_fault_order
 endif

@@ -8,90 +8,27 @@
  * the real message handler over socket pairs, as test_coord_save. */
 #include "config.h"
 
-#include "../../libresihp/control/coord_internal.h"
-#include "../../libresihp/control/coordinator.h"
-#include "../../libresihp/control/wire.h"
-#include "../../libresihp/transport/mesh.h"
+#include "coord_pairs.h"
 
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #define R 2
 #define BIG ((size_t)1 << 20)
-static resihp__coord_t *c;
-static int k[R];
-static resihp__wire_t peer[R];
 static char *big;
 
 static void setup(void) {
-  static const char key[] = "slow-reader-test-secret";
-  resihp__coord_opts_t co = {.replicas = R,
-                             .bind_host = "127.0.0.1",
-                             .secret = (const uint8_t *)key,
-                             .secret_len = sizeof(key) - 1,
-                             .silence_ms = 600000};
-  ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
-  for (int i = 0; i < R; i++) {
-    int sv[2];
-    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv),
-                     0);
-    resihp__wire_t w;
-    resihp__wire_init(&w, sv[0]);
-    k[i] = resihp__coord_adopt(c, &w);
-    ck_assert_int_ge(k[i], 0);
-    resihp__wire_init(&peer[i], sv[1]);
-  }
+  coord_pairs_setup(R, NULL, NULL);
   big = malloc(BIG + 32);
   ck_assert_ptr_nonnull(big);
 }
 
 static void teardown(void) {
-  ck_assert_ptr_null(resihp__coord_check(c));
-  resihp__coord_destroy(c);
-  for (int i = 0; i < R; i++)
-    resihp__wire_free(&peer[i]);
+  coord_pairs_teardown();
   free(big);
-}
-
-/* The next line replica i gets that starts with prefix (others skipped),
- * the coordinator polled meanwhile so that its queues move. */
-static void expect(int i, const char *prefix, char *line, size_t cap) {
-  for (int n = 0; n < 64;) {
-    int t = resihp__wire_take(&peer[i], line, cap);
-    ck_assert_int_ge(t, 0);
-    if (t && !strncmp(line, prefix, strlen(prefix)))
-      return;
-    n += t;
-    if (!t) {
-      resihp__coord_poll(c, 10);
-      int rc = resihp__wire_fill(&peer[i]);
-      ck_assert_int_eq(rc, 0);
-    }
-  }
-  ck_abort_msg("replica %d never got '%s'", i, prefix);
-}
-
-static void join_all(void) {
-  char line[512];
-  for (int i = 0; i < R; i++) {
-    snprintf(line, sizeof(line),
-             "HELLO replica=%d ep=h%d:1 sep=h%d:2 mbs=6 steps=20", i, i, i);
-    resihp__coord_feed(c, k[i], line);
-  }
-  for (int i = 0; i < R; i++)
-    resihp__coord_feed(c, k[i], "BEGIN step=-1");
-  for (int i = 0; i < R; i++) {
-    expect(i, "GO ", line, sizeof(line));
-    snprintf(line, sizeof(line), "READY epoch=%ld",
-             (long)resihp__coord_epoch(c));
-    resihp__coord_feed(c, k[i], line);
-  }
-  for (int i = 0; i < R; i++)
-    expect(i, "START ", line, sizeof(line));
 }
 
 /* Line j of the big ones: its number, then filler. */
@@ -103,38 +40,38 @@ static const char *big_line(int j) {
 }
 
 static size_t queued(int i) {
-  const resihp__wire_t *w = &c->conns[k[i]].w;
+  const resihp__wire_t *w = &coord_c->conns[coord_k[i]].w;
   return w->out_len - w->out_off;
 }
 
 START_TEST(stopped_reader_delays_nobody) {
   setup();
-  join_all();
+  coord_pairs_join_all();
   /* Replica 1 stops reading: 8 MiB for it, far beyond its socket buffer,
    * and every send returns without waiting for it. */
   for (int j = 0; j < 8; j++)
-    resihp__coord_send_to(c, 1, big_line(j));
+    resihp__coord_send_to(coord_c, 1, big_line(j));
   ck_assert_uint_gt(queued(1), 0);
-  ck_assert(c->conns[k[1]].out_armed);
-  ck_assert_int_eq(resihp__coord_connected(c, 1), 1);
+  ck_assert(coord_c->conns[coord_k[1]].out_armed);
+  ck_assert_int_eq(resihp__coord_connected(coord_c, 1), 1);
   /* Meanwhile replica 0 is served as usual. */
-  resihp__coord_send_to(c, 0, "HOLD");
+  resihp__coord_send_to(coord_c, 0, "HOLD");
   char line[512];
-  expect(0, "HOLD", line, sizeof(line));
+  coord_pairs_expect(0, "HOLD", line, sizeof(line));
   /* Replica 1 reads again: every line whole and in order, after what it
    * had before, and the queue empties. */
   char *got = malloc(BIG + 64);
   ck_assert_ptr_nonnull(got);
   for (int j = 0; j < 8; j++) {
-    expect(1, "BIG ", got, BIG + 64);
+    coord_pairs_expect(1, "BIG ", got, BIG + 64);
     const char *want = big_line(j);
     ck_assert_msg(!strcmp(got, want), "line %d differs", j);
   }
   for (int n = 0; n < 1000 && queued(1); n++)
-    resihp__coord_poll(c, 10);
+    resihp__coord_poll(coord_c, 10);
   ck_assert_uint_eq(queued(1), 0);
-  ck_assert(!c->conns[k[1]].out_armed);
-  ck_assert_int_eq(resihp__coord_members(c), R);
+  ck_assert(!coord_c->conns[coord_k[1]].out_armed);
+  ck_assert_int_eq(resihp__coord_members(coord_c), R);
   free(got);
   teardown();
 }
@@ -142,17 +79,17 @@ END_TEST
 
 START_TEST(reader_beyond_bound_is_cut) {
   setup();
-  join_all();
+  coord_pairs_join_all();
   /* Replica 1 never reads: past two of the longest lines kept for it,
    * its connection is cut and it fails as a lost one. */
   int sent = 0;
-  while (resihp__coord_connected(c, 1) && sent < 64) {
-    resihp__coord_send_to(c, 1, big_line(sent++));
-    resihp__coord_poll(c, 0);
+  while (resihp__coord_connected(coord_c, 1) && sent < 64) {
+    resihp__coord_send_to(coord_c, 1, big_line(sent++));
+    resihp__coord_poll(coord_c, 0);
   }
-  ck_assert_int_eq(resihp__coord_connected(c, 1), 0);
+  ck_assert_int_eq(resihp__coord_connected(coord_c, 1), 0);
   ck_assert_int_gt(sent, 2 * (int)(RESIHP__WIRE_LINE_MAX / BIG));
-  ck_assert_int_eq(resihp__coord_members(c), 1);
+  ck_assert_int_eq(resihp__coord_members(coord_c), 1);
   teardown();
 }
 END_TEST

@@ -328,6 +328,9 @@ int resihp_comm_attach_device(resihp_comm_t *c, int device) {
     c->gpu = NULL;
   }
   c->gpu_detached = 0;
+#ifdef RESIHP_HAVE_CUDA_KERNELS
+  resihp__device_fixed_free(c); /* its sums may be on another device */
+#endif
   if (!c->unprotected && atomic_load(&c->failed))
     return fail(c, RESIHP_EPEER, -1);
   uint8_t id[RESIHP__NCCL_ID_BYTES];

@@ -16,10 +16,9 @@
 
 #include <cuda_runtime_api.h>
 
-int resihp__allreduce_device_fixed(resihp_comm_t *c, const void *sendbuf,
-                                   void *recvbuf, size_t count,
-                                   resihp_dtype_t dtype, resihp_op_t op,
-                                   void *cuda_stream) {
+static int run(resihp_comm_t *c, const void *sendbuf, void *recvbuf,
+               size_t count, resihp_dtype_t dtype, resihp_op_t op,
+               void *cuda_stream) {
   size_t bytes = 2 * count * sizeof(int64_t);
   if (c->fixed_dev_cap < bytes) {
     cudaFree(c->fixed_dev);
@@ -49,6 +48,26 @@ int resihp__allreduce_device_fixed(resihp_comm_t *c, const void *sendbuf,
     rc = resihp__fixed_to_device(recvbuf, sum, count, (int)dtype, c->frac_bits,
                                  div, cuda_stream);
   return rc ? rc : resihp__device_wait(cuda_stream, c->op_ms);
+}
+
+int resihp__allreduce_device_fixed(resihp_comm_t *c, const void *sendbuf,
+                                   void *recvbuf, size_t count,
+                                   resihp_dtype_t dtype, resihp_op_t op,
+                                   void *cuda_stream) {
+  /* The sums and the kernels belong on NCCL's device, whichever device
+   * the calling thread has current. */
+  int prev = -1;
+  cudaGetDevice(&prev);
+  if (prev != c->gpu_device && cudaSetDevice(c->gpu_device) != cudaSuccess) {
+    resihp_log(RESIHP_LOG_ERROR, "allreduce",
+               "deterministic device all-reduce: cannot use CUDA device %d",
+               c->gpu_device);
+    return RESIHP_EIO;
+  }
+  int rc = run(c, sendbuf, recvbuf, count, dtype, op, cuda_stream);
+  if (prev >= 0 && prev != c->gpu_device)
+    cudaSetDevice(prev);
+  return rc;
 }
 
 void resihp__device_fixed_free(resihp_comm_t *c) {

@@ -39,7 +39,8 @@ EXTRA_DIST += contrib/debian/copyright contrib/rpm/resihp.spec
 
 dist_check_SCRIPTS += tests/python/torch-local.test
 TESTS += tests/python/torch-local.test
-EXTRA_DIST += tests/python/torch_local.py tests/python/tap.py
+EXTRA_DIST += tests/python/torch_local.py tests/python/tap.py \
+	tests/python/trainloop.py
 dist_check_SCRIPTS += tests/python/torch-cuda.test
 TESTS += tests/python/torch-cuda.test
 EXTRA_DIST += tests/python/torch_cuda.py

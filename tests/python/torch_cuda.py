@@ -32,6 +32,7 @@ from resihp import job as rj  # noqa: E402
 from resihp.torch import codec, fixed  # noqa: E402
 from resihp.torch.grads import Gradients  # noqa: E402
 from tap import ok, raises, report  # noqa: E402
+from trainloop import train_with  # noqa: E402
 
 def same_bits(a, b):
     """Bitwise equality of two tensors of one dtype, wherever they are."""
@@ -125,15 +126,7 @@ def batch(step, mb, dev=DEV):
 
 
 def train(tr, model, steps=None):
-    losses = []
-    for step in tr:
-        for mb in step:
-            x, y = batch(step.index, mb)
-            step.backward(F.cross_entropy(model(x), y))
-        losses.append(step.loss)
-        if steps is not None and step.index + 1 >= steps:
-            break
-    return losses
+    return train_with(batch, tr, model, steps)
 
 
 # -- the exchange through the pinned wire ------------------------------------

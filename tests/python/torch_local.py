@@ -9,7 +9,6 @@ import random
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import resihp
 import resihp.torch as rt
@@ -17,6 +16,7 @@ from resihp import job as rj
 from resihp.torch import codec, fixed
 from resihp.torch.state import ReplicaState
 from tap import ok, raises, report
+from trainloop import train_with
 
 def build(seed=1):
     torch.manual_seed(seed)
@@ -34,15 +34,7 @@ def batch(step, mb):
 
 
 def train(tr, model, steps=None):
-    losses = []
-    for step in tr:
-        for mb in step:
-            x, y = batch(step.index, mb)
-            step.backward(F.cross_entropy(model(x), y))
-        losses.append(step.loss)
-        if steps is not None and step.index + 1 >= steps:
-            break
-    return losses
+    return train_with(batch, tr, model, steps)
 
 
 # -- the safe encoding -----------------------------------------------------

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NMAX 1000003
 #define SLACK 64 /* bytes before and after each buffer for offsets, guards */
@@ -323,6 +324,7 @@ int main(void) {
            e != cudaSuccess ? cudaGetErrorString(e) : "none found");
     return 77;
   }
+  alarm(300); /* a GPU that hangs fails the test instead of holding it */
   struct cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
     printf("device 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);

@@ -227,6 +227,7 @@ int main(void) {
     printf("SKIP: no CUDA device\n");
     return 77;
   }
+  alarm(300); /* a GPU that hangs fails the test instead of holding it */
   if (cudaSetDevice(0) != cudaSuccess)
     return 1;
   transport_paths();

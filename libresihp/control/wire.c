@@ -368,6 +368,11 @@ static int split(const char *endpoint, char *host, size_t hcap, char *port,
 }
 
 int resihp__wire_dial(const char *endpoint, int64_t deadline_ms) {
+  return resihp__wire_dial_stoppable(endpoint, deadline_ms, NULL);
+}
+
+int resihp__wire_dial_stoppable(const char *endpoint, int64_t deadline_ms,
+                                const int *stop) {
   char host[256], port[16];
   if (split(endpoint, host, sizeof(host), port, sizeof(port)))
     return RESIHP_EINVAL;
@@ -391,12 +396,13 @@ int resihp__wire_dial(const char *endpoint, int64_t deadline_ms) {
   if (rc < 0) {
     for (;;) {
       int64_t left = deadline_ms - resihp__now_ms();
-      if (left <= 0) {
+      if (left <= 0 || (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE))) {
         close(fd);
-        return RESIHP_ETIMEDOUT;
+        return left <= 0 ? RESIHP_ETIMEDOUT : RESIHP_ECLOSED;
       }
+      int slice = stop ? 50 : 1000;
       struct pollfd p = {.fd = fd, .events = POLLOUT};
-      if (poll(&p, 1, (int)(left > 1000 ? 1000 : left)) > 0)
+      if (poll(&p, 1, (int)(left > slice ? slice : left)) > 0)
         break;
     }
     int err = 0;

@@ -181,6 +181,10 @@ void resihp__wire_hs_stats(const resihp__wire_hs_t *h, long *refused,
 
 /* Non-blocking TCP connect to "host:port" (completes before deadline). */
 int resihp__wire_dial(const char *endpoint, int64_t deadline_ms);
+/* The same, given up (RESIHP_ECLOSED) within 50 ms once *stop is set by
+ * another thread. */
+int resihp__wire_dial_stoppable(const char *endpoint, int64_t deadline_ms,
+                                const int *stop);
 /* Listening socket on host (NULL: any) and port (0: ephemeral);
  * *port_out gets the bound port. */
 int resihp__wire_listen(const char *host, int port, int *port_out);

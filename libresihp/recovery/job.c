@@ -112,7 +112,7 @@ static void stop_hb(resihp_job_t *j) {
 void resihp_job_destroy(resihp_job_t *j) {
   if (!j)
     return;
-  resihp__job_serve_join(j);
+  resihp__job_serve_stop(j);
   stop_hb(j);
   /* a relay waiting for a new coordinator link (job_link.c) waits no more */
   pthread_mutex_lock(&j->send_mu);
@@ -151,6 +151,7 @@ void resihp_job_destroy(resihp_job_t *j) {
     free(j->secret);
   }
   pthread_mutex_destroy(&j->send_mu);
+  pthread_mutex_destroy(&j->serve_mu);
   pthread_cond_destroy(&j->link_cv);
   free(j->hello);
   free(j->pending);
@@ -273,6 +274,8 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
   j->detect_ms = (int)resihp_settings_get(s, RESIHP_SETTING_DETECT_TIMEOUT);
   find_ranks(j);
   pthread_mutex_init(&j->send_mu, NULL);
+  pthread_mutex_init(&j->serve_mu, NULL);
+  j->serve_fd = -1;
   pthread_cond_init(&j->link_cv, NULL);
   j->main_thread = pthread_self();
   pthread_mutex_init(&j->hb_mu, NULL);

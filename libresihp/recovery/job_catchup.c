@@ -26,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 void resihp__job_state_free(resihp_job_t *j) {
   free(j->state);
@@ -114,12 +116,26 @@ static double mbps(size_t bytes, int64_t ms) {
   return (double)bytes / 1e6 / ((ms > 0 ? (double)ms : 0.5) / 1000.0);
 }
 
+/* The serve thread's connection, made visible to resihp__job_serve_stop
+ * (fd >= 0) or taken back before it is closed (fd < 0). */
+static int serve_publish(resihp_job_t *j, int fd) {
+  pthread_mutex_lock(&j->serve_mu);
+  int stopped = fd >= 0 && __atomic_load_n(&j->serve_stop, __ATOMIC_ACQUIRE);
+  j->serve_fd = stopped ? -1 : fd;
+  pthread_mutex_unlock(&j->serve_mu);
+  return stopped;
+}
+
 /* Send the snapshot to one replacement's rank at ep. */
 static int send_one(resihp_job_t *j, const char *ep, const char *dg) {
   int64_t deadline = resihp__now_ms() + 30000;
-  int fd = resihp__wire_dial(ep, deadline);
+  int fd = resihp__wire_dial_stoppable(ep, deadline, &j->serve_stop);
   if (fd < 0)
     return fd;
+  if (serve_publish(j, fd)) {
+    close(fd);
+    return RESIHP_ECLOSED;
+  }
   resihp__wire_t w;
   resihp__wire_init(&w, fd);
   char line[256];
@@ -145,6 +161,7 @@ static int send_one(resihp_job_t *j, const char *ep, const char *dg) {
   size_t lens[1] = {j->state_len};
   if (!rc)
     rc = resihp__wire_seal(&w, parts, lens, 1, deadline);
+  serve_publish(j, -1);
   resihp__wire_free(&w);
   return rc;
 }
@@ -155,7 +172,8 @@ static void *serve_main(void *arg) {
   char dg[65];
   digest_hex(j->snap, j->state_len, dg);
   char *save = NULL;
-  for (char *t = strtok_r(j->serve_to, ",", &save); t;
+  for (char *t = strtok_r(j->serve_to, ",", &save);
+       t && !__atomic_load_n(&j->serve_stop, __ATOMIC_ACQUIRE);
        t = strtok_r(NULL, ",", &save)) {
     char *at = strchr(t, '@');
     if (!at)
@@ -175,16 +193,36 @@ static void *serve_main(void *arg) {
                  j->replica, j->lrank, j->state_len, j->serve_step, t,
                  (long long)ms, mbps(j->state_len, ms));
   }
+  __atomic_store_n(&j->serve_done, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
-void resihp__job_serve_join(resihp_job_t *j) {
-  if (!j->serving)
-    return;
+static void serve_join(resihp_job_t *j) {
   pthread_join(j->serve_thread, NULL);
   j->serving = 0;
   free(j->snap);
   j->snap = NULL;
+}
+
+void resihp__job_serve_reap(resihp_job_t *j) {
+  if (j->serving && __atomic_load_n(&j->serve_done, __ATOMIC_ACQUIRE))
+    serve_join(j);
+}
+
+void resihp__job_serve_stop(resihp_job_t *j) {
+  if (!j->serving)
+    return;
+  __atomic_store_n(&j->serve_stop, 1, __ATOMIC_RELEASE);
+  pthread_mutex_lock(&j->serve_mu);
+  if (j->serve_fd >= 0)
+    shutdown(j->serve_fd, SHUT_RDWR);
+  pthread_mutex_unlock(&j->serve_mu);
+  if (!__atomic_load_n(&j->serve_done, __ATOMIC_ACQUIRE))
+    resihp_log(RESIHP_LOG_INFO, "job",
+               "replica %d: an earlier catch-up served from here is given up "
+               "(its replacement left)",
+               j->replica);
+  serve_join(j);
 }
 
 /* The entries "r.k@ep" of serve whose shard k is this rank's. */
@@ -213,6 +251,7 @@ static char *my_entries(const resihp_job_t *j, const char *serve) {
 }
 
 void resihp__job_serve_start(resihp_job_t *j, const char *serve, long s) {
+  resihp__job_serve_stop(j);
   if (!j->state_len)
     return;
   char *mine = my_entries(j, serve);
@@ -234,6 +273,7 @@ void resihp__job_serve_start(resihp_job_t *j, const char *serve, long s) {
   free(j->serve_to);
   j->serve_to = mine;
   j->serve_step = s - 1;
+  j->serve_stop = j->serve_done = 0;
   if (!pthread_create(&j->serve_thread, NULL, serve_main, j))
     j->serving = 1;
 }
@@ -266,25 +306,33 @@ static int read_into(resihp__wire_t *w, resihp_job_t *j, size_t off, size_t len,
   return 0;
 }
 
-int resihp__job_receive_state(resihp_job_t *j) {
-  int64_t t0 = resihp__now_ms(), deadline = t0 + 30000;
-  int rc = j->shs ? 0
-                  : resihp__wire_hs_create(j->secret, j->secret_len, "state",
-                                           RESIHP__JOB_HS_PENDING,
-                                           RESIHP__JOB_HS_TIMEOUT_MS, &j->shs);
-  resihp__wire_t w;
-  if (rc || (rc = resihp__job_accept_authed(j, j->shs, j->slfd, deadline,
-                                            source_may_be_gone, &w)))
-    return rc;
+/* An offer of another step than the one wanted: refused, the wait goes
+ * on. */
+#define STALE_OFFER 1
+
+/* One offer on an authenticated connection: 0 (received and checked),
+ * STALE_OFFER, or an error. */
+static int receive_offer(resihp_job_t *j, resihp__wire_t *w, long want,
+                         int64_t deadline) {
   char line[256], dg[80], got[65];
   long bytes = -1, step = -1, shard = -1;
-  rc = resihp__wire_recv(&w, line, sizeof(line), deadline);
+  int rc = resihp__wire_recv(w, line, sizeof(line), deadline);
+  if (rc == RESIHP_ECLOSED || rc == RESIHP_EPEER)
+    return STALE_OFFER; /* gone before its offer: a source given up */
+  if (!rc && (resihp__wire_get_long(line, "bytes", &bytes) ||
+              resihp__wire_get_long(line, "step", &step) ||
+              resihp__wire_get_long(line, "shard", &shard) ||
+              resihp__wire_get(line, "sha256", dg, sizeof(dg))))
+    rc = RESIHP_EPROTO;
+  if (!rc && step != want) {
+    resihp_log(RESIHP_LOG_INFO, "job",
+               "replica %d rank %d: an offer of the state of step %ld, not "
+               "%ld (a source still serving an earlier catch-up): refused",
+               j->replica, j->lrank, step, want);
+    return STALE_OFFER;
+  }
   if (!rc &&
-      (resihp__wire_get_long(line, "bytes", &bytes) ||
-       resihp__wire_get_long(line, "step", &step) ||
-       resihp__wire_get_long(line, "shard", &shard) ||
-       resihp__wire_get(line, "sha256", dg, sizeof(dg)) || shard != j->lrank ||
-       bytes < 0 || (size_t)bytes != j->state_len)) {
+      (shard != j->lrank || bytes < 0 || (size_t)bytes != j->state_len)) {
     resihp_log(RESIHP_LOG_ERROR, "job",
                "replica %d rank %d: the state offered (shard %ld, %ld bytes) "
                "is not this rank's (shard %d, %zu bytes): refused",
@@ -293,14 +341,14 @@ int resihp__job_receive_state(resihp_job_t *j) {
   }
   size_t half = j->state_len / 2;
   if (!rc)
-    rc = read_into(&w, j, 0, half, deadline);
+    rc = read_into(w, j, 0, half, deadline);
   int f = resihp__job_catchup_fault(j);
   if (!rc && f >= 0) {
     j->inj_fired[f] = 1;
     resihp__job_fire(j, j->inj[f].kind, RESIHP__INJECT_CATCHUP);
   }
   if (!rc)
-    rc = read_into(&w, j, half, j->state_len - half, deadline);
+    rc = read_into(w, j, half, j->state_len - half, deadline);
   const void **parts = malloc(sizeof(void *) * (size_t)(j->nstate + 1));
   size_t *lens = malloc(sizeof(size_t) * (size_t)(j->nstate + 1));
   if (!rc && (!parts || !lens))
@@ -312,7 +360,7 @@ int resihp__job_receive_state(resihp_job_t *j) {
     lens[i] = j->state[i].bytes;
     resihp__sha256_update(&h, j->state[i].data, j->state[i].bytes);
   }
-  if (!rc && (rc = resihp__wire_unseal(&w, parts, lens, j->nstate, deadline)))
+  if (!rc && (rc = resihp__wire_unseal(w, parts, lens, j->nstate, deadline)))
     resihp_log(RESIHP_LOG_ERROR, "job",
                "replica %d: the state received failed its integrity check "
                "(%s): refused",
@@ -326,6 +374,26 @@ int resihp__job_receive_state(resihp_job_t *j) {
     if (strcmp(got, dg))
       rc = RESIHP_EPROTO;
   }
+  return rc;
+}
+
+int resihp__job_receive_state(resihp_job_t *j, long step) {
+  int64_t t0 = resihp__now_ms(), deadline = t0 + 30000;
+  int rc = j->shs ? 0
+                  : resihp__wire_hs_create(j->secret, j->secret_len, "state",
+                                           RESIHP__JOB_HS_PENDING,
+                                           RESIHP__JOB_HS_TIMEOUT_MS, &j->shs);
+  for (;;) {
+    resihp__wire_t w;
+    if (rc || (rc = resihp__job_accept_authed(j, j->shs, j->slfd, deadline,
+                                              source_may_be_gone, &w)))
+      return rc;
+    rc = receive_offer(j, &w, step, deadline);
+    resihp__wire_free(&w);
+    if (rc != STALE_OFFER)
+      break;
+    rc = 0;
+  }
   if (!rc) {
     int64_t ms = resihp__now_ms() - t0;
     j->catchup_ms = ms;
@@ -335,6 +403,12 @@ int resihp__job_receive_state(resihp_job_t *j) {
                j->replica, j->lrank, step, j->state_len, (long long)ms,
                mbps(j->state_len, ms));
   }
-  resihp__wire_free(&w);
   return rc;
+}
+
+void resihp__job_receive_reset(resihp_job_t *j) {
+  resihp__wire_hs_destroy(j->shs);
+  j->shs = NULL;
+  for (int fd; j->slfd >= 0 && (fd = accept(j->slfd, NULL, NULL)) >= 0;)
+    close(fd);
 }

@@ -134,6 +134,11 @@ struct resihp_job {
   int shape_fixed;  /* sizes announced at join: later lists must match */
   pthread_t serve_thread;
   int serving;
+  /* the serve thread's connection (-1: none), shut down by
+   * resihp__job_serve_stop; serve_mu keeps it from being closed
+   * meanwhile. serve_stop/serve_done: atomics. */
+  pthread_mutex_t serve_mu;
+  int serve_fd, serve_stop, serve_done;
   uint8_t *snap;
   char *serve_to; /* "replica@ep,..." this rank serves */
   long serve_step;
@@ -278,10 +283,24 @@ void resihp__job_state_shape(const resihp_job_t *j, char out[17]);
 /* Digest (16 hex) of a text. */
 void resihp__job_shape_digest(const char *text, char out[17]);
 /* Start serving this rank's shard to the entries of serve for shard lrank
- * ("replica.shard@ep,...") with the state of step s-1. */
+ * ("replica.shard@ep,...") with the state of step s-1; a serve still
+ * running is stopped first (its replacement has left: see
+ * resihp__job_serve_reap). */
 void resihp__job_serve_start(resihp_job_t *j, const char *serve, long s);
-void resihp__job_serve_join(resihp_job_t *j);
-int resihp__job_receive_state(resihp_job_t *j);
+/* A serve that has ended is joined; one still running is left running: its
+ * replacement is in this step's group, so the step cannot end before the
+ * transfer does, unless the replacement left, and a replacement that left
+ * must not hold the survivors up until the transfer's deadline. */
+void resihp__job_serve_reap(resihp_job_t *j);
+/* Stop a serve still running (its connection shut down) and join it. */
+void resihp__job_serve_stop(resihp_job_t *j);
+/* Rank k of a replacement: the state of step `step` for shard k, from the
+ * source the coordinator named; offers of another step (a source still
+ * serving an earlier attempt) are refused and the wait goes on. */
+int resihp__job_receive_state(resihp_job_t *j, long step);
+/* After a catch-up failed: the connections of sources still dialling in
+ * are closed, so that they give up now and not at their deadline. */
+void resihp__job_receive_reset(resihp_job_t *j);
 void resihp__job_state_free(resihp_job_t *j);
 
 /* job_faults.c */

@@ -185,7 +185,7 @@ static int catch_up(resihp_job_t *j, long s) {
                "replica %d: catching up but no state was registered "
                "(resihp_job_set_state_list)",
                j->replica);
-  int rc = resihp__job_receive_state(j);
+  int rc = resihp__job_receive_state(j, s - 1);
   if (rc)
     resihp_log(RESIHP_LOG_WARN, "job",
                "replica %d rank %d: catch-up at step %ld failed (%s)",
@@ -195,6 +195,7 @@ static int catch_up(resihp_job_t *j, long s) {
     return rc;
   if (!failed)
     return 0;
+  resihp__job_receive_reset(j);
   /* leave the groups: the survivors shrink without this replica, and the
    * coordinator admits it again with another source */
   if (j->lrank == 0) {
@@ -461,7 +462,7 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
                "resihp_job_begin_step: step %ld was not ended", j->step);
     return RESIHP_ESTATE;
   }
-  resihp__job_serve_join(j);
+  resihp__job_serve_reap(j);
   memset(st, 0, sizeof(*st));
   int rc = j->probe_rc;
   j->probe_rc = 0;

@@ -127,6 +127,12 @@ tests_unit_test_job_failover_SOURCES = tests/unit/test_job_failover.c \
 tests_unit_test_job_failover_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_job_failover_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_job_failover
+
+check_PROGRAMS += tests/unit/test_catchup_serve
+tests_unit_test_catchup_serve_SOURCES = tests/unit/test_catchup_serve.c
+tests_unit_test_catchup_serve_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_catchup_serve_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_catchup_serve
 endif
 
 dist_check_SCRIPTS += tests/integration/recovery.test \

@@ -236,6 +236,10 @@ struct resihp__coord {
    * in the ledger (coord_schedule.c) */
   resihp__costplan_t cplan;
   int cplan_have;
+  /* the plan as START carries it, the same for every member: written
+   * once (cplan_text_ok), not once per member, which was O(N) each */
+  resihp__wire_buf_t cplan_text;
+  int cplan_text_ok;
   int *fown;
   long fown_at;
   int fown_n, fown_cap;

@@ -247,6 +247,7 @@ void resihp__coord_send_go(resihp__coord_t *c) {
     c->go_epoch = c->epoch;
   memcpy(c->last_list, c->members, sizeof(int) * (size_t)c->nmembers);
   c->nlast = c->nmembers;
+  c->cplan_text_ok = 0; /* "cby=list" names this list */
   resihp__coord_dirty(c);
   /* each line is hashed once for all its recipients (wire.h) */
   uint8_t dwhole[RESIHP__SHA256_LEN], ddelta[RESIHP__SHA256_LEN];

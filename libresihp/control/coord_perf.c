@@ -142,6 +142,8 @@ void resihp__coord_perf_free(resihp__coord_t *c) {
   c->fown_n = 0;
   resihp__costplan_free(&c->cplan);
   c->cplan_have = 0;
+  resihp__wire_buf_free(&c->cplan_text);
+  c->cplan_text_ok = 0;
   c->rank_slow = c->cost = NULL;
   c->wl = NULL;
   c->pick = NULL;
@@ -258,6 +260,7 @@ int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc) {
   int have = c->det && c->o.assign == RESIHP_ASSIGN_COST &&
              assign_by_cost(c, contrib, nc);
   c->cplan_have = have;
+  c->cplan_text_ok = 0;
   if (!have) {
     /* without costs, counts by speed (contiguous blocks) */
     double *slow = c->rslow; /* even ignores them */

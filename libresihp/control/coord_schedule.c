@@ -149,8 +149,18 @@ static void build_start(resihp__coord_t *c, int r, resihp__wire_buf_t *b) {
     resihp__wire_buf_printf(b, " wl=1");
   if (c->start_run)
     resihp__wire_buf_printf(b, " run=1");
-  if (resihp__coord_cost_run(c))
-    resihp__costplan_put(b, &c->cplan, c->last_list, c->nlast);
+  if (resihp__coord_cost_run(c)) {
+    if (!c->cplan_text_ok) {
+      resihp__wire_buf_free(&c->cplan_text);
+      resihp__wire_buf_init(&c->cplan_text);
+      resihp__costplan_put(&c->cplan_text, &c->cplan, c->last_list, c->nlast);
+      c->cplan_text_ok = !c->cplan_text.err;
+    }
+    if (c->cplan_text.err)
+      b->err = c->cplan_text.err;
+    else
+      resihp__wire_buf_printf(b, "%s", c->cplan_text.s);
+  }
   if (c->start_run && c->o.save_every > 0)
     resihp__wire_buf_printf(b, " until=%ld",
                             resihp__coord_next_save(c, c->start_at));

@@ -64,23 +64,52 @@ static void put_fig(resihp__wire_buf_t *b, double v, int first) {
                           (unsigned long long)u);
 }
 
+static size_t digits(int v) {
+  size_t n = 1;
+  for (; v >= 10; v /= 10)
+    n++;
+  return n;
+}
+
+/* The multipliers: "1" when all are 1; the few that are not as
+ * "sPOS.X:POS.X" (positions ascending) when that is shorter; else all of
+ * them, "X:X:...". Most replicas are not slow, so a plan with one slow
+ * replica stays O(1) bytes, not O(N). */
+static void put_slow(resihp__wire_buf_t *b, const resihp__costplan_t *p) {
+  size_t sparse = 0, dense = (size_t)p->nc * (FIG + 1);
+  for (int i = 0; i < p->nc; i++)
+    if (p->slow[i] != 1.0)
+      sparse += digits(i) + 1 + FIG + 1;
+  if (!sparse) {
+    resihp__wire_buf_printf(b, "1");
+    return;
+  }
+  if (sparse >= dense) {
+    for (int i = 0; i < p->nc; i++)
+      put_fig(b, p->slow[i], !i);
+    return;
+  }
+  resihp__wire_buf_printf(b, "s");
+  for (int i = 0, first = 1; i < p->nc; i++)
+    if (p->slow[i] != 1.0) {
+      resihp__wire_buf_printf(b, "%s%d.", first ? "" : ":", i);
+      put_fig(b, p->slow[i], 1);
+      first = 0;
+    }
+}
+
 void resihp__costplan_put(resihp__wire_buf_t *b, const resihp__costplan_t *p,
                           const int *list, int nlist) {
-  int as_list = list && nlist == p->nc, ones = 1;
+  int as_list = list && nlist == p->nc;
   for (int i = 0; as_list && i < p->nc; i++)
     as_list = p->contrib[i] == list[i];
-  for (int i = 0; ones && i < p->nc; i++)
-    ones = p->slow[i] == 1.0;
   resihp__wire_buf_printf(b, " cby=");
   if (as_list)
     resihp__wire_buf_printf(b, "list");
   else
     resihp__wire_buf_ints(b, p->contrib, p->nc);
   resihp__wire_buf_printf(b, " cslow=");
-  if (ones)
-    resihp__wire_buf_printf(b, "1");
-  for (int i = 0; !ones && i < p->nc; i++)
-    put_fig(b, p->slow[i], !i);
+  put_slow(b, p);
   resihp__wire_buf_printf(b, " cmod=");
   for (int k = 0; k < p->K; k++) {
     const resihp_model_t *m = &p->model[k];
@@ -92,25 +121,56 @@ void resihp__costplan_put(resihp__wire_buf_t *b, const resihp__costplan_t *p,
   }
 }
 
-/* n figures "X:X:..." of exactly FIG lowercase hex digits, all finite. */
+/* One figure of exactly FIG lowercase hex digits at *s, finite; *s moves
+ * past it. */
+static int parse_fig(const char **s, double *out) {
+  uint64_t u = 0;
+  for (int d = 0; d < FIG; d++, (*s)++) {
+    char c = **s;
+    int v = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                   : -1;
+    if (v < 0)
+      return RESIHP_EPROTO;
+    u = u << 4 | (uint64_t)v;
+  }
+  memcpy(out, &u, sizeof(u));
+  return isfinite(*out) ? 0 : RESIHP_EPROTO;
+}
+
+/* n figures "X:X:...", all finite. */
 static int parse_figs(const char *s, double *out, int n) {
   for (int i = 0; i < n; i++) {
-    uint64_t u = 0;
-    for (int d = 0; d < FIG; d++, s++) {
-      int v = *s >= '0' && *s <= '9'   ? *s - '0'
-              : *s >= 'a' && *s <= 'f' ? *s - 'a' + 10
-                                       : -1;
-      if (v < 0)
-        return RESIHP_EPROTO;
-      u = u << 4 | (uint64_t)v;
-    }
-    if (*s != (i + 1 < n ? ':' : '\0'))
+    if (parse_fig(&s, &out[i]) || *s != (i + 1 < n ? ':' : '\0'))
       return RESIHP_EPROTO;
     s += i + 1 < n;
-    memcpy(&out[i], &u, sizeof(u));
-    if (!isfinite(out[i]))
-      return RESIHP_EPROTO;
   }
+  return 0;
+}
+
+/* The multipliers of n contributors as put_slow writes them. */
+static int parse_slow(const char *s, double *out, int n) {
+  if (!strcmp(s, "1") || *s == 's')
+    for (int i = 0; i < n; i++)
+      out[i] = 1.0;
+  if (!strcmp(s, "1"))
+    return 0;
+  if (*s != 's')
+    return parse_figs(s, out, n);
+  long prev = -1;
+  s++;
+  do {
+    char *end;
+    if (*s < '0' || *s > '9')
+      return RESIHP_EPROTO;
+    long pos = strtol(s, &end, 10);
+    if (pos <= prev || pos >= n || *end != '.')
+      return RESIHP_EPROTO; /* not ascending, past the end */
+    s = end + 1;
+    if (parse_fig(&s, &out[pos]) || (*s && *s != ':'))
+      return RESIHP_EPROTO;
+    prev = pos;
+  } while (*s && *s++ == ':');
   return 0;
 }
 
@@ -154,14 +214,8 @@ int resihp__costplan_parse(const char *msg, int max_id, resihp__costplan_t *p,
       goto out; /* twice, or past the bound */
     p->contrib[i] = ids[i];
   }
-  if (resihp__wire_get(msg, "cslow", v, cap))
+  if (resihp__wire_get(msg, "cslow", v, cap) || parse_slow(v, p->slow, n))
     goto out;
-  if (!strcmp(v, "1")) {
-    for (int i = 0; i < n; i++)
-      p->slow[i] = 1.0;
-  } else if (parse_figs(v, p->slow, n)) {
-    goto out;
-  }
   for (int i = 0; i < n; i++)
     if (!(p->slow[i] >= 1))
       goto out;

@@ -36,8 +36,10 @@ void resihp__costplan_free(resihp__costplan_t *p);
  * the 16 hex digits of its IEEE-754 bits (so the receiver gets the same
  * bits), the K models' theta[0..3], n0, k0, t0 in shard order. list: the
  * member list the receiver holds (NULL: none); contributors equal to it
- * are sent as "cby=list", and multipliers that are all 1 as "cslow=1",
- * so that a START stays O(K) bytes, not O(N), and N of them O(N). */
+ * are sent as "cby=list", multipliers that are all 1 as "cslow=1", and
+ * the few that are not as "cslow=sPOS.X:POS.X" (contributor positions,
+ * ascending; the others 1), so that a START stays O(K + slow replicas)
+ * bytes, not O(N), and N of them O(N). */
 void resihp__costplan_put(resihp__wire_buf_t *b, const resihp__costplan_t *p,
                           const int *list, int nlist);
 

@@ -33,7 +33,9 @@ TESTS += tests/fuzz/fuzz_costplan
 EXTRA_DIST += tests/fuzz/corpus-costplan/k1-three \
 	tests/fuzz/corpus-costplan/k2-slow tests/fuzz/corpus-costplan/nan \
 	tests/fuzz/corpus-costplan/twice tests/fuzz/corpus-costplan/upper \
-	tests/fuzz/corpus-costplan/slow-below-1
+	tests/fuzz/corpus-costplan/slow-below-1 \
+	tests/fuzz/corpus-costplan/members-list \
+	tests/fuzz/corpus-costplan/sparse-slow
 
 # The keeper: the process that outlives the coordinator (keeper.h).
 libresihp_libresihp_internal_la_SOURCES += \
@@ -69,4 +71,11 @@ tests_unit_test_coord_fault_order_SOURCES = \
 tests_unit_test_coord_fault_order_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_coord_fault_order_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_coord_fault_order
+
+# The cost plan's multipliers: one slow replica of 10,000 is a short line.
+check_PROGRAMS += tests/unit/test_costplan
+tests_unit_test_costplan_SOURCES = tests/unit/test_costplan.c
+tests_unit_test_costplan_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_costplan_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_costplan
 endif

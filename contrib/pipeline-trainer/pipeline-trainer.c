@@ -706,7 +706,12 @@ static int run_job(const cfg_t *c) {
       goto out;
     }
     double loss = stage_apply(&st, ss.step);
-    resihp_job_end_step(job);
+    if ((rc = resihp_job_end_step(job))) {
+      /* a stage of this replica died after the exchange */
+      fprintf(stderr, "%sstep %ld: the step's end failed: %s; leaving\n", who,
+              ss.step, resihp_strerror(rc));
+      goto out;
+    }
     done_steps++;
     if (!c->quiet && k == K - 1 && c->print_every > 0 &&
         (ss.step % c->print_every == 0 || ss.step == c->steps - 1))

@@ -232,7 +232,12 @@ static int run_resilient(model_t *m) {
     }
     t_ar += trainer_now_s() - t;
     double loss = apply(m, st.step, fb);
-    resihp_job_end_step(job);
+    if ((rc = resihp_job_end_step(job))) {
+      fprintf(stderr, "[replica %d] step %ld: the step's end failed: %s\n", me,
+              st.step, resihp_strerror(rc));
+      resihp_job_destroy(job);
+      return 1;
+    }
     done_steps++;
     if (!c->quiet && c->print_every > 0 &&
         (st.step % c->print_every == 0 || st.step == c->steps - 1))

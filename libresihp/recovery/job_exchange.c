@@ -130,6 +130,8 @@ int resihp_job_allreduce_as(resihp_job_t *j, void *buf, size_t count,
   if (!j || (!buf && count) || !esz ||
       (op != RESIHP_OP_SUM && op != RESIHP_OP_AVG))
     return RESIHP_EINVAL;
+  if (j->replica_lost)
+    return j->replica_lost;
   if (!j->in_step || !j->comm)
     return RESIHP_ESTATE;
   if (count > SIZE_MAX / esz)

@@ -171,6 +171,9 @@ struct resihp_job {
    * base of the next GO's delta; NULL: none held) */
   char (*member_eps)[RESIHP__JOB_EP_MAX];
   int recovered;
+  /* a rank of this replica is gone: the replica has left its groups, and
+   * begin_step and the exchange return this from now on */
+  int replica_lost;
   int probe_rc;
   int perf_due;
   int64_t last_perf_ms, last_prog_ms;
@@ -238,8 +241,14 @@ int resihp__job_send_up(resihp_job_t *j, const char *line);
  * job_faults.c. */
 int resihp__job_tell(resihp_job_t *j, const char *line);
 /* Element-wise sum of v[0..n) over the replica's ranks (exact): how the K
- * ranks agree. Returns RESIHP_EPEER when a rank of the replica failed. */
+ * ranks agree. Returns RESIHP_EPEER when a rank of the replica failed;
+ * then this rank has left its shard group (resihp__job_replica_lost). */
 int resihp__job_replica_sum(resihp_job_t *j, int64_t *v, size_t n);
+void resihp__job_replica_lost(resihp_job_t *j);
+/* Tests: called at a free-run boundary of step `step` between the shard
+ * group's vote and the replica's (where a rank's death leaves its replica
+ * out of step with the others). */
+extern void (*resihp__job_boundary_hook)(long step);
 void resihp__job_relay_stop(resihp_job_t *j);
 /* Leader: mine, then every other rank's finish result, "/"-separated. */
 int resihp__job_results(resihp_job_t *j, const char *mine,

@@ -362,9 +362,23 @@ int resihp__job_replica_sum(resihp_job_t *j, int64_t *v, size_t n) {
                "replica %d rank %d: a rank of this replica failed (%s): the "
                "replica leaves the job",
                j->replica, j->lrank, resihp_strerror(rc));
+    resihp__job_replica_lost(j);
     return RESIHP_EPEER;
   }
   return 0;
+}
+
+/* Leave the shard group now rather than when the caller exits: its other
+ * members see the links close and recover without this replica at once.
+ * A caller that went on after a failed end_step (its code not checked)
+ * used to wait in begin_step for the coordinator while the others waited
+ * in the next exchange for it, alive and heartbeating: the job stood
+ * still. The replica communicator stays (the caller may hold it). */
+void resihp__job_replica_lost(resihp_job_t *j) {
+  j->replica_lost = RESIHP_EPEER;
+  j->run = 0;
+  resihp_comm_destroy(j->comm);
+  j->comm = NULL;
 }
 
 /* ---- the leader's relay thread --------------------------------------- */

@@ -376,6 +376,8 @@ void resihp__job_put_owners(const resihp_job_t *j, resihp__wire_buf_t *b,
                         (int)(n - from) * M);
 }
 
+void (*resihp__job_boundary_hook)(long step);
+
 int resihp__job_free_boundary(resihp_job_t *j) {
   if (!j->run)
     return 0;
@@ -411,6 +413,8 @@ int resihp__job_free_boundary(resihp_job_t *j) {
     }
     v[0] = v[1] = 1;
   }
+  if (resihp__job_boundary_hook)
+    resihp__job_boundary_hook(j->step);
   if ((rc = resihp__job_replica_sum(j, v, 2)))
     return rc;
   j->run = v[0] == 0;
@@ -464,6 +468,8 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
   }
   resihp__job_serve_reap(j);
   memset(st, 0, sizeof(*st));
+  if (j->replica_lost)
+    return j->replica_lost;
   int rc = j->probe_rc;
   j->probe_rc = 0;
   if (rc)

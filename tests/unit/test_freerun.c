@@ -15,6 +15,7 @@
 #include "config.h"
 
 #include "../../libresihp/control/coordinator.h"
+#include "../../libresihp/recovery/job_internal.h"
 #include "../../libresihp/transport/mesh.h"
 #include "rank_group.h"
 #include "train_model.h"
@@ -52,6 +53,11 @@ typedef struct {
   /* ... which fails for step wl_fail_step on replica wl_fail_r's ranks */
   int wl_fail_r;
   long wl_fail_step;
+  /* replica lost_r's rank 1 dies at the boundary after step lost_step,
+   * between the shard group's vote and the replica's; its rank 0 goes on
+   * without checking end_step's result (-1: nobody) */
+  int lost_r;
+  long lost_step;
 } plan_t;
 
 static char g_secret[128], g_coord[64];
@@ -78,6 +84,13 @@ static int flaky_workload(long s, int mb, double *tokens, double *sum_l2,
   return tm_workload(s, mb, tokens, sum_l2, nseq, NULL);
 }
 
+/* At the boundary of step g_lost_step: this rank dies (see plan_t). */
+static long g_lost_step = -1;
+static void die_at_boundary(long step) {
+  if (step == g_lost_step)
+    raise(SIGKILL);
+}
+
 static int rank_main(const plan_t *p, int replica) {
   resihp_job_opts_t o;
   uint64_t m[NB] = {0};
@@ -90,6 +103,10 @@ static int rank_main(const plan_t *p, int replica) {
   if (p->cost && resihp_job_set_workload_fn(job, flaky_workload, (void *)p))
     return 14;
   int sh = resihp_job_shard(job);
+  if (replica == p->lost_r && sh == 1) {
+    g_lost_step = p->lost_step;
+    resihp__job_boundary_hook = die_at_boundary;
+  }
   resihp_job_step_t st;
   int rc;
   while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
@@ -97,7 +114,9 @@ static int rank_main(const plan_t *p, int replica) {
       hook(p);
     if (tm_step_wl(job, &st, sh, m, g_compute_us, p->cost))
       return 11;
-    if (resihp_job_end_step(job))
+    /* a trainer that does not check end_step's result goes on to
+     * begin_step, which must then fail rather than wait */
+    if (resihp_job_end_step(job) && replica != p->lost_r)
       return 12;
   }
   if (rc)
@@ -225,8 +244,12 @@ static void run(const plan_t *p, on_hook_fn on_hook, outcome_t *out) {
 /* R replicas of K ranks for `steps` steps; replica hook_r waits at the
  * start of hook_step for the test (-1: no hook). */
 static plan_t plan(int R, int K, long steps, int hook_r, long hook_step) {
-  plan_t p = {
-      .R = R, .K = K, .steps = steps, .hook_r = hook_r, .wl_fail_r = -1};
+  plan_t p = {.R = R,
+              .K = K,
+              .steps = steps,
+              .hook_r = hook_r,
+              .wl_fail_r = -1,
+              .lost_r = -1};
   p.hook_step = hook_step;
   p.hook_wait = hook_r >= 0;
   return p;
@@ -298,6 +321,25 @@ START_TEST(kill_in_free_run) {
                 o.lost_at[1], o.owned[1]);
   ck_assert_int_eq(o.owned[0], 30);
   ck_assert_int_eq(o.owned[2], 30);
+}
+END_TEST
+
+/* Replica 1's rank 1 dies at a free-run boundary after its shard group
+ * voted to go on and before its replica's sum; its rank 0, which goes on
+ * without checking end_step, must not hold the others up: they were left
+ * waiting in the next exchange for it (alive, heartbeating) while it
+ * waited in begin_step for the coordinator, and the job stood still. It
+ * leaves its group at once now; the other two replicas finish. */
+START_TEST(rank_lost_at_boundary) {
+  plan_t p = plan(3, 2, 30, -1, 0);
+  p.lost_r = 1;
+  p.lost_step = 6;
+  outcome_t o;
+  run(&p, no_hook, &o);
+  expect_result(&o, p.K, 30, 2);
+  ck_assert_int_eq(o.owned[0], 30);
+  ck_assert_int_eq(o.owned[2], 30);
+  ck_assert_msg(o.owned[1] <= 8, "replica 1 owned %ld steps", o.owned[1]);
 }
 END_TEST
 
@@ -508,6 +550,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 240);
   tcase_add_loop_test(tc, lines_do_not_grow_with_steps, 0, 2);
   tcase_add_loop_test(tc, kill_in_free_run, 0, 2);
+  tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);
   tcase_add_loop_test(tc, cost_lines_do_not_grow_with_steps, 0, 2);

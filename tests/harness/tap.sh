@@ -91,6 +91,24 @@ steps_at_least() {
   return 1
 }
 
+# settle_nodes: before a job that needs every node. A node still completing
+# the last job's steps is waited for (120 s at most); one that Slurm drained
+# because a step did not end in time ("Kill task failed") is put back, with
+# a diag line. Seen here under load, rarely: a slurmstepd that reaped a
+# SIGKILLed task only at UnkillableStepTimeout (60 s); its node, drained,
+# then held every later allocation of the test pending until its timeout.
+settle_nodes() {
+  local i n
+  for ((i = 0; i < 1200; i++)); do
+    [ -z "$(sinfo -h -N -t completing -o %N)" ] && break
+    sleep 0.1
+  done
+  for n in $(sinfo -h -N -t drain -o '%N %E' | awk '/Kill task failed/ {print $1}' | sort -u); do
+    diag "node $n was drained by Slurm ($(sinfo -h -N -n "$n" -o %E | head -n 1)): resumed"
+    scontrol update nodename="$n" state=resume
+  done
+}
+
 # revive_nodes: every node whose slurmd is gone (a kill-node) started
 # again; returns once all NNODES are idle (60 s at most)
 revive_nodes() {

@@ -194,6 +194,17 @@ static int compare(struct bufs *B, size_t off, size_t len, size_t esize,
   return 0;
 }
 
+/* A kernel's return code, then its output at off (len bytes of esize-byte
+ * elements, guards included) against the CPU reference. */
+static int outcome(struct bufs *B, int rc, size_t off, size_t len, size_t esize,
+                   const char *what) {
+  if (rc) {
+    fprintf(stderr, "%s: %s\n", what, resihp_strerror(rc));
+    return 0;
+  }
+  return fetch(B, off, len) && compare(B, off, len, esize, what);
+}
+
 static const int dtypes[] = {RESIHP_FLOAT32, RESIHP_FLOAT64, RESIHP_BFLOAT16};
 static const char *const dtype_names[] = {"float32", "bfloat16", "float64"};
 static const int fracs[] = {0, 16, 32, 40};
@@ -221,11 +232,7 @@ static int test_from(struct bufs *B) {
             return 0;
           int rc = resihp__fixed_from_device((int64_t *)(void *)(B->d_out + so),
                                              B->d_in + si, n, dt, f, B->stream);
-          if (rc) {
-            fprintf(stderr, "%s: %s\n", what, resihp_strerror(rc));
-            return 0;
-          }
-          if (!fetch(B, so, 8 * n) || !compare(B, so, 8 * n, 8, what))
+          if (!outcome(B, rc, so, 8 * n, 8, what))
             return 0;
         }
   return 1;
@@ -263,11 +270,7 @@ static int test_to(struct bufs *B) {
             int rc = resihp__fixed_to_device(
                 B->d_out + so, (const int64_t *)(void *)(B->d_in + si), n, dt,
                 f, div, B->stream);
-            if (rc) {
-              fprintf(stderr, "%s: %s\n", what, resihp_strerror(rc));
-              return 0;
-            }
-            if (!fetch(B, so, es * n) || !compare(B, so, es * n, es, what))
+            if (!outcome(B, rc, so, es * n, es, what))
               return 0;
           }
   return 1;
@@ -306,11 +309,7 @@ static int test_add(struct bufs *B) {
             (int64_t *)(void *)(B->d_out + so),
             (const int64_t *)(const void *)a,
             (const int64_t *)(void *)(B->d_b + bo), n, B->stream);
-        if (rc) {
-          fprintf(stderr, "%s: %s\n", what, resihp_strerror(rc));
-          return 0;
-        }
-        if (!fetch(B, so, 8 * n) || !compare(B, so, 8 * n, 8, what))
+        if (!outcome(B, rc, so, 8 * n, 8, what))
           return 0;
       }
   return 1;

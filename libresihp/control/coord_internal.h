@@ -72,8 +72,12 @@ typedef struct {
   int expected;      /* the launcher started a replacement, not admitted yet */
   /* fail-slow (coord_perf.c): time multiplier now (1 = healthy), since
    * which step, steps slow in a row and in all, episodes, the worst
-   * factor, microbatches in the last step, swapped for a spare (step) */
-  double slow, worst_slow;
+   * factor, microbatches in the last step, swapped for a spare (step);
+   * the multiplier the current step's assignment used (run_slow: a free
+   * run goes on while slow stays near it), a boundary asked to swap it
+   * since its factor last moved (swap_held: asked once) */
+  double slow, worst_slow, run_slow;
+  int swap_held;
   long slow_since, slow_steps, slow_total, slow_episodes;
   int quota;
   long swapped_at;
@@ -198,6 +202,10 @@ struct resihp__coord {
   long long *tuples; /* M*5: one parsed PERF or WL list */
   char *val;         /* one PERF or WL list as received */
   long samples, costed, swaps;
+  /* steps started by a START (the others ran free); a member slow long
+   * enough for a swap in a free run (coord_perf.c: a boundary may be due) */
+  long starts;
+  int swap_due;
   /* free-running (coord_schedule.c): HOLD sent in this run; protocol
    * lines received and sent but heartbeats, and of those received the
    * time-based reports (PROG, PERF); a member turned slow in the run
@@ -293,7 +301,8 @@ int resihp__coord_take_owners(resihp__coord_t *c, const char *msg);
  * of step s become the step's; 0, or RESIHP_EPROTO if they are unknown. */
 int resihp__coord_cost_owners_of(resihp__coord_t *c, long s);
 /* Free run: whether the coordinator needs the next boundary (a stop, a
- * joiner, an expected replacement, a slow member), and HOLD, once. */
+ * joiner, an expected replacement, a member whose speed moved away from
+ * the run's: resihp__coord_slow_moved), and HOLD, once. */
 int resihp__coord_hold_needed(const resihp__coord_t *c);
 void resihp__coord_hold(resihp__coord_t *c, const char *why);
 
@@ -311,7 +320,15 @@ void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg);
 void resihp__coord_on_wl(resihp__coord_t *c, int k, int r, const char *msg);
 int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc);
 void resihp__coord_perf_commit(resihp__coord_t *c);
+/* At a step boundary: a member slow long enough to swap, if a swap pays
+ * back and a spare is there; -1 if none (logged when one is picked). */
 int resihp__coord_pick_swap(resihp__coord_t *c);
+/* In a free run, after commits: HOLD when a member has become worth a
+ * swap (once per member until its factor moves). */
+void resihp__coord_hold_for_swap(resihp__coord_t *c);
+/* Whether replica p's multiplier moved far enough from the one its
+ * assignment used to need a step boundary. */
+int resihp__coord_slow_moved(const rep_t *p);
 
 /* coord_spares.c */
 void resihp__coord_on_spare(resihp__coord_t *c, int k, const char *msg);

@@ -29,6 +29,9 @@
  * the steps left and the launcher has a spare: it is failed with a reason
  * the summary shows, so the launcher relaunches it on a spare exactly as
  * after a crash; no microbatch is lost (the boundary is between steps).
+ * Free-running there is no boundary to do it at: once a member has been
+ * slow that long and a swap would be picked, the run is held for it, once
+ * per member until its factor moves (resihp__coord_hold_for_swap).
  *
  * Cost per step: O(samples) to record, O(M log M + M R) to assign. What a
  * rank says is bounded (at most M samples of one of the last two steps,
@@ -79,9 +82,12 @@ static void on_event(int rank, resihp_health_state_t prev,
   /* a new episode, or its end, is news; a factor that moves is not */
   int news = (f > 1) != (p->slow > 1) || f > 1.25 * p->slow;
   p->slow = f;
+  if (news)
+    p->swap_held = 0; /* worth asking about a swap again */
   /* free-running, its quota must change: HOLD once the samples are in
-   * (coord_protocol.c) */
-  if (f > 1 && c->phase == P_FREE && resihp__coord_is_member(c, r))
+   * (coord_protocol.c); a factor that stays near the run's goes on */
+  if (c->phase == P_FREE && resihp__coord_is_member(c, r) &&
+      resihp__coord_slow_moved(p))
     c->hold_slow = 1;
   if (f > 1)
     logc(news ? RESIHP_LOG_WARN : RESIHP_LOG_DEBUG,
@@ -121,7 +127,7 @@ int resihp__coord_perf_init(resihp__coord_t *c) {
     resihp_detector_set_stage(c->det, i, i % c->K);
   }
   for (int r = 0; r < c->R; r++)
-    c->reps[r].slow = 1.0;
+    c->reps[r].slow = c->reps[r].run_slow = 1.0;
   c->wl_step = -1;
   return 0;
 }
@@ -163,6 +169,16 @@ void resihp__coord_perf_reset(resihp__coord_t *c, int r) {
   if (c->reps[r].slow > 1 && c->o.on_health)
     c->o.on_health(c->o.ud, r, 0, "replaced", 1.0, c->step);
   c->reps[r].slow = 1.0;
+  c->reps[r].swap_held = 0;
+}
+
+/* Hysteresis: a slowdown that starts or ends, or a factor a quarter off
+ * the run's either way. A factor that wobbles around its value (the
+ * detector's estimate moves with every few samples) keeps the run going;
+ * the next boundary for another reason uses the newest. */
+int resihp__coord_slow_moved(const rep_t *p) {
+  return (p->slow > 1) != (p->run_slow > 1) || p->slow > 1.25 * p->run_slow ||
+         p->run_slow > 1.25 * p->slow;
 }
 
 /* PERF [k=K] step=S s=mb:us:tokens:l2:nseq,... */
@@ -297,12 +313,31 @@ void resihp__coord_perf_commit(resihp__coord_t *c) {
     rep_t *p = &c->reps[c->members[i]];
     p->slow_steps = p->slow > 1 ? p->slow_steps + 1 : 0;
     p->slow_total += p->slow > 1;
+    /* a free run has no boundary at which to swap: one may be due */
+    if (c->phase == P_FREE && p->slow_steps >= SWAP_AFTER_STEPS &&
+        !p->swap_held)
+      c->swap_due = 1;
   }
 }
 
-/* At a step boundary: a member slow long enough to swap, if a swap pays
- * back and a spare is there; -1 if none. */
-int resihp__coord_pick_swap(resihp__coord_t *c) {
+/* The mean time of the last steps, up to 8 (s; 0 if unknown). One step
+ * alone may read 0 ms: a free run's steps are spread evenly over the time
+ * between its reports, in whole ms. */
+static double recent_step_s(const resihp__coord_t *c) {
+  long last = c->step - 1, first = last;
+  while (first > c->base_step && last - first < 8 && c->start_ms[first - 1])
+    first--;
+  if (first >= last || !c->start_ms[last])
+    return 0;
+  return (double)(c->start_ms[last] - c->start_ms[first]) / 1000.0 /
+         (double)(last - first);
+}
+
+/* The member most worth swapping for a spare now, its gain into *gain_out; -1
+ * if none. for_hold: in a free run, leave out members a boundary was
+ * already asked for. */
+static int swap_candidate(const resihp__coord_t *c, int for_hold,
+                          double *gain_out) {
   int pick = -1;
   double best = 0;
   if (!(c->o.swap_cost_s >= 0) || !c->o.spare_free || c->step < 2 ||
@@ -312,13 +347,12 @@ int resihp__coord_pick_swap(resihp__coord_t *c) {
     if (c->reps[r].expected ||
         (c->reps[r].state == R_MEMBER && c->reps[r].catching))
       return -1; /* one change at a time */
-  /* the last step's time is the absorbed one: back to the healthy time */
-  double last_s =
-      (double)(c->start_ms[c->step - 1] - c->start_ms[c->step - 2]) / 1000.0;
+  /* the last steps' time is the absorbed one: back to the healthy time */
+  double last_s = recent_step_s(c);
   for (int i = 0; i < c->nmembers; i++) {
     int r = c->members[i];
-    rep_t *p = &c->reps[r];
-    if (p->slow_steps < SWAP_AFTER_STEPS)
+    const rep_t *p = &c->reps[r];
+    if (p->slow_steps < SWAP_AFTER_STEPS || (for_hold && p->swap_held))
       continue;
     int n = c->nmembers;
     double healthy = last_s * (n - 1 + 1 / p->slow) / n;
@@ -329,13 +363,32 @@ int resihp__coord_pick_swap(resihp__coord_t *c) {
       pick = r;
     }
   }
+  *gain_out = best;
+  return pick;
+}
+
+int resihp__coord_pick_swap(resihp__coord_t *c) {
+  double gain;
+  int pick = swap_candidate(c, 0, &gain);
   if (pick >= 0)
     logc(RESIHP_LOG_WARN,
          "replica %d slow x%.2f for %ld steps: a spare saves %.3g s over the "
          "%ld steps left",
-         pick, c->reps[pick].slow, c->reps[pick].slow_steps, best,
+         pick, c->reps[pick].slow, c->reps[pick].slow_steps, gain,
          c->S - c->step);
   return pick;
+}
+
+void resihp__coord_hold_for_swap(resihp__coord_t *c) {
+  if (!c->swap_due || c->phase != P_FREE)
+    return;
+  c->swap_due = 0;
+  double gain;
+  int r = swap_candidate(c, 1, &gain);
+  if (r < 0)
+    return; /* asked again after the next commit (a spare may come) */
+  c->reps[r].swap_held = 1;
+  resihp__coord_hold(c, "a slow member is worth a spare");
 }
 
 int resihp__coord_replica_speed(const resihp__coord_t *c, int r, double *slow,

@@ -14,7 +14,7 @@
  * one, and the ledger file, if any, gets its owners.
  *
  * Free-running. When nothing is pending that needs a boundary (nobody
- * joins or catches up, no stop, no slow member, not the last step, and an
+ * joins or catches up, no stop, not the last step, and an
  * assignment the members can make themselves: the same from step to step,
  * or by predicted cost when this step's was, see below), START says run=1:
  * the members go on step after step and say nothing (see
@@ -24,10 +24,15 @@
  * (resihp__coord_free_to): PROG step=t (about once a second), PERF of a
  * step, FAULT, RECOVER step=t (the step is then recovered as usual, in
  * P_RUN) and BEGIN step=t, which ends the run. When the coordinator needs
- * a boundary (a joiner, an expected replacement, a stop, a member's death
- * or slowness) it says HOLD once to every member (resihp__coord_hold):
- * the members agree to say BEGIN at the end of the step in which one of
- * them heard it.
+ * a boundary (a joiner, an expected replacement, a stop, a member's death,
+ * a member whose speed moved away from the one the run's assignment used,
+ * a slow member worth a spare) it says HOLD once to every member
+ * (resihp__coord_hold): the members agree to say BEGIN at the end of the
+ * step in which one of them heard it. A slow member does not hold a run by
+ * itself: the run's assignment already gives it fewer microbatches (its
+ * multiplier is in the plan, or in its count), so a job in which some
+ * replica is always slow still runs free; only a change does
+ * (resihp__coord_slow_moved, with hysteresis).
  *
  * Free-running by cost. The START of such a run carries its plan
  * (costplan.c: the contributors, their multipliers, each shard's model),
@@ -105,8 +110,7 @@ static int may_run_free(const resihp__coord_t *c, int nc) {
     return 0;
   for (int r = 0; r < c->R; r++) {
     const rep_t *p = &c->reps[r];
-    if (p->expected || p->state == R_JOINING || p->catchup_failed ||
-        (p->state == R_MEMBER && p->slow > 1))
+    if (p->expected || p->state == R_JOINING || p->catchup_failed)
       return 0;
   }
   return 1;
@@ -118,7 +122,7 @@ int resihp__coord_hold_needed(const resihp__coord_t *c) {
   for (int r = 0; r < c->R; r++) {
     const rep_t *p = &c->reps[r];
     if (p->expected || (p->state == R_JOINING && p->waiting) ||
-        (p->state == R_MEMBER && p->slow > 1))
+        (p->state == R_MEMBER && resihp__coord_slow_moved(p)))
       return 1;
   }
   return 0;
@@ -251,6 +255,7 @@ static void start_step(resihp__coord_t *c) {
   for (int i = 0; i < c->nmembers; i++) {
     rep_t *p = &c->reps[c->members[i]];
     c->in_step[c->members[i]] = 1;
+    p->run_slow = p->slow; /* what the assignment just used */
     p->reports = 0;
     p->resyncs = 0;
     p->quota = 0;
@@ -270,6 +275,7 @@ static void start_step(resihp__coord_t *c) {
     return;
   }
   c->start_at = c->step;
+  c->starts++;
   c->start_run = run;
   c->phase = run ? P_FREE : P_RUN;
   c->held = 0;
@@ -458,6 +464,7 @@ void resihp__coord_free_to(resihp__coord_t *c, long t) {
   }
   resihp__coord_write_ledger(c, from, c->step);
   drop_owners_before(c, c->step);
+  resihp__coord_hold_for_swap(c);
 }
 
 /* Every member has committed the last step: DONE instead of GO, to the

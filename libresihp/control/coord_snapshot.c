@@ -117,13 +117,13 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
   resihp__wire_buf_printf(
       b,
       "c %ld %d %d %" PRIu32 " %" PRIu32 " %d %d %d %d %ld %d %d %ld %d %d "
-      "%d %ld %ld %ld %ld %d %d %d %" PRId64 " %" PRId64 " %" PRId64 "\n",
+      "%d %ld %ld %ld %ld %d %d %d %" PRId64 " %" PRId64 " %" PRId64 " %ld\n",
       c->step, c->phase, c->state, c->epoch, c->go_epoch, c->changed, c->stop,
       c->abort_replica, c->wl_asked, c->save_step, c->save_asked, c->save_last,
       c->reassigned, c->save_over, c->start_run, c->nstart_contrib, c->start_at,
       c->samples, c->costed, c->swaps, c->nfails, c->nrounds, c->nspares,
       c->start_ms ? c->start_ms[c->base_step] : 0,
-      c->start_ms ? c->start_ms[c->step] : 0, c->t_done);
+      c->start_ms ? c->start_ms[c->step] : 0, c->t_done, c->starts);
   resihp__wire_buf_printf(b, "a");
   put_text(b, c->abort_why);
   resihp__wire_buf_printf(b, "\nl");
@@ -542,6 +542,7 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
   int64_t t0 = (int64_t)num(&u, LLONG_MIN, LLONG_MAX);
   int64_t tstep = (int64_t)num(&u, LLONG_MIN, LLONG_MAX);
   c->t_done = (int64_t)num(&u, LLONG_MIN, LLONG_MAX);
+  c->starts = (long)num(&u, 0, LONG_MAX);
   if (u.err || *u.p || (!c->S && c->phase != P_BARRIER) ||
       (!c->M && c->nstart_contrib))
     return RESIHP_EPROTO;
@@ -721,7 +722,7 @@ int resihp__coord_restore(const resihp__coord_opts_t *o, const char *snap,
     goto out;
   /* rebuilt, not mirrored (see above) */
   for (int r = 0; r < c->R; r++)
-    c->reps[r].slow = 1.0;
+    c->reps[r].slow = c->reps[r].run_slow = 1.0;
   /* a free run that must end: every member is told HOLD when it comes
    * back (coord_protocol.c reattach) */
   c->held = c->phase == P_FREE && resihp__coord_hold_needed(c);

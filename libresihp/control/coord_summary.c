@@ -91,6 +91,12 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
           "microbatches/s; median step %.0f ms)\n",
           secs, secs > 0 ? run / secs : 0.0,
           secs > 0 ? (double)run * c->M / secs : 0.0, median);
+  /* what the steps cost the coordinator: a START each, or nothing (free);
+   * a step recovered or restarted within a run may take a second START */
+  fprintf(f,
+          "  control:                %ld step start(s) through the "
+          "coordinator, %ld step(s) ran free\n",
+          c->starts, run > c->starts ? run - c->starts : 0);
   fprintf(f,
           "  failures:               %d (%ld microbatches reassigned "
           "within their step)%s\n",

@@ -72,6 +72,16 @@ tests_unit_test_coord_fault_order_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_coord_fault_order_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_coord_fault_order
 
+# A slow member does not end a free run; a change of its speed, or a swap
+# that pays, does (coord_schedule.c, coord_perf.c).
+check_PROGRAMS += tests/unit/test_coord_slow_run
+tests_unit_test_coord_slow_run_SOURCES = \
+	tests/unit/test_coord_slow_run.c \
+	tests/unit/coord_pairs.c tests/unit/coord_pairs.h
+tests_unit_test_coord_slow_run_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_coord_slow_run_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_coord_slow_run
+
 # The cost plan's multipliers: one slow replica of 10,000 is a short line.
 check_PROGRAMS += tests/unit/test_costplan
 tests_unit_test_costplan_SOURCES = tests/unit/test_costplan.c

@@ -275,6 +275,9 @@ int resihp__job_workloads(resihp_job_t *j, long step, resihp_workload_t *w);
  * to 120,000 ranks (then once a minute: every rank of the epoch computes the
  * same period: they vote on it, job_step.c). */
 int64_t resihp__job_report_ms(int nmembers, int lsize);
+/* Tests: when set, a free run sends every step's samples, so that what
+ * the detector sees does not depend on the machine's speed. */
+extern int resihp__job_report_every_step;
 
 /* job_step.c: the end of a free-running step: every rank of every member
  * learns whether the run goes on (0) or the next step needs the

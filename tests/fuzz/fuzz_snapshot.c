@@ -60,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 static size_t gen(uint8_t *buf, size_t cap) {
   static const char *const seeds[] = {
       "RESIHP-COORD 1 3 6 1 8 =- 0\n"
-      "c 0 2 0 1 1 1 0 -1 -1 -1 -1 -1 2 0 0 3 0 0 0 0 1 1 1 5 5 0\n"
+      "c 0 2 0 1 1 1 0 -1 -1 -1 -1 -1 2 0 0 3 0 0 0 0 1 1 1 5 5 0 0\n"
       "a \nl \nm 0:1\nn 0:1:2\ni 0:1:2\no 0:0:1:1:0:1\nso 0:0:1:1:2:2\n"
       "sc 0:1:2\n"
       "r 0 2 7 0 0 0 1 0 0 0 0 1 2 1 0 -1 -1 0 0 0 0 0 0 0 5 =? = =h0:1 "
@@ -73,7 +73,7 @@ static size_t gen(uint8_t *buf, size_t cap) {
       "d 1 1 2 0:1 0:1 4:5 0:1\n"
       "s 1 2 -1 =spare1 probe passed\nend\n",
       "RESIHP-COORD 1 3 6 1 8 =- 0\n"
-      "c 1 0 0 1 1 0 0 -1 -1 1 0 0 0 0 0 3 0 0 0 0 0 0 0 9 0 0\n"
+      "c 1 0 0 1 1 0 0 -1 -1 1 0 0 0 0 0 3 0 0 0 0 0 0 0 9 0 0 0\n"
       "a \nl \nm 0:1:2\nn 0:1:2\ni 0:1:2\no 0:0:1:1:2:2\nso 0:0:1:1:2:2\n"
       "sc 0:1:2\n"
       "r 0 2 7 0 1 0 1 0 0 0 0 1 2 0 0 -1 -1 0 0 0 0 0 0 0 9 =? = =h0:1 "

@@ -554,7 +554,7 @@ static void bench(int R) {
   resihp__wire_buf_printf(&b, "RESIHP-COORD 1 %d %d 1 1000 =- 0\n", R, M);
   resihp__wire_buf_printf(&b,
                           "c 5 2 0 3 3 0 0 -1 -1 -1 -1 -1 0 0 0 %d 5 0 0 0 "
-                          "0 0 0 1 2 0\na \nl \nm ",
+                          "0 0 0 1 2 0 0\na \nl \nm ",
                           R);
   for (int r = 0; r < R; r++)
     resihp__wire_buf_printf(&b, "%s%d", r ? ":" : "", r);

@@ -10,10 +10,17 @@
  * The ranks report synthetic times (what the workload costs times the
  * replica's factor), not measured ones: what is checked is the loop from
  * samples to assignment, and it must not depend on this machine's speed.
- * Speed under real, outside slowdowns is the lab tests' and benchmarks'. */
+ * Speed under real, outside slowdowns is the lab tests' and benchmarks'.
+ *
+ * Each case runs step by step (lockstep: the coordinator sees every step)
+ * and free-running (the replicas go on without it while nothing changes;
+ * here with every step's samples, so that detection does not depend on
+ * the machine's speed): a slow replica must not keep a free run from
+ * going on, only a change of its speed may end one. */
 #include "config.h"
 
 #include "../../libresihp/control/coordinator.h"
+#include "../../libresihp/recovery/job_internal.h"
 #include "../../libresihp/transport/mesh.h"
 
 #include <resihp.h>
@@ -40,6 +47,10 @@ static int g_slow = 2;
 static double g_factor = 2.0;
 static long g_from = 20, g_to = -1;
 static int g_assign = RESIHP_ASSIGN_COST;
+static int g_free; /* free runs allowed (else lockstep) */
+/* Wall time a step takes at least (us): whether a swap pays back is judged
+ * from the steps' wall time, which must not be 0 ms. */
+static int g_step_us;
 
 static uint64_t mix(uint64_t x) {
   x ^= x >> 33;
@@ -120,6 +131,8 @@ static int rank_main(int replica, int never_slow) {
     if (rc)
       return 11;
     state = state * 3 + (uint64_t)acc;
+    if (g_step_us)
+      usleep((useconds_t)g_step_us);
     resihp_job_end_step(job);
   }
   if (rc)
@@ -209,11 +222,10 @@ static void run(harness_t *h, double swap_cost_s, char *out, size_t outlen) {
                              .assign = g_assign,
                              .swap_cost_s = swap_cost_s,
                              .spare_free = spare_free,
-                             /* every step's samples: a free run (even
-                              * counts) sends about one step's a second,
-                              * which would make detection depend on this
-                              * machine's speed */
-                             .lockstep = 1};
+                             .lockstep = !g_free};
+  /* every step's samples: a free run would send about one step's a
+   * second, which would make detection depend on this machine's speed */
+  resihp__job_report_every_step = 1;
   resihp__coord_t *c;
   ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
   char ep[64];
@@ -257,9 +269,21 @@ static void run(harness_t *h, double swap_cost_s, char *out, size_t outlen) {
   fclose(ledger);
 }
 
+/* Step starts that went through the coordinator, from the summary. */
+static long starts_in(const char *out) {
+  const char *l = strstr(out, "control:");
+  long n = -1;
+  ck_assert_msg(l && sscanf(l, "control: %ld step start", &n) == 1, "%s", out);
+  return n;
+}
+
 /* Slow for a while, then healthy again: fewer microbatches (by cost) while
- * slow, the fair share before and after. */
+ * slow, the fair share before and after. Free-running, the slow period
+ * runs free too: a step start when the slowdown is found and when it ends
+ * (and when the detector's factor moves by more than a quarter), not one
+ * per step. */
 START_TEST(slow_replica_gets_less_then_returns) {
+  g_free = _i;
   g_steps = 400;
   g_from = 60;
   g_to = 200;
@@ -294,18 +318,29 @@ START_TEST(slow_replica_gets_less_then_returns) {
   ck_assert_msg(strstr(out, "replica 2 slow:") &&
                     strstr(out, "recovered, its microbatches returned"),
                 "%s", out);
+  long starts = starts_in(out);
+  fprintf(stderr, "failslow %s: %ld of %ld steps started by the coordinator\n",
+          g_free ? "free" : "lockstep", starts, g_steps);
+  if (!g_free)
+    ck_assert_int_ge(starts, g_steps);
+  else /* held for every slow step, it would be more than g_to - g_from */
+    ck_assert_msg(starts < (g_to - g_from) / 2, "%ld step starts\n%s", starts,
+                  out);
 }
 END_TEST
 
 /* Slow for good, a spare is there and a swap pays back: the replica is
  * swapped at a step boundary, its replacement takes its share. */
 START_TEST(slow_replica_swapped_for_spare) {
+  g_free = _i;
+  g_step_us = 2000;
   g_steps = 300;
   g_from = 40;
   g_to = -1;
   harness_t h = {.spare = 1};
   char out[8192];
   run(&h, 0.0, out, sizeof(out));
+  g_step_us = 0;
   ck_assert_msg(h.failed[g_slow] == 1 && strstr(h.why[g_slow], "swapped"),
                 "%s\n%s", h.why[g_slow], out);
   ck_assert_msg(strstr(out, "swapped for a spare at step"), "%s", out);
@@ -319,6 +354,7 @@ END_TEST
 /* Equal counts whatever happens (--assign even): the slow replica keeps
  * its microbatches (the baseline the benchmark compares with). */
 START_TEST(even_assignment_ignores_speed) {
+  g_free = _i;
   g_steps = 150;
   g_from = 20;
   g_to = -1;
@@ -343,9 +379,10 @@ static Suite *suite(void) {
   Suite *s = suite_create("failslow");
   TCase *tc = tcase_create("job");
   tcase_set_timeout(tc, 180);
-  tcase_add_test(tc, slow_replica_gets_less_then_returns);
-  tcase_add_test(tc, slow_replica_swapped_for_spare);
-  tcase_add_test(tc, even_assignment_ignores_speed);
+  /* _i: 0 step by step, 1 free-running */
+  tcase_add_loop_test(tc, slow_replica_gets_less_then_returns, 0, 2);
+  tcase_add_loop_test(tc, slow_replica_swapped_for_spare, 0, 2);
+  tcase_add_loop_test(tc, even_assignment_ignores_speed, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -30,6 +30,7 @@ dist_check_SCRIPTS += tests/integration/torch-ddp.test
 TESTS += tests/integration/torch-ddp.test
 EXTRA_DIST += contrib/torch-ddp/train_ddp.py
 
+EXTRA_DIST += tests/unit/suite_main.h
 EXTRA_DIST += tests/harness/lab-cluster.sh tests/harness/tap.sh tests/run-tests.sh
 include tests/harness/local.mk
 

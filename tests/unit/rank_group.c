@@ -248,15 +248,6 @@ uint64_t view_mask(resihp_comm_t *c) {
   return m;
 }
 
-int run_suite(Suite *s) {
-  signal(SIGPIPE, SIG_IGN);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
-}
-
 void expect_all_ok(int n, const int st[MAXN]) {
   for (int r = 0; r < n; r++)
     ck_assert_msg(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0,

@@ -9,6 +9,8 @@
 #ifndef RESIHP_TESTS_RANK_GROUP_H
 #define RESIHP_TESTS_RANK_GROUP_H
 
+#include "suite_main.h"
+
 #include <resihp.h>
 
 #include <check.h>
@@ -69,9 +71,5 @@ int check(const void *buf, size_t count, resihp_dtype_t dt, resihp_op_t op,
 uint64_t view_mask(resihp_comm_t *c);
 /* Every rank exited 0 (a Check assertion). */
 void expect_all_ok(int n, const int st[MAXN]);
-
-/* A test program's main: run suite s (SIGPIPE ignored: ranks die with
- * their sockets open); 0 when every test passed, else 1. */
-int run_suite(Suite *s);
 
 #endif

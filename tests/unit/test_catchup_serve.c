@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include "../../libresihp/recovery/job_internal.h"
+#include "suite_main.h"
 
 #include <check.h>
 #include <poll.h>
@@ -134,9 +135,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return run_suite(suite());
 }

@@ -19,6 +19,7 @@
 #include "../../libresihp/control/coordinator.h"
 #include "../../libresihp/control/wire.h"
 #include "../../libresihp/transport/mesh.h"
+#include "suite_main.h"
 
 #include <resihp/error.h>
 
@@ -637,10 +638,7 @@ int main(void) {
   tcase_add_test(tc, test_many_failures);
   tcase_add_test(tc, test_bench);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = run_suite(s);
   free(snap);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return failed;
 }

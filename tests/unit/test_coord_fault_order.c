@@ -11,6 +11,7 @@
 
 #include "../../libresihp/transport/mesh.h"
 #include "coord_pairs.h"
+#include "suite_main.h"
 
 #include <check.h>
 #include <string.h>
@@ -75,9 +76,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return run_suite(suite());
 }

@@ -12,6 +12,7 @@
 #include "../../libresihp/control/coordinator.h"
 #include "../../libresihp/control/wire.h"
 #include "../../libresihp/transport/mesh.h"
+#include "suite_main.h"
 
 #include <check.h>
 #include <stdarg.h>
@@ -261,9 +262,5 @@ int main(void) {
   tcase_add_test(t, stop_saves_first_unless_cancelled);
   tcase_add_test(t, resumed_run_starts_at_its_step);
   suite_add_tcase(s, t);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  return run_suite(s);
 }

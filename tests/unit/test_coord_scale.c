@@ -11,6 +11,7 @@
 #include "../../libresihp/control/coordinator.h"
 #include "../../libresihp/control/wire.h"
 #include "../../libresihp/transport/mesh.h"
+#include "suite_main.h"
 
 #include <resihp/error.h>
 
@@ -196,9 +197,5 @@ int main(void) {
   tcase_add_test(t, member_list_too_long_refused);
   tcase_add_test(t, listen_queues_follow_the_job);
   suite_add_tcase(s, t);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return run_suite(s);
 }

@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include "coord_pairs.h"
+#include "suite_main.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -105,9 +106,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return run_suite(suite());
 }

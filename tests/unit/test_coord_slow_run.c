@@ -13,6 +13,7 @@
 
 #include "../../libresihp/transport/mesh.h"
 #include "coord_pairs.h"
+#include "suite_main.h"
 
 #include <resihp/planner.h>
 
@@ -157,9 +158,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+  return run_suite(suite());
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of libresihp's core: error codes, settings registry, logging. */
 #include "config.h"
+#include "suite_main.h"
 
 #include <resihp.h>
 
@@ -225,9 +226,5 @@ static Suite *core_suite(void) {
 }
 
 int main(void) {
-  SRunner *r = srunner_create(core_suite());
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return run_suite(core_suite());
 }

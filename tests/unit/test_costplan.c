@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include "../../libresihp/control/costplan.h"
+#include "suite_main.h"
 
 #include <check.h>
 #include <resihp/error.h>
@@ -129,9 +130,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return run_suite(suite());
 }

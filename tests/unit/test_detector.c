@@ -2,6 +2,7 @@
 /* Unit tests of the detector: the predictor's fit, fail-slow decisions on
  * crafted traces, fail-stop inputs, and rejection of bad input. */
 #include "config.h"
+#include "suite_main.h"
 
 #include <resihp.h>
 
@@ -746,9 +747,5 @@ static Suite *detector_suite(void) {
 }
 
 int main(void) {
-  SRunner *r = srunner_create(detector_suite());
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return run_suite(detector_suite());
 }

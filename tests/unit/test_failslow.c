@@ -22,6 +22,7 @@
 #include "../../libresihp/control/coordinator.h"
 #include "../../libresihp/recovery/job_internal.h"
 #include "../../libresihp/transport/mesh.h"
+#include "suite_main.h"
 
 #include <resihp.h>
 
@@ -388,9 +389,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+  return run_suite(suite());
 }

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include "../../libresihp/recovery/job_save.h"
+#include "suite_main.h"
 
 #include <resihp/error.h>
 
@@ -236,9 +237,5 @@ int main(void) {
   tcase_add_test(t, meta_latest_and_remove);
   tcase_add_test(t, meta_parser_refuses);
   suite_add_tcase(s, t);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return run_suite(s);
 }

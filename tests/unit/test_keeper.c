@@ -12,6 +12,7 @@
 
 #include "../../libresihp/control/gate.h"
 #include "../../libresihp/control/keeper.h"
+#include "suite_main.h"
 
 #include <check.h>
 #include <fcntl.h>
@@ -277,9 +278,5 @@ int main(void) {
   tcase_add_test(tc, signals_reach_the_primary);
   tcase_add_test(tc, gives_up_without_progress);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return run_suite(s);
 }

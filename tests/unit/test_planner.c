@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include "../../libresihp/planner/planner-int.h"
+#include "suite_main.h"
 
 #include <resihp.h>
 
@@ -789,9 +790,5 @@ static Suite *planner_suite(void) {
 }
 
 int main(void) {
-  SRunner *r = srunner_create(planner_suite());
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return run_suite(planner_suite());
 }

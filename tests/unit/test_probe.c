@@ -7,6 +7,7 @@
 #include "probe.h"
 
 #include "../../libresihp/metrics/metrics.h"
+#include "suite_main.h"
 
 #include <resihp.h>
 
@@ -864,9 +865,5 @@ int main(void) {
   tcase_add_test(tc, new_settings_registered);
   tcase_add_test(tc, become_root_keeps_parent_death_signal);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return run_suite(s);
 }

@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include "../../libresihp/control/record.h"
+#include "suite_main.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -153,9 +154,5 @@ int main(void) {
   tcase_add_test(tc, events_and_metrics);
   tcase_add_test(tc, unwritable_paths_are_clear_errors);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return run_suite(s);
 }

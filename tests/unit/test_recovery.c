@@ -11,6 +11,7 @@
 #include "../../libresihp/probe/results.h"
 #include "../../libresihp/recovery/inject.h"
 #include "../../libresihp/transport/mesh.h"
+#include "suite_main.h"
 
 #include <resihp.h>
 
@@ -1515,9 +1516,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return run_suite(suite());
 }

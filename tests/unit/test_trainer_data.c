@@ -6,6 +6,7 @@
  * kind is a function of (seed, step, microbatch) alone. */
 #include "../../contrib/common/trainer-common.h"
 #include "../../contrib/common/trainer-data.h"
+#include "suite_main.h"
 
 #include <check.h>
 #include <stdlib.h>
@@ -205,9 +206,5 @@ int main(void) {
   tcase_add_test(tc, packed_respects_the_budget);
   tcase_add_test(tc, cost_model);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+  return run_suite(s);
 }

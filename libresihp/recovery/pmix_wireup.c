@@ -45,6 +45,16 @@ int resihp__pmix_init(int *rank, int *size) {
   return 0;
 }
 
+/* The wire-up is over: this rank is no PMIx client any more (see
+ * pmix_wireup.h). */
+static void finish(void) {
+  pmix_status_t st = PMIx_Finalize(NULL, 0);
+  if (st != PMIX_SUCCESS)
+    resihp_log(RESIHP_LOG_WARN, "job", "PMIx_Finalize: %s",
+               PMIx_Error_string(st));
+  inited = 0;
+}
+
 int resihp__pmix_leader_ep(int rank, char *ep, size_t cap) {
   if (!inited)
     return RESIHP_ESTATE;
@@ -57,6 +67,7 @@ int resihp__pmix_leader_ep(int rank, char *ep, size_t cap) {
         (st = PMIx_Commit()) != PMIX_SUCCESS) {
       resihp_log(RESIHP_LOG_WARN, "job", "PMIx_Put/Commit failed: %s",
                  PMIx_Error_string(st));
+      finish();
       return RESIHP_EIO;
     }
   }
@@ -73,10 +84,13 @@ int resihp__pmix_leader_ep(int rank, char *ep, size_t cap) {
   if (st != PMIX_SUCCESS) {
     resihp_log(RESIHP_LOG_WARN, "job", "PMIx_Fence failed: %s",
                PMIx_Error_string(st));
+    finish();
     return RESIHP_EIO;
   }
-  if (rank == 0)
+  if (rank == 0) {
+    finish();
     return 0;
+  }
   pmix_proc_t leader;
   PMIX_LOAD_PROCID(&leader, me.nspace, 0);
   pmix_value_t *v = NULL;
@@ -86,9 +100,11 @@ int resihp__pmix_leader_ep(int rank, char *ep, size_t cap) {
                PMIx_Error_string(st));
     if (v)
       PMIX_VALUE_RELEASE(v);
+    finish();
     return RESIHP_EIO;
   }
   snprintf(ep, cap, "%s", v->data.string);
   PMIX_VALUE_RELEASE(v);
+  finish();
   return 0;
 }

@@ -220,6 +220,8 @@ struct resihp__coord {
   long save_step;
   int save_asked, save_last, save_over;
   char lost_why[160];
+  /* "COORDS eps=..." (resihp__coord_set_coords), NULL when none */
+  char *coords_line;
   /* failover (coord_snapshot.c): state changed since the last mirror, a
    * mirror under way (no re-entry), members of a restored coordinator
    * reconnect by this time (0: none pending) */
@@ -368,7 +370,9 @@ int resihp__coord_index_start(resihp__coord_t *c);
  * the whole list. */
 void resihp__coord_send_go_whole(resihp__coord_t *c, int r);
 
-/* coord_protocol.c */
+/* coord_protocol.c; and the coordinator's addresses to replica r, if
+ * any were set */
+void resihp__coord_send_coords(resihp__coord_t *c, int r);
 void resihp__coord_refuse(resihp__coord_t *c, int k, const char *reason,
                           int hangup, const char *msg);
 void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg);

@@ -399,6 +399,7 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->conns);
   free(c->spares);
   free(c->fails);
+  free(c->coords_line);
   if (!c->o.listener)
     resihp__wire_listener_close(&c->lis);
   if (c->efd >= 0)

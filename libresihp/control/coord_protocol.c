@@ -122,6 +122,33 @@ static int opt_token(const char *msg, const char *key, char *out, size_t cap) {
   return 0;
 }
 
+void resihp__coord_send_coords(resihp__coord_t *c, int r) {
+  if (c->coords_line)
+    resihp__coord_again(c, resihp__coord_send_to(c, r, c->coords_line));
+}
+
+void resihp__coord_set_coords(resihp__coord_t *c, const char *eps) {
+  char *line = NULL;
+  if (eps && *eps) {
+    size_t n = strlen(eps) + 16;
+    if (!(line = malloc(n)))
+      return; /* the old list stays: still right for the primary */
+    snprintf(line, n, "COORDS eps=%s", eps);
+  }
+  if ((!line && !c->coords_line) ||
+      (line && c->coords_line && !strcmp(line, c->coords_line))) {
+    free(line);
+    return;
+  }
+  free(c->coords_line);
+  c->coords_line = line;
+  logc(RESIHP_LOG_INFO, "the coordinator's addresses: %s",
+       eps && *eps ? eps : "(none said)");
+  for (int r = 0; line && r < c->R; r++)
+    if (c->reps[r].conn >= 0)
+      resihp__coord_send_coords(c, r);
+}
+
 /* HELLO ... again=1: a replica that lost its coordinator link (a failover,
  * coord_snapshot.c) comes back on connection k. The same process (replica
  * id, Slurm step, addresses) of a joiner or a member takes its place
@@ -142,6 +169,7 @@ static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
   snprintf(line, sizeof(line), "WELCOME replica=%d step=%ld hb=%d again=1", r,
            c->step, c->hb_leader_ms);
   resihp__coord_again(c, resihp__coord_send_to(c, r, line));
+  resihp__coord_send_coords(c, r);
   logc(RESIHP_LOG_INFO, "replica %d reconnected (step %ld)", r, c->step);
   /* a free run that must end: HOLD is said again (who heard it is not
    * mirrored; a restored coordinator sets held when a HOLD is due) */
@@ -270,6 +298,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld hb=%d", r, c->step,
            c->hb_leader_ms);
   resihp__coord_again(c, resihp__coord_send_to(c, (int)r, line));
+  resihp__coord_send_coords(c, (int)r);
   logc(RESIHP_LOG_INFO, "replica %ld joined from %s (node %s, step %ld.%ld)", r,
        ep, node, jobid, stepid);
   answer_subs(c, (int)r);

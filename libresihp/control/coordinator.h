@@ -232,6 +232,11 @@ int resihp__coord_connected(const resihp__coord_t *c, int replica);
  * commits, the next one does not start, every rank gets DONE and reports
  * its result; the state becomes RESIHP__COORD_DONE once they have. */
 void resihp__coord_stop(resihp__coord_t *c);
+/* The coordinator's addresses, "ep[/ep...]" (the primary's, then a
+ * standby's on another node; NULL or "": none said): every leader is told
+ * (COORDS eps=...) now and after each WELCOME, and dials them in turn
+ * when its link fails (recovery/job_coords.c). */
+void resihp__coord_set_coords(resihp__coord_t *c, const char *eps);
 /* The replica that stopped the run with ABORT (the first, if several
  * did) or -1; its reason is copied into why (n bytes; why may be NULL). */
 int resihp__coord_aborted(const resihp__coord_t *c, char *why, size_t n);

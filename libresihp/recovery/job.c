@@ -343,7 +343,19 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
     goto fail;
   if ((rc = resihp__wire_read_secret(sf, &j->secret, &j->secret_len)))
     goto fail;
-  int fd = resihp__wire_dial(j->coordinator, resihp__now_ms() + 10000);
+  if ((rc = resihp__job_set_coords(j, j->coordinator))) {
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "RESIHP_COORDINATOR='%.80s': expected HOST:PORT, or up to %d "
+               "of them separated by '/' (the primary coordinator first)",
+               j->coordinator, RESIHP__JOB_COORDS);
+    goto fail;
+  }
+  /* the primary first; a standby takes no one before it takes over */
+  int fd = -1;
+  for (int i = 0; i < j->ncoords && fd < 0; i++) {
+    j->coord_at = i;
+    fd = resihp__wire_dial(j->coords[i], resihp__now_ms() + 10000 / j->ncoords);
+  }
   if (fd < 0) {
     rc = fd;
     resihp_log(RESIHP_LOG_ERROR, "job", "cannot reach the coordinator %s: %s",
@@ -356,7 +368,7 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
     resihp_log(RESIHP_LOG_ERROR, "job",
                "coordinator %s: authentication failed (%s): is "
                "RESIHP_SECRET_FILE the job's secret?",
-               j->coordinator, resihp_strerror(rc));
+               resihp__job_coord_ep(j), resihp_strerror(rc));
     goto fail;
   }
   /* Our address is the one that routes to the coordinator. */

@@ -51,9 +51,15 @@
 #define RESIHP__JOB_HS_PENDING 32
 #define RESIHP__JOB_HS_TIMEOUT_MS 3000
 
+/* Addresses of the coordinator: the primary and a standby (job_coords.c). */
+#define RESIHP__JOB_COORDS 4
+
 struct resihp_job {
   resihp_job_opts_t o;
   char coordinator[256];
+  /* the coordinator's addresses (job_coords.c), the one in use */
+  char coords[RESIHP__JOB_COORDS][RESIHP__JOB_EP_MAX];
+  int ncoords, coord_at;
   int replica;
   uint8_t *secret;
   size_t secret_len;
@@ -202,6 +208,13 @@ int resihp__job_recv(resihp_job_t *j);
  * within the failover window. Only the main thread reconnects; another
  * thread waits for it (or the window) instead. 0: a new link is up. */
 int resihp__job_reconnect(resihp_job_t *j, int why);
+/* job_coords.c: the coordinator's addresses from "ep[/ep...]" (0, or
+ * RESIHP_EINVAL for a list that is not one), from its COORDS line (a bad
+ * one is ignored), the one to dial now and the next one. */
+int resihp__job_set_coords(resihp_job_t *j, const char *list);
+void resihp__job_on_coords(resihp_job_t *j, const char *line);
+const char *resihp__job_coord_ep(const resihp_job_t *j);
+void resihp__job_coord_next(resihp_job_t *j);
 /* Default of RESIHP_FAILOVER_MS, and the largest value taken. */
 #define RESIHP__JOB_FAILOVER_MS 30000
 #define RESIHP__JOB_FAILOVER_MAX_MS 3600000

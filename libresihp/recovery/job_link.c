@@ -3,9 +3,11 @@
  * the protocol in control/coordinator.h).
  *
  * A coordinator can die and come back (the keeper forks a new one from its
- * last state record, on the same listening socket). A leader whose link
- * fails (EOF, an error, or silence past the timeout) therefore does not
- * leave: it connects again until RESIHP_FAILOVER_MS has passed, says its
+ * last state record, on the same listening socket), or a standby on
+ * another node takes over on its own address (job_coords.c). A leader
+ * whose link fails (EOF, an error, or silence past the timeout) therefore
+ * does not leave: it connects again, to each address in turn, until
+ * RESIHP_FAILOVER_MS has passed, says its
  * HELLO line again with " again=1 epoch=E step=S", and, if it was waiting
  * for an answer, says its pending request again: the coordinator answers
  * requests idempotently, so the answer it missed comes (again).
@@ -90,16 +92,14 @@ static void sleep_ms(int ms) {
     ;
 }
 
-/* One try: connect, authenticate, HELLO again=1, WELCOME. 0 with *nw up;
- * RESIHP_ESTATE when the coordinator refused (NO: final); else transient. */
+/* One try at the address in turn: connect, authenticate, HELLO again=1,
+ * WELCOME. 0 with *nw up; RESIHP_ESTATE when the coordinator refused (NO:
+ * final); RESIHP_ENOENT when nobody listens there; else transient. */
 static int try_once(resihp_job_t *j, int64_t deadline, resihp__wire_t *nw) {
   int64_t now = resihp__now_ms();
   int64_t dl = now + TRY_DIAL_MS < deadline ? now + TRY_DIAL_MS : deadline;
   errno = 0;
-  int fd = resihp__wire_dial(j->coordinator, dl);
-  /* Refused: nobody listens. The keeper holds the coordinator's socket
-   * across failovers, so resihp-run itself is gone: no coordinator will
-   * come back (final). */
+  int fd = resihp__wire_dial(resihp__job_coord_ep(j), dl);
   if (fd < 0 && errno == ECONNREFUSED)
     return RESIHP_ENOENT;
   if (fd < 0)
@@ -149,12 +149,22 @@ static int reconnect_main(resihp_job_t *j, int why) {
   resihp__wire_init(&j->cw, -1);
   pthread_mutex_unlock(&j->send_mu);
   resihp__wire_t nw;
-  int rc = RESIHP_ETIMEDOUT, backoff = BACKOFF_MIN_MS, tries = 0;
+  int rc = RESIHP_ETIMEDOUT, backoff = BACKOFF_MIN_MS, tries = 0, refused = 0;
   while (resihp__now_ms() < deadline) {
     tries++;
     if (!(rc = try_once(j, deadline, &nw)) || rc == RESIHP_ESTATE ||
-        rc == RESIHP_ENOMEM || rc == RESIHP_EPROTO || rc == RESIHP_ENOENT)
+        rc == RESIHP_ENOMEM || rc == RESIHP_EPROTO)
       break;
+    /* Refused: nobody listens there. The keeper holds the coordinator's
+     * socket across failovers and a standby listens from its start, so
+     * when every address refuses in a row, resihp-run itself is gone: no
+     * coordinator will come back (final). */
+    refused = rc == RESIHP_ENOENT ? refused + 1 : 0;
+    if (refused >= j->ncoords)
+      break;
+    resihp__job_coord_next(j);
+    if (refused) /* the next address at once */
+      continue;
     int64_t left = deadline - resihp__now_ms();
     if (left <= 0)
       break;
@@ -277,6 +287,10 @@ int resihp__job_recv(resihp_job_t *j) {
     j->heard_ms = resihp__now_ms();
     if (!strcmp(j->msg, "HB"))
       continue;
+    if (!strncmp(j->msg, "COORDS ", 7)) {
+      resihp__job_on_coords(j, j->msg);
+      continue;
+    }
     if (!strncmp(j->msg, "NO", 2)) {
       resihp_log(RESIHP_LOG_ERROR, "job", "replica %d: coordinator says %s",
                  j->replica, j->msg);

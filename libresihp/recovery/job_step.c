@@ -328,6 +328,10 @@ static int coordinator_spoke(resihp_job_t *j) {
     j->heard_ms = resihp__now_ms();
     if (t == 1 && !strcmp(j->msg, "HB"))
       continue;
+    if (t == 1 && j->lrank == 0 && !strncmp(j->msg, "COORDS ", 7)) {
+      resihp__job_on_coords(j, j->msg); /* news, not a boundary */
+      continue;
+    }
     said = 1;
     resihp_log(RESIHP_LOG_DEBUG, "job",
                "replica %d rank %d: '%.40s' at step %ld: the free run ends",

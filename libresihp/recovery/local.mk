@@ -33,6 +33,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/recovery/job_members.c \
 	libresihp/recovery/job_exchange.c \
 	libresihp/recovery/job_catchup.c \
+	libresihp/recovery/job_coords.c \
 	libresihp/recovery/job_faults.c \
 	libresihp/recovery/job_perf.c \
 	libresihp/recovery/pmix_wireup.h

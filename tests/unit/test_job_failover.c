@@ -58,11 +58,17 @@ typedef struct {
   int release_first;
   /* assignment by predicted cost, the ranks' data loader tm_workload */
   int cost;
+  /* the new coordinator comes back elsewhere, as a standby on another
+   * node takes over: on a second socket, the first one closed. The ranks
+   * are told only the first address; the first coordinator tells them
+   * both (COORDS), the new one its own. */
+  int elsewhere;
 } plan_t;
 
-static char g_secret[128], g_ledger[128], g_coord[64];
-/* the coordinator's port, outlives coordinators */
-static resihp__wire_listener_t g_lis;
+static char g_secret[128], g_ledger[128], g_coord[64], g_both[160];
+/* the coordinator's port, outlives coordinators; the second one
+ * (elsewhere) and the one the next coordinator takes */
+static resihp__wire_listener_t g_lis, g_lis2, *g_use;
 static int g_compute_us = 2000;
 static int g_hook_out[2], g_hook_in[2]; /* rank -> test, test -> rank */
 static int g_stat[2];                   /* the hooked rank's boundary times */
@@ -118,6 +124,7 @@ static int rank_main(const plan_t *p, int replica) {
 static int rank_entry(void *ud, int r) {
   /* the coordinators' sockets are none of a rank's business */
   resihp__wire_listener_close(&g_lis);
+  resihp__wire_listener_close(&g_lis2);
   return rank_main(ud, r);
 }
 
@@ -194,12 +201,17 @@ static void coord_main(const plan_t *p, int fd, const char *snap, size_t len) {
                              .swap_cost_s = -1,
                              .lockstep = p->lockstep,
                              .assign = p->cost ? RESIHP_ASSIGN_COST : 0,
-                             .listener = &g_lis};
+                             .listener = g_use};
   resihp__coord_t *c;
   int rc = snap ? resihp__coord_restore(&co, snap, len, ledger_lines(), &c)
                 : resihp__coord_create(&co, &c);
   if (rc)
     _exit(32);
+  if (p->elsewhere) { /* both addresses, or the new one's own */
+    char own[64];
+    snprintf(own, sizeof(own), "127.0.0.1:%d", g_use->port);
+    resihp__coord_set_coords(c, snap ? own : g_both);
+  }
   int64_t deadline = resihp__now_ms() + 120000; /* safety net */
   while (resihp__coord_state(c) == RESIHP__COORD_RUNNING &&
          resihp__now_ms() < deadline)
@@ -327,7 +339,12 @@ static void run(const plan_t *p, outcome_t *out) {
   chmod(g_secret, 0600);
   unlink(g_ledger);
   ck_assert_int_eq(resihp__wire_listener_open("127.0.0.1", 0, p->R, &g_lis), 0);
+  ck_assert_int_eq(resihp__wire_listener_open("127.0.0.1", 0, p->R, &g_lis2),
+                   0);
+  g_use = &g_lis;
   snprintf(g_coord, sizeof(g_coord), "127.0.0.1:%d", g_lis.port);
+  snprintf(g_both, sizeof(g_both), "127.0.0.1:%d/127.0.0.1:%d", g_lis.port,
+           g_lis2.port);
   ck_assert_int_eq(pipe(g_hook_out), 0);
   ck_assert_int_eq(pipe(g_hook_in), 0);
   ck_assert_int_eq(pipe(g_stat), 0);
@@ -359,7 +376,12 @@ static void run(const plan_t *p, outcome_t *out) {
         kill_coord(&cp);
       if (p->release_first)
         ck_assert_int_eq(write(g_hook_in[1], "g", 1), 1);
-      if (p->kill_coord) { /* a new one from the record, same socket */
+      if (p->kill_coord && p->elsewhere) {
+        /* nobody listens at the first address any more: refused there */
+        resihp__wire_listener_close(&g_lis);
+        g_use = &g_lis2;
+      }
+      if (p->kill_coord) { /* a new one from the record */
         start_coord(p, &cp);
         coord_reaped = 0;
       }
@@ -401,6 +423,7 @@ static void run(const plan_t *p, outcome_t *out) {
   free(cp.summary);
   close(cp.rfd);
   resihp__wire_listener_close(&g_lis);
+  resihp__wire_listener_close(&g_lis2);
   for (int i = 0; i < 2; i++) {
     close(g_hook_out[i]);
     close(g_hook_in[i]);
@@ -474,6 +497,43 @@ START_TEST(failover_ms_parsed_strictly) {
 }
 END_TEST
 
+/* The coordinator's addresses (RESIHP_COORDINATOR, COORDS): one to four
+ * HOST:PORT separated by '/', each a plain token that fits; a new list
+ * keeps the address in use in use. Anything else is refused, and a bad
+ * COORDS line leaves the list as it was. */
+START_TEST(coordinator_list_parsed_strictly) {
+  resihp_job_t *j = calloc(1, sizeof(*j));
+  ck_assert_ptr_nonnull(j);
+  ck_assert_int_eq(resihp__job_set_coords(j, "a:1/b:2"), 0);
+  ck_assert_int_eq(j->ncoords, 2);
+  ck_assert_str_eq(resihp__job_coord_ep(j), "a:1");
+  resihp__job_coord_next(j);
+  ck_assert_str_eq(resihp__job_coord_ep(j), "b:2");
+  resihp__job_coord_next(j);
+  ck_assert_str_eq(resihp__job_coord_ep(j), "a:1");
+  resihp__job_coord_next(j);
+  resihp__job_on_coords(j, "COORDS eps=c:3/b:2/d:4");
+  ck_assert_int_eq(j->ncoords, 3);
+  ck_assert_str_eq(resihp__job_coord_ep(j), "b:2"); /* still in use */
+  const char *bad[] = {
+      "",     "a", "a:1/", "/a:1", "a:1//b:2", "a:1 b:2", "a:1/b:2/c:3/d:4/e:5",
+      "a:1/x"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    ck_assert_msg(resihp__job_set_coords(j, bad[i]) == RESIHP_EINVAL,
+                  "'%s' taken", bad[i]);
+  char longest[128];
+  memset(longest, 'h', sizeof(longest) - 1);
+  longest[sizeof(longest) - 1] = '\0';
+  longest[5] = ':';
+  ck_assert_int_eq(resihp__job_set_coords(j, longest), RESIHP_EINVAL);
+  resihp__job_on_coords(j, "COORDS eps=e:5/");
+  resihp__job_on_coords(j, "COORDS list=e:5");
+  ck_assert_int_eq(j->ncoords, 3);
+  ck_assert_str_eq(resihp__job_coord_ep(j), "b:2");
+  free(j);
+}
+END_TEST
+
 /* WELCOME's heartbeat period: taken within 100..60000 ms, the default
  * when absent, anything else refused (the join or the reconnect fails). */
 START_TEST(welcome_hb_parsed_strictly) {
@@ -526,6 +586,18 @@ END_TEST
 START_TEST(kill_in_free_run) {
   plan_t p = plan(2, 1 + (_i & 1), 30);
   p.release_first = _i >> 1;
+  run_all_train(&p);
+}
+END_TEST
+
+/* The same, but the new coordinator comes back on another address, as a
+ * standby on another node does (job_coords.c): the replicas learnt it from
+ * the first one (COORDS), find the first address refused, and reconnect
+ * to the second. */
+START_TEST(kill_in_free_run_back_elsewhere) {
+  plan_t p = plan(2, 1 + (_i & 1), 30);
+  p.release_first = _i >> 1;
+  p.elsewhere = 1;
   run_all_train(&p);
 }
 END_TEST
@@ -602,8 +674,10 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, failover_ms_parsed_strictly);
   tcase_add_test(tc, welcome_hb_parsed_strictly);
+  tcase_add_test(tc, coordinator_list_parsed_strictly);
   tcase_add_test(tc, report_period_follows_the_job);
   tcase_add_loop_test(tc, kill_in_free_run, 0, 4);
+  tcase_add_loop_test(tc, kill_in_free_run_back_elsewhere, 0, 4);
   tcase_add_loop_test(tc, kill_at_boundary, 0, 2);
   tcase_add_loop_test(tc, kill_during_recovery, 0, 2);
   tcase_add_loop_test(tc, cost_kill_in_free_run, 0, 4);

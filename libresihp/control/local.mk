@@ -40,7 +40,8 @@ EXTRA_DIST += tests/fuzz/corpus-costplan/k1-three \
 # The keeper: the process that outlives the coordinator (keeper.h).
 libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/keeper.c libresihp/control/keeper.h \
-	libresihp/control/gate.c libresihp/control/gate.h
+	libresihp/control/gate.c libresihp/control/gate.h \
+	libresihp/control/standby.c libresihp/control/standby.h
 
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_keeper
@@ -48,7 +49,21 @@ tests_unit_test_keeper_SOURCES = tests/unit/test_keeper.c
 tests_unit_test_keeper_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_keeper_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_keeper
+# The standby's feed: the primary's records to another node (standby.h).
+check_PROGRAMS += tests/unit/test_standby
+tests_unit_test_standby_SOURCES = tests/unit/test_standby.c
+tests_unit_test_standby_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_standby_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_standby
 endif
+# Fuzz target of the feed's lines (REC, STANDBY).
+check_PROGRAMS += tests/fuzz/fuzz_feed
+tests_fuzz_fuzz_feed_SOURCES = tests/fuzz/fuzz_feed.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_feed_LDADD = libresihp/libresihp-internal.la -lm
+TESTS += tests/fuzz/fuzz_feed
+EXTRA_DIST += tests/fuzz/corpus-feed/rec tests/fuzz/corpus-feed/hello \
+	tests/fuzz/corpus-feed/rec-too-long
 dist_check_SCRIPTS += tests/integration/failover.test
 TESTS += tests/integration/failover.test
 

@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The standby's feed (see standby.h). */
+#include "config.h"
+
+#include "standby.h"
+
+#include "../transport/mesh.h"
+#include "wire.h"
+
+#include <resihp/error.h>
+#include <resihp/log.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define LABEL "standby"
+/* Handshakes in progress: strangers are never waited for (wire.h). */
+#define HS_PENDING 8
+#define HS_TIMEOUT_MS 3000
+/* A hello must follow the handshake at once; a record must go within. */
+#define HELLO_MS 2000
+#define SEND_MS 10000
+#define FIELD_MAX 64
+
+struct resihp__feed {
+  int lfd;
+  resihp__wire_hs_t *hs;
+  pthread_t thread;
+  int started;
+  int wake[2]; /* a new record, BYE or stop: the thread looks */
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* BYE went out */
+  /* under mu: the newest record and its number, what was asked */
+  char *rec;
+  size_t len;
+  unsigned long seq, sent; /* sent: to the standby connected now */
+  int stop, bye, bye_done;
+  /* under mu: the standby connected now */
+  int have;
+  unsigned gen;
+  char ep[FIELD_MAX], node[FIELD_MAX];
+};
+
+int resihp__feed_parse_rec(const char *line, size_t *n) {
+  long v;
+  if (strncmp(line, "REC ", 4) ||
+      resihp__wire_get_range(line, "n", 0, RESIHP__FEED_REC_MAX, &v))
+    return RESIHP_EPROTO;
+  *n = (size_t)v;
+  return 0;
+}
+
+int resihp__feed_parse_hello(const char *line, char *ep, size_t epcap,
+                             char *node, size_t nodecap) {
+  if (strncmp(line, "STANDBY ", 8) || resihp__wire_get(line, "ep", ep, epcap) ||
+      resihp__wire_get(line, "node", node, nodecap) ||
+      !resihp__wire_token_ok(ep, epcap) || !strchr(ep, ':') ||
+      !resihp__wire_token_ok(node, nodecap))
+    return RESIHP_EPROTO;
+  return 0;
+}
+
+static void poke(resihp__feed_t *f) {
+  char b = 1;
+  if (write(f->wake[1], &b, 1) < 0) {
+    /* full: the thread has a wake-up pending anyway */
+  }
+}
+
+/* The standby now connected, or none (w NULL). */
+static void set_standby(resihp__feed_t *f, const char *ep, const char *node) {
+  pthread_mutex_lock(&f->mu);
+  f->have = ep != NULL;
+  f->sent = 0;
+  snprintf(f->ep, sizeof(f->ep), "%s", ep ? ep : "");
+  snprintf(f->node, sizeof(f->node), "%s", node ? node : "");
+  f->gen++;
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void drop(resihp__feed_t *f, resihp__wire_t *w, const char *why) {
+  if (w->fd < 0)
+    return;
+  resihp_log(RESIHP_LOG_WARN, "feed", "the standby at %s is gone (%s)", f->ep,
+             why);
+  resihp__wire_free(w);
+  resihp__wire_init(w, -1);
+  set_standby(f, NULL, NULL);
+}
+
+/* A new connection whose handshake is done: its hello, then it is the
+ * standby (the one before is dropped). */
+static void take(resihp__feed_t *f, resihp__wire_t *nw, resihp__wire_t *w,
+                 unsigned long *sent) {
+  char line[256], ep[FIELD_MAX], node[FIELD_MAX];
+  if (resihp__wire_recv(nw, line, sizeof(line), resihp__now_ms() + HELLO_MS) ||
+      resihp__feed_parse_hello(line, ep, sizeof(ep), node, sizeof(node))) {
+    resihp__wire_free(nw);
+    return;
+  }
+  if (w->fd >= 0)
+    drop(f, w, "another standby took its place");
+  *w = *nw;
+  *sent = 0; /* the newest record at once */
+  set_standby(f, ep, node);
+  resihp_log(RESIHP_LOG_INFO, "feed", "standby at %s on node %s", ep, node);
+}
+
+/* One record (a copy taken under the lock) to the standby. */
+static int send_record(resihp__feed_t *f, resihp__wire_t *w,
+                       unsigned long *sent) {
+  pthread_mutex_lock(&f->mu);
+  unsigned long seq = f->seq;
+  size_t len = f->len;
+  char *copy = seq != *sent && f->rec ? malloc(len ? len : 1) : NULL;
+  if (copy)
+    memcpy(copy, f->rec, len);
+  pthread_mutex_unlock(&f->mu);
+  if (!copy)
+    return 0;
+  char head[64];
+  snprintf(head, sizeof(head), "REC n=%zu", len);
+  int64_t dl = resihp__now_ms() + SEND_MS;
+  int rc = resihp__wire_send(w, head, dl);
+  if (!rc)
+    rc = resihp__wire_send_data(w, copy, len, dl);
+  free(copy);
+  if (!rc) {
+    *sent = seq;
+    pthread_mutex_lock(&f->mu);
+    f->sent = seq;
+    pthread_mutex_unlock(&f->mu);
+  }
+  return rc;
+}
+
+static void *feed_main(void *arg) {
+  resihp__feed_t *f = arg;
+  resihp__wire_t w, nw;
+  resihp__wire_init(&w, -1);
+  unsigned long sent = 0;
+  int64_t next_beat = 0;
+  for (;;) {
+    pthread_mutex_lock(&f->mu);
+    int stop = f->stop, bye = f->bye && !f->bye_done;
+    pthread_mutex_unlock(&f->mu);
+    if (stop)
+      break;
+    if (bye) { /* the newest record first: the state at the end */
+      if (w.fd >= 0 && !send_record(f, &w, &sent))
+        resihp__wire_send(&w, "BYE", resihp__now_ms() + HELLO_MS);
+      drop(f, &w, "the job is over");
+      pthread_mutex_lock(&f->mu);
+      f->bye_done = 1;
+      pthread_cond_broadcast(&f->cv);
+      pthread_mutex_unlock(&f->mu);
+    }
+    if (w.fd >= 0 && !f->bye_done) {
+      int rc = send_record(f, &w, &sent);
+      if (!rc && resihp__now_ms() >= next_beat) {
+        rc = resihp__wire_send(&w, "HB", resihp__now_ms() + HELLO_MS);
+        next_beat = resihp__now_ms() + RESIHP__FEED_BEAT_MS;
+      }
+      if (rc)
+        drop(f, &w, resihp_strerror(rc));
+    }
+    struct pollfd p[4] = {{f->lfd, POLLIN, 0},
+                          {resihp__wire_hs_fd(f->hs), POLLIN, 0},
+                          {f->wake[0], POLLIN, 0},
+                          {w.fd, POLLIN, 0}};
+    int n = w.fd >= 0 ? 4 : 3;
+    poll(p, (nfds_t)n,
+         resihp__wire_hs_wait_ms(f->hs, RESIHP__FEED_BEAT_MS / 2));
+    if (p[0].revents)
+      resihp__wire_hs_accept(f->hs, f->lfd);
+    resihp__wire_init(&nw, -1);
+    while (resihp__wire_hs_next(f->hs, &nw) == 1) {
+      if (f->bye_done)
+        resihp__wire_free(&nw); /* the job is over: nobody to follow */
+      else
+        take(f, &nw, &w, &sent);
+      resihp__wire_init(&nw, -1);
+    }
+    char b[64];
+    while (read(f->wake[0], b, sizeof(b)) > 0)
+      ;
+    /* the standby says nothing after its hello: input is its end */
+    if (n == 4 && p[3].revents) {
+      int rc = resihp__wire_fill(&w);
+      if (rc < 0 || w.len)
+        drop(f, &w, rc < 0 ? resihp_strerror(rc) : "it spoke out of turn");
+    }
+  }
+  resihp__wire_free(&w);
+  return NULL;
+}
+
+int resihp__feed_start(int lfd, const uint8_t *secret, size_t secret_len,
+                       resihp__feed_t **out) {
+  resihp__feed_t *f = calloc(1, sizeof(*f));
+  if (!f)
+    return RESIHP_ENOMEM;
+  f->lfd = lfd;
+  f->wake[0] = f->wake[1] = -1;
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_cond_init(&f->cv, NULL);
+  int rc = resihp__wire_hs_create(secret, secret_len, LABEL, HS_PENDING,
+                                  HS_TIMEOUT_MS, &f->hs);
+  if (!rc && pipe2(f->wake, O_CLOEXEC | O_NONBLOCK))
+    rc = RESIHP_ESYS;
+  if (!rc && pthread_create(&f->thread, NULL, feed_main, f))
+    rc = RESIHP_ESYS;
+  f->started = !rc;
+  if (rc) {
+    resihp__feed_stop(f);
+    return rc;
+  }
+  *out = f;
+  return 0;
+}
+
+unsigned long resihp__feed_put(resihp__feed_t *f, const void *rec,
+                               size_t len) {
+  if (!f)
+    return 0;
+  char *copy = malloc(len ? len : 1);
+  if (!copy)
+    return 0; /* the one before stays: a standby restores from it */
+  memcpy(copy, rec, len);
+  pthread_mutex_lock(&f->mu);
+  free(f->rec);
+  f->rec = copy;
+  f->len = len;
+  unsigned long seq = ++f->seq;
+  pthread_mutex_unlock(&f->mu);
+  poke(f);
+  return seq;
+}
+
+int resihp__feed_sent(resihp__feed_t *f, unsigned long seq) {
+  pthread_mutex_lock(&f->mu);
+  int done = f->have && f->sent >= seq;
+  pthread_mutex_unlock(&f->mu);
+  return done;
+}
+
+int resihp__feed_standby(resihp__feed_t *f, char *ep, size_t epcap,
+                         char *node, size_t nodecap, unsigned *gen) {
+  if (!f)
+    return 0;
+  pthread_mutex_lock(&f->mu);
+  int have = f->have;
+  if (ep)
+    snprintf(ep, epcap, "%s", f->ep);
+  if (node)
+    snprintf(node, nodecap, "%s", f->node);
+  if (gen)
+    *gen = f->gen;
+  pthread_mutex_unlock(&f->mu);
+  return have;
+}
+
+void resihp__feed_bye(resihp__feed_t *f, int wait_ms) {
+  if (!f || !f->started)
+    return;
+  pthread_mutex_lock(&f->mu);
+  f->bye = 1;
+  pthread_mutex_unlock(&f->mu);
+  poke(f);
+  pthread_mutex_lock(&f->mu);
+  struct timespec ts = resihp__realtime_in(wait_ms);
+  while (!f->bye_done)
+    if (pthread_cond_timedwait(&f->cv, &f->mu, &ts))
+      break;
+  pthread_mutex_unlock(&f->mu);
+}
+
+void resihp__feed_stop(resihp__feed_t *f) {
+  if (!f)
+    return;
+  if (f->started) {
+    pthread_mutex_lock(&f->mu);
+    f->stop = 1;
+    pthread_mutex_unlock(&f->mu);
+    poke(f);
+    pthread_join(f->thread, NULL);
+  }
+  resihp__wire_hs_destroy(f->hs);
+  for (int i = 0; i < 2; i++)
+    if (f->wake[i] >= 0)
+      close(f->wake[i]);
+  pthread_mutex_destroy(&f->mu);
+  pthread_cond_destroy(&f->cv);
+  free(f->rec);
+  free(f);
+}
+
+int resihp__feed_follow(const char *ep, const uint8_t *secret,
+                        size_t secret_len, const char *hello, int silence_ms,
+                        char **rec, size_t *len) {
+  int fd = resihp__wire_dial(ep, resihp__now_ms() + HELLO_MS);
+  if (fd < 0)
+    return fd;
+  resihp__wire_t w;
+  resihp__wire_init(&w, fd);
+  int rc = resihp__wire_auth_client(&w, secret, secret_len, LABEL,
+                                    resihp__now_ms() + HS_TIMEOUT_MS);
+  if (!rc)
+    rc = resihp__wire_send(&w, hello, resihp__now_ms() + HELLO_MS);
+  char line[128];
+  while (!rc) {
+    rc = resihp__wire_recv(&w, line, sizeof(line),
+                           resihp__now_ms() + silence_ms);
+    size_t n;
+    if (rc || !strcmp(line, "HB"))
+      continue;
+    if (!strcmp(line, "BYE")) {
+      rc = 1;
+      break;
+    }
+    if (resihp__feed_parse_rec(line, &n)) {
+      rc = RESIHP_EPROTO;
+      break;
+    }
+    char *buf = malloc(n ? n : 1);
+    if (!buf) {
+      rc = RESIHP_ENOMEM;
+      break;
+    }
+    /* a record cut by the primary's death is no record */
+    if ((rc = resihp__wire_recv_data(&w, buf, n,
+                                     resihp__now_ms() + SEND_MS + silence_ms))) {
+      free(buf);
+      break;
+    }
+    free(*rec);
+    *rec = buf;
+    *len = n;
+  }
+  resihp__wire_free(&w);
+  return rc;
+}

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The standby's feed: the primary's state records, streamed to a standby
+ * resihp-run on another node of the allocation.
+ *
+ * The keeper (keeper.h) outlives a coordinator that dies or hangs, but not
+ * the loss of its own node. So the primary also sends every state record
+ * (the launcher's and the coordinator's, what the keeper holds) to a
+ * standby process that it starts on another node: the standby keeps the
+ * newest one and, when the primary's node is lost, becomes the keeper of
+ * a new primary restored from it (tools/resihp-run.c), on its own address,
+ * which the replicas know (COORDS, recovery/job_coords.c).
+ *
+ * The link. The standby dials the primary's feed socket (one the keeper
+ * holds, so that it survives the keeper's own failovers), authenticates
+ * with the job's secret (label "standby") and says
+ * "STANDBY ep=HOST:PORT node=NAME". The primary then sends the newest
+ * record whenever it changes ("REC n=BYTES" and the bytes, sealed: a MAC
+ * over them) and "HB" every beat otherwise; "BYE" when the job is over.
+ * Only the newest record matters, so a slow standby is sent the newest one
+ * when it is ready, never a queue. One standby at a time: a new one
+ * replaces the old. */
+#ifndef RESIHP_CONTROL_STANDBY_H
+#define RESIHP_CONTROL_STANDBY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Largest record taken (bytes): far beyond the state of 100K replicas. */
+#define RESIHP__FEED_REC_MAX (1u << 30)
+/* The feed's heartbeat period (ms). */
+#define RESIHP__FEED_BEAT_MS 200
+
+/* ---- the primary's side ---- */
+
+typedef struct resihp__feed resihp__feed_t;
+
+/* Serve standbys on listening socket lfd (not taken over), authenticated
+ * with secret (copied). A thread does the work. 0 or a negative code. */
+int resihp__feed_start(int lfd, const uint8_t *secret, size_t secret_len,
+                       resihp__feed_t **out);
+/* The newest record (copied; replaces any not sent yet); its number. */
+unsigned long resihp__feed_put(resihp__feed_t *f, const void *rec,
+                               size_t len);
+/* Whether record seq (or a newer one) has gone out to the standby
+ * connected now: it then holds it unless it dies. */
+int resihp__feed_sent(resihp__feed_t *f, unsigned long seq);
+/* The standby connected now: 1 with its coordinator address and node, 0
+ * when none is. *gen (may be NULL) changes whenever that does. */
+int resihp__feed_standby(resihp__feed_t *f, char *ep, size_t epcap,
+                         char *node, size_t nodecap, unsigned *gen);
+/* The job is over: tell the standby (BYE), which then leaves; waits up to
+ * wait_ms for the word to go out. */
+void resihp__feed_bye(resihp__feed_t *f, int wait_ms);
+/* Stop the thread and free everything (NULL: nothing). */
+void resihp__feed_stop(resihp__feed_t *f);
+
+/* ---- the standby's side ---- */
+
+/* Follow the feed at ep: authenticate, say hello (the STANDBY line), and
+ * keep the newest record in *rec (malloc'd; the one before is freed) and
+ * *len. Returns 1 when the primary said BYE, or a negative code when the
+ * link failed or said nothing for silence_ms: then *rec is the last
+ * complete record, if any. */
+int resihp__feed_follow(const char *ep, const uint8_t *secret,
+                        size_t secret_len, const char *hello, int silence_ms,
+                        char **rec, size_t *len);
+/* Its pieces, for tests and the fuzz target: a REC line's byte count
+ * (0, or RESIHP_EPROTO for a line that is not one or a count beyond
+ * RESIHP__FEED_REC_MAX), and a STANDBY line's address and node (plain
+ * tokens that fit). */
+int resihp__feed_parse_rec(const char *line, size_t *n);
+int resihp__feed_parse_hello(const char *line, char *ep, size_t epcap,
+                             char *node, size_t nodecap);
+
+#endif

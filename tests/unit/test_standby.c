@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The standby's feed (control/standby.h): a follower in a child process
+ * gets the newest record, authenticated, and BYE at the end; a record put
+ * while nobody follows reaches the next follower; a second standby takes
+ * the first one's place; a follower with the wrong secret gets nothing;
+ * the primary's death ends the follower's wait with the last complete
+ * record; the lines' parsers are strict. Events, not time: each step waits
+ * for what it checks (the feed's standby, a pipe from the child). */
+#include "config.h"
+
+#include "../../libresihp/control/standby.h"
+#include "../../libresihp/control/wire.h"
+#include "../../libresihp/transport/mesh.h"
+#include "suite_main.h"
+
+#include <resihp/error.h>
+
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const uint8_t KEY[] = "standby-test-secret-0123456789";
+
+typedef struct {
+  resihp__wire_listener_t lis;
+  char ep[64];
+  resihp__feed_t *f;
+} primary_t;
+
+static void primary_up(primary_t *p) {
+  ck_assert_int_eq(resihp__wire_listener_open("127.0.0.1", 0, 4, &p->lis), 0);
+  snprintf(p->ep, sizeof(p->ep), "127.0.0.1:%d", p->lis.port);
+  ck_assert_int_eq(
+      resihp__feed_start(p->lis.fds[0], KEY, sizeof(KEY) - 1, &p->f), 0);
+}
+
+static void primary_down(primary_t *p) {
+  resihp__feed_stop(p->f);
+  resihp__wire_listener_close(&p->lis);
+}
+
+/* A follower in a child: what follow returned and the last record it
+ * had, through a pipe (rc, then the record's bytes). */
+typedef struct {
+  pid_t pid;
+  int rfd;
+} follower_t;
+
+static void follower_start(follower_t *fl, const char *ep, const uint8_t *key,
+                           size_t klen, const char *hello) {
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  fl->pid = fork();
+  ck_assert_int_ge(fl->pid, 0);
+  if (fl->pid == 0) {
+    close(fds[0]);
+    char *rec = NULL;
+    size_t len = 0;
+    int rc = resihp__feed_follow(ep, key, klen, hello, 3000, &rec, &len);
+    FILE *o = fdopen(fds[1], "w");
+    fprintf(o, "%d\n", rc);
+    if (rec)
+      fwrite(rec, 1, len, o);
+    fclose(o);
+    _exit(0);
+  }
+  close(fds[1]);
+  fl->rfd = fds[0];
+}
+
+/* Its outcome: follow's return, the record into rec. */
+static int follower_end(follower_t *fl, char *rec, size_t cap) {
+  FILE *i = fdopen(fl->rfd, "r");
+  int rc = -999;
+  ck_assert_int_eq(fscanf(i, "%d\n", &rc), 1);
+  size_t n = fread(rec, 1, cap - 1, i);
+  rec[n] = '\0';
+  fclose(i);
+  ck_assert_int_eq(waitpid(fl->pid, NULL, 0), fl->pid);
+  return rc;
+}
+
+/* Wait until the feed has a standby (have = 1) whose address is ep, or
+ * none (have = 0). */
+static void wait_standby(primary_t *p, int have, const char *ep) {
+  char got[64], node[64];
+  for (int i = 0; i < 3000; i++) {
+    int h = resihp__feed_standby(p->f, got, sizeof(got), node, sizeof(node),
+                                 NULL);
+    if (h == have && (!have || !strcmp(got, ep)))
+      return;
+    usleep(2000);
+  }
+  ck_abort_msg("the feed never had the standby %s (want %d)", ep, have);
+}
+
+START_TEST(newest_record_then_bye) {
+  primary_t p;
+  primary_up(&p);
+  resihp__feed_put(p.f, "one", 3); /* before anyone follows */
+  follower_t fl;
+  follower_start(&fl, p.ep, KEY, sizeof(KEY) - 1,
+                 "STANDBY ep=10.0.0.2:4000 node=n2");
+  wait_standby(&p, 1, "10.0.0.2:4000");
+  char node[64];
+  resihp__feed_standby(p.f, NULL, 0, node, sizeof(node), NULL);
+  ck_assert_str_eq(node, "n2");
+  resihp__feed_put(p.f, "two", 3);
+  resihp__feed_put(p.f, "three, the newest", 17);
+  resihp__feed_bye(p.f, 5000);
+  char rec[256];
+  ck_assert_int_eq(follower_end(&fl, rec, sizeof(rec)), 1);
+  ck_assert_str_eq(rec, "three, the newest");
+  wait_standby(&p, 0, NULL);
+  primary_down(&p);
+}
+END_TEST
+
+START_TEST(second_standby_replaces_first) {
+  primary_t p;
+  primary_up(&p);
+  resihp__feed_put(p.f, "state", 5);
+  follower_t a, b;
+  follower_start(&a, p.ep, KEY, sizeof(KEY) - 1, "STANDBY ep=h:1 node=a");
+  wait_standby(&p, 1, "h:1");
+  follower_start(&b, p.ep, KEY, sizeof(KEY) - 1, "STANDBY ep=h:2 node=b");
+  wait_standby(&p, 1, "h:2");
+  char rec[256];
+  /* the first one's link is closed: it ends with the record it had */
+  ck_assert_int_lt(follower_end(&a, rec, sizeof(rec)), 0);
+  ck_assert_str_eq(rec, "state");
+  resihp__feed_bye(p.f, 5000);
+  ck_assert_int_eq(follower_end(&b, rec, sizeof(rec)), 1);
+  ck_assert_str_eq(rec, "state");
+  primary_down(&p);
+}
+END_TEST
+
+START_TEST(strangers_get_nothing) {
+  primary_t p;
+  primary_up(&p);
+  resihp__feed_put(p.f, "secret state", 12);
+  static const uint8_t other[] = "not-the-job-secret-0123456789";
+  follower_t bad, hello;
+  follower_start(&bad, p.ep, other, sizeof(other) - 1,
+                 "STANDBY ep=h:1 node=x");
+  char rec[256];
+  ck_assert_int_lt(follower_end(&bad, rec, sizeof(rec)), 0);
+  ck_assert_str_eq(rec, "");
+  /* the right secret but no proper hello: dropped, nothing sent */
+  follower_start(&hello, p.ep, KEY, sizeof(KEY) - 1, "HELLO replica=0");
+  ck_assert_int_lt(follower_end(&hello, rec, sizeof(rec)), 0);
+  ck_assert_str_eq(rec, "");
+  ck_assert_int_eq(resihp__feed_standby(p.f, NULL, 0, NULL, 0, NULL), 0);
+  primary_down(&p);
+}
+END_TEST
+
+/* The primary dies (its feed thread and socket gone at once, as with its
+ * node): the follower ends with the last complete record. */
+START_TEST(primary_death_keeps_last_record) {
+  primary_t p;
+  primary_up(&p);
+  follower_t fl;
+  follower_start(&fl, p.ep, KEY, sizeof(KEY) - 1, "STANDBY ep=h:9 node=z");
+  wait_standby(&p, 1, "h:9");
+  unsigned long seq = resihp__feed_put(p.f, "last words", 10);
+  /* once it is out, the follower reads it before the link's end */
+  for (int i = 0; i < 3000 && !resihp__feed_sent(p.f, seq); i++)
+    usleep(2000);
+  ck_assert(resihp__feed_sent(p.f, seq));
+  primary_down(&p);
+  char rec[256];
+  ck_assert_int_lt(follower_end(&fl, rec, sizeof(rec)), 0);
+  ck_assert_str_eq(rec, "last words");
+}
+END_TEST
+
+START_TEST(lines_parsed_strictly) {
+  size_t n;
+  ck_assert_int_eq(resihp__feed_parse_rec("REC n=0", &n), 0);
+  ck_assert_int_eq(n, 0);
+  ck_assert_int_eq(resihp__feed_parse_rec("REC n=1073741824", &n), 0);
+  const char *bad_rec[] = {"REC n=1073741825", "REC n=-1", "REC n=", "REC",
+                           "REC m=5", "RECN n=5", "REC n=5x"};
+  for (size_t i = 0; i < sizeof(bad_rec) / sizeof(bad_rec[0]); i++)
+    ck_assert_msg(resihp__feed_parse_rec(bad_rec[i], &n) == RESIHP_EPROTO,
+                  "'%s' taken", bad_rec[i]);
+  char ep[16], node[8];
+  ck_assert_int_eq(resihp__feed_parse_hello("STANDBY ep=h:1 node=n1", ep,
+                                            sizeof(ep), node, sizeof(node)),
+                   0);
+  ck_assert_str_eq(ep, "h:1");
+  ck_assert_str_eq(node, "n1");
+  const char *bad_hello[] = {"STANDBY ep=h1 node=n1", "STANDBY node=n1",
+                             "STANDBY ep=h:1", "STANDBY ep=hhhhhhhhhhhhhh:1 "
+                                               "node=n1",
+                             "STANDBY ep=h:1 node=nodenamelong",
+                             "HELLO ep=h:1 node=n1"};
+  for (size_t i = 0; i < sizeof(bad_hello) / sizeof(bad_hello[0]); i++)
+    ck_assert_msg(resihp__feed_parse_hello(bad_hello[i], ep, sizeof(ep), node,
+                                           sizeof(node)) == RESIHP_EPROTO,
+                  "'%s' taken", bad_hello[i]);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("standby");
+  TCase *tc = tcase_create("feed");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, newest_record_then_bye);
+  tcase_add_test(tc, second_standby_replaces_first);
+  tcase_add_test(tc, strangers_get_nothing);
+  tcase_add_test(tc, primary_death_keeps_last_record);
+  tcase_add_test(tc, lines_parsed_strictly);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  return run_suite(suite());
+}

@@ -38,10 +38,12 @@
 #include "../libresihp/control/gate.h"
 #include "../libresihp/control/keeper.h"
 #include "../libresihp/control/spare_agent.h"
+#include "../libresihp/control/standby.h"
 #include "../libresihp/recovery/inject.h"
 #include "../libresihp/recovery/job_save.h"
 #include "../libresihp/transport/mesh.h"
 #include "resihp-run-cmd.h"
+#include "resihp-run-slurm.h"
 
 #include <resihp.h>
 
@@ -60,6 +62,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Nodes of the allocation: 100K GPUs are at most this many nodes. */
@@ -186,7 +189,34 @@ static struct {
   resihp__keeper_t *keeper;
   resihp__coord_opts_t co;
   char host[256];
-} g = {.saved_step = -1,
+  /* the standby on another node (standby.h, resihp-run-slurm.h): wanted
+   * (--standby auto|none), its output file; this process as a standby
+   * (--standby-of the primary's feed, --primary-node); the feed's socket
+   * (the keeper's, like the coordinator's) and address; in the primary,
+   * the feed thread, the standby's srun, node and launches, the standby
+   * the feed has, the coordinator's addresses the ranks get; whether this
+   * primary took over from a node that was lost; this node; the command
+   * line (the standby's); SlurmdTimeout */
+  int standby_opt, standby_on;
+  const char *standby_out;
+  const char *standby_of, *primary_node;
+  resihp__wire_listener_t feed_lis;
+  char feed_ep[300];
+  resihp__feed_t *feed;
+  pid_t standby_pid;
+  int standby_node, standby_tries;
+  unsigned standby_gen;
+  char standby_ep[64];
+  char coords[600];
+  int took_over;
+  char node_self[64];
+  int argc0;
+  char **argv0;
+  int slurmd_timeout_s;
+  int64_t clock_delta; /* the old primary's host's clock to ours (ms) */
+} g = {.standby_opt = 1,
+       .standby_node = -1,
+       .saved_step = -1,
        .saving_said = -1,
        .kept = {-1, -1},
        .K = 1,
@@ -233,7 +263,8 @@ static void usage(FILE *f) {
       "                  [--assign even|count|cost] [--lockstep]\n"
       "                  [--swap-cost SECONDS|never] [--progress SECONDS]\n"
       "                  [--state-dir DIR [--save-every N]] [--resume DIR]\n"
-      "                  [--failover-after-ms MS]\n"
+      "                  [--failover-after-ms MS] [--standby auto|none]\n"
+      "                  [--standby-output FILE]\n"
       "                  [--quiet] -- PROGRAM [ARGS...]\n"
       "Run PROGRAM as R data-parallel replicas, one Slurm job step each,\n"
       "inside the current allocation, and replace failed replicas on spare\n"
@@ -479,13 +510,13 @@ static int launch(int r) {
                             i ? "," : "", g.nodes[idx[i]].name);
   }
   p->nnodes = g.K;
-  char inj[2048], opt_res[4200], opt_rep[64], opt_co[400], nk[16], nr[16],
+  char inj[2048], opt_res[4200], opt_rep[64], opt_co[640], nk[16], nr[16],
       jn[64], mpi[80];
   inject_for(r, inj, sizeof(inj));
   snprintf(opt_res, sizeof(opt_res), "--resilient=secret-file=%s",
            g.secret_file);
   snprintf(opt_rep, sizeof(opt_rep), "--resilient-replica=%d", r);
-  snprintf(opt_co, sizeof(opt_co), "--resilient-coordinator=%s", g.coord_ep);
+  snprintf(opt_co, sizeof(opt_co), "--resilient-coordinator=%s", g.coords);
   snprintf(nk, sizeof(nk), "%d", g.K);
   snprintf(nr, sizeof(nr), "%d", g.ranks);
   snprintf(jn, sizeof(jn), "--job-name=resihp-replica-%d", r);
@@ -524,11 +555,15 @@ static int launch(int r) {
     char rs[16];
     snprintf(rs, sizeof(rs), "%d", r);
     setenv("RESIHP_REPLICA", rs, 1);
-    setenv("RESIHP_COORDINATOR", g.coord_ep, 1);
+    setenv("RESIHP_COORDINATOR", g.coords, 1);
     /* the ranks wait for a coordinator that fails over: the hang bound,
-     * then the successor's start, with room to spare */
+     * then the successor's start, with room to spare; with a standby, also
+     * Slurm's verdict that the primary's node is down (about
+     * SlurmdTimeout, twice for the ping that notices it) */
     char fo[32];
-    snprintf(fo, sizeof(fo), "%d", g.hang_ms + 30000);
+    snprintf(fo, sizeof(fo), "%d",
+             g.hang_ms + 30000 +
+                 (g.standby_on ? 2000 * g.slurmd_timeout_s : 0));
     setenv("RESIHP_FAILOVER_MS", fo, 1);
     setenv("RESIHP_SECRET_FILE", g.secret_file, 1);
     /* where the ranks save and resume (job_save.c): paths go through the
@@ -1096,6 +1131,14 @@ static void ended(pid_t pid, int st) {
     for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
       if (helpers[i] == pid)
         helpers[i] = 0;
+    if (pid == g.standby_pid) {
+      g.standby_pid = 0;
+      if (!g.stopping)
+        say("the standby coordinator on %s ended (%s %d): starting another",
+            g.standby_node >= 0 ? g.nodes[g.standby_node].name : "?",
+            WIFSIGNALED(st) ? "signal" : "status",
+            WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    }
     for (int r = 0; r < g.R; r++) {
       replica_t *p = &g.reps[r];
       if (p->pid != pid)
@@ -1132,6 +1175,12 @@ static void reap(void) {
 
 /* ---- failover: the launcher's own state in the keeper's record ---- */
 
+static int64_t realtime_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Every field a primary that takes over needs to go on launching,
  * replacing and summing up: the nodes not in their first state, every
  * replica. */
@@ -1145,6 +1194,11 @@ static void launcher_state(resihp__wire_buf_t *b) {
   for (int i = 0; i < g.ninj; i++)
     resihp__wire_buf_printf(b, " %d", g.fired[i]);
   resihp__wire_buf_printf(b, "\n");
+  /* where this primary was (a standby that takes over is elsewhere: the
+   * sruns are not its own), and the standby it started */
+  resihp__wire_buf_printf(b, "H %s %ld %d %d %" PRId64 " %" PRId64 "\n",
+                          g.coord_ep, (long)g.standby_pid, g.standby_node,
+                          g.standby_tries, resihp__now_ms(), realtime_ms());
   for (int i = 0; i < g.nnodes; i++) {
     node_t *n = &g.nodes[i];
     if (n->bad || n->owner >= 0 || n->check > 0)
@@ -1182,6 +1236,7 @@ static void on_mirror(void *ud, const char *snap, size_t len) {
     memcpy(rec + hl + b.len, snap, len);
     if (!resihp__keeper_record(g.keeper, rec, (size_t)hl + b.len + len))
       g.ldirty = 0;
+    resihp__feed_put(g.feed, rec, (size_t)hl + b.len + len);
     free(rec);
   }
   resihp__wire_buf_free(&b);
@@ -1235,6 +1290,21 @@ static int restore_launcher(const char *rec, size_t len, const char **coord,
       char *q = l + n;
       for (int i = 0; i < g.ninj; i++)
         g.fired[i] = (int)strtol(q, &q, 10);
+    } else if (l[0] == 'H') {
+      char ep[300];
+      if (sscanf(l, "H %299s %ld %d %d %" SCNd64 " %" SCNd64, ep, &v[0], &a[0],
+                 &a[1], &w[0], &w[1]) != 6 ||
+          a[0] < -1 || a[0] >= g.nnodes) {
+        rc = RESIHP_EPROTO;
+        break;
+      }
+      g.took_over = strcmp(ep, g.coord_ep) != 0;
+      /* the old host's monotonic clock to this one's, through the wall
+       * clock (the nodes' clocks are kept in step, NTP) */
+      g.clock_delta = (resihp__now_ms() - realtime_ms()) - (w[0] - w[1]);
+      g.standby_pid = (pid_t)v[0];
+      g.standby_node = a[0];
+      g.standby_tries = a[1];
     } else if (l[0] == 'N') {
       if (sscanf(l, "N %d %d %d %ld %ld", &a[0], &a[1], &a[2], &v[0], &v[1]) !=
               5 ||
@@ -1276,6 +1346,24 @@ static int restore_launcher(const char *rec, size_t len, const char **coord,
     }
   }
   free(t);
+  if (!rc && g.took_over) {
+    /* the old primary's sruns ran on its node, which is lost: their steps
+     * run on without them (a failed one is cancelled by its id) */
+    g.t0 += g.clock_delta;
+    for (int r = 0; r < g.R; r++) {
+      if (g.reps[r].t_launch)
+        g.reps[r].t_launch += g.clock_delta;
+      g.reps[r].pid = 0;
+      g.reps[r].gate = -1;
+      g.reps[r].kill_at = 0;
+    }
+    for (int i = 0; i < g.nnodes; i++) {
+      g.nodes[i].check = 0;
+      g.nodes[i].gate = -1;
+    }
+    g.standby_pid = 0;
+    g.standby_tries = 0;
+  }
   return rc;
 }
 
@@ -1340,6 +1428,166 @@ static void tick(void) {
       }
     }
   }
+}
+
+/* ---- the standby on another node (standby.h) ---- */
+
+/* The coordinator's addresses the ranks get (at launch, and COORDS to
+ * those running): ours, then the standby's once it follows the feed. */
+static void update_coords(void) {
+  char ep[64], node[64];
+  unsigned gen = 0;
+  int have =
+      resihp__feed_standby(g.feed, ep, sizeof(ep), node, sizeof(node), &gen);
+  if (g.coords[0] && gen == g.standby_gen)
+    return;
+  g.standby_gen = gen;
+  snprintf(g.standby_ep, sizeof(g.standby_ep), "%s", have ? ep : "");
+  if (have) {
+    snprintf(g.coords, sizeof(g.coords), "%s/%s", g.coord_ep, ep);
+    g.standby_tries = 0; /* it came up: the next one gets its tries */
+    say("standby coordinator on %s (%s) follows this one", node, ep);
+  } else {
+    snprintf(g.coords, sizeof(g.coords), "%s", g.coord_ep);
+  }
+  if (g.standby_on)
+    resihp__coord_set_coords(g.coord, g.coords);
+}
+
+/* Start a standby on a node of the allocation other than this one's: a
+ * step of its own (--overlap: it takes nothing from the replicas), its
+ * output in a file that its node's slurmstepd writes, so that it outlives
+ * this node. Three tries in a row that never follow the feed, and the job
+ * goes on without one. */
+static void launch_standby(void) {
+  if (!g.standby_on || g.standby_pid > 0 || g.stopping || !g.feed ||
+      resihp__coord_state(g.coord) != RESIHP__COORD_RUNNING)
+    return;
+  if (g.standby_tries >= 3) {
+    if (g.standby_tries++ == 3)
+      say("warning: no standby coordinator after 3 tries (its output: %s); "
+          "the job goes on without one",
+          g.standby_out);
+    return;
+  }
+  int pick = -1;
+  for (int k = 1; k <= g.nnodes && pick < 0; k++) {
+    int i = (g.standby_node + k + g.nnodes) % g.nnodes;
+    if (!g.nodes[i].bad && strcmp(g.nodes[i].name, g.node_self))
+      pick = i;
+  }
+  if (pick < 0)
+    return;
+  g.standby_node = pick;
+  g.standby_tries++;
+  g.ldirty = 1;
+  const char *head[] = {"srun",
+                        "--overlap",
+                        "-N",
+                        "1",
+                        "-n",
+                        "1",
+                        "-w",
+                        g.nodes[pick].name,
+                        "--input=none",
+                        "--kill-on-bad-exit=0",
+                        "--job-name=resihp-standby",
+                        "--mpi=none",
+                        g.self,
+                        "--standby-of",
+                        g.feed_ep,
+                        "--primary-node",
+                        g.node_self,
+                        "--secret-file",
+                        g.secret_file};
+  int nh = (int)(sizeof(head) / sizeof(head[0]));
+  char **argv = calloc((size_t)(nh + g.argc0), sizeof(char *));
+  if (!argv)
+    return;
+  for (int i = 0; i < nh; i++)
+    argv[i] = (char *)head[i];
+  /* the job's own options; not the ones that made this process a
+   * standby, if it was one (the head says who the primary is now) */
+  int na = nh;
+  for (int i = 1; i < g.argc0; i++) {
+    const char *a = g.argv0[i];
+    if (!strcmp(a, "--"))
+      for (; i < g.argc0; i++)
+        argv[na++] = g.argv0[i];
+    else if (!strcmp(a, "--standby-of") || !strcmp(a, "--primary-node"))
+      i++;
+    else if (strncmp(a, "--standby-of=", 13) &&
+             strncmp(a, "--primary-node=", 15))
+      argv[na++] = g.argv0[i];
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    child_setup(0);
+    execvp("srun", argv);
+    fprintf(stderr, "resihp-run: cannot run srun: %s\n", strerror(errno));
+    _exit(127);
+  }
+  free(argv);
+  if (pid > 0)
+    g.standby_pid = pid;
+  say("standby coordinator: step launched on %s (output in %s.%s)",
+      g.nodes[pick].name, g.standby_out, g.nodes[pick].name);
+}
+
+/* The standby's life until it takes over: follow the primary's feed;
+ * when the link fails, ask Slurm whether the primary's node is DOWN (then
+ * take over) or not (a local failover, a restart: follow again). 1 with
+ * the record to take over from, 0 when the job is over (BYE), or a
+ * negative code. */
+static int standby_follow(const uint8_t *secret, size_t slen, char **rec,
+                          size_t *len) {
+  char hello[512];
+  snprintf(hello, sizeof(hello), "STANDBY ep=%s node=%s", g.coord_ep,
+           g.node_self);
+  say("standby coordinator on %s (%s) for the primary on %s", g.node_self,
+      g.coord_ep, g.primary_node);
+  int64_t told = 0;
+  while (!got_signal) {
+    int rc = resihp__feed_follow(g.standby_of, secret, slen, hello,
+                                 g.hang_ms + 2000, rec, len);
+    if (rc == 1)
+      return 0;
+    if (resihp__slurm_node_down(g.primary_node)) {
+      if (*rec)
+        return 1;
+      say("the primary's node %s is DOWN and no state came from it: nothing "
+          "to take over",
+          g.primary_node);
+      return RESIHP_ENOENT;
+    }
+    if (resihp__now_ms() - told > 60000) {
+      told = resihp__now_ms();
+      say("the primary's feed at %s: %s; its node %s is up: following again",
+          g.standby_of, resihp_strerror(rc), g.primary_node);
+    }
+    usleep(500000);
+  }
+  return RESIHP_ECLOSED;
+}
+
+/* A standby that took over, at the end: the batch script is gone with
+ * its node, and Slurm requeues a job with no step left, which would run
+ * the whole training again. Cancel the job instead (this step with it:
+ * the last thing done). */
+static void end_job(void) {
+  say("the job's batch host was lost: ending job %s (scancel) so that Slurm "
+      "does not requeue it",
+      g.jobid);
+  fflush(stdout);
+  fflush(stderr);
+  char *argv[] = {"scancel", "--quiet", g.jobid, NULL};
+  pid_t p = fork();
+  if (p == 0) {
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  while (p > 0 && waitpid(p, NULL, 0) < 0 && errno == EINTR)
+    ;
 }
 
 /* The first IPv4 address of host, as resihp__wire_dial picks it. */
@@ -1426,11 +1674,20 @@ int main(int argc, char **argv) {
       {"events", required_argument, 0, 'V'},
       {"metrics", required_argument, 0, 'M'},
       {"failover-after-ms", required_argument, 0, 'F'},
+      {"standby", required_argument, 0, 'B'},
+      {"standby-output", required_argument, 0, 'O'},
+      /* internal: how a primary starts its standby */
+      {"standby-of", required_argument, 0, 'Y'},
+      {"primary-node", required_argument, 0, 'Z'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int o;
   char *end;
-  while ((o = getopt_long(argc, argv, "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:lw:P:D:E:R:V:M:F:h",
+  g.argc0 = argc;
+  g.argv0 = argv;
+  while ((o = getopt_long(argc, argv,
+                          "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:lw:P:D:E:R:V:M:F:"
+                          "B:O:Y:Z:h",
                           lo, NULL)) != -1) {
     long v = 0;
     if (strchr("rskKpSTCPEF", o)) {
@@ -1498,6 +1755,26 @@ int main(int argc, char **argv) {
       break;
     case 'F':
       g.hang_ms = (int)v;
+      break;
+    case 'B':
+      if (strcmp(optarg, "auto") && strcmp(optarg, "none")) {
+        fprintf(stderr,
+                "resihp-run: --standby wants auto (a standby coordinator on "
+                "another node of the allocation, the default) or none, not "
+                "'%s'\n",
+                optarg);
+        return EXIT_USAGE;
+      }
+      g.standby_opt = !strcmp(optarg, "auto");
+      break;
+    case 'O':
+      g.standby_out = optarg;
+      break;
+    case 'Y':
+      g.standby_of = optarg;
+      break;
+    case 'Z':
+      g.primary_node = optarg;
       break;
     case 'q':
       g.quiet = 1;
@@ -1681,6 +1958,8 @@ int main(int argc, char **argv) {
    * --coordinator-host): listen on the address that name resolves to, as
    * the ranks will resolve it, and on no other interface. */
   char host[256], bind_addr[INET_ADDRSTRLEN];
+  if (g.standby_of) /* the address is this node's, not the primary's */
+    g.coord_host = NULL;
   if (g.coord_host)
     snprintf(host, sizeof(host), "%s", g.coord_host);
   else if (gethostname(host, sizeof(host)))
@@ -1742,6 +2021,38 @@ int main(int argc, char **argv) {
   }
   int port = lis.port;
   g.co.listener = &lis;
+  /* A standby on another node (standby.h), when this process runs on a
+   * node of the allocation (sbatch: the batch host). Under salloc it runs
+   * outside, on a login node: the allocation does not outlive that host's
+   * salloc anyway, so there is nothing a standby could save. */
+  const char *me = getenv("SLURMD_NODENAME");
+  snprintf(g.node_self, sizeof(g.node_self), "%s", me ? me : "");
+  int inside = 0;
+  for (int i = 0; me && i < g.nnodes; i++)
+    inside |= !strcmp(g.nodes[i].name, me);
+  g.standby_on = g.standby_opt && inside && g.nnodes >= 2;
+  if (g.standby_opt && !g.standby_on && !g.standby_of)
+    say("no standby coordinator: %s",
+        !inside ? "resihp-run runs outside the allocation (salloc: the "
+                  "allocation ends with its host anyway)"
+                : "the allocation has a single node");
+  if (g.standby_on &&
+      resihp__wire_listener_open(bind_addr, 0, 4, &g.feed_lis)) {
+    say("warning: cannot listen for a standby coordinator: %s; the job goes "
+        "on without one",
+        strerror(errno));
+    g.standby_on = 0;
+  }
+  if (g.standby_on) {
+    snprintf(g.feed_ep, sizeof(g.feed_ep), "%s:%d", host, g.feed_lis.port);
+    g.slurmd_timeout_s = resihp__slurm_slurmd_timeout_s();
+  }
+  static char sout[4200];
+  char cwd[4096];
+  if (!g.standby_out) /* the same in the primary and in its standby */
+    snprintf(sout, sizeof(sout), "%s/resihp-standby-%s",
+             getcwd(cwd, sizeof(cwd)) ? cwd : "/tmp", g.jobid);
+  g.standby_out = g.standby_out ? g.standby_out : sout;
   snprintf(g.host, sizeof(g.host), "%s", host);
   snprintf(g.coord_ep, sizeof(g.coord_ep), "%s:%d", host, port);
   ssize_t sl = readlink("/proc/self/exe", g.self, sizeof(g.self) - 1);
@@ -1750,11 +2061,57 @@ int main(int argc, char **argv) {
   else
     snprintf(g.self, sizeof(g.self), "%s", argv[0]);
   g.t0 = resihp__now_ms();
-  /* This process becomes the keeper; the primary does the work. */
+  /* This process becomes the keeper; the primary does the work. A
+   * standby first follows the primary's feed, and becomes the keeper of
+   * a primary restored from the last record when the primary's node is
+   * lost. */
   resihp__keeper_opts_t ko = {.hang_ms = g.hang_ms,
                               .lost_status = EXIT_LOST,
                               .primary = primary_main};
-  int ret = resihp__keeper_run(&ko);
+  char *rec = NULL;
+  int ret = -1;
+  if (g.standby_of) {
+    /* its output goes straight to a file of its own: srun's forwarding
+     * runs on the primary's node and dies with it */
+    char path[4300];
+    snprintf(path, sizeof(path), "%s.%s", g.standby_out, g.node_self);
+    int ofd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (ofd >= 0) {
+      fflush(stdout);
+      fflush(stderr);
+      dup2(ofd, 1);
+      dup2(ofd, 2);
+      close(ofd);
+      setvbuf(stdout, NULL, _IOLBF, 0);
+    } else {
+      say("cannot write %s: %s; the standby's output goes to its srun", path,
+          strerror(errno));
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    size_t rlen = 0;
+    int fr = standby_follow(secret, slen, &rec, &rlen);
+    if (fr == 1) {
+      ko.snap = rec;
+      ko.snaplen = rlen;
+      ko.first_why = "lost with its node";
+      got_signal = nsignals = 0;
+    } else {
+      ret = fr == 0 || got_signal ? EXIT_OK : EXIT_LOST;
+      if (fr == 0)
+        say("the job is over: the standby leaves");
+    }
+  }
+  if (ret < 0)
+    ret = resihp__keeper_run(&ko);
+  if (ko.snap) {
+    g.own_secret = 1; /* the job's now: removed below */
+    end_job();
+  }
+  free(rec);
+  resihp__wire_listener_close(&g.feed_lis);
   resihp__wire_listener_close(&lis);
   memset(secret, 0, sizeof(secret));
   resihp__cmd_free(&g.kill_cmd);
@@ -1830,6 +2187,11 @@ static int primary_main(void *ud, const char *snap, size_t snaplen,
     rc = restore_launcher(snap, snaplen, &csnap, &clen);
     if (!rc)
       rc = resihp__coord_restore(&co, csnap, clen, ledger_have, &g.coord);
+    if (!rc && g.took_over) {
+      resihp__coord_shift_times(g.coord, g.clock_delta);
+      /* the replicas try each address in turn, a few seconds a round */
+      resihp__coord_reconnect_within(g.coord, 15000 + g.co.silence_ms);
+    }
   } else {
     rc = resihp__coord_create(&co, &g.coord);
   }
@@ -1837,6 +2199,16 @@ static int primary_main(void *ud, const char *snap, size_t snaplen,
     fprintf(stderr, "resihp-run: cannot start the coordinator: %s\n",
             resihp_strerror(rc));
     return snap ? EXIT_LOST : EXIT_USAGE;
+  }
+  if (g.standby_on && resihp__feed_start(g.feed_lis.fds[0], g.co.secret,
+                                         g.co.secret_len, &g.feed))
+    say("warning: cannot serve a standby coordinator; the job goes on "
+        "without one");
+  update_coords();
+  if (g.took_over) {
+    say("took over from the primary on %s, which Slurm declared DOWN: the "
+        "coordinator continues here (%s) at step %ld",
+        g.primary_node, g.coord_ep, resihp__coord_step(g.coord));
   }
   char pidtxt[64];
   snprintf(pidtxt, sizeof(pidtxt), "pid %ld", (long)getpid());
@@ -1848,10 +2220,11 @@ static int primary_main(void *ud, const char *snap, size_t snaplen,
   int64_t fsince = 0;
   if (resihp__keeper_failovers(kp, &fwhy, &fold, &fsince)) {
     double secs = (double)(resihp__now_ms() - fsince) / 1000.0;
-    say("coordinator failover: pid %ld %s; pid %ld continues at step %ld "
-        "(epoch %u) after %.3f s",
-        (long)fold, fwhy, (long)getpid(), resihp__coord_step(g.coord),
-        resihp__coord_epoch(g.coord), secs);
+    if (fold)
+      say("coordinator failover: pid %ld %s; pid %ld continues at step %ld "
+          "(epoch %u) after %.3f s",
+          (long)fold, fwhy, (long)getpid(), resihp__coord_step(g.coord),
+          resihp__coord_epoch(g.coord), secs);
     resihp__record_event(g.record, "failover", resihp__coord_step(g.coord),
                          RESIHP__RECORD_NONE,
                          (long)resihp__coord_epoch(g.coord), fwhy, pidtxt,
@@ -1950,6 +2323,8 @@ static int primary_main(void *ud, const char *snap, size_t snaplen,
     reap();
     tick();
     open_gates();
+    update_coords();
+    launch_standby();
     progress();
     check_resumed_shape();
     int live = 0;
@@ -2000,6 +2375,11 @@ static int primary_main(void *ud, const char *snap, size_t snaplen,
   } else {
     snprintf(outcome, sizeof(outcome), "completed");
   }
+  /* The standby leaves (BYE; its srun is waited for below). */
+  g.stopping = 1;
+  resihp__feed_bye(g.feed, 2000);
+  resihp__feed_stop(g.feed);
+  g.feed = NULL;
   /* Let the steps end on their own, then cancel what is left. A step
    * whose rank never joined (a replacement still starting) is not waited
    * for. */
@@ -2034,6 +2414,9 @@ static int primary_main(void *ud, const char *snap, size_t snaplen,
     int left = 0;
     for (int r = 0; r < g.R; r++)
       left += g.reps[r].pid > 0 && kill(g.reps[r].pid, 0) == 0;
+    left += g.standby_pid > 0 && kill(g.standby_pid, 0) == 0;
+    if (resihp__now_ms() > until - 2000 && g.standby_pid > 0)
+      kill(g.standby_pid, SIGTERM); /* BYE did not end it */
     if (!left)
       break;
     resihp__keeper_beat(kp);

@@ -204,6 +204,33 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
   return b->err;
 }
 
+void resihp__coord_reconnect_within(resihp__coord_t *c, int ms) {
+  if (c->reconnect_by)
+    c->reconnect_by = resihp__now_ms() + ms;
+}
+
+static void shift(int64_t *t, int64_t d) {
+  if (*t)
+    *t += d;
+}
+
+void resihp__coord_shift_times(resihp__coord_t *c, int64_t delta_ms) {
+  for (long s = c->base_step; c->start_ms && s <= c->step; s++)
+    shift(&c->start_ms[s], delta_ms);
+  shift(&c->t_done, delta_ms);
+  for (int r = 0; r < c->R; r++) {
+    shift(&c->reps[r].fault_ms, delta_ms);
+    shift(&c->reps[r].last_life, delta_ms);
+  }
+  for (int i = 0; i < c->nfails; i++) {
+    fail_t *f = &c->fails[i];
+    shift(&f->t_fault, delta_ms);
+    shift(&f->t_detect, delta_ms);
+    shift(&f->t_admit, delta_ms);
+    shift(&f->t_train, delta_ms);
+  }
+}
+
 void resihp__coord_mirror_if(resihp__coord_t *c) {
   if (!c->o.on_mirror || !c->dirty || c->mirroring)
     return;

@@ -232,6 +232,15 @@ int resihp__coord_connected(const resihp__coord_t *c, int replica);
  * commits, the next one does not start, every rank gets DONE and reports
  * its result; the state becomes RESIHP__COORD_DONE once they have. */
 void resihp__coord_stop(resihp__coord_t *c);
+/* A coordinator restored on another host (a standby's takeover): every
+ * time it holds moves by delta_ms, from the old host's monotonic clock to
+ * this one's (0 stays 0: not a time). */
+void resihp__coord_shift_times(resihp__coord_t *c, int64_t delta_ms);
+/* A restored coordinator waits ms (from now) for every member to
+ * reconnect before it fails those that did not (the default is
+ * silence_ms): a standby on another address is found by the replicas only
+ * on their next try at it. */
+void resihp__coord_reconnect_within(resihp__coord_t *c, int ms);
 /* The coordinator's addresses, "ep[/ep...]" (the primary's, then a
  * standby's on another node; NULL or "": none said): every leader is told
  * (COORDS eps=...) now and after each WELCOME, and dials them in turn

@@ -329,6 +329,13 @@ int resihp__keeper_run(const resihp__keeper_opts_t *o) {
   sigaction(SIGHUP, &sa, NULL);
   /* the old primary's sruns come to us, not to init */
   prctl(PR_SET_CHILD_SUBREAPER, 1);
+  if (o->snap && (kp.snap = malloc(o->snaplen ? o->snaplen : 1))) {
+    memcpy(kp.snap, o->snap, o->snaplen);
+    kp.snaplen = o->snaplen;
+    kp.info.failovers = 1;
+    kp.info.why = o->first_why ? o->first_why : "lost";
+    kp.info.since = resihp__now_ms();
+  }
   int ret = -1;
   while (ret < 0) {
     if (!kp.pid) {

@@ -41,6 +41,12 @@ typedef struct {
    * 0 for the first primary); returns its exit status. */
   int (*primary)(void *ud, const char *snap, size_t len, resihp__keeper_t *k);
   void *ud;
+  /* A record to start the first primary from (NULL: from scratch): a
+   * standby that takes over from a primary whose node was lost. It counts
+   * as a failover, for the reason first_why. */
+  const char *snap;
+  size_t snaplen;
+  const char *first_why;
 } resihp__keeper_opts_t;
 
 /* Run the keeper until a primary exits (its status is returned) or the

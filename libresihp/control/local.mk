@@ -66,6 +66,9 @@ EXTRA_DIST += tests/fuzz/corpus-feed/rec tests/fuzz/corpus-feed/hello \
 	tests/fuzz/corpus-feed/rec-too-long
 dist_check_SCRIPTS += tests/integration/failover.test
 TESTS += tests/integration/failover.test
+# ... and the standby on another node, when the batch host dies.
+dist_check_SCRIPTS += tests/integration/standby.test
+TESTS += tests/integration/standby.test
 
 # The coordinator's output queues: a replica that stops reading delays
 # nobody (coord_loop.c, resihp__wire_queue).

@@ -91,7 +91,8 @@ static const struct {
      "Ends of a run, by how it ended (done, stop, abort, lost)."},
     {"resihp_saves_total", RESIHP_METRIC_COUNTER, "Resumable states written."},
     {"resihp_failovers_total", RESIHP_METRIC_COUNTER,
-     "Coordinators replaced by a successor (died or hung)."},
+     "Coordinators replaced by a successor (died, hung, or lost with "
+     "their node)."},
     {"resihp_step", RESIHP_METRIC_GAUGE, "The step being trained."},
     {"resihp_epoch", RESIHP_METRIC_GAUGE, "The membership epoch."},
     {"resihp_replicas_active", RESIHP_METRIC_GAUGE,

@@ -50,8 +50,17 @@ resihpinclude_HEADERS += libresihp/include/resihp/job.h
 
 bin_PROGRAMS += tools/resihp-run
 tools_resihp_run_SOURCES = tools/resihp-run.c tools/resihp-run-cmd.c \
-	tools/resihp-run-cmd.h
+	tools/resihp-run-cmd.h tools/resihp-run-slurm.c tools/resihp-run-slurm.h
 tools_resihp_run_LDADD = libresihp/libresihp-internal.la
+# What it reads from scontrol (a standby's takeover rests on it).
+if HAVE_CHECK
+check_PROGRAMS += tests/unit/test_run_slurm
+tests_unit_test_run_slurm_SOURCES = tests/unit/test_run_slurm.c \
+	tools/resihp-run-slurm.c tools/resihp-run-slurm.h
+tests_unit_test_run_slurm_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_run_slurm_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_run_slurm
+endif
 # The fuzz target of its command templates (tests/fuzz/README), run by
 # `make check` over its corpus and generated inputs.
 check_PROGRAMS += tests/fuzz/fuzz_cmd

@@ -62,6 +62,34 @@ START_TEST(exit_status_passes_through) {
 }
 END_TEST
 
+/* A standby's takeover: the first primary starts from the record given,
+ * which counts as one failover, for the reason given. */
+static int from_record(void *ud, const char *snap, size_t len,
+                       resihp__keeper_t *k) {
+  (void)ud;
+  const char *why = NULL;
+  int n = resihp__keeper_failovers(k, &why, NULL, NULL);
+  return snap && len == 5 && !memcmp(snap, "state", 5) && n == 1 &&
+                 !strcmp(why, "lost with its node")
+             ? 43
+             : 1;
+}
+
+START_TEST(first_primary_from_a_record) {
+  pid_t p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) {
+    resihp__keeper_opts_t o = {.lost_status = LOST,
+                               .primary = from_record,
+                               .snap = "state",
+                               .snaplen = 5,
+                               .first_why = "lost with its node"};
+    _exit(resihp__keeper_run(&o));
+  }
+  ck_assert_int_eq(status_of(p), 43);
+}
+END_TEST
+
 /* First primary: records "one", then "two", then a cut "three", then dies
  * by SIGKILL. Second: must see "two" and one failover, killed. */
 static int killed_mid_record(void *ud, const char *snap, size_t len,
@@ -271,6 +299,7 @@ int main(void) {
   TCase *tc = tcase_create("keeper");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, exit_status_passes_through);
+  tcase_add_test(tc, first_primary_from_a_record);
   tcase_add_test(tc, killed_primary_gets_last_complete_record);
   tcase_add_test(tc, hung_primary_is_killed_and_replaced);
   tcase_add_test(tc, orphans_exits_reach_the_new_primary);

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* What resihp-run asks Slurm besides the node list (scontrol, no shell).
+ *
+ * A standby takes over only when Slurm says the primary's node is DOWN:
+ * slurmctld then removes the node from a --no-kill job and kills what
+ * still ran there for the job when it comes back, so the old primary is
+ * fenced by Slurm, not by a guess from a silence (a network partition
+ * between two nodes would otherwise make two coordinators). That verdict
+ * takes up to about SlurmdTimeout, which the replicas must wait out. */
+#ifndef RESIHP_TOOLS_RUN_SLURM_H
+#define RESIHP_TOOLS_RUN_SLURM_H
+
+/* One `scontrol show node NAME -o` line: 1 when its State= says DOWN
+ * (DOWN, DOWN*, DOWN+DRAIN...), 0 when it says anything else, -1 when it
+ * has no State= field. */
+int resihp__slurm_state_down(const char *line);
+/* Ask slurmctld about node: 1 when it is DOWN, else 0 (up, or no answer:
+ * not a verdict). */
+int resihp__slurm_node_down(const char *node);
+/* A "SlurmdTimeout = 300 sec" line of `scontrol show config`: the
+ * seconds, or -1 when the line is not that. */
+int resihp__slurm_parse_timeout(const char *line);
+/* SlurmdTimeout in seconds (300, Slurm's default, when unknown). */
+int resihp__slurm_slurmd_timeout_s(void);
+
+#endif

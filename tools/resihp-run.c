@@ -206,7 +206,11 @@ static struct {
   pid_t standby_pid;
   int standby_node, standby_tries;
   unsigned standby_gen;
-  char standby_ep[64];
+  char standby_ep[64], standby_step[64];
+  /* since when the standby started does not follow the feed (0: it
+   * does), and whether it ever did */
+  int64_t standby_lost_ms;
+  int standby_seen;
   char coords[600];
   int took_over;
   char node_self[64];
@@ -1435,16 +1439,19 @@ static void tick(void) {
 /* The coordinator's addresses the ranks get (at launch, and COORDS to
  * those running): ours, then the standby's once it follows the feed. */
 static void update_coords(void) {
-  char ep[64], node[64];
+  char ep[64], node[64], step[64];
   unsigned gen = 0;
-  int have =
-      resihp__feed_standby(g.feed, ep, sizeof(ep), node, sizeof(node), &gen);
+  int have = resihp__feed_standby(g.feed, ep, sizeof(ep), node, sizeof(node),
+                                  step, sizeof(step), &gen);
   if (g.coords[0] && gen == g.standby_gen)
     return;
   g.standby_gen = gen;
   snprintf(g.standby_ep, sizeof(g.standby_ep), "%s", have ? ep : "");
+  g.standby_lost_ms = have ? 0 : resihp__now_ms();
   if (have) {
     snprintf(g.coords, sizeof(g.coords), "%s/%s", g.coord_ep, ep);
+    snprintf(g.standby_step, sizeof(g.standby_step), "%s", step);
+    g.standby_seen = 1;
     g.standby_tries = 0; /* it came up: the next one gets its tries */
     say("standby coordinator on %s (%s) follows this one", node, ep);
   } else {
@@ -1480,7 +1487,12 @@ static void launch_standby(void) {
     return;
   g.standby_node = pick;
   g.standby_tries++;
+  g.standby_lost_ms = resihp__now_ms();
+  g.standby_seen = 0;
+  g.standby_step[0] = '\0';
   g.ldirty = 1;
+  /* this one only: an old standby that comes back is refused */
+  resihp__feed_expect(g.feed, g.nodes[pick].name);
   const char *head[] = {"srun",
                         "--overlap",
                         "-N",
@@ -1534,6 +1546,31 @@ static void launch_standby(void) {
       g.nodes[pick].name, g.standby_out, g.nodes[pick].name);
 }
 
+/* A standby that does not follow the feed (its node lost, a partition):
+ * its step is cancelled, so that it can never take over with an old
+ * state, and another one is started. Slurm's own verdict on its node
+ * would take SlurmdTimeout. A new one gets the launch timeout to come
+ * up. */
+static void check_standby(void) {
+  if (g.standby_pid <= 0 || !g.standby_lost_ms)
+    return;
+  int64_t bound =
+      g.standby_seen ? g.hang_ms + 5000 : (int64_t)g.launch_timeout_s * 1000;
+  if (resihp__now_ms() - g.standby_lost_ms < bound)
+    return;
+  say("the standby coordinator on %s does not follow this one (%lld ms): "
+      "cancelling it and starting another",
+      g.standby_node >= 0 ? g.nodes[g.standby_node].name : "?",
+      (long long)(resihp__now_ms() - g.standby_lost_ms));
+  long sj = -1, ss = -1;
+  if (sscanf(g.standby_step, "%ld.%ld", &sj, &ss) == 2)
+    cancel_step(sj, ss);
+  kill(g.standby_pid, SIGKILL);
+  g.standby_pid = 0; /* its exit, when reaped, is nobody's */
+  g.standby_lost_ms = 0;
+  g.ldirty = 1;
+}
+
 /* The standby's life until it takes over: follow the primary's feed;
  * when the link fails, ask Slurm whether the primary's node is DOWN (then
  * take over) or not (a local failover, a restart: follow again). 1 with
@@ -1542,8 +1579,9 @@ static void launch_standby(void) {
 static int standby_follow(const uint8_t *secret, size_t slen, char **rec,
                           size_t *len) {
   char hello[512];
-  snprintf(hello, sizeof(hello), "STANDBY ep=%s node=%s", g.coord_ep,
-           g.node_self);
+  const char *sj = getenv("SLURM_JOB_ID"), *ss = getenv("SLURM_STEP_ID");
+  snprintf(hello, sizeof(hello), "STANDBY ep=%s node=%s step=%s.%s", g.coord_ep,
+           g.node_self, sj ? sj : "0", ss ? ss : "0");
   say("standby coordinator on %s (%s) for the primary on %s", g.node_self,
       g.coord_ep, g.primary_node);
   int64_t told = 0;
@@ -2204,6 +2242,8 @@ static int primary_main(void *ud, const char *snap, size_t snaplen,
                                          g.co.secret_len, &g.feed))
     say("warning: cannot serve a standby coordinator; the job goes on "
         "without one");
+  if (g.standby_pid > 0 && g.standby_node >= 0) /* a local failover */
+    resihp__feed_expect(g.feed, g.nodes[g.standby_node].name);
   update_coords();
   if (g.took_over) {
     say("took over from the primary on %s, which Slurm declared DOWN: the "
@@ -2324,6 +2364,7 @@ static int primary_main(void *ud, const char *snap, size_t snaplen,
     tick();
     open_gates();
     update_coords();
+    check_standby();
     launch_standby();
     progress();
     check_resumed_shape();

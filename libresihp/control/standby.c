@@ -43,7 +43,8 @@ struct resihp__feed {
   /* under mu: the standby connected now */
   int have;
   unsigned gen;
-  char ep[FIELD_MAX], node[FIELD_MAX];
+  char ep[FIELD_MAX], node[FIELD_MAX], step[FIELD_MAX];
+  char expect[FIELD_MAX]; /* the node of the standby wanted ("": any) */
 };
 
 int resihp__feed_parse_rec(const char *line, size_t *n) {
@@ -56,11 +57,18 @@ int resihp__feed_parse_rec(const char *line, size_t *n) {
 }
 
 int resihp__feed_parse_hello(const char *line, char *ep, size_t epcap,
-                             char *node, size_t nodecap) {
+                             char *node, size_t nodecap, char *step,
+                             size_t stepcap) {
+  int rc;
   if (strncmp(line, "STANDBY ", 8) || resihp__wire_get(line, "ep", ep, epcap) ||
       resihp__wire_get(line, "node", node, nodecap) ||
       !resihp__wire_token_ok(ep, epcap) || !strchr(ep, ':') ||
       !resihp__wire_token_ok(node, nodecap))
+    return RESIHP_EPROTO;
+  if ((rc = resihp__wire_get(line, "step", step, stepcap)) == RESIHP_ENOENT &&
+      stepcap > 1)
+    snprintf(step, stepcap, "-");
+  else if (rc || !resihp__wire_token_ok(step, stepcap))
     return RESIHP_EPROTO;
   return 0;
 }
@@ -72,13 +80,15 @@ static void poke(resihp__feed_t *f) {
   }
 }
 
-/* The standby now connected, or none (w NULL). */
-static void set_standby(resihp__feed_t *f, const char *ep, const char *node) {
+/* The standby now connected, or none (ep NULL). */
+static void set_standby(resihp__feed_t *f, const char *ep, const char *node,
+                        const char *step) {
   pthread_mutex_lock(&f->mu);
   f->have = ep != NULL;
   f->sent = 0;
   snprintf(f->ep, sizeof(f->ep), "%s", ep ? ep : "");
   snprintf(f->node, sizeof(f->node), "%s", node ? node : "");
+  snprintf(f->step, sizeof(f->step), "%s", step ? step : "");
   f->gen++;
   pthread_mutex_unlock(&f->mu);
 }
@@ -90,16 +100,24 @@ static void drop(resihp__feed_t *f, resihp__wire_t *w, const char *why) {
              why);
   resihp__wire_free(w);
   resihp__wire_init(w, -1);
-  set_standby(f, NULL, NULL);
+  set_standby(f, NULL, NULL, NULL);
 }
 
 /* A new connection whose handshake is done: its hello, then it is the
  * standby (the one before is dropped). */
 static void take(resihp__feed_t *f, resihp__wire_t *nw, resihp__wire_t *w,
                  unsigned long *sent) {
-  char line[256], ep[FIELD_MAX], node[FIELD_MAX];
+  char line[256], ep[FIELD_MAX], node[FIELD_MAX], step[FIELD_MAX];
   if (resihp__wire_recv(nw, line, sizeof(line), resihp__now_ms() + HELLO_MS) ||
-      resihp__feed_parse_hello(line, ep, sizeof(ep), node, sizeof(node))) {
+      resihp__feed_parse_hello(line, ep, sizeof(ep), node, sizeof(node), step,
+                               sizeof(step))) {
+    resihp__wire_free(nw);
+    return;
+  }
+  pthread_mutex_lock(&f->mu);
+  int wanted = !f->expect[0] || !strcmp(f->expect, node);
+  pthread_mutex_unlock(&f->mu);
+  if (!wanted) { /* an old standby: its successor stays */
     resihp__wire_free(nw);
     return;
   }
@@ -107,7 +125,7 @@ static void take(resihp__feed_t *f, resihp__wire_t *nw, resihp__wire_t *w,
     drop(f, w, "another standby took its place");
   *w = *nw;
   *sent = 0; /* the newest record at once */
-  set_standby(f, ep, node);
+  set_standby(f, ep, node, step);
   resihp_log(RESIHP_LOG_INFO, "feed", "standby at %s on node %s", ep, node);
 }
 
@@ -249,8 +267,17 @@ int resihp__feed_sent(resihp__feed_t *f, unsigned long seq) {
   return done;
 }
 
-int resihp__feed_standby(resihp__feed_t *f, char *ep, size_t epcap,
-                         char *node, size_t nodecap, unsigned *gen) {
+void resihp__feed_expect(resihp__feed_t *f, const char *node) {
+  if (!f)
+    return;
+  pthread_mutex_lock(&f->mu);
+  snprintf(f->expect, sizeof(f->expect), "%s", node ? node : "");
+  pthread_mutex_unlock(&f->mu);
+}
+
+int resihp__feed_standby(resihp__feed_t *f, char *ep, size_t epcap, char *node,
+                         size_t nodecap, char *step, size_t stepcap,
+                         unsigned *gen) {
   if (!f)
     return 0;
   pthread_mutex_lock(&f->mu);
@@ -259,6 +286,8 @@ int resihp__feed_standby(resihp__feed_t *f, char *ep, size_t epcap,
     snprintf(ep, epcap, "%s", f->ep);
   if (node)
     snprintf(node, nodecap, "%s", f->node);
+  if (step)
+    snprintf(step, stepcap, "%s", f->step);
   if (gen)
     *gen = f->gen;
   pthread_mutex_unlock(&f->mu);

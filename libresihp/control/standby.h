@@ -13,7 +13,10 @@
  * The link. The standby dials the primary's feed socket (one the keeper
  * holds, so that it survives the keeper's own failovers), authenticates
  * with the job's secret (label "standby") and says
- * "STANDBY ep=HOST:PORT node=NAME". The primary then sends the newest
+ * "STANDBY ep=HOST:PORT node=NAME step=JOB.STEP" (its Slurm step, for the
+ * primary to cancel it if it replaces it). The primary takes only the
+ * standby it expects (the node it started one on): an old standby that
+ * comes back never pushes its successor out. The primary then sends the newest
  * record whenever it changes ("REC n=BYTES" and the bytes, sealed: a MAC
  * over them) and "HB" every beat otherwise; "BYE" when the job is over.
  * Only the newest record matters, so a slow standby is sent the newest one
@@ -38,16 +41,20 @@ typedef struct resihp__feed resihp__feed_t;
  * with secret (copied). A thread does the work. 0 or a negative code. */
 int resihp__feed_start(int lfd, const uint8_t *secret, size_t secret_len,
                        resihp__feed_t **out);
+/* Take only a standby on node (NULL or "": any). */
+void resihp__feed_expect(resihp__feed_t *f, const char *node);
 /* The newest record (copied; replaces any not sent yet); its number. */
 unsigned long resihp__feed_put(resihp__feed_t *f, const void *rec,
                                size_t len);
 /* Whether record seq (or a newer one) has gone out to the standby
  * connected now: it then holds it unless it dies. */
 int resihp__feed_sent(resihp__feed_t *f, unsigned long seq);
-/* The standby connected now: 1 with its coordinator address and node, 0
- * when none is. *gen (may be NULL) changes whenever that does. */
-int resihp__feed_standby(resihp__feed_t *f, char *ep, size_t epcap,
-                         char *node, size_t nodecap, unsigned *gen);
+/* The standby connected now: 1 with its coordinator address, node and
+ * Slurm step, 0 when none is. *gen (may be NULL) changes whenever that
+ * does. ep, node, step may be NULL. */
+int resihp__feed_standby(resihp__feed_t *f, char *ep, size_t epcap, char *node,
+                         size_t nodecap, char *step, size_t stepcap,
+                         unsigned *gen);
 /* The job is over: tell the standby (BYE), which then leaves; waits up to
  * wait_ms for the word to go out. */
 void resihp__feed_bye(resihp__feed_t *f, int wait_ms);
@@ -66,10 +73,11 @@ int resihp__feed_follow(const char *ep, const uint8_t *secret,
                         char **rec, size_t *len);
 /* Its pieces, for tests and the fuzz target: a REC line's byte count
  * (0, or RESIHP_EPROTO for a line that is not one or a count beyond
- * RESIHP__FEED_REC_MAX), and a STANDBY line's address and node (plain
- * tokens that fit). */
+ * RESIHP__FEED_REC_MAX), and a STANDBY line's address, node and step
+ * (plain tokens that fit; the step "-" when it has none). */
 int resihp__feed_parse_rec(const char *line, size_t *n);
 int resihp__feed_parse_hello(const char *line, char *ep, size_t epcap,
-                             char *node, size_t nodecap);
+                             char *node, size_t nodecap, char *step,
+                             size_t stepcap);
 
 #endif

@@ -18,7 +18,7 @@
 #define LINE_MAX_FUZZ 512
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char in[LINE_MAX_FUZZ + 1], ep[24 + 8], node[12 + 8];
+  char in[LINE_MAX_FUZZ + 1], ep[24 + 8], node[12 + 8], step[10 + 8];
   if (size > LINE_MAX_FUZZ)
     size = LINE_MAX_FUZZ;
   memcpy(in, data, size);
@@ -28,21 +28,40 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   memset(ep, 'Z', sizeof(ep));
   memset(node, 'Z', sizeof(node));
-  if (!resihp__feed_parse_hello(in, ep, 24, node, 12) &&
+  memset(step, 'Z', sizeof(step));
+  if (!resihp__feed_parse_hello(in, ep, 24, node, 12, step, 10) &&
       (!resihp__wire_token_ok(ep, 24) || !strchr(ep, ':') ||
-       !resihp__wire_token_ok(node, 12)))
+       !resihp__wire_token_ok(node, 12) || !resihp__wire_token_ok(step, 10)))
     abort();
-  if (ep[24] != 'Z' || node[12] != 'Z')
+  if (ep[24] != 'Z' || node[12] != 'Z' || step[10] != 'Z')
     abort(); /* wrote past the room given */
   return 0;
 }
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
 static size_t gen(uint8_t *buf, size_t cap) {
-  static const char *const atoms[] = {
-      "REC ",    "n=",  "1024", "1073741824", "1073741825", "-1", "STANDBY ",
-      "ep=",     "node=", "h:1", "10.0.0.2:4000", "n2", " ", "=", ":",
-      "99999999999999999999", "HB", "BYE", "\n", "x"};
+  static const char *const atoms[] = {"REC ",
+                                      "n=",
+                                      "1024",
+                                      "1073741824",
+                                      "1073741825",
+                                      "-1",
+                                      "STANDBY ",
+                                      "ep=",
+                                      "node=",
+                                      "h:1",
+                                      "10.0.0.2:4000",
+                                      "n2",
+                                      " ",
+                                      "=",
+                                      ":",
+                                      "step=",
+                                      "12.3",
+                                      "99999999999999999999",
+                                      "HB",
+                                      "BYE",
+                                      "\n",
+                                      "x"};
   size_t n = resihp__fuzz_atoms(buf, 0, cap, atoms,
                                 sizeof(atoms) / sizeof(atoms[0]),
                                 1 + resihp__fuzz_rng() % 12, 24);

@@ -2,7 +2,8 @@
 /* The standby's feed (control/standby.h): a follower in a child process
  * gets the newest record, authenticated, and BYE at the end; a record put
  * while nobody follows reaches the next follower; a second standby takes
- * the first one's place; a follower with the wrong secret gets nothing;
+ * the first one's place, and an old one the primary no longer expects
+ * cannot take it back; a follower with the wrong secret gets nothing;
  * the primary's death ends the follower's wait with the last complete
  * record; the lines' parsers are strict. Events, not time: each step waits
  * for what it checks (the feed's standby, a pipe from the child). */
@@ -90,7 +91,7 @@ static void wait_standby(primary_t *p, int have, const char *ep) {
   char got[64], node[64];
   for (int i = 0; i < 3000; i++) {
     int h = resihp__feed_standby(p->f, got, sizeof(got), node, sizeof(node),
-                                 NULL);
+                                 NULL, 0, NULL);
     if (h == have && (!have || !strcmp(got, ep)))
       return;
     usleep(2000);
@@ -104,11 +105,13 @@ START_TEST(newest_record_then_bye) {
   resihp__feed_put(p.f, "one", 3); /* before anyone follows */
   follower_t fl;
   follower_start(&fl, p.ep, KEY, sizeof(KEY) - 1,
-                 "STANDBY ep=10.0.0.2:4000 node=n2");
+                 "STANDBY ep=10.0.0.2:4000 node=n2 step=7.3");
   wait_standby(&p, 1, "10.0.0.2:4000");
-  char node[64];
-  resihp__feed_standby(p.f, NULL, 0, node, sizeof(node), NULL);
+  char node[64], step[64];
+  resihp__feed_standby(p.f, NULL, 0, node, sizeof(node), step, sizeof(step),
+                       NULL);
   ck_assert_str_eq(node, "n2");
+  ck_assert_str_eq(step, "7.3");
   resihp__feed_put(p.f, "two", 3);
   resihp__feed_put(p.f, "three, the newest", 17);
   resihp__feed_bye(p.f, 5000);
@@ -129,10 +132,18 @@ START_TEST(second_standby_replaces_first) {
   wait_standby(&p, 1, "h:1");
   follower_start(&b, p.ep, KEY, sizeof(KEY) - 1, "STANDBY ep=h:2 node=b");
   wait_standby(&p, 1, "h:2");
+  /* the primary now wants a standby on node b only: the old one, back,
+   * is refused and b stays */
+  resihp__feed_expect(p.f, "b");
+  follower_t old;
+  follower_start(&old, p.ep, KEY, sizeof(KEY) - 1, "STANDBY ep=h:1 node=a");
   char rec[256];
   /* the first one's link is closed: it ends with the record it had */
   ck_assert_int_lt(follower_end(&a, rec, sizeof(rec)), 0);
   ck_assert_str_eq(rec, "state");
+  ck_assert_int_lt(follower_end(&old, rec, sizeof(rec)), 0);
+  ck_assert_str_eq(rec, "");
+  wait_standby(&p, 1, "h:2");
   resihp__feed_bye(p.f, 5000);
   ck_assert_int_eq(follower_end(&b, rec, sizeof(rec)), 1);
   ck_assert_str_eq(rec, "state");
@@ -155,7 +166,8 @@ START_TEST(strangers_get_nothing) {
   follower_start(&hello, p.ep, KEY, sizeof(KEY) - 1, "HELLO replica=0");
   ck_assert_int_lt(follower_end(&hello, rec, sizeof(rec)), 0);
   ck_assert_str_eq(rec, "");
-  ck_assert_int_eq(resihp__feed_standby(p.f, NULL, 0, NULL, 0, NULL), 0);
+  ck_assert_int_eq(resihp__feed_standby(p.f, NULL, 0, NULL, 0, NULL, 0, NULL),
+                   0);
   primary_down(&p);
 }
 END_TEST
@@ -190,20 +202,32 @@ START_TEST(lines_parsed_strictly) {
   for (size_t i = 0; i < sizeof(bad_rec) / sizeof(bad_rec[0]); i++)
     ck_assert_msg(resihp__feed_parse_rec(bad_rec[i], &n) == RESIHP_EPROTO,
                   "'%s' taken", bad_rec[i]);
-  char ep[16], node[8];
+  char ep[16], node[8], step[12];
   ck_assert_int_eq(resihp__feed_parse_hello("STANDBY ep=h:1 node=n1", ep,
-                                            sizeof(ep), node, sizeof(node)),
+                                            sizeof(ep), node, sizeof(node),
+                                            step, sizeof(step)),
                    0);
   ck_assert_str_eq(ep, "h:1");
   ck_assert_str_eq(node, "n1");
-  const char *bad_hello[] = {"STANDBY ep=h1 node=n1", "STANDBY node=n1",
-                             "STANDBY ep=h:1", "STANDBY ep=hhhhhhhhhhhhhh:1 "
-                                               "node=n1",
+  ck_assert_str_eq(step, "-");
+  ck_assert_int_eq(resihp__feed_parse_hello("STANDBY ep=h:1 node=n1 step=9.2",
+                                            ep, sizeof(ep), node, sizeof(node),
+                                            step, sizeof(step)),
+                   0);
+  ck_assert_str_eq(step, "9.2");
+  const char *bad_hello[] = {"STANDBY ep=h1 node=n1",
+                             "STANDBY node=n1",
+                             "STANDBY ep=h:1",
+                             "STANDBY ep=hhhhhhhhhhhhhh:1 "
+                             "node=n1",
                              "STANDBY ep=h:1 node=nodenamelong",
-                             "HELLO ep=h:1 node=n1"};
+                             "HELLO ep=h:1 node=n1",
+                             "STANDBY ep=h:1 node=n1 step=",
+                             "STANDBY ep=h:1 node=n1 step=123456789.1234"};
   for (size_t i = 0; i < sizeof(bad_hello) / sizeof(bad_hello[0]); i++)
     ck_assert_msg(resihp__feed_parse_hello(bad_hello[i], ep, sizeof(ep), node,
-                                           sizeof(node)) == RESIHP_EPROTO,
+                                           sizeof(node), step,
+                                           sizeof(step)) == RESIHP_EPROTO,
                   "'%s' taken", bad_hello[i]);
 }
 END_TEST

@@ -238,7 +238,8 @@ static int fork_primary(keeper_t *kp) {
   for (; i < kp->npend; i++)
     if (write(note[1], &kp->pend[i], sizeof(notice_t)) != sizeof(notice_t))
       break;
-  memmove(kp->pend, kp->pend + i, (kp->npend - i) * sizeof(notice_t));
+  if (kp->npend > i) /* (pend is NULL while none ever waited) */
+    memmove(kp->pend, kp->pend + i, (kp->npend - i) * sizeof(notice_t));
   kp->npend -= i;
   fflush(NULL);
   pid_t self = getpid();

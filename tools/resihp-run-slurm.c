@@ -12,22 +12,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define OUT_MAX 65536
-
-/* argv's standard output (at most cap - 1 bytes kept) into out; 0 when it
- * exited 0. */
-static int capture(char *const argv[], char *out, size_t cap) {
+int resihp__slurm_run(char *const argv[], int quiet,
+                      void (*on_line)(const char *line, void *ud), void *ud) {
   int fds[2];
-  out[0] = '\0';
   if (pipe2(fds, O_CLOEXEC))
     return -1;
+  fflush(NULL);
   pid_t p = fork();
   if (p == 0) {
     dup2(fds[1], 1);
-    int null = open("/dev/null", O_WRONLY);
+    int null = quiet ? open("/dev/null", O_WRONLY) : -1;
     if (null >= 0)
       dup2(null, 2);
     execvp(argv[0], argv);
+    if (!quiet)
+      fprintf(stderr, "resihp-run: cannot run %s: %s\n", argv[0],
+              strerror(errno));
     _exit(127);
   }
   close(fds[1]);
@@ -35,20 +35,20 @@ static int capture(char *const argv[], char *out, size_t cap) {
     close(fds[0]);
     return -1;
   }
-  size_t n = 0;
-  for (;;) {
-    char buf[4096];
-    ssize_t r = read(fds[0], buf, sizeof(buf));
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      break;
-    size_t take = (size_t)r < cap - 1 - n ? (size_t)r : cap - 1 - n;
-    memcpy(out + n, buf, take);
-    n += take;
+  FILE *f = fdopen(fds[0], "r");
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  while (f && (n = getline(&line, &cap, f)) >= 0) {
+    line[strcspn(line, "\r\n")] = '\0';
+    if (*line && on_line)
+      on_line(line, ud);
   }
-  out[n] = '\0';
-  close(fds[0]);
+  free(line);
+  if (f)
+    fclose(f);
+  else
+    close(fds[0]);
   int st = 0;
   while (waitpid(p, &st, 0) < 0 && errno == EINTR)
     ;
@@ -68,13 +68,15 @@ int resihp__slurm_state_down(const char *line) {
   return n >= 4 && !strncmp(s, "DOWN", 4) ? 1 : 0;
 }
 
+static void on_node_line(const char *line, void *ud) {
+  if (resihp__slurm_state_down(line) == 1)
+    *(int *)ud = 1;
+}
+
 int resihp__slurm_node_down(const char *node) {
   char *argv[] = {"scontrol", "show", "node", (char *)node, "-o", NULL};
-  char *out = malloc(OUT_MAX);
-  int down = out && !capture(argv, out, OUT_MAX) &&
-             resihp__slurm_state_down(out) == 1;
-  free(out);
-  return down;
+  int down = 0;
+  return !resihp__slurm_run(argv, 1, on_node_line, &down) && down;
 }
 
 int resihp__slurm_parse_timeout(const char *line) {
@@ -87,14 +89,15 @@ int resihp__slurm_parse_timeout(const char *line) {
   return v;
 }
 
+static void on_config_line(const char *line, void *ud) {
+  int v = resihp__slurm_parse_timeout(line);
+  if (v >= 0)
+    *(int *)ud = v;
+}
+
 int resihp__slurm_slurmd_timeout_s(void) {
   char *argv[] = {"scontrol", "show", "config", NULL};
-  char *out = malloc(OUT_MAX);
   int v = -1;
-  if (out && !capture(argv, out, OUT_MAX))
-    for (char *save = NULL, *l = strtok_r(out, "\n", &save); l && v < 0;
-         l = strtok_r(NULL, "\n", &save))
-      v = resihp__slurm_parse_timeout(l);
-  free(out);
+  resihp__slurm_run(argv, 1, on_config_line, &v);
   return v >= 0 ? v : 300;
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* What resihp-run asks Slurm besides the node list (scontrol, no shell).
+/* What resihp-run asks Slurm (scontrol, scancel; never through a shell).
  *
  * A standby takes over only when Slurm says the primary's node is DOWN:
  * slurmctld then removes the node from a --no-kill job and kills what
@@ -10,6 +10,13 @@
 #ifndef RESIHP_TOOLS_RUN_SLURM_H
 #define RESIHP_TOOLS_RUN_SLURM_H
 
+/* Run argv (scontrol, scancel, ... found in PATH) and wait for it; each
+ * non-empty line of its standard output to on_line (may be NULL), without
+ * its end. quiet: its standard error goes to /dev/null (a poll repeated
+ * every second), else it is ours, with a line if it cannot start. 0 when
+ * it exited 0, else -1. */
+int resihp__slurm_run(char *const argv[], int quiet,
+                      void (*on_line)(const char *line, void *ud), void *ud);
 /* One `scontrol show node NAME -o` line: 1 when its State= says DOWN
  * (DOWN, DOWN*, DOWN+DRAIN...), 0 when it says anything else, -1 when it
  * has no State= field. */

@@ -206,7 +206,7 @@ static struct {
   pid_t standby_pid;
   int standby_node, standby_tries;
   unsigned standby_gen;
-  char standby_ep[64], standby_step[64];
+  char standby_step[64];
   /* since when the standby started does not follow the feed (0: it
    * does), and whether it ever did */
   int64_t standby_lost_ms;
@@ -333,40 +333,16 @@ static void spawn_argv(char *const argv1[], char *const argv2[], int quiet) {
   _exit(127);
 }
 
-/* The lines a command prints (at most max, each cut to len), or -1. */
-static int capture_lines(char *const argv[], char (*lines)[64], int max) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC))
-    return -1;
-  pid_t p = fork();
-  if (p == 0) {
-    dup2(fds[1], 1);
-    execvp(argv[0], argv);
-    fprintf(stderr, "resihp-run: cannot run %s: %s\n", argv[0],
-            strerror(errno));
-    _exit(127);
-  }
-  close(fds[1]);
-  if (p < 0) {
-    close(fds[0]);
-    return -1;
-  }
-  FILE *f = fdopen(fds[0], "r");
-  int n = 0;
-  char line[256];
-  while (f && fgets(line, sizeof(line), f)) {
-    line[strcspn(line, "\r\n")] = '\0';
-    if (*line && n < max)
-      snprintf(lines[n++], 64, "%.63s", line);
-  }
-  if (f)
-    fclose(f);
-  else
-    close(fds[0]);
-  int st = 0;
-  while (waitpid(p, &st, 0) < 0 && errno == EINTR)
-    ;
-  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? n : -1;
+/* A node name of `scontrol show hostnames` (MAXN at most, each cut to
+ * the room of a name). */
+static void add_node(const char *name, void *ud) {
+  (void)ud;
+  if (g.nnodes >= MAXN)
+    return;
+  node_t *n = &g.nodes[g.nnodes++];
+  snprintf(n->name, sizeof(n->name), "%.63s", name);
+  n->owner = -1;
+  n->gate = -1;
 }
 
 static int read_nodes(void) {
@@ -379,16 +355,8 @@ static int read_nodes(void) {
     return -1;
   }
   snprintf(g.jobid, sizeof(g.jobid), "%s", jid);
-  static char names[MAXN][64];
   char *const argv[] = {"scontrol", "show", "hostnames", (char *)list, NULL};
-  int n = capture_lines(argv, names, MAXN);
-  for (int i = 0; i < n; i++) {
-    snprintf(g.nodes[g.nnodes].name, sizeof(g.nodes[0].name), "%s", names[i]);
-    g.nodes[g.nnodes].owner = -1;
-    g.nodes[g.nnodes].gate = -1;
-    g.nnodes++;
-  }
-  if (n <= 0) {
+  if (resihp__slurm_run(argv, 0, add_node, NULL) || g.nnodes <= 0) {
     fprintf(stderr, "resihp-run: 'scontrol show hostnames %s' failed\n", list);
     return -1;
   }
@@ -1446,7 +1414,6 @@ static void update_coords(void) {
   if (g.coords[0] && gen == g.standby_gen)
     return;
   g.standby_gen = gen;
-  snprintf(g.standby_ep, sizeof(g.standby_ep), "%s", have ? ep : "");
   g.standby_lost_ms = have ? 0 : resihp__now_ms();
   if (have) {
     snprintf(g.coords, sizeof(g.coords), "%s/%s", g.coord_ep, ep);
@@ -1616,16 +1583,8 @@ static void end_job(void) {
   say("the job's batch host was lost: ending job %s (scancel) so that Slurm "
       "does not requeue it",
       g.jobid);
-  fflush(stdout);
-  fflush(stderr);
   char *argv[] = {"scancel", "--quiet", g.jobid, NULL};
-  pid_t p = fork();
-  if (p == 0) {
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  while (p > 0 && waitpid(p, NULL, 0) < 0 && errno == EINTR)
-    ;
+  resihp__slurm_run(argv, 0, NULL, NULL);
 }
 
 /* The first IPv4 address of host, as resihp__wire_dial picks it. */

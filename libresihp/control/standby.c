@@ -105,8 +105,7 @@ static void drop(resihp__feed_t *f, resihp__wire_t *w, const char *why) {
 
 /* A new connection whose handshake is done: its hello, then it is the
  * standby (the one before is dropped). */
-static void take(resihp__feed_t *f, resihp__wire_t *nw, resihp__wire_t *w,
-                 unsigned long *sent) {
+static void take(resihp__feed_t *f, resihp__wire_t *nw, resihp__wire_t *w) {
   char line[256], ep[FIELD_MAX], node[FIELD_MAX], step[FIELD_MAX];
   if (resihp__wire_recv(nw, line, sizeof(line), resihp__now_ms() + HELLO_MS) ||
       resihp__feed_parse_hello(line, ep, sizeof(ep), node, sizeof(node), step,
@@ -124,18 +123,17 @@ static void take(resihp__feed_t *f, resihp__wire_t *nw, resihp__wire_t *w,
   if (w->fd >= 0)
     drop(f, w, "another standby took its place");
   *w = *nw;
-  *sent = 0; /* the newest record at once */
-  set_standby(f, ep, node, step);
+  set_standby(f, ep, node, step); /* sent nothing yet: the newest at once */
   resihp_log(RESIHP_LOG_INFO, "feed", "standby at %s on node %s", ep, node);
 }
 
-/* One record (a copy taken under the lock) to the standby. */
-static int send_record(resihp__feed_t *f, resihp__wire_t *w,
-                       unsigned long *sent) {
+/* The newest record, if the standby does not have it yet (a copy taken
+ * under the lock). */
+static int send_record(resihp__feed_t *f, resihp__wire_t *w) {
   pthread_mutex_lock(&f->mu);
   unsigned long seq = f->seq;
   size_t len = f->len;
-  char *copy = seq != *sent && f->rec ? malloc(len ? len : 1) : NULL;
+  char *copy = seq != f->sent && f->rec ? malloc(len ? len : 1) : NULL;
   if (copy)
     memcpy(copy, f->rec, len);
   pthread_mutex_unlock(&f->mu);
@@ -149,7 +147,6 @@ static int send_record(resihp__feed_t *f, resihp__wire_t *w,
     rc = resihp__wire_send_data(w, copy, len, dl);
   free(copy);
   if (!rc) {
-    *sent = seq;
     pthread_mutex_lock(&f->mu);
     f->sent = seq;
     pthread_mutex_unlock(&f->mu);
@@ -161,7 +158,6 @@ static void *feed_main(void *arg) {
   resihp__feed_t *f = arg;
   resihp__wire_t w, nw;
   resihp__wire_init(&w, -1);
-  unsigned long sent = 0;
   int64_t next_beat = 0;
   for (;;) {
     pthread_mutex_lock(&f->mu);
@@ -170,7 +166,7 @@ static void *feed_main(void *arg) {
     if (stop)
       break;
     if (bye) { /* the newest record first: the state at the end */
-      if (w.fd >= 0 && !send_record(f, &w, &sent))
+      if (w.fd >= 0 && !send_record(f, &w))
         resihp__wire_send(&w, "BYE", resihp__now_ms() + HELLO_MS);
       drop(f, &w, "the job is over");
       pthread_mutex_lock(&f->mu);
@@ -179,7 +175,7 @@ static void *feed_main(void *arg) {
       pthread_mutex_unlock(&f->mu);
     }
     if (w.fd >= 0 && !f->bye_done) {
-      int rc = send_record(f, &w, &sent);
+      int rc = send_record(f, &w);
       if (!rc && resihp__now_ms() >= next_beat) {
         rc = resihp__wire_send(&w, "HB", resihp__now_ms() + HELLO_MS);
         next_beat = resihp__now_ms() + RESIHP__FEED_BEAT_MS;
@@ -201,7 +197,7 @@ static void *feed_main(void *arg) {
       if (f->bye_done)
         resihp__wire_free(&nw); /* the job is over: nobody to follow */
       else
-        take(f, &nw, &w, &sent);
+        take(f, &nw, &w);
       resihp__wire_init(&nw, -1);
     }
     char b[64];

@@ -55,9 +55,9 @@ static void finish(void) {
   inited = 0;
 }
 
-int resihp__pmix_leader_ep(int rank, char *ep, size_t cap) {
-  if (!inited)
-    return RESIHP_ESTATE;
+/* Rank 0's address, put by rank 0, spread by the fence, got by the
+ * others. */
+static int exchange(int rank, char *ep, size_t cap) {
   pmix_status_t st;
   if (rank == 0) {
     pmix_value_t val;
@@ -67,7 +67,6 @@ int resihp__pmix_leader_ep(int rank, char *ep, size_t cap) {
         (st = PMIx_Commit()) != PMIX_SUCCESS) {
       resihp_log(RESIHP_LOG_WARN, "job", "PMIx_Put/Commit failed: %s",
                  PMIx_Error_string(st));
-      finish();
       return RESIHP_EIO;
     }
   }
@@ -84,13 +83,10 @@ int resihp__pmix_leader_ep(int rank, char *ep, size_t cap) {
   if (st != PMIX_SUCCESS) {
     resihp_log(RESIHP_LOG_WARN, "job", "PMIx_Fence failed: %s",
                PMIx_Error_string(st));
-    finish();
     return RESIHP_EIO;
   }
-  if (rank == 0) {
-    finish();
+  if (rank == 0)
     return 0;
-  }
   pmix_proc_t leader;
   PMIX_LOAD_PROCID(&leader, me.nspace, 0);
   pmix_value_t *v = NULL;
@@ -100,11 +96,17 @@ int resihp__pmix_leader_ep(int rank, char *ep, size_t cap) {
                PMIx_Error_string(st));
     if (v)
       PMIX_VALUE_RELEASE(v);
-    finish();
     return RESIHP_EIO;
   }
   snprintf(ep, cap, "%s", v->data.string);
   PMIX_VALUE_RELEASE(v);
-  finish();
   return 0;
+}
+
+int resihp__pmix_leader_ep(int rank, char *ep, size_t cap) {
+  if (!inited)
+    return RESIHP_ESTATE;
+  int rc = exchange(rank, ep, cap);
+  finish(); /* whatever the outcome: no PMIx after the wire-up */
+  return rc;
 }

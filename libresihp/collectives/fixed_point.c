@@ -319,16 +319,26 @@ AVX2 static inline void put4_avx2(int64_t *dst, const int64_t *add, size_t i,
 /* Float and bfloat16, eight at a time in float: x * 2^frac_bits is exact
  * there too (frac_bits <= 62), and while |v| < 2^31 cvtps2dq rounds it
  * half to even into int32 as the double path would (gradients are far
- * below: 2^31 is 0.5 with 32 fraction bits); else by way of double. */
-AVX2 static inline void fixed8_avx2(const void *src, size_t i, int dtype,
-                                    __m256 fs, __m256d vs, __m256i *lo,
-                                    __m256i *hi) {
+ * below: 2^31 is 0.5 with 32 fraction bits). 1 and the eight int32 in
+ * *q, or 0 when one does not fit. */
+AVX2 static inline int fixed8_i32_avx2(const void *src, size_t i, int dtype,
+                                       __m256 fs, __m256i *q) {
   const __m256 flim = _mm256_set1_ps(2147483648.0f);
   const __m256 fabs = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MAX));
   __m256 v = _mm256_mul_ps(load8_avx2(src, i, dtype), fs);
   __m256 ok = _mm256_cmp_ps(_mm256_and_ps(v, fabs), flim, _CMP_LT_OQ);
-  if (_mm256_movemask_ps(ok) == 0xff) {
-    __m256i q = _mm256_cvtps_epi32(v);
+  if (_mm256_movemask_ps(ok) != 0xff)
+    return 0;
+  *q = _mm256_cvtps_epi32(v);
+  return 1;
+}
+
+/* The same eight as int64: by way of int32 when they fit, else of double. */
+AVX2 static inline void fixed8_avx2(const void *src, size_t i, int dtype,
+                                    __m256 fs, __m256d vs, __m256i *lo,
+                                    __m256i *hi) {
+  __m256i q;
+  if (fixed8_i32_avx2(src, i, dtype, fs, &q)) {
     *lo = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(q));
     *hi = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(q, 1));
   } else {
@@ -370,15 +380,9 @@ AVX2 static int from_narrow_avx2(int32_t *dst, const void *src, size_t n,
   size_t i = 0;
   if (dtype != RESIHP_FLOAT64) {
     const __m256 fs = _mm256_set1_ps((float)scale);
-    const __m256 flim = _mm256_set1_ps(2147483648.0f);
-    const __m256 fabs = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MAX));
-    for (; i + 8 <= n; i += 8) {
-      __m256 v = _mm256_mul_ps(load8_avx2(src, i, dtype), fs);
-      __m256 ok = _mm256_cmp_ps(_mm256_and_ps(v, fabs), flim, _CMP_LT_OQ);
-      if (_mm256_movemask_ps(ok) != 0xff)
-        break;
-      _mm256_storeu_si256((__m256i *)(vals + i), _mm256_cvtps_epi32(v));
-    }
+    __m256i q;
+    for (; i + 8 <= n && fixed8_i32_avx2(src, i, dtype, fs, &q); i += 8)
+      _mm256_storeu_si256((__m256i *)(vals + i), q);
   } else {
     const __m256d vs = _mm256_set1_pd(scale);
     /* Doubles just below 2^31 round up to it: below 2^31 - 1/2 they
@@ -427,10 +431,9 @@ AVX2 static inline __m128i bf16_of_bits4(__m128i u) {
   return _mm_blendv_epi8(rn, qn, nan);
 }
 
-/* Four int64 values times k, stored as dtype at element i of b. */
-AVX2 static inline void store4_avx2(uint8_t *b, size_t i, int dtype, __m256i x,
-                                    __m256d vk) {
-  __m256d d = _mm256_mul_pd(i64_to_f64_avx2(x), vk);
+/* Four doubles stored as dtype at element i of b. */
+AVX2 static inline void store4d_avx2(uint8_t *b, size_t i, int dtype,
+                                     __m256d d) {
   if (dtype == RESIHP_FLOAT64) {
     _mm256_storeu_pd((double *)(b + 8 * i), d);
   } else if (dtype == RESIHP_FLOAT32) {
@@ -439,6 +442,12 @@ AVX2 static inline void store4_avx2(uint8_t *b, size_t i, int dtype, __m256i x,
     __m128i h = bf16_of_bits4(_mm_castps_si128(_mm256_cvtpd_ps(d)));
     _mm_storel_epi64((__m128i *)(b + 2 * i), _mm_packus_epi32(h, h));
   }
+}
+
+/* Four int64 values times k, stored as dtype at element i of b. */
+AVX2 static inline void store4_avx2(uint8_t *b, size_t i, int dtype, __m256i x,
+                                    __m256d vk) {
+  store4d_avx2(b, i, dtype, _mm256_mul_pd(i64_to_f64_avx2(x), vk));
 }
 
 AVX2 static void to_avx2(void *dst, const int64_t *src, size_t n, int dtype,
@@ -466,7 +475,44 @@ AVX2 static void sum_to_avx2(void *dst, const void *src, struct partial w,
   uint8_t *b = dst;
   size_t i = 0;
   if (dtype != RESIHP_FLOAT64) {
+    /* The common case in double, without int64: own values in int32 and a
+     * narrow partial with t <= 31. Both addends are exact doubles, the sum
+     * is below 2^63 in magnitude, and one IEEE addition rounds it as the
+     * int64 sum's conversion does: the same bits, in a third of the
+     * instructions (AVX2 has no int64 -> double). */
+    const int quick = w.vals && w.t <= 31;
+    const __m256d pt = _mm256_set1_pd(ldexp(1.0, quick ? w.t : 0));
+    /* Quicker still in float: a float32 result of a sum that fits in
+     * int32, times a power of two k (a sum, or an average over 2^j):
+     * rounding the sum to float and then scaling it exactly gives the
+     * bits of scaling exactly in double and rounding once. */
+    int e;
+    const int in_float = quick && !w.t && dtype == RESIHP_FLOAT32 &&
+                         frexp(k, &e) == 0.5 && k >= 0x1p-126;
+    const __m256 fk = _mm256_set1_ps((float)k);
     for (; i + 8 <= n; i += 8) {
+      __m256i q;
+      if (quick && fixed8_i32_avx2(src, i, dtype, fs, &q)) {
+        __m256i p = _mm256_loadu_si256((const __m256i *)(w.vals + i));
+        __m256i s32 = _mm256_add_epi32(q, p);
+        __m256i ovf = _mm256_and_si256(_mm256_xor_si256(q, s32),
+                                       _mm256_xor_si256(p, s32));
+        if (in_float && !_mm256_movemask_ps(_mm256_castsi256_ps(ovf))) {
+          _mm256_storeu_ps((float *)(b + 4 * i),
+                           _mm256_mul_ps(_mm256_cvtepi32_ps(s32), fk));
+          continue;
+        }
+        __m256d s0 = _mm256_add_pd(
+            _mm256_cvtepi32_pd(_mm256_castsi256_si128(q)),
+            _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(p)), pt));
+        __m256d s1 = _mm256_add_pd(
+            _mm256_cvtepi32_pd(_mm256_extracti128_si256(q, 1)),
+            _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(p, 1)),
+                          pt));
+        store4d_avx2(b, i, dtype, _mm256_mul_pd(s0, vk));
+        store4d_avx2(b, i + 4, dtype, _mm256_mul_pd(s1, vk));
+        continue;
+      }
       __m256i lo, hi;
       fixed8_avx2(src, i, dtype, fs, vs, &lo, &hi);
       store4_avx2(b, i, dtype, _mm256_add_epi64(lo, partial4_avx2(&w, i)), vk);
@@ -751,9 +797,22 @@ int resihp__fixed_sum_to(void *dst, const void *src, const void *partial,
   struct partial w;
   if (partial_of(partial, narrow, &w))
     return -1;
+  resihp__fixed_sum_to_span(dst, src, narrow ? (const void *)w.vals : partial,
+                            narrow ? w.t : -1, n, src_dtype, frac_bits,
+                            divisor);
+  return 0;
+}
+
+void resihp__fixed_sum_to_span(void *dst, const void *src, const void *part,
+                               int t, size_t n, int src_dtype, int frac_bits,
+                               double divisor) {
+  struct partial w = {t < 0 ? part : NULL, t < 0 ? NULL : part, t < 0 ? 0 : t};
   K()->sum_to(dst, src, w, n, src_dtype, ldexp(1.0, frac_bits),
               ldexp(1.0, -frac_bits) / divisor);
-  return 0;
+}
+
+int resihp__fixed_shift(const void *narrow) {
+  return narrow_t(narrow);
 }
 
 int resihp__fixed_add_narrow(int32_t *dst, const void *src, const void *partial,

@@ -67,6 +67,15 @@ int resihp__fixed_narrow(int32_t *dst, const int64_t *src, size_t n,
 int resihp__fixed_sum_to(void *dst, const void *src, const void *partial,
                          int narrow, size_t n, int src_dtype, int frac_bits,
                          double divisor);
+/* resihp__fixed_sum_to over n values of a partial sum that arrives in
+ * pieces, its form known: part holds n int32 of a narrow form whose shift
+ * is t, or n int64 when t < 0 (the deterministic ring sums each piece of
+ * a frame as it arrives from the transport). */
+void resihp__fixed_sum_to_span(void *dst, const void *src, const void *part,
+                               int t, size_t n, int src_dtype, int frac_bits,
+                               double divisor);
+/* The shift of a narrow form (its first int32), or -1 when impossible. */
+int resihp__fixed_shift(const void *narrow);
 /* The narrow form with shift 0 straight from n values of src_dtype (the
  * deterministic ring's first sends, without int64 in between): 1 when
  * every resihp__fixed_from value fits in int32 (dst then holds n + 1

@@ -269,29 +269,25 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
   }
   int small = resihp__small_fits(c, count * wsz);
   int cma = !small && resihp__cma_chosen(c, count * wsz);
-  if (fixed && (small || cma)) /* these paths want the input whole */
+  if (fixed && cma) /* this path wants the input whole */
     resihp__fixed_from(work, sendbuf, NULL, count, (int)dtype, c->frac_bits);
+  /* Deterministic: the caller's values, the narrow forms, the results. */
+  struct resihp__ring_fixed fx = {
+      sendbuf,      (int)dtype,
+      c->frac_bits, fixed ? (int32_t *)((char *)work + count * wsz) : NULL,
+      fixed_out,    div};
   if (small) {
     if ((rc = reserve(&c->staging, &c->staging_cap,
                       (size_t)c->nmembers * count * wsz)))
       return rc;
-    /* Deterministic: the narrow form goes where every value fits. */
-    int32_t *narrow = fixed ? (int32_t *)((char *)work + count * wsz) : NULL;
-    if (narrow && !resihp__fixed_from_narrow(narrow, sendbuf, count, (int)dtype,
-                                             c->frac_bits))
-      narrow = NULL;
-    rc = resihp__small_allreduce(c, in, narrow, work, c->staging, count, wire,
-                                 &bad);
+    rc = resihp__small_allreduce(c, in, fixed ? &fx : NULL, work, c->staging,
+                                 count, wire, &bad);
   } else if (cma) {
     if ((rc = reserve(&c->staging, &c->staging_cap, RESIHP__CMA_STAGING)))
       return rc;
     rc = resihp__cma_allreduce(c, in, work, c->staging, count, wire, &bad);
   } else if (fixed) {
     /* The ring converts the input as it first reads it (fixed_point.h). */
-    struct resihp__ring_fixed fx = {
-        sendbuf,      (int)dtype,
-        c->frac_bits, (int32_t *)((char *)work + count * wsz),
-        fixed_out,    div};
     rc = resihp__ring_allreduce_fixed(c, &fx, work, staging, count, &bad);
   } else {
     rc = resihp__ring_allreduce(c, in, work, staging, count, wire, &bad);
@@ -301,7 +297,7 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
   if (!c->unprotected && c->nmembers > 1 && (rc = commit(c)))
     return fail(c, rc, -1);
   c->seq++;
-  if (fixed && (small || cma))
+  if (fixed && cma)
     resihp__fixed_to(buf, work, count, (int)dtype, c->frac_bits, div);
   else if (fixed && fixed_out != buf)
     memcpy(buf, fixed_out, count * esz);

@@ -191,14 +191,21 @@ extern void (*resihp__shrink_test_hook)(resihp_comm_t *c, int point,
 
 /* Small messages (small_allreduce.c): every member sends its buffer to
  * every other and adds the n contributions in view order (bitwise equal
- * results everywhere). slots: n * count elements of dtype. narrow_in: the
- * narrow form of a RESIHP_FIXED64 in (resihp__fixed_narrow), sent instead
- * where the transport has the alternative form, or NULL. Otherwise as
+ * results everywhere). slots: n * count elements of dtype. Deterministic
+ * mode: fx (else NULL) as for the ring, dtype RESIHP_FIXED64, in == work
+ * (count int64, written here when the values do not fit the narrow form
+ * in fx->narrow, count + 1 int32), the result in fx->out. Otherwise as
  * resihp__ring_allreduce. */
 #define RESIHP__STEP_SMALL (UINT32_MAX - 4)
+struct resihp__ring_fixed;
+/* A view of one member, or nothing to add (ring and small path): in (or
+ * fx's values) to work (fx->out). Returns 0. */
+int resihp__allreduce_alone(const struct resihp__ring_fixed *fx, const void *in,
+                            void *work, size_t count, size_t esz);
 int resihp__small_allreduce(resihp_comm_t *c, const void *in,
-                            const int32_t *narrow_in, void *work, void *slots,
-                            size_t count, int dtype, int *bad_peer);
+                            const struct resihp__ring_fixed *fx, void *work,
+                            void *slots, size_t count, int dtype,
+                            int *bad_peer);
 /* Whether an all-reduce of bytes (wire size) takes the small-message path:
  * the same answer on every member (size, view size, settings). */
 int resihp__small_fits(const resihp_comm_t *c, size_t bytes);

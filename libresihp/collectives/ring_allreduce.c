@@ -45,12 +45,14 @@
  * (shift 0) when every one fits in int32; other chunks are made in a chunk
  * in cache (staging's second chunk) and packed from there with a shift if
  * one fits, so int64 values reach memory only when they cannot travel
- * narrow. The last
- * reduce-scatter step adds the received sum to the owner's own values and
- * converts the result back to the caller's type in one pass
- * (resihp__fixed_sum_to: a pure function of the int64 sums, so every rank
- * gets the same bits), and all-gather moves those final values as the
- * float ring does: no rank converts back more than its own segment.
+ * narrow. The last reduce-scatter step adds the received sum to the
+ * owner's own values and converts the result back to the caller's type in
+ * one pass (resihp__fixed_sum_to: a pure function of the int64 sums, so
+ * every rank gets the same bits), as the chunk arrives where the transport
+ * hands it over in place (post_recv_sink: straight from a shared-memory
+ * ring, as post_recv_reduce for the float ring), and all-gather moves those
+ * final values as the float ring does: no rank converts back more than its
+ * own segment.
  *
  * Failure. The algorithm only sees the transport and the communicator's
  * failure flag; it returns at the first error and leaves the clean-up
@@ -201,6 +203,49 @@ static int make_partial(const struct resihp__ring_fixed *fx, void *part,
   return 0;
 }
 
+int resihp__allreduce_alone(const struct resihp__ring_fixed *fx, const void *in,
+                            void *work, size_t count, size_t esz) {
+  if (fx && count) {
+    resihp__fixed_from(work, fx->src, NULL, count, fx->src_dtype,
+                       fx->frac_bits);
+    resihp__fixed_to(fx->out, work, count, fx->src_dtype, fx->frac_bits,
+                     fx->divisor);
+  } else if (in != work && count) {
+    memcpy(work, in, count * esz);
+  }
+  return 0;
+}
+
+/* Deterministic reduce-scatter's last step, summed as the chunk arrives
+ * (post_recv_sink): the received partial sum plus this rank's values, back
+ * to the caller's type, straight from the transport's memory. */
+struct last_sum {
+  const struct resihp__ring_fixed *fx;
+  size_t fsz, off; /* element size of the caller's type, chunk's start */
+  int t;           /* the narrow form's shift, once its first int32 came */
+  int bad;         /* an impossible shift */
+};
+
+static void sum_arrived(void *arg, int form, size_t index, const void *elems,
+                        size_t count) {
+  struct last_sum *ls = arg;
+  const uint8_t *e = elems;
+  if (form == 2 && index == 0) {
+    ls->t = resihp__fixed_shift(e);
+    ls->bad = ls->t < 0;
+    e += 4;
+    count--;
+    index = 1;
+  }
+  if (ls->bad || !count)
+    return;
+  const struct resihp__ring_fixed *fx = ls->fx;
+  size_t v = (ls->off + index - (form == 2)) * ls->fsz;
+  resihp__fixed_sum_to_span(
+      (uint8_t *)fx->out + v, (const uint8_t *)fx->src + v, e,
+      form == 2 ? ls->t : -1, count, fx->src_dtype, fx->frac_bits, fx->divisor);
+}
+
 int resihp__narrow_refused(int peer, const char *what, int *bad_peer) {
   resihp_log(RESIHP_LOG_ERROR, "allreduce",
              "rank %d sent a narrow %s with an impossible shift: dropping the "
@@ -216,16 +261,8 @@ static int ring(resihp_comm_t *c, const void *in,
   size_t esz = resihp__dtype_size(dtype);
   int n = c->nmembers;
   *bad_peer = -1;
-  if (n == 1 || count == 0) {
-    if (fx && count) {
-      resihp__fixed_from(work, fx->src, NULL, count, fx->src_dtype,
-                         fx->frac_bits);
-      resihp__fixed_to(fx->out, work, count, fx->src_dtype, fx->frac_bits,
-                       fx->divisor);
-    } else if (in != work && count)
-      memcpy(work, in, count * esz);
-    return 0;
-  }
+  if (n == 1 || count == 0)
+    return resihp__allreduce_alone(fx, in, work, count, esz);
   struct layout l;
   make_layout(c, count, esz, &l);
   const resihp__transport_ops_t *ops = c->tp->ops;
@@ -244,6 +281,7 @@ static int ring(resihp_comm_t *c, const void *in,
   int32_t *narrow =
       fx && ops->post_send_alt && ops->post_recv_alt ? fx->narrow : NULL;
   int ss = 0, rs = 0, posted = 0, summed = 0;
+  struct last_sum ls = {fx, fsz, 0, 0, 0};
   size_t sc = 0, rc = 0;
   int64_t last_progress = resihp__now_ms();
   for (;;) {
@@ -306,14 +344,18 @@ static int ring(resihp_comm_t *c, const void *in,
                                        : wb + off * esz;
       size_t bytes = len * (fx && !rsphase ? fsz : esz);
       resihp__tag_t tag = {c->seq, (uint32_t)rs, (uint32_t)rc};
-      summed = rsphase && !staging && ops->post_recv_reduce;
-      int r =
-          summed
-              ? ops->post_recv_reduce(c->tp, left, tag, dst, inb + off * esz,
-                                      bytes, esz, resihp__reduce_sum_to, dtype)
-          : narrow && rsphase && len > 1
-              ? ops->post_recv_alt(c->tp, left, tag, dst, bytes, (len + 1) * 4)
-              : ops->post_recv(c->tp, left, tag, dst, bytes);
+      summed = rsphase && (fx ? rs == n - 2 && ops->post_recv_sink
+                              : !staging && ops->post_recv_reduce);
+      size_t alt = narrow && rsphase && len > 1 ? (len + 1) * 4 : 0;
+      if (summed && fx)
+        ls = (struct last_sum){fx, fsz, off, 0, 0};
+      int r = summed && fx ? ops->post_recv_sink(c->tp, left, tag, dst, bytes,
+                                                 esz, alt, 4, sum_arrived, &ls)
+              : summed     ? ops->post_recv_reduce(c->tp, left, tag, dst,
+                                                   inb + off * esz, bytes, esz,
+                                                   resihp__reduce_sum_to, dtype)
+              : alt ? ops->post_recv_alt(c->tp, left, tag, dst, bytes, alt)
+                    : ops->post_recv(c->tp, left, tag, dst, bytes);
       if (r)
         return r;
       posted = 1;
@@ -343,8 +385,9 @@ static int ring(resihp_comm_t *c, const void *in,
         int32_t *slot =
             narrow && len > 1 ? narrow + narrow_slot(&l, seg, rc) : NULL;
         /* the last step: the sum back to the caller's type, for
-         * all-gather, in one pass */
-        if (rs == n - 2
+         * all-gather, in one pass (done as it arrived where summed) */
+        if (summed ? ls.bad
+            : rs == n - 2
                 ? resihp__fixed_sum_to(fout + off * fsz, fsrc + off * fsz, dst,
                                        got == 2, len, fx->src_dtype,
                                        fx->frac_bits, fx->divisor)

@@ -19,12 +19,17 @@
  * n and the communicator's settings, so that every member picks the same
  * algorithm).
  *
- * Buffers. in is read-only and is what leaves (the caller's data, or the
- * fixed-point copy; in deterministic mode its narrow form, when it has
- * one, leaves instead: half the bytes, widened where it lands); slots
- * holds n * count elements; the sum goes to
- * work, which may be the caller's receive buffer (out of place) or a
- * private one: the caller's buffer is written only after the DONE round.
+ * Buffers. in is read-only and is what leaves (the caller's data); slots
+ * holds n * count elements; the sum goes to work, which may be the
+ * caller's receive buffer (out of place) or a private one: the caller's
+ * buffer is written only after the DONE round.
+ *
+ * Deterministic mode (fx): the caller's values leave in their narrow form
+ * when they have one (half the bytes), else as int64 made in in (then
+ * written here); the contributions are added as int64, whose sum does not
+ * depend on the order, and the own values join in the pass that converts
+ * the sum back to the caller's type (resihp__fixed_sum_to) into fx->out:
+ * with two members, straight from the peer's narrow form, nothing widened.
  *
  * Failure. As the ring: the first error of the transport, the
  * communicator's failure flag (EABORTED) or op_ms without progress
@@ -44,6 +49,8 @@
 
 void (*resihp__small_test_hook)(resihp_comm_t *c, int stage);
 
+#define SLOT(j) (slot + (size_t)(j)*bytes)
+
 /* Beyond this many bytes sent per call ((n-1) * size) the extra traffic
  * costs more than the ring's steps. Measured on one host, 2-8 ranks
  * (resihp-bench-allreduce, ft against ring): direct exchange wins at 2
@@ -57,29 +64,55 @@ int resihp__small_fits(const resihp_comm_t *c, size_t bytes) {
          bytes * (n - 1) <= SMALL_TOTAL_MAX;
 }
 
+/* The deterministic sum: the peers' contributions plus the own values,
+ * converted back into fx->out. arrived[j] == 2: j's is narrow. */
+static int fixed_sum(resihp_comm_t *c, const struct resihp__ring_fixed *fx,
+                     uint8_t *slot, const uint8_t *arrived, size_t count,
+                     int *bad_peer) {
+  int n = c->nmembers, p = c->my_index;
+  size_t bytes = count * 8;
+  int first = p == 0, form = arrived[first] == 2;
+  if (n > 2) { /* int64 sums (widened): any order gives the same bits */
+    int second = first + 1 == p ? first + 2 : first + 1;
+    resihp__reduce_sum_to(SLOT(p), SLOT(first), SLOT(second), count,
+                          RESIHP_FIXED64);
+    for (int j = second + 1; j < n; j++)
+      if (j != p)
+        resihp__reduce_sum(SLOT(p), SLOT(j), count, RESIHP_FIXED64);
+    first = p;
+    form = 0;
+  }
+  if (resihp__fixed_sum_to(fx->out, fx->src, SLOT(first), form, count,
+                           fx->src_dtype, fx->frac_bits, fx->divisor))
+    return resihp__narrow_refused(c->members[first], "contribution", bad_peer);
+  return 0;
+}
+
 int resihp__small_allreduce(resihp_comm_t *c, const void *in,
-                            const int32_t *narrow_in, void *work, void *slots,
-                            size_t count, int dtype, int *bad_peer) {
+                            const struct resihp__ring_fixed *fx, void *work,
+                            void *slots, size_t count, int dtype,
+                            int *bad_peer) {
   size_t esz = resihp__dtype_size(dtype), bytes = count * esz;
   int n = c->nmembers, p = c->my_index;
   *bad_peer = -1;
-  if (n == 1 || count == 0) {
-    if (in != work && count)
-      memcpy(work, in, bytes);
-    return 0;
-  }
+  if (n == 1 || count == 0)
+    return resihp__allreduce_alone(fx, in, work, count, esz);
   const resihp__transport_ops_t *ops = c->tp->ops;
   resihp__tag_t tag = {c->seq, RESIHP__STEP_SMALL, 0};
-  /* Fixed point may arrive narrow (count + 1 int32, fixed_point.h). */
-  size_t alt = dtype == RESIHP_FIXED64 && ops->post_recv_alt &&
-                       ops->post_send_alt && count > 1
+  /* Fixed point may travel narrow (count + 1 int32, fixed_point.h). */
+  size_t alt = fx && ops->post_recv_alt && ops->post_send_alt && count > 1
                    ? (count + 1) * 4
                    : 0;
-  if (!alt)
-    narrow_in = NULL;
+  const int32_t *narrow_in =
+      alt && resihp__fixed_from_narrow(fx->narrow, fx->src, count,
+                                       fx->src_dtype, fx->frac_bits)
+          ? fx->narrow
+          : NULL;
+  if (fx && !narrow_in)
+    resihp__fixed_from((int64_t *)work, fx->src, NULL, count, fx->src_dtype,
+                       fx->frac_bits);
   uint8_t *slot = slots;
-#define SLOT(j) (slot + (size_t)(j) * bytes)
-  if (in == work) {
+  if (in == work && !fx) {
     /* Unprotected in place, or the fixed-point copy: the sum must not
      * overwrite what is still being sent or added. */
     memcpy(SLOT(p), in, bytes);
@@ -118,7 +151,7 @@ int resihp__small_allreduce(resihp_comm_t *c, const void *in,
       if (j != p && !arrived[j] &&
           (arrived[j] = (uint8_t)ops->recv_done(c->tp, c->members[j]))) {
         got++;
-        if (arrived[j] == 2 &&
+        if (arrived[j] == 2 && n > 2 &&
             resihp__fixed_widen((int64_t *)SLOT(j), (int32_t *)SLOT(j), count))
           return resihp__narrow_refused(c->members[j], "contribution",
                                         bad_peer);
@@ -142,12 +175,13 @@ int resihp__small_allreduce(resihp_comm_t *c, const void *in,
   }
   if (resihp__small_test_hook)
     resihp__small_test_hook(c, n - 1);
+  if (fx)
+    return fixed_sum(c, fx, slot, arrived, count, bad_peer);
   /* View order: the same additions on every member. */
   const void *c0 = p == 0 ? in : SLOT(0);
   const void *c1 = p == 1 ? in : SLOT(1);
   resihp__reduce_sum_to(work, c0, c1, count, dtype);
   for (int j = 2; j < n; j++)
     resihp__reduce_sum(work, j == p ? in : SLOT(j), count, dtype);
-#undef SLOT
   return 0;
 }

@@ -76,8 +76,9 @@ struct peer {
   int in_payload;
   size_t pay_left;
   uint8_t *pay_dst; /* NULL while skipping */
-  const uint8_t *pay_add; /* post_recv_reduce: the addend, else NULL */
-  size_t pay_summed;      /* bytes of pay_dst already summed */
+  int pay_sink;     /* whole elements go to the posted sink as they arrive */
+  size_t pay_elem;  /* ... of this many bytes (the frame's form) */
+  size_t pay_summed; /* bytes of the payload already handed over */
   int for_posted;   /* this frame completes the posted receive */
   int parked;
   /* The posted receive. */
@@ -86,8 +87,10 @@ struct peer {
   uint8_t *pbuf;
   size_t plen;
   size_t palt; /* post_recv_alt: the alternative length, else 0 */
-  const uint8_t *padd; /* post_recv_reduce, else NULL */
-  size_t pelem;
+  resihp__sink_fn psink; /* post_recv_sink (or _reduce), else NULL */
+  void *parg;
+  size_t pelem, palt_elem;
+  const uint8_t *padd; /* post_recv_reduce: the addend, its combine */
   resihp__combine_fn pcombine;
   int pdtype;
   /* MACs (mac: this link has them). */
@@ -239,23 +242,51 @@ static int tcp_post_recv(resihp__transport_t *tt, int peer, resihp__tag_t tag,
   p->pbuf = buf;
   p->plen = len;
   p->palt = 0;
-  p->padd = NULL;
+  p->psink = NULL;
   p->parked = 0;
   return 0;
+}
+
+static int tcp_post_recv_sink(resihp__transport_t *tt, int peer,
+                              resihp__tag_t tag, void *buf, size_t len,
+                              size_t elem, size_t alt_len, size_t alt_elem,
+                              resihp__sink_fn sink, void *arg) {
+  if (!elem || len % elem || !sink ||
+      (alt_len && (alt_len >= len || !alt_elem || alt_len % alt_elem)))
+    return RESIHP_EINVAL;
+  int rc = tcp_post_recv(tt, peer, tag, buf, len);
+  if (rc)
+    return rc;
+  struct peer *p = &T(tt)->p[peer];
+  p->palt = alt_len;
+  p->psink = sink;
+  p->parg = arg;
+  p->pelem = elem;
+  p->palt_elem = alt_elem;
+  return 0;
+}
+
+/* post_recv_reduce as a sink: payload + addend into the posted buffer. */
+static void reduce_sink(void *arg, int form, size_t index, const void *elems,
+                        size_t count) {
+  struct peer *p = arg;
+  size_t at = index * p->pelem;
+  (void)form;
+  p->pcombine(p->pbuf + at, elems, p->padd + at, count, p->pdtype);
 }
 
 static int tcp_post_recv_reduce(resihp__transport_t *tt, int peer,
                                 resihp__tag_t tag, void *buf,
                                 const void *addend, size_t len, size_t elem,
                                 resihp__combine_fn combine, int dtype) {
-  if (!elem || len % elem || !addend || !combine)
+  if (!addend || !combine)
     return RESIHP_EINVAL;
-  int rc = tcp_post_recv(tt, peer, tag, buf, len);
+  struct peer *p = &T(tt)->p[peer];
+  int rc =
+      tcp_post_recv_sink(tt, peer, tag, buf, len, elem, 0, 0, reduce_sink, p);
   if (rc)
     return rc;
-  struct peer *p = &T(tt)->p[peer];
   p->padd = addend;
-  p->pelem = elem;
   p->pcombine = combine;
   p->pdtype = dtype;
   return 0;
@@ -338,9 +369,9 @@ static ssize_t peer_recv(struct tcp *t, struct peer *p, void *buf, size_t len) {
   return ring_got(p, n, bell);
 }
 
-/* The payload of a post_recv_reduce. Bytes [pay_summed, got) of pay_dst
- * hold raw payload: an element cut by the ring's wrap-around or by a short
- * socket read, summed once it is whole. */
+/* The payload of a sink receive. Bytes [pay_summed, got) of pay_dst hold
+ * raw payload: an element cut by the ring's wrap-around or by a short
+ * socket read, handed over once it is whole. */
 struct summing {
   struct peer *p;
   size_t got;
@@ -352,11 +383,18 @@ static void mac_in(struct peer *p, const void *b, size_t n) {
     resihp__macstream_update(&p->rmac, b, n);
 }
 
+/* Whole elements from byte at of the payload to the sink. */
+static void deliver(struct peer *p, size_t at, const uint8_t *b, size_t n) {
+  int form = p->rh.flags & RESIHP__FRAME_F_ALT ? 2 : 1;
+  p->psink(p->parg, form, at / p->pay_elem, b, n / p->pay_elem);
+  p->pay_summed = at + n;
+}
+
 static void sum_span(void *arg, const uint8_t *b, size_t n) {
   struct summing *s = arg;
   struct peer *p = s->p;
   mac_in(p, b, n);
-  size_t e = p->pelem, sum = p->pay_summed;
+  size_t e = p->pay_elem, sum = p->pay_summed;
   uint8_t *dst = p->pay_dst;
   if (s->got > sum) {
     size_t k = sum + e - s->got < n ? sum + e - s->got : n;
@@ -366,13 +404,12 @@ static void sum_span(void *arg, const uint8_t *b, size_t n) {
     n -= k;
     if (s->got < sum + e)
       return;
-    p->pcombine(dst + sum, dst + sum, p->pay_add + sum, 1, p->pdtype);
-    p->pay_summed = sum += e;
+    deliver(p, sum, dst + sum, e);
+    sum += e;
   }
   size_t whole = n / e * e; /* here s->got == sum */
   if (whole)
-    p->pcombine(dst + sum, b, p->pay_add + sum, whole / e, p->pdtype);
-  p->pay_summed += whole;
+    deliver(p, sum, b, whole);
   memcpy(dst + s->got + whole, b + whole, n - whole);
   s->got += n;
 }
@@ -395,7 +432,7 @@ static ssize_t sock_recv_tail(struct peer *p, void *buf, size_t len,
 
 static ssize_t peer_recv_summing(struct tcp *t, struct peer *p,
                                  size_t *tagged) {
-  size_t got = p->rh.len - p->pay_left, e = p->pelem;
+  size_t got = p->rh.len - p->pay_left, e = p->pay_elem;
   if (p->rin) {
     struct summing s = {p, got};
     int bell = 0;
@@ -409,9 +446,7 @@ static ssize_t peer_recv_summing(struct tcp *t, struct peer *p,
     mac_in(p, p->pay_dst + got, (size_t)r);
     size_t sum = p->pay_summed, upto = (got + (size_t)r) / e * e;
     if (upto > sum)
-      p->pcombine(p->pay_dst + sum, p->pay_dst + sum, p->pay_add + sum,
-                  (upto - sum) / e, p->pdtype);
-    p->pay_summed = upto > sum ? upto : sum;
+      deliver(p, sum, p->pay_dst + sum, upto - sum);
     r += (ssize_t)*tagged;
   }
   return r;
@@ -448,13 +483,13 @@ static ssize_t peer_sendv(struct tcp *t, struct peer *p, struct iovec *iov,
 }
 
 /* Start taking the payload of the header in p->rh: into dst (NULL: skip
- * it), summed with add when not NULL. */
-static void begin_payload(struct peer *p, uint8_t *dst, const uint8_t *add,
-                          int for_posted) {
+ * it), or for the posted receive (its buffer, its sink if it has one). */
+static void begin_payload(struct peer *p, uint8_t *dst, int for_posted) {
   p->in_payload = 1;
   p->pay_left = p->rh.len;
-  p->pay_dst = dst;
-  p->pay_add = add;
+  p->pay_dst = for_posted ? p->pbuf : dst;
+  p->pay_sink = for_posted && p->psink;
+  p->pay_elem = p->rh.flags & RESIHP__FRAME_F_ALT ? p->palt_elem : p->pelem;
   p->pay_summed = 0;
   p->for_posted = for_posted;
   p->rtag_got = 0;
@@ -497,7 +532,7 @@ static int check_header(struct tcp *t, int peer) {
     resihp_log(RESIHP_LOG_DEBUG, "allreduce",
                "dropping stale frame from rank %d (epoch %u < %u)", peer,
                h->epoch, t->epoch);
-    begin_payload(p, NULL, NULL, 0);
+    begin_payload(p, NULL, 0);
     return 0;
   }
   if (h->epoch > t->epoch || !p->posted || p->done) {
@@ -518,7 +553,7 @@ static int check_header(struct tcp *t, int peer) {
     resihp_log(RESIHP_LOG_WARN, "allreduce",
                "dropping duplicate frame from rank %d (collective %u < %u)",
                peer, h->seq, p->ptag.seq);
-    begin_payload(p, NULL, NULL, 0);
+    begin_payload(p, NULL, 0);
     return 0;
   }
   if (h->seq > p->ptag.seq) {
@@ -548,7 +583,7 @@ static int check_header(struct tcp *t, int peer) {
                p->ptag.step, p->ptag.chunk, p->plen, p->palt);
     return RESIHP_EPROTO;
   }
-  begin_payload(p, p->pbuf, p->padd, 1);
+  begin_payload(p, NULL, 1);
   return 0;
 }
 
@@ -596,7 +631,7 @@ static void frame_finished(struct peer *p) {
   p->in_payload = 0;
   p->rh_got = 0;
   p->pay_dst = NULL;
-  p->pay_add = NULL;
+  p->pay_sink = 0;
 }
 
 /* Read as much as is available from peer. Returns 1 if anything happened,
@@ -629,7 +664,7 @@ static int read_peer(struct tcp *t, int peer) {
       frame_finished(p);
       any = 1;
       continue;
-    } else if (p->pay_add) {
+    } else if (p->pay_sink) {
       r = peer_recv_summing(t, p, &tagged);
     } else {
       uint8_t *dst = p->pay_dst ? p->pay_dst + (p->rh.len - p->pay_left)
@@ -963,7 +998,7 @@ static void tcp_cancel(resihp__transport_t *tt) {
     }
     if (p->in_payload) {
       p->pay_dst = NULL; /* skip the rest of this frame later */
-      p->pay_add = NULL;
+      p->pay_sink = 0;
       p->for_posted = 0;
     }
     p->posted = 0;
@@ -1030,6 +1065,7 @@ static const resihp__transport_ops_t tcp_ops = {
     .detach_sends = tcp_detach_sends,
     .has_input = tcp_has_input,
     .post_recv_reduce = tcp_post_recv_reduce,
+    .post_recv_sink = tcp_post_recv_sink,
     .recv_done = tcp_recv_done,
     .sends_pending = tcp_sends_pending,
     .progress = tcp_progress,

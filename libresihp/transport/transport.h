@@ -117,6 +117,11 @@ typedef struct resihp__transport resihp__transport_t;
  * payload (resihp__reduce_sum_to). */
 typedef void (*resihp__combine_fn)(void *dst, const void *payload,
                                    const void *addend, size_t n, int dtype);
+/* count whole elements of a payload in its form (1 plain, 2 alternative),
+ * the first being element index of the frame; elems is only valid during
+ * the call (it may point into a shared-memory ring). */
+typedef void (*resihp__sink_fn)(void *arg, int form, size_t index,
+                                const void *elems, size_t count);
 
 typedef struct {
   const char *name;
@@ -142,6 +147,19 @@ typedef struct {
   int (*post_recv_reduce)(resihp__transport_t *t, int peer, resihp__tag_t tag,
                           void *buf, const void *addend, size_t len,
                           size_t elem, resihp__combine_fn combine, int dtype);
+  /* Optional: a receive of len bytes (elements of elem bytes) or, when
+   * alt_len is not 0, alt_len bytes in the alternative form (elements of
+   * alt_elem bytes) whose payload is handed to sink in order, whole
+   * elements at a time, as it arrives: from a shared-memory ring in place
+   * (so that the caller computes straight from it instead of copying the
+   * frame out first). buf (len bytes) gathers an element cut by the ring's
+   * end, and over a socket the payload passes through it. recv_done says
+   * which form came, as for post_recv_alt. Elements are handed over before
+   * the frame's MAC is checked: the caller must treat what the sink wrote
+   * as unverified until recv_done. */
+  int (*post_recv_sink)(resihp__transport_t *t, int peer, resihp__tag_t tag,
+                        void *buf, size_t len, size_t elem, size_t alt_len,
+                        size_t alt_elem, resihp__sink_fn sink, void *arg);
   /* Optional: a RESIHP__STEP_P2P message of any length, cut by the
    * transport into frames of at most max_payload bytes (chunk numbered as
    * above; tag.chunk is ignored). One queue entry however long. */

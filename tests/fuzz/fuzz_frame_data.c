@@ -17,7 +17,11 @@
  *     byte (receives of either kind meet frames of both); bit 2 of the
  *     step byte: a receive that also takes the alternative form of half
  *     the length (post_recv_alt, the deterministic ring's int32 chunks);
- *   3 the same summing float32 while it arrives (post_recv_reduce);
+ *   3 the same summing float32 while it arrives (post_recv_reduce), or,
+ *     with bit 2 of the step byte, handing int64 elements (or int32 ones of
+ *     the alternative form, half the length plus 4 bytes) to a sink that
+ *     checks their place (post_recv_sink, the deterministic ring's last
+ *     reduce-scatter step);
  *   4 set the epoch (0..3);  5 cancel.
  * After each operation the transport makes progress and is asked whether
  * the peer has input waiting (has_input, which peeks at the socket).
@@ -104,6 +108,22 @@ static void combine(void *dst, const void *a, const void *b, size_t n,
   resihp__reduce_sum_to(dst, a, b, n, dtype);
 }
 
+/* The elements handed over lie within the posted form's length (arg: the
+ * plain length; the alternative one is half of it plus 4) and are
+ * readable. */
+static size_t sink_len;
+static volatile uint8_t sink_sum;
+
+static void sink(void *arg, int form, size_t index, const void *elems,
+                 size_t count) {
+  size_t plain = *(const size_t *)arg;
+  size_t esz = form == 2 ? 4 : 8, len = form == 2 ? plain / 2 + 4 : plain;
+  if ((form != 1 && form != 2) || !count || (index + count) * esz > len)
+    abort();
+  for (size_t i = 0; i < count * esz; i++)
+    sink_sum = (uint8_t)(sink_sum + ((const uint8_t *)elems)[i]);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   resihp__fuzz_quiet();
   if (size < 1)
@@ -153,9 +173,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(add);
         buf = malloc(len ? len : 1);
         add = calloc(1, len ? len : 1);
-        int rc = op % 6 == 3 ? t->ops->post_recv_reduce(t, 1, tag, buf, add,
-                                                        len, 4, combine,
-                                                        RESIHP_FLOAT32)
+        size_t len8 = len & ~(size_t)7;
+        sink_len = len8;
+        int rc = op % 6 == 3 && b[1] & 4 && len8 >= 16
+                     ? t->ops->post_recv_sink(t, 1, tag, buf, len8, 8,
+                                              len8 / 2 + 4, 4, sink, &sink_len)
+                 : op % 6 == 3
+                     ? t->ops->post_recv_reduce(t, 1, tag, buf, add, len, 4,
+                                                combine, RESIHP_FLOAT32)
                  : b[1] & 4 && len >= 2
                      ? t->ops->post_recv_alt(t, 1, tag, buf, len, len / 2)
                      : t->ops->post_recv(t, 1, tag, buf, len);
@@ -212,8 +237,8 @@ static size_t gen(uint8_t *buf, size_t cap) {
       break;
     case 1: {
       uint16_t flags = (uint16_t)(rng() % 4); /* MACPAY, ALT */
-      if (flags & RESIHP__FRAME_F_ALT && rng() % 2)
-        len /= 2; /* the alternative form of a receive's length */
+      if (flags & RESIHP__FRAME_F_ALT && rng() % 2) /* the alternative */
+        len = (uint8_t)(len / 2 + rng() % 2 * 4);   /* form of a length */
       resihp__frame_hdr_t h = {.magic = RESIHP__FRAME_MAGIC,
                                .type = RESIHP__FRAME_DATA,
                                .flags = flags,

@@ -1288,6 +1288,103 @@ START_TEST(recv_reduce_sums_split_elements) {
 }
 END_TEST
 
+/* post_recv_sink hands every element over whole, in order, at its index,
+ * in the form that came (int64 plain, int32 alternative): over a socket
+ * (through the bounce buffer), and through shared-memory rings where a
+ * 6-byte frame first leaves every later element 2 bytes off its
+ * alignment and 1 MiB frames wrap the 4 MiB ring, cutting elements. */
+struct gathered {
+  uint8_t *dst[3];
+  size_t esz[3], len[3];
+  int bad;
+};
+
+static void gather(void *arg, int form, size_t index, const void *elems,
+                   size_t count) {
+  struct gathered *g = arg;
+  if ((form != 1 && form != 2) || !count ||
+      (index + count) * g->esz[form] > g->len[form]) {
+    g->bad = 1;
+    return;
+  }
+  memcpy(g->dst[form] + index * g->esz[form], elems, count * g->esz[form]);
+}
+
+START_TEST(recv_sink_hands_whole_elements) {
+  int bad = -1;
+  size_t big = _i ? ((size_t)1 << 20) + 8 : 64, alt = big / 2 + 4;
+  uint8_t *pay = malloc(big), *got = malloc(big), *got2 = malloc(alt),
+          *bounce = malloc(big);
+  for (size_t i = 0; i < big; i++)
+    pay[i] = (uint8_t)(i * 7 + i / 251);
+  struct gathered g = {{NULL, got, got2}, {0, 8, 4}, {0, big, alt}, 0};
+  resihp__transport_t *rx, *tx = NULL;
+  int sv[2] = {-1, -1};
+  if (_i)
+    shm_pair(big, &rx, &tx, NULL, NULL);
+  else
+    rx = pair_transport(sv);
+  /* Frame 0 (rings): three bfloat16; then plain and alternative frames. */
+  enum { NF = 7 };
+  static const uint8_t six[6] = {1, 2, 3, 4, 5, 6};
+  for (uint32_t f = _i ? 0 : 1; f < NF; f++) {
+    resihp__tag_t tag = {0, 0, f};
+    if (_i) {
+      ck_assert_int_eq(!f      ? tx->ops->post_send(tx, 0, tag, six, 6)
+                       : f % 2 ? tx->ops->post_send(tx, 0, tag, pay, big)
+                               : tx->ops->post_send_alt(tx, 0, tag, pay, alt),
+                       0);
+      continue;
+    }
+    resihp__frame_hdr_t h = {.magic = RESIHP__FRAME_MAGIC,
+                             .type = RESIHP__FRAME_DATA,
+                             .flags = f % 2 ? 0 : RESIHP__FRAME_F_ALT,
+                             .src = 1,
+                             .chunk = f,
+                             .len = (uint32_t)(f % 2 ? big : alt)};
+    ck_assert_int_eq(write(sv[1], &h, sizeof(h)), sizeof(h));
+    ck_assert_int_eq(write(sv[1], pay, h.len), (ssize_t)h.len);
+  }
+  for (uint32_t f = _i ? 0 : 1; f < NF; f++) {
+    resihp__tag_t tag = {0, 0, f};
+    uint8_t small[6];
+    memset(got, 0, big);
+    memset(got2, 0, alt);
+    ck_assert_int_eq(f ? rx->ops->post_recv_sink(rx, 1, tag, bounce, big, 8,
+                                                 alt, 4, gather, &g)
+                       : rx->ops->post_recv(rx, 1, tag, small, 6),
+                     0);
+    int done = 0;
+    for (int k = 0; k < 100000 && !done; k++) {
+      if (tx)
+        ck_assert_int_ge(tx->ops->progress(tx, 0, &bad), 0);
+      ck_assert_int_ge(rx->ops->progress(rx, 0, &bad), 0);
+      done = rx->ops->recv_done(rx, 1);
+    }
+    ck_assert_msg(done, "frame %u never completed", f);
+    ck_assert(!g.bad);
+    if (!f) {
+      ck_assert(!memcmp(small, six, 6));
+      continue;
+    }
+    ck_assert_int_eq(done, f % 2 ? 1 : 2);
+    ck_assert_msg(!memcmp(f % 2 ? got : got2, pay, f % 2 ? big : alt),
+                  "frame %u: elements out of place", f);
+  }
+  rx->ops->destroy(rx);
+  if (tx) {
+    ck_assert_int_eq(tx->ops->sends_pending(tx, 0), 0);
+    tx->ops->destroy(tx);
+  } else {
+    close(sv[1]);
+  }
+  free(pay);
+  free(got);
+  free(got2);
+  free(bounce);
+}
+END_TEST
+
 /* A peer that shares a ring can write its header: head and tail are
  * checked against this side's own index, and an impossible one is a
  * protocol error of that peer, never an access outside the mapping. _i = 0:
@@ -1960,6 +2057,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, stale_epoch_and_duplicates_dropped);
   tcase_add_loop_test(tc, malformed_frames_rejected, 0, 7);
   tcase_add_loop_test(tc, recv_reduce_sums_split_elements, 0, 2);
+  tcase_add_loop_test(tc, recv_sink_hands_whole_elements, 0, 2);
   tcase_add_loop_test(tc, shm_ring_corrupt_index, 0, 3);
   tcase_add_loop_test(tc, peer_gone_mid_frame, 0, 3);
   suite_add_tcase(s, tc);

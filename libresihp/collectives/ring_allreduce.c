@@ -40,8 +40,10 @@
  * travels as int64. Each sender decides per chunk and the frame says
  * which, so every value stays exact and no rank needs to agree beforehand.
  * The narrow copies live in a buffer laid out like work (narrow_slot), each
- * segment being sent once in reduce-scatter. Step 0's values, and the
- * partial sums of the steps after it, go straight into their narrow form
+ * segment being sent once in reduce-scatter; step 0's own values that fit
+ * are made straight in the peer's shared-memory ring instead where the
+ * transport can (send_fill: one pass over them, no copy). Step 0's values, and
+ * the partial sums of the steps after it, go straight into their narrow form
  * (shift 0) when every one fits in int32; other chunks are made in a chunk
  * in cache (staging's second chunk) and packed from there with a shift if
  * one fits, so int64 values reach memory only when they cannot travel
@@ -216,6 +218,24 @@ int resihp__allreduce_alone(const struct resihp__ring_fixed *fx, const void *in,
   return 0;
 }
 
+/* Step 0's own values made straight in the transport's memory
+ * (send_fill) when they fit the narrow form, without the copy through
+ * their narrow slot. */
+struct own_values {
+  const struct resihp__ring_fixed *fx;
+  size_t off, len, fsz;
+};
+
+static int fill_narrow(void *arg, void *payload, size_t cap) {
+  const struct own_values *o = arg;
+  (void)cap; /* room for the int64 form: more than the narrow one needs */
+  return resihp__fixed_from_narrow(
+             payload, (const uint8_t *)o->fx->src + o->off * o->fsz, o->len,
+             o->fx->src_dtype, o->fx->frac_bits)
+             ? 2
+             : 0;
+}
+
 /* Deterministic reduce-scatter's last step, summed as the chunk arrives
  * (post_recv_sink): the received partial sum plus this rank's values, back
  * to the caller's type, straight from the transport's memory. */
@@ -310,11 +330,27 @@ static int ring(resihp_comm_t *c, const void *in,
           made && !ag ? &made[(size_t)seg * nchunks(&l, 0) + sc] : NULL;
       int32_t *slot =
           narrow && !ag && len > 1 ? narrow + narrow_slot(&l, seg, sc) : NULL;
+      resihp__tag_t tag = {c->seq, (uint32_t)ss, (uint32_t)sc};
+      if (fx && ss == 0 && state && !*state && slot && ops->send_fill) {
+        struct own_values o = {fx, off, len, fsz};
+        int r = ops->send_fill(c->tp, right, tag, bytes, (len + 1) * 4,
+                               fill_narrow, &o);
+        if (r < 0) {
+          *bad_peer = right;
+          return r;
+        }
+        if (r == 0) {
+          *state = CHUNK_NARROW;
+          atomic_fetch_add_explicit(&resihp__ring_fixed_sent[1], 1,
+                                    memory_order_relaxed);
+          sc++;
+          continue;
+        }
+      }
       if (fx && ss == 0 && !(state && *state)) /* made once: EBUSY retries */
         make_partial(fx, NULL, 0, off, len, fsz, slot, converted,
                      (int64_t *)(wb + off * esz), state);
       int thin = state && *state == CHUNK_NARROW;
-      resihp__tag_t tag = {c->seq, (uint32_t)ss, (uint32_t)sc};
       int r = thin ? ops->post_send_alt(c->tp, right, tag, slot, (len + 1) * 4)
                    : ops->post_send(c->tp, right, tag, src, bytes);
       if (r == RESIHP_EBUSY)

@@ -105,6 +105,30 @@ static int64_t used(uint64_t head, uint64_t tail) {
   return (int64_t)n;
 }
 
+/* Producer: the bytes up to head are the consumer's; ring if it waits. */
+static void publish(resihp__ring_t *r, uint64_t head, int *doorbell) {
+  struct ring_hdr *h = r->h;
+  r->pos = head;
+  atomic_store_explicit(&h->head, head, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load(&h->cons_waiting) && atomic_exchange(&h->cons_waiting, 0))
+    *doorbell = 1;
+}
+
+uint8_t *resihp__ring_reserve(resihp__ring_t *r, size_t want, int *bad) {
+  int64_t n =
+      used(r->pos, atomic_load_explicit(&r->h->tail, memory_order_acquire));
+  *bad = n < 0;
+  size_t pos = (size_t)r->pos & (RING_BYTES - 1);
+  if (n < 0 || RING_BYTES - (size_t)n < want || RING_BYTES - pos < want)
+    return NULL;
+  return r->h->data + pos;
+}
+
+void resihp__ring_publish(resihp__ring_t *r, size_t n, int *doorbell) {
+  publish(r, r->pos + n, doorbell);
+}
+
 ssize_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov,
                            int niov, int arm, int *doorbell) {
   struct ring_hdr *h = r->h;
@@ -139,11 +163,7 @@ ssize_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov,
     memcpy(h->data, src + first, len - first);
     done += len;
   }
-  r->pos = head + done;
-  atomic_store_explicit(&h->head, r->pos, memory_order_release);
-  atomic_thread_fence(memory_order_seq_cst);
-  if (atomic_load(&h->cons_waiting) && atomic_exchange(&h->cons_waiting, 0))
-    *doorbell = 1;
+  publish(r, head + done, doorbell);
   return (ssize_t)done;
 }
 

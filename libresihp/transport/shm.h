@@ -58,6 +58,14 @@ int resihp__setup_recv(int fd, resihp__msgauth_t *auth, void *m, size_t len,
 ssize_t resihp__ring_write(resihp__ring_t *r, const struct iovec *iov,
                            int niov, int arm, int *doorbell);
 
+/* Producer, without a copy: where want bytes may be written in one piece
+ * (free, and before the ring's end), or NULL (then resihp__ring_write);
+ * *bad when the peer's index is impossible. resihp__ring_publish then
+ * hands the first n <= want of them to the consumer (*doorbell as for
+ * resihp__ring_write). */
+uint8_t *resihp__ring_reserve(resihp__ring_t *r, size_t want, int *bad);
+void resihp__ring_publish(resihp__ring_t *r, size_t n, int *doorbell);
+
 /* Consumer: copy up to len available bytes to buf (NULL: discard); returns
  * bytes read, 0 when empty (with arm, the producer will then ring). Sets
  * *doorbell when the producer asked to be woken. */

@@ -87,10 +87,10 @@ struct peer {
   uint8_t *pbuf;
   size_t plen;
   size_t palt; /* post_recv_alt: the alternative length, else 0 */
-  resihp__sink_fn psink; /* post_recv_sink (or _reduce), else NULL */
+  resihp__sink_fn psink; /* post_recv_sink, else NULL */
   void *parg;
   size_t pelem, palt_elem;
-  const uint8_t *padd; /* post_recv_reduce: the addend, its combine */
+  const uint8_t *padd; /* post_recv_reduce (pcombine set): the addend */
   resihp__combine_fn pcombine;
   int pdtype;
   /* MACs (mac: this link has them). */
@@ -132,6 +132,21 @@ static const uint8_t zeros[SCRATCH];
 
 static struct tcp *T(resihp__transport_t *t) { return (struct tcp *)t; }
 
+static resihp__frame_hdr_t frame_hdr(const struct tcp *t, const struct peer *p,
+                                     resihp__tag_t tag, size_t len) {
+  resihp__frame_hdr_t h = {.magic = RESIHP__FRAME_MAGIC,
+                           .type = RESIHP__FRAME_DATA,
+                           .epoch = t->epoch,
+                           .src = (uint32_t)t->self,
+                           .seq = tag.seq,
+                           .step = tag.step,
+                           .chunk = tag.chunk,
+                           .len = (uint32_t)len};
+  if (p->mac && (t->mac_data || tag.step >= RESIHP__STEP_CONTROL))
+    h.flags = RESIHP__FRAME_F_MACPAY;
+  return h;
+}
+
 static int tcp_post_send(resihp__transport_t *tt, int peer, resihp__tag_t tag,
                          const void *buf, size_t len) {
   struct tcp *t = T(tt);
@@ -144,16 +159,7 @@ static int tcp_post_send(resihp__transport_t *tt, int peer, resihp__tag_t tag,
     return RESIHP_EBUSY;
   struct sendreq *r = &p->q[(p->qhead + p->qcount) % SENDQ];
   memset(r, 0, sizeof(*r));
-  r->hdr.magic = RESIHP__FRAME_MAGIC;
-  r->hdr.type = RESIHP__FRAME_DATA;
-  r->hdr.epoch = t->epoch;
-  r->hdr.src = (uint32_t)t->self;
-  r->hdr.seq = tag.seq;
-  r->hdr.step = tag.step;
-  r->hdr.chunk = tag.chunk;
-  r->hdr.len = (uint32_t)len;
-  if (p->mac && (t->mac_data || tag.step >= RESIHP__STEP_CONTROL))
-    r->hdr.flags = RESIHP__FRAME_F_MACPAY;
+  r->hdr = frame_hdr(t, p, tag, len);
   r->buf = buf;
   r->len = len;
   p->qcount++;
@@ -243,6 +249,7 @@ static int tcp_post_recv(resihp__transport_t *tt, int peer, resihp__tag_t tag,
   p->plen = len;
   p->palt = 0;
   p->psink = NULL;
+  p->pcombine = NULL;
   p->parked = 0;
   return 0;
 }
@@ -266,26 +273,17 @@ static int tcp_post_recv_sink(resihp__transport_t *tt, int peer,
   return 0;
 }
 
-/* post_recv_reduce as a sink: payload + addend into the posted buffer. */
-static void reduce_sink(void *arg, int form, size_t index, const void *elems,
-                        size_t count) {
-  struct peer *p = arg;
-  size_t at = index * p->pelem;
-  (void)form;
-  p->pcombine(p->pbuf + at, elems, p->padd + at, count, p->pdtype);
-}
-
 static int tcp_post_recv_reduce(resihp__transport_t *tt, int peer,
                                 resihp__tag_t tag, void *buf,
                                 const void *addend, size_t len, size_t elem,
                                 resihp__combine_fn combine, int dtype) {
-  if (!addend || !combine)
+  if (!elem || len % elem || !addend || !combine)
     return RESIHP_EINVAL;
-  struct peer *p = &T(tt)->p[peer];
-  int rc =
-      tcp_post_recv_sink(tt, peer, tag, buf, len, elem, 0, 0, reduce_sink, p);
+  int rc = tcp_post_recv(tt, peer, tag, buf, len);
   if (rc)
     return rc;
+  struct peer *p = &T(tt)->p[peer];
+  p->pelem = elem;
   p->padd = addend;
   p->pcombine = combine;
   p->pdtype = dtype;
@@ -385,8 +383,11 @@ static void mac_in(struct peer *p, const void *b, size_t n) {
 
 /* Whole elements from byte at of the payload to the sink. */
 static void deliver(struct peer *p, size_t at, const uint8_t *b, size_t n) {
-  int form = p->rh.flags & RESIHP__FRAME_F_ALT ? 2 : 1;
-  p->psink(p->parg, form, at / p->pay_elem, b, n / p->pay_elem);
+  if (p->pcombine) /* post_recv_reduce: no call through a sink (measured) */
+    p->pcombine(p->pbuf + at, b, p->padd + at, n / p->pay_elem, p->pdtype);
+  else
+    p->psink(p->parg, p->rh.flags & RESIHP__FRAME_F_ALT ? 2 : 1,
+             at / p->pay_elem, b, n / p->pay_elem);
   p->pay_summed = at + n;
 }
 
@@ -488,7 +489,7 @@ static void begin_payload(struct peer *p, uint8_t *dst, int for_posted) {
   p->in_payload = 1;
   p->pay_left = p->rh.len;
   p->pay_dst = for_posted ? p->pbuf : dst;
-  p->pay_sink = for_posted && p->psink;
+  p->pay_sink = for_posted && (p->psink || p->pcombine);
   p->pay_elem = p->rh.flags & RESIHP__FRAME_F_ALT ? p->palt_elem : p->pelem;
   p->pay_summed = 0;
   p->for_posted = for_posted;
@@ -720,6 +721,52 @@ static void seal(struct peer *p, struct sendreq *q) {
     resihp__macstream_update(&m, q->buf, q->len);
   resihp__macstream_seal(&m, &p->auth.tx, q->tag);
   q->sealed = 1;
+}
+
+/* The link to peer failed (errno) outside progress(): reported once. */
+static int broke(struct peer *p, int peer) {
+  p->broken = 1;
+  return link_failed(p, peer);
+}
+
+static int tcp_send_fill(resihp__transport_t *tt, int peer, resihp__tag_t tag,
+                         size_t len, size_t alt_len, resihp__fill_fn fill,
+                         void *arg) {
+  struct tcp *t = T(tt);
+  if (peer < 0 || peer >= t->n || t->p[peer].fd < 0 || len > t->max_payload ||
+      alt_len > t->max_payload)
+    return RESIHP_EINVAL;
+  struct peer *p = &t->p[peer];
+  if (p->broken)
+    return RESIHP_EPEER;
+  if (!p->rout || p->mac || p->qcount)
+    return 1;
+  /* A frame starts: a closed link stops the data, as in peer_sendv. */
+  if (drain_bells(p) < 0)
+    return broke(p, peer);
+  if (p->eof) {
+    errno = EPIPE;
+    return broke(p, peer);
+  }
+  int bad = 0;
+  uint8_t *at = resihp__ring_reserve(
+      p->rout, HDR + (len > alt_len ? len : alt_len), &bad);
+  if (bad) {
+    errno = EPROTO;
+    return broke(p, peer);
+  }
+  int form = at ? fill(arg, at + HDR, len > alt_len ? len : alt_len) : 0;
+  if (form != 1 && form != 2)
+    return 1;
+  resihp__frame_hdr_t h = frame_hdr(t, p, tag, form == 2 ? alt_len : len);
+  if (form == 2)
+    h.flags |= RESIHP__FRAME_F_ALT;
+  memcpy(at, &h, HDR);
+  int bell = 0;
+  resihp__ring_publish(p->rout, HDR + h.len, &bell);
+  if (bell && ring_bell(p) < 0)
+    return broke(p, peer);
+  return 0;
 }
 
 static int write_peer(struct tcp *t, int peer) {
@@ -1066,6 +1113,7 @@ static const resihp__transport_ops_t tcp_ops = {
     .has_input = tcp_has_input,
     .post_recv_reduce = tcp_post_recv_reduce,
     .post_recv_sink = tcp_post_recv_sink,
+    .send_fill = tcp_send_fill,
     .recv_done = tcp_recv_done,
     .sends_pending = tcp_sends_pending,
     .progress = tcp_progress,

@@ -117,6 +117,9 @@ typedef struct resihp__transport resihp__transport_t;
  * payload (resihp__reduce_sum_to). */
 typedef void (*resihp__combine_fn)(void *dst, const void *payload,
                                    const void *addend, size_t n, int dtype);
+/* Writes a frame's payload at payload (room for cap bytes) and returns
+ * its form (1 plain, 2 alternative), or 0 for not so. */
+typedef int (*resihp__fill_fn)(void *arg, void *payload, size_t cap);
 /* count whole elements of a payload in its form (1 plain, 2 alternative),
  * the first being element index of the frame; elems is only valid during
  * the call (it may point into a shared-memory ring). */
@@ -157,6 +160,15 @@ typedef struct {
    * which form came, as for post_recv_alt. Elements are handed over before
    * the frame's MAC is checked: the caller must treat what the sink wrote
    * as unverified until recv_done. */
+  /* Optional: a frame made in place, in the peer's shared-memory ring,
+   * without a copy: when nothing is queued for peer and the ring has room
+   * for the header and len bytes in one piece, fill writes the payload
+   * there and says its form (len bytes plain, or alt_len in the
+   * alternative form). 0: sent (complete); 1: not written (no ring, no
+   * room, queued sends, or fill said 0: use post_send); or the link's
+   * failure, as progress() reports it. */
+  int (*send_fill)(resihp__transport_t *t, int peer, resihp__tag_t tag,
+                   size_t len, size_t alt_len, resihp__fill_fn fill, void *arg);
   int (*post_recv_sink)(resihp__transport_t *t, int peer, resihp__tag_t tag,
                         void *buf, size_t len, size_t elem, size_t alt_len,
                         size_t alt_elem, resihp__sink_fn sink, void *arg);

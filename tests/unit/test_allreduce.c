@@ -1385,6 +1385,70 @@ START_TEST(recv_sink_hands_whole_elements) {
 }
 END_TEST
 
+/* send_fill makes a frame in the peer's ring in place: the receiver gets
+ * exactly what fill wrote, in the form it named; where it cannot (fill
+ * declines, sends are queued, no ring) nothing is published and the
+ * caller's post_send goes on in order. */
+static int fill_alt(void *arg, void *payload, size_t cap) {
+  const int *mode = arg;
+  if (!*mode || cap < 36)
+    return 0;
+  for (int i = 0; i < 36; i++)
+    ((uint8_t *)payload)[i] = (uint8_t)(i + 1);
+  return 2;
+}
+
+START_TEST(send_fill_in_place) {
+  int bad = -1, yes = 1, no = 0;
+  uint8_t got[64], plain[64];
+  for (int i = 0; i < 64; i++)
+    plain[i] = (uint8_t)(200 - i);
+  resihp__transport_t *rx, *tx;
+  shm_pair(1 << 16, &rx, &tx, NULL, NULL);
+  resihp__tag_t tag = {0, 0, 0};
+  /* Made in place, alternative form. */
+  ck_assert_int_eq(tx->ops->send_fill(tx, 0, tag, 64, 36, fill_alt, &yes), 0);
+  ck_assert_int_eq(tx->ops->sends_pending(tx, 0), 0);
+  ck_assert_int_eq(rx->ops->post_recv_alt(rx, 1, tag, got, 64, 36), 0);
+  int done = 0;
+  for (int k = 0; k < 1000 && !done; k++) {
+    ck_assert_int_ge(rx->ops->progress(rx, 0, &bad), 0);
+    done = rx->ops->recv_done(rx, 1);
+  }
+  ck_assert_int_eq(done, 2);
+  for (int i = 0; i < 36; i++)
+    ck_assert_int_eq(got[i], i + 1);
+  /* Declined: nothing leaves; then a queued send makes it decline too. */
+  tag.chunk = 1;
+  ck_assert_int_eq(tx->ops->send_fill(tx, 0, tag, 64, 36, fill_alt, &no), 1);
+  ck_assert_int_eq(tx->ops->post_send(tx, 0, tag, plain, 64), 0);
+  tag.chunk = 2;
+  ck_assert_int_eq(tx->ops->send_fill(tx, 0, tag, 64, 36, fill_alt, &yes), 1);
+  ck_assert_int_eq(tx->ops->post_send(tx, 0, tag, plain, 64), 0);
+  for (uint32_t c = 1; c <= 2; c++) {
+    tag.chunk = c;
+    memset(got, 0, sizeof(got));
+    ck_assert_int_eq(rx->ops->post_recv(rx, 1, tag, got, 64), 0);
+    done = 0;
+    for (int k = 0; k < 1000 && !done; k++) {
+      ck_assert_int_ge(tx->ops->progress(tx, 0, &bad), 0);
+      ck_assert_int_ge(rx->ops->progress(rx, 0, &bad), 0);
+      done = rx->ops->recv_done(rx, 1);
+    }
+    ck_assert_int_eq(done, 1);
+    ck_assert(!memcmp(got, plain, 64));
+  }
+  rx->ops->destroy(rx);
+  tx->ops->destroy(tx);
+  /* A socket link has no ring to write into. */
+  int sv[2];
+  resihp__transport_t *t = pair_transport(sv);
+  ck_assert_int_eq(t->ops->send_fill(t, 1, tag, 64, 36, fill_alt, &yes), 1);
+  t->ops->destroy(t);
+  close(sv[1]);
+}
+END_TEST
+
 /* A peer that shares a ring can write its header: head and tail are
  * checked against this side's own index, and an impossible one is a
  * protocol error of that peer, never an access outside the mapping. _i = 0:
@@ -2058,6 +2122,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, malformed_frames_rejected, 0, 7);
   tcase_add_loop_test(tc, recv_reduce_sums_split_elements, 0, 2);
   tcase_add_loop_test(tc, recv_sink_hands_whole_elements, 0, 2);
+  tcase_add_test(tc, send_fill_in_place);
   tcase_add_loop_test(tc, shm_ring_corrupt_index, 0, 3);
   tcase_add_loop_test(tc, peer_gone_mid_frame, 0, 3);
   suite_add_tcase(s, tc);

@@ -718,12 +718,13 @@ static int rank_killed(int rank, int n, void *arg) {
   return 0;
 }
 
-/* _i: the victim and the step it dies in (reduce-scatter, all-gather),
+/* _i: the victim and the step it dies in (reduce-scatter's first, whose
+ * first chunk left made in the ring (send_fill), and second; all-gather),
  * over shm and TCP. */
 START_TEST(deterministic_rank_killed) {
   int n = 3, victim = _i % 3;
-  kill_step = (_i / 3) % 2 ? n - 1 : 1;
-  transport = _i >= 6 ? 1 : -1;
+  kill_step = (_i / 3) % 3; /* 2 = n - 1: all-gather */
+  transport = _i >= 9 ? 1 : -1;
   int st[MAXN];
   run_group(n, rank_killed, &victim, st);
   for (int r = 0; r < n; r++)
@@ -755,7 +756,7 @@ static Suite *suite(void) {
   tc = tcase_create("group");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, deterministic_sums_exact, 0, 12);
-  tcase_add_loop_test(tc, deterministic_rank_killed, 0, 12);
+  tcase_add_loop_test(tc, deterministic_rank_killed, 0, 18);
   suite_add_tcase(s, tc);
   tc = tcase_create("refusal");
   tcase_set_timeout(tc, 60);

@@ -20,7 +20,9 @@
  * Outcome of a collective. A rank whose ring fails broadcasts ABORT(seq,
  * suspects) on the control links. A rank whose ring completes sends DONE(seq)
  * to every member (a zero-length frame on the data links, behind its last
- * chunk) and returns success only once every member has sent DONE(seq) or
+ * chunk; between ranks of one host a vote word in their rings' shared
+ * memory instead) and returns success only once every member has sent
+ * DONE(seq) or
  * is dead in its own eyes; an ABORT(seq) from any member makes it fail as
  * well (allreduce.c). So with one
  * failure per collective either every survivor keeps the result (all of
@@ -31,8 +33,8 @@
  * the control connections: in round r each sends its set S to every other
  * member and waits for the round-r set of each member outside S (a member
  * that stays silent for twice the detection bound joins S). The new S is
- * the union of everything heard. When every set heard in a round equals the set sent,
- * the round ends the agreement: every member outside S sent S to everyone
+ * the union of everything heard. When every set heard in a round equals the set
+ * sent, the round ends the agreement: every member outside S sent S to everyone
  * and heard only S, so all of them stop in that same round with the same
  * set. A further failure during the agreement can leave the rank that saw
  * it in a later round while its peers have already moved on; they answer

@@ -29,6 +29,13 @@ struct ring_hdr {
   _Atomic int prod_waiting;
   _Alignas(64) _Atomic uint64_t tail; /* bytes ever read (consumer) */
   _Atomic int cons_waiting;
+  /* The producer's commit votes (the key of the collective it finished),
+   * by the key's parity: a producer whose collectives carry no data (count
+   * 0) may vote for the next one before the consumer saw this one, never
+   * for the one after (that needs the consumer's vote for the next). And
+   * whether the consumer sleeps until one changes. */
+  _Alignas(64) _Atomic uint64_t vote[2];
+  _Atomic int vote_waiting;
   _Alignas(64) uint8_t data[];
 };
 
@@ -200,6 +207,26 @@ ssize_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
   if (atomic_load(&h->prod_waiting) && atomic_exchange(&h->prod_waiting, 0))
     *doorbell = 1;
   return (ssize_t)len;
+}
+
+void resihp__ring_vote(resihp__ring_t *r, uint64_t key, int *doorbell) {
+  struct ring_hdr *h = r->h;
+  atomic_store_explicit(&h->vote[key & 1], key, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load(&h->vote_waiting) && atomic_exchange(&h->vote_waiting, 0))
+    *doorbell = 1;
+}
+
+int resihp__ring_voted(resihp__ring_t *r, uint64_t key, int arm) {
+  struct ring_hdr *h = r->h;
+  if (atomic_load_explicit(&h->vote[key & 1], memory_order_acquire) == key)
+    return 1;
+  if (!arm)
+    return 0;
+  /* As for data: ask, then look again (both sides fence in between). */
+  atomic_store(&h->vote_waiting, 1);
+  atomic_thread_fence(memory_order_seq_cst);
+  return atomic_load_explicit(&h->vote[key & 1], memory_order_acquire) == key;
 }
 
 int resihp__ring_pending(resihp__ring_t *r) {

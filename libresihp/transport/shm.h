@@ -81,6 +81,14 @@ ssize_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
                                              size_t n),
                              void *arg);
 
+/* The commit round without frames (allreduce.c): the producer stores the
+ * key of the collective it finished in its outbound ring (*doorbell when
+ * the consumer sleeps on it); the consumer asks whether the vote is key,
+ * with arm also asking for a doorbell when it is not yet (then looking
+ * once more). Only equality counts: the peer may write any value there. */
+void resihp__ring_vote(resihp__ring_t *r, uint64_t key, int *doorbell);
+int resihp__ring_voted(resihp__ring_t *r, uint64_t key, int arm);
+
 /* Consumer: whether the producer wrote bytes not read yet (no copy, no
  * doorbell; a corrupted index counts as bytes, the next read reports it). */
 int resihp__ring_pending(resihp__ring_t *r);

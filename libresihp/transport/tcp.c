@@ -93,6 +93,9 @@ struct peer {
   const uint8_t *padd; /* post_recv_reduce (pcombine set): the addend */
   resihp__combine_fn pcombine;
   int pdtype;
+  /* The peer's commit vote waited for (tcp_voted), its key. */
+  int awaiting;
+  uint64_t await_key;
   /* MACs (mac: this link has them). */
   int mac;
   resihp__msgauth_t auth;
@@ -769,6 +772,32 @@ static int tcp_send_fill(resihp__transport_t *tt, int peer, resihp__tag_t tag,
   return 0;
 }
 
+static int tcp_vote(resihp__transport_t *tt, int peer, uint64_t key) {
+  struct tcp *t = T(tt);
+  if (peer < 0 || peer >= t->n || t->p[peer].fd < 0)
+    return RESIHP_EINVAL;
+  struct peer *p = &t->p[peer];
+  if (!p->rin || !p->rout)
+    return RESIHP_ENOTSUP;
+  if (p->broken)
+    return RESIHP_EPEER;
+  int bell = 0;
+  resihp__ring_vote(p->rout, key, &bell);
+  return bell && ring_bell(p) < 0 ? broke(p, peer) : 0;
+}
+
+static int tcp_voted(resihp__transport_t *tt, int peer, uint64_t key) {
+  struct peer *p = &T(tt)->p[peer];
+  p->awaiting = 0;
+  if (!key || !p->rin)
+    return 0;
+  if (resihp__ring_voted(p->rin, key, 0))
+    return 1;
+  p->awaiting = 1;
+  p->await_key = key;
+  return 0;
+}
+
 static int write_peer(struct tcp *t, int peer) {
   struct peer *p = &t->p[peer];
   int any = 0;
@@ -839,6 +868,14 @@ static int optimistic(struct tcp *t, int *bad_peer) {
     if (p->fd < 0 || p->broken)
       continue;
     int rc = 0;
+    if (p->awaiting && resihp__ring_voted(p->rin, p->await_key, t->arm)) {
+      any = 1;
+    } else if (p->awaiting && p->eof) {
+      /* Gone without its vote: the same news as EOF amid a frame. */
+      resihp_log(RESIHP_LOG_WARN, "allreduce",
+                 "rank %d closed its link before its commit vote", i);
+      rc = RESIHP_EPEER;
+    }
     if (p->qcount)
       rc = write_peer(t, i);
     if (rc >= 0 && !p->parked &&
@@ -865,8 +902,8 @@ static int64_t mono_us(void) {
 }
 
 static int wants_input(const struct peer *p) {
-  return !p->parked &&
-         ((p->posted && !p->done) || p->in_payload || p->rh_got);
+  return p->awaiting || (!p->parked && ((p->posted && !p->done) ||
+                                        p->in_payload || p->rh_got));
 }
 
 /* Doorbells of a ring peer (see peer_recv); 0, or RESIHP_EPEER when its
@@ -1051,6 +1088,7 @@ static void tcp_cancel(resihp__transport_t *tt) {
     p->posted = 0;
     p->done = 0;
     p->parked = 0;
+    p->awaiting = 0;
   }
 }
 
@@ -1114,6 +1152,8 @@ static const resihp__transport_ops_t tcp_ops = {
     .post_recv_reduce = tcp_post_recv_reduce,
     .post_recv_sink = tcp_post_recv_sink,
     .send_fill = tcp_send_fill,
+    .vote = tcp_vote,
+    .voted = tcp_voted,
     .recv_done = tcp_recv_done,
     .sends_pending = tcp_sends_pending,
     .progress = tcp_progress,

@@ -169,6 +169,16 @@ typedef struct {
    * failure, as progress() reports it. */
   int (*send_fill)(resihp__transport_t *t, int peer, resihp__tag_t tag,
                    size_t len, size_t alt_len, resihp__fill_fn fill, void *arg);
+  /* Optional, in a pair: the commit round's vote through the shared
+   * memory of a ring pair instead of a zero-length frame. vote tells peer
+   * that this rank finished the collective of key (not 0): 0, or
+   * RESIHP_ENOTSUP where the pair has no rings (then a frame). voted says
+   * whether peer's vote is key (1; only equality counts) and, while not,
+   * makes progress() watch for it (an event, with a doorbell asked before
+   * sleeping; a peer that closes its link first is RESIHP_EPEER); key 0
+   * stops watching. cancel() stops it too. */
+  int (*vote)(resihp__transport_t *t, int peer, uint64_t key);
+  int (*voted)(resihp__transport_t *t, int peer, uint64_t key);
   int (*post_recv_sink)(resihp__transport_t *t, int peer, resihp__tag_t tag,
                         void *buf, size_t len, size_t elem, size_t alt_len,
                         size_t alt_elem, resihp__sink_fn sink, void *arg);

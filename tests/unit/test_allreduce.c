@@ -1449,6 +1449,62 @@ START_TEST(send_fill_in_place) {
 }
 END_TEST
 
+/* The commit's votes through a ring pair: only the exact key counts, the
+ * vote for the next collective does not hide this one's (two slots by
+ * parity), a waiting progress() wakes for a vote (doorbell), a peer that
+ * closes its link before voting is RESIHP_EPEER, and a socket-only link has
+ * no votes. */
+struct voter {
+  resihp__transport_t *tx;
+  uint64_t key;
+};
+
+static void *vote_later(void *arg) {
+  struct voter *v = arg;
+  usleep(20000); /* the other side is asleep in poll() by then, mostly */
+  v->tx->ops->vote(v->tx, 0, v->key);
+  return NULL;
+}
+
+START_TEST(commit_votes_in_rings) {
+  int bad = -1;
+  resihp__transport_t *rx, *tx;
+  shm_pair(1 << 16, &rx, &tx, NULL, NULL);
+  ck_assert_int_eq(rx->ops->voted(rx, 1, 7), 0); /* nothing yet */
+  ck_assert_int_eq(tx->ops->vote(tx, 0, 7), 0);
+  ck_assert_int_eq(tx->ops->vote(tx, 0, 8), 0); /* ahead by one */
+  ck_assert_int_eq(rx->ops->voted(rx, 1, 7), 1);
+  ck_assert_int_eq(rx->ops->voted(rx, 1, 8), 1);
+  ck_assert_int_eq(rx->ops->voted(rx, 1, 9), 0);
+  ck_assert_int_eq(rx->ops->voted(rx, 1, 6), 0); /* a stale key: no */
+  /* Waiting: progress() returns once the vote came, woken by its bell. */
+  struct voter v = {tx, 9};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, vote_later, &v), 0);
+  int seen = 0;
+  for (int k = 0; k < 100 && !seen; k++) {
+    ck_assert_int_ge(rx->ops->progress(rx, 1000, &bad), 0);
+    seen = rx->ops->voted(rx, 1, 9);
+  }
+  pthread_join(th, NULL);
+  ck_assert(seen);
+  /* Gone before its vote. */
+  ck_assert_int_eq(rx->ops->voted(rx, 1, 10), 0);
+  tx->ops->destroy(tx);
+  int rc = 0;
+  for (int k = 0; k < 100 && rc >= 0; k++)
+    rc = rx->ops->progress(rx, 100, &bad);
+  ck_assert_int_eq(rc, RESIHP_EPEER);
+  ck_assert_int_eq(bad, 1);
+  rx->ops->destroy(rx);
+  int sv[2];
+  resihp__transport_t *t = pair_transport(sv);
+  ck_assert_int_eq(t->ops->vote(t, 1, 1), RESIHP_ENOTSUP);
+  t->ops->destroy(t);
+  close(sv[1]);
+}
+END_TEST
+
 /* A peer that shares a ring can write its header: head and tail are
  * checked against this side's own index, and an impossible one is a
  * protocol error of that peer, never an access outside the mapping. _i = 0:
@@ -2123,6 +2179,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, recv_reduce_sums_split_elements, 0, 2);
   tcase_add_loop_test(tc, recv_sink_hands_whole_elements, 0, 2);
   tcase_add_test(tc, send_fill_in_place);
+  tcase_add_test(tc, commit_votes_in_rings);
   tcase_add_loop_test(tc, shm_ring_corrupt_index, 0, 3);
   tcase_add_loop_test(tc, peer_gone_mid_frame, 0, 3);
   suite_add_tcase(s, tc);

@@ -354,6 +354,75 @@ START_TEST(small_kill) {
 }
 END_TEST
 
+/* ---- agreement: a member stopped, then continued ------------------------
+ * Rank 1 stops (SIGSTOP, from its own hook) before it sends anything; rank
+ * 0 gives up on it; then rank 0 continues it (SIGCONT) and stays alive
+ * without taking part any more. Rank 1 then finds rank 0's contribution,
+ * which left before rank 0 gave up, and completes its exchange - but the
+ * call must still fail there as it failed on rank 0 (the commit round:
+ * rank 0 never said it was done), with rank 1's buffer untouched. Over
+ * shared memory (_i 0: the commit's votes in the rings) and TCP (_i 1:
+ * its frames). */
+static int cont_pipe[2]; /* rank 1 -> rank 0: its call returned */
+
+static int rank_continued(int rank, int n, void *arg) {
+  (void)arg;
+  resihp_comm_t *c;
+  detect_ms = DETECT_MS;
+  if (make_comm(rank, n, SECRET, 65536, 0, &c))
+    return 1;
+  enum { COUNT = 256 };
+  float buf[COUNT], orig[COUNT];
+  fill(buf, COUNT, RESIHP_FLOAT32, rank);
+  memcpy(orig, buf, sizeof(buf));
+  pid_t victim = 0;
+  if (rank == 1) {
+    hook_comm = c;
+    hook_stage = 0;
+    hook_how = HOOK_STOP;
+    resihp__small_test_hook = fault_hook;
+    if (write(pid_pipe[1], &(pid_t){getpid()}, sizeof(pid_t)) !=
+        (ssize_t)sizeof(pid_t))
+      return 1;
+  } else if (read(pid_pipe[0], &victim, sizeof(victim)) !=
+             (ssize_t)sizeof(victim)) {
+    return 1;
+  }
+  int rc = resihp_allreduce(c, buf, COUNT, RESIHP_FLOAT32, RESIHP_OP_SUM);
+  if (!rc || memcmp(buf, orig, sizeof(buf))) {
+    fprintf(stderr, "rank %d: the call %s\n", rank,
+            rc ? "changed the buffer" : "succeeded");
+    return 1;
+  }
+  if (rank == 0) {
+    char done;
+    kill(victim, SIGCONT);
+    if (read(cont_pipe[0], &done, 1) != 1) /* alive until rank 1 decided */
+      return 1;
+  } else if (write(cont_pipe[1], "d", 1) != 1) {
+    return 1;
+  }
+  resihp_comm_destroy(c);
+  return 0;
+}
+
+START_TEST(small_stopped_then_continued) {
+  transport = _i ? 1 : -1;
+  small_max = -1;
+  ck_assert_int_eq(pipe(pid_pipe), 0);
+  ck_assert_int_eq(pipe(cont_pipe), 0);
+  int st[MAXN];
+  run_group(2, rank_continued, NULL, st);
+  for (int k = 0; k < 2; k++) {
+    close(pid_pipe[k]);
+    close(cont_pipe[k]);
+  }
+  for (int r = 0; r < 2; r++)
+    ck_assert_msg(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0,
+                  "rank %d status %#x", r, st[r]);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("allreduce_small");
   TCase *tc = tcase_create("small");
@@ -363,6 +432,7 @@ int main(void) {
   tcase_add_loop_test(
       tc, small_kill, 0,
       (int)(sizeof(kill_scenarios) / sizeof(kill_scenarios[0])));
+  tcase_add_loop_test(tc, small_stopped_then_continued, 0, 2);
   suite_add_tcase(s, tc);
   return run_suite(s);
 }

@@ -113,8 +113,8 @@ int resihp__small_allreduce(resihp_comm_t *c, const void *in,
                        fx->frac_bits);
   uint8_t *slot = slots;
   if (in == work && !fx) {
-    /* Unprotected in place, or the fixed-point copy: the sum must not
-     * overwrite what is still being sent or added. */
+    /* Unprotected in place: the sum must not overwrite what is still
+     * being sent or added. */
     memcpy(SLOT(p), in, bytes);
     in = SLOT(p);
   }

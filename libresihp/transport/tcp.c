@@ -876,7 +876,7 @@ static int optimistic(struct tcp *t, int *bad_peer) {
                  "rank %d closed its link before its commit vote", i);
       rc = RESIHP_EPEER;
     }
-    if (p->qcount)
+    if (rc >= 0 && p->qcount)
       rc = write_peer(t, i);
     if (rc >= 0 && !p->parked &&
         ((p->posted && !p->done) || p->in_payload || p->rh_got)) {

@@ -67,6 +67,7 @@ static void ideal_allreduce(int rank, size_t n, long it) {
   memcpy(out + other, theirs + other, olen * sizeof(float));
   atomic_store(&shared->copied[rank][0], it);
 }
+
 static char ep[2][2][32]; /* [path][rank] */
 static int lfd[2][2];
 

@@ -791,15 +791,19 @@ static int partial_of(const void *partial, int narrow, struct partial *w) {
   return 0;
 }
 
+static void sum_to(void *dst, const void *src, struct partial w, size_t n,
+                   int src_dtype, int frac_bits, double divisor) {
+  K()->sum_to(dst, src, w, n, src_dtype, ldexp(1.0, frac_bits),
+              ldexp(1.0, -frac_bits) / divisor);
+}
+
 int resihp__fixed_sum_to(void *dst, const void *src, const void *partial,
                          int narrow, size_t n, int src_dtype, int frac_bits,
                          double divisor) {
   struct partial w;
   if (partial_of(partial, narrow, &w))
     return -1;
-  resihp__fixed_sum_to_span(dst, src, narrow ? (const void *)w.vals : partial,
-                            narrow ? w.t : -1, n, src_dtype, frac_bits,
-                            divisor);
+  sum_to(dst, src, w, n, src_dtype, frac_bits, divisor);
   return 0;
 }
 
@@ -807,8 +811,7 @@ void resihp__fixed_sum_to_span(void *dst, const void *src, const void *part,
                                int t, size_t n, int src_dtype, int frac_bits,
                                double divisor) {
   struct partial w = {t < 0 ? part : NULL, t < 0 ? NULL : part, t < 0 ? 0 : t};
-  K()->sum_to(dst, src, w, n, src_dtype, ldexp(1.0, frac_bits),
-              ldexp(1.0, -frac_bits) / divisor);
+  sum_to(dst, src, w, n, src_dtype, frac_bits, divisor);
 }
 
 int resihp__fixed_shift(const void *narrow) {

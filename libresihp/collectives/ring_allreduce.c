@@ -331,28 +331,25 @@ static int ring(resihp_comm_t *c, const void *in,
       int32_t *slot =
           narrow && !ag && len > 1 ? narrow + narrow_slot(&l, seg, sc) : NULL;
       resihp__tag_t tag = {c->seq, (uint32_t)ss, (uint32_t)sc};
+      int r = 1; /* 1: not sent in place */
       if (fx && ss == 0 && state && !*state && slot && ops->send_fill) {
         struct own_values o = {fx, off, len, fsz};
-        int r = ops->send_fill(c->tp, right, tag, bytes, (len + 1) * 4,
-                               fill_narrow, &o);
+        r = ops->send_fill(c->tp, right, tag, bytes, (len + 1) * 4, fill_narrow,
+                           &o);
         if (r < 0) {
           *bad_peer = right;
           return r;
         }
-        if (r == 0) {
+        if (r == 0)
           *state = CHUNK_NARROW;
-          atomic_fetch_add_explicit(&resihp__ring_fixed_sent[1], 1,
-                                    memory_order_relaxed);
-          sc++;
-          continue;
-        }
       }
       if (fx && ss == 0 && !(state && *state)) /* made once: EBUSY retries */
         make_partial(fx, NULL, 0, off, len, fsz, slot, converted,
                      (int64_t *)(wb + off * esz), state);
       int thin = state && *state == CHUNK_NARROW;
-      int r = thin ? ops->post_send_alt(c->tp, right, tag, slot, (len + 1) * 4)
-                   : ops->post_send(c->tp, right, tag, src, bytes);
+      if (r)
+        r = thin ? ops->post_send_alt(c->tp, right, tag, slot, (len + 1) * 4)
+                 : ops->post_send(c->tp, right, tag, src, bytes);
       if (r == RESIHP_EBUSY)
         break;
       if (r)

@@ -112,14 +112,19 @@ static int64_t used(uint64_t head, uint64_t tail) {
   return (int64_t)n;
 }
 
+/* After a store the other side may be sleeping on: fence, then a doorbell
+ * if it asked for one (it sets its flag, fences and looks again). */
+static void wake_if_waiting(_Atomic int *waiting, int *doorbell) {
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load(waiting) && atomic_exchange(waiting, 0))
+    *doorbell = 1;
+}
+
 /* Producer: the bytes up to head are the consumer's; ring if it waits. */
 static void publish(resihp__ring_t *r, uint64_t head, int *doorbell) {
-  struct ring_hdr *h = r->h;
   r->pos = head;
-  atomic_store_explicit(&h->head, head, memory_order_release);
-  atomic_thread_fence(memory_order_seq_cst);
-  if (atomic_load(&h->cons_waiting) && atomic_exchange(&h->cons_waiting, 0))
-    *doorbell = 1;
+  atomic_store_explicit(&r->h->head, head, memory_order_release);
+  wake_if_waiting(&r->h->cons_waiting, doorbell);
 }
 
 uint8_t *resihp__ring_reserve(resihp__ring_t *r, size_t want, int *bad) {
@@ -203,18 +208,13 @@ ssize_t resihp__ring_consume(resihp__ring_t *r, size_t len, int arm,
     consume(arg, h->data, len - first);
   r->pos = tail + len;
   atomic_store_explicit(&h->tail, r->pos, memory_order_release);
-  atomic_thread_fence(memory_order_seq_cst);
-  if (atomic_load(&h->prod_waiting) && atomic_exchange(&h->prod_waiting, 0))
-    *doorbell = 1;
+  wake_if_waiting(&h->prod_waiting, doorbell);
   return (ssize_t)len;
 }
 
 void resihp__ring_vote(resihp__ring_t *r, uint64_t key, int *doorbell) {
-  struct ring_hdr *h = r->h;
-  atomic_store_explicit(&h->vote[key & 1], key, memory_order_release);
-  atomic_thread_fence(memory_order_seq_cst);
-  if (atomic_load(&h->vote_waiting) && atomic_exchange(&h->vote_waiting, 0))
-    *doorbell = 1;
+  atomic_store_explicit(&r->h->vote[key & 1], key, memory_order_release);
+  wake_if_waiting(&r->h->vote_waiting, doorbell);
 }
 
 int resihp__ring_voted(resihp__ring_t *r, uint64_t key, int arm) {

@@ -460,18 +460,26 @@ static ssize_t peer_recv_summing(struct tcp *t, struct peer *p,
  * cut link must stop the data at once, as over TCP, not let a collective
  * go on through the shared memory of a peer that is gone (one recv() per
  * frame; the spin and the per-chunk reads stay free of system calls). */
-static ssize_t peer_sendv(struct tcp *t, struct peer *p, struct iovec *iov,
-                          int niov, int frame_start) {
-  if (!p->rout) {
-    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
-    return sendmsg(p->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
-  }
+/* A ring peer's socket before a frame starts: 0, or -1 (errno) when it
+ * failed or the peer closed it. */
+static int ring_link_open(struct peer *p, int frame_start) {
   if (frame_start && drain_bells(p) < 0)
     return -1;
   if (p->eof) {
     errno = EPIPE;
     return -1;
   }
+  return 0;
+}
+
+static ssize_t peer_sendv(struct tcp *t, struct peer *p, struct iovec *iov,
+                          int niov, int frame_start) {
+  if (!p->rout) {
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+    return sendmsg(p->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  if (ring_link_open(p, frame_start))
+    return -1;
   int bell = 0;
   ssize_t n = resihp__ring_write(p->rout, iov, niov, t->arm, &bell);
   if (n < 0) {
@@ -745,20 +753,16 @@ static int tcp_send_fill(resihp__transport_t *tt, int peer, resihp__tag_t tag,
   if (!p->rout || p->mac || p->qcount)
     return 1;
   /* A frame starts: a closed link stops the data, as in peer_sendv. */
-  if (drain_bells(p) < 0)
+  if (ring_link_open(p, 1))
     return broke(p, peer);
-  if (p->eof) {
-    errno = EPIPE;
-    return broke(p, peer);
-  }
   int bad = 0;
-  uint8_t *at = resihp__ring_reserve(
-      p->rout, HDR + (len > alt_len ? len : alt_len), &bad);
+  size_t room = len > alt_len ? len : alt_len;
+  uint8_t *at = resihp__ring_reserve(p->rout, HDR + room, &bad);
   if (bad) {
     errno = EPROTO;
     return broke(p, peer);
   }
-  int form = at ? fill(arg, at + HDR, len > alt_len ? len : alt_len) : 0;
+  int form = at ? fill(arg, at + HDR, room) : 0;
   if (form != 1 && form != 2)
     return 1;
   resihp__frame_hdr_t h = frame_hdr(t, p, tag, form == 2 ? alt_len : len);

@@ -18,6 +18,35 @@ diag() { echo "# $*" | sed '2,$s/^/# /'; }
 # check DESCRIPTION COMMAND...: one TAP line from a command's status
 check() { local d=$1; shift; if "$@"; then ok "$d"; else not_ok "$d"; fi; }
 
+# Waits for events (safety nets only: a test that passes never reaches them).
+# wait_for FILE REGEX [TENTHS]: until a line of FILE matches (default 180 s)
+wait_for() {
+  local i
+  for ((i = 0; i < ${3:-1800}; i++)); do grep -qE "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
+}
+# wait_lines FILE N: until FILE has N lines (a ledger: N committed steps)
+wait_lines() {
+  local i
+  for ((i = 0; i < 1800; i++)); do [ "$(2>/dev/null wc -l < "$1" || echo 0)" -ge "$2" ] && return 0; sleep 0.1; done
+  return 1
+}
+# rc NAME: the exit status a job left in $out/NAME.rc
+rc() { cat "$out/$1.rc" 2>/dev/null; }
+# trainer_pid R [OUTPUT]: the pid of replica R's trainer; with OUTPUT (a
+# resihp-run's output, "job N: ..."), only one of that Slurm job, so that a
+# trainer an earlier job left dying is never taken for it
+trainer_pid() {
+  local p job=
+  [ -n "${2:-}" ] && job=$(sed -n 's/^resihp-run: job \([0-9][0-9]*\):.*/\1/p' "$2" | head -n 1)
+  for p in $(pgrep -x resihp-trainer); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null |
+      awk -v r="RESIHP_REPLICA=$1" -v j="SLURM_JOB_ID=$job" '$0 == r {a = 1} $0 == j {b = 1} END {exit !(a && (b || j == "SLURM_JOB_ID="))}' &&
+      { echo "$p"; return 0; }
+  done
+  return 1
+}
+
 # Abort the whole file if it runs past TEST_TIMEOUT seconds (default 300).
 start_watchdog() {
   local me=$$

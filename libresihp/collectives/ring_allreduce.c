@@ -126,7 +126,11 @@ int resihp__algo_wait(resihp_comm_t *c, int64_t *last_progress, int *bad_peer,
   return 0;
 }
 
-static void make_layout(resihp_comm_t *c, size_t count, size_t esz,
+/* fixed: the deterministic ring, whose elements (esz 8) mostly travel in
+ * their narrow form (4 bytes): its smallest chunk is counted in those, so
+ * that its frames are no smaller (and no more numerous) than the float
+ * ring's. */
+static void make_layout(resihp_comm_t *c, size_t count, size_t esz, int fixed,
                         struct layout *l) {
   *l = (struct layout){.n = c->nmembers,
                        .p = c->my_index,
@@ -138,9 +142,9 @@ static void make_layout(resihp_comm_t *c, size_t count, size_t esz,
    * for mid-sized buffers, but keep chunks of at least MIN_CHUNK bytes
    * (per-frame costs) and at most chunk_bytes. Every rank computes the same
    * value from (count, n, chunk_bytes). */
-  size_t quarter = (l->base + 1) / 4;
-  if (quarter * esz < MIN_CHUNK)
-    quarter = MIN_CHUNK / esz;
+  size_t quarter = (l->base + 1) / 4, min_esz = fixed ? 4 : esz;
+  if (quarter * min_esz < MIN_CHUNK)
+    quarter = MIN_CHUNK / min_esz;
   if (quarter < l->chunk)
     l->chunk = quarter;
 }
@@ -154,7 +158,7 @@ static size_t narrow_slot(const struct layout *l, int seg, size_t sc) {
 
 size_t resihp__ring_fixed_narrow_len(resihp_comm_t *c, size_t count) {
   struct layout l;
-  make_layout(c, count, 8, &l);
+  make_layout(c, count, 8, 1, &l);
   return count + (size_t)c->nmembers * nchunks(&l, 0) + 1;
 }
 
@@ -284,7 +288,7 @@ static int ring(resihp_comm_t *c, const void *in,
   if (n == 1 || count == 0)
     return resihp__allreduce_alone(fx, in, work, count, esz);
   struct layout l;
-  make_layout(c, count, esz, &l);
+  make_layout(c, count, esz, fx != NULL, &l);
   const resihp__transport_ops_t *ops = c->tp->ops;
   int left = c->members[mod(l.p - 1, n)], right = c->members[mod(l.p + 1, n)];
   int nsteps = 2 * (n - 1);
@@ -453,7 +457,7 @@ int resihp__ring_allreduce_fixed(resihp_comm_t *c,
   if (fx->narrow && ops->post_send_alt && ops->post_recv_alt &&
       c->nmembers > 1 && count) {
     struct layout l;
-    make_layout(c, count, 8, &l);
+    make_layout(c, count, 8, 1, &l);
     made = calloc((size_t)c->nmembers * nchunks(&l, 0), 1);
     if (!made) {
       resihp_log(RESIHP_LOG_ERROR, "allreduce", "out of memory");

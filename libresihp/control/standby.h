@@ -7,7 +7,7 @@
  * (the launcher's and the coordinator's, what the keeper holds) to a
  * standby process that it starts on another node: the standby keeps the
  * newest one and, when the primary's node is lost, becomes the keeper of
- * a new primary restored from it (tools/resihp-run.c), on its own address,
+ * a new primary restored from it (tools/run/record.c), on its own address,
  * which the replicas know (COORDS, recovery/job_coords.c).
  *
  * The link. The standby dials the primary's feed socket (one the keeper

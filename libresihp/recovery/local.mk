@@ -49,14 +49,17 @@ libresihp_libresihp_internal_la_LIBADD += libresihp/libresihp-metrics.la
 resihpinclude_HEADERS += libresihp/include/resihp/job.h
 
 bin_PROGRAMS += tools/resihp-run
-tools_resihp_run_SOURCES = tools/resihp-run.c tools/resihp-run-cmd.c \
-	tools/resihp-run-cmd.h tools/resihp-run-slurm.c tools/resihp-run-slurm.h
+tools_resihp_run_SOURCES = tools/run/run.h tools/run/main.c \
+	tools/run/launch.c tools/run/spares.c tools/run/events.c \
+	tools/run/save.c tools/run/record.c tools/run/standby.c \
+	tools/run/primary.c tools/run/cmd.c tools/run/cmd.h tools/run/slurm.c \
+	tools/run/slurm.h
 tools_resihp_run_LDADD = libresihp/libresihp-internal.la
 # What it reads from scontrol (a standby's takeover rests on it).
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_run_slurm
 tests_unit_test_run_slurm_SOURCES = tests/unit/test_run_slurm.c \
-	tools/resihp-run-slurm.c tools/resihp-run-slurm.h
+	tools/run/slurm.c tools/run/slurm.h
 tests_unit_test_run_slurm_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_run_slurm_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_run_slurm
@@ -65,7 +68,7 @@ endif
 # `make check` over its corpus and generated inputs.
 check_PROGRAMS += tests/fuzz/fuzz_cmd
 tests_fuzz_fuzz_cmd_SOURCES = tests/fuzz/fuzz_cmd.c tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h \
-	tools/resihp-run-cmd.c tools/resihp-run-cmd.h
+	tools/run/cmd.c tools/run/cmd.h
 tests_fuzz_fuzz_cmd_LDADD = libresihp/libresihp-core.la
 # and of the fault injection plans (--inject, RESIHP_INJECT).
 check_PROGRAMS += tests/fuzz/fuzz_inject

@@ -12,7 +12,7 @@
  * '%' gives, whatever the node holds (blanks, ';', '$(...)'). */
 #include "config.h"
 
-#include "../../tools/resihp-run-cmd.h"
+#include "../../tools/run/cmd.h"
 
 #include <resihp/error.h>
 

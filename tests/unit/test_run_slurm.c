@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* What resihp-run reads from scontrol (tools/resihp-run-slurm.h): a node's
+/* What resihp-run reads from scontrol (tools/run/slurm.h): a node's
  * State= (DOWN in any form is down; a field that only ends in "State=",
  * or none, is not a verdict) and SlurmdTimeout from the configuration. */
 #include "config.h"
 
-#include "../../tools/resihp-run-slurm.h"
+#include "../../tools/run/slurm.h"
 #include "suite_main.h"
 
 #include <check.h>

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Command templates run without a shell, and the check that a program can
- * be started (see resihp-run-cmd.h). */
+ * be started (see cmd.h). */
 #include "config.h"
 
-#include "resihp-run-cmd.h"
+#include "cmd.h"
 
 #include <resihp/error.h>
 

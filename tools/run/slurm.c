@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* See resihp-run-slurm.h. */
+/* See slurm.h. */
 #include "config.h"
 
-#include "resihp-run-slurm.h"
+#include "slurm.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,0 +1,385 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* resihp-run: the replicas' job steps and the nodes they run on - picking
+ * nodes, launching a step (through its gate), cancelling one, reaping what
+ * ended, relaunching what is wanted (tick). */
+#include "config.h"
+
+#include "run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+/* Commands run in the background (reaped by the main loop, killed at
+ * exit if still running). Never through a shell: some of their words come
+ * from the ranks (node names, step ids). */
+pid_t helpers[256];
+
+/* A child of resihp-run: its own process group, so that a ^C at the
+ * terminal reaches resihp-run alone, which stops the steps in order. */
+void child_setup(int quiet_stdio) {
+  setpgid(0, 0);
+  if (g.nofile_raised)
+    setrlimit(RLIMIT_NOFILE, &g.nofile0);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
+  int fd = open("/dev/null", O_RDWR);
+  if (fd >= 0) {
+    dup2(fd, 0);
+    if (quiet_stdio) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    if (fd > 2)
+      close(fd);
+  }
+}
+
+/* Run argv1, then (if not NULL) argv2 once argv1 has ended. */
+void spawn_argv(char *const argv1[], char *const argv2[], int quiet) {
+  pid_t p = fork();
+  if (p > 0) {
+    for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
+      if (!helpers[i]) {
+        helpers[i] = p;
+        break;
+      }
+    return;
+  }
+  if (p < 0) {
+    say("cannot start %s: %s", argv1[0], strerror(errno));
+    return;
+  }
+  child_setup(quiet);
+  if (argv2) {
+    pid_t q = fork();
+    if (q == 0) {
+      execvp(argv1[0], argv1);
+      _exit(127);
+    }
+    if (q > 0)
+      while (waitpid(q, NULL, 0) < 0 && errno == EINTR)
+        ;
+    argv1 = argv2;
+  }
+  execvp(argv1[0], argv1);
+  fprintf(stderr, "resihp-run: cannot run %s: %s\n", argv1[0], strerror(errno));
+  _exit(127);
+}
+
+static int spare_state(int i) {
+  return resihp__coord_spare_state(g.coord, g.nodes[i].name, NULL);
+}
+
+/* A free node a replica may be given: any for the first launches (the
+ * replicas start at once, on the first nodes), only a spare registered
+ * healthy for a replacement (any free one with --no-spare-check). */
+static int usable(int i, int initial) {
+  const node_t *n = &g.nodes[i];
+  if (n->bad || n->owner >= 0)
+    return 0;
+  return initial || g.no_spare_check || spare_state(i) == RESIHP__SPARE_HEALTHY;
+}
+
+int pick_nodes(int *out, int k, int initial) {
+  int n = 0;
+  for (int i = 0; i < g.nnodes && n < k; i++)
+    if (usable(i, initial))
+      out[n++] = i;
+  return n == k ? 0 : -1;
+}
+
+/* Free spares whose first check has not answered yet. */
+static int spares_pending(void) {
+  int n = 0;
+  for (int i = 0; i < g.nnodes; i++)
+    n += !g.nodes[i].bad && g.nodes[i].owner < 0 && g.nodes[i].check > 0 &&
+         spare_state(i) == RESIHP__SPARE_CHECKING;
+  return n;
+}
+
+int spares_left(void) {
+  int n = 0;
+  for (int i = 0; i < g.nnodes; i++)
+    n += !g.nodes[i].bad && g.nodes[i].owner < 0;
+  return n / g.K;
+}
+
+/* The injections for replica r's next launch. A slowdown belongs to the
+ * hardware the replica ran on: a replacement on other nodes is not slow. */
+static void inject_for(int r, char *buf, size_t len) {
+  resihp__inject_t v[RESIHP__INJECT_MAX];
+  int n = 0;
+  for (int i = 0; i < g.ninj; i++)
+    if (g.inj[i].replica == r && !g.fired[i] &&
+        !(g.inj[i].kind == RESIHP__INJ_SLOW_RANK && g.reps[r].launches > 0))
+      v[n++] = g.inj[i];
+  resihp__inject_format(v, n, buf, len);
+}
+
+int launch(int r) {
+  g.ldirty = 1;
+  replica_t *p = &g.reps[r];
+  int idx[64];
+  int initial = p->launches == 0 && !p->tries;
+  if (pick_nodes(idx, g.K, initial)) {
+    say("no healthy spare left for replica %d: the job goes on with the "
+        "other replicas (same microbatches per step)",
+        r);
+    p->given_up = 1;
+    p->relaunch = 0;
+    resihp__coord_mark_failed(g.coord, r, "no spare");
+    return -1;
+  }
+  char nodelist[4096] = "";
+  size_t off = 0;
+  for (int i = 0; i < g.K; i++) {
+    g.nodes[idx[i]].owner = r;
+    if (!initial)
+      resihp__coord_spare_mark(g.coord, g.nodes[idx[i]].name,
+                               RESIHP__SPARE_PROMOTED, r, NULL);
+    p->nodes[i] = idx[i];
+    off += (size_t)snprintf(nodelist + off, sizeof(nodelist) - off, "%s%s",
+                            i ? "," : "", g.nodes[idx[i]].name);
+  }
+  p->nnodes = g.K;
+  char inj[2048], opt_res[4200], opt_rep[64], opt_co[640], nk[16], nr[16],
+      jn[64], mpi[80];
+  inject_for(r, inj, sizeof(inj));
+  snprintf(opt_res, sizeof(opt_res), "--resilient=secret-file=%s",
+           g.secret_file);
+  snprintf(opt_rep, sizeof(opt_rep), "--resilient-replica=%d", r);
+  snprintf(opt_co, sizeof(opt_co), "--resilient-coordinator=%s", g.coords);
+  snprintf(nk, sizeof(nk), "%d", g.K);
+  snprintf(nr, sizeof(nr), "%d", g.ranks);
+  snprintf(jn, sizeof(jn), "--job-name=resihp-replica-%d", r);
+  snprintf(mpi, sizeof(mpi), "--mpi=%s", g.mpi ? g.mpi : "none");
+  const char *argv0[32] = {"srun",
+                           opt_res,
+                           opt_rep,
+                           "--resilient-role=replica",
+                           opt_co,
+                           "-N",
+                           nk,
+                           "-n",
+                           nr,
+                           "-w",
+                           nodelist,
+                           "--input=none",
+                           "--kill-on-bad-exit=0",
+                           jn,
+                           mpi};
+  int na = 15, np = 0;
+  while (g.prog[np])
+    np++;
+  char **argv = calloc((size_t)(na + np + 1), sizeof(char *));
+  if (!argv)
+    return -1;
+  for (int i = 0; i < na; i++)
+    argv[i] = (char *)argv0[i];
+  for (int i = 0; i < np; i++)
+    argv[na + i] = g.prog[i];
+  /* write-ahead: srun runs once its pid is recorded (open_gates) */
+  pid_t pid = resihp__gate_fork(&p->gate);
+  g.ngates += pid > 0;
+  if (pid == 0) {
+    child_setup(0);
+    setenv("RESIHP_INJECT", inj, 1);
+    char rs[16];
+    snprintf(rs, sizeof(rs), "%d", r);
+    setenv("RESIHP_REPLICA", rs, 1);
+    setenv("RESIHP_COORDINATOR", g.coords, 1);
+    /* the ranks wait for a coordinator that fails over: the hang bound,
+     * then the successor's start, with room to spare; with a standby, also
+     * Slurm's verdict that the primary's node is down (about
+     * SlurmdTimeout, twice for the ping that notices it) */
+    char fo[32];
+    snprintf(fo, sizeof(fo), "%d",
+             g.hang_ms + 30000 +
+                 (g.standby_on ? 2000 * g.slurmd_timeout_s : 0));
+    setenv("RESIHP_FAILOVER_MS", fo, 1);
+    setenv("RESIHP_SECRET_FILE", g.secret_file, 1);
+    /* where the ranks save and resume (job_save.c): paths go through the
+     * environment only, never through the coordinator's messages */
+    if (g.state_dir[0])
+      setenv("RESIHP_STATE_DIR", g.state_dir, 1);
+    if (g.resuming)
+      setenv("RESIHP_RESUME_DIR", g.resume_step_dir, 1);
+    execvp("srun", argv);
+    fprintf(stderr, "resihp-run: cannot run srun: %s\n", strerror(errno));
+    _exit(127);
+  }
+  free(argv);
+  if (pid < 0)
+    return -1;
+  p->pid = pid;
+  p->t_launch = resihp__now_ms();
+  p->kill_at = 0;
+  p->connected = 0;
+  p->relaunch = 0;
+  p->launches++;
+  if (p->launches > 1) {
+    g.nreplacements++;
+    resihp__coord_expect(g.coord, r, 1);
+  }
+  say("replica %d: step launched on %s%s%s", r, nodelist,
+      inj[0] ? ", injecting " : "", inj);
+  return 0;
+}
+
+/* The sruns launched since the last record: record their pids, then let
+ * them run (gate.h). A primary killed before the record leaves none
+ * running; one killed after it, before they run, leaves their exits to
+ * say so (ended). */
+void open_gates(void) {
+  if (!g.ngates)
+    return;
+  int die = ++g.gate_batches == g.kill_at_batch;
+  if (die && !g.kill_after_record)
+    raise(SIGKILL);
+  resihp__coord_mirror(g.coord);
+  if (die)
+    raise(SIGKILL);
+  for (int r = 0; r < g.R; r++)
+    if (g.reps[r].gate >= 0) {
+      resihp__gate_open(g.reps[r].gate);
+      g.reps[r].gate = -1;
+    }
+  for (int i = 0; i < g.nnodes; i++)
+    if (g.nodes[i].gate >= 0) {
+      resihp__gate_open(g.nodes[i].gate);
+      g.nodes[i].gate = -1;
+    }
+  g.ngates = 0;
+}
+
+void release_nodes(int r, int bad) {
+  g.ldirty = 1;
+  replica_t *p = &g.reps[r];
+  for (int i = 0; i < p->nnodes; i++) {
+    node_t *n = &g.nodes[p->nodes[i]];
+    if (n->owner == r)
+      n->owner = -1;
+    if (bad && !n->bad) {
+      n->bad = 1;
+      g.nbad++;
+    }
+  }
+  p->nnodes = 0;
+}
+
+/* Kill the step at once, then cancel it (a signal alone does not end a
+ * step on a dead node). The ids are the rank's word: only a step of this
+ * job is ever touched. */
+void cancel_step(long jobid, long stepid) {
+  if (jobid < 0 || stepid < 0 || jobid != strtol(g.jobid, NULL, 10))
+    return;
+  char id[64];
+  snprintf(id, sizeof(id), "%ld.%ld", jobid, stepid);
+  char *const kill9[] = {"scancel", "--quiet", "--signal=KILL", id, NULL};
+  char *const cancel[] = {"scancel", "--quiet", id, NULL};
+  spawn_argv(kill9, cancel, 1);
+}
+
+/* A child ended (or, after a failover, a child of the primary before:
+ * the keeper reaped it and says so). */
+static void ended(pid_t pid, int st) {
+  {
+    g.ldirty = 1;
+    for (int i = 0; i < g.nnodes; i++)
+      if (g.nodes[i].check == pid) {
+        if (resihp__gate_unopened(st))
+          check_unopened(i);
+        else
+          check_done(i, st);
+      }
+    for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
+      if (helpers[i] == pid)
+        helpers[i] = 0;
+    if (pid == g.standby_pid) {
+      g.standby_pid = 0;
+      if (!g.stopping)
+        say("the standby coordinator on %s ended (%s %d): starting another",
+            g.standby_node >= 0 ? g.nodes[g.standby_node].name : "?",
+            WIFSIGNALED(st) ? "signal" : "status",
+            WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    }
+    for (int r = 0; r < g.R; r++) {
+      replica_t *p = &g.reps[r];
+      if (p->pid != pid)
+        continue;
+      p->pid = 0;
+      if (resihp__gate_unopened(st)) {
+        /* recorded by a primary that died before it could run: launch it
+         * again, as if it never was (no try, its nodes not blamed) */
+        say("replica %d: its step never started (the coordinator before "
+            "this one died first): launching it again",
+            r);
+        release_nodes(r, 0);
+        if (p->launches-- > 1)
+          g.nreplacements--;
+        if (!p->given_up)
+          p->relaunch = 1;
+        continue;
+      }
+      if (!p->connected && !p->relaunch && !p->given_up && !g.stopping &&
+          resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING)
+        diagnose(r, st);
+    }
+  }
+}
+
+void reap(void) {
+  int st;
+  pid_t pid;
+  while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+    ended(pid, st);
+  while (g.keeper && resihp__keeper_orphan(g.keeper, &pid, &st))
+    ended(pid, st);
+}
+
+void tick(void) {
+  int64_t now = resihp__now_ms();
+  for (int r = 0; r < g.R; r++) {
+    replica_t *p = &g.reps[r];
+    if (p->pid > 0 && p->kill_at && now >= p->kill_at) {
+      kill(p->pid, SIGKILL);
+      p->kill_at = 0;
+      g.ldirty = 1;
+    }
+    if (p->pid > 0 && !p->connected && resihp__coord_connected(g.coord, r)) {
+      p->connected = 1;
+      g.ldirty = 1;
+    }
+    if (p->pid > 0 && !p->connected && !p->kill_at &&
+        now - p->t_launch > (int64_t)g.launch_timeout_s * 1000) {
+      say("replica %d: rank did not join within %d s: marking its nodes bad", r,
+          g.launch_timeout_s);
+      g.ldirty = 1;
+      kill(p->pid, SIGKILL);
+      release_nodes(r, 1);
+      p->relaunch = 1;
+      p->tries++;
+    }
+    if (p->relaunch && !g.stopping &&
+        resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
+      int idx[64];
+      /* no healthy spare yet, but some are still being checked: wait */
+      if (p->launches && p->tries <= 3 && pick_nodes(idx, g.K, 0) &&
+          spares_pending())
+        continue;
+      if (p->tries > 3) {
+        say("replica %d: giving up after %d failed launches", r, p->tries);
+        g.ldirty = 1;
+        p->given_up = 1;
+        p->relaunch = 0;
+        resihp__coord_mark_failed(g.coord, r, "launch failed");
+      } else {
+        launch(r);
+      }
+    }
+  }
+}

@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* resihp-run: the standby coordinator on another node (standby.h) - its
+ * launch and watch in the primary, and the standby's side until it takes
+ * over. */
+#include "config.h"
+
+#include "run.h"
+#include "slurm.h"
+
+#include <resihp.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The coordinator's addresses the ranks get (at launch, and COORDS to
+ * those running): ours, then the standby's once it follows the feed. */
+void update_coords(void) {
+  char ep[64], node[64], step[64];
+  unsigned gen = 0;
+  int have = resihp__feed_standby(g.feed, ep, sizeof(ep), node, sizeof(node),
+                                  step, sizeof(step), &gen);
+  if (g.coords[0] && gen == g.standby_gen)
+    return;
+  g.standby_gen = gen;
+  g.standby_lost_ms = have ? 0 : resihp__now_ms();
+  if (have) {
+    snprintf(g.coords, sizeof(g.coords), "%s/%s", g.coord_ep, ep);
+    snprintf(g.standby_step, sizeof(g.standby_step), "%s", step);
+    g.standby_seen = 1;
+    g.standby_tries = 0; /* it came up: the next one gets its tries */
+    say("standby coordinator on %s (%s) follows this one", node, ep);
+  } else {
+    snprintf(g.coords, sizeof(g.coords), "%s", g.coord_ep);
+  }
+  if (g.standby_on)
+    resihp__coord_set_coords(g.coord, g.coords);
+}
+
+/* Start a standby on a node of the allocation other than this one's: a
+ * step of its own (--overlap: it takes nothing from the replicas), its
+ * output in a file that its node's slurmstepd writes, so that it outlives
+ * this node. Three tries in a row that never follow the feed, and the job
+ * goes on without one. */
+void launch_standby(void) {
+  if (!g.standby_on || g.standby_pid > 0 || g.stopping || !g.feed ||
+      resihp__coord_state(g.coord) != RESIHP__COORD_RUNNING)
+    return;
+  if (g.standby_tries >= 3) {
+    if (g.standby_tries++ == 3)
+      say("warning: no standby coordinator after 3 tries (its output: %s); "
+          "the job goes on without one",
+          g.standby_out);
+    return;
+  }
+  int pick = -1;
+  for (int k = 1; k <= g.nnodes && pick < 0; k++) {
+    int i = (g.standby_node + k + g.nnodes) % g.nnodes;
+    if (!g.nodes[i].bad && strcmp(g.nodes[i].name, g.node_self))
+      pick = i;
+  }
+  if (pick < 0)
+    return;
+  g.standby_node = pick;
+  g.standby_tries++;
+  g.standby_lost_ms = resihp__now_ms();
+  g.standby_seen = 0;
+  g.standby_step[0] = '\0';
+  g.ldirty = 1;
+  /* this one only: an old standby that comes back is refused */
+  resihp__feed_expect(g.feed, g.nodes[pick].name);
+  const char *head[] = {"srun",
+                        "--overlap",
+                        "-N",
+                        "1",
+                        "-n",
+                        "1",
+                        "-w",
+                        g.nodes[pick].name,
+                        "--input=none",
+                        "--kill-on-bad-exit=0",
+                        "--job-name=resihp-standby",
+                        "--mpi=none",
+                        g.self,
+                        "--standby-of",
+                        g.feed_ep,
+                        "--primary-node",
+                        g.node_self,
+                        "--secret-file",
+                        g.secret_file};
+  int nh = (int)(sizeof(head) / sizeof(head[0]));
+  char **argv = calloc((size_t)(nh + g.argc0), sizeof(char *));
+  if (!argv)
+    return;
+  for (int i = 0; i < nh; i++)
+    argv[i] = (char *)head[i];
+  /* the job's own options; not the ones that made this process a
+   * standby, if it was one (the head says who the primary is now) */
+  int na = nh;
+  for (int i = 1; i < g.argc0; i++) {
+    const char *a = g.argv0[i];
+    if (!strcmp(a, "--"))
+      for (; i < g.argc0; i++)
+        argv[na++] = g.argv0[i];
+    else if (!strcmp(a, "--standby-of") || !strcmp(a, "--primary-node"))
+      i++;
+    else if (strncmp(a, "--standby-of=", 13) &&
+             strncmp(a, "--primary-node=", 15))
+      argv[na++] = g.argv0[i];
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    child_setup(0);
+    execvp("srun", argv);
+    fprintf(stderr, "resihp-run: cannot run srun: %s\n", strerror(errno));
+    _exit(127);
+  }
+  free(argv);
+  if (pid > 0)
+    g.standby_pid = pid;
+  say("standby coordinator: step launched on %s (output in %s.%s)",
+      g.nodes[pick].name, g.standby_out, g.nodes[pick].name);
+}
+
+/* A standby that does not follow the feed (its node lost, a partition):
+ * its step is cancelled, so that it can never take over with an old
+ * state, and another one is started. Slurm's own verdict on its node
+ * would take SlurmdTimeout. A new one gets the launch timeout to come
+ * up. */
+void check_standby(void) {
+  if (g.standby_pid <= 0 || !g.standby_lost_ms)
+    return;
+  int64_t bound =
+      g.standby_seen ? g.hang_ms + 5000 : (int64_t)g.launch_timeout_s * 1000;
+  if (resihp__now_ms() - g.standby_lost_ms < bound)
+    return;
+  say("the standby coordinator on %s does not follow this one (%lld ms): "
+      "cancelling it and starting another",
+      g.standby_node >= 0 ? g.nodes[g.standby_node].name : "?",
+      (long long)(resihp__now_ms() - g.standby_lost_ms));
+  long sj = -1, ss = -1;
+  if (sscanf(g.standby_step, "%ld.%ld", &sj, &ss) == 2)
+    cancel_step(sj, ss);
+  kill(g.standby_pid, SIGKILL);
+  g.standby_pid = 0; /* its exit, when reaped, is nobody's */
+  g.standby_lost_ms = 0;
+  g.ldirty = 1;
+}
+
+/* The standby's life until it takes over: follow the primary's feed;
+ * when the link fails, ask Slurm whether the primary's node is DOWN (then
+ * take over) or not (a local failover, a restart: follow again). 1 with
+ * the record to take over from, 0 when the job is over (BYE), or a
+ * negative code. */
+int standby_follow(const uint8_t *secret, size_t slen, char **rec,
+                   size_t *len) {
+  char hello[512];
+  const char *sj = getenv("SLURM_JOB_ID"), *ss = getenv("SLURM_STEP_ID");
+  snprintf(hello, sizeof(hello), "STANDBY ep=%s node=%s step=%s.%s", g.coord_ep,
+           g.node_self, sj ? sj : "0", ss ? ss : "0");
+  say("standby coordinator on %s (%s) for the primary on %s", g.node_self,
+      g.coord_ep, g.primary_node);
+  int64_t told = 0;
+  while (!got_signal) {
+    int rc = resihp__feed_follow(g.standby_of, secret, slen, hello,
+                                 g.hang_ms + 2000, rec, len);
+    if (rc == 1)
+      return 0;
+    if (resihp__slurm_node_down(g.primary_node)) {
+      if (*rec)
+        return 1;
+      say("the primary's node %s is DOWN and no state came from it: nothing "
+          "to take over",
+          g.primary_node);
+      return RESIHP_ENOENT;
+    }
+    if (resihp__now_ms() - told > 60000) {
+      told = resihp__now_ms();
+      say("the primary's feed at %s: %s; its node %s is up: following again",
+          g.standby_of, resihp_strerror(rc), g.primary_node);
+    }
+    usleep(500000);
+  }
+  return RESIHP_ECLOSED;
+}
+
+/* A standby that took over, at the end: the batch script is gone with
+ * its node, and Slurm requeues a job with no step left, which would run
+ * the whole training again. Cancel the job instead (this step with it:
+ * the last thing done). */
+void end_job(void) {
+  say("the job's batch host was lost: ending job %s (scancel) so that Slurm "
+      "does not requeue it",
+      g.jobid);
+  char *argv[] = {"scancel", "--quiet", g.jobid, NULL};
+  resihp__slurm_run(argv, 0, NULL, NULL);
+}

@@ -19,12 +19,30 @@ static int cmp_i64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Duration of step s (its START to the next one, or to the end). */
+/* Duration of step s (its START to the next one, or to the end); -1 when
+ * not known (not completed, or before a coordinator failover). */
 static int64_t step_ms(const resihp__coord_t *c, long s) {
   if (s < 0 || s >= c->step || !c->start_ms[s])
     return -1;
   int64_t end = s + 1 < c->step ? c->start_ms[s + 1] : c->t_done;
-  return end - c->start_ms[s];
+  return end ? end - c->start_ms[s] : -1;
+}
+
+/* The step in which a fault happened: the last one that started before
+ * it, looked for from the step it was detected in (or announced for). A
+ * coordinator restored after a failover knows when its first step and the
+ * steps since it took over started, not those in between: the search
+ * stops at a step whose start it does not know instead of reading that
+ * start as "before the fault" (every fault then fell in the first step). */
+static long fault_step(const resihp__coord_t *c, const fail_t *x, long steps) {
+  long s = x->step, last = steps < c->S ? steps : c->S - 1;
+  if (!c->start_ms || s < c->base_step || s > last)
+    return s;
+  while (s < last && c->start_ms[s + 1] && c->start_ms[s + 1] <= x->t_fault)
+    s++;
+  while (s > c->base_step && c->start_ms[s] > x->t_fault && c->start_ms[s - 1])
+    s--;
+  return s;
 }
 
 /* What the fail-slow detector saw and what was done about it, per replica
@@ -106,11 +124,7 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
   double worst_stall = 0, worst_rejoin = 0;
   for (int i = 0; i < c->nfails; i++) {
     const fail_t *x = &c->fails[i];
-    /* the step in which the fault happened */
-    long s = x->step;
-    for (long k = 0; c->start_ms && k <= steps && k < c->S; k++)
-      if (c->start_ms[k] && c->start_ms[k] <= x->t_fault)
-        s = k;
+    long s = fault_step(c, x, steps);
     int64_t sd = step_ms(c, s);
     double stall = sd >= 0 ? (double)sd - median : -1;
     if (stall < 0 && sd >= 0)
@@ -132,6 +146,9 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
     char sl[48];
     if (stall >= 0)
       snprintf(sl, sizeof(sl), "%.0f ms", stall);
+    else if (s < steps && c->start_ms && s >= c->base_step &&
+             (!c->start_ms[s] || !c->start_ms[s + 1]))
+      snprintf(sl, sizeof(sl), "n/a (before a coordinator failover)");
     else
       snprintf(sl, sizeof(sl), "n/a (step not completed)");
     /* An injected fault's time is known; an outside one's is not, only

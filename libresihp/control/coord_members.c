@@ -153,6 +153,14 @@ void resihp__coord_mark_failed(resihp__coord_t *c, int r, const char *why) {
   resihp__coord_advance(c);
 }
 
+void resihp__coord_fail_lost(resihp__coord_t *c, int r, const char *why) {
+  if (r < 0 || r >= c->R ||
+      (c->reps[r].state != R_MEMBER && c->reps[r].state != R_JOINING))
+    return;
+  resihp__coord_fail_replica(c, r, why);
+  resihp__coord_advance(c);
+}
+
 static void member_list(resihp__coord_t *c, resihp__wire_buf_t *b) {
   for (int i = 0; i < c->nmembers; i++)
     resihp__wire_buf_printf(b, "%s%d@%s", i ? "," : "", c->members[i],

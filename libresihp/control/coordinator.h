@@ -256,6 +256,12 @@ void resihp__coord_expect(resihp__coord_t *c, int replica, int on);
  * bound: each leader's (told in WELCOME) and the coordinator's, in ms. */
 void resihp__coord_heartbeats(int replicas, int silence_ms, int *leader_ms,
                               int *coord_ms);
+/* A member or joiner the launcher knows is gone (a node of its step that
+ * Slurm declared DOWN): failed now, as a lost connection would be, rather
+ * than when a restored coordinator's reconnect wait ends; a replacement is
+ * welcome. Anything else (a replica already gone or never launched): no
+ * effect. */
+void resihp__coord_fail_lost(resihp__coord_t *c, int replica, const char *why);
 /* Forget a replica that never joined or was given up (no replacement). */
 void resihp__coord_mark_failed(resihp__coord_t *c, int replica,
                                const char *why);

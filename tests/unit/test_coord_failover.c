@@ -368,6 +368,41 @@ START_TEST(test_round) {
 }
 END_TEST
 
+/* A restored coordinator told that a replica is lost (its node DOWN)
+ * fails it at once, not when the reconnect wait ends (here 600 s); the
+ * others came back as usual; a second word about it changes nothing. */
+START_TEST(test_fail_lost) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+  connect_all(&a);
+  join(&a, NULL);
+  ready_all(&a, NULL);
+  static const int back[2] = {0, 1};
+  failover(&a, &b, &co, -1, back, 2);
+  ck_assert_int_eq(resihp__coord_members(b.c), N);
+  resihp__coord_fail_lost(b.c, 2, "its node h2 is DOWN");
+  ck_assert_int_eq(resihp__coord_members(b.c), N - 1);
+  resihp__coord_fail_lost(b.c, 2, "its node h2 is DOWN");
+  resihp__coord_fail_lost(b.c, N, "out of range");
+  ck_assert_int_eq(resihp__coord_members(b.c), N - 1);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  resihp__coord_summary(b.c, f, NULL);
+  fclose(f);
+  ck_assert_msg(strstr(text, "failures:               1 ") &&
+                    strstr(text, "failure 1: replica 2, ") &&
+                    strstr(text, "(its node h2 is DOWN)") &&
+                    !strstr(text, "failure 2:"),
+                "%s", text);
+  free(text);
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
 /* A save in progress: SAVE again to the replica asked, SAVED goes on. */
 START_TEST(test_save) {
   side_t a, b;
@@ -631,6 +666,7 @@ int main(void) {
   tcase_add_test(tc, test_run_and_barrier);
   tcase_add_test(tc, test_free_run_and_ledger);
   tcase_add_test(tc, test_round);
+  tcase_add_test(tc, test_fail_lost);
   tcase_add_test(tc, test_save);
   tcase_add_test(tc, test_end);
   tcase_add_test(tc, test_no_comeback);

@@ -136,6 +136,7 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
     say("took over from the primary on %s, which Slurm declared DOWN: the "
         "coordinator continues here (%s) at step %ld",
         g.primary_node, g.coord_ep, resihp__coord_step(g.coord));
+    fail_lost_replicas();
   }
   char pidtxt[64];
   snprintf(pidtxt, sizeof(pidtxt), "pid %ld", (long)getpid());

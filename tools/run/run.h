@@ -230,6 +230,7 @@ long ledger_cut(FILE *f);
 void update_coords(void);
 void launch_standby(void);
 void check_standby(void);
+void fail_lost_replicas(void);
 int standby_follow(const uint8_t *secret, size_t slen, char **rec, size_t *len);
 void end_job(void);
 

@@ -147,6 +147,23 @@ void check_standby(void) {
   g.ldirty = 1;
 }
 
+/* A standby that took over: the replicas with a node on the lost
+ * primary's node are gone with it (Slurm declared it DOWN), and fail now
+ * instead of at the end of the reconnect wait, which is for the replicas
+ * that are alive and looking for the new address. */
+void fail_lost_replicas(void) {
+  for (int r = 0; r < g.R; r++) {
+    const replica_t *p = &g.reps[r];
+    for (int i = 0; i < p->nnodes; i++)
+      if (!strcmp(g.nodes[p->nodes[i]].name, g.primary_node)) {
+        char why[64];
+        snprintf(why, sizeof(why), "its node %s is DOWN", g.primary_node);
+        resihp__coord_fail_lost(g.coord, r, why);
+        break;
+      }
+  }
+}
+
 /* The standby's life until it takes over: follow the primary's feed;
  * when the link fails, ask Slurm whether the primary's node is DOWN (then
  * take over) or not (a local failover, a restart: follow again). 1 with

@@ -45,6 +45,126 @@ static void progress(void) {
   g.next_progress = now + g.progress_s * 1000L;
 }
 
+/* How the run ended: its exit status, and the summary's one-line
+ * outcome in outcome (len bytes). killed: stopped at once (a second
+ * signal); state: the coordinator's. */
+static int outcome_of(int killed, int state, char *outcome, size_t len) {
+  long end_step = resihp__coord_step(g.coord);
+  /* resumable at the step the run stopped at: saved there, or a resumed
+   * run stopped before it trained (the state it came from is the latest) */
+  long resumable = g.saved_step >= 0 && g.saved_step == end_step ? end_step
+                   : g.resuming && end_step == g.resume.step     ? end_step
+                                                                 : -1;
+  const char *lw = resihp__coord_lost_why(g.coord);
+  int ret = EXIT_OK;
+  if (killed) {
+    ret = EXIT_SIGNAL;
+    snprintf(outcome, len, "stopped at once by a second signal, mid-step %ld",
+             end_step);
+  } else if (g.resume_mismatch) {
+    ret = EXIT_USAGE;
+    snprintf(outcome, len,
+             "not resumed: the program does not match the state saved");
+  } else if (g.program_failed || g.aborted) {
+    ret = EXIT_PROGRAM;
+    snprintf(outcome, len,
+             "stopped by the program (it could not start, or aborted)");
+  } else if (state != RESIHP__COORD_DONE) {
+    ret = EXIT_LOST;
+    snprintf(outcome, len, "LOST %s",
+             lw[0] ? lw : "(every replica failed and no spare is left)");
+  } else if (got_signal && end_step < job_steps()) {
+    ret = resumable >= 0 ? EXIT_RESUMABLE : EXIT_STOPPED;
+    if (resumable >= 0)
+      snprintf(outcome, len,
+               "stopped, resumable at step %ld (resihp-run --resume %s)",
+               resumable, g.state_dir);
+    else
+      snprintf(outcome, len, "stopped at step %ld%s", end_step,
+               g.state_dir[0] ? " (the state could not be saved)" : "");
+  } else {
+    snprintf(outcome, len, "completed");
+  }
+  return ret;
+}
+
+/* The end of the job's steps: the standby leaves, the steps end on their
+ * own (not waited for when killed), what is left is cancelled, and every
+ * srun is gone before resihp-run is. */
+static void end_steps(int killed, int state, resihp__keeper_t *kp) {
+  /* The standby leaves (BYE; its srun is waited for below). */
+  g.stopping = 1;
+  resihp__feed_bye(g.feed, 2000);
+  resihp__feed_stop(g.feed);
+  g.feed = NULL;
+  /* Let the steps end on their own, then cancel what is left. A step
+   * whose rank never joined (a replacement still starting) is not waited
+   * for. */
+  for (int r = 0; r < g.R; r++)
+    if (g.reps[r].pid > 0 && !g.reps[r].connected)
+      kill(g.reps[r].pid, SIGKILL);
+  int64_t deadline = resihp__now_ms() + (killed                        ? 0
+                                         : state == RESIHP__COORD_DONE ? 15000
+                                                                       : 2000);
+  for (;;) {
+    reap();
+    int left = 0;
+    for (int r = 0; r < g.R; r++)
+      left += g.reps[r].pid > 0 && g.reps[r].connected;
+    if (!left || resihp__now_ms() > deadline)
+      break;
+    resihp__keeper_beat(kp);
+    resihp__coord_poll(g.coord, 50);
+  }
+  for (int r = 0; r < g.R; r++)
+    if (g.reps[r].pid > 0) {
+      kill(g.reps[r].pid, SIGTERM);
+      resihp__keeper_beat(kp);
+      usleep(100000);
+      kill(g.reps[r].pid, SIGKILL);
+    }
+  /* and gone before resihp-run is: a SIGKILLed srun lingers a moment, and
+   * nothing of the job may outlive its launcher (bounded: a process stuck
+   * in the kernel is not waited for) */
+  for (int64_t until = resihp__now_ms() + 5000; resihp__now_ms() < until;) {
+    reap();
+    int left = 0;
+    for (int r = 0; r < g.R; r++)
+      left += g.reps[r].pid > 0 && kill(g.reps[r].pid, 0) == 0;
+    left += g.standby_pid > 0 && kill(g.standby_pid, 0) == 0;
+    if (resihp__now_ms() > until - 2000 && g.standby_pid > 0)
+      kill(g.standby_pid, SIGTERM); /* BYE did not end it */
+    if (!left)
+      break;
+    resihp__keeper_beat(kp);
+    usleep(10000);
+  }
+}
+
+/* The helpers (scancel, kill-node commands) get a moment, then go; spare
+ * checks still running are ended. */
+static void end_helpers(resihp__keeper_t *kp) {
+  for (int i = 0; i < 20; i++) {
+    reap();
+    int left = 0;
+    for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
+      left += helpers[k] != 0;
+    if (!left)
+      break;
+    resihp__keeper_beat(kp);
+    usleep(100000);
+  }
+  for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
+    if (helpers[k])
+      kill(helpers[k], SIGKILL);
+  /* SIGTERM: timeout(1) passes it on to its srun, SIGKILL would orphan it */
+  for (int i = 0; i < g.nnodes; i++)
+    if (g.nodes[i].check > 0)
+      kill(g.nodes[i].check, SIGTERM);
+  while (waitpid(-1, NULL, WNOHANG) > 0)
+    ;
+}
+
 /* RESIHP_TEST_KILL_PRIMARY=before:N or after:N, for failover.test: the
  * first primary SIGKILLs itself at its N-th batch of gated launches, before
  * or after recording them, the two windows that gates close. */
@@ -177,7 +297,7 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
     open_gates();
   }
   int64_t next_check = 0;
-  int ret = EXIT_OK, killed = 0;
+  int killed = 0;
   while (resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
     /* a save holds the boundary: say so once per step saved */
     if (resihp__coord_saving(g.coord) &&
@@ -264,90 +384,10 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
     if (g.ldirty)
       resihp__coord_mirror(g.coord); /* the launcher's own change */
   }
-  int state = resihp__coord_state(g.coord);
-  long end_step = resihp__coord_step(g.coord);
-  /* resumable at the step the run stopped at: saved there, or a resumed
-   * run stopped before it trained (the state it came from is the latest) */
-  long resumable = g.saved_step >= 0 && g.saved_step == end_step ? end_step
-                   : g.resuming && end_step == g.resume.step     ? end_step
-                                                                 : -1;
   char outcome[4800];
-  const char *lw = resihp__coord_lost_why(g.coord);
-  if (killed) {
-    ret = EXIT_SIGNAL;
-    snprintf(outcome, sizeof(outcome),
-             "stopped at once by a second signal, mid-step %ld", end_step);
-  } else if (g.resume_mismatch) {
-    ret = EXIT_USAGE;
-    snprintf(outcome, sizeof(outcome),
-             "not resumed: the program does not match the state saved");
-  } else if (g.program_failed || g.aborted) {
-    ret = EXIT_PROGRAM;
-    snprintf(outcome, sizeof(outcome),
-             "stopped by the program (it could not start, or aborted)");
-  } else if (state != RESIHP__COORD_DONE) {
-    ret = EXIT_LOST;
-    snprintf(outcome, sizeof(outcome), "LOST %s",
-             lw[0] ? lw : "(every replica failed and no spare is left)");
-  } else if (got_signal && end_step < job_steps()) {
-    ret = resumable >= 0 ? EXIT_RESUMABLE : EXIT_STOPPED;
-    if (resumable >= 0)
-      snprintf(outcome, sizeof(outcome),
-               "stopped, resumable at step %ld (resihp-run --resume %s)",
-               resumable, g.state_dir);
-    else
-      snprintf(outcome, sizeof(outcome), "stopped at step %ld%s", end_step,
-               g.state_dir[0] ? " (the state could not be saved)" : "");
-  } else {
-    snprintf(outcome, sizeof(outcome), "completed");
-  }
-  /* The standby leaves (BYE; its srun is waited for below). */
-  g.stopping = 1;
-  resihp__feed_bye(g.feed, 2000);
-  resihp__feed_stop(g.feed);
-  g.feed = NULL;
-  /* Let the steps end on their own, then cancel what is left. A step
-   * whose rank never joined (a replacement still starting) is not waited
-   * for. */
-  for (int r = 0; r < g.R; r++)
-    if (g.reps[r].pid > 0 && !g.reps[r].connected)
-      kill(g.reps[r].pid, SIGKILL);
-  int64_t deadline = resihp__now_ms() + (killed                        ? 0
-                                         : state == RESIHP__COORD_DONE ? 15000
-                                                                       : 2000);
-  for (;;) {
-    reap();
-    int left = 0;
-    for (int r = 0; r < g.R; r++)
-      left += g.reps[r].pid > 0 && g.reps[r].connected;
-    if (!left || resihp__now_ms() > deadline)
-      break;
-    resihp__keeper_beat(kp);
-    resihp__coord_poll(g.coord, 50);
-  }
-  for (int r = 0; r < g.R; r++)
-    if (g.reps[r].pid > 0) {
-      kill(g.reps[r].pid, SIGTERM);
-      resihp__keeper_beat(kp);
-      usleep(100000);
-      kill(g.reps[r].pid, SIGKILL);
-    }
-  /* and gone before resihp-run is: a SIGKILLed srun lingers a moment, and
-   * nothing of the job may outlive its launcher (bounded: a process stuck
-   * in the kernel is not waited for) */
-  for (int64_t until = resihp__now_ms() + 5000; resihp__now_ms() < until;) {
-    reap();
-    int left = 0;
-    for (int r = 0; r < g.R; r++)
-      left += g.reps[r].pid > 0 && kill(g.reps[r].pid, 0) == 0;
-    left += g.standby_pid > 0 && kill(g.standby_pid, 0) == 0;
-    if (resihp__now_ms() > until - 2000 && g.standby_pid > 0)
-      kill(g.standby_pid, SIGTERM); /* BYE did not end it */
-    if (!left)
-      break;
-    resihp__keeper_beat(kp);
-    usleep(10000);
-  }
+  int state = resihp__coord_state(g.coord);
+  int ret = outcome_of(killed, state, outcome, sizeof(outcome));
+  end_steps(killed, state, kp);
   double secs = 0;
   fflush(stdout);
   int agree = resihp__coord_summary(g.coord, stdout, &secs);
@@ -370,29 +410,11 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
              g.saved_step, g.state_dir);
   printf("  outcome:                %s (exit status %d)\n", outcome, ret);
   fflush(stdout);
+  const char *lw = resihp__coord_lost_why(g.coord);
   if (ret == EXIT_LOST)
     fprintf(stderr, "resihp-run: LOST: the job cannot go on %s\n",
             lw[0] ? lw : "(every replica failed and no spare is left)");
-  /* helpers (scancel, kill-node commands) get a moment, then go */
-  for (int i = 0; i < 20; i++) {
-    reap();
-    int left = 0;
-    for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
-      left += helpers[k] != 0;
-    if (!left)
-      break;
-    resihp__keeper_beat(kp);
-    usleep(100000);
-  }
-  for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
-    if (helpers[k])
-      kill(helpers[k], SIGKILL);
-  /* SIGTERM: timeout(1) passes it on to its srun, SIGKILL would orphan it */
-  for (int i = 0; i < g.nnodes; i++)
-    if (g.nodes[i].check > 0)
-      kill(g.nodes[i].check, SIGTERM);
-  while (waitpid(-1, NULL, WNOHANG) > 0)
-    ;
+  end_helpers(kp);
   resihp__coord_destroy(g.coord);
   resihp__record_destroy(g.record);
   if (ledger)

@@ -260,6 +260,7 @@ static int fork_primary(keeper_t *kp) {
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
     /* its own process group: a terminal's ^C reaches the keeper, which
      * passes it on once */
     setpgid(0, 0);
@@ -328,6 +329,13 @@ int resihp__keeper_run(const resihp__keeper_opts_t *o) {
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
+  /* An orphan's exit is passed on through a pipe whose reader, the
+   * primary, may have closed it already (exiting, not yet reaped): that
+   * write must fail, not kill the keeper with the job's status (the
+   * notice is then kept for the next primary, or dropped with the run). */
+  struct sigaction old_pipe, ign = {.sa_handler = SIG_IGN};
+  sigemptyset(&ign.sa_mask);
+  sigaction(SIGPIPE, &ign, &old_pipe);
   /* the old primary's sruns come to us, not to init */
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (o->snap && (kp.snap = malloc(o->snaplen ? o->snaplen : 1))) {
@@ -396,5 +404,6 @@ int resihp__keeper_run(const resihp__keeper_opts_t *o) {
   close(sp[1]);
   sig_w = sig_r = -1;
   signal(SIGCHLD, SIG_DFL);
+  sigaction(SIGPIPE, &old_pipe, NULL);
   return ret;
 }

@@ -32,6 +32,7 @@ static int keep(primary_fn fn, int hang_ms, int max, pid_t *keeper) {
   pid_t p = fork();
   ck_assert_int_ge(p, 0);
   if (p == 0) {
+    signal(SIGPIPE, SIG_DFL); /* as resihp-run has it (run_suite ignores it) */
     resihp__keeper_opts_t o = {.hang_ms = hang_ms,
                                .max_failovers = max,
                                .lost_status = LOST,
@@ -172,6 +173,59 @@ START_TEST(orphans_exits_reach_the_new_primary) {
 }
 END_TEST
 
+/* Every descriptor above stderr closed but keep. */
+static void close_all_but(int keep) {
+  for (int fd = 3; fd < 1024; fd++)
+    if (fd != keep)
+      close(fd);
+}
+
+/* An orphan that exits while the primary has already closed its end of
+ * the notices (as a primary does when it exits, before the keeper reaps
+ * it): the keeper's notice finds no reader, and the keeper must go on
+ * (not die of SIGPIPE) and pass the primary's status on. The orphan, a
+ * grandchild, waits on a pipe that the primary closes after its own ends
+ * of the keeper's pipes; the primary returns once the keeper reaped it. */
+static int orphan_after_close(void *ud, const char *snap, size_t len,
+                              resihp__keeper_t *k) {
+  (void)ud;
+  (void)snap;
+  (void)len;
+  (void)k;
+  int p[2];
+  if (pipe(p))
+    return 1;
+  int q[2]; /* the grandchild's pid, from the child that forks it */
+  if (pipe(q))
+    return 1;
+  pid_t x = fork();
+  if (x == 0) {
+    pid_t g = fork();
+    if (g == 0) {
+      close_all_but(p[0]);
+      char c;
+      while (read(p[0], &c, 1) > 0)
+        ;
+      _exit(0);
+    }
+    _exit(write(q[1], &g, sizeof(g)) == (ssize_t)sizeof(g) ? 0 : 1);
+  }
+  pid_t g = 0;
+  if (x < 0 || read(q[0], &g, sizeof(g)) != (ssize_t)sizeof(g) ||
+      waitpid(x, NULL, 0) != x)
+    return 2;
+  close_all_but(p[1]);
+  close(p[1]); /* the grandchild, now the keeper's, exits */
+  for (int i = 0; i < 600000 && kill(g, 0) == 0; i++) /* a safety net */
+    usleep(1000);
+  return kill(g, 0) == 0 ? 3 : 50;
+}
+
+START_TEST(orphan_exit_after_primary_closed_its_end) {
+  ck_assert_int_eq(status_of(keep(orphan_after_close, 0, 0, NULL)), 50);
+}
+END_TEST
+
 /* A gated child (gate.h) whose parent, the first primary, is killed:
  * mode 0 after recording the child's pid, 1 after opening its gate too,
  * 2 before recording it. The child would make gate_file. Second primary:
@@ -303,6 +357,7 @@ int main(void) {
   tcase_add_test(tc, killed_primary_gets_last_complete_record);
   tcase_add_test(tc, hung_primary_is_killed_and_replaced);
   tcase_add_test(tc, orphans_exits_reach_the_new_primary);
+  tcase_add_test(tc, orphan_exit_after_primary_closed_its_end);
   tcase_add_test(tc, gated_child_runs_only_once_recorded);
   tcase_add_test(tc, signals_reach_the_primary);
   tcase_add_test(tc, gives_up_without_progress);

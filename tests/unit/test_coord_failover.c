@@ -168,6 +168,26 @@ static void ready_all(side_t *s, char start[N][256]) {
     expect(s, i, "START ", start ? start[i] : line, 256);
 }
 
+/* A coordinator with options co, every replica joined and in its first
+ * step (the STARTs in start[], which may be NULL). */
+static void running(side_t *s, resihp__coord_opts_t *co, char start[N][256]) {
+  ck_assert_int_eq(resihp__coord_create(co, &s->c), 0);
+  connect_all(s);
+  join(s, NULL);
+  ready_all(s, start);
+}
+
+/* The coordinator's summary (free it). */
+static char *summary_of(resihp__coord_t *c) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  resihp__coord_summary(c, f, NULL);
+  fclose(f);
+  return text;
+}
+
 /* The second coordinator from the last mirror: its own snapshot must be
  * the same text; the replicas in `back` come back (HELLO again=1). */
 static void failover(side_t *s1, side_t *s2, resihp__coord_opts_t *co,
@@ -242,11 +262,8 @@ END_TEST
 START_TEST(test_run_and_barrier) {
   side_t a, b;
   resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
-  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
-  connect_all(&a);
   char start[N][256], line[256];
-  join(&a, NULL);
-  ready_all(&a, start);
+  running(&a, &co, start);
   failover(&a, &b, &co, -1, ALL, N);
   for (int i = 0; i < N; i++) {
     feed(&b, i, "READY epoch=%u", resihp__coord_epoch(b.c));
@@ -286,11 +303,8 @@ START_TEST(test_free_run_and_ledger) {
   ck_assert_ptr_nonnull(l1);
   ck_assert_ptr_nonnull(l2);
   resihp__coord_opts_t co = opts(0, 0, l1, 600000);
-  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
-  connect_all(&a);
   char start[N][256], line[256];
-  join(&a, NULL);
-  ready_all(&a, start);
+  running(&a, &co, start);
   ck_assert_ptr_nonnull(strstr(start[0], " run=1"));
   int m0 = nmirrors;
   feed(&a, 0, "HB");
@@ -346,11 +360,8 @@ END_TEST
 START_TEST(test_round) {
   side_t a, b;
   resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
-  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
-  connect_all(&a);
   char line[256], re[2][256];
-  join(&a, NULL);
-  ready_all(&a, NULL);
+  running(&a, &co, NULL);
   feed(&a, 0, "RECOVER step=0 cepoch=1 view=0:1");
   feed(&a, 1, "RECOVER step=0 cepoch=1 view=0:1");
   for (int i = 0; i < 2; i++)
@@ -374,10 +385,7 @@ END_TEST
 START_TEST(test_fail_lost) {
   side_t a, b;
   resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
-  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
-  connect_all(&a);
-  join(&a, NULL);
-  ready_all(&a, NULL);
+  running(&a, &co, NULL);
   static const int back[2] = {0, 1};
   failover(&a, &b, &co, -1, back, 2);
   ck_assert_int_eq(resihp__coord_members(b.c), N);
@@ -386,12 +394,7 @@ START_TEST(test_fail_lost) {
   resihp__coord_fail_lost(b.c, 2, "its node h2 is DOWN");
   resihp__coord_fail_lost(b.c, N, "out of range");
   ck_assert_int_eq(resihp__coord_members(b.c), N - 1);
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  ck_assert_ptr_nonnull(f);
-  resihp__coord_summary(b.c, f, NULL);
-  fclose(f);
+  char *text = summary_of(b.c);
   ck_assert_msg(strstr(text, "failures:               1 ") &&
                     strstr(text, "failure 1: replica 2, ") &&
                     strstr(text, "(its node h2 is DOWN)") &&
@@ -407,11 +410,8 @@ END_TEST
 START_TEST(test_save) {
   side_t a, b;
   resihp__coord_opts_t co = opts(1, 1, NULL, 600000);
-  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
-  connect_all(&a);
   char line[256], save[256];
-  join(&a, NULL);
-  ready_all(&a, NULL);
+  running(&a, &co, NULL);
   for (int i = 0; i < N; i++)
     feed(&a, i, "BEGIN step=1");
   expect(&a, 0, "SAVE ", save, sizeof(save));
@@ -437,11 +437,8 @@ END_TEST
 START_TEST(test_end) {
   side_t a, b;
   resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
-  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
-  connect_all(&a);
   char line[256];
-  join(&a, NULL);
-  ready_all(&a, NULL);
+  running(&a, &co, NULL);
   resihp__coord_stop(a.c);
   for (int i = 0; i < N; i++)
     feed(&a, i, "BEGIN step=1");
@@ -467,10 +464,7 @@ END_TEST
 START_TEST(test_no_comeback) {
   side_t a, b;
   resihp__coord_opts_t co = opts(1, 0, NULL, 3000);
-  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
-  connect_all(&a);
-  join(&a, NULL);
-  ready_all(&a, NULL);
+  running(&a, &co, NULL);
   static const int back[2] = {0, 1};
   failover(&a, &b, &co, -1, back, 2);
   char line[256];
@@ -499,10 +493,7 @@ END_TEST
 START_TEST(test_bad_records) {
   side_t a;
   resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
-  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
-  connect_all(&a);
-  join(&a, NULL);
-  ready_all(&a, NULL);
+  running(&a, &co, NULL);
   char *good = strdup(snap);
   size_t len = strlen(good);
   resihp__coord_t *x;
@@ -566,12 +557,7 @@ START_TEST(test_many_failures) {
   failover(&a, &b, &co, -1, NULL, 0); /* 300 records, the same text */
   cs[1] = b.c;
   for (int i = 0; i < 2; i++) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    ck_assert_ptr_nonnull(f);
-    resihp__coord_summary(cs[i], f, NULL);
-    fclose(f);
+    char *text = summary_of(cs[i]);
     const char *at = strstr(text, "failures:");
     int n = -1;
     ck_assert_msg(at && sscanf(at, "failures: %d", &n) == 1, "%s", text);

@@ -121,7 +121,7 @@ static inline void store_to(void *dst, size_t i, int dtype, double d) {
     float f = (float)d;
     memcpy(b + 4 * i, &f, 4);
   } else {
-    uint16_t h = resihp__bf16_from_float((float)d);
+    uint16_t h = resihp__bf16_from_double(d);
     memcpy(b + 2 * i, &h, 2);
   }
 }
@@ -431,6 +431,27 @@ AVX2 static inline __m128i bf16_of_bits4(__m128i u) {
   return _mm_blendv_epi8(rn, qn, nan);
 }
 
+/* Four doubles -> bfloat16 bits (resihp__bf16_from_double: to float
+ * rounded to odd, then to bf16 by nearest even), in the low 16 bits of
+ * four int32 lanes. */
+AVX2 static inline __m128i bf16_of_double4(__m256d d) {
+  __m128 f = _mm256_cvtpd_ps(d);
+  __m256d back = _mm256_cvtps_pd(f);
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  __m256d away = _mm256_cmp_pd(_mm256_andnot_pd(sign, back),
+                               _mm256_andnot_pd(sign, d), _CMP_GT_OQ);
+  __m256d cut = _mm256_cmp_pd(back, d, _CMP_NEQ_OQ);
+  /* the 64-bit lane masks as 32-bit ones: the low half of each lane */
+  const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  __m128i away32 = _mm256_castsi256_si128(
+      _mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), even));
+  __m128i cut32 = _mm256_castsi256_si128(
+      _mm256_permutevar8x32_epi32(_mm256_castpd_si256(cut), even));
+  __m128i u = _mm_add_epi32(_mm_castps_si128(f), away32); /* -1 where away */
+  u = _mm_or_si128(u, _mm_and_si128(cut32, _mm_set1_epi32(1)));
+  return bf16_of_bits4(u);
+}
+
 /* Four doubles stored as dtype at element i of b. */
 AVX2 static inline void store4d_avx2(uint8_t *b, size_t i, int dtype,
                                      __m256d d) {
@@ -439,7 +460,7 @@ AVX2 static inline void store4d_avx2(uint8_t *b, size_t i, int dtype,
   } else if (dtype == RESIHP_FLOAT32) {
     _mm_storeu_ps((float *)(b + 4 * i), _mm256_cvtpd_ps(d));
   } else {
-    __m128i h = bf16_of_bits4(_mm_castps_si128(_mm256_cvtpd_ps(d)));
+    __m128i h = bf16_of_double4(d);
     _mm_storel_epi64((__m128i *)(b + 2 * i), _mm_packus_epi32(h, h));
   }
 }
@@ -679,9 +700,8 @@ AVX512 static void to_avx512(void *dst, const int64_t *src, size_t n, int dtype,
     } else if (dtype == RESIHP_FLOAT32) {
       _mm256_storeu_ps((float *)(b + 4 * i), _mm512_cvtpd_ps(d));
     } else {
-      __m256i u = _mm256_castps_si256(_mm512_cvtpd_ps(d));
-      __m128i lo = bf16_of_bits4(_mm256_castsi256_si128(u));
-      __m128i hi = bf16_of_bits4(_mm256_extracti128_si256(u, 1));
+      __m128i lo = bf16_of_double4(_mm512_castpd512_pd256(d));
+      __m128i hi = bf16_of_double4(_mm512_extractf64x4_pd(d, 1));
       _mm_storeu_si128((__m128i *)(b + 2 * i), _mm_packus_epi32(lo, hi));
     }
   }

@@ -35,6 +35,29 @@ static inline uint16_t resihp__bf16_from_float(float f) {
   return (uint16_t)(u >> 16);
 }
 
+/* double -> bfloat16 bits with ONE rounding (to nearest even), as
+ * allreduce.h promises: (float)d first would round twice, and a double
+ * just above a bf16 tie (1 + 2^-8 + 2^-30) would land on the tie and go
+ * to even, 1 ulp off. So d goes to float rounded to odd (toward zero,
+ * then the lowest bit set when anything was cut): a float keeps 16 bits
+ * more than a bf16, and rounding to odd first, then to nearest even with
+ * at least 2 bits less, equals rounding once. The vector kernels
+ * (bf16_of_double4 in fixed_point.c) and the CUDA kernel do the same. */
+static inline uint16_t resihp__bf16_from_double(double d) {
+  float f = (float)d;
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if (d == d) { /* NaN: resihp__bf16_from_float quiets it */
+    double back = f, ad = d < 0 ? -d : d, ab = back < 0 ? -back : back;
+    if (ab > ad)
+      u -= 1; /* rounded away from zero (inf included): one float back */
+    if (back != d)
+      u |= 1; /* sticky */
+  }
+  memcpy(&f, &u, 4);
+  return resihp__bf16_from_float(f);
+}
+
 /* dst[i] = fixed(src[i]) (+ add[i], wrapping, when add is not NULL; add
  * may be dst). src_dtype: RESIHP_FLOAT32, RESIHP_FLOAT64 or
  * RESIHP_BFLOAT16. Pointers need no alignment. */

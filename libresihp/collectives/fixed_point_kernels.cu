@@ -51,6 +51,16 @@ __device__ __forceinline__ uint32_t bf16_from_float(float f) {
   return u >> 16;
 }
 
+/* resihp__bf16_from_double of fixed_point.h: one rounding, through a
+ * float rounded to odd (toward zero, sticky bit set when inexact). */
+__device__ __forceinline__ uint32_t bf16_from_double(double d) {
+  float f = __double2float_rz(d);
+  uint32_t u = __float_as_uint(f);
+  if (d == d && (double)f != d)
+    u |= 1u;
+  return bf16_from_float(__uint_as_float(u));
+}
+
 /* Element access for head and tail: aligned, or byte by byte. */
 template <typename T>
 __device__ __forceinline__ T load(const void *p, size_t i, bool bytewise) {
@@ -95,7 +105,7 @@ __device__ __forceinline__ void store_to(void *dst, size_t i, int dtype,
   else if (dtype == kFloat32)
     store<float>(dst, i, __double2float_rn(d), bytewise);
   else
-    store<uint16_t>(dst, i, (uint16_t)bf16_from_float(__double2float_rn(d)),
+    store<uint16_t>(dst, i, (uint16_t)bf16_from_double(d),
                     bytewise);
 }
 
@@ -216,8 +226,8 @@ resihp_fixed_to_bf16_kernel(void *__restrict__ dst,
 #pragma unroll
     for (int q = 0; q < 4; q++) {
       longlong2 a = s2[4 * v + q];
-      w[q] = bf16_from_float(__double2float_rn(to_double(a.x, k))) |
-             bf16_from_float(__double2float_rn(to_double(a.y, k))) << 16;
+      w[q] = bf16_from_double(to_double(a.x, k)) |
+             bf16_from_double(to_double(a.y, k)) << 16;
     }
     d8[v] = make_uint4(w[0], w[1], w[2], w[3]);
   }

@@ -251,6 +251,21 @@ static int64_t any_int64(void) {
   }
 }
 
+/* bfloat16 of w, rounded once to nearest even (allreduce.h), by the
+ * definition: w over the bf16 ulp of its binade (exact: a power of two)
+ * rounded to an integer, times that ulp. Not through float, which would
+ * round a second time. */
+static uint16_t ref_bf16(double w) {
+  if (isnan(w) || isinf(w) || w == 0.0)
+    return resihp_bf16_from_float((float)w); /* exact, or a quiet NaN */
+  int e = ilogb(w);
+  if (e > 127)
+    return signbit(w) ? 0xff80 : 0x7f80;
+  int ulp = (e < -126 ? -126 : e) - 7; /* subnormals: 2^-133 */
+  double v = ldexp(nearbyint(ldexp(w, -ulp)), ulp); /* exact, or 2^128 */
+  return resihp_bf16_from_float((float)v);       /* exact, or inf */
+}
+
 /* x times k in dtype, by the definition: one rounding to double, then
  * to the type. */
 static void ref_to(int64_t x, int dt, double k, uint8_t *want) {
@@ -261,7 +276,7 @@ static void ref_to(int64_t x, int dt, double k, uint8_t *want) {
     float y = (float)w;
     memcpy(want, &y, 4);
   } else {
-    uint16_t h = resihp_bf16_from_float((float)w);
+    uint16_t h = ref_bf16(w);
     memcpy(want, &h, 2);
   }
 }
@@ -509,7 +524,7 @@ static void expected(resihp_comm_t *c, size_t count, int seed, int dtype,
     } else if (dtype == RESIHP_FLOAT32) {
       ((float *)out)[i] = (float)w;
     } else {
-      ((uint16_t *)out)[i] = resihp_bf16_from_float((float)w);
+      ((uint16_t *)out)[i] = ref_bf16(w);
     }
   }
 }
@@ -744,6 +759,59 @@ START_TEST(deterministic_rank_killed) {
 }
 END_TEST
 
+/* A double just above a bfloat16 tie rounds up, at every kernel level,
+ * in the conversion (resihp_fixed_to_bf16) and in the ring's fused sum:
+ * 2^32 + 2^24 + 4 at 32 fractional bits is 1 + 2^-8 + 2^-30, whose float
+ * is the tie 1 + 2^-8 (0x3f80 by even), while the one rounding that
+ * allreduce.h promises gives 0x3f81. Then values with random bits next to
+ * ties of every binade of the int64 range. */
+START_TEST(bf16_rounds_once) {
+  int best = resihp__fixed_set_isa(99);
+  enum { N = 37 }; /* vector bodies and a scalar tail */
+  int64_t v[N];
+  uint16_t got[N], zero[N];
+  memset(zero, 0, sizeof zero);
+  for (int level = 0; level <= best; level++) {
+    ck_assert_int_eq(resihp__fixed_set_isa(level), level);
+    for (int sign = 0; sign < 2; sign++) {
+      int64_t x = (1ll << 32) + (1ll << 24) + 4;
+      for (size_t i = 0; i < N; i++)
+        v[i] = sign ? -x : x;
+      uint16_t want = sign ? 0xbf81 : 0x3f81;
+      resihp_fixed_to_bf16(got, v, N, 32, 1.0);
+      for (size_t i = 0; i < N; i++)
+        ck_assert_msg(got[i] == want, "level %d i %zu: 0x%04x, want 0x%04x",
+                      level, i, got[i], want);
+      ck_assert_int_eq(resihp__fixed_sum_to(got, zero, v, 0, N,
+                                            RESIHP_BFLOAT16, 32, 1.0),
+                       0);
+      for (size_t i = 0; i < N; i++)
+        ck_assert_msg(got[i] == want, "level %d i %zu: sum 0x%04x, want 0x%04x",
+                      level, i, got[i], want);
+    }
+    for (int iter = 0; iter < 4000; iter++) {
+      int f = (int)(next() % 63);
+      for (size_t i = 0; i < N; i++) {
+        /* a bf16 tie (8 significant bits then a 1) with a few random bits
+         * further down, of either side, anywhere in the int64 range */
+        int top = 9 + (int)(next() % 54);
+        uint64_t m = (uint64_t)(next() | 1) & 0x1ff;
+        int64_t t = (int64_t)((m | 0x101) << (top - 9));
+        int64_t below = (int64_t)(next() % 16) - 8;
+        v[i] = (next() % 2 ? -1 : 1) * (t + below);
+      }
+      resihp_fixed_to_bf16(got, v, N, f, 1.0);
+      for (size_t i = 0; i < N; i++) {
+        uint16_t want = ref_bf16((double)v[i] * ldexp(1.0, -f));
+        ck_assert_msg(got[i] == want,
+                      "level %d frac %d x %lld: 0x%04x, want 0x%04x", level, f,
+                      (long long)v[i], got[i], want);
+      }
+    }
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("fixed_fast");
   TCase *tc = tcase_create("kernels");
@@ -752,6 +820,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, to_float_bitwise);
   tcase_add_test(tc, sum_to_bitwise);
   tcase_add_test(tc, narrow_and_widen);
+  tcase_add_test(tc, bf16_rounds_once);
   suite_add_tcase(s, tc);
   tc = tcase_create("group");
   tcase_set_timeout(tc, 60);

@@ -8,8 +8,10 @@
 #include <resihp/error.h>
 #include <resihp/log.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,6 +300,79 @@ int resihp__setup_recv(int fd, resihp__msgauth_t *auth, void *m, size_t len,
   return recv_sealed(fd, auth, m, len, deadline_ms, peer);
 }
 
+void (*resihp__shm_test_hook)(int phase, int peer);
+
+static void phase(int ph, int peer) {
+  if (resihp__shm_test_hook)
+    resihp__shm_test_hook(ph, peer);
+}
+
+/* ---- stale rings ----------------------------------------------------------
+ * The name carries its creator's PID, so a later set-up on the host can tell
+ * a ring nobody will ever unlink: its creator is gone. A zombie counts as
+ * gone (its peer sees the socket's EOF before the parent reaps it). A PID
+ * reused by a live process keeps its ring until that one ends too. */
+#define STALE_MAX_ENTRIES 4096 /* a user can fill /dev/shm: bounded scan */
+
+static int pid_gone(pid_t pid) {
+  if (kill(pid, 0) < 0)
+    return errno == ESRCH;
+  char path[32], state = 0;
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return 0;
+  /* "PID (COMM) STATE ...": COMM may hold spaces and parentheses */
+  char buf[512];
+  size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[len] = '\0';
+  char *close_paren = strrchr(buf, ')');
+  if (close_paren && close_paren[1] == ' ')
+    state = close_paren[2];
+  return state == 'Z' || state == 'X';
+}
+
+/* The creator's PID of a name of exactly our form, or -1. */
+static pid_t ring_creator(const char *name) {
+  int pid, peer;
+  unsigned long long nonce;
+  char canon[64];
+  if (sscanf(name, "resihp-%d-%d-%16llx", &pid, &peer, &nonce) != 3 ||
+      pid <= 0 || peer < 0)
+    return -1;
+  snprintf(canon, sizeof(canon), "resihp-%d-%d-%016llx", pid, peer, nonce);
+  return strcmp(canon, name) == 0 ? (pid_t)pid : -1;
+}
+
+int resihp__shm_clean_stale(void) {
+  DIR *d = opendir("/dev/shm");
+  if (!d)
+    return 0;
+  uid_t self = geteuid();
+  int removed = 0;
+  struct dirent *e;
+  for (long n = 0; n < STALE_MAX_ENTRIES && (e = readdir(d)) != NULL; n++) {
+    pid_t pid = ring_creator(e->d_name);
+    struct stat st;
+    if (pid < 0 || pid == getpid() ||
+        fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(st.st_mode) || st.st_uid != self || !pid_gone(pid))
+      continue;
+    char name[NAME_MAX + 2];
+    snprintf(name, sizeof(name), "/%s", e->d_name);
+    if (shm_unlink(name) == 0) {
+      removed++;
+      resihp_log(RESIHP_LOG_DEBUG, "allreduce",
+                 "removed %s: shared-memory ring of rank process %d, which "
+                 "died during a set-up",
+                 name, (int)pid);
+    }
+  }
+  closedir(d);
+  return removed;
+}
+
 int resihp__shm_setup(int self, int n, const int *data_fds,
                       resihp__msgauth_t *auth, int want_shm,
                       int64_t deadline_ms, resihp__ring_t **in,
@@ -306,6 +381,8 @@ int resihp__shm_setup(int self, int n, const int *data_fds,
   int rc = 0;
   if (!mine)
     return RESIHP_ENOMEM;
+  if (want_shm)
+    resihp__shm_clean_stale();
   /* 1. Create an inbound ring per peer and tell the peer its name. */
   for (int i = 0; i < n; i++) {
     in[i] = out[i] = NULL;
@@ -331,9 +408,11 @@ int resihp__shm_setup(int self, int n, const int *data_fds,
         m->name[0] = '\0';
       }
     }
+    phase(RESIHP__SHM_CREATED, i);
     if ((rc = send_sealed(data_fds[i], auth ? &auth[i] : NULL, m, sizeof(*m),
                           deadline_ms)))
       goto out;
+    phase(RESIHP__SHM_NAMED, i);
   }
   /* 2. Map each peer's ring for us; 3. tell whether that worked. */
   uint8_t *ok_out = calloc((size_t)n, 1);
@@ -362,6 +441,9 @@ int resihp__shm_setup(int self, int n, const int *data_fds,
         if (!fstat(fd, &st) && (size_t)st.st_size == map_len())
           out[i] = map_fd(fd);
         close(fd);
+        /* Mapped on both sides now (or never by us): the name has served,
+         * and it must not outlive a creator killed from here on. */
+        shm_unlink(p.name);
       }
       /* Same host and the same object: the nonce came over the
        * authenticated link. */
@@ -374,12 +456,15 @@ int resihp__shm_setup(int self, int n, const int *data_fds,
     if (out[i])
       prefault_writes(out[i]);
     ok_out[i] = out[i] != NULL;
+    phase(RESIHP__SHM_MAPPED, i);
   }
   for (int i = 0; i < n && !rc; i++) {
     if (i == self || data_fds[i] < 0)
       continue;
     rc = send_sealed(data_fds[i], auth ? &auth[i] : NULL, &ok_out[i], 1,
                      deadline_ms);
+    if (!rc)
+      phase(RESIHP__SHM_TOLD, i);
   }
   for (int i = 0; i < n && !rc; i++) {
     if (i == self || data_fds[i] < 0)
@@ -388,6 +473,7 @@ int resihp__shm_setup(int self, int n, const int *data_fds,
     if ((rc = recv_sealed(data_fds[i], auth ? &auth[i] : NULL, &peer_ok, 1,
                           deadline_ms, i)))
       break;
+    phase(RESIHP__SHM_DONE, i);
     /* Shared memory only if both directions work; else TCP both ways. */
     if (!(peer_ok && ok_out[i])) {
       resihp__ring_unmap(in[i]);

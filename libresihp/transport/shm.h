@@ -37,6 +37,28 @@ int resihp__shm_setup(int self, int n, const int *data_fds,
 
 void resihp__ring_unmap(resihp__ring_t *r);
 
+/* A ring's name, /resihp-PID-PEER-NONCE, lives only until both sides have
+ * mapped it: the side that maps it (the producer) unlinks it at once, and
+ * the creator at the latest when the set-up ends. Only a creator that dies
+ * before its peer mapped the ring leaves the name (4 MiB of /dev/shm):
+ * every set-up that wants shared memory first removes the rings of this
+ * user whose creator (the PID in the name) is gone, killed or a zombie.
+ * Returns how many it removed; the scan is bounded. */
+int resihp__shm_clean_stale(void);
+
+/* Test hook (tests/unit): called by resihp__shm_setup at each of its
+ * phases, with the peer concerned, so a test can stop the rank there and
+ * kill it from outside. */
+enum {
+  RESIHP__SHM_CREATED = 0, /* the ring for peer exists, its name unsent */
+  RESIHP__SHM_NAMED = 1,   /* peer was sent the name of its ring */
+  RESIHP__SHM_MAPPED = 2,  /* peer's ring for us is mapped (or refused) */
+  RESIHP__SHM_TOLD = 3,    /* peer was told whether that worked */
+  RESIHP__SHM_DONE = 4,    /* heard whether peer mapped our ring */
+  RESIHP__SHM_NPHASES = 5
+};
+extern void (*resihp__shm_test_hook)(int phase, int peer);
+
 /* The sealed set-up messages of resihp__shm_setup, for other set-up
  * exchanges on the data links (cma.c): len bytes, then (with auth) their
  * MAC; a MAC that fails is RESIHP_EPROTO (logged, naming peer). */

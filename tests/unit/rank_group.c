@@ -67,6 +67,7 @@ int make_comm(int rank, int n, const char *secret, long chunk,
 }
 
 int resume_rank = -1, resume_ms;
+int kill_stopped_rank = -1;
 
 void run_group(int n, rank_fn fn, void *arg, int st[MAXN]) {
   pid_t pid[MAXN];
@@ -105,6 +106,11 @@ void run_group(int n, rank_fn fn, void *arg, int st[MAXN]) {
         nanosleep(&ts, NULL);
         kill(pid[r], SIGCONT);
         resume_rank = -1;
+        continue;
+      }
+      if (w == pid[r] && WIFSTOPPED(s) && r == kill_stopped_rank) {
+        kill(pid[r], SIGKILL);
+        kill_stopped_rank = -1;
         continue;
       }
       if (w == pid[r] && WIFSTOPPED(s))

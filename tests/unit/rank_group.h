@@ -51,6 +51,10 @@ typedef int (*rank_fn)(int rank, int n, void *arg);
 /* run_group: the first time rank resume_rank stops itself, it is continued
  * resume_ms later (-1: stopped ranks stay stopped). */
 extern int resume_rank, resume_ms;
+/* run_group: the first time rank kill_stopped_rank stops itself, it gets
+ * SIGKILL from the parent at once (-1: none): a test stops a rank at an
+ * exact point with raise(SIGSTOP) and has it killed from outside there. */
+extern int kill_stopped_rank;
 
 /* Fork n ranks running fn; returns their exit statuses in st[]. Ranks
  * still alive and stopped once the others are done get SIGKILL. */

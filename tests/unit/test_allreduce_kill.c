@@ -30,6 +30,8 @@
 #include "../../libresihp/transport/shm.h"
 
 #include <check.h>
+#include <dirent.h>
+#include <limits.h>
 #include <float.h>
 #include <math.h>
 #include <signal.h>
@@ -716,6 +718,99 @@ START_TEST(nan_and_inf) {
 }
 END_TEST
 
+/* ---- a rank killed during the shared-memory set-up -----------------------
+ * Rank 1 of 3 stops itself at phase `phase` of resihp__shm_setup (after
+ * its first peer; the hook's raise) and the parent SIGKILLs it there from
+ * outside. Then a later set-up on the host (a fresh pair of ranks) runs,
+ * and /dev/shm must hold no ring of any of the first three processes:
+ * a ring of a live creator is unlinked once its peer mapped it or the
+ * set-up ended, and a killed creator's ring by the next set-up. */
+static int setup_phase = -1;
+static int shm_pid_pipe[2] = {-1, -1};
+
+static void stop_at_phase(int ph, int peer) {
+  (void)peer;
+  if (ph == setup_phase) {
+    setup_phase = -1; /* once */
+    raise(SIGSTOP);
+  }
+}
+
+static int setup_rank(int rank, int n, void *arg) {
+  int victim = *(int *)arg;
+  pid_t me = getpid();
+  if (write(shm_pid_pipe[1], &me, sizeof(me)) != (ssize_t)sizeof(me))
+    return XS_FAIL;
+  if (rank == victim)
+    resihp__shm_test_hook = stop_at_phase;
+  resihp_comm_t *c = NULL;
+  int rc = make_comm(rank, n, SECRET, 0, 0, &c);
+  if (rank == victim)
+    return XS_FAIL; /* it should have been killed */
+  (void)rc;         /* a survivor's set-up may fail or succeed */
+  resihp_comm_destroy(c);
+  return XS_OK;
+}
+
+static int plain_rank(int rank, int n, void *arg) {
+  (void)arg;
+  resihp_comm_t *c = NULL;
+  int rc = make_comm(rank, n, SECRET, 0, 0, &c);
+  resihp_comm_destroy(c);
+  return rc ? XS_FAIL : XS_OK;
+}
+
+/* Names in /dev/shm of rings created by one of pids. */
+static int rings_of(const pid_t *pids, int n, char *first, size_t len) {
+  DIR *d = opendir("/dev/shm");
+  ck_assert_ptr_nonnull(d);
+  int found = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int pid;
+    if (sscanf(e->d_name, "resihp-%d-", &pid) != 1)
+      continue;
+    for (int i = 0; i < n; i++)
+      if (pid == (int)pids[i]) {
+        if (!found++)
+          snprintf(first, len, "%s", e->d_name);
+      }
+  }
+  closedir(d);
+  return found;
+}
+
+START_TEST(shm_setup_killed_at_every_phase) {
+  int victim = 1, st[MAXN];
+  transport = -1; /* shared memory between ranks of this host */
+  ck_assert_int_eq(pipe(shm_pid_pipe), 0);
+  setup_phase = _i;
+  kill_stopped_rank = victim;
+  run_group(3, setup_rank, &victim, st);
+  ck_assert_msg(WIFSIGNALED(st[victim]) && WTERMSIG(st[victim]) == SIGKILL,
+                "phase %d: the victim was not killed there (status %d)", _i,
+                st[victim]);
+  for (int r = 0; r < 3; r++)
+    if (r != victim)
+      ck_assert_msg(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == XS_OK,
+                    "phase %d: rank %d status %d", _i, r, st[r]);
+  close(shm_pid_pipe[1]);
+  pid_t pids[3];
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(read(shm_pid_pipe[0], &pids[i], sizeof(pids[i])),
+                     sizeof(pids[i]));
+  close(shm_pid_pipe[0]);
+  /* the next set-up on this host */
+  run_group(2, plain_rank, NULL, st);
+  expect_all_ok(2, st);
+  char name[NAME_MAX + 1] = "";
+  int left = rings_of(pids, 3, name, sizeof(name));
+  ck_assert_msg(left == 0,
+                "phase %d: %d shared-memory ring(s) left in /dev/shm, e.g. %s",
+                _i, left, name);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("allreduce_kill");
   TCase *tc = tcase_create("kill");
@@ -727,6 +822,11 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, link_cut_at_every_part, 0, 12);
   tcase_add_loop_test(tc, garbage_live_or_dead, 0, 16);
   tcase_add_test(tc, ctrl_garbage_then_dead);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("setup");
+  tcase_set_timeout(tc, 120);
+  tcase_add_loop_test(tc, shm_setup_killed_at_every_phase, 0,
+                      RESIHP__SHM_NPHASES);
   suite_add_tcase(s, tc);
   tc = tcase_create("nan");
   tcase_set_timeout(tc, 60);

@@ -605,7 +605,9 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
                             .secret_len = secret_len,
                             .timeout_ms = o->connect_timeout_ms > 0
                                               ? o->connect_timeout_ms
-                                              : 30000};
+                                              : 30000,
+                            .abort = o->setup_abort,
+                            .abort_arg = o->setup_abort_arg};
   rc = n > 1 ? resihp__mesh_connect(&mo, c->data_fds, c->ctrl_fds, data_auth,
                                     c->ctrl_auth)
              : 0;

@@ -31,7 +31,7 @@ static int bad(char *err, size_t errlen, const char *item, const char *why) {
     snprintf(err, errlen,
              "bad fault injection '%s': %s (expected KIND:REPLICA@STEP or "
              "KIND:REPLICA.RANK@STEP with KIND kill-rank|kill-node|hang-rank, "
-             "STEP a step number or 'catchup', or "
+             "STEP a step number, 'catchup' or 'setup', or "
              "slow-rank:REPLICA[.RANK]@STEPxF[:D] with F in (1, 100] and D "
              ">= 1 steps; items separated by ',')",
              item, why);
@@ -55,7 +55,8 @@ static const char *parse_slow(const char *p, long *step, int *milli,
                               long *steps) {
   long v, frac = 0;
   if (!digits(&p, &v, 1000000000000L) || v > 1000000000000L)
-    return "STEP must be a number >= 0 (slow-rank has no 'catchup')";
+    return "STEP must be a number >= 0 (slow-rank has no 'catchup' or "
+           "'setup')";
   *step = v;
   if (*p == 'x')
     p++;
@@ -144,12 +145,14 @@ int resihp__inject_parse(const char *spec, resihp__inject_t *out, int max,
         return bad(err, errlen, item, why);
     } else if (!strcmp(at + 1, "catchup")) {
       s = RESIHP__INJECT_CATCHUP;
+    } else if (!strcmp(at + 1, "setup")) {
+      s = RESIHP__INJECT_SETUP;
     } else {
       errno = 0;
       s = strtol(at + 1, &end, 10);
       if (end == at + 1 || *end || errno || s < 0)
         return bad(err, errlen, item,
-                   "STEP must be a number >= 0 or 'catchup'");
+                   "STEP must be a number >= 0, 'catchup' or 'setup'");
     }
     if (cnt >= max)
       return bad(err, errlen, item, "too many items");
@@ -173,6 +176,8 @@ char *resihp__inject_format(const resihp__inject_t *v, int n, char *buf,
     char st[24];
     if (v[i].step == RESIHP__INJECT_CATCHUP)
       snprintf(st, sizeof(st), "catchup");
+    else if (v[i].step == RESIHP__INJECT_SETUP)
+      snprintf(st, sizeof(st), "setup");
     else
       snprintf(st, sizeof(st), "%ld", v[i].step);
     char rk[16] = "", slow[48] = "";

@@ -8,7 +8,10 @@
  * its --kill-node-cmd on the rank's node and the rank waits to be killed)
  * or hang-rank (the rank SIGSTOPs itself). STEP is a step number, or
  * "catchup": the moment the replica takes part in a catch-up transfer
- * (half-way through sending or receiving the state).
+ * (half-way through sending or receiving the state), or "setup": the
+ * moment the rank starts setting up its group of a new epoch, the others
+ * already setting up theirs with it (a test stops it there with hang-rank
+ * and kills it from outside).
  *
  * slow-rank is a fail-slow, not a failure: "slow-rank:REPLICA[.RANK]@STEP
  * xF[:D]" (also with the sign U+00D7 for 'x') makes the rank (default: the
@@ -24,6 +27,7 @@
 
 #define RESIHP__INJECT_MAX 64
 #define RESIHP__INJECT_CATCHUP (-1L)
+#define RESIHP__INJECT_SETUP (-2L)
 
 typedef enum {
   RESIHP__INJ_KILL_RANK = 0,

@@ -167,6 +167,7 @@ void resihp_job_destroy(resihp_job_t *j) {
   free(j->ccost);
   free(j->cpick);
   free(j->msg);
+  free(j->stash);
   free(j);
 }
 

@@ -103,6 +103,17 @@ void resihp__job_maybe_fire(resihp_job_t *j, long step) {
     }
 }
 
+/* A fault planned for a group's set-up ("setup"): fired once, as the rank
+ * starts setting up the group of a new epoch. */
+void resihp__job_setup_fault(resihp_job_t *j) {
+  for (int i = 0; i < j->ninj; i++)
+    if (!j->inj_fired[i] && my_fault(j, i) &&
+        j->inj[i].step == RESIHP__INJECT_SETUP) {
+      j->inj_fired[i] = 1;
+      resihp__job_fire(j, j->inj[i].kind, j->step);
+    }
+}
+
 static double mono_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

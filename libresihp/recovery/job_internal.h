@@ -90,6 +90,12 @@ struct resihp_job {
   int failover_ms;
   pthread_t main_thread;
   int64_t heard_ms;
+  /* A line that came while a shard group was being set up (setup_abort,
+   * job_replica.c): the coordinator moved on, so the set-up ended; the
+   * next resihp__job_recv / resihp__job_recv_up returns it. relayed: the
+   * leader already sent it down to its ranks. */
+  char *stash;
+  int stash_relayed;
 
   /* listening sockets: shard group, catch-up, replica communicator */
   int lfd, slfd, rlfd;
@@ -238,9 +244,17 @@ int resihp__job_accept_ranks(resihp_job_t *j);
 int resihp__job_replica_comm_create(resihp_job_t *j);
 /* A communicator of this job's secret: rank of n at eps, accepting on
  * listen_fd (the shard group and the replica communicator). */
+/* abortable: the set-up ends as soon as the coordinator (via the leader,
+ * for ranks > 0) says anything but a heartbeat (a new epoch after a member
+ * died): a shard group's set-up. */
 int resihp__job_comm_create(resihp_job_t *j, int rank, int n,
                             const char *const *eps, int listen_fd,
-                            int connect_timeout_ms, resihp_comm_t **out);
+                            int connect_timeout_ms, int abortable,
+                            resihp_comm_t **out);
+/* Puts a line kept by an ended set-up into j->msg: 1, or 0 if none. */
+int resihp__job_take_stash(resihp_job_t *j);
+/* Fires the faults planned for a group's set-up (inject.h, "setup"). */
+void resihp__job_setup_fault(resihp_job_t *j);
 /* Leader: line (and raw bytes) to every other rank. Non-leader: the next
  * line from the leader (heartbeats skipped). */
 int resihp__job_send_down(resihp_job_t *j, const char *line);

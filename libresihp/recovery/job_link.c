@@ -264,7 +264,8 @@ static int resend_pending(resihp_job_t *j) {
 
 int resihp__job_recv(resihp_job_t *j) {
   for (;;) {
-    int rc = j->lost ? j->lost
+    int rc = resihp__job_take_stash(j) ? 0
+             : j->lost                  ? j->lost
              : j->cw.fd < 0
                  ? RESIHP_ECLOSED
                  : resihp__wire_recv(&j->cw, j->msg, RESIHP__JOB_MSG_MAX,

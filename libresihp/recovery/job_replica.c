@@ -274,7 +274,7 @@ int resihp__job_replica_comm_create(resihp_job_t *j) {
     eps[k] = items[k];
   }
   if (!rc) {
-    rc = resihp__job_comm_create(j, j->lrank, j->lsize, eps, j->rlfd, 30000,
+    rc = resihp__job_comm_create(j, j->lrank, j->lsize, eps, j->rlfd, 30000, 0,
                                  &j->rcomm);
     if (rc)
       resihp_log(RESIHP_LOG_ERROR, "job",
@@ -286,9 +286,59 @@ int resihp__job_replica_comm_create(resihp_job_t *j) {
   return rc;
 }
 
+/* A shard group's set-up waits for peers that the coordinator may
+ * already know to be dead: it then sends the next epoch's GO (or another
+ * line) at once, while the set-up would dial the dead one until its
+ * deadline (10 s). So the set-up looks at this rank's link (the
+ * coordinator's for the leader, the leader's for the others) without
+ * blocking: heartbeats are taken as such; any other line is kept for the
+ * next read and ends the set-up. The leader relays what its ranks act on
+ * at once, so that their set-ups end too. Main thread only, as every read
+ * of these links. */
+static int setup_abort(void *arg) {
+  resihp_job_t *j = arg;
+  if (j->stash)
+    return 1;
+  resihp__wire_t *w = j->lrank > 0 ? &j->up : &j->cw;
+  if (w->fd < 0 || (j->lrank == 0 && j->lost) || resihp__wire_fill(w))
+    return 0; /* a lost link is the main path's business */
+  char *line = malloc(RESIHP__JOB_MSG_MAX);
+  if (!line)
+    return 0;
+  for (;;) {
+    int r = resihp__wire_take(w, line, RESIHP__JOB_MSG_MAX);
+    if (r != 1) {
+      free(line); /* nothing complete (a bad line: the next read says so) */
+      return 0;
+    }
+    if (!strcmp(line, "HB")) {
+      if (j->lrank == 0)
+        j->heard_ms = resihp__now_ms();
+      continue;
+    }
+    if (j->lrank == 0 && !strncmp(line, "COORDS ", 7)) {
+      resihp__job_on_coords(j, line);
+      continue;
+    }
+    break;
+  }
+  resihp_log(RESIHP_LOG_INFO, "job",
+             "replica %d rank %d: '%.40s' came during the set-up of epoch %u: "
+             "set-up ended",
+             j->replica, j->lrank, line, j->epoch);
+  j->stash = line;
+  j->stash_relayed = 0;
+  if (j->lrank == 0 && j->lsize > 1 &&
+      (!strcmp(line, "DONE") || !strncmp(line, "GO ", 3) ||
+       !strncmp(line, "START ", 6) || !strncmp(line, "SAVE ", 5)))
+    j->stash_relayed = !resihp__job_send_down(j, line);
+  return 1;
+}
+
 int resihp__job_comm_create(resihp_job_t *j, int rank, int n,
                             const char *const *eps, int listen_fd,
-                            int connect_timeout_ms, resihp_comm_t **out) {
+                            int connect_timeout_ms, int abortable,
+                            resihp_comm_t **out) {
   resihp_comm_opts_t co;
   resihp_comm_opts_init(&co);
   co.rank = rank;
@@ -298,7 +348,21 @@ int resihp__job_comm_create(resihp_job_t *j, int rank, int n,
   co.secret = j->secret;
   co.secret_len = j->secret_len;
   co.connect_timeout_ms = connect_timeout_ms;
+  if (abortable) {
+    co.setup_abort = setup_abort;
+    co.setup_abort_arg = j;
+  }
   return resihp_comm_create(&co, out);
+}
+
+/* The stashed line (setup_abort) into j->msg, if there is one. */
+int resihp__job_take_stash(resihp_job_t *j) {
+  if (!j->stash)
+    return 0;
+  snprintf(j->msg, RESIHP__JOB_MSG_MAX, "%s", j->stash);
+  free(j->stash);
+  j->stash = NULL;
+  return 1;
 }
 
 /* A line to one star link, atomically with respect to heartbeats. */
@@ -339,6 +403,8 @@ int resihp__job_send_up(resihp_job_t *j, const char *line) {
 /* The leader relays the coordinator's word; it may wait at the step
  * boundary for the slowest replica, but its heartbeats say it is alive. */
 int resihp__job_recv_up(resihp_job_t *j) {
+  if (resihp__job_take_stash(j))
+    return 0;
   for (;;) {
     int rc = resihp__wire_recv(&j->up, j->msg, RESIHP__JOB_MSG_MAX,
                                resihp__now_ms() + j->timeout_ms);

@@ -107,8 +107,11 @@ static int setup_group(resihp_job_t *j, uint32_t epoch) {
     if (ids[i] == j->replica)
       me = i;
   }
+  if (me >= 0)
+    resihp__job_setup_fault(j);
   rc = me < 0 ? RESIHP_EPROTO
-              : resihp__job_comm_create(j, me, n, ep, j->lfd, 10000, &j->comm);
+              : resihp__job_comm_create(j, me, n, ep, j->lfd, 10000, 1,
+                                        &j->comm);
   free(ep);
   return rc;
 }
@@ -118,8 +121,9 @@ static int setup_group(resihp_job_t *j, uint32_t epoch) {
 static int next_line(resihp_job_t *j) {
   if (j->lrank > 0)
     return resihp__job_recv_up(j);
+  int relayed = j->stash && j->stash_relayed;
   int rc = resihp__job_recv(j);
-  if (rc || j->lsize == 1)
+  if (rc || j->lsize == 1 || relayed)
     return rc;
   if (!strcmp(j->msg, "DONE") || !strncmp(j->msg, "GO ", 3) ||
       !strncmp(j->msg, "START ", 6) || !strncmp(j->msg, "SAVE ", 5))

@@ -147,6 +147,13 @@ static void mac(const uint8_t *key, size_t keylen, const char *label,
   resihp__hmac_sha256(key, keylen, parts, lens, 3, out);
 }
 
+/* Longest wait between two looks at the caller's abort (mesh.h). */
+#define ABORT_POLL_MS 100
+
+static int aborted(int (*abort)(void *), void *arg) {
+  return abort && abort(arg);
+}
+
 static int connect_once(const struct sockaddr_storage *sa, socklen_t salen,
                         int64_t deadline) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -234,10 +241,23 @@ static int client_handshake(int fd, const char *endpoint, const uint8_t *secret,
   return 0;
 }
 
+static int dial(const char *endpoint, const uint8_t *secret, size_t secret_len,
+                int src, int dst, int nranks, int channel, int64_t deadline_ms,
+                resihp__msgauth_t *auth, int (*abort)(void *),
+                void *abort_arg);
+
 int resihp__mesh_dial(const char *endpoint, const uint8_t *secret,
                       size_t secret_len, int src, int dst, int nranks,
                       int channel, int64_t deadline_ms,
                       resihp__msgauth_t *auth) {
+  return dial(endpoint, secret, secret_len, src, dst, nranks, channel,
+              deadline_ms, auth, NULL, NULL);
+}
+
+static int dial(const char *endpoint, const uint8_t *secret, size_t secret_len,
+                int src, int dst, int nranks, int channel, int64_t deadline_ms,
+                resihp__msgauth_t *auth, int (*abort)(void *),
+                void *abort_arg) {
   struct sockaddr_storage sa;
   socklen_t salen;
   int rc = resolve(endpoint, &sa, &salen);
@@ -248,7 +268,21 @@ int resihp__mesh_dial(const char *endpoint, const uint8_t *secret,
    * deadline. */
   int delay = 5, warned = 0;
   for (;;) {
-    int fd = connect_once(&sa, salen, deadline_ms);
+    /* A peer that was declared dead will never answer: no retry past
+     * that news (the connect itself waits ABORT_POLL_MS at most). */
+    if (aborted(abort, abort_arg)) {
+      resihp_log(RESIHP_LOG_INFO, "allreduce",
+                 "set-up ended while dialling rank %d at %s: the job moved "
+                 "on (a member failed)",
+                 dst, endpoint);
+      return RESIHP_EPEER;
+    }
+    int64_t cdl = deadline_ms;
+    if (abort && cdl > resihp__now_ms() + ABORT_POLL_MS)
+      cdl = resihp__now_ms() + ABORT_POLL_MS;
+    int fd = connect_once(&sa, salen, cdl);
+    if (fd == RESIHP_ETIMEDOUT && cdl < deadline_ms)
+      continue; /* a slice of the wait: look at abort, wait on */
     if (fd >= 0) {
       tune(fd);
       int64_t hs_deadline = resihp__now_ms() + HANDSHAKE_MS;
@@ -446,6 +480,16 @@ static int accept_peers(const resihp__mesh_opts_t *o, int lfd,
     pd[k].fd = -1;
   while (missing > 0) {
     int64_t now = resihp__now_ms(), wake = deadline;
+    if (aborted(o->abort, o->abort_arg)) {
+      resihp_log(RESIHP_LOG_INFO, "allreduce",
+                 "rank %d: set-up ended with %d connection(s) from higher "
+                 "ranks missing: the job moved on (a member failed)",
+                 o->rank, missing);
+      rc = RESIHP_EPEER;
+      break;
+    }
+    if (o->abort && wake > now + ABORT_POLL_MS)
+      wake = now + ABORT_POLL_MS;
     if (now >= deadline) {
       resihp_log(RESIHP_LOG_ERROR, "allreduce",
                  "rank %d: %d connection(s) from higher ranks missing after "
@@ -575,10 +619,11 @@ int resihp__mesh_connect(const resihp__mesh_opts_t *o, int *data_fds,
    * the dependency chain always ends at rank 0 and cannot deadlock. */
   for (int j = 0; j < o->rank; j++) {
     for (int ch = 0; ch < 2; ch++) {
-      int fd = resihp__mesh_dial(o->endpoints[j], o->secret, o->secret_len,
-                                 o->rank, j, o->nranks, ch, deadline,
-                                 ch ? (ctrl_auth ? &ctrl_auth[j] : NULL)
-                                    : (data_auth ? &data_auth[j] : NULL));
+      int fd = dial(o->endpoints[j], o->secret, o->secret_len, o->rank, j,
+                    o->nranks, ch, deadline,
+                    ch ? (ctrl_auth ? &ctrl_auth[j] : NULL)
+                       : (data_auth ? &data_auth[j] : NULL),
+                    o->abort, o->abort_arg);
       if (fd < 0) {
         rc = fd;
         goto fail;

@@ -39,6 +39,10 @@ typedef struct {
   const uint8_t *secret;
   size_t secret_len;
   int timeout_ms;
+  /* polled while waiting for a peer; non-zero ends the set-up with
+   * RESIHP_EPEER (resihp_comm_opts_t.setup_abort) */
+  int (*abort)(void *arg);
+  void *abort_arg;
 } resihp__mesh_opts_t;
 
 /* Fill data_fds[] and ctrl_fds[] (nranks entries, -1 for self) with

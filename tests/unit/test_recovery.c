@@ -47,11 +47,18 @@ START_TEST(inject_specs) {
   ck_assert_str_eq(resihp__inject_format(v, n, buf, sizeof(buf)),
                    "kill-rank:0@5,kill-node:1@8,hang-rank:2@12,"
                    "kill-rank:1@catchup");
+  ck_assert_int_eq(resihp__inject_parse("hang-rank:1.0@setup", v, 8, &n, err,
+                                        sizeof(err)),
+                   0);
+  ck_assert_int_eq(v[0].step, RESIHP__INJECT_SETUP);
+  ck_assert_str_eq(resihp__inject_format(v, n, buf, sizeof(buf)),
+                   "hang-rank:1.0@setup");
   ck_assert_int_eq(resihp__inject_parse("", v, 8, &n, err, sizeof(err)), 0);
   ck_assert_int_eq(n, 0);
   const char *bad[] = {"kill-rank",        "kill-rank:0",    "explode:0@1",
                        "kill-rank:x@1",    "kill-rank:0@-3", "kill-rank:0@1,",
-                       "kill-rank:0@soon", ",kill-rank:0@1"};
+                       "kill-rank:0@soon", ",kill-rank:0@1",
+                       "slow-rank:0@setupx2"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     err[0] = '\0';
     ck_assert_int_eq(resihp__inject_parse(bad[i], v, 8, &n, err, sizeof(err)),
@@ -273,6 +280,12 @@ static char secret_path[256];
 /* Sharded replicas: g_K ranks each (shard k adds its own pattern), and
  * the rank of the victim replica that dies (-1: the default rank). */
 static int g_K = 1, g_victim_rank = -1, g_keep;
+/* setup_kill: a replacement stops itself as it starts setting up its first
+ * group (hang-rank:R@setup) and the harness SIGKILLs it there; when it did
+ * (ms), and where the ranks' log goes. */
+static int g_setup_kill;
+static int64_t g_setup_killed_ms;
+static char g_log_path[128];
 /* Bad input: the ranks per replica each shard is written for (0: any),
  * and a replica whose state is shorter than the others'. */
 static int g_rpr[2], g_short_state_replica = -1;
@@ -327,6 +340,8 @@ static int rank_main(int replica, int die_at) {
              die_at);
   else if (die_at >= 0)
     snprintf(inj, sizeof(inj), "kill-rank:%d@%d", replica, die_at);
+  if (g_setup_kill && die_at == -3)
+    snprintf(inj, sizeof(inj), "hang-rank:%d@setup", replica);
   o.inject = g_slow ? g_slow : inj;
   int64_t state[NSTATE] = {0}, acc[NSTATE];
   /* the state is announced at join: its shape is checked there */
@@ -437,6 +452,14 @@ static pid_t spawn_rank(int r, int die_at) {
   if (p == 0) {
     if (die_at == PROBE_FAILS)
       setenv("RESIHP_PROBE_RESULTS", probe_path, 1);
+    if (g_log_path[0]) {
+      setenv("RESIHP_DEBUG", "info", 1); /* "set-up ended" is info */
+      int fd = open(g_log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+      if (fd >= 0) {
+        dup2(fd, 2);
+        close(fd);
+      }
+    }
     _exit(rank_main(r, die_at == PROBE_FAILS ? -1 : die_at));
   }
   return p;
@@ -474,7 +497,7 @@ static void on_failed(void *ud, int r, const char *node, long j, long s,
     kill(h->pids[r][k], SIGKILL);
   if (h->allow_replace && !h->replaced[r]) {
     h->replaced[r] = 1;
-    spawn_replica(h->pids[r], r, -1);
+    spawn_replica(h->pids[r], r, g_setup_kill ? -3 : -1);
   }
 }
 
@@ -510,8 +533,15 @@ static int run_job(int R, int victim, int die_at, int replace, char *out,
   while (resihp__coord_state(c) == RESIHP__COORD_RUNNING &&
          resihp__now_ms() < deadline) {
     resihp__coord_poll(c, 50);
-    while (waitpid(-1, NULL, WNOHANG) > 0)
-      ;
+    int ws;
+    pid_t wp;
+    while ((wp = waitpid(-1, &ws, WNOHANG | WUNTRACED)) > 0)
+      if (WIFSTOPPED(ws) && g_setup_kill && !g_setup_killed_ms) {
+        /* the replacement stopped where its plan said: kill it there,
+         * from outside */
+        kill(wp, SIGKILL);
+        g_setup_killed_ms = resihp__now_ms();
+      }
     /* the replacement said HELLO; its START (and catch-up) comes at a
      * later poll, after these are queued on its port */
     if (g_flood_catchup && !g_flooded && victim >= 0 && h.replaced[victim] &&
@@ -570,6 +600,52 @@ END_TEST
 /* slow-rank:1@3x2.5:4: replica 1's samples of steps 3..6 are stretched
  * 2.5 times (it sleeps the difference), nobody else's and no other step;
  * the job finishes as usual with the same result (a slowdown is no fault). */
+/* A replacement killed from outside at the start of its first group's
+ * set-up, while the survivors set theirs up with it: the coordinator fails
+ * it and sends the next epoch, and the survivors must end the set-up in
+ * progress at once instead of dialling (or waiting for) the dead rank until
+ * the set-up's deadline (10 s): no survivor's set-up runs into it, and the
+ * run finishes with the survivors. */
+START_TEST(replacement_killed_in_setup) {
+  char out[8192], want[128];
+  snprintf(g_log_path, sizeof(g_log_path), "/tmp/resihp-test-setup-log.%d",
+           (int)getpid());
+  unlink(g_log_path);
+  g_setup_kill = 1;
+  int64_t t0 = resihp__now_ms();
+  run_job(3, 1, 3, 1, out, sizeof(out));
+  int64_t t1 = resihp__now_ms();
+  ck_assert_msg(g_setup_killed_ms > 0, "the replacement never stopped: %s",
+                out);
+  ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
+  ck_assert_msg(strstr(out, "2 replicas agree"), "%s", out);
+  FILE *f = fopen(g_log_path, "r");
+  ck_assert_ptr_nonnull(f);
+  char line[1024];
+  int deadline_hit = 0, ended = 0;
+  while (fgets(line, sizeof(line), f)) {
+    if (strstr(line, "before the deadline") ||
+        strstr(line, "from higher ranks missing after"))
+      deadline_hit++, fprintf(stderr, "%s", line);
+    ended += strstr(line, "set-up ended") != NULL;
+  }
+  fclose(f);
+  if (!getenv("KEEP_SETUP_LOG"))
+    unlink(g_log_path);
+  fprintf(stderr,
+          "replacement_killed_in_setup: run %lld ms, of which %lld ms after "
+          "the kill; %d set-up(s) ended early\n",
+          (long long)(t1 - t0), (long long)(t1 - g_setup_killed_ms), ended);
+  ck_assert_msg(!deadline_hit,
+                "%d survivor set-up(s) waited for the dead replacement until "
+                "the deadline",
+                deadline_hit);
+  ck_assert_msg(ended >= 1, "no survivor was setting up with the victim");
+  g_setup_kill = 0;
+  g_log_path[0] = '\0';
+}
+END_TEST
+
 START_TEST(job_slow_rank_stretches_samples) {
   char out[8192], want[128];
   g_slow = "slow-rank:1@3x2.5:4";
@@ -1476,6 +1552,10 @@ static Suite *suite(void) {
   tcase_add_test(tc, inject_slow_specs);
   tcase_add_test(tc, wire_auth);
   tcase_add_test(tc, probe_results_watch);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("setupkill");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, replacement_killed_in_setup);
   suite_add_tcase(s, tc);
   tc = tcase_create("jobs");
   tcase_set_timeout(tc, 60);

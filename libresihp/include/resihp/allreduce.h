@@ -126,6 +126,15 @@ typedef struct {
    * the rings where the kernel pins pages slowly, e.g. paravirtualised guests),
    * 0 = off, 1 = on. A pair of ranks uses it only when both want it. */
   int single_copy;
+  /* Ends a set-up that waits for a peer that will never come: while the
+   * mesh set-up waits for a peer (to listen, or to dial in), it calls
+   * setup_abort(setup_abort_arg) at least every 100 ms, and a non-zero
+   * answer ends resihp_comm_create at once with RESIHP_EPEER. A job calls
+   * it when its coordinator has moved on (a member died, a new epoch):
+   * the set-up then costs the detection bound, not connect_timeout_ms.
+   * NULL: only the deadline ends a set-up. */
+  int (*setup_abort)(void *setup_abort_arg);
+  void *setup_abort_arg;
 } resihp_comm_opts_t;
 
 /* Defaults: listen_fd -1, deterministic -1, transport -1, mac_data -1,

@@ -130,6 +130,8 @@ void resihp_job_destroy(resihp_job_t *j) {
   free(j->down);
   free(j->down_open);
   free(j->results);
+  free(j->setup_epoch);
+  free(j->setup_failed);
   if (j->relay_pipe[0] >= 0) {
     close(j->relay_pipe[0]);
     close(j->relay_pipe[1]);

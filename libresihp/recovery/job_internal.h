@@ -124,6 +124,10 @@ struct resihp_job {
   pthread_cond_t relay_cv;
   int *down_open;
   char (*results)[224]; /* finish results, by rank ("" until said) */
+  /* each rank's last group set-up (SETUP line): its epoch + 1 (0: none
+   * yet) and whether it failed */
+  uint32_t *setup_epoch;
+  int *setup_failed;
 
   /* the shard group of the current epoch */
   resihp_comm_t *comm;
@@ -253,6 +257,11 @@ int resihp__job_comm_create(resihp_job_t *j, int rank, int n,
                             resihp_comm_t **out);
 /* Puts a line kept by an ended set-up into j->msg: 1, or 0 if none. */
 int resihp__job_take_stash(resihp_job_t *j);
+/* Leader of a replica that leaves the job: hang up on the coordinator
+ * now (no reconnect), so that it fails the replica at once and not when
+ * this process is done closing its communicators (a lingering close of
+ * up to 2 s while the survivors wait for the next epoch). */
+void resihp__job_hang_up(resihp_job_t *j);
 /* Fires the faults planned for a group's set-up (inject.h, "setup"). */
 void resihp__job_setup_fault(resihp_job_t *j);
 /* Leader: line (and raw bytes) to every other rank. Non-leader: the next
@@ -278,6 +287,12 @@ void resihp__job_replica_lost(resihp_job_t *j);
 extern void (*resihp__job_boundary_hook)(long step);
 void resihp__job_relay_stop(resihp_job_t *j);
 /* Leader: mine, then every other rank's finish result, "/"-separated. */
+/* Leader: whether any rank of the replica failed to set up its group of
+ * epoch (*failed), waiting for their SETUP lines and meanwhile watching
+ * the coordinator (a new epoch ends their set-ups: setup_abort). 0, or
+ * RESIHP_EPEER when a rank is gone (the replica leaves the job). */
+int resihp__job_setup_results(resihp_job_t *j, uint32_t epoch,
+                              int64_t *failed);
 int resihp__job_results(resihp_job_t *j, const char *mine,
                         resihp__wire_buf_t *b);
 /* A handshake-complete connection on lfd before the deadline; give_up

@@ -209,6 +209,17 @@ static int wait_new_link(resihp_job_t *j, unsigned long g, int why) {
   return rc;
 }
 
+void resihp__job_hang_up(resihp_job_t *j) {
+  pthread_mutex_lock(&j->send_mu);
+  if (!j->lost) {
+    j->lost = RESIHP_EPEER;
+    if (j->cw.fd >= 0)
+      shutdown(j->cw.fd, SHUT_RDWR); /* the descriptor stays: no reuse */
+  }
+  pthread_cond_broadcast(&j->link_cv);
+  pthread_mutex_unlock(&j->send_mu);
+}
+
 int resihp__job_reconnect(resihp_job_t *j, int why) {
   if (!j->hello || !on_main_thread(j)) /* a failure at join stays final */
     return why;

@@ -157,7 +157,10 @@ int resihp__job_accept_ranks(resihp_job_t *j) {
   sub_t *subs = calloc((size_t)j->lsize, sizeof(*subs));
   j->results = calloc((size_t)j->lsize, sizeof(*j->results));
   j->down_open = calloc((size_t)j->lsize, sizeof(int));
-  if (!j->down || !subs || !j->results || !j->down_open) {
+  j->setup_epoch = calloc((size_t)j->lsize, sizeof(*j->setup_epoch));
+  j->setup_failed = calloc((size_t)j->lsize, sizeof(*j->setup_failed));
+  if (!j->down || !subs || !j->results || !j->down_open || !j->setup_epoch ||
+      !j->setup_failed) {
     free(subs);
     return RESIHP_ENOMEM;
   }
@@ -469,6 +472,17 @@ static void relay_line(resihp_job_t *j, int k, const char *line) {
     resihp__wire_buf_free(&b);
     return;
   }
+  long ep, failed;
+  if (!strncmp(line, "SETUP ", 6) &&
+      !resihp__wire_get_range(line, "epoch", 0, UINT32_MAX - 1, &ep) &&
+      !resihp__wire_get_range(line, "failed", 0, 1, &failed)) {
+    pthread_mutex_lock(&j->relay_mu);
+    j->setup_epoch[k + 1] = (uint32_t)ep + 1;
+    j->setup_failed[k + 1] = (int)failed;
+    pthread_cond_broadcast(&j->relay_cv);
+    pthread_mutex_unlock(&j->relay_mu);
+    return;
+  }
   if (!strncmp(line, "RESULT ", 7)) {
     pthread_mutex_lock(&j->relay_mu);
     if (resihp__wire_get(line, "result", j->results[k + 1],
@@ -535,6 +549,53 @@ void resihp__job_relay_stop(resihp_job_t *j) {
   }
   pthread_join(j->relay_thread, NULL);
   j->relay_started = 0;
+}
+
+/* The ranks' set-ups end by their deadline (job_step.c); then this much
+ * for their word to come. */
+#define SETUP_RESULTS_MS (10000 + 5000)
+
+int resihp__job_setup_results(resihp_job_t *j, uint32_t epoch,
+                              int64_t *failed) {
+  int64_t dl = resihp__now_ms() + SETUP_RESULTS_MS;
+  int gone = 0;
+  pthread_mutex_lock(&j->relay_mu);
+  for (;;) {
+    int waiting = 0;
+    for (int k = 1; k < j->lsize; k++) {
+      if (j->setup_epoch[k] == epoch + 1) {
+        *failed |= j->setup_failed[k];
+        continue;
+      }
+      if (!j->down_open[k - 1])
+        gone = 1;
+      waiting++;
+    }
+    if (!waiting || gone)
+      break;
+    if (resihp__now_ms() >= dl) {
+      *failed = 1; /* a rank that says nothing: try a new epoch */
+      break;
+    }
+    /* Watched while the ranks set up: when the coordinator moves on, they
+     * hear it from here (relayed down) and end their set-ups. */
+    pthread_mutex_unlock(&j->relay_mu);
+    setup_abort(j);
+    pthread_mutex_lock(&j->relay_mu);
+    struct timespec ts = resihp__realtime_in(50);
+    pthread_cond_timedwait(&j->relay_cv, &j->relay_mu, &ts);
+  }
+  pthread_mutex_unlock(&j->relay_mu);
+  if (gone) {
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "replica %d: a rank of this replica is gone during a group's "
+               "set-up: the replica leaves the job",
+               j->replica);
+    resihp__job_hang_up(j); /* what was relayed before went first */
+    resihp__job_replica_lost(j);
+    return RESIHP_EPEER;
+  }
+  return 0;
 }
 
 /* Leader: every rank's result, "r0/r1/..." (a rank that is gone: "-"). */

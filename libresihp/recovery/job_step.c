@@ -153,10 +153,17 @@ static int on_go(resihp_job_t *j) {
                "replica %d rank %d: group of epoch %ld not set up (%s)",
                j->replica, j->lrank, ep, resihp_strerror(src));
   int64_t failed = src != 0;
-  if ((rc = resihp__job_replica_sum(j, &failed, 1)))
+  if (j->lrank > 0) {
+    /* to the leader, which watches the coordinator meanwhile (a rank
+     * blocked in a sum with its leader would leave nobody to hear a new
+     * epoch that ends the others' set-ups) */
+    char l[64];
+    snprintf(l, sizeof(l), "SETUP epoch=%ld failed=%d", ep, (int)failed);
+    return resihp__job_send_up(j, l);
+  }
+  if (j->lsize > 1 &&
+      (rc = resihp__job_setup_results(j, (uint32_t)ep, &failed)))
     return rc;
-  if (j->lrank > 0)
-    return 0;
   char line[64];
   snprintf(line, sizeof(line), "%s epoch=%ld", failed ? "RESYNC" : "READY", ep);
   return resihp__job_send(j, line);

@@ -612,6 +612,7 @@ START_TEST(replacement_killed_in_setup) {
            (int)getpid());
   unlink(g_log_path);
   g_setup_kill = 1;
+  g_K = 1 + _i; /* 2: the replacement's rank 1 is killed */
   int64_t t0 = resihp__now_ms();
   run_job(3, 1, 3, 1, out, sizeof(out));
   int64_t t1 = resihp__now_ms();
@@ -1555,7 +1556,7 @@ static Suite *suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("setupkill");
   tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, replacement_killed_in_setup);
+  tcase_add_loop_test(tc, replacement_killed_in_setup, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("jobs");
   tcase_set_timeout(tc, 60);

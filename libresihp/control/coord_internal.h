@@ -172,6 +172,9 @@ struct resihp__coord {
   int64_t *start_ms; /* START time of each step, index step */
   long capsteps;     /* entries of start_ms: grows with the steps done */
   int64_t t_done;
+  /* The loop's last wake-up, and the time of the run the coordinator was
+   * not running (coord_loop.c): waiting, not training, in the summary. */
+  int64_t last_wake, away_ms;
   fail_t *fails; /* every failure of the run, for the summary */
   int nfails, capfails;
   long reassigned;

@@ -244,6 +244,16 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
       (struct pollfd){.fd = resihp__wire_hs_fd(c->hs), .events = POLLIN};
   poll(p, (nfds_t)want, resihp__wire_hs_wait_ms(c->hs, timeout_ms));
   int64_t now = resihp__now_ms();
+  /* The loop promises the replicas a heartbeat every hb_coord_ms: a gap
+   * between two wake-ups longer than that means that this process was not
+   * running (stopped, as by a frozen host, or starved), and the replicas
+   * could only wait for it. The whole gap counts, once the run has
+   * started and until it is done: the summary's waiting is never less
+   * than the time it really did not listen. */
+  if (c->last_wake && now - c->last_wake > c->hb_coord_ms + timeout_ms &&
+      c->start_ms && c->step > c->base_step && !c->t_done)
+    c->away_ms += now - c->last_wake;
+  c->last_wake = now;
   int ne =
       p[nl].revents && c->capevs ? epoll_wait(c->efd, c->evs, c->capevs, 0) : 0;
   for (int e = 0; e < ne; e++) {

@@ -96,9 +96,15 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
   int64_t t_end = c->t_done ? c->t_done : resihp__now_ms();
   /* a resumed run started at base_step (coord_save.c) */
   long run = steps - c->base_step;
-  double secs = run > 0 && c->start_ms && c->start_ms[c->base_step]
-                    ? (double)(t_end - c->start_ms[c->base_step]) / 1000.0
-                    : 0.0;
+  double all = run > 0 && c->start_ms && c->start_ms[c->base_step]
+                   ? (double)(t_end - c->start_ms[c->base_step]) / 1000.0
+                   : 0.0;
+  /* training is the run's time but what it spent waiting for a
+   * coordinator that was not running (a frozen host: coord_loop.c) */
+  double waited = (double)c->away_ms / 1000.0;
+  if (waited > all)
+    waited = all;
+  double secs = all - waited;
   if (seconds_out)
     *seconds_out = secs;
   fprintf(f, "resihp-run summary\n");
@@ -109,6 +115,11 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
           "microbatches/s; median step %.0f ms)\n",
           secs, secs > 0 ? run / secs : 0.0,
           secs > 0 ? (double)run * c->M / secs : 0.0, median);
+  if (waited > 0)
+    fprintf(f,
+            "  waiting:                %.3f s of the run's %.3f s (the "
+            "coordinator was not running: its process stopped or starved)\n",
+            waited, all);
   /* what the steps cost the coordinator: a START each, or nothing (free);
    * a step recovered or restarted within a run may take a second START */
   fprintf(f,

@@ -318,6 +318,8 @@ const char *resihp__coord_check(const resihp__coord_t *c);
 int resihp__coord_replica_speed(const resihp__coord_t *c, int r, double *slow,
                                 int *quota, const char **state);
 
+/* seconds_out: the training time (the run's time without what it waited
+ * for the coordinator, which the summary shows apart). */
 int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
                           double *seconds_out);
 

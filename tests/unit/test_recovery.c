@@ -286,6 +286,11 @@ static int g_K = 1, g_victim_rank = -1, g_keep;
 static int g_setup_kill;
 static int64_t g_setup_killed_ms;
 static char g_log_path[128];
+/* frozen_coordinator: at step g_freeze_step the test process (the
+ * coordinator) is SIGSTOPped from outside for g_freeze_ms; g_frozen_ms: how
+ * long it surely was stopped. */
+static int g_freeze_step = -1, g_freeze_ms;
+static int64_t g_frozen_ms;
 /* Bad input: the ranks per replica each shard is written for (0: any),
  * and a replica whose state is shorter than the others'. */
 static int g_rpr[2], g_short_state_replica = -1;
@@ -501,6 +506,38 @@ static void on_failed(void *ud, int r, const char *node, long j, long s,
   }
 }
 
+/* A process SIGSTOPs this one, waits until it is stopped, keeps it so for
+ * ms, SIGCONTs it, and says how long it was surely stopped. */
+static int64_t freeze_me(int ms) {
+  int p[2];
+  ck_assert_int_eq(pipe(p), 0);
+  pid_t me = getpid(), k = fork();
+  ck_assert_int_ge(k, 0);
+  if (k == 0) {
+    char path[64], st = 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)me);
+    kill(me, SIGSTOP);
+    while (st != 'T') { /* stopped from here on */
+      FILE *f = fopen(path, "r");
+      if (!f || fscanf(f, "%*d %*s %c", &st) != 1)
+        st = 0;
+      if (f)
+        fclose(f);
+    }
+    int64_t t1 = resihp__now_ms();
+    usleep((useconds_t)ms * 1000);
+    int64_t held = resihp__now_ms() - t1;
+    kill(me, SIGCONT);
+    _exit(write(p[1], &held, sizeof(held)) == sizeof(held) ? 0 : 1);
+  }
+  close(p[1]);
+  int64_t held = 0;
+  ck_assert_int_eq(read(p[0], &held, sizeof(held)), sizeof(held));
+  close(p[0]);
+  ck_assert_int_eq(waitpid(k, NULL, 0), k);
+  return held;
+}
+
 /* Run R ranks; replica victim dies at step die_at (-1: none). Returns the
  * result text the coordinator collected. */
 static int run_job(int R, int victim, int die_at, int replace, char *out,
@@ -519,6 +556,7 @@ static int run_job(int R, int victim, int die_at, int replace, char *out,
                              .secret_len = 27,
                              .silence_ms = 3000,
                              .on_failed = on_failed,
+                             .lockstep = g_freeze_step >= 0,
                              .ud = &h};
   resihp__coord_t *c;
   ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
@@ -533,6 +571,9 @@ static int run_job(int R, int victim, int die_at, int replace, char *out,
   while (resihp__coord_state(c) == RESIHP__COORD_RUNNING &&
          resihp__now_ms() < deadline) {
     resihp__coord_poll(c, 50);
+    if (g_freeze_step >= 0 && !g_frozen_ms &&
+        resihp__coord_step(c) >= g_freeze_step)
+      g_frozen_ms = freeze_me(g_freeze_ms);
     int ws;
     pid_t wp;
     while ((wp = waitpid(-1, &ws, WNOHANG | WUNTRACED)) > 0)
@@ -644,6 +685,38 @@ START_TEST(replacement_killed_in_setup) {
   ck_assert_msg(ended >= 1, "no survivor was setting up with the victim");
   g_setup_kill = 0;
   g_log_path[0] = '\0';
+}
+END_TEST
+
+/* The coordinator's process SIGSTOPped from outside for 2 s in the middle
+ * of the run (a frozen host), every step through it (lockstep), so the
+ * replicas wait at the next boundary: the summary's training time leaves
+ * that out and its waiting shows it, never less than it was. */
+START_TEST(frozen_coordinator_is_waiting) {
+  char out[8192], want[128];
+  g_freeze_step = 5;
+  g_freeze_ms = 2000;
+  g_frozen_ms = 0;
+  run_job(2, -1, -1, 0, out, sizeof(out));
+  g_freeze_step = -1;
+  if (getenv("SHOW_SUMMARY"))
+    fprintf(stderr, "%s", out);
+  ck_assert_msg(g_frozen_ms >= 2000, "%lld", (long long)g_frozen_ms);
+  ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
+  double train = -1, waited = -1, all = -1;
+  const char *t = strstr(out, "training time:");
+  const char *w = strstr(out, "waiting:");
+  ck_assert_msg(t && sscanf(t, "training time: %lf", &train) == 1, "%s", out);
+  ck_assert_msg(w && sscanf(w, "waiting: %lf s of the run's %lf", &waited,
+                            &all) == 2,
+                "no waiting in the summary after a %lld ms freeze:\n%s",
+                (long long)g_frozen_ms, out);
+  ck_assert_msg(waited * 1000 >= (double)g_frozen_ms,
+                "waiting %.3f s < the freeze's %lld ms\n%s", waited,
+                (long long)g_frozen_ms, out);
+  ck_assert_msg(train <= all - (double)g_frozen_ms / 1000 + 1e-3,
+                "training %.3f s counts the freeze (run %.3f s)\n%s", train,
+                all, out);
 }
 END_TEST
 
@@ -1557,6 +1630,7 @@ static Suite *suite(void) {
   tc = tcase_create("setupkill");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, replacement_killed_in_setup, 0, 2);
+  tcase_add_test(tc, frozen_coordinator_is_waiting);
   suite_add_tcase(s, tc);
   tc = tcase_create("jobs");
   tcase_set_timeout(tc, 60);

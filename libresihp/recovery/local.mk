@@ -53,7 +53,7 @@ tools_resihp_run_SOURCES = tools/run/run.h tools/run/main.c \
 	tools/run/launch.c tools/run/spares.c tools/run/events.c \
 	tools/run/save.c tools/run/record.c tools/run/standby.c \
 	tools/run/primary.c tools/run/cmd.c tools/run/cmd.h tools/run/slurm.c \
-	tools/run/slurm.h
+	tools/run/slurm.h tools/run/secret.c tools/run/secret.h
 tools_resihp_run_LDADD = libresihp/libresihp-internal.la
 # What it reads from scontrol (a standby's takeover rests on it).
 if HAVE_CHECK
@@ -63,6 +63,13 @@ tests_unit_test_run_slurm_SOURCES = tests/unit/test_run_slurm.c \
 tests_unit_test_run_slurm_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_run_slurm_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_run_slurm
+# The job secret's file and its clean-up after a killed keeper.
+check_PROGRAMS += tests/unit/test_run_secret
+tests_unit_test_run_secret_SOURCES = tests/unit/test_run_secret.c \
+	tools/run/secret.c tools/run/secret.h
+tests_unit_test_run_secret_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_run_secret_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_run_secret
 endif
 # The fuzz target of its command templates (tests/fuzz/README), run by
 # `make check` over its corpus and generated inputs.

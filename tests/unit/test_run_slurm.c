@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* What resihp-run reads from scontrol (tools/run/slurm.h): a node's
  * State= (DOWN in any form is down; a field that only ends in "State=",
- * or none, is not a verdict) and SlurmdTimeout from the configuration. */
+ * or none, is not a verdict), SlurmdTimeout from the configuration, and
+ * whether squeue's state of a job says that it may still run. */
 #include "config.h"
 
 #include "../../tools/run/slurm.h"
@@ -44,11 +45,28 @@ START_TEST(slurmd_timeout) {
 }
 END_TEST
 
+START_TEST(job_state) {
+  static const struct {
+    const char *line;
+    int active;
+  } t[] = {
+      {"RUNNING", 1},   {"PENDING", 1},   {"COMPLETING", 1}, {"SUSPENDED", 1},
+      {"CONFIGURING", 1}, {"COMPLETED", 0}, {"CANCELLED+", 0}, {"CANCELLED by 0", 0},
+      {"FAILED", 0},    {"TIMEOUT", 0},   {"NODE_FAIL", 0},  {"OUT_OF_MEMORY", 0},
+      {"", 0},
+  };
+  for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+    ck_assert_msg(resihp__slurm_state_active(t[i].line) == t[i].active,
+                  "'%s': %d", t[i].line, resihp__slurm_state_active(t[i].line));
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("run_slurm");
   TCase *tc = tcase_create("scontrol");
   tcase_add_test(tc, node_state);
   tcase_add_test(tc, slurmd_timeout);
+  tcase_add_test(tc, job_state);
   suite_add_tcase(s, tc);
   return s;
 }

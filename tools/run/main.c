@@ -43,6 +43,7 @@
 #include "config.h"
 
 #include "run.h"
+#include "secret.h"
 #include "slurm.h"
 
 #include <resihp.h>
@@ -58,6 +59,7 @@
 #include <sys/stat.h>
 
 struct run g = {.standby_opt = 1,
+                .secret_fd = -1,
                 .standby_node = -1,
                 .saved_step = -1,
                 .saving_said = -1,
@@ -141,33 +143,27 @@ static int read_nodes(void) {
   return 0;
 }
 
+/* The job secret (secret.h): a given one is held for as long as this
+ * process runs (a standby's, or the user's); a new one, made after the
+ * stale ones of this directory are removed, too. */
 static int make_secret(void) {
-  if (g.secret_file[0])
+  if (g.secret_file[0]) {
+    g.secret_fd = resihp__secret_hold(g.secret_file);
     return 0;
+  }
   const char *dir = getenv("RESIHP_SECRET_DIR");
   char cwd[2048];
   if (!dir || !*dir)
     dir = getcwd(cwd, sizeof(cwd)) ? cwd : "/tmp";
-  snprintf(g.secret_file, sizeof(g.secret_file), "%s/.resihp-secret.%s.%ld",
-           dir, g.jobid, (long)getpid());
-  int fd = open(g.secret_file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
+  resihp__secret_clean_stale(dir, resihp__slurm_job_active, 4096);
+  if (resihp__secret_create(dir, g.jobid, g.secret_file,
+                            sizeof(g.secret_file), &g.secret_fd)) {
     fprintf(stderr,
             "resihp-run: cannot create the job secret %s: %s (set "
             "RESIHP_SECRET_DIR to a directory shared by the nodes)\n",
             g.secret_file, strerror(errno));
     return -1;
   }
-  uint8_t key[32];
-  if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key) ||
-      write(fd, key, sizeof(key)) != (ssize_t)sizeof(key)) {
-    close(fd);
-    unlink(g.secret_file);
-    fprintf(stderr, "resihp-run: cannot write the job secret\n");
-    return -1;
-  }
-  memset(key, 0, sizeof(key));
-  close(fd);
   g.own_secret = 1;
   return 0;
 }

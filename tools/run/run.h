@@ -86,6 +86,7 @@ struct run {
   int port;
   char secret_file[4096];
   int own_secret;
+  int secret_fd; /* held while this process runs (secret.h), or -1 */
   int launch_timeout_s;
   int silence_ms;
   int quiet;

@@ -79,6 +79,27 @@ int resihp__slurm_node_down(const char *node) {
   return !resihp__slurm_run(argv, 1, on_node_line, &down) && down;
 }
 
+int resihp__slurm_state_active(const char *line) {
+  static const char *const over[] = {
+      "COMPLETED", "CANCELLED",     "FAILED",   "TIMEOUT",   "NODE_FAIL",
+      "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED"};
+  size_t n = strcspn(line, " \t+");
+  for (size_t i = 0; i < sizeof(over) / sizeof(over[0]); i++)
+    if (n == strlen(over[i]) && !strncmp(line, over[i], n))
+      return 0;
+  return n > 0;
+}
+
+static void on_job_line(const char *line, void *ud) {
+  *(int *)ud |= resihp__slurm_state_active(line);
+}
+
+int resihp__slurm_job_active(const char *job) {
+  char *argv[] = {"squeue", "-h", "-j", (char *)job, "-o", "%T", NULL};
+  int active = 0;
+  return !resihp__slurm_run(argv, 1, on_job_line, &active) && active;
+}
+
 int resihp__slurm_parse_timeout(const char *line) {
   char key[32], unit[8];
   int v = -1, used = 0;

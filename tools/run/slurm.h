@@ -24,6 +24,13 @@ int resihp__slurm_state_down(const char *line);
 /* Ask slurmctld about node: 1 when it is DOWN, else 0 (up, or no answer:
  * not a verdict). */
 int resihp__slurm_node_down(const char *node);
+/* One `squeue -h -j JOB -o %T` line: 1 for the state of a job that may
+ * still run (PENDING, RUNNING, SUSPENDED, COMPLETING...), 0 for a state
+ * that ends it (COMPLETED, CANCELLED, FAILED, TIMEOUT, NODE_FAIL, ...). */
+int resihp__slurm_state_active(const char *line);
+/* Ask slurmctld about job: 1 when it may still run, 0 when it is over or
+ * unknown (squeue failed: it forgot the job, or cannot be asked). */
+int resihp__slurm_job_active(const char *job);
 /* A "SlurmdTimeout = 300 sec" line of `scontrol show config`: the
  * seconds, or -1 when the line is not that. */
 int resihp__slurm_parse_timeout(const char *line);

@@ -127,6 +127,10 @@ typedef struct {
   long step;
   int catchup; /* the fault hit during a catch-up transfer */
   int outside; /* not injected: t_fault is the last sign of life */
+  /* failed by a restored coordinator before its first step (the replica
+   * went with the lost primary's node): the fault came before the
+   * takeover; its time and step are known only within bounds (summary) */
+  int takeover;
   int64_t t_fault, t_detect, t_admit, t_train;
 } fail_t;
 
@@ -175,6 +179,13 @@ struct resihp__coord {
   /* The loop's last wake-up, and the time of the run the coordinator was
    * not running (coord_loop.c): waiting, not training, in the summary. */
   int64_t last_wake, away_ms;
+  /* A restored coordinator: when, at which step, the first step it started
+   * (the survivors trained again), the highest step a member said it had
+   * started when it came back (HELLO again=1), and when the lost primary
+   * died: after loss_lo, before loss_hi (resihp__coord_set_loss; 0: not
+   * known). */
+  int64_t restored_ms, resumed_ms, loss_lo_ms, loss_hi_ms;
+  long restored_step, again_step;
   fail_t *fails; /* every failure of the run, for the summary */
   int nfails, capfails;
   long reassigned;

@@ -123,6 +123,7 @@ void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why) {
                                     : f->t_detect;
     f->step = announced ? p->fault_step : c->step;
     f->catchup = announced && p->fault_step < 0;
+    f->takeover = c->restored_ms && !c->resumed_ms && !announced;
     if (f->step < 0)
       f->step = c->step;
     p->open_fail = c->nfails++;
@@ -151,6 +152,13 @@ void resihp__coord_mark_failed(resihp__coord_t *c, int r, const char *why) {
     resihp__coord_fail_replica(c, r, why);
   }
   resihp__coord_advance(c);
+}
+
+void resihp__coord_set_loss(resihp__coord_t *c, int64_t lo_ms, int64_t hi_ms) {
+  if (lo_ms > 0 && hi_ms >= lo_ms) {
+    c->loss_lo_ms = lo_ms;
+    c->loss_hi_ms = hi_ms;
+  }
 }
 
 void resihp__coord_fail_lost(resihp__coord_t *c, int r, const char *why) {

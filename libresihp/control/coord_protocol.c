@@ -251,6 +251,8 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     resihp__coord_refuse(c, k, "bad-hello", 1, msg);
     return;
   }
+  if (again && st > c->again_step && c->restored_ms)
+    c->again_step = st; /* where the survivors were: the failures' step */
   if (again && reattach(c, k, (int)r, jobid, stepid, ep, sep))
     return;
   rep_t *p = &c->reps[r];

@@ -264,6 +264,8 @@ static void start_step(resihp__coord_t *c) {
     c->reps[c->owner[mb]].quota++;
   int64_t now = resihp__now_ms();
   c->start_ms[c->step] = now;
+  if (c->restored_ms && !c->resumed_ms)
+    c->resumed_ms = now; /* the survivors train again */
   /* the whole state of the step first (it is mirrored before the first
    * START goes out), then the STARTs */
   int run = may_run_free(c, nc);
@@ -456,6 +458,8 @@ void resihp__coord_free_to(resihp__coord_t *c, long t) {
     return;
   /* the steps in between started at times unknown: evenly spread */
   int64_t t0 = c->start_ms[from], now = resihp__now_ms();
+  if (c->restored_ms && !c->resumed_ms)
+    c->resumed_ms = now; /* they trained again by now at the latest */
   while (c->step < t && c->state == RESIHP__COORD_RUNNING) {
     c->costed += cost && c->step > c->start_at;
     commit_step(c);

@@ -755,6 +755,8 @@ int resihp__coord_restore(const resihp__coord_opts_t *o, const char *snap,
   c->held = c->phase == P_FREE && resihp__coord_hold_needed(c);
   c->dirty = 0;
   c->reconnect_by = resihp__now_ms() + c->o.silence_ms;
+  c->restored_ms = resihp__now_ms();
+  c->restored_step = c->again_step = c->step;
   long committed = c->step - c->base_step;
   if (c->o.ledger && ledger_have >= 0 && ledger_have < committed) {
     logc(RESIHP_LOG_INFO,

@@ -76,6 +76,59 @@ static void fail_slow(const resihp__coord_t *c, FILE *f) {
   }
 }
 
+/* A failure that went with a lost primary's node (fail_t.takeover): the
+ * restored coordinator saw neither the fault nor the survivors' wait, so
+ * what it knows is written as bounds, and what it does not know is said:
+ * the step (between the last record's and the last step a survivor said
+ * it had started), the time (within the standby's bounds on the primary's
+ * death, resihp__coord_set_loss, else only "before the takeover"), hence
+ * the stall (until the first step after the takeover) and the rejoin.
+ * *stall_ms and *rejoin_s get the upper bounds (-1: unknown). */
+static void takeover_texts(const resihp__coord_t *c, const fail_t *x,
+                           char *st, size_t stlen, char *det, size_t detlen,
+                           char *sl, size_t sllen, char *rj, size_t rjlen,
+                           double *stall_ms, double *rejoin_s) {
+  int bounded = c->loss_hi_ms > 0;
+  int64_t lo = bounded ? c->loss_lo_ms : 0, hi = bounded ? c->loss_hi_ms : 0;
+  if (c->again_step > x->step)
+    snprintf(st, stlen, "%ld-%ld (not known exactly: between the last record "
+             "and the survivors' last step)",
+             x->step, c->again_step);
+  else
+    snprintf(st, stlen, "%ld", x->step);
+  if (bounded)
+    snprintf(det, detlen,
+             "lost with the primary's node between %lld and %lld ms before "
+             "the takeover",
+             (long long)(x->t_detect - hi), (long long)(x->t_detect - lo));
+  else
+    snprintf(det, detlen, "lost before the takeover (when, not known)");
+  *stall_ms = *rejoin_s = -1;
+  if (!c->resumed_ms)
+    snprintf(sl, sllen, "n/a (no step after the takeover)");
+  else if (bounded) {
+    *stall_ms = (double)(c->resumed_ms - lo);
+    snprintf(sl, sllen, "between %.1f and %.1f s (to the first step after "
+             "the takeover)",
+             (double)(c->resumed_ms - hi) / 1000.0, *stall_ms / 1000.0);
+  } else {
+    *stall_ms = (double)(c->resumed_ms - x->t_detect);
+    snprintf(sl, sllen, "at least %.1f s (from the takeover; before it, not "
+             "known)",
+             *stall_ms / 1000.0);
+  }
+  if (x->t_train && bounded) {
+    *rejoin_s = (double)(x->t_train - lo) / 1000.0;
+    snprintf(rj, rjlen, "replacement training again %.2f-%.2f s after the "
+             "fault",
+             (double)(x->t_train - hi) / 1000.0, *rejoin_s);
+  } else if (x->t_train) {
+    snprintf(rj, rjlen, "replacement training again at least %.2f s after "
+             "the fault",
+             (double)(x->t_train - x->t_detect) / 1000.0);
+  }
+}
+
 int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
                           double *seconds_out) {
   long steps = c->step;
@@ -142,11 +195,11 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
       stall = 0;
     double rejoin =
         x->t_train ? (double)(x->t_train - x->t_fault) / 1000.0 : -1;
-    if (stall > worst_stall)
+    if (stall > worst_stall && !x->takeover)
       worst_stall = stall;
-    if (rejoin > worst_rejoin)
+    if (rejoin > worst_rejoin && !x->takeover)
       worst_rejoin = rejoin;
-    char rj[64];
+    char rj[96];
     if (rejoin >= 0)
       snprintf(rj, sizeof(rj), "replacement training again after %.2f s",
                rejoin);
@@ -154,7 +207,7 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
       snprintf(rj, sizeof(rj), "its replacement failed while catching up");
     else
       snprintf(rj, sizeof(rj), "not replaced");
-    char sl[48];
+    char sl[96];
     if (stall >= 0)
       snprintf(sl, sizeof(sl), "%.0f ms", stall);
     else if (s < steps && c->start_ms && s >= c->base_step &&
@@ -164,17 +217,27 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
       snprintf(sl, sizeof(sl), "n/a (step not completed)");
     /* An injected fault's time is known; an outside one's is not, only
      * how long before the detection the replica last showed life. */
-    char det[96];
+    char det[128], st[128];
     snprintf(det, sizeof(det),
              x->outside ? "outside fault: last sign of life %lld ms before "
                           "detection"
                         : "detected after %lld ms",
              (long long)(x->t_detect - x->t_fault));
+    snprintf(st, sizeof(st), "%ld", s);
+    if (x->takeover) {
+      double tstall, trejoin;
+      takeover_texts(c, x, st, sizeof(st), det, sizeof(det), sl, sizeof(sl),
+                     rj, sizeof(rj), &tstall, &trejoin);
+      if (tstall > worst_stall)
+        worst_stall = tstall;
+      if (trejoin > worst_rejoin)
+        worst_rejoin = trejoin;
+    }
     fprintf(f,
-            "  %s %d: replica %d, %s%s at step %ld (%s); %s; survivors' "
+            "  %s %d: replica %d, %s%s at step %s (%s); %s; survivors' "
             "stall %s; %s\n",
             strcmp(x->kind, "slow") ? "failure" : "swap", i + 1, x->replica,
-            x->kind, x->catchup ? " during catch-up" : "", s, x->why, det, sl,
+            x->kind, x->catchup ? " during catch-up" : "", st, x->why, det, sl,
             rj);
   }
   if (c->nfails && worst_rejoin > 0)

@@ -262,6 +262,11 @@ void resihp__coord_heartbeats(int replicas, int silence_ms, int *leader_ms,
  * welcome. Anything else (a replica already gone or never launched): no
  * effect. */
 void resihp__coord_fail_lost(resihp__coord_t *c, int replica, const char *why);
+/* A standby's restored coordinator: the lost primary died after lo_ms and
+ * before hi_ms (resihp__now_ms clock: its feed's last possible sign of
+ * life and the moment the standby noticed the silence). The summary then
+ * bounds the stall of the failures that went with it. */
+void resihp__coord_set_loss(resihp__coord_t *c, int64_t lo_ms, int64_t hi_ms);
 /* Forget a replica that never joined or was given up (no replacement). */
 void resihp__coord_mark_failed(resihp__coord_t *c, int replica,
                                const char *why);

@@ -406,6 +406,71 @@ START_TEST(test_fail_lost) {
 }
 END_TEST
 
+/* A standby's takeover: replica 2 went with the primary's node, which died
+ * between 3 s and 1 s before the takeover (the standby's bounds), while
+ * the survivors had started step 10 beyond the last record (a free run).
+ * The summary places the failure between the record's step and theirs,
+ * says that its time is known only within the bounds, and gives the
+ * survivors' stall as bounds to the first step after the takeover whose
+ * upper one is never less than the truth (here: at least 3 s); before,
+ * it read the record's step, "0 ms before detection" and the failed
+ * step's duration. */
+START_TEST(test_takeover_summary) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  running(&a, &co, NULL);
+  long step = resihp__coord_step(a.c);
+  uint32_t ep = resihp__coord_epoch(a.c);
+  ck_assert_int_eq(resihp__coord_restore(&co, snap, snap_len, -1, &b.c), 0);
+  connect_all(&b);
+  for (int i = 0; i < 2; i++) {
+    feed(&b, i,
+         "HELLO replica=%d ep=h%d:1 sep=h%d:2 mbs=6 steps=8 jobid=7 "
+         "stepid=%d again=1 epoch=%u step=%ld",
+         i, i, i, i, ep, step + 10);
+    char line[256];
+    expect(&b, i, "WELCOME ", line, sizeof(line));
+  }
+  int64_t now = resihp__now_ms();
+  resihp__coord_set_loss(b.c, now - 3000, now - 1000);
+  resihp__coord_fail_lost(b.c, 2, "its node h2 is DOWN");
+  /* the survivors go on: the next step through the new coordinator */
+  char line[256];
+  for (int i = 0; i < 2; i++)
+    feed(&b, i, "RECOVER step=%ld cepoch=1 view=0:1", step);
+  for (int i = 0; i < 2; i++)
+    expect(&b, i, "REASSIGN ", line, sizeof(line));
+  for (int i = 0; i < 2; i++)
+    feed(&b, i, "BEGIN step=%ld", step + 1);
+  for (int i = 0; i < 2; i++)
+    expect(&b, i, "GO ", line, sizeof(line));
+  for (int i = 0; i < 2; i++)
+    feed(&b, i, "READY epoch=%u", resihp__coord_epoch(b.c));
+  for (int i = 0; i < 2; i++)
+    expect(&b, i, "START ", line, sizeof(line));
+  int64_t resumed = resihp__now_ms();
+  char *text = summary_of(b.c);
+  char want[128];
+  snprintf(want, sizeof(want), "at step %ld-%ld (not known exactly", step,
+           step + 10);
+  ck_assert_msg(strstr(text, want), "%s", text);
+  ck_assert_msg(strstr(text, "lost with the primary's node between "), "%s",
+                text);
+  const char *st = strstr(text, "survivors' stall between ");
+  double lo = -1, hi = -1;
+  ck_assert_msg(st && sscanf(st, "survivors' stall between %lf and %lf", &lo,
+                             &hi) == 2,
+                "%s", text);
+  /* the truth lies within; the upper bound is never below it */
+  ck_assert_msg(hi * 1000 >= (double)(resumed - now) + 3000 - 100 &&
+                    lo <= hi && lo * 1000 >= 1000 - 100,
+                "%.1f..%.1f s\n%s", lo, hi, text);
+  free(text);
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
 /* A save in progress: SAVE again to the replica asked, SAVED goes on. */
 START_TEST(test_save) {
   side_t a, b;
@@ -653,6 +718,7 @@ int main(void) {
   tcase_add_test(tc, test_free_run_and_ledger);
   tcase_add_test(tc, test_round);
   tcase_add_test(tc, test_fail_lost);
+  tcase_add_test(tc, test_takeover_summary);
   tcase_add_test(tc, test_save);
   tcase_add_test(tc, test_end);
   tcase_add_test(tc, test_no_comeback);

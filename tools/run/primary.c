@@ -256,6 +256,7 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
     say("took over from the primary on %s, which Slurm declared DOWN: the "
         "coordinator continues here (%s) at step %ld",
         g.primary_node, g.coord_ep, resihp__coord_step(g.coord));
+    resihp__coord_set_loss(g.coord, g.loss_lo_ms, g.loss_hi_ms);
     fail_lost_replicas();
   }
   char pidtxt[64];

@@ -170,6 +170,9 @@ struct run {
   int standby_seen;
   char coords[600];
   int took_over;
+  /* a standby: the primary it followed died after loss_lo_ms and before
+   * loss_hi_ms (standby_follow; resihp__coord_set_loss) */
+  int64_t loss_lo_ms, loss_hi_ms;
   char node_self[64];
   int argc0;
   char **argv0;

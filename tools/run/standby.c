@@ -178,11 +178,23 @@ int standby_follow(const uint8_t *secret, size_t slen, char **rec,
   say("standby coordinator on %s (%s) for the primary on %s", g.node_self,
       g.coord_ep, g.primary_node);
   int64_t told = 0;
+  const int silence = g.hang_ms + 2000;
   while (!got_signal) {
-    int rc = resihp__feed_follow(g.standby_of, secret, slen, hello,
-                                 g.hang_ms + 2000, rec, len);
+    int64_t since = resihp__now_ms();
+    int rc = resihp__feed_follow(g.standby_of, secret, slen, hello, silence,
+                                 rec, len);
     if (rc == 1)
       return 0;
+    /* When the primary died, as far as this side can tell: after the
+     * feed's last possible sign of life (a call that followed for longer
+     * than `silence` ends at most that long after one), before now. A quick
+     * call (nobody answered) says nothing new: the outage goes on, and
+     * one that began so is not bounded (the summary then says so). */
+    int64_t now = resihp__now_ms();
+    if (now - since > silence) {
+      g.loss_lo_ms = now - silence;
+      g.loss_hi_ms = now;
+    }
     if (resihp__slurm_node_down(g.primary_node)) {
       if (*rec)
         return 1;

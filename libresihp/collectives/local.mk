@@ -93,6 +93,13 @@ tests_fuzz_fuzz_frame_data_SOURCES = tests/fuzz/fuzz_frame_data.c \
 tests_fuzz_fuzz_frame_data_LDADD = libresihp/libresihp-internal.la -lm
 TESTS += tests/fuzz/fuzz_frame_ctrl tests/fuzz/fuzz_frame_data
 EXTRA_DIST += tests/fuzz/corpus-frame-ctrl tests/fuzz/corpus-frame-data
+# The names in /dev/shm the clean-up of stale rings reads (shm.c).
+check_PROGRAMS += tests/fuzz/fuzz_shm_name
+tests_fuzz_fuzz_shm_name_SOURCES = tests/fuzz/fuzz_shm_name.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_shm_name_LDADD = libresihp/libresihp-internal.la -lm
+TESTS += tests/fuzz/fuzz_shm_name
+EXTRA_DIST += tests/fuzz/corpus-shm-name
 
 # Benchmarks: resihp vs Open MPI on loopback (tools/resihp-bench.sh runs
 # both). The MPI twin is compiled and linked with $(MPICC): its object comes

@@ -71,6 +71,16 @@ tests_unit_test_run_secret_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_run_secret_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_run_secret
 endif
+# and of the names that clean-up reads from the shared secret directory.
+check_PROGRAMS += tests/fuzz/fuzz_secret_name
+tests_fuzz_fuzz_secret_name_SOURCES = tests/fuzz/fuzz_secret_name.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h \
+	tools/run/secret.c tools/run/secret.h
+tests_fuzz_fuzz_secret_name_LDADD = libresihp/libresihp-core.la
+TESTS += tests/fuzz/fuzz_secret_name
+EXTRA_DIST += tests/fuzz/corpus-secret/valid tests/fuzz/corpus-secret/array \
+	tests/fuzz/corpus-secret/long-job tests/fuzz/corpus-secret/suffix \
+	tests/fuzz/corpus-secret/empty-job
 # The fuzz target of its command templates (tests/fuzz/README), run by
 # `make check` over its corpus and generated inputs.
 check_PROGRAMS += tests/fuzz/fuzz_cmd

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -333,16 +334,30 @@ static int pid_gone(pid_t pid) {
   return state == 'Z' || state == 'X';
 }
 
-/* The creator's PID of a name of exactly our form, or -1. */
-static pid_t ring_creator(const char *name) {
-  int pid, peer;
-  unsigned long long nonce;
-  char canon[64];
-  if (sscanf(name, "resihp-%d-%d-%16llx", &pid, &peer, &nonce) != 3 ||
-      pid <= 0 || peer < 0)
+/* A decimal number without sign or leading zero, at most max, then sep;
+ * the byte after sep, or NULL. */
+static const char *number(const char *p, char sep, long max, long *out) {
+  long v = 0;
+  const char *q = p;
+  for (; *q >= '0' && *q <= '9'; q++) {
+    if (v > (max - (*q - '0')) / 10)
+      return NULL;
+    v = v * 10 + (*q - '0');
+  }
+  if (q == p || *q != sep || (q - p > 1 && *p == '0'))
+    return NULL;
+  *out = v;
+  return q + 1;
+}
+
+pid_t resihp__shm_ring_creator(const char *name) {
+  long pid, peer;
+  const char *p = strncmp(name, "resihp-", 7) ? NULL : name + 7;
+  if (!p || !(p = number(p, '-', INT_MAX, &pid)) || pid <= 0 ||
+      !(p = number(p, '-', INT_MAX, &peer)) || strlen(p) != 16 ||
+      strspn(p, "0123456789abcdef") != 16)
     return -1;
-  snprintf(canon, sizeof(canon), "resihp-%d-%d-%016llx", pid, peer, nonce);
-  return strcmp(canon, name) == 0 ? (pid_t)pid : -1;
+  return (pid_t)pid;
 }
 
 int resihp__shm_clean_stale(void) {
@@ -353,7 +368,7 @@ int resihp__shm_clean_stale(void) {
   int removed = 0;
   struct dirent *e;
   for (long n = 0; n < STALE_MAX_ENTRIES && (e = readdir(d)) != NULL; n++) {
-    pid_t pid = ring_creator(e->d_name);
+    pid_t pid = resihp__shm_ring_creator(e->d_name);
     struct stat st;
     if (pid < 0 || pid == getpid() ||
         fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||

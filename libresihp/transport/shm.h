@@ -45,6 +45,11 @@ void resihp__ring_unmap(resihp__ring_t *r);
  * user whose creator (the PID in the name) is gone, killed or a zombie.
  * Returns how many it removed; the scan is bounded. */
 int resihp__shm_clean_stale(void);
+/* The creator's PID of a name (without the leading '/') of exactly the
+ * form resihp-PID-PEER-NONCE (decimal PID > 0 and PEER without leading
+ * zeros, NONCE 16 lowercase hex digits), or -1. /dev/shm is everyone's:
+ * tests/fuzz/fuzz_shm_name. */
+pid_t resihp__shm_ring_creator(const char *name);
 
 /* Test hook (tests/unit): called by resihp__shm_setup at each of its
  * phases, with the peer concerned, so a test can stop the rank there and

@@ -33,6 +33,15 @@ uint64_t resihp__fuzz_rng(void) {
   return rng_state;
 }
 
+size_t resihp__fuzz_near_miss(uint8_t *buf, int len, size_t cap) {
+  size_t n = len < 0 ? 0 : (size_t)len;
+  if (n >= cap)
+    n = cap - 1;
+  if (n && resihp__fuzz_rng() % 2)
+    buf[resihp__fuzz_rng() % n] = (uint8_t)resihp__fuzz_rng();
+  return n;
+}
+
 size_t resihp__fuzz_atoms(uint8_t *buf, size_t n, size_t cap,
                           const char *const *atoms, size_t natoms, size_t parts,
                           unsigned junk_one_in) {

@@ -32,6 +32,11 @@ size_t resihp__fuzz_atoms(uint8_t *buf, size_t n, size_t cap,
 size_t resihp__fuzz_pad_long(uint8_t *buf, size_t n, size_t cap,
                              unsigned one_in);
 
+/* A well-formed input of len bytes (snprintf's answer) in buf of cap
+ * bytes, cut to fit and, one time in two, one byte of it replaced by a
+ * random one: names that are nearly right. Returns the length. */
+size_t resihp__fuzz_near_miss(uint8_t *buf, int len, size_t cap);
+
 /* gen fills at most cap bytes and returns how many. */
 int resihp__fuzz_main(int argc, char **argv, const char *name,
                       const char *corpus, size_t max_len,

@@ -66,18 +66,14 @@ static size_t gen(uint8_t *buf, size_t cap) {
       "resihp.", "resihp", ".", "0", "1", "00", "01", "1000", "4294967295",
       "4294967296", "99999999999", "-1", "+1", "abcdef", "aB3xYz", "abcde",
       "abcdefg", "/", "..", " ", "\x01", "\xff", "X"};
-  size_t n = 0;
-  if (resihp__fuzz_rng() % 2) { /* mostly well-formed, then mutated */
-    n = (size_t)snprintf((char *)buf, cap, "resihp.%lu.%lu.%lu.%s",
-                         (unsigned long)(resihp__fuzz_rng() % 5000000000ULL),
-                         (unsigned long)(resihp__fuzz_rng() % 100000),
-                         (unsigned long)(resihp__fuzz_rng() % 10), "aB3xYz");
-    if (n >= cap)
-      n = cap - 1;
-    if (n && resihp__fuzz_rng() % 2)
-      buf[resihp__fuzz_rng() % n] = (uint8_t)resihp__fuzz_rng();
-    return n;
-  }
+  if (resihp__fuzz_rng() % 2) /* mostly well-formed, then mutated */
+    return resihp__fuzz_near_miss(
+        buf,
+        snprintf((char *)buf, cap, "resihp.%lu.%lu.%lu.%s",
+                 (unsigned long)(resihp__fuzz_rng() % 5000000000ULL),
+                 (unsigned long)(resihp__fuzz_rng() % 100000),
+                 (unsigned long)(resihp__fuzz_rng() % 10), "aB3xYz"),
+        cap);
   return resihp__fuzz_atoms(buf, 0, cap, atoms,
                            sizeof(atoms) / sizeof(atoms[0]),
                            resihp__fuzz_rng() % 10, 0);

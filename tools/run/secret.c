@@ -25,9 +25,7 @@
 
 #define PREFIX ".resihp-secret."
 
-/* JOB of a name ".resihp-secret.JOB.PID" with JOB and PID digits (JOB may
- * be an array's "123_4"), into job; 0 when the name is not of our form. */
-static int name_job(const char *name, char *job, size_t len) {
+int resihp__secret_parse_name(const char *name, char *job, size_t len) {
   if (strncmp(name, PREFIX, strlen(PREFIX)))
     return 0;
   const char *j = name + strlen(PREFIX), *dot = strrchr(j, '.');
@@ -71,7 +69,7 @@ int resihp__secret_clean_stale(const char *dir,
   for (long n = 0; n < max_entries && (e = readdir(d)) != NULL; n++) {
     char job[64];
     struct stat st;
-    if (!name_job(e->d_name, job, sizeof(job)) ||
+    if (!resihp__secret_parse_name(e->d_name, job, sizeof(job)) ||
         fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
         !S_ISREG(st.st_mode) || st.st_uid != self)
       continue; /* not ours, a link, or another user's */

@@ -21,6 +21,12 @@
 /* Whether Slurm job `job` may still run (1), or is over (0). */
 typedef int (*resihp__secret_job_active_fn)(const char *job);
 
+/* JOB of a name ".resihp-secret.JOB.PID" (JOB digits and '_', as an
+ * array's 123_4; PID digits), into job (len bytes); 0 when the name is not
+ * of that form or JOB does not fit. Names come from a shared directory:
+ * tests/fuzz/fuzz_secret_name. */
+int resihp__secret_parse_name(const char *name, char *job, size_t len);
+
 /* Remove the stale secrets in dir (see above); job_active NULL: the lock
  * alone decides. At most max_entries names are looked at. Returns how
  * many were removed. */

@@ -305,6 +305,8 @@ static int setup_abort(void *arg) {
   resihp__wire_t *w = j->lrank > 0 ? &j->up : &j->cw;
   if (w->fd < 0 || (j->lrank == 0 && j->lost) || resihp__wire_fill(w))
     return 0; /* a lost link is the main path's business */
+  if (!w->len || !memchr(w->buf, '\n', w->len))
+    return 0; /* no line yet: the usual answer, without an allocation */
   char *line = malloc(RESIHP__JOB_MSG_MAX);
   if (!line)
     return 0;

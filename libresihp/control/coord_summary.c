@@ -171,7 +171,8 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
   if (waited > 0)
     fprintf(f,
             "  waiting:                %.3f s of the run's %.3f s (the "
-            "coordinator was not running: its process stopped or starved)\n",
+            "coordinator did not run its loop: its process stopped, starved "
+            "or busy elsewhere)\n",
             waited, all);
   /* what the steps cost the coordinator: a START each, or nothing (free);
    * a step recovered or restarted within a run may take a second START */

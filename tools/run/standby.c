@@ -181,18 +181,28 @@ int standby_follow(const uint8_t *secret, size_t slen, char **rec,
   const int silence = g.hang_ms + 2000;
   while (!got_signal) {
     int64_t since = resihp__now_ms();
+    /* what the last record was, to tell whether this call got one */
+    size_t blen = *rec ? *len : 0;
+    char *before = blen ? malloc(blen) : NULL;
+    if (before)
+      memcpy(before, *rec, blen);
     int rc = resihp__feed_follow(g.standby_of, secret, slen, hello, silence,
                                  rec, len);
+    int fresh = *rec && (blen ? before && (*len != blen ||
+                                           memcmp(before, *rec, blen))
+                              : 1);
+    free(before);
     if (rc == 1)
       return 0;
-    /* When the primary died, as far as this side can tell: after the
-     * feed's last possible sign of life (a call that followed for longer
-     * than `silence` ends at most that long after one), before now. A quick
-     * call (nobody answered) says nothing new: the outage goes on, and
-     * one that began so is not bounded (the summary then says so). */
+    /* When the primary died, as far as this side can tell: after its last
+     * record of this call (so after the call began) and after the feed's
+     * last possible sign of life (the call ends at most `silence` after
+     * one), before now. A call that got no record (nobody answered) says
+     * nothing new; an outage that began so is not bounded (the summary
+     * then says so). */
     int64_t now = resihp__now_ms();
-    if (now - since > silence) {
-      g.loss_lo_ms = now - silence;
+    if (fresh) {
+      g.loss_lo_ms = now - silence > since ? now - silence : since;
       g.loss_hi_ms = now;
     }
     if (resihp__slurm_node_down(g.primary_node)) {

@@ -70,6 +70,10 @@ typedef struct {
   int resyncs;       /* RESYNCs in this step */
   int64_t last_life; /* last line (heartbeat included) heard from it */
   int expected;      /* the launcher started a replacement, not admitted yet */
+  /* its last HELLO was refused for its program's configuration (the
+   * reason: "mismatch", ...), "" otherwise: the launcher blames the
+   * program, not the node, when its step ends (resihp__coord_refused) */
+  char refused[32];
   /* fail-slow (coord_perf.c): time multiplier now (1 = healthy), since
    * which step, steps slow in a row and in all, episodes, the worst
    * factor, microbatches in the last step, swapped for a spare (step);

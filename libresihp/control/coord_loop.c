@@ -466,6 +466,13 @@ int resihp__coord_members(const resihp__coord_t *c) {
 int resihp__coord_connected(const resihp__coord_t *c, int r) {
   return r >= 0 && r < c->R && c->reps[r].conn >= 0;
 }
+int resihp__coord_refused(const resihp__coord_t *c, int r, char *why,
+                          size_t n) {
+  const char *rf = r >= 0 && r < c->R ? c->reps[r].refused : "";
+  if (why && n)
+    snprintf(why, n, "%s", rf);
+  return rf[0] != '\0';
+}
 int resihp__coord_aborted(const resihp__coord_t *c, char *why, size_t n) {
   if (why && n)
     snprintf(why, n, "%s", c->abort_replica >= 0 ? c->abort_why : "");

@@ -179,6 +179,15 @@ static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
   return 1;
 }
 
+/* Refuse replica r's HELLO for what its program runs (a configuration no
+ * node can change): recorded for the launcher (resihp__coord_refused). */
+static void refuse_program(resihp__coord_t *c, int k, long r,
+                           const char *reason, const char *msg) {
+  rep_t *p = &c->reps[r];
+  snprintf(p->refused, sizeof(p->refused), "%s", reason);
+  resihp__coord_refuse(c, k, reason, 1, msg);
+}
+
 /* HELLO: every field bounded, names and addresses plain tokens (they end
  * up inside lists that others parse), and the training the same as the
  * job's (the first HELLO sets it). */
@@ -211,7 +220,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
          "replica %ld has %ld microbatches per step; at most %d fit in a "
          "message: use fewer, larger microbatches",
          r, m, maxm);
-    resihp__coord_refuse(c, k, "too-many-microbatches", 1, msg);
+    refuse_program(c, k, r, "too-many-microbatches", msg);
     return;
   }
   /* GO lists every member's addresses: "r@ep," with r below 10^7 */
@@ -222,7 +231,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
          "its %zu bytes would not fit in a %d-byte line: refused (use fewer "
          "replicas, fewer ranks per replica or shorter host names)",
          r, c->R, strlen(ep), RESIHP__WIRE_LINE_MAX);
-    resihp__coord_refuse(c, k, "too-many-replicas", 1, msg);
+    refuse_program(c, k, r, "too-many-replicas", msg);
     return;
   }
   if (c->S && (m != c->M || s != c->S)) {
@@ -230,7 +239,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
          "replica %ld has %ld microbatches x %ld steps, the job %d x %ld: "
          "refused (every replica must run the same training)",
          r, m, s, c->M, c->S);
-    resihp__coord_refuse(c, k, "mismatch", 1, msg);
+    refuse_program(c, k, r, "mismatch", msg);
     return;
   }
   if (c->S && (K != c->K || strcmp(shape, c->shape))) {
@@ -240,7 +249,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
          "hold the same shards: same ranks per replica, same state buffers "
          "and sizes)",
          r, K, shape, c->K, c->shape);
-    resihp__coord_refuse(c, k, "mismatch", 1, msg);
+    refuse_program(c, k, r, "mismatch", msg);
     return;
   }
   long again = 0, e = 0, st = 0;
@@ -284,6 +293,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   }
   p->state = R_JOINING;
   p->conn = k;
+  p->refused[0] = '\0';
   p->waiting = 0;
   p->catchup_failed = 0;
   p->catching = 0;

@@ -249,6 +249,12 @@ void resihp__coord_set_coords(resihp__coord_t *c, const char *eps);
 /* The replica that stopped the run with ABORT (the first, if several
  * did) or -1; its reason is copied into why (n bytes; why may be NULL). */
 int resihp__coord_aborted(const resihp__coord_t *c, char *why, size_t n);
+/* 1 if replica's last HELLO was refused for its program's configuration
+ * (not the same training as the job's, too many microbatches, ...): a
+ * step that ends before joining after that is the program's fault, not
+ * its node's. The reason is copied into why (n bytes; why may be NULL). */
+int resihp__coord_refused(const resihp__coord_t *c, int replica, char *why,
+                          size_t n);
 /* The launcher has started (on=1) a replacement of replica, or no longer
  * waits for one (on=0); see hold_for_replacements. */
 void resihp__coord_expect(resihp__coord_t *c, int replica, int on);

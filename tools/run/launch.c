@@ -352,6 +352,7 @@ void tick(void) {
     }
     if (p->pid > 0 && !p->connected && resihp__coord_connected(g.coord, r)) {
       p->connected = 1;
+      g.joined = 1;
       g.ldirty = 1;
     }
     if (p->pid > 0 && !p->connected && !p->kill_at &&

@@ -394,6 +394,10 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
   printf("  replacements launched:  %d; nodes marked bad: %d; spares left: "
          "%d\n",
          g.nreplacements, g.nbad, spares_left());
+  for (int r = 0; r < g.R; r++)
+    if (g.reps[r].given_up && g.reps[r].why[0])
+      printf("  replica %d given up:     %s; the others went on\n", r,
+             g.reps[r].why);
   int nfo = resihp__keeper_failovers(kp, &fwhy, NULL, NULL);
   if (nfo)
     printf("  coordinator failovers:  %d (the last: the coordinator %s)\n", nfo,

@@ -63,6 +63,9 @@ typedef struct {
    * tell a broken node from a program that cannot run; the srun status */
   int diagnosing;
   int early_status;
+  /* why it was given up while the others go on (the summary; not in the
+   * launcher's record) */
+  char why[160];
   /* its srun waits at this gate until its pid is in the keeper's record
    * (gate.h): -1 when none */
   int gate;
@@ -110,6 +113,7 @@ struct run {
   int lockstep;         /* --lockstep */
   int stopping;         /* stop asked at the next step boundary */
   int program_failed;   /* the program, not a node, failed to start */
+  int joined;           /* a replica's rank has joined the coordinator */
   int aborted;          /* a replica stopped the run (ABORT) */
   char prog_path[4096]; /* PROGRAM as found in PATH */
   /* fail-slow: how microbatches are spread (resihp_assign_mode_t), how long

@@ -466,6 +466,9 @@ int resihp__coord_members(const resihp__coord_t *c) {
 int resihp__coord_connected(const resihp__coord_t *c, int r) {
   return r >= 0 && r < c->R && c->reps[r].conn >= 0;
 }
+int resihp__coord_finished(const resihp__coord_t *c, int r) {
+  return r >= 0 && r < c->R && c->reps[r].finished;
+}
 int resihp__coord_refused(const resihp__coord_t *c, int r, char *why,
                           size_t n) {
   const char *rf = r >= 0 && r < c->R ? c->reps[r].refused : "";

@@ -249,6 +249,8 @@ void resihp__coord_set_coords(resihp__coord_t *c, const char *eps);
 /* The replica that stopped the run with ABORT (the first, if several
  * did) or -1; its reason is copied into why (n bytes; why may be NULL). */
 int resihp__coord_aborted(const resihp__coord_t *c, char *why, size_t n);
+/* 1 once replica's rank has reported its result (FINISH). */
+int resihp__coord_finished(const resihp__coord_t *c, int replica);
 /* 1 if replica's last HELLO was refused for its program's configuration
  * (not the same training as the job's, too many microbatches, ...): a
  * step that ends before joining after that is the program's fault, not

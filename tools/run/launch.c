@@ -325,6 +325,10 @@ static void ended(pid_t pid, int st) {
           p->relaunch = 1;
         continue;
       }
+      /* after the job, a step that ends badly on its own (a rank's
+       * clean-up that fails) leaves the results standing, but is said */
+      if (!g.ending && st != 0 && resihp__coord_finished(g.coord, r))
+        p->done_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
       if (!p->connected && !p->relaunch && !p->given_up && !g.stopping &&
           resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING)
         diagnose(r, st);

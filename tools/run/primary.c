@@ -116,6 +116,7 @@ static void end_steps(int killed, int state, resihp__keeper_t *kp) {
     resihp__keeper_beat(kp);
     resihp__coord_poll(g.coord, 50);
   }
+  g.ending = 1;
   for (int r = 0; r < g.R; r++)
     if (g.reps[r].pid > 0) {
       kill(g.reps[r].pid, SIGTERM);
@@ -398,6 +399,17 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
     if (g.reps[r].given_up && g.reps[r].why[0])
       printf("  replica %d given up:     %s; the others went on\n", r,
              g.reps[r].why);
+  for (int r = 0; r < g.R; r++)
+    if (g.reps[r].done_status) {
+      printf("  warning:                replica %d's step exited with status "
+             "%d after the job was done (its result counts; its output "
+             "says what failed)\n",
+             r, g.reps[r].done_status);
+      fprintf(stderr,
+              "resihp-run: warning: replica %d's step exited with status %d "
+              "after its rank reported its result\n",
+              r, g.reps[r].done_status);
+    }
   int nfo = resihp__keeper_failovers(kp, &fwhy, NULL, NULL);
   if (nfo)
     printf("  coordinator failovers:  %d (the last: the coordinator %s)\n", nfo,

@@ -66,6 +66,10 @@ typedef struct {
   /* why it was given up while the others go on (the summary; not in the
    * launcher's record) */
   char why[160];
+  /* its step's srun status when it ended on its own after its rank had
+   * reported its result (FINISH), 0 if it exited 0 or did not end so:
+   * the summary warns */
+  int done_status;
   /* its srun waits at this gate until its pid is in the keeper's record
    * (gate.h): -1 when none */
   int gate;
@@ -114,6 +118,7 @@ struct run {
   int stopping;         /* stop asked at the next step boundary */
   int program_failed;   /* the program, not a node, failed to start */
   int joined;           /* a replica's rank has joined the coordinator */
+  int ending;           /* the launcher kills the steps left (end_steps) */
   int aborted;          /* a replica stopped the run (ABORT) */
   char prog_path[4096]; /* PROGRAM as found in PATH */
   /* fail-slow: how microbatches are spread (resihp_assign_mode_t), how long

@@ -16,7 +16,7 @@ void on_failed(void *ud, int r, const char *node, long jobid, long stepid,
   say("replica %d failed (%s, node %s): cancelling step %ld.%ld, marking "
       "its node bad and starting a replacement",
       r, why, node, jobid, stepid);
-  cancel_step(jobid, stepid);
+  cancel_step(jobid, stepid, step_name(r));
   if (p->pid > 0)
     p->kill_at = resihp__now_ms() + 2000;
   release_nodes(r, 1);

@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include "run.h"
+#include "slurm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +37,12 @@ void child_setup(int quiet_stdio) {
     if (fd > 2)
       close(fd);
   }
+}
+
+const char *step_name(int r) {
+  static char name[32];
+  snprintf(name, sizeof(name), "resihp-replica-%d", r);
+  return name;
 }
 
 /* Run argv1, then (if not NULL) argv2 once argv1 has ended. */
@@ -155,7 +162,7 @@ int launch(int r) {
   snprintf(opt_co, sizeof(opt_co), "--resilient-coordinator=%s", g.coords);
   snprintf(nk, sizeof(nk), "%d", g.K);
   snprintf(nr, sizeof(nr), "%d", g.ranks);
-  snprintf(jn, sizeof(jn), "--job-name=resihp-replica-%d", r);
+  snprintf(jn, sizeof(jn), "--job-name=%s", step_name(r));
   snprintf(mpi, sizeof(mpi), "--mpi=%s", g.mpi ? g.mpi : "none");
   const char *argv0[32] = {"srun",
                            opt_res,
@@ -272,16 +279,39 @@ void release_nodes(int r, int bad) {
 }
 
 /* Kill the step at once, then cancel it (a signal alone does not end a
- * step on a dead node). The ids are the rank's word: only a step of this
- * job is ever touched. */
-void cancel_step(long jobid, long stepid) {
+ * step on a dead node). The ids are the claim of a rank or a standby:
+ * only a step of this job that bears the name the launcher gave the one
+ * it launched (name: resihp-replica-R, resihp-standby) is ever touched,
+ * which slurmctld is asked in the background. */
+void cancel_step(long jobid, long stepid, const char *name) {
   if (jobid < 0 || stepid < 0 || jobid != strtol(g.jobid, NULL, 10))
     return;
   char id[64];
   snprintf(id, sizeof(id), "%ld.%ld", jobid, stepid);
+  pid_t p = fork();
+  if (p > 0) {
+    for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
+      if (!helpers[i]) {
+        helpers[i] = p;
+        break;
+      }
+    return;
+  }
+  if (p < 0) {
+    say("cannot cancel step %s: %s", id, strerror(errno));
+    return;
+  }
+  child_setup(0);
+  if (!resihp__slurm_step_named(id, name)) {
+    say("step %s is not %s (or Slurm does not know it): not cancelled", id,
+        name);
+    _exit(0);
+  }
   char *const kill9[] = {"scancel", "--quiet", "--signal=KILL", id, NULL};
   char *const cancel[] = {"scancel", "--quiet", id, NULL};
-  spawn_argv(kill9, cancel, 1);
+  resihp__slurm_run(kill9, 1, NULL, NULL);
+  execvp(cancel[0], cancel);
+  _exit(127);
 }
 
 /* A child ended (or, after a failover, a child of the primary before:

@@ -204,7 +204,9 @@ int spares_left(void);
 int launch(int r);
 void open_gates(void);
 void release_nodes(int r, int bad);
-void cancel_step(long jobid, long stepid);
+/* The name of replica r's steps (srun --job-name; static storage). */
+const char *step_name(int r);
+void cancel_step(long jobid, long stepid, const char *name);
 void reap(void);
 void tick(void);
 

@@ -27,6 +27,10 @@ int resihp__slurm_node_down(const char *node);
 /* A "SlurmdTimeout = 300 sec" line of `scontrol show config`: the
  * seconds, or -1 when the line is not that. */
 int resihp__slurm_parse_timeout(const char *line);
+/* Whether step "JOBID.STEPID" (id) is named name (srun --job-name) in
+ * slurmctld's view: 1 yes, 0 no or no answer (within 30 s). The step ids
+ * a rank or a standby claims are their word; the name is the launcher's. */
+int resihp__slurm_step_named(const char *id, const char *name);
 /* SlurmdTimeout in seconds (300, Slurm's default, when unknown). */
 int resihp__slurm_slurmd_timeout_s(void);
 

@@ -140,7 +140,7 @@ void check_standby(void) {
       (long long)(resihp__now_ms() - g.standby_lost_ms));
   long sj = -1, ss = -1;
   if (sscanf(g.standby_step, "%ld.%ld", &sj, &ss) == 2)
-    cancel_step(sj, ss);
+    cancel_step(sj, ss, "resihp-standby");
   kill(g.standby_pid, SIGKILL);
   g.standby_pid = 0; /* its exit, when reaped, is nobody's */
   g.standby_lost_ms = 0;

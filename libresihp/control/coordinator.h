@@ -249,6 +249,11 @@ void resihp__coord_set_coords(resihp__coord_t *c, const char *eps);
 /* The replica that stopped the run with ABORT (the first, if several
  * did) or -1; its reason is copied into why (n bytes; why may be NULL). */
 int resihp__coord_aborted(const resihp__coord_t *c, char *why, size_t n);
+/* The injected fault replica announced has now taken effect (its
+ * kill-node command returned): its detection is timed from now, not from
+ * the announcement (the command's own time is no detection time); a
+ * failure already detected while the command ran gets 0. */
+void resihp__coord_fault_landed(resihp__coord_t *c, int replica);
 /* 1 once replica's rank has reported its result (FINISH). */
 int resihp__coord_finished(const resihp__coord_t *c, int replica);
 /* 1 if replica's last HELLO was refused for its program's configuration

@@ -45,8 +45,9 @@ const char *step_name(int r) {
   return name;
 }
 
-/* Run argv1, then (if not NULL) argv2 once argv1 has ended. */
-void spawn_argv(char *const argv1[], char *const argv2[], int quiet) {
+/* Run argv1, then (if not NULL) argv2 once argv1 has ended; its pid (the
+ * parent's), or -1. */
+pid_t spawn_argv(char *const argv1[], char *const argv2[], int quiet) {
   pid_t p = fork();
   if (p > 0) {
     for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
@@ -54,11 +55,11 @@ void spawn_argv(char *const argv1[], char *const argv2[], int quiet) {
         helpers[i] = p;
         break;
       }
-    return;
+    return p;
   }
   if (p < 0) {
     say("cannot start %s: %s", argv1[0], strerror(errno));
-    return;
+    return -1;
   }
   child_setup(quiet);
   if (argv2) {
@@ -329,6 +330,11 @@ static void ended(pid_t pid, int st) {
     for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
       if (helpers[i] == pid)
         helpers[i] = 0;
+    for (int r = 0; r < g.R; r++)
+      if (g.reps[r].kill_cmd == pid) {
+        g.reps[r].kill_cmd = 0;
+        resihp__coord_fault_landed(g.coord, r);
+      }
     if (pid == g.standby_pid) {
       g.standby_pid = 0;
       if (!g.stopping)

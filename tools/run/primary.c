@@ -142,15 +142,18 @@ static void end_steps(int killed, int state, resihp__keeper_t *kp) {
   }
 }
 
-/* The helpers (scancel, kill-node commands) get a moment, then go; spare
- * checks still running are ended. */
+/* The helpers (scancel) get a moment, then go; a kill-node command that
+ * has started finishes its work (up to a minute: a node left half killed
+ * is worse than a late end); spare checks still running are ended. */
 static void end_helpers(resihp__keeper_t *kp) {
-  for (int i = 0; i < 20; i++) {
+  for (int i = 0; i < 600; i++) {
     reap();
-    int left = 0;
+    int left = 0, killing = 0;
     for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
       left += helpers[k] != 0;
-    if (!left)
+    for (int r = 0; r < g.R; r++)
+      killing += g.reps[r].kill_cmd > 0;
+    if (!left || (i >= 20 && !killing))
       break;
     resihp__keeper_beat(kp);
     usleep(100000);

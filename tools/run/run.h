@@ -70,6 +70,8 @@ typedef struct {
    * reported its result (FINISH), 0 if it exited 0 or did not end so:
    * the summary warns */
   int done_status;
+  /* its injected kill-node's command while it runs (0: none) */
+  pid_t kill_cmd;
   /* its srun waits at this gate until its pid is in the keeper's record
    * (gate.h): -1 when none */
   int gate;
@@ -198,7 +200,7 @@ void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* launch.c */
 void child_setup(int quiet_stdio);
-void spawn_argv(char *const argv1[], char *const argv2[], int quiet);
+pid_t spawn_argv(char *const argv1[], char *const argv2[], int quiet);
 int pick_nodes(int *out, int k, int initial);
 int spares_left(void);
 int launch(int r);

@@ -42,6 +42,8 @@
 #define MAX_STEPS 1000000000L
 
 enum { R_NONE, R_JOINING, R_MEMBER, R_GONE };
+/* A member's credential: 16 random bytes, as hex. */
+#define RESIHP__COORD_CRED_HEX 32
 /* P_FREE: the members run free after START run=1 (coord_schedule.c) */
 enum { P_BARRIER, P_SETUP, P_RUN, P_END, P_FREE };
 
@@ -74,6 +76,10 @@ typedef struct {
    * reason: "mismatch", ...), "" otherwise: the launcher blames the
    * program, not the node, when its step ends (resihp__coord_refused) */
   char refused[32];
+  /* the credential its WELCOME gave it (hex, "" before): a HELLO again=1
+   * must bring it, so that nobody else with the job's secret can take
+   * its place by replaying its ids (they are in every GO) */
+  char cred[RESIHP__COORD_CRED_HEX + 1];
   /* fail-slow (coord_perf.c): time multiplier now (1 = healthy), since
    * which step, steps slow in a row and in all, episodes, the worst
    * factor, microbatches in the last step, swapped for a spare (step);

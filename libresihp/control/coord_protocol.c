@@ -11,6 +11,8 @@
 #include "config.h"
 
 #include "../transport/mesh.h"
+#include "../transport/msgauth.h"
+#include "../transport/sha256.h"
 #include "coord_internal.h"
 
 #include <resihp/error.h>
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 /* RESYNC reports one member may make in one step (a member that cannot
  * set up an epoch). */
@@ -154,12 +157,24 @@ void resihp__coord_set_coords(resihp__coord_t *c, const char *eps) {
  * id, Slurm step, addresses) of a joiner or a member takes its place
  * again: 1. Anything else is an ordinary HELLO: 0. */
 static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
-                    const char *ep, const char *sep) {
+                    const char *ep, const char *sep, const char *msg) {
   rep_t *p = &c->reps[r];
   if ((p->state != R_MEMBER && p->state != R_JOINING) || p->jobid != jobid ||
       p->stepid != stepid || !p->ep || strcmp(p->ep, ep) || !p->sep ||
       strcmp(p->sep, sep) || c->state != RESIHP__COORD_RUNNING)
     return 0;
+  /* its ids are no proof (every GO lists ep, a step id is easily
+   * guessed): the credential of its WELCOME is */
+  char cred[RESIHP__COORD_CRED_HEX + 1] = "";
+  if (resihp__wire_get(msg, "cred", cred, sizeof(cred)) || !p->cred[0] ||
+      strlen(cred) != RESIHP__COORD_CRED_HEX ||
+      resihp__ct_memcmp(cred, p->cred, RESIHP__COORD_CRED_HEX)) {
+    logc(RESIHP_LOG_ERROR,
+         "a HELLO again=1 for replica %d without its credential: refused "
+         "(its link stays)",
+         r);
+    return -1;
+  }
   if (p->conn >= 0 && p->conn != k)
     resihp__coord_close_conn(c, p->conn); /* its old link, now dead */
   p->conn = k;
@@ -260,8 +275,13 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     resihp__coord_refuse(c, k, "bad-hello", 1, msg);
     return;
   }
-  if (again && reattach(c, k, (int)r, jobid, stepid, ep, sep))
+  int ra = again ? reattach(c, k, (int)r, jobid, stepid, ep, sep, msg) : 0;
+  if (ra > 0)
     return;
+  if (ra < 0) {
+    resihp__coord_refuse(c, k, "bad-credential", 1, msg);
+    return;
+  }
   rep_t *p = &c->reps[r];
   if (p->state != R_MEMBER && !(p->state == R_JOINING && p->conn >= 0) &&
       c->state == RESIHP__COORD_RUNNING &&
@@ -291,6 +311,12 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     c->S = s;
     snprintf(c->shape, sizeof(c->shape), "%s", shape);
   }
+  uint8_t rnd[RESIHP__COORD_CRED_HEX / 2];
+  if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+    resihp__coord_refuse(c, k, "no-randomness", 1, msg);
+    return;
+  }
+  resihp__hex(p->cred, rnd, sizeof(rnd));
   p->state = R_JOINING;
   p->conn = k;
   p->refused[0] = '\0';
@@ -304,9 +330,9 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   snprintf(p->lep, sizeof(p->lep), "%s", strcmp(lep, "-") ? lep : "");
   c->conns[k].replica = (int)r;
   p->last_life = resihp__now_ms();
-  char line[128];
-  snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld hb=%d", r, c->step,
-           c->hb_leader_ms);
+  char line[160];
+  snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld hb=%d cred=%s", r,
+           c->step, c->hb_leader_ms, p->cred);
   resihp__coord_again(c, resihp__coord_send_to(c, (int)r, line));
   resihp__coord_send_coords(c, (int)r);
   logc(RESIHP_LOG_INFO, "replica %ld joined from %s (node %s, step %ld.%ld)", r,

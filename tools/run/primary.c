@@ -254,7 +254,8 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
     say("warning: cannot serve a standby coordinator; the job goes on "
         "without one");
   if (g.standby_pid > 0 && g.standby_node >= 0) /* a local failover */
-    resihp__feed_expect(g.feed, g.nodes[g.standby_node].name);
+    resihp__feed_expect(g.feed, g.nodes[g.standby_node].name,
+                        g.standby_token);
   update_coords();
   if (g.took_over) {
     say("took over from the primary on %s, which Slurm declared DOWN: the "

@@ -172,6 +172,10 @@ struct run {
   resihp__feed_t *feed;
   pid_t standby_pid;
   int standby_node, standby_tries;
+  /* the credential handed to the standby launched last (its step's
+   * environment, RESIHP_STANDBY_TOKEN): only it may follow the feed;
+   * in a standby, its own */
+  char standby_token[40];
   unsigned standby_gen;
   char standby_step[64];
   /* since when the standby started does not follow the feed (0: it

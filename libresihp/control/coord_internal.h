@@ -192,7 +192,10 @@ struct resihp__coord {
   spare_t *spares;
   int nspares, capspares;
   resihp__wire_hs_t *hs; /* handshakes in progress */
-  char *line;            /* one received line */
+  char *line;            /* one received line (resihp__coord_room) */
+  char *fline;           /* the same for take_faults */
+  size_t linecap, flinecap;
+  int fline_busy;
   struct pollfd *pfd;
   int cappfd;
   int stop; /* end at the next step boundary (resihp__coord_stop) */
@@ -210,7 +213,8 @@ struct resihp__coord {
   int wl_asked;      /* replica to send the next step's workloads */
   int *pick;         /* M: contributor index of each microbatch */
   long long *tuples; /* M*5: one parsed PERF or WL list */
-  char *val;         /* one PERF or WL list as received */
+  char *val;         /* one PERF or WL list as received (coord_room) */
+  size_t valcap;
   long samples, costed, swaps;
   /* steps started by a START (the others ran free); a member slow long
    * enough for a swap in a free run (coord_perf.c: a boundary may be due) */
@@ -327,6 +331,11 @@ void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
 /* coord_perf.c */
 int resihp__coord_perf_init(resihp__coord_t *c);
 void resihp__coord_perf_free(resihp__coord_t *c);
+/* A buffer (*buf, *cap bytes) with room for need bytes (at most a line's
+ * most): the coordinator's line buffers grow with the lines that come
+ * instead of holding RESIHP__WIRE_LINE_MAX (16 MiB) each from the start.
+ * 0 or RESIHP_ENOMEM (coord_loop.c). */
+int resihp__coord_room(char **buf, size_t *cap, size_t need);
 void resihp__coord_perf_reset(resihp__coord_t *c, int r);
 void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg);
 void resihp__coord_on_wl(resihp__coord_t *c, int k, int r, const char *msg);

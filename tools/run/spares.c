@@ -98,13 +98,17 @@ static int early_by_signal(int status) {
 static void program_left(int r, const char *names) {
   replica_t *p = &g.reps[r];
   p->given_up = 1;
-  int live = 0;
-  for (int q = 0; q < g.R; q++)
+  /* joined: a rank has joined since this process launched it, or one is
+   * connected (a primary restored from a record only sees the latter) */
+  int live = 0, joined = g.joined;
+  for (int q = 0; q < g.R; q++) {
     live += !g.reps[q].given_up;
+    joined |= g.reps[q].connected;
+  }
   char refused[32];
   int cfg = resihp__coord_refused(g.coord, r, refused, sizeof(refused)) &&
             p->launches == 1;
-  if (cfg || (!live && !g.joined)) {
+  if (cfg || (!live && !joined)) {
     fprintf(stderr,
             "resihp-run: %s: left before joining the coordinator (srun "
             "status %d) on %s, which passed %s health check - the program, "

@@ -99,6 +99,18 @@ static void wait_standby(primary_t *p, int have, const char *ep) {
   ck_abort_msg("the feed never had the standby %s (want %d)", ep, have);
 }
 
+/* The standby at ep is the feed's; BYE ends it (follow returns 1) with
+ * the record want; the primary goes. */
+static void bye_ends(primary_t *p, follower_t *fl, const char *ep,
+                     const char *want) {
+  char rec[256];
+  wait_standby(p, 1, ep);
+  resihp__feed_bye(p->f, 5000);
+  ck_assert_int_eq(follower_end(fl, rec, sizeof(rec)), 1);
+  ck_assert_str_eq(rec, want);
+  primary_down(p);
+}
+
 START_TEST(newest_record_then_bye) {
   primary_t p;
   primary_up(&p);
@@ -143,11 +155,7 @@ START_TEST(second_standby_replaces_first) {
   ck_assert_str_eq(rec, "state");
   ck_assert_int_lt(follower_end(&old, rec, sizeof(rec)), 0);
   ck_assert_str_eq(rec, "");
-  wait_standby(&p, 1, "h:2");
-  resihp__feed_bye(p.f, 5000);
-  ck_assert_int_eq(follower_end(&b, rec, sizeof(rec)), 1);
-  ck_assert_str_eq(rec, "state");
-  primary_down(&p);
+  bye_ends(&p, &b, "h:2", "state");
 }
 END_TEST
 
@@ -179,11 +187,7 @@ START_TEST(rogue_standby_refused) {
   follower_start(&good, p.ep, KEY, sizeof(KEY) - 1,
                  "STANDBY ep=h:2 node=n2 step=7.3 "
                  "token=00112233445566778899aabbccddeeff");
-  wait_standby(&p, 1, "h:2");
-  resihp__feed_bye(p.f, 5000);
-  ck_assert_int_eq(follower_end(&good, rec, sizeof(rec)), 1);
-  ck_assert_str_eq(rec, "state");
-  primary_down(&p);
+  bye_ends(&p, &good, "h:2", "state");
 }
 END_TEST
 

@@ -45,16 +45,21 @@ const char *step_name(int r) {
   return name;
 }
 
+/* A helper started: reaped and waited for at the end (end_helpers). */
+static void add_helper(pid_t p) {
+  for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
+    if (!helpers[i]) {
+      helpers[i] = p;
+      break;
+    }
+}
+
 /* Run argv1, then (if not NULL) argv2 once argv1 has ended; its pid (the
  * parent's), or -1. */
 pid_t spawn_argv(char *const argv1[], char *const argv2[], int quiet) {
   pid_t p = fork();
   if (p > 0) {
-    for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
-      if (!helpers[i]) {
-        helpers[i] = p;
-        break;
-      }
+    add_helper(p);
     return p;
   }
   if (p < 0) {
@@ -291,11 +296,7 @@ void cancel_step(long jobid, long stepid, const char *name) {
   snprintf(id, sizeof(id), "%ld.%ld", jobid, stepid);
   pid_t p = fork();
   if (p > 0) {
-    for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
-      if (!helpers[i]) {
-        helpers[i] = p;
-        break;
-      }
+    add_helper(p);
     return;
   }
   if (p < 0) {

@@ -10,6 +10,7 @@ libresihp_libresihp_core_la_SOURCES = \
 	libresihp/core/errbuf.c libresihp/core/errbuf.h \
 	libresihp/core/error.c \
 	libresihp/core/log.c \
+	libresihp/core/ownfile.c libresihp/core/ownfile.h \
 	libresihp/core/settings.c \
 	libresihp/core/version.c
 

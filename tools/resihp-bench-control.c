@@ -103,6 +103,7 @@ typedef struct {
   int held;   /* its BEGIN of step 1 waits for the idle window's end */
   int back;   /* reconnecting after the failover */
   int agains; /* WELCOME ... again=1 received */
+  char cred[48]; /* its first WELCOME's credential (said again=1) */
 } stub_t;
 
 typedef struct {
@@ -261,6 +262,7 @@ static void stub_line(bench_t *b, stub_t *s, const char *line) {
     send_line(b, s, buf);
   } else if (!strncmp(line, "WELCOME ", 8)) {
     long hb = 0;
+    resihp__wire_get(line, "cred", s->cred, sizeof(s->cred));
     if (!b->hb_ms && !resihp__wire_get_long(line, "hb", &hb) && hb >= 100 &&
         hb <= 60000)
       b->hb_ms = (int)hb;
@@ -400,7 +402,8 @@ static void stub_io(bench_t *b, stub_t *s, uint32_t ev) {
         b->mbs, b->total_steps, (int)getpid());
     if (s->back) /* as recovery/job_link.c says it after a failover */
       snprintf(hello + hl, sizeof(hello) - (size_t)hl,
-               " again=1 epoch=%u step=%ld", s->epoch, s->next_step - 1);
+               " again=1 epoch=%u step=%ld cred=%s", s->epoch,
+               s->next_step - 1, s->cred[0] ? s->cred : "-");
     if (send_line(b, s, hello))
       return;
   }

@@ -6,6 +6,7 @@ noinst_PROGRAMS += contrib/pipeline-trainer/resihp-pipeline-trainer
 contrib_pipeline_trainer_resihp_pipeline_trainer_SOURCES = \
 	contrib/pipeline-trainer/pipeline-trainer.c \
 	contrib/common/trainer-common.c contrib/common/trainer-layers.c \
+	contrib/common/trainer-rendezvous.c \
 	contrib/common/trainer-common.h contrib/common/trainer-data.c \
 	contrib/common/trainer-data.h
 # No fused multiply-adds: a unit's arithmetic must round the same in every

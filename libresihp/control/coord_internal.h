@@ -42,6 +42,8 @@
 #define MAX_STEPS 1000000000L
 
 enum { R_NONE, R_JOINING, R_MEMBER, R_GONE };
+/* A member's credential: 16 random bytes, as hex. */
+#define RESIHP__COORD_CRED_HEX 32
 /* P_FREE: the members run free after START run=1 (coord_schedule.c) */
 enum { P_BARRIER, P_SETUP, P_RUN, P_END, P_FREE };
 
@@ -70,6 +72,14 @@ typedef struct {
   int resyncs;       /* RESYNCs in this step */
   int64_t last_life; /* last line (heartbeat included) heard from it */
   int expected;      /* the launcher started a replacement, not admitted yet */
+  /* its last HELLO was refused for its program's configuration (the
+   * reason: "mismatch", ...), "" otherwise: the launcher blames the
+   * program, not the node, when its step ends (resihp__coord_refused) */
+  char refused[32];
+  /* the credential its WELCOME gave it (hex, "" before): a HELLO again=1
+   * must bring it, so that nobody else with the job's secret can take
+   * its place by replaying its ids (they are in every GO) */
+  char cred[RESIHP__COORD_CRED_HEX + 1];
   /* fail-slow (coord_perf.c): time multiplier now (1 = healthy), since
    * which step, steps slow in a row and in all, episodes, the worst
    * factor, microbatches in the last step, swapped for a spare (step);
@@ -196,7 +206,10 @@ struct resihp__coord {
   spare_t *spares;
   int nspares, capspares;
   resihp__wire_hs_t *hs; /* handshakes in progress */
-  char *line;            /* one received line */
+  char *line;            /* one received line (resihp__coord_room) */
+  char *fline;           /* the same for take_faults */
+  size_t linecap, flinecap;
+  int fline_busy;
   struct pollfd *pfd;
   int cappfd;
   int stop; /* end at the next step boundary (resihp__coord_stop) */
@@ -214,7 +227,8 @@ struct resihp__coord {
   int wl_asked;      /* replica to send the next step's workloads */
   int *pick;         /* M: contributor index of each microbatch */
   long long *tuples; /* M*5: one parsed PERF or WL list */
-  char *val;         /* one PERF or WL list as received */
+  char *val;         /* one PERF or WL list as received (coord_room) */
+  size_t valcap;
   long samples, costed, swaps;
   /* steps started by a START (the others ran free); a member slow long
    * enough for a swap in a free run (coord_perf.c: a boundary may be due) */
@@ -331,6 +345,11 @@ void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
 /* coord_perf.c */
 int resihp__coord_perf_init(resihp__coord_t *c);
 void resihp__coord_perf_free(resihp__coord_t *c);
+/* A buffer (*buf, *cap bytes) with room for need bytes (at most a line's
+ * most): the coordinator's line buffers grow with the lines that come
+ * instead of holding RESIHP__WIRE_LINE_MAX (16 MiB) each from the start.
+ * 0 or RESIHP_ENOMEM (coord_loop.c). */
+int resihp__coord_room(char **buf, size_t *cap, size_t need);
 void resihp__coord_perf_reset(resihp__coord_t *c, int r);
 void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg);
 void resihp__coord_on_wl(resihp__coord_t *c, int k, int r, const char *msg);

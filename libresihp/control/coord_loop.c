@@ -148,13 +148,32 @@ int resihp__coord_adopt(resihp__coord_t *c, resihp__wire_t *w) {
   return k;
 }
 
+int resihp__coord_room(char **buf, size_t *cap, size_t need) {
+  if (need > RESIHP__WIRE_LINE_MAX + 1)
+    need = RESIHP__WIRE_LINE_MAX + 1;
+  if (need <= *cap)
+    return 0;
+  size_t n = *cap * 2 > need ? *cap * 2 : need;
+  n = n < 4096                        ? 4096
+      : n > RESIHP__WIRE_LINE_MAX + 1 ? RESIHP__WIRE_LINE_MAX + 1
+                                      : n;
+  char *b = realloc(*buf, n);
+  if (!b)
+    return RESIHP_ENOMEM;
+  *buf = b;
+  *cap = n;
+  return 0;
+}
+
 /* Every complete line that connection k has buffered, then what its
  * socket said (rc from resihp__wire_fill, or a bad line) if it is gone. */
 static void drain_conn(resihp__coord_t *c, int k, int rc) {
   conn_t *cn = &c->conns[k];
   int t;
+  /* room for any line buffered (a complete one is no longer) */
   while (cn->w.fd >= 0 &&
-         (t = resihp__wire_take(&cn->w, c->line, RESIHP__WIRE_LINE_MAX + 1))) {
+         !(t = resihp__coord_room(&c->line, &c->linecap, cn->w.len + 1)) &&
+         (t = resihp__wire_take(&cn->w, c->line, c->linecap))) {
     if (t < 0) {
       logc(RESIHP_LOG_ERROR,
            "a connection%s sent a line that %s: connection dropped",
@@ -180,23 +199,26 @@ static void drain_conn(resihp__coord_t *c, int k, int rc) {
 void resihp__coord_take_faults(resihp__coord_t *c, int k) {
   if (k < 0 || k >= c->nconns || c->conns[k].w.fd < 0)
     return;
-  /* not c->line: a caller may be handling the line held there */
-  char *line = malloc(RESIHP__WIRE_LINE_MAX + 1);
-  if (!line)
+  /* not c->line: a caller may be handling the line held there; a buffer
+   * of its own (a failure at a time: one that a FAULT line leads to has
+   * its fault kind set and reads nothing here) */
+  if (c->fline_busy)
     return;
+  c->fline_busy = 1;
   /* What has come (non-blocking), a few buffers' worth at most: a peer
    * that keeps sending cannot hold the loop here. */
   for (int pass = 0, got = 1; got && pass < 4 && c->conns[k].w.fd >= 0;
        pass++) {
     resihp__wire_fill(&c->conns[k].w);
-    for (got = 0; c->conns[k].w.fd >= 0 &&
-                  resihp__wire_take(&c->conns[k].w, line,
-                                    RESIHP__WIRE_LINE_MAX + 1) == 1;
+    for (got = 0;
+         c->conns[k].w.fd >= 0 &&
+         !resihp__coord_room(&c->fline, &c->flinecap, c->conns[k].w.len + 1) &&
+         resihp__wire_take(&c->conns[k].w, c->fline, c->flinecap) == 1;
          got = 1)
-      if (!strncmp(line, "FAULT ", 6))
-        resihp__coord_on_line(c, k, line);
+      if (!strncmp(c->fline, "FAULT ", 6))
+        resihp__coord_on_line(c, k, c->fline);
   }
-  free(line);
+  c->fline_busy = 0;
 }
 
 void resihp__coord_feed(resihp__coord_t *c, int k, const char *line) {
@@ -336,7 +358,6 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
     c->o.silence_ms = 3000;
   resihp__coord_heartbeats(o->replicas, c->o.silence_ms, &c->hb_leader_ms,
                            &c->hb_coord_ms);
-  c->line = malloc(RESIHP__WIRE_LINE_MAX + 1);
   int rc = RESIHP_ENOMEM;
   size_t R = (size_t)o->replicas;
   c->reps = calloc(R, sizeof(*c->reps));
@@ -348,9 +369,8 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   c->view = malloc(8 * R + 1); /* ids < 10^7, each with its ':' */
   c->inview = calloc(R, 1);
   c->rslow = calloc(R, sizeof(double));
-  if (c->efd < 0 || !c->line || !c->reps || !c->members || !c->last_list ||
-      !c->in_step || !c->scratch || !c->scratch2 || !c->view || !c->inview ||
-      !c->rslow)
+  if (c->efd < 0 || !c->reps || !c->members || !c->last_list || !c->in_step ||
+      !c->scratch || !c->scratch2 || !c->view || !c->inview || !c->rslow)
     goto fail;
   c->R = o->replicas;
   for (int r = 0; r < c->R; r++) {
@@ -417,6 +437,7 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->evs);
   resihp__wire_hs_destroy(c->hs);
   free(c->line);
+  free(c->fline);
   free(c->pfd);
   free(c->owner);
   free(c->start_owner);
@@ -475,6 +496,16 @@ int resihp__coord_members(const resihp__coord_t *c) {
 }
 int resihp__coord_connected(const resihp__coord_t *c, int r) {
   return r >= 0 && r < c->R && c->reps[r].conn >= 0;
+}
+int resihp__coord_finished(const resihp__coord_t *c, int r) {
+  return r >= 0 && r < c->R && c->reps[r].finished;
+}
+int resihp__coord_refused(const resihp__coord_t *c, int r, char *why,
+                          size_t n) {
+  const char *rf = r >= 0 && r < c->R ? c->reps[r].refused : "";
+  if (why && n)
+    snprintf(why, n, "%s", rf);
+  return rf[0] != '\0';
 }
 int resihp__coord_aborted(const resihp__coord_t *c, char *why, size_t n) {
   if (why && n)

@@ -161,6 +161,23 @@ void resihp__coord_set_loss(resihp__coord_t *c, int64_t lo_ms, int64_t hi_ms) {
   }
 }
 
+void resihp__coord_fault_landed(resihp__coord_t *c, int r) {
+  if (r < 0 || r >= c->R)
+    return;
+  rep_t *p = &c->reps[r];
+  int64_t now = resihp__now_ms();
+  resihp__coord_dirty(c);
+  if (p->fault_kind[0]) { /* announced, not failed yet */
+    p->fault_ms = now;
+    return;
+  }
+  if (p->open_fail < 0 || p->open_fail >= c->nfails)
+    return;
+  fail_t *f = &c->fails[p->open_fail];
+  if (!f->outside && f->t_fault < f->t_detect)
+    f->t_fault = now < f->t_detect ? now : f->t_detect;
+}
+
 void resihp__coord_fail_lost(resihp__coord_t *c, int r, const char *why) {
   if (r < 0 || r >= c->R ||
       (c->reps[r].state != R_MEMBER && c->reps[r].state != R_JOINING))

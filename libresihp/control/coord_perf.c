@@ -114,12 +114,10 @@ int resihp__coord_perf_init(resihp__coord_t *c) {
   c->cost = malloc(sizeof(double) * (size_t)c->M);
   c->pick = malloc(sizeof(int) * (size_t)c->M);
   c->tuples = malloc(sizeof(long long) * 5 * (size_t)c->M);
-  c->val = malloc(RESIHP__WIRE_LINE_MAX + 1);
   c->fown_cap = resihp__costplan_rows(c->M);
   c->fown = malloc(sizeof(int) * (size_t)c->fown_cap * (size_t)c->M);
-  if (!c->val || !c->rank_state || !c->rank_slow || !c->wl || !c->cost ||
-      !c->pick || !c->tuples || !c->fown ||
-      resihp__costplan_init(&c->cplan, c->R, c->K) ||
+  if (!c->rank_state || !c->rank_slow || !c->wl || !c->cost || !c->pick ||
+      !c->tuples || !c->fown || resihp__costplan_init(&c->cplan, c->R, c->K) ||
       resihp_detector_create(&c->det, &cfg))
     return RESIHP_ENOMEM;
   for (int i = 0; i < n; i++) {
@@ -155,6 +153,7 @@ void resihp__coord_perf_free(resihp__coord_t *c) {
   c->pick = NULL;
   c->tuples = NULL;
   c->val = NULL;
+  c->valcap = 0;
 }
 
 /* A new process for replica r (a replacement): forget the old one. */
@@ -193,7 +192,8 @@ void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg) {
                              c->phase == P_FREE ? c->S : c->step, &s) ||
       ((e = resihp__wire_get_range(msg, "k", 0, c->K - 1, &sh)) &&
        e != RESIHP_ENOENT) ||
-      resihp__wire_get(msg, "s", c->val, RESIHP__WIRE_LINE_MAX + 1) ||
+      resihp__coord_room(&c->val, &c->valcap, strlen(msg) + 1) ||
+      resihp__wire_get(msg, "s", c->val, c->valcap) ||
       resihp__wire_parse_tuples(c->val, 5, PERF_MAX, c->tuples, c->M, &n)) {
     resihp__coord_refuse(c, k, "bad-perf", 0, msg);
     return;
@@ -221,7 +221,8 @@ void resihp__coord_on_wl(resihp__coord_t *c, int k, int r, const char *msg) {
   if (!c->det || r != c->wl_asked ||
       resihp__wire_get_range(msg, "step", c->step,
                              c->phase == P_FREE ? c->S : c->step + 1, &s) ||
-      resihp__wire_get(msg, "w", c->val, RESIHP__WIRE_LINE_MAX + 1) ||
+      resihp__coord_room(&c->val, &c->valcap, strlen(msg) + 1) ||
+      resihp__wire_get(msg, "w", c->val, c->valcap) ||
       resihp__wire_parse_tuples(c->val, 3, PERF_MAX, c->tuples, c->M, &n) ||
       n != c->M) {
     resihp__coord_refuse(c, k, "bad-workloads", 0, msg);

@@ -11,6 +11,8 @@
 #include "config.h"
 
 #include "../transport/mesh.h"
+#include "../transport/msgauth.h"
+#include "../transport/sha256.h"
 #include "coord_internal.h"
 
 #include <resihp/error.h>
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 /* RESYNC reports one member may make in one step (a member that cannot
  * set up an epoch). */
@@ -154,12 +157,24 @@ void resihp__coord_set_coords(resihp__coord_t *c, const char *eps) {
  * id, Slurm step, addresses) of a joiner or a member takes its place
  * again: 1. Anything else is an ordinary HELLO: 0. */
 static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
-                    const char *ep, const char *sep) {
+                    const char *ep, const char *sep, const char *msg) {
   rep_t *p = &c->reps[r];
   if ((p->state != R_MEMBER && p->state != R_JOINING) || p->jobid != jobid ||
       p->stepid != stepid || !p->ep || strcmp(p->ep, ep) || !p->sep ||
       strcmp(p->sep, sep) || c->state != RESIHP__COORD_RUNNING)
     return 0;
+  /* its ids are no proof (every GO lists ep, a step id is easily
+   * guessed): the credential of its WELCOME is */
+  char cred[RESIHP__COORD_CRED_HEX + 1] = "";
+  if (resihp__wire_get(msg, "cred", cred, sizeof(cred)) || !p->cred[0] ||
+      strlen(cred) != RESIHP__COORD_CRED_HEX ||
+      resihp__ct_memcmp(cred, p->cred, RESIHP__COORD_CRED_HEX)) {
+    logc(RESIHP_LOG_ERROR,
+         "a HELLO again=1 for replica %d without its credential: refused "
+         "(its link stays)",
+         r);
+    return -1;
+  }
   if (p->conn >= 0 && p->conn != k)
     resihp__coord_close_conn(c, p->conn); /* its old link, now dead */
   p->conn = k;
@@ -177,6 +192,15 @@ static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
     resihp__coord_send_to(c, r, "HOLD");
   answer_subs(c, r);
   return 1;
+}
+
+/* Refuse replica r's HELLO for what its program runs (a configuration no
+ * node can change): recorded for the launcher (resihp__coord_refused). */
+static void refuse_program(resihp__coord_t *c, int k, long r,
+                           const char *reason, const char *msg) {
+  rep_t *p = &c->reps[r];
+  snprintf(p->refused, sizeof(p->refused), "%s", reason);
+  resihp__coord_refuse(c, k, reason, 1, msg);
 }
 
 /* HELLO: every field bounded, names and addresses plain tokens (they end
@@ -211,7 +235,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
          "replica %ld has %ld microbatches per step; at most %d fit in a "
          "message: use fewer, larger microbatches",
          r, m, maxm);
-    resihp__coord_refuse(c, k, "too-many-microbatches", 1, msg);
+    refuse_program(c, k, r, "too-many-microbatches", msg);
     return;
   }
   /* GO lists every member's addresses: "r@ep," with r below 10^7 */
@@ -222,7 +246,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
          "its %zu bytes would not fit in a %d-byte line: refused (use fewer "
          "replicas, fewer ranks per replica or shorter host names)",
          r, c->R, strlen(ep), RESIHP__WIRE_LINE_MAX);
-    resihp__coord_refuse(c, k, "too-many-replicas", 1, msg);
+    refuse_program(c, k, r, "too-many-replicas", msg);
     return;
   }
   if (c->S && (m != c->M || s != c->S)) {
@@ -230,7 +254,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
          "replica %ld has %ld microbatches x %ld steps, the job %d x %ld: "
          "refused (every replica must run the same training)",
          r, m, s, c->M, c->S);
-    resihp__coord_refuse(c, k, "mismatch", 1, msg);
+    refuse_program(c, k, r, "mismatch", msg);
     return;
   }
   if (c->S && (K != c->K || strcmp(shape, c->shape))) {
@@ -240,7 +264,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
          "hold the same shards: same ranks per replica, same state buffers "
          "and sizes)",
          r, K, shape, c->K, c->shape);
-    resihp__coord_refuse(c, k, "mismatch", 1, msg);
+    refuse_program(c, k, r, "mismatch", msg);
     return;
   }
   long again = 0, e = 0, st = 0;
@@ -251,10 +275,15 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     resihp__coord_refuse(c, k, "bad-hello", 1, msg);
     return;
   }
-  if (again && st > c->again_step && c->restored_ms)
+  int ra = again ? reattach(c, k, (int)r, jobid, stepid, ep, sep, msg) : 0;
+  if (ra > 0 && st > c->again_step && c->restored_ms)
     c->again_step = st; /* where the survivors were: the failures' step */
-  if (again && reattach(c, k, (int)r, jobid, stepid, ep, sep))
+  if (ra > 0)
     return;
+  if (ra < 0) {
+    resihp__coord_refuse(c, k, "bad-credential", 1, msg);
+    return;
+  }
   rep_t *p = &c->reps[r];
   if (p->state != R_MEMBER && !(p->state == R_JOINING && p->conn >= 0) &&
       c->state == RESIHP__COORD_RUNNING &&
@@ -284,8 +313,15 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     c->S = s;
     snprintf(c->shape, sizeof(c->shape), "%s", shape);
   }
+  uint8_t rnd[RESIHP__COORD_CRED_HEX / 2];
+  if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+    resihp__coord_refuse(c, k, "no-randomness", 1, msg);
+    return;
+  }
+  resihp__hex(p->cred, rnd, sizeof(rnd));
   p->state = R_JOINING;
   p->conn = k;
+  p->refused[0] = '\0';
   p->waiting = 0;
   p->catchup_failed = 0;
   p->catching = 0;
@@ -296,9 +332,9 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   snprintf(p->lep, sizeof(p->lep), "%s", strcmp(lep, "-") ? lep : "");
   c->conns[k].replica = (int)r;
   p->last_life = resihp__now_ms();
-  char line[128];
-  snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld hb=%d", r, c->step,
-           c->hb_leader_ms);
+  char line[160];
+  snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld hb=%d cred=%s", r,
+           c->step, c->hb_leader_ms, p->cred);
   resihp__coord_again(c, resihp__coord_send_to(c, (int)r, line));
   resihp__coord_send_coords(c, (int)r);
   logc(RESIHP_LOG_INFO, "replica %ld joined from %s (node %s, step %ld.%ld)", r,

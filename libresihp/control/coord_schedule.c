@@ -383,7 +383,8 @@ int resihp__coord_take_owners(resihp__coord_t *c, const char *msg) {
     return 0;
   int *v = NULL, n = 0, M = c->M;
   char *ok = NULL;
-  if (rc || resihp__wire_get(msg, "own", c->val, RESIHP__WIRE_LINE_MAX + 1) ||
+  if (rc || resihp__coord_room(&c->val, &c->valcap, strlen(msg) + 1) ||
+      resihp__wire_get(msg, "own", c->val, c->valcap) ||
       resihp__wire_parse_ints(c->val, c->R, &v, &n) || n % M ||
       a - c->start_at - 1 + n / M > c->fown_cap ||
       !(ok = calloc((size_t)c->R, 1))) {

@@ -160,6 +160,7 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
     put_word(b, p->sep);
     put_word(b, p->fault_kind);
     put_word(b, p->result);
+    put_word(b, p->cred);
     resihp__wire_buf_printf(b, "\n");
   }
   for (int i = 0; i < c->nfails && !b->err; i++) {
@@ -454,6 +455,11 @@ static int restore_rep(resihp__coord_t *c, cur_t *u, int r) {
   free(sep);
   word(u, p->fault_kind, sizeof(p->fault_kind));
   word(u, p->result, sizeof(p->result));
+  word(u, p->cred, sizeof(p->cred));
+  /* a credential is hex of its length, or none (a replica never welcome) */
+  if (!u->err && p->cred[0] &&
+      strspn(p->cred, "0123456789abcdef") != RESIHP__COORD_CRED_HEX)
+    u->err = 1;
   if ((p->node[0] && strcmp(p->node, "?") && /* "?": no node= said */
        !resihp__wire_token_ok(p->node, sizeof(p->node))) ||
       (p->lep[0] && !resihp__wire_token_ok(p->lep, sizeof(p->lep))))

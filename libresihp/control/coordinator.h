@@ -7,7 +7,8 @@
  * Protocol (text lines, see wire.h; connections authenticated with the
  * per-job secret). A replica's rank 0 says HELLO (replica, endpoints,
  * node, Slurm step, microbatches, steps, lsize=K ranks and shape=D, a
- * digest of its shards' state sizes) and gets WELCOME hb=H; K and D must
+ * digest of its shards' state sizes) and gets WELCOME hb=H cred=C (C: a
+ * random credential of its own, which a reconnect must say); K and D must
  * be the job's (the first HELLO sets them). With K ranks, ep= and sep= list
  * one address per rank, "a/b/..." in shard order. The leader then says HB
  * every H ms, and the coordinator says HB to it too
@@ -96,10 +97,13 @@
  * before anything that follows from a change goes out, and a keeper that
  * outlives it starts a successor from that record (resihp__coord_restore).
  * A leader that lost its link reconnects with its HELLO line plus
- * ` again=1 epoch=E step=S`; the same process of a known replica (replica,
- * jobid, stepid, ep and sep as before) gets `WELCOME replica=R step=S hb=H
- * again=1` (and HOLD again in a free run that must end), anything else is
- * an ordinary HELLO. A restored coordinator fails a member that has not
+ * ` again=1 epoch=E step=S cred=C`; the same process of a known replica
+ * (replica, jobid, stepid, ep and sep as before, and the credential its
+ * first WELCOME gave it: the ids alone are no proof, every GO lists ep)
+ * gets `WELCOME replica=R step=S hb=H again=1` (and HOLD again in a free
+ * run that must end); the ids without the credential are refused
+ * (NO reason=bad-credential) and the member's link stays; anything else
+ * is an ordinary HELLO. A restored coordinator fails a member that has not
  * come back within silence_ms. Requests said again get the answer they
  * missed, always (not only after a failover): BEGIN while an epoch is set
  * up -> its GO (whole list); READY/RESYNC of the epoch while the step runs
@@ -249,6 +253,19 @@ void resihp__coord_set_coords(resihp__coord_t *c, const char *eps);
 /* The replica that stopped the run with ABORT (the first, if several
  * did) or -1; its reason is copied into why (n bytes; why may be NULL). */
 int resihp__coord_aborted(const resihp__coord_t *c, char *why, size_t n);
+/* The injected fault replica announced has now taken effect (its
+ * kill-node command returned): its detection is timed from now, not from
+ * the announcement (the command's own time is no detection time); a
+ * failure already detected while the command ran gets 0. */
+void resihp__coord_fault_landed(resihp__coord_t *c, int replica);
+/* 1 once replica's rank has reported its result (FINISH). */
+int resihp__coord_finished(const resihp__coord_t *c, int replica);
+/* 1 if replica's last HELLO was refused for its program's configuration
+ * (not the same training as the job's, too many microbatches, ...): a
+ * step that ends before joining after that is the program's fault, not
+ * its node's. The reason is copied into why (n bytes; why may be NULL). */
+int resihp__coord_refused(const resihp__coord_t *c, int replica, char *why,
+                          size_t n);
 /* The launcher has started (on=1) a replacement of replica, or no longer
  * waits for one (on=0); see hold_for_replacements. */
 void resihp__coord_expect(resihp__coord_t *c, int replica, int on);

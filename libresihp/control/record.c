@@ -5,6 +5,7 @@
 
 #include "record.h"
 
+#include "../core/ownfile.h"
 #include "../metrics/metrics.h"
 #include "../transport/mesh.h"
 
@@ -126,13 +127,16 @@ int resihp__record_create(const char *events_path, const char *metrics_path,
   r->efd = -1;
   snprintf(r->job, sizeof(r->job), "%s", job ? job : "");
   if (events_path) {
-    r->efd = open(events_path,
-                  O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    /* a FIFO would hang the launcher, another user's file or a link
+     * would be written through: a regular file of our own only */
+    char why[400];
+    r->efd = resihp__open_own(events_path, O_WRONLY | O_APPEND | O_CREAT, 0644,
+                              why, sizeof(why));
     if (r->efd < 0) {
-      snprintf(err, errlen, "cannot open the events file %s: %s", events_path,
-               strerror(errno));
+      int rc = r->efd;
+      snprintf(err, errlen, "the events file: %s", why);
       resihp__record_destroy(r);
-      return RESIHP_EIO;
+      return rc == RESIHP_EINVAL ? rc : RESIHP_EIO;
     }
   }
   if (metrics_path) {
@@ -145,7 +149,14 @@ int resihp__record_create(const char *events_path, const char *metrics_path,
     for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
       resihp__metrics_declare(r->m, families[i].name, families[i].type,
                               families[i].help);
-    /* counters go on from the last run's (a resumed job) */
+    /* counters go on from the last run's (a resumed job); a file that is
+     * not a regular one of ours is neither read nor replaced */
+    char why[400];
+    if (resihp__own_or_absent(metrics_path, why, sizeof(why))) {
+      snprintf(err, errlen, "the metrics file: %s", why);
+      resihp__record_destroy(r);
+      return RESIHP_EINVAL;
+    }
     resihp__metrics_load(r->m, metrics_path);
     resihp__metrics_set(r->m, "resihp_job_running", NULL, 1);
     if (resihp__metrics_write(r->m, metrics_path)) {

@@ -5,6 +5,7 @@
 #include "standby.h"
 
 #include "../transport/mesh.h"
+#include "../transport/sha256.h"
 #include "wire.h"
 
 #include <resihp/error.h>
@@ -45,6 +46,7 @@ struct resihp__feed {
   unsigned gen;
   char ep[FIELD_MAX], node[FIELD_MAX], step[FIELD_MAX];
   char expect[FIELD_MAX]; /* the node of the standby wanted ("": any) */
+  char token[FIELD_MAX];  /* the token it must say ("": none asked) */
 };
 
 int resihp__feed_parse_rec(const char *line, size_t *n) {
@@ -71,6 +73,15 @@ int resihp__feed_parse_hello(const char *line, char *ep, size_t epcap,
   else if (rc || !resihp__wire_token_ok(step, stepcap))
     return RESIHP_EPROTO;
   return 0;
+}
+
+int resihp__feed_token_ok(const char *line, const char *want) {
+  if (!want || !want[0])
+    return 1;
+  char got[FIELD_MAX] = "";
+  size_t n = strlen(want);
+  return !resihp__wire_get(line, "token", got, sizeof(got)) &&
+         strlen(got) == n && !resihp__ct_memcmp(got, want, n);
 }
 
 static void poke(resihp__feed_t *f) {
@@ -115,8 +126,17 @@ static void take(resihp__feed_t *f, resihp__wire_t *nw, resihp__wire_t *w) {
   }
   pthread_mutex_lock(&f->mu);
   int wanted = !f->expect[0] || !strcmp(f->expect, node);
+  int genuine = resihp__feed_token_ok(line, f->token);
   pthread_mutex_unlock(&f->mu);
   if (!wanted) { /* an old standby: its successor stays */
+    resihp__wire_free(nw);
+    return;
+  }
+  if (!genuine) { /* not the one the primary launched */
+    resihp_log(RESIHP_LOG_WARN, "feed",
+               "a standby on node %s without the token of the one launched "
+               "there: refused",
+               node);
     resihp__wire_free(nw);
     return;
   }
@@ -263,11 +283,13 @@ int resihp__feed_sent(resihp__feed_t *f, unsigned long seq) {
   return done;
 }
 
-void resihp__feed_expect(resihp__feed_t *f, const char *node) {
+void resihp__feed_expect(resihp__feed_t *f, const char *node,
+                         const char *token) {
   if (!f)
     return;
   pthread_mutex_lock(&f->mu);
   snprintf(f->expect, sizeof(f->expect), "%s", node ? node : "");
+  snprintf(f->token, sizeof(f->token), "%s", token ? token : "");
   pthread_mutex_unlock(&f->mu);
 }
 

@@ -13,10 +13,12 @@
  * The link. The standby dials the primary's feed socket (one the keeper
  * holds, so that it survives the keeper's own failovers), authenticates
  * with the job's secret (label "standby") and says
- * "STANDBY ep=HOST:PORT node=NAME step=JOB.STEP" (its Slurm step, for the
- * primary to cancel it if it replaces it). The primary takes only the
- * standby it expects (the node it started one on): an old standby that
- * comes back never pushes its successor out. The primary then sends the newest
+ * "STANDBY ep=HOST:PORT node=NAME step=JOB.STEP token=T" (its Slurm
+ * step, for the primary to cancel it if it replaces it; T, the credential
+ * the primary handed it at launch). The primary takes only the standby it
+ * expects (the node it started one on, and its token): an old standby
+ * that comes back never pushes its successor out, and another member of
+ * the job never takes its place. The primary then sends the newest
  * record whenever it changes ("REC n=BYTES" and the bytes, sealed: a MAC
  * over them) and "HB" every beat otherwise; "BYE" when the job is over.
  * Only the newest record matters, so a slow standby is sent the newest one
@@ -41,8 +43,13 @@ typedef struct resihp__feed resihp__feed_t;
  * with secret (copied). A thread does the work. 0 or a negative code. */
 int resihp__feed_start(int lfd, const uint8_t *secret, size_t secret_len,
                        resihp__feed_t **out);
-/* Take only a standby on node (NULL or "": any). */
-void resihp__feed_expect(resihp__feed_t *f, const char *node);
+/* Take only a standby on node (NULL or "": any) that says token (the
+ * credential the primary handed the standby it launched, through its
+ * step's environment; NULL or "": none asked). Anyone else with the job's
+ * secret who names the node is refused: it would get every state record
+ * and become the replicas' failover address. */
+void resihp__feed_expect(resihp__feed_t *f, const char *node,
+                         const char *token);
 /* The newest record (copied; replaces any not sent yet); its number. */
 unsigned long resihp__feed_put(resihp__feed_t *f, const void *rec,
                                size_t len);
@@ -76,6 +83,9 @@ int resihp__feed_follow(const char *ep, const uint8_t *secret,
  * RESIHP__FEED_REC_MAX), and a STANDBY line's address, node and step
  * (plain tokens that fit; the step "-" when it has none). */
 int resihp__feed_parse_rec(const char *line, size_t *n);
+/* 1 when a STANDBY line says token=want (compared in constant time);
+ * always 1 when want is NULL or "" (no token asked), else 0. */
+int resihp__feed_token_ok(const char *line, const char *want);
 int resihp__feed_parse_hello(const char *line, char *ep, size_t epcap,
                              char *node, size_t nodecap, char *step,
                              size_t stepcap);

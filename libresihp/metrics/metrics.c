@@ -5,6 +5,7 @@
 #include "metrics.h"
 
 #include "../core/errbuf.h"
+#include "../core/ownfile.h"
 
 #include <resihp/error.h>
 
@@ -162,9 +163,10 @@ double resihp__metrics_get(const resihp_metrics_t *m, const char *name,
 int resihp__metrics_load(resihp_metrics_t *m, const char *path) {
   if (!m || !path)
     return RESIHP_EINVAL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  /* not through a link, not hanging on a FIFO, only a file of ours */
+  int fd = resihp__open_own(path, O_RDONLY, 0, NULL, 0);
   if (fd < 0)
-    return errno == ENOENT ? 0 : RESIHP_EIO;
+    return fd == RESIHP_ENOENT ? 0 : fd;
   FILE *f = fdopen(fd, "r");
   if (!f) {
     close(fd);
@@ -248,7 +250,9 @@ int resihp__metrics_write(const resihp_metrics_t *m, const char *path) {
   int bad = fflush(f) != 0 || ferror(f) || fsync(fd) != 0;
   if (fclose(f) != 0)
     bad = 1;
-  if (bad || rename(tmp, path) != 0) {
+  /* what the rename replaces must be ours (a file another user left or
+   * planted there is not taken over) */
+  if (bad || resihp__own_or_absent(path, NULL, 0) || rename(tmp, path) != 0) {
     unlink(tmp);
     return RESIHP_EIO;
   }

@@ -64,6 +64,11 @@ int resihp__job_welcome(resihp_job_t *j, const char *line) {
     return RESIHP_EPROTO;
   __atomic_store_n(&j->coord_hb_ms, rc ? RESIHP__JOB_HB_MS : (int)hb,
                    __ATOMIC_RELAXED);
+  /* the first WELCOME's credential (one again=1 has none: the same one
+   * stays) */
+  char cred[sizeof(j->cred)];
+  if (!resihp__wire_get(line, "cred", cred, sizeof(cred)))
+    memcpy(j->cred, cred, sizeof(cred));
   return 0;
 }
 

@@ -84,6 +84,8 @@ struct resihp_job {
    * of one), lost: the failover window passed, the link is gone for good;
    * heard_ms: when the coordinator last said anything (silence = loss) */
   char *hello, *pending;
+  /* the credential of its first WELCOME: a HELLO again=1 says it */
+  char cred[48];
   pthread_cond_t link_cv;
   unsigned long gen;
   int lost;

@@ -112,8 +112,9 @@ static int try_once(resihp_job_t *j, int64_t deadline, resihp__wire_t *nw) {
     rc = RESIHP_ENOMEM;
   if (!rc) {
     /* step: the last one this replica started (0 before any) */
-    snprintf(line, RESIHP__JOB_MSG_MAX, "%s again=1 epoch=%u step=%ld",
-             j->hello, j->epoch, j->step < 0 ? 0 : j->step);
+    snprintf(line, RESIHP__JOB_MSG_MAX, "%s again=1 epoch=%u step=%ld cred=%s",
+             j->hello, j->epoch, j->step < 0 ? 0 : j->step,
+             j->cred[0] ? j->cred : "-");
     rc = resihp__wire_send(nw, line, resihp__now_ms() + TRY_AUTH_MS);
   }
   int64_t wdl = resihp__now_ms() + TRY_WELCOME_MS;

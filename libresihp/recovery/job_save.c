@@ -42,6 +42,41 @@ static int fail(int rc, char *err, size_t errlen, const char *fmt, ...) {
   return rc;
 }
 
+/* Whether st is a directory that only we can change: ours (the effective
+ * uid), not writable by group or others. */
+static const char *not_own_dir(const struct stat *st) {
+  if (S_ISLNK(st->st_mode))
+    return "is a symbolic link";
+  if (!S_ISDIR(st->st_mode))
+    return "is not a directory";
+  if (st->st_uid != geteuid())
+    return "belongs to another user";
+  if (st->st_mode & 022)
+    return "is writable by others";
+  return NULL;
+}
+
+/* A state directory (--state-dir, a step-N in it), never followed as a
+ * link, that only we can change: anyone else who could would plant links
+ * that a clean-up follows, or shards that a resume loads. 0, or
+ * RESIHP_EINVAL with what is wrong in err (RESIHP_ENOENT: it is not
+ * there). */
+static int own_dir(const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (lstat(path, &st))
+    return fail(errno == ENOENT ? RESIHP_ENOENT : RESIHP_ESYS, err, errlen,
+                "cannot examine %s: %s", path, strerror(errno));
+  const char *why = not_own_dir(&st);
+  if (why)
+    return fail(RESIHP_EINVAL, err, errlen,
+                "refusing the state directory %s: it %s (owner uid %ld, mode "
+                "%04o; this run is uid %ld): use a directory of your own, "
+                "mode 0700",
+                path, why, (long)st.st_uid, (unsigned)(st.st_mode & 07777),
+                (long)geteuid());
+  return 0;
+}
+
 static void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++)
     p[i] = (uint8_t)(v >> (8 * i));
@@ -207,9 +242,14 @@ int resihp__save_write(const char *dir, long step, int shard, int shards,
   if (mkdir(dir, 0700) && errno != EEXIST)
     return fail(RESIHP_ESYS, err, errlen, "cannot create %s: %s", dir,
                 strerror(errno));
+  int rc = own_dir(dir, err, errlen);
+  if (rc)
+    return rc;
   if (mkdir(sd, 0700) && errno != EEXIST)
     return fail(RESIHP_ESYS, err, errlen, "cannot create %s: %s", sd,
                 strerror(errno));
+  if ((rc = own_dir(sd, err, errlen)))
+    return rc;
   snprintf(path, sizeof(path), "%s/shard-%d.bin", sd, shard);
   resihp__save_hdr_t h = {.step = step, .shard = shard, .shards = shards};
   for (int i = 0; i < n; i++)
@@ -238,7 +278,7 @@ int resihp__save_write(const char *dir, long step, int shard, int shards,
   }
   parts[n + 1] = tag;
   lens[n + 1] = sizeof(tag);
-  int rc = write_atomic(sd, path, parts, lens, n + 2, err, errlen);
+  rc = write_atomic(sd, path, parts, lens, n + 2, err, errlen);
   free(parts);
   free(lens);
   return rc;
@@ -247,7 +287,8 @@ int resihp__save_write(const char *dir, long step, int shard, int shards,
 int resihp__save_read(const char *path, resihp__save_hdr_t *h,
                       const resihp_job_buf_t *bufs, int n, char *err,
                       size_t errlen) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* a link is not followed; the file must be ours (fstat below) */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0)
     return fail(RESIHP_ENOENT, err, errlen, "cannot open %s: %s", path,
                 strerror(errno));
@@ -256,6 +297,12 @@ int resihp__save_read(const char *path, resihp__save_hdr_t *h,
       got[RESIHP__SAVE_TAG_LEN];
   int rc = 0;
   char why[200];
+  if (!fstat(fd, &sb) && S_ISREG(sb.st_mode) && sb.st_uid != geteuid()) {
+    rc = fail(RESIHP_EPROTO, err, errlen,
+              "%s belongs to another user (uid %ld): not loaded", path,
+              (long)sb.st_uid);
+    goto out;
+  }
   if (fstat(fd, &sb) || !S_ISREG(sb.st_mode) ||
       read_all(fd, hdr, sizeof(hdr))) {
     rc = fail(RESIHP_EPROTO, err, errlen, "%s: not a resihp state file", path);
@@ -425,13 +472,16 @@ int resihp__save_commit(const char *dir, const resihp__save_meta_t *m,
                         char *err, size_t errlen) {
   char sd[4096], path[4200], text[512];
   step_dir(sd, sizeof(sd), dir, m->step);
+  int rc = own_dir(dir, err, errlen);
+  if (rc || (rc = own_dir(sd, err, errlen)))
+    return rc;
   int n = resihp__save_meta_format(m, text, sizeof(text));
   if (n < 0)
     return fail(n, err, errlen, "meta too long");
   snprintf(path, sizeof(path), "%s/meta", sd);
   const void *p[1] = {text};
   size_t l[1] = {(size_t)n};
-  int rc = write_atomic(sd, path, p, l, 1, err, errlen);
+  rc = write_atomic(sd, path, p, l, 1, err, errlen);
   if (rc)
     return rc;
   /* latest: a new link under a temporary name, renamed over the old */
@@ -453,6 +503,9 @@ int resihp__save_commit(const char *dir, const resihp__save_meta_t *m,
 int resihp__save_latest(const char *dir, resihp__save_meta_t *m, char *err,
                         size_t errlen) {
   char link[4200], target[64], path[4300];
+  int rc = own_dir(dir, err, errlen);
+  if (rc)
+    return rc;
   snprintf(link, sizeof(link), "%s/latest", dir);
   ssize_t tl = readlink(link, target, sizeof(target) - 1);
   if (tl < 0)
@@ -465,8 +518,11 @@ int resihp__save_latest(const char *dir, resihp__save_meta_t *m, char *err,
       meta_num(target + 5, 0, RESIHP__SAVE_MAX_STEPS, &step))
     return fail(RESIHP_EPROTO, err, errlen,
                 "%s points at '%s', not at a step-N directory", link, target);
+  snprintf(path, sizeof(path), "%s/%s", dir, target);
+  if ((rc = own_dir(path, err, errlen)))
+    return rc;
   snprintf(path, sizeof(path), "%s/%s/meta", dir, target);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0)
     return fail(RESIHP_ENOENT, err, errlen, "cannot open %s: %s", path,
                 strerror(errno));
@@ -485,21 +541,36 @@ int resihp__save_latest(const char *dir, resihp__save_meta_t *m, char *err,
 }
 
 void resihp__save_remove(const char *dir, long step) {
-  char sd[4096], path[4400];
-  step_dir(sd, sizeof(sd), dir, step);
-  DIR *d = opendir(sd);
-  if (!d)
+  /* through descriptors, none of them a link (a step-N planted as a link
+   * to someone else's files is not followed): the state directory and
+   * the step's, both ours and only ours to change */
+  char name[32];
+  snprintf(name, sizeof(name), "step-%ld", step);
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0)
     return;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    /* only what a save writes: never follow anything else */
-    if (strncmp(e->d_name, "shard-", 6) && strncmp(e->d_name, "meta", 4))
-      continue;
-    snprintf(path, sizeof(path), "%s/%s", sd, e->d_name);
-    unlink(path);
+  struct stat st;
+  int sfd = -1;
+  if (!fstat(dfd, &st) && !not_own_dir(&st))
+    sfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *d = NULL;
+  if (sfd >= 0 && (fstat(sfd, &st) || not_own_dir(&st) ||
+                   !(d = fdopendir(sfd)))) {
+    close(sfd);
+    sfd = -1;
   }
-  closedir(d);
-  rmdir(sd);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      /* only what a save writes (never a directory: unlinkat, flags 0) */
+      if (strncmp(e->d_name, "shard-", 6) && strncmp(e->d_name, "meta", 4))
+        continue;
+      unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+    unlinkat(dfd, name, AT_REMOVEDIR);
+  }
+  close(dfd);
 }
 
 /* ---- the rank's side ------------------------------------------------- */

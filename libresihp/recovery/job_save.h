@@ -17,7 +17,11 @@
  * Every file is written to a temporary name, fsync'ed and renamed, so a
  * crash leaves the previous state intact. The tag is a digest, not a MAC:
  * a resumed run has a new job secret, so the files are protected by the
- * directory's permissions (0700), and the digest catches corruption. */
+ * directory's permissions, and the digest catches corruption. Hence no
+ * directory is used that someone else could change (it must be ours and
+ * not writable by group or others: a save, a resume and the clean-up
+ * refuse it), no link is followed (a shard, meta, or step-<s> planted as
+ * a link), and a shard file must be ours. */
 #ifndef RESIHP_RECOVERY_JOB_SAVE_H
 #define RESIHP_RECOVERY_JOB_SAVE_H
 

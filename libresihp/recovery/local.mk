@@ -121,6 +121,7 @@ EXTRA_DIST += tests/fuzz/corpus-cmd/plain tests/fuzz/corpus-cmd/evil-node \
 noinst_PROGRAMS += contrib/trainer/resihp-trainer
 contrib_trainer_resihp_trainer_SOURCES = contrib/trainer/trainer.c \
 	contrib/common/trainer-common.c contrib/common/trainer-layers.c \
+	contrib/common/trainer-rendezvous.c \
 	contrib/common/trainer-common.h contrib/common/trainer-data.c \
 	contrib/common/trainer-data.h
 contrib_trainer_resihp_trainer_LDADD = libresihp/libresihp.la -lm

@@ -35,6 +35,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   if (ep[24] != 'Z' || node[12] != 'Z' || step[10] != 'Z')
     abort(); /* wrote past the room given */
+  /* the standby's token: taken only when it is exactly the one asked */
+  static const char want[] = "00112233445566778899aabbccddeeff";
+  char got[80];
+  if (resihp__feed_token_ok(in, want) &&
+      (resihp__wire_get(in, "token", got, sizeof(got)) || strcmp(got, want)))
+    abort();
+  if (!resihp__feed_token_ok(in, NULL) || !resihp__feed_token_ok(in, ""))
+    abort();
   return 0;
 }
 
@@ -49,6 +57,9 @@ static size_t gen(uint8_t *buf, size_t cap) {
                                       "STANDBY ",
                                       "ep=",
                                       "node=",
+                                      "token=",
+                                      "00112233445566778899aabbccddeeff",
+                                      "00112233445566778899aabbccddeef",
                                       "h:1",
                                       "10.0.0.2:4000",
                                       "n2",

@@ -176,14 +176,20 @@ cmd_stop() {
 }
 
 # A hard node failure: SIGKILL the node's slurmd, its stepds and its tasks.
+# They die at once, found cheaply (pid file, sockets, process tree); the
+# command returns then, because its end is when the node died (resihp-run
+# times the detection from it). Tasks that left the stepds' tree, found by
+# their environment (a walk over every process: seconds on a busy
+# machine), are swept after that, in the background.
 cmd_killnode() {
   local node=$1 pids="" sp
   pid_alive "$LAB/run/slurmd-$node.pid" && pids=$(cat "$LAB/run/slurmd-$node.pid")
   sp=$(stepd_pids "$node")
-  pids="$pids $sp $(for p in $sp; do descendants "$p"; done) $(task_pids "$node")"
+  pids="$pids $sp $(for p in $sp; do descendants "$p"; done)"
   pids=$(echo $pids | tr ' ' '\n' | sort -un | tr '\n' ' ')
   log "killnode $node: kill -9 $pids"
   [ -n "${pids// /}" ] && kill -9 $pids 2>/dev/null
+  ( pids=$(task_pids "$node"); [ -n "$pids" ] && kill -9 $pids ) </dev/null >/dev/null 2>&1 9>&- &
   return 0
 }
 

@@ -109,6 +109,19 @@ rank_pid() {
   return 1
 }
 
+# lab_pgrep PGREP-ARGS...: the pids pgrep finds, only those of this lab
+# cluster (their environment names its SLURM_CONF, as its sruns' and
+# tasks' do): another cluster or job on the machine never counts. Exported,
+# for the shells a test runs inside salloc.
+lab_pgrep() {
+  local p
+  for p in $(pgrep "$@"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_CONF=$SLURM_CONF" && echo "$p"
+  done
+  return 0
+}
+export -f lab_pgrep
+
 # steps_at_least NAME N: the ledger $out/NAME.ledger (resihp-run --ledger)
 # holds N committed steps (waits for it; 300 s at most)
 steps_at_least() {

@@ -81,6 +81,11 @@ ok(not other, "codec fuzz: 3000 mutated states give a value or ValueError "
 raises(ValueError, lambda: codec.decode(b'{"x":"torch.float32","s":[9],'
                                         b'"v":"AAAA"}'),
        "codec: a tensor whose bytes do not fill its shape is refused")
+for shape in (b"Infinity", b"-Infinity", b"NaN", b"1e999"):
+    raises(ValueError, lambda: codec.decode(b'{"x":"torch.float32","s":[' +
+                                            shape + b'],"v":""}'),
+           "codec: a tensor of shape [%s] is ValueError, nothing else" %
+           shape.decode())
 
 # -- catch-up round trip through the buffers ---------------------------------
 # A trains 3 steps; B (built from another seed) receives A's buffers byte
@@ -107,6 +112,38 @@ la += train(ta, ma)
 lb = train(tb, mb_)
 ok(rt.state_digest(ma, oa) == rt.state_digest(mb_, ob) and la[3:] == lb,
    "the caught-up replica trains on bitwise like its source")
+
+
+def put_meta(state, blob):
+    state.meta[:8] = torch.tensor(list(len(blob).to_bytes(8, "little")),
+                                  dtype=torch.uint8)
+    state.meta[8:8 + len(blob)] = torch.tensor(list(blob), dtype=torch.uint8)
+
+
+good = bytes(tb.state.meta[8:8 + int.from_bytes(
+    bytes(tb.state.meta[:8].tolist()), "little")].numpy())
+evil = codec.decode(good)
+evil["scheduler"]["__class__"] = 1
+evil["scheduler"]["base_lrs"] = [1.0]
+put_meta(tb.state, codec.encode(evil))
+raises(resihp.ProgramError, tb.state.load,
+       "a received scheduler state with fields this scheduler lacks is "
+       "refused", "scheduler fields")
+ok("__class__" not in vars(sb) and sb.base_lrs != [1.0],
+   "the refused scheduler state set nothing")
+for what, bad in (("an optimizer state that is a number", {"optimizer": 5}),
+                  ("a step that is missing", {"step": None}),
+                  ("an RNG state that is a string", {"rng": "x"})):
+    wrong = codec.decode(good)
+    for k, v in bad.items():
+        if v is None:
+            del wrong[k]
+        else:
+            wrong[k] = v
+    put_meta(tb.state, codec.encode(wrong))
+    raises(resihp.ProgramError, tb.state.load,
+           "a received state with %s is a ProgramError" % what, "malformed")
+put_meta(tb.state, good)
 tb.state.meta[8:12] = torch.tensor([1, 2, 3, 4], dtype=torch.uint8)
 raises(resihp.ProgramError, tb.state.load,
        "a corrupt received state is refused", "malformed")

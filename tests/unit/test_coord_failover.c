@@ -42,6 +42,10 @@ typedef struct {
   resihp__wire_t peer[N];
 } side_t;
 
+/* The credential each replica's last WELCOME gave it (a HELLO again=1
+ * says it). */
+static char creds[N][64];
+
 /* The last mirrored state, and how many mirrors were made. */
 static char *snap;
 static size_t snap_len;
@@ -153,6 +157,9 @@ static void join(side_t *s, char go[N][256]) {
   for (int i = 0; i < N; i++) {
     hello(s, i);
     expect(s, i, "WELCOME ", line, sizeof(line));
+    ck_assert_int_eq(resihp__wire_get(line, "cred", creds[i], sizeof(creds[i])),
+                     0);
+    ck_assert_uint_eq(strlen(creds[i]), 32);
   }
   for (int i = 0; i < N; i++)
     feed(s, i, "BEGIN step=-1");
@@ -212,8 +219,8 @@ static void failover(side_t *s1, side_t *s2, resihp__coord_opts_t *co,
     ck_assert(!resihp__coord_connected(s2->c, i));
     feed(s2, i,
          "HELLO replica=%d ep=h%d:1 sep=h%d:2 mbs=6 steps=8 jobid=7 "
-         "stepid=%d again=1 epoch=%u step=%ld",
-         i, i, i, i, ep, step);
+         "stepid=%d again=1 epoch=%u step=%ld cred=%s",
+         i, i, i, i, ep, step, creds[i]);
     char line[256], want[96];
     next(s2, i, line, sizeof(line));
     snprintf(want, sizeof(want), "WELCOME replica=%d step=%ld hb=200 again=1",
@@ -426,8 +433,8 @@ START_TEST(test_takeover_summary) {
   for (int i = 0; i < 2; i++) {
     feed(&b, i,
          "HELLO replica=%d ep=h%d:1 sep=h%d:2 mbs=6 steps=8 jobid=7 "
-         "stepid=%d again=1 epoch=%u step=%ld",
-         i, i, i, i, ep, step + 10);
+         "stepid=%d again=1 epoch=%u step=%ld cred=%s",
+         i, i, i, i, ep, step + 10, creds[i]);
     char line[256];
     expect(&b, i, "WELCOME ", line, sizeof(line));
   }
@@ -549,6 +556,52 @@ START_TEST(test_no_comeback) {
   ck_assert_int_eq(resihp__coord_members(b.c), 2);
   ck_assert(resihp__coord_connected(b.c, 0));
   ck_assert(resihp__coord_connected(b.c, 1));
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
+/* Another member (it has the job's secret) replays replica 1's ids in a
+ * HELLO again=1, on a connection of its own, with no credential or a
+ * wrong one: refused, and replica 1's link stays; the genuine replica 1
+ * still comes back after a failover (its credential survives in the
+ * record). */
+START_TEST(test_hijack) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  running(&a, &co, NULL);
+  char wrong[64];
+  snprintf(wrong, sizeof(wrong), "%s", creds[1]);
+  wrong[0] = wrong[0] == '0' ? '1' : '0';
+  const char *tries[] = {"", " cred=-", " cred=", " cred=00", wrong};
+  for (size_t t = 0; t < sizeof(tries) / sizeof(tries[0]); t++) {
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv),
+                     0);
+    resihp__wire_t w, peer;
+    resihp__wire_init(&w, sv[0]);
+    int k = resihp__coord_adopt(a.c, &w);
+    ck_assert_int_ge(k, 0);
+    resihp__wire_init(&peer, sv[1]);
+    char line[256];
+    snprintf(line, sizeof(line),
+             "HELLO replica=1 ep=h1:1 sep=h1:2 mbs=6 steps=8 jobid=7 stepid=1 "
+             "again=1 epoch=%u step=%ld%s%s",
+             resihp__coord_epoch(a.c), resihp__coord_step(a.c),
+             t == 4 ? " cred=" : "", tries[t]);
+    resihp__coord_feed(a.c, k, line);
+    do
+      ck_assert_int_eq(
+          resihp__wire_recv(&peer, line, sizeof(line), resihp__now_ms() + 5000),
+          0);
+    while (!strcmp(line, "HB"));
+    ck_assert_str_eq(line, "NO reason=bad-credential");
+    ck_assert(resihp__coord_connected(a.c, 1));
+    ck_assert_int_eq(resihp__coord_members(a.c), N);
+    resihp__wire_free(&peer);
+  }
+  failover(&a, &b, &co, -1, ALL, N);
+  ck_assert_int_eq(resihp__coord_members(b.c), N);
   close_side(&a);
   close_side(&b);
 }
@@ -722,6 +775,7 @@ int main(void) {
   tcase_add_test(tc, test_save);
   tcase_add_test(tc, test_end);
   tcase_add_test(tc, test_no_comeback);
+  tcase_add_test(tc, test_hijack);
   tcase_add_test(tc, test_bad_records);
   tcase_add_test(tc, test_many_failures);
   tcase_add_test(tc, test_bench);

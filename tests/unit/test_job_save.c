@@ -191,6 +191,66 @@ START_TEST(meta_latest_and_remove) {
 }
 END_TEST
 
+/* What others could change is never trusted: a step-N planted as a link
+ * to another directory is not followed by the clean-up (its files stay);
+ * a state directory writable by others, or another user's, is refused
+ * for a save and a resume; a shard that is a link is not loaded. */
+START_TEST(planted_links_and_foreign_dirs) {
+  mkdir_tmp();
+  fill(5);
+  resihp_job_buf_t bufs[1] = {{a, sizeof(a)}};
+  char err[600], victim[300], path[400], sd[300];
+  /* someone else's files, and step-3 a link to them */
+  snprintf(victim, sizeof(victim), "%s-victim", dir);
+  ck_assert_int_eq(mkdir(victim, 0700), 0);
+  snprintf(path, sizeof(path), "%s/shard-0.bin", victim);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("not yours\n", f);
+  fclose(f);
+  snprintf(sd, sizeof(sd), "%s/step-3", dir);
+  ck_assert_int_eq(symlink(victim, sd), 0);
+  resihp__save_remove(dir, 3);
+  ck_assert_int_eq(access(path, F_OK), 0); /* still there */
+  /* a save into it is refused too */
+  ck_assert_int_eq(resihp__save_write(dir, 3, 0, 1, "fedcba9876543210", bufs,
+                                      1, err, sizeof(err)),
+                   RESIHP_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "symbolic link"));
+  /* a shard that is a link is not loaded */
+  ck_assert_int_eq(resihp__save_write(dir, 4, 0, 1, "fedcba9876543210", bufs,
+                                      1, err, sizeof(err)),
+                   0);
+  char real[400], ln[400];
+  snprintf(real, sizeof(real), "%s/step-4/shard-0.bin", dir);
+  snprintf(ln, sizeof(ln), "%s/step-4/shard-1.bin", dir);
+  ck_assert_int_eq(symlink(real, ln), 0);
+  resihp__save_hdr_t h;
+  ck_assert_int_lt(resihp__save_read(ln, &h, NULL, 0, err, sizeof(err)), 0);
+  /* a state directory others may write to */
+  ck_assert_int_eq(chmod(dir, 0777), 0);
+  ck_assert_int_eq(resihp__save_write(dir, 5, 0, 1, "fedcba9876543210", bufs,
+                                      1, err, sizeof(err)),
+                   RESIHP_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "writable by others"));
+  resihp__save_meta_t m;
+  ck_assert_int_eq(resihp__save_latest(dir, &m, err, sizeof(err)),
+                   RESIHP_EINVAL);
+  ck_assert_int_eq(chmod(dir, 0700), 0);
+  /* another user's (as root: chowned to 65534) */
+  if (geteuid() == 0) {
+    ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+    ck_assert_int_eq(resihp__save_write(dir, 6, 0, 1, "fedcba9876543210",
+                                        bufs, 1, err, sizeof(err)),
+                     RESIHP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "another user"));
+    ck_assert_int_eq(chown(dir, 0, 0), 0);
+  }
+  rm_tree(dir);
+  rm_tree(victim);
+}
+END_TEST
+
 START_TEST(meta_parser_refuses) {
   static const char *const bad[] = {
       "",
@@ -236,6 +296,7 @@ int main(void) {
   tcase_add_test(t, shard_round_trip_and_damage);
   tcase_add_test(t, meta_latest_and_remove);
   tcase_add_test(t, meta_parser_refuses);
+  tcase_add_test(t, planted_links_and_foreign_dirs);
   suite_add_tcase(s, t);
   return run_suite(s);
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[64], events[96], metrics[96];
@@ -144,6 +145,50 @@ START_TEST(unwritable_paths_are_clear_errors) {
 }
 END_TEST
 
+/* Paths that are not a regular file of ours are refused at once, with a
+ * message naming them: a FIFO (it hung resihp-run), a symbolic link,
+ * another user's file (root runs as uid 0: the file is chowned to 65534);
+ * nothing is written through them. */
+START_TEST(foreign_files_are_refused) {
+  char fifo[300], link[300], other[300], err[512];
+  snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+  snprintf(link, sizeof(link), "%s/link", dir);
+  snprintf(other, sizeof(other), "%s/other", dir);
+  ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+  ck_assert_int_eq(symlink("/etc/hostname", link), 0);
+  FILE *f = fopen(other, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("theirs\n", f);
+  fclose(f);
+  int foreign = geteuid() == 0 && chown(other, 65534, 65534) == 0;
+  const char *paths[] = {fifo, link, other};
+  for (int i = 0; i < (foreign ? 3 : 2); i++) {
+    resihp__record_t *r = (void *)1;
+    err[0] = '\0';
+    ck_assert_int_lt(
+        resihp__record_create(paths[i], NULL, "1", &r, err, sizeof(err)), 0);
+    ck_assert_ptr_null(r);
+    ck_assert_msg(strstr(err, paths[i]) && strstr(err, "refusing"),
+                  "events %s: '%s'", paths[i], err);
+    err[0] = '\0';
+    ck_assert_int_lt(
+        resihp__record_create(NULL, paths[i], "1", &r, err, sizeof(err)), 0);
+    ck_assert_msg(strstr(err, paths[i]) && strstr(err, "refusing"),
+                  "metrics %s: '%s'", paths[i], err);
+  }
+  struct stat st;
+  ck_assert_int_eq(lstat(link, &st), 0);
+  ck_assert(S_ISLNK(st.st_mode)); /* not replaced by a metrics file */
+  if (foreign) {
+    ck_assert_int_eq(stat(other, &st), 0);
+    ck_assert_int_eq(st.st_size, 7); /* nothing appended */
+  }
+  unlink(fifo);
+  unlink(link);
+  unlink(other);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("record");
   TCase *tc = tcase_create("record");
@@ -153,6 +198,7 @@ int main(void) {
   tcase_add_test(tc, labels_are_a_fixed_vocabulary);
   tcase_add_test(tc, events_and_metrics);
   tcase_add_test(tc, unwritable_paths_are_clear_errors);
+  tcase_add_test(tc, foreign_files_are_refused);
   suite_add_tcase(s, tc);
   return run_suite(s);
 }

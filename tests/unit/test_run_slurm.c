@@ -9,6 +9,10 @@
 #include "suite_main.h"
 
 #include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 START_TEST(node_state) {
   static const struct {
@@ -61,12 +65,39 @@ START_TEST(job_state) {
 }
 END_TEST
 
+/* A step's name as slurmctld says it (a fake squeue in PATH that knows
+ * step 7.1 as resihp-replica-1 and nothing else): a claimed id is taken
+ * only with the launcher's own name for it. */
+START_TEST(step_named) {
+  char dir[] = "/tmp/resihp-squeue-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[128], env[4200];
+  snprintf(path, sizeof(path), "%s/squeue", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("#!/bin/sh\n[ \"$2\" = --steps=7.1 ] && echo resihp-replica-1\n"
+        "exit 0\n",
+        f);
+  fclose(f);
+  chmod(path, 0755);
+  snprintf(env, sizeof(env), "%s:%s", dir, getenv("PATH"));
+  setenv("PATH", env, 1);
+  ck_assert_int_eq(resihp__slurm_step_named("7.1", "resihp-replica-1"), 1);
+  ck_assert_int_eq(resihp__slurm_step_named("7.1", "resihp-replica-0"), 0);
+  ck_assert_int_eq(resihp__slurm_step_named("7.2", "resihp-replica-1"), 0);
+  ck_assert_int_eq(resihp__slurm_step_named("7.1", "resihp-replica-"), 0);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("run_slurm");
   TCase *tc = tcase_create("scontrol");
   tcase_add_test(tc, node_state);
   tcase_add_test(tc, slurmd_timeout);
   tcase_add_test(tc, job_state);
+  tcase_add_test(tc, step_named);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -99,6 +99,18 @@ static void wait_standby(primary_t *p, int have, const char *ep) {
   ck_abort_msg("the feed never had the standby %s (want %d)", ep, have);
 }
 
+/* The standby at ep is the feed's; BYE ends it (follow returns 1) with
+ * the record want; the primary goes. */
+static void bye_ends(primary_t *p, follower_t *fl, const char *ep,
+                     const char *want) {
+  char rec[256];
+  wait_standby(p, 1, ep);
+  resihp__feed_bye(p->f, 5000);
+  ck_assert_int_eq(follower_end(fl, rec, sizeof(rec)), 1);
+  ck_assert_str_eq(rec, want);
+  primary_down(p);
+}
+
 START_TEST(newest_record_then_bye) {
   primary_t p;
   primary_up(&p);
@@ -134,7 +146,7 @@ START_TEST(second_standby_replaces_first) {
   wait_standby(&p, 1, "h:2");
   /* the primary now wants a standby on node b only: the old one, back,
    * is refused and b stays */
-  resihp__feed_expect(p.f, "b");
+  resihp__feed_expect(p.f, "b", NULL);
   follower_t old;
   follower_start(&old, p.ep, KEY, sizeof(KEY) - 1, "STANDBY ep=h:1 node=a");
   char rec[256];
@@ -143,11 +155,39 @@ START_TEST(second_standby_replaces_first) {
   ck_assert_str_eq(rec, "state");
   ck_assert_int_lt(follower_end(&old, rec, sizeof(rec)), 0);
   ck_assert_str_eq(rec, "");
-  wait_standby(&p, 1, "h:2");
-  resihp__feed_bye(p.f, 5000);
-  ck_assert_int_eq(follower_end(&b, rec, sizeof(rec)), 1);
-  ck_assert_str_eq(rec, "state");
-  primary_down(&p);
+  bye_ends(&p, &b, "h:2", "state");
+}
+END_TEST
+
+/* Another member of the job (it has the secret) names the node of the
+ * standby the primary launched: without that standby's token, or with
+ * another, it gets no record and does not become the standby; the
+ * genuine one (its token) does. */
+START_TEST(rogue_standby_refused) {
+  primary_t p;
+  primary_up(&p);
+  resihp__feed_put(p.f, "state", 5);
+  resihp__feed_expect(p.f, "n2", "00112233445566778899aabbccddeeff");
+  static const char *const rogue[] = {
+      "STANDBY ep=h:6 node=n2 step=7.1",
+      "STANDBY ep=h:6 node=n2 step=7.1 token=-",
+      "STANDBY ep=h:6 node=n2 step=7.1 token=00112233445566778899aabbccddeefe",
+      "STANDBY ep=h:6 node=n2 step=7.1 token=00112233445566778899aabbccddeeff0",
+      "STANDBY ep=h:6 node=n2 step=7.1 token=00112233"};
+  char rec[256];
+  for (size_t i = 0; i < sizeof(rogue) / sizeof(rogue[0]); i++) {
+    follower_t r;
+    follower_start(&r, p.ep, KEY, sizeof(KEY) - 1, rogue[i]);
+    ck_assert_int_lt(follower_end(&r, rec, sizeof(rec)), 0);
+    ck_assert_msg(!strcmp(rec, ""), "'%s' got a record", rogue[i]);
+    ck_assert_int_eq(
+        resihp__feed_standby(p.f, NULL, 0, NULL, 0, NULL, 0, NULL), 0);
+  }
+  follower_t good;
+  follower_start(&good, p.ep, KEY, sizeof(KEY) - 1,
+                 "STANDBY ep=h:2 node=n2 step=7.3 "
+                 "token=00112233445566778899aabbccddeeff");
+  bye_ends(&p, &good, "h:2", "state");
 }
 END_TEST
 
@@ -239,6 +279,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, newest_record_then_bye);
   tcase_add_test(tc, second_standby_replaces_first);
   tcase_add_test(tc, strangers_get_nothing);
+  tcase_add_test(tc, rogue_standby_refused);
   tcase_add_test(tc, primary_death_keeps_last_record);
   tcase_add_test(tc, lines_parsed_strictly);
   suite_add_tcase(s, tc);

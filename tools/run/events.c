@@ -16,7 +16,7 @@ void on_failed(void *ud, int r, const char *node, long jobid, long stepid,
   say("replica %d failed (%s, node %s): cancelling step %ld.%ld, marking "
       "its node bad and starting a replacement",
       r, why, node, jobid, stepid);
-  cancel_step(jobid, stepid);
+  cancel_step(jobid, stepid, step_name(r));
   if (p->pid > 0)
     p->kill_at = resihp__now_ms() + 2000;
   release_nodes(r, 1);
@@ -83,7 +83,7 @@ int on_fault(void *ud, int r, const char *kind, const char *node, long step) {
     g.fired[hit] = 1;
     return 0;
   }
-  const replica_t *p = &g.reps[r];
+  replica_t *p = &g.reps[r];
   int ni = -1;
   for (int i = 0; i < p->nnodes; i++)
     if (!strcmp(g.nodes[p->nodes[i]].name, node))
@@ -112,7 +112,10 @@ int on_fault(void *ud, int r, const char *kind, const char *node, long step) {
     off += (size_t)snprintf(shown + off, sizeof(shown) - off, "%s%s",
                             i ? " " : "", argv[i]);
   say("kill-node: running %s", shown);
-  spawn_argv(argv, NULL, g.quiet);
+  /* the node dies when the command has done its work: its detection is
+   * timed from the command's end (resihp__coord_fault_landed in ended) */
+  pid_t kp = spawn_argv(argv, NULL, g.quiet);
+  p->kill_cmd = kp > 0 ? kp : 0;
   resihp__cmd_argv_free(argv);
   return 0;
 }

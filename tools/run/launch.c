@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include "run.h"
+#include "slurm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,20 +39,32 @@ void child_setup(int quiet_stdio) {
   }
 }
 
-/* Run argv1, then (if not NULL) argv2 once argv1 has ended. */
-void spawn_argv(char *const argv1[], char *const argv2[], int quiet) {
+const char *step_name(int r) {
+  static char name[32];
+  snprintf(name, sizeof(name), "resihp-replica-%d", r);
+  return name;
+}
+
+/* A helper started: reaped and waited for at the end (end_helpers). */
+static void add_helper(pid_t p) {
+  for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
+    if (!helpers[i]) {
+      helpers[i] = p;
+      break;
+    }
+}
+
+/* Run argv1, then (if not NULL) argv2 once argv1 has ended; its pid (the
+ * parent's), or -1. */
+pid_t spawn_argv(char *const argv1[], char *const argv2[], int quiet) {
   pid_t p = fork();
   if (p > 0) {
-    for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
-      if (!helpers[i]) {
-        helpers[i] = p;
-        break;
-      }
-    return;
+    add_helper(p);
+    return p;
   }
   if (p < 0) {
     say("cannot start %s: %s", argv1[0], strerror(errno));
-    return;
+    return -1;
   }
   child_setup(quiet);
   if (argv2) {
@@ -155,7 +168,7 @@ int launch(int r) {
   snprintf(opt_co, sizeof(opt_co), "--resilient-coordinator=%s", g.coords);
   snprintf(nk, sizeof(nk), "%d", g.K);
   snprintf(nr, sizeof(nr), "%d", g.ranks);
-  snprintf(jn, sizeof(jn), "--job-name=resihp-replica-%d", r);
+  snprintf(jn, sizeof(jn), "--job-name=%s", step_name(r));
   snprintf(mpi, sizeof(mpi), "--mpi=%s", g.mpi ? g.mpi : "none");
   const char *argv0[32] = {"srun",
                            opt_res,
@@ -272,16 +285,35 @@ void release_nodes(int r, int bad) {
 }
 
 /* Kill the step at once, then cancel it (a signal alone does not end a
- * step on a dead node). The ids are the rank's word: only a step of this
- * job is ever touched. */
-void cancel_step(long jobid, long stepid) {
+ * step on a dead node). The ids are the claim of a rank or a standby:
+ * only a step of this job that bears the name the launcher gave the one
+ * it launched (name: resihp-replica-R, resihp-standby) is ever touched,
+ * which slurmctld is asked in the background. */
+void cancel_step(long jobid, long stepid, const char *name) {
   if (jobid < 0 || stepid < 0 || jobid != strtol(g.jobid, NULL, 10))
     return;
   char id[64];
   snprintf(id, sizeof(id), "%ld.%ld", jobid, stepid);
+  pid_t p = fork();
+  if (p > 0) {
+    add_helper(p);
+    return;
+  }
+  if (p < 0) {
+    say("cannot cancel step %s: %s", id, strerror(errno));
+    return;
+  }
+  child_setup(0);
+  if (!resihp__slurm_step_named(id, name)) {
+    say("step %s is not %s (or Slurm does not know it): not cancelled", id,
+        name);
+    _exit(0);
+  }
   char *const kill9[] = {"scancel", "--quiet", "--signal=KILL", id, NULL};
   char *const cancel[] = {"scancel", "--quiet", id, NULL};
-  spawn_argv(kill9, cancel, 1);
+  resihp__slurm_run(kill9, 1, NULL, NULL);
+  execvp(cancel[0], cancel);
+  _exit(127);
 }
 
 /* A child ended (or, after a failover, a child of the primary before:
@@ -299,6 +331,11 @@ static void ended(pid_t pid, int st) {
     for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
       if (helpers[i] == pid)
         helpers[i] = 0;
+    for (int r = 0; r < g.R; r++)
+      if (g.reps[r].kill_cmd == pid) {
+        g.reps[r].kill_cmd = 0;
+        resihp__coord_fault_landed(g.coord, r);
+      }
     if (pid == g.standby_pid) {
       g.standby_pid = 0;
       if (!g.stopping)
@@ -325,6 +362,10 @@ static void ended(pid_t pid, int st) {
           p->relaunch = 1;
         continue;
       }
+      /* after the job, a step that ends badly on its own (a rank's
+       * clean-up that fails) leaves the results standing, but is said */
+      if (!g.ending && st != 0 && resihp__coord_finished(g.coord, r))
+        p->done_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
       if (!p->connected && !p->relaunch && !p->given_up && !g.stopping &&
           resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING)
         diagnose(r, st);
@@ -352,6 +393,7 @@ void tick(void) {
     }
     if (p->pid > 0 && !p->connected && resihp__coord_connected(g.coord, r)) {
       p->connected = 1;
+      g.joined = 1;
       g.ldirty = 1;
     }
     if (p->pid > 0 && !p->connected && !p->kill_at &&

@@ -656,6 +656,11 @@ int main(int argc, char **argv) {
   char *rec = NULL;
   int ret = -1;
   if (g.standby_of) {
+    /* the token the primary handed this standby (its hello says it); not
+     * passed on to the steps it may launch one day */
+    const char *tok = getenv("RESIHP_STANDBY_TOKEN");
+    snprintf(g.standby_token, sizeof(g.standby_token), "%s", tok ? tok : "");
+    unsetenv("RESIHP_STANDBY_TOKEN");
     /* its output goes straight to a file of its own: srun's forwarding
      * runs on the primary's node and dies with it */
     char path[4300];

@@ -116,6 +116,7 @@ static void end_steps(int killed, int state, resihp__keeper_t *kp) {
     resihp__keeper_beat(kp);
     resihp__coord_poll(g.coord, 50);
   }
+  g.ending = 1;
   for (int r = 0; r < g.R; r++)
     if (g.reps[r].pid > 0) {
       kill(g.reps[r].pid, SIGTERM);
@@ -141,15 +142,18 @@ static void end_steps(int killed, int state, resihp__keeper_t *kp) {
   }
 }
 
-/* The helpers (scancel, kill-node commands) get a moment, then go; spare
- * checks still running are ended. */
+/* The helpers (scancel) get a moment, then go; a kill-node command that
+ * has started finishes its work (up to a minute: a node left half killed
+ * is worse than a late end); spare checks still running are ended. */
 static void end_helpers(resihp__keeper_t *kp) {
-  for (int i = 0; i < 20; i++) {
+  for (int i = 0; i < 600; i++) {
     reap();
-    int left = 0;
+    int left = 0, killing = 0;
     for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
       left += helpers[k] != 0;
-    if (!left)
+    for (int r = 0; r < g.R; r++)
+      killing += g.reps[r].kill_cmd > 0;
+    if (!left || (i >= 20 && !killing))
       break;
     resihp__keeper_beat(kp);
     usleep(100000);
@@ -250,7 +254,8 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
     say("warning: cannot serve a standby coordinator; the job goes on "
         "without one");
   if (g.standby_pid > 0 && g.standby_node >= 0) /* a local failover */
-    resihp__feed_expect(g.feed, g.nodes[g.standby_node].name);
+    resihp__feed_expect(g.feed, g.nodes[g.standby_node].name,
+                        g.standby_token);
   update_coords();
   if (g.took_over) {
     say("took over from the primary on %s, which Slurm declared DOWN: the "
@@ -395,6 +400,21 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
   printf("  replacements launched:  %d; nodes marked bad: %d; spares left: "
          "%d\n",
          g.nreplacements, g.nbad, spares_left());
+  for (int r = 0; r < g.R; r++)
+    if (g.reps[r].given_up && g.reps[r].why[0])
+      printf("  replica %d given up:     %s; the others went on\n", r,
+             g.reps[r].why);
+  for (int r = 0; r < g.R; r++)
+    if (g.reps[r].done_status) {
+      printf("  warning:                replica %d's step exited with status "
+             "%d after the job was done (its result counts; its output "
+             "says what failed)\n",
+             r, g.reps[r].done_status);
+      fprintf(stderr,
+              "resihp-run: warning: replica %d's step exited with status %d "
+              "after its rank reported its result\n",
+              r, g.reps[r].done_status);
+    }
   int nfo = resihp__keeper_failovers(kp, &fwhy, NULL, NULL);
   if (nfo)
     printf("  coordinator failovers:  %d (the last: the coordinator %s)\n", nfo,

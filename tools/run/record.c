@@ -32,9 +32,10 @@ static void launcher_state(resihp__wire_buf_t *b) {
   resihp__wire_buf_printf(b, "\n");
   /* where this primary was (a standby that takes over is elsewhere: the
    * sruns are not its own), and the standby it started */
-  resihp__wire_buf_printf(b, "H %s %ld %d %d %" PRId64 " %" PRId64 "\n",
+  resihp__wire_buf_printf(b, "H %s %ld %d %d %" PRId64 " %" PRId64 " %s\n",
                           g.coord_ep, (long)g.standby_pid, g.standby_node,
-                          g.standby_tries, resihp__now_ms(), realtime_ms());
+                          g.standby_tries, resihp__now_ms(), realtime_ms(),
+                          g.standby_token[0] ? g.standby_token : "-");
   for (int i = 0; i < g.nnodes; i++) {
     node_t *n = &g.nodes[i];
     if (n->bad || n->owner >= 0 || n->check > 0)
@@ -127,10 +128,11 @@ int restore_launcher(const char *rec, size_t len, const char **coord,
       for (int i = 0; i < g.ninj; i++)
         g.fired[i] = (int)strtol(q, &q, 10);
     } else if (l[0] == 'H') {
-      char ep[300];
-      if (sscanf(l, "H %299s %ld %d %d %" SCNd64 " %" SCNd64, ep, &v[0], &a[0],
-                 &a[1], &w[0], &w[1]) != 6 ||
-          a[0] < -1 || a[0] >= g.nnodes) {
+      char ep[300], tok[40];
+      if (sscanf(l, "H %299s %ld %d %d %" SCNd64 " %" SCNd64 " %39s", ep,
+                 &v[0], &a[0], &a[1], &w[0], &w[1], tok) != 7 ||
+          a[0] < -1 || a[0] >= g.nnodes ||
+          (strcmp(tok, "-") && strspn(tok, "0123456789abcdef") != 32)) {
         rc = RESIHP_EPROTO;
         break;
       }
@@ -141,6 +143,8 @@ int restore_launcher(const char *rec, size_t len, const char **coord,
       g.standby_pid = (pid_t)v[0];
       g.standby_node = a[0];
       g.standby_tries = a[1];
+      snprintf(g.standby_token, sizeof(g.standby_token), "%s",
+               strcmp(tok, "-") ? tok : "");
     } else if (l[0] == 'N') {
       if (sscanf(l, "N %d %d %d %ld %ld", &a[0], &a[1], &a[2], &v[0], &v[1]) !=
               5 ||

@@ -63,6 +63,15 @@ typedef struct {
    * tell a broken node from a program that cannot run; the srun status */
   int diagnosing;
   int early_status;
+  /* why it was given up while the others go on (the summary; not in the
+   * launcher's record) */
+  char why[160];
+  /* its step's srun status when it ended on its own after its rank had
+   * reported its result (FINISH), 0 if it exited 0 or did not end so:
+   * the summary warns */
+  int done_status;
+  /* its injected kill-node's command while it runs (0: none) */
+  pid_t kill_cmd;
   /* its srun waits at this gate until its pid is in the keeper's record
    * (gate.h): -1 when none */
   int gate;
@@ -111,6 +120,8 @@ struct run {
   int lockstep;         /* --lockstep */
   int stopping;         /* stop asked at the next step boundary */
   int program_failed;   /* the program, not a node, failed to start */
+  int joined;           /* a replica's rank has joined the coordinator */
+  int ending;           /* the launcher kills the steps left (end_steps) */
   int aborted;          /* a replica stopped the run (ABORT) */
   char prog_path[4096]; /* PROGRAM as found in PATH */
   /* fail-slow: how microbatches are spread (resihp_assign_mode_t), how long
@@ -162,6 +173,10 @@ struct run {
   resihp__feed_t *feed;
   pid_t standby_pid;
   int standby_node, standby_tries;
+  /* the credential handed to the standby launched last (its step's
+   * environment, RESIHP_STANDBY_TOKEN): only it may follow the feed;
+   * in a standby, its own */
+  char standby_token[40];
   unsigned standby_gen;
   char standby_step[64];
   /* since when the standby started does not follow the feed (0: it
@@ -193,13 +208,15 @@ void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* launch.c */
 void child_setup(int quiet_stdio);
-void spawn_argv(char *const argv1[], char *const argv2[], int quiet);
+pid_t spawn_argv(char *const argv1[], char *const argv2[], int quiet);
 int pick_nodes(int *out, int k, int initial);
 int spares_left(void);
 int launch(int r);
 void open_gates(void);
 void release_nodes(int r, int bad);
-void cancel_step(long jobid, long stepid);
+/* The name of replica r's steps (srun --job-name; static storage). */
+const char *step_name(int r);
+void cancel_step(long jobid, long stepid, const char *name);
 void reap(void);
 void tick(void);
 

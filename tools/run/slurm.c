@@ -122,3 +122,22 @@ int resihp__slurm_slurmd_timeout_s(void) {
   resihp__slurm_run(argv, 1, on_config_line, &v);
   return v >= 0 ? v : 300;
 }
+
+struct named {
+  const char *name;
+  int yes;
+};
+
+static void on_step_line(const char *line, void *ud) {
+  struct named *n = ud;
+  n->yes |= !strcmp(line, n->name);
+}
+
+int resihp__slurm_step_named(const char *id, const char *name) {
+  char steps[96];
+  snprintf(steps, sizeof(steps), "--steps=%s", id);
+  char *argv[] = {"timeout", "-k", "2",       "30",      "squeue", "-h",
+                  steps,     "-o", "%j", NULL};
+  struct named n = {name, 0};
+  return !resihp__slurm_run(argv, 1, on_step_line, &n) && n.yes;
+}

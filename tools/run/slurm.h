@@ -34,6 +34,10 @@ int resihp__slurm_job_active(const char *job);
 /* A "SlurmdTimeout = 300 sec" line of `scontrol show config`: the
  * seconds, or -1 when the line is not that. */
 int resihp__slurm_parse_timeout(const char *line);
+/* Whether step "JOBID.STEPID" (id) is named name (srun --job-name) in
+ * slurmctld's view: 1 yes, 0 no or no answer (within 30 s). The step ids
+ * a rank or a standby claims are their word; the name is the launcher's. */
+int resihp__slurm_step_named(const char *id, const char *name);
 /* SlurmdTimeout in seconds (300, Slurm's default, when unknown). */
 int resihp__slurm_slurmd_timeout_s(void);
 

@@ -84,8 +84,55 @@ static int registered_healthy(int i) {
   return regs > g.nodes[i].check_regs && st == RESIHP__SPARE_HEALTHY;
 }
 
+/* An srun status that says its task died of a signal (128 + n). */
+static int early_by_signal(int status) {
+  return status > 128 && status <= 128 + 64;
+}
+
+/* Replica r's program left before joining, on healthy nodes (names), on
+ * its own (not killed). Replica r is given up; its nodes stay its own
+ * (no spare for a program that leaves). That is the program's failure,
+ * which ends the run, only if the coordinator refused its first launch's
+ * HELLO for its configuration, or every replica has now left so at
+ * start-up: replicas that train go on without it. */
+static void program_left(int r, const char *names) {
+  replica_t *p = &g.reps[r];
+  p->given_up = 1;
+  /* joined: a rank has joined since this process launched it, or one is
+   * connected (a primary restored from a record only sees the latter) */
+  int live = 0, joined = g.joined;
+  for (int q = 0; q < g.R; q++) {
+    live += !g.reps[q].given_up;
+    joined |= g.reps[q].connected;
+  }
+  char refused[32];
+  int cfg = resihp__coord_refused(g.coord, r, refused, sizeof(refused)) &&
+            p->launches == 1;
+  if (cfg || (!live && !joined)) {
+    fprintf(stderr,
+            "resihp-run: %s: left before joining the coordinator (srun "
+            "status %d) on %s, which passed %s health check - the program, "
+            "not the node, failed; no spare used (srun's messages above say "
+            "why)\n",
+            g.prog[0], p->early_status, names, p->nnodes > 1 ? "their" : "its");
+    g.program_failed = 1;
+    resihp__coord_mark_failed(g.coord, r, "program failed to start");
+    return;
+  }
+  snprintf(p->why, sizeof(p->why),
+           "its %s left before joining (srun status %d) on %.40s, which "
+           "passed %s health check",
+           p->launches > 1 ? "replacement" : "program", p->early_status,
+           names, p->nnodes > 1 ? "their" : "its");
+  say("replica %d: %s: given up, no spare used; the %d other replica%s go%s "
+      "on",
+      r, p->why, live, live == 1 ? "" : "s", live == 1 ? "es" : "");
+  resihp__coord_mark_failed(g.coord, r, p->why);
+}
+
 /* Every node of a diagnosed replica has answered: healthy nodes mean the
- * program failed; otherwise the bad nodes go and a replacement starts. */
+ * program failed (or a kill from outside); otherwise the bad nodes go and
+ * a replacement starts. */
 static void diagnosis_done(int r) {
   g.ldirty = 1;
   replica_t *p = &g.reps[r];
@@ -102,17 +149,21 @@ static void diagnosis_done(int r) {
                             off < sizeof(names) ? sizeof(names) - off : 0,
                             "%s%s", k ? "," : "", g.nodes[p->nodes[k]].name);
   }
+  if (healthy && !g.stopping && early_by_signal(p->early_status) &&
+      !resihp__coord_refused(g.coord, r, NULL, 0)) {
+    /* killed (SIGKILL from outside, the OOM killer): its program may be
+     * fine and its nodes are: another try, as for a node that failed */
+    say("replica %d: its step was killed by signal %d before its rank "
+        "joined, on %s, which passed %s health check: a fault from outside, "
+        "not the program's; launching it again",
+        r, p->early_status - 128, names, p->nnodes > 1 ? "their" : "its");
+    release_nodes(r, 0);
+    p->relaunch = 1;
+    p->tries++;
+    return;
+  }
   if (healthy && !g.stopping) {
-    fprintf(stderr,
-            "resihp-run: %s: left before joining the coordinator (srun "
-            "status %d) on %s, which passed %s health check - the program, "
-            "not the node, failed; no spare used (srun's messages above say "
-            "why)\n",
-            g.prog[0], p->early_status, names, p->nnodes > 1 ? "their" : "its");
-    /* its nodes stay its own: they are no spares, and the run ends */
-    g.program_failed = 1;
-    p->given_up = 1;
-    resihp__coord_mark_failed(g.coord, r, "program failed to start");
+    program_left(r, names);
     return;
   }
   if (g.stopping) {

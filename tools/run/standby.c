@@ -4,6 +4,7 @@
  * over. */
 #include "config.h"
 
+#include "../../libresihp/transport/msgauth.h"
 #include "run.h"
 #include "slurm.h"
 
@@ -12,6 +13,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 /* The coordinator's addresses the ranks get (at launch, and COORDS to
  * those running): ours, then the standby's once it follows the feed. */
@@ -67,8 +69,18 @@ void launch_standby(void) {
   g.standby_seen = 0;
   g.standby_step[0] = '\0';
   g.ldirty = 1;
-  /* this one only: an old standby that comes back is refused */
-  resihp__feed_expect(g.feed, g.nodes[pick].name);
+  /* this one only: an old standby that comes back is refused, and so is
+   * anyone else with the job's secret who names its node: it must say the
+   * token only its step's environment holds */
+  uint8_t rnd[16];
+  if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+    say("warning: no randomness for the standby's token: %s; the job goes "
+        "on without a standby for now",
+        strerror(errno));
+    return;
+  }
+  resihp__hex(g.standby_token, rnd, sizeof(rnd));
+  resihp__feed_expect(g.feed, g.nodes[pick].name, g.standby_token);
   const char *head[] = {"srun",
                         "--overlap",
                         "-N",
@@ -111,6 +123,7 @@ void launch_standby(void) {
   pid_t pid = fork();
   if (pid == 0) {
     child_setup(0);
+    setenv("RESIHP_STANDBY_TOKEN", g.standby_token, 1);
     execvp("srun", argv);
     fprintf(stderr, "resihp-run: cannot run srun: %s\n", strerror(errno));
     _exit(127);
@@ -140,7 +153,7 @@ void check_standby(void) {
       (long long)(resihp__now_ms() - g.standby_lost_ms));
   long sj = -1, ss = -1;
   if (sscanf(g.standby_step, "%ld.%ld", &sj, &ss) == 2)
-    cancel_step(sj, ss);
+    cancel_step(sj, ss, "resihp-standby");
   kill(g.standby_pid, SIGKILL);
   g.standby_pid = 0; /* its exit, when reaped, is nobody's */
   g.standby_lost_ms = 0;
@@ -173,8 +186,9 @@ int standby_follow(const uint8_t *secret, size_t slen, char **rec,
                    size_t *len) {
   char hello[512];
   const char *sj = getenv("SLURM_JOB_ID"), *ss = getenv("SLURM_STEP_ID");
-  snprintf(hello, sizeof(hello), "STANDBY ep=%s node=%s step=%s.%s", g.coord_ep,
-           g.node_self, sj ? sj : "0", ss ? ss : "0");
+  snprintf(hello, sizeof(hello), "STANDBY ep=%s node=%s step=%s.%s token=%s",
+           g.coord_ep, g.node_self, sj ? sj : "0", ss ? ss : "0",
+           g.standby_token[0] ? g.standby_token : "-");
   say("standby coordinator on %s (%s) for the primary on %s", g.node_self,
       g.coord_ep, g.primary_node);
   int64_t told = 0;

@@ -65,9 +65,11 @@ def encode(obj):
 
 
 def decode(blob):
-    """The object encode() wrote; ValueError for anything else."""
+    """The object encode() wrote; ValueError for anything else (a shape
+    of Infinity included: OverflowError is no answer to a peer's bytes)."""
     try:
         return _dec(json.loads(blob.decode()))
     except (ValueError, TypeError, KeyError, IndexError, RuntimeError,
-            binascii.Error, RecursionError) as e:
+            OverflowError, MemoryError, binascii.Error,
+            RecursionError) as e:
         raise ValueError("malformed replica state (%s)" % e) from None

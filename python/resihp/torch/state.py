@@ -220,6 +220,33 @@ class ReplicaState:
             meta = codec.decode(bytes(self.meta[8:8 + n].numpy()))
         except ValueError as e:
             raise ProgramError("the state received is %s" % e) from None
+        try:
+            return self._load(meta)
+        except ProgramError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError,
+                RuntimeError, OverflowError) as e:
+            # a peer's word in the wrong shape: the program's error (the
+            # replica stops the run), never a raw traceback
+            raise ProgramError("the state received is malformed (%s: %s)" %
+                               (type(e).__name__, e)) from None
+
+    def _scheduler_state(self, sd):
+        """A peer's scheduler state_dict, only with the fields this
+        scheduler has (load_state_dict sets whatever attributes it is
+        given)."""
+        if not isinstance(sd, dict):
+            raise ProgramError("the state received has a scheduler state "
+                               "that is not a dict")
+        known = set(self.scheduler.state_dict())
+        odd = sorted(str(k) for k in sd if k not in known)
+        if odd:
+            raise ProgramError("the state received has scheduler fields "
+                               "this scheduler does not have: %s" %
+                               ", ".join(odd[:5]))
+        return sd
+
+    def _load(self, meta):
         version = meta.get("version") if isinstance(meta, dict) else None
         if version not in (_VERSION_CPU, _VERSION_CUDA):
             raise ProgramError(
@@ -239,7 +266,8 @@ class ReplicaState:
             if st is not None and k in st:
                 st[k] = buf
         if self.scheduler is not None and meta["scheduler"] is not None:
-            self.scheduler.load_state_dict(meta["scheduler"])
+            self.scheduler.load_state_dict(
+                self._scheduler_state(meta["scheduler"]))
         torch.set_rng_state(meta["rng"])
         # a state from a CPU replica has no device RNG state: the device's
         # stays (the Trainer seeds it at each microbatch anyway)

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -225,6 +226,68 @@ static int write_atomic(const char *dir, const char *path, const void *const *p,
   return 0;
 }
 
+/* Read DIR/key into key: a regular file of ours, mode 0600 (no bits for
+ * anyone else), never through a link, of exactly the key's length. */
+static int read_key(const char *path, uint8_t *key, char *err, size_t errlen) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0)
+    return fail(errno == ENOENT ? RESIHP_ENOENT : RESIHP_ESYS, err, errlen,
+                "cannot open the state key %s: %s%s", path, strerror(errno),
+                errno == ENOENT ? " (a state saved by an older resihp, or not "
+                                  "a resihp state directory)"
+                                : "");
+  struct stat st;
+  const char *why = NULL;
+  if (fstat(fd, &st))
+    why = "cannot be examined";
+  else if (!S_ISREG(st.st_mode))
+    why = "is not a regular file";
+  else if (st.st_uid != geteuid())
+    why = "belongs to another user";
+  else if (st.st_mode & 077)
+    why = "can be read or changed by others";
+  else if (st.st_size != RESIHP__SAVE_KEY_LEN || read_all(fd, key, RESIHP__SAVE_KEY_LEN))
+    why = "is not a state key (wrong length)";
+  close(fd);
+  if (why)
+    return fail(RESIHP_EINVAL, err, errlen,
+                "refusing the state key %s: it %s; this state cannot be "
+                "trusted: resume from another --state-dir",
+                path, why);
+  return 0;
+}
+
+int resihp__save_key(const char *dir, int create,
+                     uint8_t key[RESIHP__SAVE_KEY_LEN], char *err,
+                     size_t errlen) {
+  char path[4200], tmp[4300];
+  snprintf(path, sizeof(path), "%s/key", dir);
+  int rc = read_key(path, key, err, errlen);
+  if (rc != RESIHP_ENOENT || !create)
+    return rc;
+  /* a new key, made whole under a name of our own and then linked into
+   * place: a concurrent creator's link fails (EEXIST) and reads the
+   * winner's */
+  uint8_t k[RESIHP__SAVE_KEY_LEN];
+  if (getrandom(k, sizeof(k), 0) != (ssize_t)sizeof(k))
+    return fail(RESIHP_ESYS, err, errlen, "no random bytes for a state key");
+  snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+  const void *parts[1] = {k};
+  size_t lens[1] = {sizeof(k)};
+  rc = write_atomic(dir, tmp, parts, lens, 1, err, errlen);
+  memset(k, 0, sizeof(k));
+  if (rc)
+    return rc;
+  int linked = link(tmp, path);
+  int e = errno;
+  unlink(tmp);
+  if (linked && e != EEXIST)
+    return fail(RESIHP_ESYS, err, errlen, "cannot create the state key %s: %s",
+                path, strerror(e));
+  sync_dir(dir);
+  return read_key(path, key, err, errlen);
+}
+
 static void step_dir(char *out, size_t cap, const char *dir, long step) {
   snprintf(out, cap, "%s/step-%ld", dir, step);
 }
@@ -255,14 +318,18 @@ int resihp__save_write(const char *dir, long step, int shard, int shards,
   for (int i = 0; i < n; i++)
     h.length += bufs[i].bytes;
   snprintf(h.shape, sizeof(h.shape), "%s", shape);
-  uint8_t hdr[RESIHP__SAVE_HDR_LEN], tag[RESIHP__SAVE_TAG_LEN];
+  uint8_t hdr[RESIHP__SAVE_HDR_LEN], tag[RESIHP__SAVE_TAG_LEN],
+      key[RESIHP__SAVE_KEY_LEN];
+  if ((rc = resihp__save_key(dir, 1, key, err, errlen)))
+    return rc;
   resihp__save_hdr_encode(&h, hdr);
-  resihp__sha256_t s;
-  resihp__sha256_init(&s);
-  resihp__sha256_update(&s, hdr, sizeof(hdr));
+  resihp__hmac_t s;
+  resihp__hmac_init(&s, key, sizeof(key));
+  memset(key, 0, sizeof(key));
+  resihp__hmac_update(&s, hdr, sizeof(hdr));
   for (int i = 0; i < n; i++)
-    resihp__sha256_update(&s, bufs[i].data, bufs[i].bytes);
-  resihp__sha256_final(&s, tag);
+    resihp__hmac_update(&s, bufs[i].data, bufs[i].bytes);
+  resihp__hmac_final(&s, tag);
   const void **parts = malloc(sizeof(void *) * (size_t)(n + 2));
   size_t *lens = malloc(sizeof(size_t) * (size_t)(n + 2));
   if (!parts || !lens) {
@@ -284,9 +351,9 @@ int resihp__save_write(const char *dir, long step, int shard, int shards,
   return rc;
 }
 
-int resihp__save_read(const char *path, resihp__save_hdr_t *h,
-                      const resihp_job_buf_t *bufs, int n, char *err,
-                      size_t errlen) {
+int resihp__save_read(const char *path, const uint8_t key[RESIHP__SAVE_KEY_LEN],
+                      resihp__save_hdr_t *h, const resihp_job_buf_t *bufs,
+                      int n, char *err, size_t errlen) {
   /* a link is not followed; the file must be ours (fstat below) */
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0)
@@ -331,9 +398,9 @@ int resihp__save_read(const char *path, resihp__save_hdr_t *h,
               (unsigned long long)h->length, total);
     goto out;
   }
-  resihp__sha256_t s;
-  resihp__sha256_init(&s);
-  resihp__sha256_update(&s, hdr, sizeof(hdr));
+  resihp__hmac_t s;
+  resihp__hmac_init(&s, key, RESIHP__SAVE_KEY_LEN);
+  resihp__hmac_update(&s, hdr, sizeof(hdr));
   uint8_t chunk[65536];
   uint64_t left = h->length;
   for (int i = 0; left && (!bufs || i < n);) {
@@ -348,14 +415,16 @@ int resihp__save_read(const char *path, resihp__save_hdr_t *h,
       rc = fail(RESIHP_EIO, err, errlen, "%s: read failed", path);
       goto out;
     }
-    resihp__sha256_update(&s, dst, want);
+    resihp__hmac_update(&s, dst, want);
     left -= want;
   }
-  resihp__sha256_final(&s, got);
+  resihp__hmac_final(&s, got);
   if (read_all(fd, tag, sizeof(tag)) ||
       resihp__ct_memcmp(tag, got, sizeof(tag)))
     rc = fail(RESIHP_EPROTO, err, errlen,
-              "%s: integrity check failed (the file is corrupt)", path);
+              "%s: integrity check failed (the file is corrupt, or was "
+              "changed by someone without the state key)",
+              path);
 out:
   close(fd);
   return rc;
@@ -626,7 +695,18 @@ int resihp__job_resume_load(resihp_job_t *j, long s) {
   resihp__save_hdr_t h;
   snprintf(path, sizeof(path), "%s/shard-%d.bin", dir ? dir : "", j->lrank);
   resihp__job_state_shape(j, shape);
-  int rc = resihp__save_read(path, &h, j->state, j->nstate, err, sizeof(err));
+  /* the key is the state directory's, one above the step's */
+  char sdir[4200];
+  snprintf(sdir, sizeof(sdir), "%s", dir ? dir : "");
+  char *slash = strrchr(sdir, '/');
+  if (slash)
+    *slash = '\0';
+  uint8_t key[RESIHP__SAVE_KEY_LEN];
+  int rc = resihp__save_key(sdir, 0, key, err, sizeof(err));
+  if (!rc)
+    rc = resihp__save_read(path, key, &h, j->state, j->nstate, err,
+                           sizeof(err));
+  memset(key, 0, sizeof(key));
   if (!rc && (h.step != s || h.shard != j->lrank || h.shards != j->lsize ||
               strcmp(h.shape, shape))) {
     rc = RESIHP_EPROTO;

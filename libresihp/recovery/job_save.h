@@ -31,9 +31,10 @@
 #include <stdint.h>
 
 #define RESIHP__SAVE_MAGIC "RESIHPSH"
-#define RESIHP__SAVE_VERSION 1
+#define RESIHP__SAVE_VERSION 2 /* 2: the tag is keyed (DIR/key) */
 #define RESIHP__SAVE_HDR_LEN 64
 #define RESIHP__SAVE_TAG_LEN 32
+#define RESIHP__SAVE_KEY_LEN 32
 /* Bounds a header or meta may hold (the coordinator's own limits). */
 #define RESIHP__SAVE_MAX_SHARDS 64
 #define RESIHP__SAVE_MAX_STEPS 1000000000L
@@ -62,18 +63,31 @@ void resihp__save_hdr_encode(const resihp__save_hdr_t *h,
 int resihp__save_hdr_parse(const uint8_t *buf, size_t n,
                            resihp__save_hdr_t *h, char *err, size_t errlen);
 
+/* The state directory's key, DIR/key: 32 random bytes that key every
+ * shard's tag (HMAC-SHA-256 over header and payload), so that a shard
+ * changed by anyone who cannot read the key fails the check on resume.
+ * It must be a regular file of the caller's own, mode 0600, never a link.
+ * With create, a directory without one gets one (atomically: of two
+ * creators, one key wins and both use it). 0, or a negative code with
+ * what is wrong in err. */
+int resihp__save_key(const char *dir, int create,
+                     uint8_t key[RESIHP__SAVE_KEY_LEN], char *err,
+                     size_t errlen);
+
 /* Write shard `shard` of `shards` for step into DIR/step-<step>/ (made if
- * need be), atomically. 0 or a negative code, err says why. */
+ * need be), atomically, tagged with DIR's key (made if need be). 0 or a
+ * negative code, err says why. */
 int resihp__save_write(const char *dir, long step, int shard, int shards,
                        const char *shape, const resihp_job_buf_t *bufs, int n,
                        char *err, size_t errlen);
-/* Read and check a shard file: header, length, tag. With bufs, the
+/* Read and check a shard file: header, length, tag (keyed with key, the
+ * key of the state directory it is in). With bufs, the
  * payload goes into them (their total must be the header's length);
  * without, it is only checked. The buffers hold no valid state unless 0 is
  * returned. */
-int resihp__save_read(const char *path, resihp__save_hdr_t *h,
-                      const resihp_job_buf_t *bufs, int n, char *err,
-                      size_t errlen);
+int resihp__save_read(const char *path, const uint8_t key[RESIHP__SAVE_KEY_LEN],
+                      resihp__save_hdr_t *h, const resihp_job_buf_t *bufs,
+                      int n, char *err, size_t errlen);
 
 /* The meta text (at most cap bytes) and its parser (n bytes of text). */
 int resihp__save_meta_format(const resihp__save_meta_t *m, char *out,

@@ -209,33 +209,48 @@ void resihp__sha256_final(resihp__sha256_t *c, uint8_t out[RESIHP__SHA256_LEN]) 
   memset(c, 0, sizeof(*c));
 }
 
-void resihp__hmac_sha256(const void *key, size_t keylen, const void *const *parts,
-                         const size_t *lens, int n,
-                         uint8_t out[RESIHP__SHA256_LEN]) {
-  uint8_t k[64] = {0}, pad[64], inner[RESIHP__SHA256_LEN];
-  resihp__sha256_t c;
+void resihp__hmac_init(resihp__hmac_t *h, const void *key, size_t keylen) {
+  uint8_t k[64] = {0}, pad[64];
   if (keylen > 64) {
-    resihp__sha256_init(&c);
-    resihp__sha256_update(&c, key, keylen);
-    resihp__sha256_final(&c, k);
+    resihp__sha256_init(&h->inner);
+    resihp__sha256_update(&h->inner, key, keylen);
+    resihp__sha256_final(&h->inner, k);
   } else if (keylen) {
     memcpy(k, key, keylen);
   }
-  for (int i = 0; i < 64; i++)
+  for (int i = 0; i < 64; i++) {
     pad[i] = k[i] ^ 0x36;
-  resihp__sha256_init(&c);
-  resihp__sha256_update(&c, pad, 64);
-  for (int i = 0; i < n; i++)
-    resihp__sha256_update(&c, parts[i], lens[i]);
-  resihp__sha256_final(&c, inner);
-  for (int i = 0; i < 64; i++)
-    pad[i] = k[i] ^ 0x5c;
-  resihp__sha256_init(&c);
-  resihp__sha256_update(&c, pad, 64);
-  resihp__sha256_update(&c, inner, sizeof(inner));
-  resihp__sha256_final(&c, out);
+    h->okey[i] = k[i] ^ 0x5c;
+  }
+  resihp__sha256_init(&h->inner);
+  resihp__sha256_update(&h->inner, pad, 64);
   memset(k, 0, sizeof(k));
   memset(pad, 0, sizeof(pad));
+}
+
+void resihp__hmac_update(resihp__hmac_t *h, const void *data, size_t len) {
+  resihp__sha256_update(&h->inner, data, len);
+}
+
+void resihp__hmac_final(resihp__hmac_t *h, uint8_t out[RESIHP__SHA256_LEN]) {
+  uint8_t inner[RESIHP__SHA256_LEN];
+  resihp__sha256_t c;
+  resihp__sha256_final(&h->inner, inner);
+  resihp__sha256_init(&c);
+  resihp__sha256_update(&c, h->okey, 64);
+  resihp__sha256_update(&c, inner, sizeof(inner));
+  resihp__sha256_final(&c, out);
+  memset(h->okey, 0, sizeof(h->okey));
+}
+
+void resihp__hmac_sha256(const void *key, size_t keylen, const void *const *parts,
+                         const size_t *lens, int n,
+                         uint8_t out[RESIHP__SHA256_LEN]) {
+  resihp__hmac_t h;
+  resihp__hmac_init(&h, key, keylen);
+  for (int i = 0; i < n; i++)
+    resihp__hmac_update(&h, parts[i], lens[i]);
+  resihp__hmac_final(&h, out);
 }
 
 int resihp__ct_memcmp(const void *a, const void *b, size_t n) {

@@ -20,6 +20,17 @@ void resihp__sha256_init(resihp__sha256_t *c);
 void resihp__sha256_update(resihp__sha256_t *c, const void *data, size_t len);
 void resihp__sha256_final(resihp__sha256_t *c, uint8_t out[RESIHP__SHA256_LEN]);
 
+/* HMAC over a message that arrives in pieces: init, update per piece,
+ * final (which wipes the state). */
+typedef struct {
+  resihp__sha256_t inner;
+  uint8_t okey[64]; /* the key xor opad, for the outer hash */
+} resihp__hmac_t;
+
+void resihp__hmac_init(resihp__hmac_t *h, const void *key, size_t keylen);
+void resihp__hmac_update(resihp__hmac_t *h, const void *data, size_t len);
+void resihp__hmac_final(resihp__hmac_t *h, uint8_t out[RESIHP__SHA256_LEN]);
+
 /* HMAC over the concatenation of n (pointer, length) parts. */
 void resihp__hmac_sha256(const void *key, size_t keylen, const void *const *parts,
                          const size_t *lens, int n,

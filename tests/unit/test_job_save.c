@@ -61,6 +61,8 @@ START_TEST(shard_round_trip_and_damage) {
   ck_assert_int_eq(resihp__save_write(dir, 12, 1, 2, "0123456789abcdef", bufs,
                                       2, err, sizeof(err)),
                    0);
+  uint8_t key[RESIHP__SAVE_KEY_LEN];
+  ck_assert_int_eq(resihp__save_key(dir, 0, key, err, sizeof(err)), 0);
   char path[400];
   snprintf(path, sizeof(path), "%s/step-12/shard-1.bin", dir);
   /* no temporary left */
@@ -81,7 +83,7 @@ START_TEST(shard_round_trip_and_damage) {
   memset(a, 0, sizeof(a));
   memset(b, 0, sizeof(b));
   resihp__save_hdr_t h;
-  ck_assert_int_eq(resihp__save_read(path, &h, bufs, 2, err, sizeof(err)), 0);
+  ck_assert_int_eq(resihp__save_read(path, key, &h, bufs, 2, err, sizeof(err)), 0);
   ck_assert_int_eq(h.step, 12);
   ck_assert_int_eq(h.shard, 1);
   ck_assert_int_eq(h.shards, 2);
@@ -94,41 +96,41 @@ START_TEST(shard_round_trip_and_damage) {
   ck_assert_mem_eq(a0, a, sizeof(a));
   ck_assert_mem_eq(b0, b, sizeof(b));
   /* check only, no buffers */
-  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)), 0);
+  ck_assert_int_eq(resihp__save_read(path, key, &h, NULL, 0, err, sizeof(err)), 0);
   /* a buffer of the wrong size: refused before reading */
   resihp_job_buf_t small[1] = {{a, sizeof(a)}};
-  ck_assert_int_eq(resihp__save_read(path, &h, small, 1, err, sizeof(err)),
+  ck_assert_int_eq(resihp__save_read(path, key, &h, small, 1, err, sizeof(err)),
                    RESIHP_EPROTO);
   ck_assert_ptr_nonnull(strstr(err, "this rank's shard"));
   /* a payload byte flipped: integrity check */
   flip(path, 64 + 500);
-  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)),
+  ck_assert_int_eq(resihp__save_read(path, key, &h, NULL, 0, err, sizeof(err)),
                    RESIHP_EPROTO);
   ck_assert_ptr_nonnull(strstr(err, "corrupt"));
   flip(path, 64 + 500);
-  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)), 0);
+  ck_assert_int_eq(resihp__save_read(path, key, &h, NULL, 0, err, sizeof(err)), 0);
   /* the step in the header changed: the tag covers the header too */
   flip(path, 24);
-  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)),
+  ck_assert_int_eq(resihp__save_read(path, key, &h, NULL, 0, err, sizeof(err)),
                    RESIHP_EPROTO);
   flip(path, 24);
   /* truncated, then padded */
   struct stat sb;
   ck_assert_int_eq(stat(path, &sb), 0);
   ck_assert_int_eq(truncate(path, sb.st_size - 1), 0);
-  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)),
+  ck_assert_int_eq(resihp__save_read(path, key, &h, NULL, 0, err, sizeof(err)),
                    RESIHP_EPROTO);
   ck_assert_ptr_nonnull(strstr(err, "truncated"));
   ck_assert_int_eq(truncate(path, sb.st_size + 5), 0);
-  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)),
+  ck_assert_int_eq(resihp__save_read(path, key, &h, NULL, 0, err, sizeof(err)),
                    RESIHP_EPROTO);
   /* not a state file at all */
   ck_assert_int_eq(truncate(path, 10), 0);
-  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)),
+  ck_assert_int_eq(resihp__save_read(path, key, &h, NULL, 0, err, sizeof(err)),
                    RESIHP_EPROTO);
   /* a missing file */
   snprintf(path, sizeof(path), "%s/step-12/shard-0.bin", dir);
-  ck_assert_int_eq(resihp__save_read(path, &h, NULL, 0, err, sizeof(err)),
+  ck_assert_int_eq(resihp__save_read(path, key, &h, NULL, 0, err, sizeof(err)),
                    RESIHP_ENOENT);
   /* bad arguments are refused, nothing written */
   ck_assert_int_eq(resihp__save_write(dir, 3, 2, 2, "-", bufs, 2, err,
@@ -176,7 +178,7 @@ START_TEST(meta_latest_and_remove) {
   /* a meta that lies about its step is refused */
   FILE *f = fopen(sd, "w");
   ck_assert_ptr_nonnull(f);
-  fprintf(f, "resihp-state 1\nstep=7\nsteps=40\nmicrobatches=12\n"
+  fprintf(f, "resihp-state 2\nstep=7\nsteps=40\nmicrobatches=12\n"
              "replicas=3\nshards=1\nshape=-\n");
   fclose(f);
   ck_assert_int_eq(resihp__save_latest(dir, &got, err, sizeof(err)),
@@ -226,7 +228,10 @@ START_TEST(planted_links_and_foreign_dirs) {
   snprintf(ln, sizeof(ln), "%s/step-4/shard-1.bin", dir);
   ck_assert_int_eq(symlink(real, ln), 0);
   resihp__save_hdr_t h;
-  ck_assert_int_lt(resihp__save_read(ln, &h, NULL, 0, err, sizeof(err)), 0);
+  uint8_t key[RESIHP__SAVE_KEY_LEN];
+  ck_assert_int_eq(resihp__save_key(dir, 0, key, err, sizeof(err)), 0);
+  ck_assert_int_lt(resihp__save_read(ln, key, &h, NULL, 0, err, sizeof(err)),
+                   0);
   /* a state directory others may write to */
   ck_assert_int_eq(chmod(dir, 0777), 0);
   ck_assert_int_eq(resihp__save_write(dir, 5, 0, 1, "fedcba9876543210", bufs,
@@ -255,23 +260,26 @@ START_TEST(meta_parser_refuses) {
   static const char *const bad[] = {
       "",
       "resihp-state 2\n",
-      "resihp-state 1\nstep=1\n",
-      "resihp-state 1\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\nshards=1\n"
+      "resihp-state 2\nstep=1\n",
+      "resihp-state 2\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\nshards=1\n"
       "shape=-", /* no final newline */
-      "resihp-state 1\nstep=5\nsteps=4\nmicrobatches=1\nreplicas=1\nshards=1\n"
+      "resihp-state 2\nstep=5\nsteps=4\nmicrobatches=1\nreplicas=1\nshards=1\n"
       "shape=-\n", /* past the end */
-      "resihp-state 1\nstep=1\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
+      "resihp-state 2\nstep=1\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
       "shards=1\nshape=-\n",
-      "resihp-state 1\nstep=-1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
+      "resihp-state 2\nstep=-1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
       "shards=1\nshape=-\n",
-      "resihp-state 1\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
+      "resihp-state 2\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
       "shards=65\nshape=-\n",
-      "resihp-state 1\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
+      "resihp-state 2\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
       "shards=1\nshape=../../x\n",
-      "resihp-state 1\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
+      "resihp-state 2\nstep=1\nsteps=4\nmicrobatches=1\nreplicas=1\n"
       "shards=1\nshape=-\nextra=1\n",
-      "resihp-state 1\nstep=99999999999999999999\nsteps=4\nmicrobatches=1\n"
-      "replicas=1\nshards=1\nshape=-\n"};
+      "resihp-state 2\nstep=99999999999999999999\nsteps=4\nmicrobatches=1\n"
+      "replicas=1\nshards=1\nshape=-\n",
+      /* an older format (unkeyed tags) */
+      "resihp-state 1\nstep=0\nsteps=4\nmicrobatches=7\nreplicas=2\n"
+      "shards=64\nshape=-\n"};
   resihp__save_meta_t m;
   char err[300];
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -281,11 +289,56 @@ START_TEST(meta_parser_refuses) {
         RESIHP_EPROTO);
     ck_assert_int_gt((int)strlen(err), 0);
   }
-  const char *good = "resihp-state 1\nstep=0\nsteps=4\nmicrobatches=7\n"
+  const char *good = "resihp-state 2\nstep=0\nsteps=4\nmicrobatches=7\n"
                      "replicas=2\nshards=64\nshape=-\n";
   ck_assert_int_eq(
       resihp__save_meta_parse(good, strlen(good), &m, err, sizeof(err)), 0);
   ck_assert_int_eq(m.shards, 64);
+}
+END_TEST
+
+/* The tag is keyed with the state directory's key: a shard rewritten
+ * whole, its tag made right by someone without the key (here: under
+ * another directory's key, as an unkeyed checksum could be recomputed),
+ * is refused; the key itself must be the owner's alone, never a link. */
+START_TEST(tag_is_keyed) {
+  mkdir_tmp();
+  fill(5);
+  resihp_job_buf_t bufs[2] = {{a, sizeof(a)}, {b, sizeof(b)}};
+  char err[600], other[300], path[400], forged[400], kp[400], okp[400];
+  ck_assert_int_eq(resihp__save_write(dir, 4, 0, 1, "-", bufs, 2, err,
+                                      sizeof(err)),
+                   0);
+  uint8_t key[RESIHP__SAVE_KEY_LEN], key2[RESIHP__SAVE_KEY_LEN];
+  ck_assert_int_eq(resihp__save_key(dir, 0, key, err, sizeof(err)), 0);
+  /* the same key read again; a second creator finds it */
+  ck_assert_int_eq(resihp__save_key(dir, 1, key2, err, sizeof(err)), 0);
+  ck_assert_mem_eq(key, key2, sizeof(key));
+  snprintf(other, sizeof(other), "%s/other", dir);
+  a[7] ^= 1; /* the forger's own parameters */
+  ck_assert_int_eq(resihp__save_write(other, 4, 0, 1, "-", bufs, 2, err,
+                                      sizeof(err)),
+                   0);
+  snprintf(path, sizeof(path), "%s/step-4/shard-0.bin", dir);
+  snprintf(forged, sizeof(forged), "%s/step-4/shard-0.bin", other);
+  ck_assert_int_eq(rename(forged, path), 0);
+  resihp__save_hdr_t h;
+  ck_assert_int_eq(resihp__save_read(path, key, &h, NULL, 0, err, sizeof(err)),
+                   RESIHP_EPROTO);
+  ck_assert_msg(strstr(err, "integrity check failed"), "%s", err);
+  /* the key: readable by others, missing, a link */
+  snprintf(kp, sizeof(kp), "%s/key", dir);
+  ck_assert_int_eq(chmod(kp, 0644), 0);
+  ck_assert_int_eq(resihp__save_key(dir, 0, key2, err, sizeof(err)),
+                   RESIHP_EINVAL);
+  ck_assert_msg(strstr(err, "read or changed by others"), "%s", err);
+  ck_assert_int_eq(unlink(kp), 0);
+  ck_assert_int_eq(resihp__save_key(dir, 0, key2, err, sizeof(err)),
+                   RESIHP_ENOENT);
+  snprintf(okp, sizeof(okp), "%s/key", other);
+  ck_assert_int_eq(symlink(okp, kp), 0);
+  ck_assert_int_ne(resihp__save_key(dir, 1, key2, err, sizeof(err)), 0);
+  rm_tree(dir);
 }
 END_TEST
 
@@ -297,6 +350,7 @@ int main(void) {
   tcase_add_test(t, meta_latest_and_remove);
   tcase_add_test(t, meta_parser_refuses);
   tcase_add_test(t, planted_links_and_foreign_dirs);
+  tcase_add_test(t, tag_is_keyed);
   suite_add_tcase(s, t);
   return run_suite(s);
 }

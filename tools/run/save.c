@@ -79,11 +79,16 @@ int check_resume(void) {
   }
   snprintf(g.resume_step_dir, sizeof(g.resume_step_dir), "%s/step-%ld", rp,
            m->step);
+  uint8_t key[RESIHP__SAVE_KEY_LEN];
+  if (resihp__save_key(rp, 0, key, err, sizeof(err))) {
+    fprintf(stderr, "resihp-run: --resume %s: %s\n", g.resume_arg, err);
+    return -1;
+  }
   for (int k = 0; k < m->shards; k++) {
     char path[4300];
     resihp__save_hdr_t h;
     snprintf(path, sizeof(path), "%s/shard-%d.bin", g.resume_step_dir, k);
-    int bad = resihp__save_read(path, &h, NULL, 0, err, sizeof(err));
+    int bad = resihp__save_read(path, key, &h, NULL, 0, err, sizeof(err));
     if (bad || h.step != m->step || h.shard != k || h.shards != m->shards ||
         (m->shards == 1 && strcmp(h.shape, m->shape))) {
       if (!bad)

@@ -84,6 +84,11 @@ typedef struct {
   /* the epoch whose member list its process holds (0: none): GO sends it
    * only the change since then */
   uint32_t list_epoch;
+  /* the last process of this replica that the job failed or swapped out
+   * (resihp__coord_identity of its Slurm step and addresses; 0: none): it
+   * is retired, and may never take the replica's place again, whatever it
+   * says (coord_protocol.c: its reconnect is refused) */
+  uint64_t retired;
 } rep_t;
 
 typedef struct {
@@ -282,6 +287,15 @@ int resihp__coord_is_member(const resihp__coord_t *c, int r);
 void resihp__coord_remove_member(resihp__coord_t *c, int r);
 void resihp__coord_add_member(resihp__coord_t *c, int r);
 void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why);
+/* Replica r is swapped out for a spare between two steps: it leaves as a
+ * failed one does, but its process is retired, not failed (told so:
+ * NO reason=retired), and the launcher hears of it through on_swapped
+ * (its node is slow, not bad) when it gave one. */
+void resihp__coord_swap_out(resihp__coord_t *c, int r, const char *why);
+/* A process of replica r: its Slurm step and its ranks' addresses, as a
+ * number (never 0). */
+uint64_t resihp__coord_identity(long jobid, long stepid, const char *ep,
+                                const char *sep);
 /* Room for n failure records (c->fails grows with the run): 0 or
  * RESIHP_ENOMEM. */
 int resihp__coord_ensure_fails(resihp__coord_t *c, int n);

@@ -251,6 +251,19 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     resihp__coord_refuse(c, k, "bad-hello", 1, msg);
     return;
   }
+  if (again && c->reps[r].retired &&
+      resihp__coord_identity(jobid, stepid, ep, sep) == c->reps[r].retired) {
+    /* the process this replica's failure or swap retired, reconnecting
+     * (it took its closed link for a coordinator failover): it must not
+     * take the place of the replica's replacement, nor be counted a
+     * failure again when its step is cancelled */
+    logc(RESIHP_LOG_INFO,
+         "replica %ld: its retired process (step %ld.%ld) reconnected: told "
+         "to leave",
+         r, jobid, stepid);
+    resihp__coord_refuse(c, k, "retired", 1, msg);
+    return;
+  }
   if (again && reattach(c, k, (int)r, jobid, stepid, ep, sep))
     return;
   rep_t *p = &c->reps[r];

@@ -155,6 +155,11 @@ typedef struct {
    * kills its step and starts a replacement. */
   void (*on_failed)(void *ud, int replica, const char *node, long jobid,
                     long stepid, const char *why);
+  /* A replica was swapped out for a spare (it was slow, not broken): the
+   * launcher ends its step without blaming its node and starts the
+   * replacement. NULL: on_failed is called instead. */
+  void (*on_swapped)(void *ud, int replica, const char *node, long jobid,
+                     long stepid, const char *why);
   /* A spare registered (state is RESIHP__SPARE_*; summary "" if none). */
   void (*on_spare)(void *ud, const char *node, int state, const char *summary);
   /* A rank of replica says an injected fault is about to fire (kind as in

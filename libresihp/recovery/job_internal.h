@@ -208,6 +208,9 @@ int resihp__job_recv(resihp_job_t *j);
  * within the failover window. Only the main thread reconnects; another
  * thread waits for it (or the window) instead. 0: a new link is up. */
 int resihp__job_reconnect(resihp_job_t *j, int why);
+/* The coordinator's NO (final) logged: a retired process (its replica was
+ * swapped out or failed) is told so plainly. */
+void resihp__job_say_no(const resihp_job_t *j, const char *no);
 /* job_coords.c: the coordinator's addresses from "ep[/ep...]" (0, or
  * RESIHP_EINVAL for a list that is not one), from its COORDS line (a bad
  * one is ignored), the one to dial now and the next one. */

@@ -154,9 +154,15 @@ static pid_t spawn(int r, int never_slow) {
 
 typedef struct {
   pid_t pids[R];
-  int failed[R];
+  int failed[R], swapped[R];
   char why[R][128];
   int spare;
+  /* keep_old: a swapped-out process is left running, as the launcher's
+   * cancel takes a while (old: it; old_st: how it ended by itself, when
+   * old_done); done/st: how each replica's last process ended */
+  int keep_old;
+  pid_t old;
+  int old_done, old_st, done[R], st[R];
 } harness_t;
 
 static void on_failed(void *ud, int r, const char *node, long j, long s,
@@ -170,6 +176,35 @@ static void on_failed(void *ud, int r, const char *node, long j, long s,
     h->spare = 0;
     h->pids[r] = spawn(r, 1);
   }
+}
+
+static void on_swapped(void *ud, int r, const char *node, long j, long s,
+                       const char *why) {
+  (void)node, (void)j, (void)s;
+  harness_t *h = ud;
+  h->swapped[r]++;
+  snprintf(h->why[r], sizeof(h->why[r]), "%s", why);
+  if (h->keep_old)
+    h->old = h->pids[r];
+  else
+    kill(h->pids[r], SIGKILL);
+  if (h->spare) {
+    h->spare = 0;
+    h->pids[r] = spawn(r, 1);
+  }
+}
+
+/* A child ended: how, if it is one the harness follows. */
+static void ended(harness_t *h, pid_t pid, int st) {
+  if (h->old && pid == h->old) {
+    h->old_done = 1;
+    h->old_st = st;
+  }
+  for (int r = 0; r < R; r++)
+    if (pid == h->pids[r]) {
+      h->done[r] = 1;
+      h->st[r] = st;
+    }
 }
 
 static int spare_free(void *ud) {
@@ -217,6 +252,7 @@ static void run(harness_t *h, double swap_cost_s, char *out, size_t outlen) {
                              .secret_len = sizeof(g_key) - 1,
                              .silence_ms = 5000,
                              .on_failed = on_failed,
+                             .on_swapped = on_swapped,
                              .ud = h,
                              .ledger = ledger,
                              .hold_for_replacements = 1,
@@ -239,15 +275,32 @@ static void run(harness_t *h, double swap_cost_s, char *out, size_t outlen) {
   while (resihp__coord_state(c) == RESIHP__COORD_RUNNING &&
          resihp__now_ms() < deadline) {
     resihp__coord_poll(c, 50);
-    while (waitpid(-1, NULL, WNOHANG) > 0)
-      ;
+    int st;
+    pid_t pid;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+      ended(h, pid, st);
   }
   int state = resihp__coord_state(c);
   FILE *mem = fmemopen(out, outlen, "w");
   int agree = resihp__coord_summary(c, mem, NULL);
   fclose(mem);
+  /* the last ranks send FINISH and leave: wait for them (a safety net
+   * only), so that how they ended is known */
+  for (int r = 0; r < R; r++) {
+    deadline = resihp__now_ms() + 10000;
+    int st;
+    while (!h->done[r] && resihp__now_ms() < deadline) {
+      pid_t pid = waitpid(h->pids[r], &st, WNOHANG);
+      if (pid > 0)
+        ended(h, pid, st);
+      else
+        usleep(10000);
+    }
+  }
   for (int r = 0; r < R; r++)
     kill(h->pids[r], SIGKILL);
+  if (h->old)
+    kill(h->old, SIGKILL);
   while (waitpid(-1, NULL, 0) > 0)
     ;
   resihp__coord_destroy(c);
@@ -342,9 +395,47 @@ START_TEST(slow_replica_swapped_for_spare) {
   char out[8192];
   run(&h, 0.0, out, sizeof(out));
   g_step_us = 0;
-  ck_assert_msg(h.failed[g_slow] == 1 && strstr(h.why[g_slow], "swapped"),
+  ck_assert_msg(h.failed[g_slow] == 0 && h.swapped[g_slow] == 1 &&
+                    strstr(h.why[g_slow], "swapped"),
                 "%s\n%s", h.why[g_slow], out);
   ck_assert_msg(strstr(out, "swapped for a spare at step"), "%s", out);
+  int fair = 0;
+  for (long s = g_steps - 50; s < g_steps; s++)
+    fair += cost_share(s, g_slow) > 0.28;
+  ck_assert_msg(fair > 40, "the replacement does not get its share\n%s", out);
+}
+END_TEST
+
+/* The swapped-out process is not killed at once (a launcher's cancel
+ * takes its time): it finds its link closed and must leave, told it is
+ * retired, whether it reads that or reconnects first (a closed link looks
+ * like a coordinator failover). It must not take the replica's place
+ * again, nor keep the replacement out, nor count as a failure: the job
+ * ends with R replicas, the replacement's result among them, no failure
+ * but the swap. */
+START_TEST(swapped_out_process_does_not_rejoin) {
+  g_free = _i;
+  g_step_us = 2000;
+  g_steps = 200;
+  g_from = 40;
+  g_to = -1;
+  harness_t h = {.spare = 1, .keep_old = 1};
+  char out[8192];
+  run(&h, 0.0, out, sizeof(out));
+  g_step_us = 0;
+  ck_assert_msg(h.swapped[g_slow] == 1 && h.failed[g_slow] == 0 &&
+                    h.failed[0] == 0 && h.failed[1] == 0,
+                "swaps %d, failures %d %d %d\n%s", h.swapped[g_slow],
+                h.failed[0], h.failed[1], h.failed[2], out);
+  ck_assert_msg(h.old_done, "the retired process did not leave\n%s", out);
+  for (int r = 0; r < R; r++)
+    ck_assert_msg(h.done[r] && WIFEXITED(h.st[r]) && WEXITSTATUS(h.st[r]) == 0,
+                  "replica %d's last process: done %d status %d\n%s", r,
+                  h.done[r], h.st[r], out);
+  ck_assert_msg(strstr(out, "(3 replicas agree)") &&
+                    strstr(out, "replacement training again"),
+                "%s", out);
+  /* the replacement (never slow) takes its share back */
   int fair = 0;
   for (long s = g_steps - 50; s < g_steps; s++)
     fair += cost_share(s, g_slow) > 0.28;
@@ -383,6 +474,7 @@ static Suite *suite(void) {
   /* _i: 0 step by step, 1 free-running */
   tcase_add_loop_test(tc, slow_replica_gets_less_then_returns, 0, 2);
   tcase_add_loop_test(tc, slow_replica_swapped_for_spare, 0, 2);
+  tcase_add_loop_test(tc, swapped_out_process_does_not_rejoin, 0, 2);
   tcase_add_loop_test(tc, even_assignment_ignores_speed, 0, 2);
   suite_add_tcase(s, tc);
   return s;

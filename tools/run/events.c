@@ -19,8 +19,29 @@ void on_failed(void *ud, int r, const char *node, long jobid, long stepid,
   cancel_step(jobid, stepid);
   if (p->pid > 0)
     p->kill_at = resihp__now_ms() + 2000;
-  release_nodes(r, 1);
+  release_nodes(r, NODE_BAD);
   /* injections announced by this replica have fired */
+  p->relaunch = 1;
+  p->tries = 0;
+}
+
+/* The coordinator swapped a slow replica out for a spare: its process is
+ * retired (the coordinator refuses it from now on), its step ends, its
+ * nodes are not blamed but not given out again either (they were slow),
+ * and the replacement starts as after a failure. */
+void on_swapped(void *ud, int r, const char *node, long jobid, long stepid,
+                const char *why) {
+  (void)ud;
+  g.ldirty = 1;
+  replica_t *p = &g.reps[r];
+  say("replica %d swapped out (%s): node %s is slow (not bad, not used "
+      "again); cancelling step %ld.%ld and starting the replacement on a "
+      "spare",
+      r, why, node, jobid, stepid);
+  cancel_step(jobid, stepid);
+  if (p->pid > 0)
+    p->kill_at = resihp__now_ms() + 2000;
+  release_nodes(r, NODE_SLOW);
   p->relaunch = 1;
   p->tries = 0;
 }

@@ -256,16 +256,16 @@ void open_gates(void) {
   g.ngates = 0;
 }
 
-void release_nodes(int r, int bad) {
+void release_nodes(int r, int how) {
   g.ldirty = 1;
   replica_t *p = &g.reps[r];
   for (int i = 0; i < p->nnodes; i++) {
     node_t *n = &g.nodes[p->nodes[i]];
     if (n->owner == r)
       n->owner = -1;
-    if (bad && !n->bad) {
-      n->bad = 1;
-      g.nbad++;
+    if (how != NODE_OK && n->bad != NODE_BAD) {
+      g.nbad += how == NODE_BAD;
+      n->bad = how;
     }
   }
   p->nnodes = 0;
@@ -318,7 +318,7 @@ static void ended(pid_t pid, int st) {
         say("replica %d: its step never started (the coordinator before "
             "this one died first): launching it again",
             r);
-        release_nodes(r, 0);
+        release_nodes(r, NODE_OK);
         if (p->launches-- > 1)
           g.nreplacements--;
         if (!p->given_up)
@@ -360,7 +360,7 @@ void tick(void) {
           g.launch_timeout_s);
       g.ldirty = 1;
       kill(p->pid, SIGKILL);
-      release_nodes(r, 1);
+      release_nodes(r, NODE_BAD);
       p->relaunch = 1;
       p->tries++;
     }

@@ -579,6 +579,7 @@ int main(int argc, char **argv) {
                        : (int)resihp_settings_get(resihp_settings_global(),
                                                   RESIHP_SETTING_COORD_TIMEOUT),
       .on_failed = on_failed,
+      .on_swapped = on_swapped,
       .on_spare = on_spare,
       .on_fault = on_fault,
       .assign = g.assign,

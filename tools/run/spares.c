@@ -116,7 +116,7 @@ static void diagnosis_done(int r) {
     return;
   }
   if (g.stopping) {
-    release_nodes(r, 0);
+    release_nodes(r, NODE_OK);
     return;
   }
   /* free the nodes that answered healthy, mark the others bad */

@@ -207,6 +207,10 @@ struct resihp__coord {
   long long *tuples; /* M*5: one parsed PERF or WL list */
   char *val;         /* one PERF or WL list as received */
   long samples, costed, swaps;
+  /* the step whose PERF lines are being counted, and how many came: once
+   * every member rank's are in, the step is judged (coord_perf.c) */
+  long perf_step;
+  int perf_lines;
   /* steps started by a START (the others ran free); a member slow long
    * enough for a swap in a free run (coord_perf.c: a boundary may be due) */
   long starts;

@@ -129,6 +129,7 @@ int resihp__coord_perf_init(resihp__coord_t *c) {
   for (int r = 0; r < c->R; r++)
     c->reps[r].slow = c->reps[r].run_slow = 1.0;
   c->wl_step = -1;
+  c->perf_step = -1;
   return 0;
 }
 
@@ -210,6 +211,17 @@ void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg) {
                            (double)t[1]);
   }
   c->samples += n;
+  /* Every member rank has sent its samples of step s: judge it now. Else
+   * the first sample of the next sampled step would, a report period
+   * later (a free run's), or the commit (lockstep, one rank a replica).
+   * Lines of two steps that interleave (a relayed rank late) restart the
+   * count: the step is then judged the old way. */
+  if (s != c->perf_step) {
+    c->perf_step = s;
+    c->perf_lines = 0;
+  }
+  if (++c->perf_lines == c->nmembers * c->K)
+    resihp_detector_end_iter(c->det, (uint64_t)s);
 }
 
 /* WL step=S w=tokens:l2:nseq,... (all M microbatches of step S) */
@@ -299,11 +311,12 @@ int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc) {
 
 /* A step committed: judge it now when all its samples are in (each leader
  * sent its PERF before its next BEGIN; the other ranks' come through their
- * leader's relay and may be later: then the next step's first sample
- * judges it), and count the steps each member has been slow. Free-running,
- * a rank sends the samples of about one step a second (the same steps on
- * every rank, recovery/job_perf.c): a slowdown is then confirmed after
- * confirm_iters sampled steps, seconds rather than steps. */
+ * leader's relay and may be later: then the last of them judges it,
+ * resihp__coord_on_perf), and count the steps each member has been slow.
+ * Free-running, a rank sends the samples of one step a report period (the
+ * same steps on every rank, recovery/job_perf.c: 100 ms in a small job),
+ * judged when the last member's are in: a slowdown is then confirmed
+ * after a few sampled steps, under a second in a small job. */
 void resihp__coord_perf_commit(resihp__coord_t *c) {
   /* free-running, only some steps have samples, which may come after
    * their commit: the next sampled step's first sample judges them */

@@ -52,6 +52,9 @@ static int g_free; /* free runs allowed (else lockstep) */
 /* Wall time a step takes at least (us): whether a swap pays back is judged
  * from the steps' wall time, which must not be 0 ms. */
 static int g_step_us;
+/* Free runs send their samples as the library does, once a report period
+ * (else every step's). */
+static int g_periodic;
 
 static uint64_t mix(uint64_t x) {
   x ^= x >> 33;
@@ -260,9 +263,10 @@ static void run(harness_t *h, double swap_cost_s, char *out, size_t outlen) {
                              .swap_cost_s = swap_cost_s,
                              .spare_free = spare_free,
                              .lockstep = !g_free};
-  /* every step's samples: a free run would send about one step's a
-   * second, which would make detection depend on this machine's speed */
-  resihp__job_report_every_step = 1;
+  /* every step's samples: a free run sends one step's a report period
+   * (RESIHP__JOB_PERF_MS), which would make detection depend on this
+   * machine's speed (but where a case sets g_periodic) */
+  resihp__job_report_every_step = !g_periodic;
   resihp__coord_t *c;
   ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
   char ep[64];
@@ -443,6 +447,49 @@ START_TEST(swapped_out_process_does_not_rejoin) {
 }
 END_TEST
 
+/* The first step the summary says replica r was seen slow at (-1: none). */
+static long first_slow(const char *out, int r) {
+  char key[64];
+  snprintf(key, sizeof(key), "replica %d slow:", r);
+  const char *l = strstr(out, key);
+  long s = -1;
+  if (l && (l = strstr(l, "first at step ")))
+    sscanf(l, "first at step %ld", &s);
+  return s;
+}
+
+/* A free run, its samples sent as a real job sends them (one step's per
+ * report period, not every step's): a slowdown is found within 10 steps
+ * of its start. Each step lasts longer than the report period (sleeps
+ * more), so every step is sampled whatever this machine's speed, and the
+ * bound is in steps. With one step's samples a second (the period before)
+ * it took 14-32 s in the lab; here about 8 sampled steps per slowdown
+ * onset and warm-up would not be reached in 60 steps. */
+START_TEST(free_run_detects_within_steps) {
+  g_free = 1;
+  g_periodic = 1;
+  g_step_us = 1000 * (RESIHP__JOB_PERF_MS + 20);
+  g_steps = 70;
+  g_from = 40;
+  g_to = -1;
+  g_factor = 1.5 + 0.5 * _i; /* x1.5, x2 */
+  harness_t h = {0};
+  char out[8192];
+  run(&h, -1, out, sizeof(out));
+  g_step_us = 0;
+  g_periodic = 0;
+  g_factor = 2.0;
+  long at = first_slow(out, g_slow);
+  fprintf(stderr, "free run x%.1f: slow from step %ld, found at step %ld\n",
+          1.5 + 0.5 * _i, g_from, at);
+  ck_assert_msg(at >= g_from && at <= g_from + 10,
+                "slow from step %ld, found at %ld\n%s", g_from, at, out);
+  for (int r = 0; r < R; r++)
+    ck_assert_msg(r == g_slow || first_slow(out, r) < 0,
+                  "replica %d taken for slow\n%s", r, out);
+}
+END_TEST
+
 /* Equal counts whatever happens (--assign even): the slow replica keeps
  * its microbatches (the baseline the benchmark compares with). */
 START_TEST(even_assignment_ignores_speed) {
@@ -475,6 +522,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, slow_replica_gets_less_then_returns, 0, 2);
   tcase_add_loop_test(tc, slow_replica_swapped_for_spare, 0, 2);
   tcase_add_loop_test(tc, swapped_out_process_does_not_rejoin, 0, 2);
+  tcase_add_loop_test(tc, free_run_detects_within_steps, 0, 2);
   tcase_add_loop_test(tc, even_assignment_ignores_speed, 0, 2);
   suite_add_tcase(s, tc);
   return s;

@@ -55,6 +55,7 @@ typedef struct {
   char node[64];
   char lep[RESIHP__COORD_EP_MAX]; /* the leader's, for the other ranks */
   long jobid, stepid;
+  long pid;     /* its leader rank's process id on node (its word; 0: not said) */
   long begun;   /* last BEGIN step (members) */
   int waiting;  /* joiner waiting for admission */
   int ready;    /* READY for the current setup epoch */

@@ -89,15 +89,18 @@ static void on_event(int rank, resihp_health_state_t prev,
   if (c->phase == P_FREE && resihp__coord_is_member(c, r) &&
       resihp__coord_slow_moved(p))
     c->hold_slow = 1;
+  /* equal counts (assign even) move nothing: say so */
+  int even = c->o.assign == RESIHP_ASSIGN_EVEN;
   if (f > 1)
     logc(news ? RESIHP_LOG_WARN : RESIHP_LOG_DEBUG,
          "replica %d rank %d is %s at step %llu: the replica runs at x%.2f, "
-         "it gets fewer microbatches",
-         r, k, st, (unsigned long long)iter, f);
+         "%s",
+         r, k, st, (unsigned long long)iter, f,
+         even ? "its microbatches stay (equal counts)"
+              : "it gets fewer microbatches");
   else
-    logc(RESIHP_LOG_WARN,
-         "replica %d is %s again at step %llu: its microbatches return", r, st,
-         (unsigned long long)iter);
+    logc(RESIHP_LOG_WARN, "replica %d is %s again at step %llu%s", r, st,
+         (unsigned long long)iter, even ? "" : ": its microbatches return");
   if (c->o.on_health && news)
     c->o.on_health(c->o.ud, r, k, f > 1 ? "slow" : "healthy", f, (long)iter);
 }

@@ -243,8 +243,9 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     resihp__coord_refuse(c, k, "mismatch", 1, msg);
     return;
   }
-  long again = 0, e = 0, st = 0;
+  long again = 0, e = 0, st = 0, pid = 0;
   if (resihp__wire_get_range(msg, "again", 0, 1, &again) == RESIHP_EPROTO ||
+      resihp__wire_get_range(msg, "pid", 1, INT_MAX, &pid) == RESIHP_EPROTO ||
       resihp__wire_get_range(msg, "epoch", 0, UINT32_MAX, &e) ==
           RESIHP_EPROTO ||
       resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &st) == RESIHP_EPROTO) {
@@ -304,6 +305,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   snprintf(p->node, sizeof(p->node), "%s", node);
   p->jobid = jobid;
   p->stepid = stepid;
+  p->pid = pid;
   snprintf(p->lep, sizeof(p->lep), "%s", strcmp(lep, "-") ? lep : "");
   c->conns[k].replica = (int)r;
   p->last_life = resihp__now_ms();
@@ -312,8 +314,9 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
            c->hb_leader_ms);
   resihp__coord_again(c, resihp__coord_send_to(c, (int)r, line));
   resihp__coord_send_coords(c, (int)r);
-  logc(RESIHP_LOG_INFO, "replica %ld joined from %s (node %s, step %ld.%ld)", r,
-       ep, node, jobid, stepid);
+  logc(RESIHP_LOG_INFO,
+       "replica %ld joined from %s (node %s, pid %ld, step %ld.%ld)", r, ep,
+       node, pid, jobid, stepid);
   answer_subs(c, (int)r);
 }
 

@@ -233,6 +233,12 @@ uint32_t resihp__coord_epoch(const resihp__coord_t *c);
 int resihp__coord_members(const resihp__coord_t *c);
 /* 1 while replica has a live connection (joined or joining). */
 int resihp__coord_connected(const resihp__coord_t *c, int replica);
+/* Replica's current (or last) process as its leader rank said at HELLO:
+ * its pid on node (0: not said, or a restored coordinator's), its Slurm
+ * step (-1: none). Strings are the coordinator's; -1 out of range. */
+int resihp__coord_replica_proc(const resihp__coord_t *c, int replica,
+                               long *pid, const char **node, long *jobid,
+                               long *stepid);
 /* End the training at the next step boundary: the step in progress
  * commits, the next one does not start, every rank gets DONE and reports
  * its result; the state becomes RESIHP__COORD_DONE once they have. */

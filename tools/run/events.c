@@ -6,6 +6,8 @@
 
 #include "run.h"
 
+#include <resihp/planner.h>
+
 #include <string.h>
 
 void on_failed(void *ud, int r, const char *node, long jobid, long stepid,
@@ -50,12 +52,21 @@ void on_swapped(void *ud, int r, const char *node, long jobid, long stepid,
 void on_health(void *ud, int r, int shard, const char *state, double factor,
                long step) {
   (void)ud;
+  /* with --assign even nothing moves: say what is done, not what is not */
+  int even = g.assign == RESIHP_ASSIGN_EVEN;
+  long pid = 0, jobid = -1, stepid = -1;
+  const char *node = "?";
+  resihp__coord_replica_proc(g.coord, r, &pid, &node, &jobid, &stepid);
   if (factor > 1)
-    say("replica %d: %s x%.2f at step %ld (rank %d): it gets fewer "
-        "microbatches",
-        r, state, factor, step, shard);
+    say("replica %d: %s x%.2f at step %ld (rank %d; leader pid %ld on %s, "
+        "step %ld.%ld): %s",
+        r, state, factor, step, shard, pid, node, jobid, stepid,
+        even ? "--assign even: its microbatches stay"
+             : "it gets fewer microbatches");
   else
-    say("replica %d: %s at step %ld: its microbatches return", r, state, step);
+    say("replica %d: %s at step %ld: %s", r, state, step,
+        even ? "--assign even: nothing had moved"
+             : "its microbatches return");
   resihp__record_event(g.record, factor > 1 ? "slow" : "healthy", step, r,
                        RESIHP__RECORD_NONE, NULL, NULL, -1);
 }

@@ -341,6 +341,24 @@ void reap(void) {
     ended(pid, st);
 }
 
+/* Replica r's rank joined: where its process is, so that an operator can
+ * act on it (its other ranks: scontrol listpids of its step). */
+static void say_joined(int r) {
+  long pid = 0, jobid = -1, stepid = -1;
+  const char *node = "?";
+  if (resihp__coord_replica_proc(g.coord, r, &pid, &node, &jobid, &stepid))
+    return;
+  char why[160];
+  snprintf(why, sizeof(why), "pid %ld on %s, step %ld.%ld", pid, node, jobid,
+           stepid);
+  say("replica %d: joined, its leader rank is pid %ld on node %s (step "
+      "%ld.%ld%s)",
+      r, pid, node, jobid, stepid,
+      g.ranks > 1 || g.K > 1 ? "; all its ranks: scontrol listpids" : "");
+  resihp__record_event(g.record, "joined", resihp__coord_step(g.coord), r,
+                       RESIHP__RECORD_NONE, NULL, why, -1);
+}
+
 void tick(void) {
   int64_t now = resihp__now_ms();
   for (int r = 0; r < g.R; r++) {
@@ -353,6 +371,7 @@ void tick(void) {
     if (p->pid > 0 && !p->connected && resihp__coord_connected(g.coord, r)) {
       p->connected = 1;
       g.ldirty = 1;
+      say_joined(r);
     }
     if (p->pid > 0 && !p->connected && !p->kill_at &&
         now - p->t_launch > (int64_t)g.launch_timeout_s * 1000) {

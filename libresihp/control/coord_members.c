@@ -166,8 +166,10 @@ static void leave(resihp__coord_t *c, int r, const char *why, int swapped) {
     if (f->step < 0)
       f->step = c->step;
     p->open_fail = c->nfails++;
-    resihp__record_event(c->o.record, "failure", f->step, r, c->epoch, f->kind,
-                         why, -1);
+    /* a swap has its own event (coord_schedule.c): it is no failure */
+    if (!swapped)
+      resihp__record_event(c->o.record, "failure", f->step, r, c->epoch,
+                           f->kind, why, -1);
   }
   p->fault_kind[0] = '\0';
   if (swapped && c->o.on_swapped && c->phase != P_END)

@@ -123,7 +123,9 @@ int resihp__coord_perf_init(resihp__coord_t *c) {
   if (!c->val || !c->rank_state || !c->rank_slow || !c->wl || !c->cost ||
       !c->pick || !c->tuples || !c->fown ||
       resihp__costplan_init(&c->cplan, c->R, c->K) ||
-      resihp_detector_create(&c->det, &cfg))
+      resihp_detector_create(&c->det, &cfg) ||
+      resihp_detector_set_confirm_ms(
+          c->det, c->o.confirm_slow_ms < 60000 ? c->o.confirm_slow_ms : 60000))
     return RESIHP_ENOMEM;
   for (int i = 0; i < n; i++) {
     c->rank_slow[i] = 1.0;

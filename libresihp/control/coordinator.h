@@ -188,6 +188,11 @@ typedef struct {
    * spare_free says whether the launcher has a spare now (NULL: never). */
   double swap_cost_s;
   int (*spare_free)(void *ud);
+  /* A slowdown must also have lasted this long (ms of wall time) before a
+   * replica is slow (resihp_detector_set_confirm_ms): ranks that share
+   * CPUs are slowed in turn for a few steps each, which is no slow device.
+   * 0: a few iterations suffice (tests that must not depend on time). */
+  unsigned confirm_slow_ms;
   /* 1: never free-running (START never says run=1): every step through
    * the coordinator, as benchmarks compare. */
   int lockstep;

@@ -168,26 +168,12 @@ typedef struct {
   int old_done, old_st, done[R], st[R];
 } harness_t;
 
-static void on_failed(void *ud, int r, const char *node, long j, long s,
-                      const char *why) {
-  (void)node, (void)j, (void)s;
-  harness_t *h = ud;
-  h->failed[r]++;
+/* Replica r leaves (failed, or swapped: its process kept running with
+ * keep_old), the spare, if any, replaces it. */
+static void leave(harness_t *h, int r, const char *why, int swapped) {
+  (swapped ? h->swapped : h->failed)[r]++;
   snprintf(h->why[r], sizeof(h->why[r]), "%s", why);
-  kill(h->pids[r], SIGKILL);
-  if (h->spare) {
-    h->spare = 0;
-    h->pids[r] = spawn(r, 1);
-  }
-}
-
-static void on_swapped(void *ud, int r, const char *node, long j, long s,
-                       const char *why) {
-  (void)node, (void)j, (void)s;
-  harness_t *h = ud;
-  h->swapped[r]++;
-  snprintf(h->why[r], sizeof(h->why[r]), "%s", why);
-  if (h->keep_old)
+  if (swapped && h->keep_old)
     h->old = h->pids[r];
   else
     kill(h->pids[r], SIGKILL);
@@ -195,6 +181,18 @@ static void on_swapped(void *ud, int r, const char *node, long j, long s,
     h->spare = 0;
     h->pids[r] = spawn(r, 1);
   }
+}
+
+static void on_failed(void *ud, int r, const char *node, long j, long s,
+                      const char *why) {
+  (void)node, (void)j, (void)s;
+  leave(ud, r, why, 0);
+}
+
+static void on_swapped(void *ud, int r, const char *node, long j, long s,
+                       const char *why) {
+  (void)node, (void)j, (void)s;
+  leave(ud, r, why, 1);
 }
 
 /* A child ended: how, if it is one the harness follows. */

@@ -10,21 +10,28 @@
 
 #include <string.h>
 
-void on_failed(void *ud, int r, const char *node, long jobid, long stepid,
-               const char *why) {
-  (void)ud;
-  g.ldirty = 1;
+/* Replica r's step J.S ends (cancelled, its srun killed if it lingers),
+ * its nodes are released as `how` says (NODE_BAD, NODE_SLOW), and a
+ * replacement is wanted (the injections this replica announced have
+ * fired). */
+static void replace(int r, long jobid, long stepid, int how) {
   replica_t *p = &g.reps[r];
-  say("replica %d failed (%s, node %s): cancelling step %ld.%ld, marking "
-      "its node bad and starting a replacement",
-      r, why, node, jobid, stepid);
+  g.ldirty = 1;
   cancel_step(jobid, stepid);
   if (p->pid > 0)
     p->kill_at = resihp__now_ms() + 2000;
-  release_nodes(r, NODE_BAD);
-  /* injections announced by this replica have fired */
+  release_nodes(r, how);
   p->relaunch = 1;
   p->tries = 0;
+}
+
+void on_failed(void *ud, int r, const char *node, long jobid, long stepid,
+               const char *why) {
+  (void)ud;
+  say("replica %d failed (%s, node %s): cancelling step %ld.%ld, marking "
+      "its node bad and starting a replacement",
+      r, why, node, jobid, stepid);
+  replace(r, jobid, stepid, NODE_BAD);
 }
 
 /* The coordinator swapped a slow replica out for a spare: its process is
@@ -34,18 +41,11 @@ void on_failed(void *ud, int r, const char *node, long jobid, long stepid,
 void on_swapped(void *ud, int r, const char *node, long jobid, long stepid,
                 const char *why) {
   (void)ud;
-  g.ldirty = 1;
-  replica_t *p = &g.reps[r];
   say("replica %d swapped out (%s): node %s is slow (not bad, not used "
       "again); cancelling step %ld.%ld and starting the replacement on a "
       "spare",
       r, why, node, jobid, stepid);
-  cancel_step(jobid, stepid);
-  if (p->pid > 0)
-    p->kill_at = resihp__now_ms() + 2000;
-  release_nodes(r, NODE_SLOW);
-  p->relaunch = 1;
-  p->tries = 0;
+  replace(r, jobid, stepid, NODE_SLOW);
 }
 
 /* A replica's speed changed (the coordinator's detector). */

@@ -11,7 +11,9 @@
 # 4 ms period, shorter than a microbatch, as a slow device slows every
 # microbatch; with --quota a CPU quota (cgroup v1 cpu or v2 cpu.max on a
 # cgroup the trainer is moved into) and the trainer computing
-# (--mb-work, since a quota does not slow a sleep); with --inband by
+# (--mb-work, since a quota does not slow a sleep) - a quota of 1/F of a
+# core, which slows nothing where the trainer gets less than that anyway
+# (more busy processes than cores); with --inband by
 # --inject slow-rank:R-1@ONSETxF (the rank stretches its own
 # microbatches). The trainer is never told. For each F it prints, side by
 # side, over the slowed window (the onset to the last step: steps/s from
@@ -60,7 +62,9 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$ONSET" ] || ONSET=$((N / 3))
 RUN=$BINDIR/resihp-run
-[ -n "$TRAINER" ] || TRAINER=$BINDIR/../contrib/trainer/resihp-trainer
+# installed beside resihp-run, or in a build tree
+[ -n "$TRAINER" ] || TRAINER=$BINDIR/resihp-trainer
+[ -x "$TRAINER" ] || TRAINER=$BINDIR/../contrib/trainer/resihp-trainer
 [ -n "$THROTTLE" ] || THROTTLE=$BINDIR/../tests/harness/throttle
 for x in "$RUN" "$TRAINER" "$THROTTLE"; do
   [ -x "$x" ] || { echo "resihp-bench-failslow: $x not found (use --bindir/--trainer/--throttle)" >&2; exit 1; }

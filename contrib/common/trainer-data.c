@@ -205,6 +205,31 @@ int trainer_cost_init(trainer_cost_t *c, const trainer_data_t *d,
   return 0;
 }
 
+int trainer_cost_init_arith(trainer_cost_t *c, const trainer_data_t *d,
+                            double mean_kops) {
+  double t, l2, n;
+  c->ops_per_work = 0;
+  if (!(mean_kops > 0))
+    return 0;
+  if (sample_means(d, &t, &l2, &n))
+    return -1;
+  c->ops_per_work = mean_kops * 1e3 / trainer_work(t, l2, n);
+  return 0;
+}
+
+double trainer_compute_arith(const trainer_cost_t *c, const trainer_mb_t *m) {
+  double ops =
+      c->ops_per_work * trainer_work((double)m->tokens, m->sum_l2, m->nseq);
+  /* a dependent chain: each step waits for the last, so that the count of
+   * operations, not the compiler, sets the time; the result is kept */
+  volatile double x = 1.0;
+  double y = x;
+  for (long i = 0; i < (long)ops; i++)
+    y = y * 0.999999 + 1e-6;
+  x = y;
+  return ops / 1e3 + 0 * x;
+}
+
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

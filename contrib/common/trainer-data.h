@@ -31,7 +31,9 @@
  * sleeps in slices of at most 1 ms and counts each slice as done work for
  * at most 1.5 times its length: a process stopped from outside (SIGSTOP)
  * does no work meanwhile, so a duty cycle of stops and continues slows it
- * down as it would a real computation, while using almost no CPU. */
+ * down as it would a real computation, while using almost no CPU; but a
+ * CPU quota does not slow sleeping: trainer_compute_arith does the work as
+ * arithmetic instead, which anything that takes CPU time away slows. */
 #ifndef TRAINER_DATA_H
 #define TRAINER_DATA_H
 
@@ -106,6 +108,7 @@ double trainer_data_step_seqs(const trainer_data_t *d, long s, int M,
 /* The simulated compute: ms_per_work milliseconds per work unit. */
 typedef struct {
   double ms_per_work;
+  double ops_per_work; /* trainer_compute_arith's; 0: none */
 } trainer_cost_t;
 
 /* Work units of a microbatch (the formula above). */
@@ -122,6 +125,16 @@ int trainer_cost_init(trainer_cost_t *c, const trainer_data_t *d,
 /* Sleep for the microbatch's work, in slices (see above); returns the
  * milliseconds it was meant to take. */
 double trainer_compute_sleep(const trainer_cost_t *c, const trainer_mb_t *m);
+/* Real compute instead: so that the mean microbatch of d does mean_kops
+ * thousand dependent multiply-adds (trainer_compute_arith), whatever the
+ * time they take. Sleeping is not slowed by a CPU quota (a cgroup's
+ * cpu.max, a noisy neighbour taking the core); arithmetic is, as a real
+ * model's compute would be. 0, or -1 when out of memory. */
+int trainer_cost_init_arith(trainer_cost_t *c, const trainer_data_t *d,
+                            double mean_kops);
+/* Do the microbatch's work as arithmetic (a fixed count of operations for
+ * its workload); returns the thousands of operations done. */
+double trainer_compute_arith(const trainer_cost_t *c, const trainer_mb_t *m);
 
 /* The times of a run's microbatches, for a summary line (the first
  * million of them). Zero-initialised is empty. */

@@ -52,6 +52,7 @@ typedef struct {
   double lr, momentum;
   uint64_t seed;
   int mb_ms;
+  double mb_kops; /* > 0: real arithmetic instead of sleeping (--mb-work) */
   trainer_data_t data; /* --data, --tokens */
   int reference;
   int quiet;
@@ -92,7 +93,8 @@ static void init_model(model_t *m) {
   if (!m->state || !m->grad || !m->acc || trainer_mb_init(&m->mb, &c->data) ||
       trainer_mb_init(&m->scratch, &c->data) ||
       trainer_mb_init(&m->wl.scratch, &c->data) ||
-      trainer_cost_init(&m->cost, &c->data, c->mb_ms)) {
+      trainer_cost_init(&m->cost, &c->data, c->mb_kops > 0 ? 0 : c->mb_ms) ||
+      trainer_cost_init_arith(&m->cost, &c->data, c->mb_kops)) {
     fprintf(stderr, "trainer: out of memory\n");
     exit(1);
   }
@@ -132,7 +134,10 @@ static double microbatch(model_t *m, long s, int mb) {
     trainer_dense_bwd(m->W1, c->D, c->H, x, dh, gW1, gb1, dx);
     trainer_embed_mean_bwd(gE, c->D, tok, L, dx);
   }
-  trainer_compute_sleep(&m->cost, d);
+  if (m->cost.ops_per_work > 0)
+    trainer_compute_arith(&m->cost, d);
+  else
+    trainer_compute_sleep(&m->cost, d);
   return loss;
 }
 
@@ -406,15 +411,22 @@ static void usage(FILE *f) {
       f,
       "usage: resihp-trainer [--steps N] [--microbatches M] [--batch B]\n"
       "       [--hidden H] [--embed D] [--vocab V] [--classes C] [--lr X]\n"
-      "       [--momentum X] [--seed S] [--mb-ms MS] [--print-every N]\n"
-      "       [--data fixed|longtail|packed] [--tokens N] [--quiet]\n"
+      "       [--momentum X] [--seed S] [--mb-ms MS | --mb-work KOPS]\n"
+      "       [--print-every N] [--data fixed|longtail|packed] [--tokens N]\n"
+      "       [--quiet]\n"
       "       [--reference | --checkpoint DIR --checkpoint-every K "
       "[--die-at S,S..]]\n"
       "       [--abort-at STEP[:REPLICA]]\n"
       "Run under resihp-run (see resihp-run(1)); prints the checksum of the\n"
       "final parameters. --mb-ms is the mean simulated compute of a\n"
-      "microbatch, scaled by its tokens and squared lengths; --tokens is the\n"
-      "token budget of a packed microbatch (default 64 x --batch).\n"
+      "microbatch, scaled by its tokens and squared lengths: a sleep, which\n"
+      "a SIGSTOP/SIGCONT duty cycle slows but a CPU quota (cgroup cpu.max,\n"
+      "a neighbour taking the core) does not. --mb-work KOPS computes\n"
+      "instead: the mean microbatch does KOPS thousand multiply-adds (so\n"
+      "scaled), which anything taking CPU time away slows, as it would a\n"
+      "real model: the way to test slowdowns by CPU quota or load (about\n"
+      "1000 KOPS take 1-4 ms on a current core). --tokens is the token\n"
+      "budget of a packed microbatch (default 64 x --batch).\n"
       "--abort-at (tests): replica REPLICA (default 0) stops the whole run\n"
       "at the begin of step STEP with resihp_job_abort and exits 1.\n");
 }
@@ -444,6 +456,7 @@ int main(int argc, char **argv) {
                                      {"momentum", 1, 0, 'u'},
                                      {"seed", 1, 0, 'S'},
                                      {"mb-ms", 1, 0, 'w'},
+                                     {"mb-work", 1, 0, 'W'},
                                      {"print-every", 1, 0, 'p'},
                                      {"quiet", 0, 0, 'q'},
                                      {"checkpoint", 1, 0, 'k'},
@@ -491,6 +504,18 @@ int main(int argc, char **argv) {
     case 'w':
       m.c.mb_ms = atoi(optarg);
       break;
+    case 'W': {
+      char *end;
+      m.c.mb_kops = strtod(optarg, &end);
+      if (*end || end == optarg || !(m.c.mb_kops > 0 && m.c.mb_kops <= 1e9)) {
+        fprintf(stderr,
+                "resihp-trainer: --mb-work wants thousands of operations per "
+                "mean microbatch (> 0), not '%s'\n",
+                optarg);
+        return 2;
+      }
+      break;
+    }
     case 'p':
       m.c.print_every = atoi(optarg);
       break;

@@ -57,6 +57,7 @@ typedef struct {
   char node[64];
   char lep[RESIHP__COORD_EP_MAX]; /* the leader's, for the other ranks */
   long jobid, stepid;
+  long pid;     /* its leader rank's process id on node (its word; 0: not said) */
   long begun;   /* last BEGIN step (members) */
   int waiting;  /* joiner waiting for admission */
   int ready;    /* READY for the current setup epoch */
@@ -94,6 +95,11 @@ typedef struct {
   /* the epoch whose member list its process holds (0: none): GO sends it
    * only the change since then */
   uint32_t list_epoch;
+  /* the last process of this replica that the job failed or swapped out
+   * (resihp__coord_identity of its Slurm step and addresses; 0: none): it
+   * is retired, and may never take the replica's place again, whatever it
+   * says (coord_protocol.c: its reconnect is refused) */
+  uint64_t retired;
 } rep_t;
 
 typedef struct {
@@ -230,6 +236,10 @@ struct resihp__coord {
   char *val;         /* one PERF or WL list as received (coord_room) */
   size_t valcap;
   long samples, costed, swaps;
+  /* the step whose PERF lines are being counted, and how many came: once
+   * every member rank's are in, the step is judged (coord_perf.c) */
+  long perf_step;
+  int perf_lines;
   /* steps started by a START (the others ran free); a member slow long
    * enough for a swap in a free run (coord_perf.c: a boundary may be due) */
   long starts;
@@ -310,6 +320,15 @@ int resihp__coord_is_member(const resihp__coord_t *c, int r);
 void resihp__coord_remove_member(resihp__coord_t *c, int r);
 void resihp__coord_add_member(resihp__coord_t *c, int r);
 void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why);
+/* Replica r is swapped out for a spare between two steps: it leaves as a
+ * failed one does, but its process is retired, not failed (told so:
+ * NO reason=retired), and the launcher hears of it through on_swapped
+ * (its node is slow, not bad) when it gave one. */
+void resihp__coord_swap_out(resihp__coord_t *c, int r, const char *why);
+/* A process of replica r: its Slurm step and its ranks' addresses, as a
+ * number (never 0). */
+uint64_t resihp__coord_identity(long jobid, long stepid, const char *ep,
+                                const char *sep);
 /* Room for n failure records (c->fails grows with the run): 0 or
  * RESIHP_ENOMEM. */
 int resihp__coord_ensure_fails(resihp__coord_t *c, int n);

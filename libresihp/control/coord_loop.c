@@ -507,6 +507,18 @@ int resihp__coord_refused(const resihp__coord_t *c, int r, char *why,
     snprintf(why, n, "%s", rf);
   return rf[0] != '\0';
 }
+
+int resihp__coord_replica_proc(const resihp__coord_t *c, int r, long *pid,
+                               const char **node, long *jobid, long *stepid) {
+  if (r < 0 || r >= c->R)
+    return -1;
+  const rep_t *p = &c->reps[r];
+  *pid = p->pid;
+  *node = p->node;
+  *jobid = p->jobid;
+  *stepid = p->stepid;
+  return 0;
+}
 int resihp__coord_aborted(const resihp__coord_t *c, char *why, size_t n) {
   if (why && n)
     snprintf(why, n, "%s", c->abort_replica >= 0 ? c->abort_why : "");

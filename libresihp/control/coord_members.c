@@ -79,8 +79,36 @@ int resihp__coord_ensure_fails(resihp__coord_t *c, int n) {
   return 0;
 }
 
+uint64_t resihp__coord_identity(long jobid, long stepid, const char *ep,
+                                const char *sep) {
+  /* FNV-1a over the fields, each ended by a byte no field holds */
+  uint64_t h = 0xcbf29ce484222325ULL;
+  char ids[48];
+  snprintf(ids, sizeof(ids), "%ld.%ld", jobid, stepid);
+  const char *part[3] = {ids, ep ? ep : "", sep ? sep : ""};
+  for (int i = 0; i < 3; i++)
+    for (const char *q = part[i];; q++) {
+      h = (h ^ (unsigned char)*q) * 0x100000001b3ULL;
+      if (!*q)
+        break;
+    }
+  return h ? h : 1;
+}
+
+/* Replica r leaves: failed, or swapped out (retired). Either way its
+ * process is retired: it never takes the replica's place again. */
+static void leave(resihp__coord_t *c, int r, const char *why, int swapped);
+
 /* Replica r has failed: leave it out, tell the launcher. */
 void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why) {
+  leave(c, r, why, 0);
+}
+
+void resihp__coord_swap_out(resihp__coord_t *c, int r, const char *why) {
+  leave(c, r, why, 1);
+}
+
+static void leave(resihp__coord_t *c, int r, const char *why, int swapped) {
   rep_t *p = &c->reps[r];
   if (p->state == R_GONE || p->state == R_NONE)
     return;
@@ -96,11 +124,23 @@ void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why) {
   resihp__coord_dirty(c);
   int was_member = resihp__coord_is_member(c, r);
   resihp__coord_remove_member(c, r);
-  if (p->conn >= 0)
+  if (p->ep)
+    p->retired = resihp__coord_identity(p->jobid, p->stepid, p->ep, p->sep);
+  if (p->conn >= 0) {
+    /* a swapped-out process is told, so that it leaves rather than takes
+     * the closed link for a coordinator failover and reconnects */
+    if (swapped)
+      resihp__coord_send_to(c, r, "NO reason=retired");
     resihp__coord_close_conn(c, p->conn);
+  }
   p->state = R_GONE;
   p->catching = 0;
-  logc(RESIHP_LOG_WARN, "replica %d failed at step %ld (%s)", r, c->step, why);
+  if (swapped)
+    logc(RESIHP_LOG_WARN, "replica %d retired at step %ld (%s)", r, c->step,
+         why);
+  else
+    logc(RESIHP_LOG_WARN, "replica %d failed at step %ld (%s)", r, c->step,
+         why);
   /* (no room for its record: the run goes on, the summary lacks it) */
   if (c->state == RESIHP__COORD_RUNNING &&
       !resihp__coord_ensure_fails(c, c->nfails + 1)) {
@@ -127,11 +167,15 @@ void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why) {
     if (f->step < 0)
       f->step = c->step;
     p->open_fail = c->nfails++;
-    resihp__record_event(c->o.record, "failure", f->step, r, c->epoch, f->kind,
-                         why, -1);
+    /* a swap has its own event (coord_schedule.c): it is no failure */
+    if (!swapped)
+      resihp__record_event(c->o.record, "failure", f->step, r, c->epoch,
+                           f->kind, why, -1);
   }
   p->fault_kind[0] = '\0';
-  if (c->o.on_failed && c->phase != P_END)
+  if (swapped && c->o.on_swapped && c->phase != P_END)
+    c->o.on_swapped(c->o.ud, r, p->node, p->jobid, p->stepid, why);
+  else if (c->o.on_failed && c->phase != P_END)
     c->o.on_failed(c->o.ud, r, p->node, p->jobid, p->stepid, why);
   if (was_member && c->phase == P_SETUP)
     resihp__coord_send_go(c); /* a new epoch without it */

@@ -89,15 +89,18 @@ static void on_event(int rank, resihp_health_state_t prev,
   if (c->phase == P_FREE && resihp__coord_is_member(c, r) &&
       resihp__coord_slow_moved(p))
     c->hold_slow = 1;
+  /* equal counts (assign even) move nothing: say so */
+  int even = c->o.assign == RESIHP_ASSIGN_EVEN;
   if (f > 1)
     logc(news ? RESIHP_LOG_WARN : RESIHP_LOG_DEBUG,
          "replica %d rank %d is %s at step %llu: the replica runs at x%.2f, "
-         "it gets fewer microbatches",
-         r, k, st, (unsigned long long)iter, f);
+         "%s",
+         r, k, st, (unsigned long long)iter, f,
+         even ? "its microbatches stay (equal counts)"
+              : "it gets fewer microbatches");
   else
-    logc(RESIHP_LOG_WARN,
-         "replica %d is %s again at step %llu: its microbatches return", r, st,
-         (unsigned long long)iter);
+    logc(RESIHP_LOG_WARN, "replica %d is %s again at step %llu%s", r, st,
+         (unsigned long long)iter, even ? "" : ": its microbatches return");
   if (c->o.on_health && news)
     c->o.on_health(c->o.ud, r, k, f > 1 ? "slow" : "healthy", f, (long)iter);
 }
@@ -118,7 +121,9 @@ int resihp__coord_perf_init(resihp__coord_t *c) {
   c->fown = malloc(sizeof(int) * (size_t)c->fown_cap * (size_t)c->M);
   if (!c->rank_state || !c->rank_slow || !c->wl || !c->cost || !c->pick ||
       !c->tuples || !c->fown || resihp__costplan_init(&c->cplan, c->R, c->K) ||
-      resihp_detector_create(&c->det, &cfg))
+      resihp_detector_create(&c->det, &cfg) ||
+      resihp_detector_set_confirm_ms(
+          c->det, c->o.confirm_slow_ms < 60000 ? c->o.confirm_slow_ms : 60000))
     return RESIHP_ENOMEM;
   for (int i = 0; i < n; i++) {
     c->rank_slow[i] = 1.0;
@@ -127,6 +132,7 @@ int resihp__coord_perf_init(resihp__coord_t *c) {
   for (int r = 0; r < c->R; r++)
     c->reps[r].slow = c->reps[r].run_slow = 1.0;
   c->wl_step = -1;
+  c->perf_step = -1;
   return 0;
 }
 
@@ -210,6 +216,17 @@ void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg) {
                            (double)t[1]);
   }
   c->samples += n;
+  /* Every member rank has sent its samples of step s: judge it now. Else
+   * the first sample of the next sampled step would, a report period
+   * later (a free run's), or the commit (lockstep, one rank a replica).
+   * Lines of two steps that interleave (a relayed rank late) restart the
+   * count: the step is then judged the old way. */
+  if (s != c->perf_step) {
+    c->perf_step = s;
+    c->perf_lines = 0;
+  }
+  if (++c->perf_lines == c->nmembers * c->K)
+    resihp_detector_end_iter(c->det, (uint64_t)s);
 }
 
 /* WL step=S w=tokens:l2:nseq,... (all M microbatches of step S) */
@@ -300,11 +317,12 @@ int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc) {
 
 /* A step committed: judge it now when all its samples are in (each leader
  * sent its PERF before its next BEGIN; the other ranks' come through their
- * leader's relay and may be later: then the next step's first sample
- * judges it), and count the steps each member has been slow. Free-running,
- * a rank sends the samples of about one step a second (the same steps on
- * every rank, recovery/job_perf.c): a slowdown is then confirmed after
- * confirm_iters sampled steps, seconds rather than steps. */
+ * leader's relay and may be later: then the last of them judges it,
+ * resihp__coord_on_perf), and count the steps each member has been slow.
+ * Free-running, a rank sends the samples of one step a report period (the
+ * same steps on every rank, recovery/job_perf.c: 100 ms in a small job),
+ * judged when the last member's are in: a slowdown is then confirmed
+ * after a few sampled steps, under a second in a small job. */
 void resihp__coord_perf_commit(resihp__coord_t *c) {
   /* free-running, only some steps have samples, which may come after
    * their commit: the next sampled step's first sample judges them */

@@ -267,12 +267,26 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     refuse_program(c, k, r, "mismatch", msg);
     return;
   }
-  long again = 0, e = 0, st = 0;
+  long again = 0, e = 0, st = 0, pid = 0;
   if (resihp__wire_get_range(msg, "again", 0, 1, &again) == RESIHP_EPROTO ||
+      resihp__wire_get_range(msg, "pid", 1, INT_MAX, &pid) == RESIHP_EPROTO ||
       resihp__wire_get_range(msg, "epoch", 0, UINT32_MAX, &e) ==
           RESIHP_EPROTO ||
       resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &st) == RESIHP_EPROTO) {
     resihp__coord_refuse(c, k, "bad-hello", 1, msg);
+    return;
+  }
+  if (again && c->reps[r].retired &&
+      resihp__coord_identity(jobid, stepid, ep, sep) == c->reps[r].retired) {
+    /* the process this replica's failure or swap retired, reconnecting
+     * (it took its closed link for a coordinator failover): it must not
+     * take the place of the replica's replacement, nor be counted a
+     * failure again when its step is cancelled */
+    logc(RESIHP_LOG_INFO,
+         "replica %ld: its retired process (step %ld.%ld) reconnected: told "
+         "to leave",
+         r, jobid, stepid);
+    resihp__coord_refuse(c, k, "retired", 1, msg);
     return;
   }
   int ra = again ? reattach(c, k, (int)r, jobid, stepid, ep, sep, msg) : 0;
@@ -329,6 +343,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   snprintf(p->node, sizeof(p->node), "%s", node);
   p->jobid = jobid;
   p->stepid = stepid;
+  p->pid = pid;
   snprintf(p->lep, sizeof(p->lep), "%s", strcmp(lep, "-") ? lep : "");
   c->conns[k].replica = (int)r;
   p->last_life = resihp__now_ms();
@@ -337,8 +352,9 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
            c->step, c->hb_leader_ms, p->cred);
   resihp__coord_again(c, resihp__coord_send_to(c, (int)r, line));
   resihp__coord_send_coords(c, (int)r);
-  logc(RESIHP_LOG_INFO, "replica %ld joined from %s (node %s, step %ld.%ld)", r,
-       ep, node, jobid, stepid);
+  logc(RESIHP_LOG_INFO,
+       "replica %ld joined from %s (node %s, pid %ld, step %ld.%ld)", r, ep,
+       node, pid, jobid, stepid);
   answer_subs(c, (int)r);
 }
 

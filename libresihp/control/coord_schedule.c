@@ -503,8 +503,9 @@ static int replacement_on_its_way(const resihp__coord_t *c) {
   return 0;
 }
 
-/* Fail the slow replica r between two steps (nothing of a step is lost):
- * the launcher relaunches it on a spare as after a crash. */
+/* Swap the slow replica r out between two steps (nothing of a step is
+ * lost): the launcher starts its replacement on a spare as after a crash,
+ * but the process that leaves is retired, not failed. */
 static void swap_for_spare(resihp__coord_t *c, int r) {
   rep_t *p = &c->reps[r];
   char why[64];
@@ -517,7 +518,7 @@ static void swap_for_spare(resihp__coord_t *c, int r) {
   c->swaps++;
   resihp__record_event(c->o.record, "swap", c->step, r, c->epoch, "slow", why,
                        -1);
-  resihp__coord_fail_replica(c, r, why);
+  resihp__coord_swap_out(c, r, why);
 }
 
 void resihp__coord_stop(resihp__coord_t *c) {

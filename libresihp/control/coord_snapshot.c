@@ -453,6 +453,10 @@ static int restore_rep(resihp__coord_t *c, cur_t *u, int r) {
   }
   free(ep);
   free(sep);
+  /* a gone replica's Slurm step and addresses are those of the process
+   * its failure or swap retired (nothing has replaced it yet) */
+  if (!rc && p->state == R_GONE && p->ep)
+    p->retired = resihp__coord_identity(p->jobid, p->stepid, p->ep, p->sep);
   word(u, p->fault_kind, sizeof(p->fault_kind));
   word(u, p->result, sizeof(p->result));
   word(u, p->cred, sizeof(p->cred));

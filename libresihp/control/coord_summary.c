@@ -10,6 +10,8 @@
 #include "../transport/mesh.h"
 #include "coord_internal.h"
 
+#include <resihp/planner.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,8 +66,13 @@ static void fail_slow(const resihp__coord_t *c, FILE *f) {
     if (p->swapped_at >= 0)
       snprintf(act, sizeof(act), "swapped for a spare at step %ld",
                p->swapped_at);
+    else if (p->slow > 1 && c->o.assign == RESIHP_ASSIGN_EVEN)
+      snprintf(act, sizeof(act),
+               "still slow at the end, equal counts (nothing moved)");
     else if (p->slow > 1)
       snprintf(act, sizeof(act), "still slow at the end, fewer microbatches");
+    else if (c->o.assign == RESIHP_ASSIGN_EVEN)
+      snprintf(act, sizeof(act), "recovered (equal counts: nothing moved)");
     else
       snprintf(act, sizeof(act), "recovered, its microbatches returned");
     fprintf(f,

@@ -159,6 +159,11 @@ typedef struct {
    * kills its step and starts a replacement. */
   void (*on_failed)(void *ud, int replica, const char *node, long jobid,
                     long stepid, const char *why);
+  /* A replica was swapped out for a spare (it was slow, not broken): the
+   * launcher ends its step without blaming its node and starts the
+   * replacement. NULL: on_failed is called instead. */
+  void (*on_swapped)(void *ud, int replica, const char *node, long jobid,
+                     long stepid, const char *why);
   /* A spare registered (state is RESIHP__SPARE_*; summary "" if none). */
   void (*on_spare)(void *ud, const char *node, int state, const char *summary);
   /* A rank of replica says an injected fault is about to fire (kind as in
@@ -187,6 +192,11 @@ typedef struct {
    * spare_free says whether the launcher has a spare now (NULL: never). */
   double swap_cost_s;
   int (*spare_free)(void *ud);
+  /* A slowdown must also have lasted this long (ms of wall time) before a
+   * replica is slow (resihp_detector_set_confirm_ms): ranks that share
+   * CPUs are slowed in turn for a few steps each, which is no slow device.
+   * 0: a few iterations suffice (tests that must not depend on time). */
+  unsigned confirm_slow_ms;
   /* 1: never free-running (START never says run=1): every step through
    * the coordinator, as benchmarks compare. */
   int lockstep;
@@ -232,6 +242,12 @@ uint32_t resihp__coord_epoch(const resihp__coord_t *c);
 int resihp__coord_members(const resihp__coord_t *c);
 /* 1 while replica has a live connection (joined or joining). */
 int resihp__coord_connected(const resihp__coord_t *c, int replica);
+/* Replica's current (or last) process as its leader rank said at HELLO:
+ * its pid on node (0: not said, or a restored coordinator's), its Slurm
+ * step (-1: none). Strings are the coordinator's; -1 out of range. */
+int resihp__coord_replica_proc(const resihp__coord_t *c, int replica,
+                               long *pid, const char **node, long *jobid,
+                               long *stepid);
 /* End the training at the next step boundary: the step in progress
  * commits, the next one does not start, every rank gets DONE and reports
  * its result; the state becomes RESIHP__COORD_DONE once they have. */

@@ -46,6 +46,8 @@ void resihp__record_destroy(resihp__record_t *r);
  * seconds < 0: none. Updates the counters and writes the metrics now.
  *
  *   start      the job began (step: the first step)
+ *   joined     a replica's process joined (reason: "pid P on NODE, step
+ *              J.S", its leader rank's, for an operator to act on)
  *   failure    replica failed (reason: why; counted by kind)
  *   admitted   its replacement was admitted (seconds: since the failure)
  *   recovered  the replacement trains again (seconds: since the failure;

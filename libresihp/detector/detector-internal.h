@@ -82,6 +82,7 @@ struct resihp__rank {
   double cusum;      /* upper CUSUM of y over iterations */
   double down;       /* while SLOW: CUSUM towards recovery */
   unsigned run;      /* consecutive judged iterations with y above allowance */
+  int64_t run_ms;    /* when the run began (CLOCK_MONOTONIC ms; confirm_ms) */
   double factor_log; /* while SLOW: smoothed log slowdown */
   int vs_peers;      /* the slowdown is relative to healthy peers */
   double reported;   /* factor in the last event */
@@ -124,6 +125,7 @@ struct resihp_detector {
   double h;     /* log(1 + slow margin): CUSUM threshold */
   double k_min; /* smallest CUSUM allowance per iteration */
   double s_min; /* log(1 + min_slow) */
+  unsigned confirm_ms; /* wall time an excess must last too (0: none) */
   struct resihp__rank *ranks;
   struct resihp__stage *stages;       /* cfg.n_ranks slots */
   double *scratch;                    /* cfg.n_ranks values, for medians */

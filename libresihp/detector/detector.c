@@ -215,6 +215,17 @@ int resihp_detector_record(resihp_detector_t *d, int rank, uint64_t iter,
   return 0;
 }
 
+int resihp_detector_set_confirm_ms(resihp_detector_t *d, unsigned ms) {
+  if (!d || ms > 60000) {
+    resihp_log(RESIHP_LOG_ERROR, "detector",
+               "resihp_detector_set_confirm_ms: %s",
+               d ? "at most 60000 ms" : "detector is NULL");
+    return RESIHP_EINVAL;
+  }
+  d->confirm_ms = ms;
+  return 0;
+}
+
 int resihp_detector_end_iter(resihp_detector_t *d, uint64_t iter) {
   if (!d) {
     resihp_log(RESIHP_LOG_ERROR, "detector",

@@ -60,6 +60,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define HUBER 2.5
 #define CLIP 0.45         /* cap of one iteration's CUSUM step, x threshold */
@@ -272,7 +273,7 @@ static void slow_step(resihp_detector_t *d, int rank, uint64_t iter) {
 /* One judged iteration of a rank that is not SLOW. gate: its excess over
  * the largest job-wide excess of the last iterations. */
 static void ok_step(resihp_detector_t *d, int rank, uint64_t iter,
-                    double gate) {
+                    double gate, int64_t now) {
   struct resihp__rank *r = &d->ranks[rank];
   double y = r->y - r->offset;
   if (r->offset_n < OFFSET_WARM) {
@@ -295,7 +296,8 @@ static void ok_step(resihp_detector_t *d, int rank, uint64_t iter,
   if (r->cusum > 2 * d->h)
     r->cusum = 2 * d->h; /* a deferred excess does not build up credit */
   if (y > k) {
-    r->run++;
+    if (!r->run++)
+      r->run_ms = now;
     ring_push(r, r->y);
   } else {
     r->run = 0;
@@ -307,7 +309,8 @@ static void ok_step(resihp_detector_t *d, int rank, uint64_t iter,
     }
   }
   r->fs = r->cusum >= 0.5 * d->h ? RESIHP__FS_SUSPECT : RESIHP__FS_OK;
-  if (r->cusum < d->h || r->run < d->cfg.confirm_iters)
+  if (r->cusum < d->h || r->run < d->cfg.confirm_iters ||
+      now - r->run_ms < (int64_t)d->confirm_ms)
     return;
   if (gate < d->s_min) {
     resihp_log(RESIHP_LOG_DEBUG, "detector",
@@ -350,6 +353,12 @@ void resihp__failslow_close(resihp_detector_t *d) {
   uint64_t iter = d->cur_iter;
   int nr = d->cfg.n_ranks;
   int judged = 0;
+  int64_t now = 0;
+  if (d->confirm_ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  }
   /* Each rank's speed on its stage's reference workload. */
   for (int q = 0; q < nr; q++) {
     struct resihp__rank *r = &d->ranks[q];
@@ -418,7 +427,7 @@ void resihp__failslow_close(resihp_detector_t *d) {
     if (r->fs == RESIHP__FS_SLOW)
       slow_step(d, q, iter);
     else
-      ok_step(d, q, iter, r->X - jpeak);
+      ok_step(d, q, iter, r->X - jpeak, now);
     resihp__publish(d, q, iter);
   }
   /* Baselines follow a healthy stage slowly (thermal drift, a model that

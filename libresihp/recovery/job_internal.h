@@ -220,6 +220,9 @@ int resihp__job_recv(resihp_job_t *j);
  * within the failover window. Only the main thread reconnects; another
  * thread waits for it (or the window) instead. 0: a new link is up. */
 int resihp__job_reconnect(resihp_job_t *j, int why);
+/* The coordinator's NO (final) logged: a retired process (its replica was
+ * swapped out or failed) is told so plainly. */
+void resihp__job_say_no(const resihp_job_t *j, const char *no);
 /* job_coords.c: the coordinator's addresses from "ep[/ep...]" (0, or
  * RESIHP_EINVAL for a list that is not one), from its COORDS line (a bad
  * one is ignored), the one to dial now and the next one. */
@@ -310,14 +313,20 @@ void resihp__job_send_perf(resihp_job_t *j);
  * as WL carries them (whole numbers): 0, or RESIHP_ENOENT when there is
  * no workload function or it failed for one of them. */
 int resihp__job_workloads(resihp_job_t *j, long step, resihp_workload_t *w);
-/* Free-running: at most one PERF (and PROG) per this many ms and rank. */
+/* Free-running: at most one PROG per this many ms (the first member's
+ * leader), and one PERF per RESIHP__JOB_PERF_MS and rank in a job of up to
+ * 200 ranks. The detector confirms a slowdown over a few sampled steps and
+ * warms up over 16: a PERF once a second made that 14-32 s in a free run
+ * (98-257 steps of the lab's), where every step is sampled with
+ * --lockstep; every 100 ms it is well under a second. */
 #define RESIHP__JOB_REPORT_MS 1000
+#define RESIHP__JOB_PERF_MS 100
 #define RESIHP__JOB_REPORT_MAX_MS 60000
 /* The period of a free run's samples (PERF) in an epoch of nmembers
- * replicas of lsize ranks: RESIHP__JOB_REPORT_MS, or longer in a large
- * job, so that the coordinator gets about 2,000 PERF lines a second up
- * to 120,000 ranks (then once a minute: every rank of the epoch computes the
- * same period: they vote on it, job_step.c). */
+ * replicas of lsize ranks: RESIHP__JOB_PERF_MS, or longer in a larger
+ * job (ranks/2 ms), so that the coordinator gets at most about 2,000 PERF
+ * lines a second up to 120,000 ranks (then once a minute: every rank of
+ * the epoch computes the same period: they vote on it, job_step.c). */
 int64_t resihp__job_report_ms(int nmembers, int lsize);
 /* Tests: when set, a free run sends every step's samples, so that what
  * the detector sees does not depend on the machine's speed. */

@@ -92,6 +92,17 @@ static void sleep_ms(int ms) {
     ;
 }
 
+void resihp__job_say_no(const resihp_job_t *j, const char *no) {
+  if (!strcmp(no, "NO reason=retired"))
+    resihp_log(RESIHP_LOG_WARN, "job",
+               "replica %d: this process was retired by the job (swapped for "
+               "a spare, or failed): it leaves, its replacement goes on",
+               j->replica);
+  else
+    resihp_log(RESIHP_LOG_ERROR, "job", "replica %d: the coordinator says %s",
+               j->replica, no);
+}
+
 /* One try at the address in turn: connect, authenticate, HELLO again=1,
  * WELCOME. 0 with *nw up; RESIHP_ESTATE when the coordinator refused (NO:
  * final); RESIHP_ENOENT when nobody listens there; else transient. */
@@ -122,8 +133,7 @@ static int try_once(resihp_job_t *j, int64_t deadline, resihp__wire_t *nw) {
     if (strcmp(j->msg, "HB"))
       break;
   if (!rc && !strncmp(j->msg, "NO", 2)) {
-    resihp_log(RESIHP_LOG_ERROR, "job",
-               "replica %d: the new coordinator says %s", j->replica, j->msg);
+    resihp__job_say_no(j, j->msg);
     rc = RESIHP_ESTATE;
   } else if (!rc && resihp__job_welcome(j, j->msg)) {
     resihp_log(RESIHP_LOG_ERROR, "job",
@@ -305,8 +315,7 @@ int resihp__job_recv(resihp_job_t *j) {
       continue;
     }
     if (!strncmp(j->msg, "NO", 2)) {
-      resihp_log(RESIHP_LOG_ERROR, "job", "replica %d: coordinator says %s",
-                 j->replica, j->msg);
+      resihp__job_say_no(j, j->msg);
       return RESIHP_ESTATE;
     }
     return 0;

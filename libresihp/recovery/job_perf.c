@@ -7,10 +7,10 @@
  * next BEGIN; a rank other than the leader sends its PERF up the star,
  * and the leader's relay thread forwards it with the rank's index.
  * While the replicas run free (job_step.c) the samples of a step are sent
- * only when the ranks agreed at its end that about a second has passed
- * since the last ones (resihp__job_report_ms: longer in a job of more
- * than 2,000 ranks, so that the coordinator hears about 2,000 PERF lines a
- * second, not one per rank): the same steps on every rank, so that the
+ * only when the ranks agreed at its end that a report period has passed
+ * since the last ones (resihp__job_report_ms: 100 ms, longer in a job of
+ * more than 200 ranks, so that the coordinator hears at most about 2,000
+ * PERF lines a second): the same steps on every rank, so that the
  * detector still compares peers on the same work, at O(1) lines a second
  * instead of one per step; the workloads asked for
  * are then those of the step at which the run ends (with its BEGIN).
@@ -37,7 +37,7 @@ int64_t resihp__job_report_ms(int nmembers, int lsize) {
   /* but a slowdown is still confirmed within minutes */
   if (ms > RESIHP__JOB_REPORT_MAX_MS)
     ms = RESIHP__JOB_REPORT_MAX_MS;
-  return ms > RESIHP__JOB_REPORT_MS ? ms : RESIHP__JOB_REPORT_MS;
+  return ms > RESIHP__JOB_PERF_MS ? ms : RESIHP__JOB_PERF_MS;
 }
 
 static long long whole(double v) {

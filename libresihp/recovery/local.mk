@@ -117,14 +117,22 @@ EXTRA_DIST += tests/fuzz/corpus-cmd/plain tests/fuzz/corpus-cmd/evil-node \
 	tests/fuzz/corpus-inject/too-many tests/fuzz/corpus-inject/ranks \
 	tests/fuzz/corpus-inject/slow tests/fuzz/corpus-inject/slow-bad
 
-# The example trainer is built (not installed) for the tests and the demo.
-noinst_PROGRAMS += contrib/trainer/resihp-trainer
+# The example trainer: the tests' and the demo's, and resihp-run(1)'s
+# example (installed with it).
+bin_PROGRAMS += contrib/trainer/resihp-trainer
 contrib_trainer_resihp_trainer_SOURCES = contrib/trainer/trainer.c \
 	contrib/common/trainer-common.c contrib/common/trainer-layers.c \
 	contrib/common/trainer-rendezvous.c \
 	contrib/common/trainer-common.h contrib/common/trainer-data.c \
 	contrib/common/trainer-data.h
 contrib_trainer_resihp_trainer_LDADD = libresihp/libresihp.la -lm
+# resihp-run(1)'s example runs the installed trainer (distcheck checks it).
+installcheck-local: installcheck-trainer
+installcheck-trainer:
+	$(DESTDIR)$(bindir)/resihp-trainer --help | grep -q -- --mb-work
+	$(DESTDIR)$(bindir)/resihp-trainer --reference --steps 2 --microbatches 2 \
+	  --mb-work 10 --print-every 0 | grep -q 'final checksum'
+.PHONY: installcheck-trainer
 # and the pipeline-parallel one (sharded replicas: --ranks-per-replica).
 include contrib/pipeline-trainer/local.mk
 

@@ -21,8 +21,10 @@
  * Beware: a target that stopped itself (resihp-run's hang-rank) is
  * continued by the duty cycle.
  *
- * cgroup v2 (--cgroup DIR). Writes "PERIOD/F PERIOD" (microseconds) to
- * DIR/cpu.max instead, and its old value back at the end: the kernel
+ * cgroup (--cgroup DIR). Writes "PERIOD/F PERIOD" (microseconds) to
+ * DIR/cpu.max instead (cgroup v2; v1: PERIOD to DIR/cpu.cfs_period_us and
+ * PERIOD/F to DIR/cpu.cfs_quota_us), and the old values back at the end:
+ * the kernel
  * limits the cgroup's CPU time, which slows computation but not sleeping,
  * so it does not slow the example trainers' simulated compute. The
  * processes must already be in the cgroup.
@@ -154,12 +156,55 @@ static void refresh(const char *cmd) {
   pclose(f);
 }
 
-/* cpu.max of a cgroup v2 directory: read the old value into old, write
- * "quota period". 0 or -1 (with a message). */
+/* The cgroup v1 CPU quota of dir ("quota period" as v2 writes it, into
+ * cpu.cfs_period_us then cpu.cfs_quota_us; the old pair into old). */
+static int cgroup_v1_set(const char *dir, const char *val, char *old,
+                         size_t oldlen) {
+  char path[4096];
+  long q = 0, p = 0, oq = -1, op = 0;
+  if (sscanf(val, "%ld %ld", &q, &p) != 2 &&
+      !(sscanf(val, "max %ld", &p) == 1 && (q = -1)))
+    return -1;
+  const char *name[2] = {"cpu.cfs_quota_us", "cpu.cfs_period_us"};
+  long *was[2] = {&oq, &op};
+  for (int i = 0; old && i < 2; i++) {
+    snprintf(path, sizeof(path), "%s/%s", dir, name[i]);
+    FILE *f = fopen(path, "r");
+    if (!f || fscanf(f, "%ld", was[i]) != 1) {
+      fprintf(stderr,
+              "throttle: cannot read %s (%s): is %s a cgroup with the cpu "
+              "controller?\n",
+              path, strerror(errno), dir);
+      if (f)
+        fclose(f);
+      return -1;
+    }
+    fclose(f);
+  }
+  if (old)
+    snprintf(old, oldlen, "%ld %ld", oq, op);
+  /* the period first: a quota is checked against the period in place */
+  long v[2] = {p, q};
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof(path), "%s/%s", dir, name[1 - i]);
+    FILE *f = fopen(path, "w");
+    if (!f || fprintf(f, "%ld\n", v[i]) < 0 || fclose(f)) {
+      fprintf(stderr, "throttle: cannot write %ld to %s: %s\n", v[i], path,
+              strerror(errno));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* cpu.max of a cgroup v2 directory (or a v1 one's quota): read the old
+ * value into old, write "quota period". 0 or -1 (with a message). */
 static int cgroup_set(const char *dir, const char *val, char *old,
                       size_t oldlen) {
   char path[4096];
   snprintf(path, sizeof(path), "%s/cpu.max", dir);
+  if (access(path, F_OK) && !access(dir, F_OK))
+    return cgroup_v1_set(dir, val, old, oldlen);
   if (old) {
     FILE *f = fopen(path, "r");
     if (!f || !fgets(old, (int)oldlen, f)) {

@@ -85,17 +85,20 @@ static resihp__coord_opts_t opts(int lockstep, long every, FILE *ledger,
   return co;
 }
 
+/* A new connection of replica i's (its old end, if any, closed). */
+static void connect_one(side_t *s, int i) {
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  resihp__wire_t w;
+  resihp__wire_init(&w, sv[0]);
+  s->k[i] = resihp__coord_adopt(s->c, &w);
+  ck_assert_int_ge(s->k[i], 0);
+  resihp__wire_init(&s->peer[i], sv[1]);
+}
+
 static void connect_all(side_t *s) {
-  for (int i = 0; i < N; i++) {
-    int sv[2];
-    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv),
-                     0);
-    resihp__wire_t w;
-    resihp__wire_init(&w, sv[0]);
-    s->k[i] = resihp__coord_adopt(s->c, &w);
-    ck_assert_int_ge(s->k[i], 0);
-    resihp__wire_init(&s->peer[i], sv[1]);
-  }
+  for (int i = 0; i < N; i++)
+    connect_one(s, i);
 }
 
 static void close_side(side_t *s) {
@@ -478,6 +481,48 @@ START_TEST(test_takeover_summary) {
 }
 END_TEST
 
+/* A failed replica's process that comes back (HELLO again=1, as it does
+ * when it takes its closed link for a coordinator failover) is refused as
+ * retired, by the coordinator that failed it and by one restored from its
+ * mirror: it never takes the replica's place again. A new process of the
+ * replica (another Slurm step) joins. */
+START_TEST(test_retired_refused) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  char line[256];
+  running(&a, &co, NULL);
+  uint32_t ep = resihp__coord_epoch(a.c);
+  resihp__coord_fail_lost(a.c, 2, "its node h2 is DOWN");
+  resihp__coord_mirror(a.c); /* (as the launcher does after each event) */
+  for (int round = 0; round < 2; round++) {
+    side_t *s = round ? &b : &a;
+    if (round) {
+      static const int back[2] = {0, 1};
+      failover(&a, &b, &co, -1, back, 2);
+    } else {
+      resihp__wire_free(&a.peer[2]);
+      connect_one(&a, 2);
+    }
+    feed(s, 2,
+         "HELLO replica=2 ep=h2:1 sep=h2:2 mbs=6 steps=8 jobid=7 stepid=2 "
+         "again=1 epoch=%u step=1",
+         ep);
+    next(s, 2, line, sizeof(line));
+    ck_assert_str_eq(line, "NO reason=retired");
+    ck_assert(!resihp__coord_connected(s->c, 2));
+    ck_assert_int_eq(resihp__coord_members(s->c), N - 1);
+  }
+  resihp__wire_free(&b.peer[2]);
+  connect_one(&b, 2);
+  feed(&b, 2,
+       "HELLO replica=2 ep=h2:5 sep=h2:6 mbs=6 steps=8 jobid=7 stepid=9");
+  expect(&b, 2, "WELCOME replica=2 ", line, sizeof(line));
+  ck_assert(resihp__coord_connected(b.c, 2));
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
 /* A save in progress: SAVE again to the replica asked, SAVED goes on. */
 START_TEST(test_save) {
   side_t a, b;
@@ -772,6 +817,7 @@ int main(void) {
   tcase_add_test(tc, test_round);
   tcase_add_test(tc, test_fail_lost);
   tcase_add_test(tc, test_takeover_summary);
+  tcase_add_test(tc, test_retired_refused);
   tcase_add_test(tc, test_save);
   tcase_add_test(tc, test_end);
   tcase_add_test(tc, test_no_comeback);

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* ---- a small deterministic workload generator ---- */
 
@@ -321,6 +323,70 @@ START_TEST(persistent_slowdown_detected_and_recovered) {
   for (; it < 1000; it++)
     run_iteration(d, it, slow, 1);
   ck_assert_int_eq(e.n_slow, 1);
+  resihp_detector_destroy(d);
+}
+END_TEST
+
+static double mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Replicas whose processes share CPUs (more busy processes than cores)
+ * take turns being slowed: here one replica at a time is 1.6x slow for
+ * 6 iterations, then the next. Counted in iterations alone that is a
+ * slowdown, again and again (the lab's 29 slow episodes of a failure-free
+ * run on 2 shared cores); with resihp_detector_set_confirm_ms(1000) an
+ * excess must last a second of wall time, which turns fed at once never
+ * do. A slowdown that lasts is then SLOW once a second has passed, not
+ * before. */
+START_TEST(turns_on_shared_cpus_no_alarm) {
+  for (int confirm = 0; confirm < 2; confirm++) {
+    struct events e = {0};
+    resihp_detector_t *d = make_detector(&e);
+    ck_assert_int_eq(resihp_detector_set_confirm_ms(d, confirm ? 1000 : 0), 0);
+    double slow[NRANKS];
+    all_healthy(slow);
+    uint64_t it = 0;
+    for (; it < 200; it++)
+      run_iteration(d, it, slow, 1);
+    double t0 = mono_ms();
+    for (; it < 600; it++) {
+      int turn = (int)(it / 6) % REPLICAS;
+      for (int r = 0; r < NRANKS; r++)
+        slow[r] = r / STAGES == turn ? 1.6 : 1;
+      run_iteration(d, it, slow, 1);
+    }
+    int fast = mono_ms() - t0 < 1000; /* else the turns took a second */
+    if (!confirm)
+      ck_assert_msg(e.n_slow > 0, "turns not taken for slowdowns at all");
+    else if (fast)
+      ck_assert_msg(e.n_slow == 0, "%d slow episodes", e.n_slow);
+    resihp_detector_destroy(d);
+  }
+  struct events e = {0};
+  resihp_detector_t *d = make_detector(&e);
+  ck_assert_int_eq(resihp_detector_set_confirm_ms(d, 1000), 0);
+  double slow[NRANKS];
+  all_healthy(slow);
+  uint64_t it = 0;
+  for (; it < 200; it++)
+    run_iteration(d, it, slow, 1);
+  slow[5] = 1.5;
+  double t0 = mono_ms(), dt = 0;
+  for (; !e.rank_slow[5] && it < 100000; it++) {
+    run_iteration(d, it, slow, 1);
+    dt = mono_ms() - t0;
+    ck_assert_msg(e.rank_slow[5] == 0 || dt >= 1000,
+                  "slow after %.0f ms, before a second", dt);
+    if (dt < 1000)
+      usleep(20000);
+  }
+  ck_assert_msg(e.rank_slow[5] == 1 && e.n_slow == 1,
+                "not found slow (%.0f ms)", dt);
+  ck_assert_int_eq(resihp_detector_set_confirm_ms(d, 60001), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp_detector_set_confirm_ms(NULL, 10), RESIHP_EINVAL);
   resihp_detector_destroy(d);
 }
 END_TEST
@@ -733,6 +799,7 @@ static Suite *detector_suite(void) {
   tcase_add_test(t, warmup_heavy_tail_recovers);
   tcase_add_test(t, varying_microbatches_harmless);
   tcase_add_test(t, half_peers_slow_factor);
+  tcase_add_test(t, turns_on_shared_cpus_no_alarm);
   tcase_add_test(t, heartbeats_suspect_then_failed);
   tcase_add_test(t, state_names);
   suite_add_tcase(s, t);

@@ -563,16 +563,17 @@ START_TEST(welcome_hb_parsed_strictly) {
 }
 END_TEST
 
-/* A free run's samples: once a second in a job of up to 2,000 ranks,
- * then every ranks/2 ms (about 2,000 PERF lines a second), at most once a
- * minute. */
+/* A free run's samples: every 100 ms in a job of up to 200 ranks, then
+ * every ranks/2 ms (at most about 2,000 PERF lines a second), at most
+ * once a minute. */
 START_TEST(report_period_follows_the_job) {
   static const struct {
     int members, lsize;
     int64_t ms;
-  } t[] = {{3, 1, 1000},     {2000, 1, 1000},   {2002, 1, 1001},
-           {10000, 1, 5000}, {6000, 16, 48000}, {1000000, 64, 60000},
-           {0, 0, 1000},     {-5, 3, 1000}};
+  } t[] = {{3, 1, 100},        {200, 1, 100},     {100, 4, 200},
+           {2000, 1, 1000},    {2002, 1, 1001},   {10000, 1, 5000},
+           {6000, 16, 48000},  {1000000, 64, 60000}, {0, 0, 100},
+           {-5, 3, 100}};
   for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
     ck_assert_msg(resihp__job_report_ms(t[i].members, t[i].lsize) == t[i].ms,
                   "%d x %d: %lld ms", t[i].members, t[i].lsize,

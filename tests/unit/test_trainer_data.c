@@ -9,6 +9,8 @@
 #include "suite_main.h"
 
 #include <check.h>
+#include <math.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -196,6 +198,44 @@ START_TEST(cost_model) {
 }
 END_TEST
 
+static double cpu_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The real compute (--mb-work): a fixed count of operations for a
+ * microbatch's work, scaled like the simulated one, and done on the CPU -
+ * so that a CPU quota slows it, where the sleep of --mb-ms uses about no
+ * CPU at all (and a quota does not slow it). Counts of operations and CPU
+ * time, not wall time: a busy machine does not change them. */
+START_TEST(arith_compute_takes_cpu) {
+  trainer_data_t d = data(TRAINER_DATA_LONGTAIL);
+  trainer_cost_t c = {0}, s = {0};
+  ck_assert_int_eq(trainer_cost_init_arith(&c, &d, 20000), 0);
+  ck_assert(c.ops_per_work > 0);
+  ck_assert_int_eq(trainer_cost_init(&s, &d, 20), 0);
+  trainer_mb_t mb;
+  ck_assert_int_eq(trainer_mb_init(&mb, &d), 0);
+  trainer_data_shape(&d, 3, 1, &mb);
+  double w = trainer_work((double)mb.tokens, mb.sum_l2, mb.nseq);
+  double t0 = cpu_ms();
+  double kops = trainer_compute_arith(&c, &mb);
+  double arith = cpu_ms() - t0;
+  ck_assert(fabs(kops - c.ops_per_work * w / 1e3) < 1e-6 * kops + 1e-3);
+  t0 = cpu_ms();
+  trainer_compute_sleep(&s, &mb);
+  double sleep = cpu_ms() - t0;
+  /* 20 M dependent multiply-adds for a mean microbatch: milliseconds of
+   * CPU on any core; the sleep's slices cost microseconds each */
+  ck_assert_msg(arith > 1.0 && arith > 4 * sleep,
+                "arith %.3f ms of CPU, sleep %.3f ms", arith, sleep);
+  trainer_mb_free(&mb);
+  ck_assert_int_eq(trainer_cost_init_arith(&c, &d, 0), 0);
+  ck_assert(c.ops_per_work == 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("trainer_data");
   TCase *tc = tcase_create("data");
@@ -205,6 +245,7 @@ int main(void) {
   tcase_add_test(tc, longtail_has_a_long_tail);
   tcase_add_test(tc, packed_respects_the_budget);
   tcase_add_test(tc, cost_model);
+  tcase_add_test(tc, arith_compute_takes_cpu);
   suite_add_tcase(s, tc);
   return run_suite(s);
 }

@@ -6,35 +6,67 @@
 
 #include "run.h"
 
+#include <resihp/planner.h>
+
 #include <string.h>
+
+/* Replica r's step J.S ends (cancelled, its srun killed if it lingers),
+ * its nodes are released as `how` says (NODE_BAD, NODE_SLOW), and a
+ * replacement is wanted (the injections this replica announced have
+ * fired). */
+static void replace(int r, long jobid, long stepid, int how) {
+  replica_t *p = &g.reps[r];
+  g.ldirty = 1;
+  cancel_step(jobid, stepid, step_name(r));
+  if (p->pid > 0)
+    p->kill_at = resihp__now_ms() + 2000;
+  release_nodes(r, how);
+  p->relaunch = 1;
+  p->tries = 0;
+}
 
 void on_failed(void *ud, int r, const char *node, long jobid, long stepid,
                const char *why) {
   (void)ud;
-  g.ldirty = 1;
-  replica_t *p = &g.reps[r];
   say("replica %d failed (%s, node %s): cancelling step %ld.%ld, marking "
       "its node bad and starting a replacement",
       r, why, node, jobid, stepid);
-  cancel_step(jobid, stepid, step_name(r));
-  if (p->pid > 0)
-    p->kill_at = resihp__now_ms() + 2000;
-  release_nodes(r, 1);
-  /* injections announced by this replica have fired */
-  p->relaunch = 1;
-  p->tries = 0;
+  replace(r, jobid, stepid, NODE_BAD);
+}
+
+/* The coordinator swapped a slow replica out for a spare: its process is
+ * retired (the coordinator refuses it from now on), its step ends, its
+ * nodes are not blamed but not given out again either (they were slow),
+ * and the replacement starts as after a failure. */
+void on_swapped(void *ud, int r, const char *node, long jobid, long stepid,
+                const char *why) {
+  (void)ud;
+  say("replica %d swapped out (%s): node %s is slow (not bad, not used "
+      "again); cancelling step %ld.%ld and starting the replacement on a "
+      "spare",
+      r, why, node, jobid, stepid);
+  replace(r, jobid, stepid, NODE_SLOW);
 }
 
 /* A replica's speed changed (the coordinator's detector). */
 void on_health(void *ud, int r, int shard, const char *state, double factor,
                long step) {
   (void)ud;
+  /* with --assign even nothing moves: say what is done, not what is not */
+  int even = g.assign == RESIHP_ASSIGN_EVEN;
+  long pid = 0, jobid = -1, stepid = -1;
+  const char *node = "?";
+  resihp__coord_replica_proc(g.coord, r, &pid, &node, &jobid, &stepid);
   if (factor > 1)
-    say("replica %d: %s x%.2f at step %ld (rank %d): it gets fewer "
-        "microbatches",
-        r, state, factor, step, shard);
+    say("replica %d: %s x%.2f at step %ld (rank %d; leader pid %ld on %s, "
+        "step %ld.%ld): %s",
+        r, state, factor, step, shard, pid, node, jobid, stepid,
+        even ? "--assign even: its microbatches stay"
+             : "it gets fewer microbatches");
   else
-    say("replica %d: %s at step %ld: its microbatches return", r, state, step);
+    say("replica %d: %s at step %ld: %s", r, state, step,
+        even ? "--assign even: nothing had moved"
+             : "its microbatches return");
   resihp__record_event(g.record, factor > 1 ? "slow" : "healthy", step, r,
                        RESIHP__RECORD_NONE, NULL, NULL, -1);
 }

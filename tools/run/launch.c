@@ -269,16 +269,16 @@ void open_gates(void) {
   g.ngates = 0;
 }
 
-void release_nodes(int r, int bad) {
+void release_nodes(int r, int how) {
   g.ldirty = 1;
   replica_t *p = &g.reps[r];
   for (int i = 0; i < p->nnodes; i++) {
     node_t *n = &g.nodes[p->nodes[i]];
     if (n->owner == r)
       n->owner = -1;
-    if (bad && !n->bad) {
-      n->bad = 1;
-      g.nbad++;
+    if (how != NODE_OK && n->bad != NODE_BAD) {
+      g.nbad += how == NODE_BAD;
+      n->bad = how;
     }
   }
   p->nnodes = 0;
@@ -355,7 +355,7 @@ static void ended(pid_t pid, int st) {
         say("replica %d: its step never started (the coordinator before "
             "this one died first): launching it again",
             r);
-        release_nodes(r, 0);
+        release_nodes(r, NODE_OK);
         if (p->launches-- > 1)
           g.nreplacements--;
         if (!p->given_up)
@@ -382,6 +382,24 @@ void reap(void) {
     ended(pid, st);
 }
 
+/* Replica r's rank joined: where its process is, so that an operator can
+ * act on it (its other ranks: scontrol listpids of its step). */
+static void say_joined(int r) {
+  long pid = 0, jobid = -1, stepid = -1;
+  const char *node = "?";
+  if (resihp__coord_replica_proc(g.coord, r, &pid, &node, &jobid, &stepid))
+    return;
+  char why[160];
+  snprintf(why, sizeof(why), "pid %ld on %s, step %ld.%ld", pid, node, jobid,
+           stepid);
+  say("replica %d: joined, its leader rank is pid %ld on node %s (step "
+      "%ld.%ld%s)",
+      r, pid, node, jobid, stepid,
+      g.ranks > 1 || g.K > 1 ? "; all its ranks: scontrol listpids" : "");
+  resihp__record_event(g.record, "joined", resihp__coord_step(g.coord), r,
+                       RESIHP__RECORD_NONE, NULL, why, -1);
+}
+
 void tick(void) {
   int64_t now = resihp__now_ms();
   for (int r = 0; r < g.R; r++) {
@@ -395,6 +413,7 @@ void tick(void) {
       p->connected = 1;
       g.joined = 1;
       g.ldirty = 1;
+      say_joined(r);
     }
     if (p->pid > 0 && !p->connected && !p->kill_at &&
         now - p->t_launch > (int64_t)g.launch_timeout_s * 1000) {
@@ -402,7 +421,7 @@ void tick(void) {
           g.launch_timeout_s);
       g.ldirty = 1;
       kill(p->pid, SIGKILL);
-      release_nodes(r, 1);
+      release_nodes(r, NODE_BAD);
       p->relaunch = 1;
       p->tries++;
     }

@@ -575,11 +575,16 @@ int main(int argc, char **argv) {
                        : (int)resihp_settings_get(resihp_settings_global(),
                                                   RESIHP_SETTING_COORD_TIMEOUT),
       .on_failed = on_failed,
+      .on_swapped = on_swapped,
       .on_spare = on_spare,
       .on_fault = on_fault,
       .assign = g.assign,
       .on_health = on_health,
       .swap_cost_s = g.swap_cost_s,
+      /* a slowdown lasts a second before it counts: not the turns that
+       * ranks sharing CPUs take (29 slow episodes in a failure-free
+       * lockstep run of 3 compute-bound replicas on 2 cores before) */
+      .confirm_slow_ms = 1000,
       .spare_free = spare_free,
       .start_step = g.resuming ? g.resume.step : 0,
       .save_on_stop = g.state_dir[0] != '\0',

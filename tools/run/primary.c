@@ -397,9 +397,12 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
   double secs = 0;
   fflush(stdout);
   int agree = resihp__coord_summary(g.coord, stdout, &secs);
+  int nslow = 0;
+  for (int i = 0; i < g.nnodes; i++)
+    nslow += g.nodes[i].bad == NODE_SLOW;
   printf("  replacements launched:  %d; nodes marked bad: %d; spares left: "
-         "%d\n",
-         g.nreplacements, g.nbad, spares_left());
+         "%d; nodes slow (swapped out): %d\n",
+         g.nreplacements, g.nbad, spares_left(), nslow);
   for (int r = 0; r < g.R; r++)
     if (g.reps[r].given_up && g.reps[r].why[0])
       printf("  replica %d given up:     %s; the others went on\n", r,

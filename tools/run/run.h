@@ -39,6 +39,11 @@ enum {
                        resumable state in --state-dir (resihp-run --resume) */
 };
 
+/* node_t.bad: a node given out again (NODE_OK), or not: it failed
+ * (NODE_BAD, counted in nbad) or its replica was swapped out for being
+ * slow there (NODE_SLOW). */
+enum { NODE_OK = 0, NODE_BAD = 1, NODE_SLOW = 2 };
+
 typedef struct {
   char name[64];
   int bad;
@@ -213,7 +218,8 @@ int pick_nodes(int *out, int k, int initial);
 int spares_left(void);
 int launch(int r);
 void open_gates(void);
-void release_nodes(int r, int bad);
+/* Replica r's nodes freed, marked how (NODE_OK, NODE_BAD, NODE_SLOW). */
+void release_nodes(int r, int how);
 /* The name of replica r's steps (srun --job-name; static storage). */
 const char *step_name(int r);
 void cancel_step(long jobid, long stepid, const char *name);
@@ -229,6 +235,8 @@ void check_unopened(int i);
 /* events.c */
 void on_failed(void *ud, int r, const char *node, long jobid, long stepid,
                const char *why);
+void on_swapped(void *ud, int r, const char *node, long jobid, long stepid,
+                const char *why);
 void on_health(void *ud, int r, int shard, const char *state, double factor,
                long step);
 int spare_free(void *ud);

@@ -157,7 +157,7 @@ static void diagnosis_done(int r) {
         "joined, on %s, which passed %s health check: a fault from outside, "
         "not the program's; launching it again",
         r, p->early_status - 128, names, p->nnodes > 1 ? "their" : "its");
-    release_nodes(r, 0);
+    release_nodes(r, NODE_OK);
     p->relaunch = 1;
     p->tries++;
     return;
@@ -167,7 +167,7 @@ static void diagnosis_done(int r) {
     return;
   }
   if (g.stopping) {
-    release_nodes(r, 0);
+    release_nodes(r, NODE_OK);
     return;
   }
   /* free the nodes that answered healthy, mark the others bad */

@@ -160,6 +160,14 @@ int resihp_detector_create(resihp_detector_t **out,
                            const resihp_detector_config_t *cfg);
 void resihp_detector_destroy(resihp_detector_t *d);
 
+/* Live use: an excess must also have lasted ms milliseconds of wall time
+ * (CLOCK_MONOTONIC, read when an iteration is judged) before the rank is
+ * SLOW; 0, the default, counts iterations only (recorded traces). Ranks
+ * that share CPUs (more busy processes than cores) are each slowed now and
+ * then, in turn, for a few short steps: a device that is slow stays slow.
+ * 0, or RESIHP_EINVAL for a NULL detector or more than a minute. */
+int resihp_detector_set_confirm_ms(resihp_detector_t *d, unsigned ms);
+
 /* Declare which work a rank does: ranks with the same stage id run the same
  * model slice (the same pipeline stage in every data-parallel replica) and
  * are each other's peers for validation. Default: every rank its own stage

@@ -206,18 +206,25 @@ void resihp__coord_feed(resihp__coord_t *c, int k, const char *line) {
   resihp__coord_advance(c);
 }
 
-/* Handshakes never hold this loop: each pending one is a record in c->hs,
- * moved on when its socket has something (see handshake.c). */
-static void accept_conns(resihp__coord_t *c, const struct pollfd *lp) {
-  for (int i = 0; i < c->lis.n; i++)
-    if (lp[i].revents)
-      resihp__wire_hs_accept(c->hs, lp[i].fd);
+static void adopt_authed(resihp__coord_t *c) {
   resihp__wire_t w;
   while (resihp__wire_hs_next(c->hs, &w) == 1) {
     int k = resihp__coord_adopt(c, &w);
     if (k >= 0)
       drain_conn(c, k, 0); /* lines that came with the handshake */
   }
+}
+
+/* Handshakes never hold this loop: each pending one is a record in c->hs,
+ * moved on when its socket has something (see handshake.c). Answers that
+ * wait are read before new connections are accepted: newcomers can push
+ * the oldest pending ones out. */
+static void accept_conns(resihp__coord_t *c, const struct pollfd *lp) {
+  adopt_authed(c);
+  for (int i = 0; i < c->lis.n; i++)
+    if (lp[i].revents)
+      resihp__wire_hs_accept(c->hs, lp[i].fd);
+  adopt_authed(c);
 }
 
 int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {

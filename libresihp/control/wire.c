@@ -371,22 +371,14 @@ int resihp__wire_dial(const char *endpoint, int64_t deadline_ms) {
   return resihp__wire_dial_stoppable(endpoint, deadline_ms, NULL);
 }
 
-int resihp__wire_dial_stoppable(const char *endpoint, int64_t deadline_ms,
-                                const int *stop) {
-  char host[256], port[16];
-  if (split(endpoint, host, sizeof(host), port, sizeof(port)))
-    return RESIHP_EINVAL;
-  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
-  struct addrinfo *ai = NULL;
-  if (getaddrinfo(host, port, &hints, &ai) || !ai)
-    return RESIHP_ENOENT;
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    freeaddrinfo(ai);
+/* A non-blocking connect to a, completed before the deadline (or given up
+ * within 50 ms once *stop is set). */
+static int dial_addr(const struct sockaddr *a, socklen_t al,
+                     int64_t deadline_ms, const int *stop) {
+  int fd = socket(a->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
     return RESIHP_ESYS;
-  }
-  int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-  freeaddrinfo(ai);
+  int rc = connect(fd, a, al);
   if (rc < 0 && errno != EINPROGRESS) {
     int e = errno;
     close(fd);
@@ -417,6 +409,29 @@ int resihp__wire_dial_stoppable(const char *endpoint, int64_t deadline_ms,
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
+}
+
+int resihp__wire_dial_stoppable(const char *endpoint, int64_t deadline_ms,
+                                const int *stop) {
+  char host[256], port[16];
+  if (split(endpoint, host, sizeof(host), port, sizeof(port)))
+    return RESIHP_EINVAL;
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *ai = NULL;
+  if (getaddrinfo(host, port, &hints, &ai) || !ai)
+    return RESIHP_ENOENT;
+  int fd = dial_addr(ai->ai_addr, ai->ai_addrlen, deadline_ms, stop);
+  int e = errno;
+  freeaddrinfo(ai);
+  errno = e;
+  return fd;
+}
+
+int resihp__wire_dial_addr(const struct sockaddr_storage *a, socklen_t al,
+                           int64_t deadline_ms) {
+  if (!al || (a->ss_family != AF_INET && a->ss_family != AF_INET6))
+    return RESIHP_EINVAL;
+  return dial_addr((const struct sockaddr *)a, al, deadline_ms, NULL);
 }
 
 /* One listening socket; reuseport: one of a group on the same port. */

@@ -2,20 +2,25 @@
 /* The control plane's wire: newline-terminated text messages
  * ("VERB key=value key=value ...") over TCP, after a mutual
  * challenge-response on the per-job secret (HMAC-SHA-256 from
- * transport/sha256.h):
+ * transport/sha256.h), over two connections:
  *
- *   server -> client  "AUTH1 <label> Ns"
- *   client -> server  "AUTH2 Nc HMAC(K, label|"cli"|Ns|Nc)"
- *   server -> client  "AUTH3 HMAC(K, label|"srv"|Nc|Ns)"   (or it closes)
+ *   client -> server  "AUTH0 <label>"
+ *   server -> client  "AUTH1 <label> C"    and the server closes
+ *   client -> server  "AUTH2 C Nc HMAC(K, label|"cli"|C|Nc)"   (a new connection)
+ *   server -> client  "AUTH3 HMAC(K, label|"srv"|Nc|C)"   (or it closes)
  *
- * Nonces are 16 random bytes in hex; the label names the channel ("coord"
- * for the coordinator, "state" for catch-up transfers, "local" for a
- * replica's leader and its other ranks) so that a proof made for one cannot
- * be replayed on another. The client checks the server's proof before it
- * believes anything it says.
+ * C, the server's challenge, is a cookie: the server's clock, 8 random
+ * bytes and the server's MAC of both under a key of its own, valid for 10
+ * seconds; Nc is 16 random bytes of the client's, in hex. The label names
+ * the channel ("coord" for the coordinator, "state" for catch-up
+ * transfers, "local" for a replica's leader and its other ranks,
+ * "standby" for the standby's feed) so that a proof made for one cannot
+ * be replayed on another, and the server refuses an Nc it accepted while
+ * the cookie could still be valid. The client checks the server's proof
+ * before it believes anything it says.
  *
  * Integrity after the handshake. Every later line, both ways, ends with
- * " mac=<32 hex>", a tag from transport/msgauth.h keyed from both nonces,
+ * " mac=<32 hex>", a tag from transport/msgauth.h keyed from C and Nc,
  * with a sequence number per direction, over the line's SHA-256 (so that
  * a line sent to many peers is hashed once): a line that was forged, altered,
  * replayed, reordered or dropped fails the check, and the reader refuses it
@@ -23,13 +28,17 @@
  * state, an accumulator) are followed by a binary tag of their own
  * (resihp__wire_seal/_unseal).
  *
- * Strangers cannot delay anyone. A server never waits for one client's
- * handshake: resihp__wire_hs_t runs every pending handshake as a small
- * state machine in its owner's poll loop, with an absolute deadline per
- * connection and a cap on how many may be pending (the oldest is dropped
- * to make room; the coordinator's cap is the job's replicas + 64, so that
- * a whole job joining at once is never dropped). Before authentication, a line
- * longer than RESIHP__WIRE_PREAUTH_MAX bytes is refused.
+ * Strangers cannot delay anyone, nor keep anyone out. A server never waits
+ * for a client's answer: it keeps nothing between AUTH1 and AUTH2 (the
+ * cookie says what it needs), so a flood of connections has no table of
+ * challenges to fill. What it holds is a connection whose first line has
+ * not arrived yet, in a small table of its owner's poll loop
+ * (resihp__wire_hs_t), each with an absolute deadline; the oldest makes
+ * room for a newcomer, and a genuine client's line comes with its connect
+ * and is read at once. A client whose connection was dropped all the same
+ * asks again a few times, with a pause that doubles
+ * (resihp__wire_auth_client). Before authentication, a line longer than
+ * RESIHP__WIRE_PREAUTH_MAX bytes is refused.
  *
  * Lengths. RESIHP__WIRE_LINE_MAX is the one limit of every line, for the
  * writer (resihp__wire_send refuses a longer line: RESIHP_ERANGE) and the
@@ -52,6 +61,7 @@
 #include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 /* bytes, without the '\n': room for a member list of 100K replicas of
  * several ranks (GO). Buffers grow to the lines actually received. */
@@ -130,6 +140,10 @@ int resihp__wire_send_data(resihp__wire_t *w, const void *buf, size_t len,
 int resihp__wire_recv_data(resihp__wire_t *w, void *buf, size_t len,
                            int64_t deadline_ms);
 
+/* Tests only: the client's side waits this long before it answers the
+ * server (a round trip of a distant client). 0 in a job. */
+extern int resihp__wire_test_rtt_ms;
+
 /* Client side of the handshake (blocking until the deadline). */
 int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
                              size_t secret_len, const char *label,
@@ -141,6 +155,9 @@ int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
 typedef struct {
   int stage;
   char ns[80], nc[40];
+  struct sockaddr_storage peer; /* the server, for the second connection */
+  socklen_t peerlen;
+  int bad_server; /* its proof was wrong */
 } resihp__wire_cli_t;
 int resihp__wire_cli_step(resihp__wire_t *w, resihp__wire_cli_t *s,
                           const uint8_t *secret, size_t secret_len,
@@ -185,6 +202,11 @@ int resihp__wire_dial(const char *endpoint, int64_t deadline_ms);
  * another thread. */
 int resihp__wire_dial_stoppable(const char *endpoint, int64_t deadline_ms,
                                 const int *stop);
+/* The same to an address (a TCP peer's, from getpeername: the
+ * handshake's second connection, a retry); RESIHP_EINVAL for anything but
+ * an IP address (al 0: a socketpair has none). */
+int resihp__wire_dial_addr(const struct sockaddr_storage *a, socklen_t al,
+                           int64_t deadline_ms);
 /* Listening socket on host (NULL: any) and port (0: ephemeral);
  * *port_out gets the bound port. */
 int resihp__wire_listen(const char *host, int port, int *port_out);

@@ -372,15 +372,13 @@ static void stub_io(bench_t *b, stub_t *s, uint32_t ev) {
     }
     struct epoll_event e = {.events = EPOLLIN, .data.ptr = s};
     epoll_ctl(b->ep, EPOLL_CTL_MOD, s->w.fd, &e);
-    s->stage = S_HANDSHAKE;
-    if (!(ev & EPOLLIN))
-      return;
+    s->stage = S_HANDSHAKE; /* the client speaks first (AUTH0) */
   }
   if (s->stage == S_HANDSHAKE) {
-    int fd = s->w.fd;
+    int was = s->hs.stage;
     int rc = resihp__wire_cli_step(&s->w, &s->hs, b->secret, sizeof(b->secret),
                                    "coord");
-    if (rc >= 0 && s->w.fd != fd) {
+    if (rc >= 0 && was < 2 && s->hs.stage == 2) {
       /* the answer went on a new connection (the old one is closed, and
        * with it its place in the set) */
       struct epoll_event e = {.events = EPOLLIN, .data.ptr = s};

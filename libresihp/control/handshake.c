@@ -34,6 +34,7 @@
 #include <resihp/log.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -84,6 +85,25 @@ static void seal_session(resihp__wire_t *w, const uint8_t *secret, size_t slen,
   w->max = RESIHP__WIRE_LINE_MAX;
 }
 
+/* A new connection to the server in place of w's, under the same
+ * descriptor number: whoever holds that number (a thread that shuts it
+ * down to cancel, a caller that asks the socket for its address) keeps
+ * holding the connection in use; one that watches it in an epoll set
+ * adds it again (the set forgets a closed connection). */
+static int reconnect(resihp__wire_t *w, const resihp__wire_cli_t *s,
+                     int64_t deadline_ms) {
+  int fd = resihp__wire_dial_addr(&s->peer, s->peerlen, deadline_ms);
+  if (fd < 0)
+    return fd;
+  int rc = dup3(fd, w->fd, O_CLOEXEC) < 0 ? RESIHP_ESYS : 0;
+  close(fd);
+  w->len = 0;
+  w->out_off = w->out_len = 0;
+  w->sealed = 0;
+  w->max = RESIHP__WIRE_PREAUTH_MAX;
+  return rc;
+}
+
 /* One move of the client's side on what has arrived: AUTH0 sent ->
  * AUTH1 (a cookie) -> a new connection with AUTH2 -> AUTH3 -> sealed. 1
  * once sealed, 0 while it waits for the server, negative on failure. */
@@ -121,13 +141,8 @@ int resihp__wire_cli_step(resihp__wire_t *w, resihp__wire_cli_t *s,
       usleep((useconds_t)resihp__wire_test_rtt_ms * 1000);
     /* The answer goes on a new connection, in its first line: the server
      * kept nothing of the first one. */
-    int fd = resihp__wire_dial_addr(&s->peer, s->peerlen,
-                                    resihp__now_ms() + REDIAL_MS);
-    if (fd < 0)
-      return fd;
-    resihp__wire_free(w);
-    resihp__wire_init(w, fd);
-    w->max = RESIHP__WIRE_PREAUTH_MAX;
+    if ((rc = reconnect(w, s, resihp__now_ms() + REDIAL_MS)))
+      return rc;
     proof(secret, slen, label, "cli", s->ns, s->nc, want);
     snprintf(line, sizeof(line), "AUTH2 %s %s %s", s->ns, s->nc, want);
     if ((rc = resihp__wire_send(w, line, resihp__now_ms() + 1000)))
@@ -168,12 +183,9 @@ int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
                  "%s: handshake dropped (%s): trying again in %ld ms", label,
                  resihp_strerror(rc), (long)pause);
       usleep((useconds_t)pause * 1000);
-      int fd = resihp__wire_dial_addr(&s.peer, s.peerlen, deadline_ms);
-      if (fd < 0)
-        return fd;
-      resihp__wire_free(w);
-      resihp__wire_init(w, fd);
-      s = (resihp__wire_cli_t){0};
+      if ((rc = reconnect(w, &s, deadline_ms)))
+        return rc;
+      s.stage = 0;
       tries++;
       pause *= 2;
       continue;

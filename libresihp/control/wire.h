@@ -151,7 +151,11 @@ int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
 /* The same without blocking, for a client with many connections (the scale
  * benchmark): s starts zeroed; call resihp__wire_cli_step whenever w's
  * socket is readable. 1 once the session is sealed, 0 while it waits,
- * negative on failure (RESIHP_EAUTH: a bad or missing proof). */
+ * negative on failure (RESIHP_EAUTH: a bad or missing proof). When a
+ * step moves s->stage to 2 (from 1, or from 0 when AUTH1 came at once),
+ * w->fd (the same number) is a new connection: a caller that watches it
+ * in an epoll set adds it again.
+ * resihp__wire_auth_client may reconnect too, under the same number. */
 typedef struct {
   int stage;
   char ns[80], nc[40];

@@ -62,13 +62,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   resihp__wire_cli_t s = {0};
   /* a step per line at most, and one more to see the end */
-  int rc = 0, fd = w.fd;
+  int rc = 0;
   for (size_t i = 0; i <= size && rc == 0; i++) {
     if (i == size / 2 + 1 && srv >= 0)
       close(srv), srv = -1; /* the rest: the peer has gone */
+    int was = s.stage;
     rc = resihp__wire_cli_step(&w, &s, secret, sizeof(secret) - 1, "coord");
-    if (rc == 0 && w.fd != fd) { /* the second connection */
-      fd = w.fd;
+    if (rc == 0 && was < 2 && s.stage == 2) { /* the second connection */
       if (srv >= 0)
         close(srv);
       srv = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);

@@ -439,6 +439,26 @@ static char probe_path[128];
 /* catchup_strangers_do_not_delay: idle connections opened to the
  * replacement's catch-up port as soon as it says HELLO. */
 static int g_flood_catchup, g_flooded;
+/* replica 0's listeners, looked at from another loopback address
+ * (127.0.0.2): how many answered there, and at their own (127.0.0.1) */
+static int g_check_bind, g_bind_checked, g_bind_elsewhere, g_bind_own;
+
+static void check_bind(const char *ep) {
+  const char *c = ep ? strrchr(ep, ':') : NULL;
+  if (!c)
+    return;
+  char other[64], own[64];
+  snprintf(other, sizeof(other), "127.0.0.2%s", c);
+  snprintf(own, sizeof(own), "127.0.0.1%s", c);
+  int fd = resihp__wire_dial(other, resihp__now_ms() + 2000);
+  g_bind_elsewhere += fd >= 0;
+  if (fd >= 0)
+    close(fd);
+  fd = resihp__wire_dial(own, resihp__now_ms() + 2000);
+  g_bind_own += fd >= 0;
+  if (fd >= 0)
+    close(fd);
+}
 static void open_idle(const char *ep, int *fds, int n);
 
 static pid_t spawn_rank(int r, int die_at) {
@@ -523,6 +543,13 @@ static int run_job(int R, int victim, int die_at, int replace, char *out,
       ;
     /* the replacement said HELLO; its START (and catch-up) comes at a
      * later poll, after these are queued on its port */
+    const char *ep0 = NULL, *sep0 = NULL;
+    if (g_check_bind && !g_bind_checked && resihp__coord_connected(c, 0) &&
+        !resihp__coord_replica_eps(c, 0, &ep0, &sep0, NULL)) {
+      check_bind(ep0);
+      check_bind(sep0);
+      g_bind_checked = 1;
+    }
     if (g_flood_catchup && !g_flooded && victim >= 0 && h.replaced[victim] &&
         resihp__coord_connected(c, victim) &&
         !resihp__coord_replica_eps(c, victim, NULL, &sep, NULL)) {
@@ -555,6 +582,20 @@ START_TEST(job_without_failure) {
   run_job(3, -1, -1, 0, out, sizeof(out));
   ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
   ck_assert_ptr_nonnull(strstr(out, "3 replicas agree"));
+}
+END_TEST
+
+/* A rank listens on the address it advertises (the one that routes to
+ * the coordinator, 127.0.0.1 here), not on every address of the host:
+ * its data and state ports answer at 127.0.0.1, not at 127.0.0.2. */
+START_TEST(job_listens_where_it_says) {
+  char out[8192];
+  g_check_bind = 1;
+  run_job(1, -1, -1, 0, out, sizeof(out));
+  g_check_bind = 0;
+  ck_assert_int_eq(g_bind_checked, 1);
+  ck_assert_int_eq(g_bind_own, 2);
+  ck_assert_int_eq(g_bind_elsewhere, 0);
 }
 END_TEST
 
@@ -1489,6 +1530,7 @@ static Suite *suite(void) {
   tc = tcase_create("jobs");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, job_without_failure);
+  tcase_add_test(tc, job_listens_where_it_says);
   tcase_add_test(tc, job_rank_dies_no_spare);
   tcase_add_test(tc, job_rank_dies_replaced);
   tcase_add_test(tc, job_slow_rank_stretches_samples);

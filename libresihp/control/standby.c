@@ -26,6 +26,9 @@
 #define HELLO_MS 2000
 #define SEND_MS 10000
 #define FIELD_MAX 64
+/* Authenticated connections waiting for their hello, and its length. */
+#define HELLO_PENDING 8
+#define HELLO_LINE_MAX 255
 
 struct resihp__feed {
   int lfd;
@@ -45,6 +48,12 @@ struct resihp__feed {
   unsigned gen;
   char ep[FIELD_MAX], node[FIELD_MAX], step[FIELD_MAX];
   char expect[FIELD_MAX]; /* the node of the standby wanted ("": any) */
+  /* the feed thread's: authenticated, hello not yet read */
+  struct {
+    resihp__wire_t w;
+    int64_t deadline;
+  } hel[HELLO_PENDING];
+  int nhel;
 };
 
 int resihp__feed_parse_rec(const char *line, size_t *n) {
@@ -103,12 +112,12 @@ static void drop(resihp__feed_t *f, resihp__wire_t *w, const char *why) {
   set_standby(f, NULL, NULL, NULL);
 }
 
-/* A new connection whose handshake is done: its hello, then it is the
- * standby (the one before is dropped). */
-static void take(resihp__feed_t *f, resihp__wire_t *nw, resihp__wire_t *w) {
-  char line[256], ep[FIELD_MAX], node[FIELD_MAX], step[FIELD_MAX];
-  if (resihp__wire_recv(nw, line, sizeof(line), resihp__now_ms() + HELLO_MS) ||
-      resihp__feed_parse_hello(line, ep, sizeof(ep), node, sizeof(node), step,
+/* A new connection whose handshake is done and whose hello is line: it
+ * is the standby now (the one before is dropped), or it is refused. */
+static void take(resihp__feed_t *f, const char *line, resihp__wire_t *nw,
+                 resihp__wire_t *w) {
+  char ep[FIELD_MAX], node[FIELD_MAX], step[FIELD_MAX];
+  if (resihp__feed_parse_hello(line, ep, sizeof(ep), node, sizeof(node), step,
                                sizeof(step))) {
     resihp__wire_free(nw);
     return;
@@ -125,6 +134,54 @@ static void take(resihp__feed_t *f, resihp__wire_t *nw, resihp__wire_t *w) {
   *w = *nw;
   set_standby(f, ep, node, step); /* sent nothing yet: the newest at once */
   resihp_log(RESIHP_LOG_INFO, "feed", "standby at %s on node %s", ep, node);
+}
+
+/* An authenticated connection waits here for its hello, beside the
+ * others, until HELLO_MS from its handshake: one that says nothing holds
+ * neither the thread nor the standby that comes after it. At most
+ * HELLO_PENDING (the oldest makes room). */
+static void hello_add(resihp__feed_t *f, resihp__wire_t *nw) {
+  if (f->nhel == HELLO_PENDING) {
+    resihp__wire_free(&f->hel[0].w);
+    memmove(f->hel, f->hel + 1, sizeof(f->hel[0]) * (HELLO_PENDING - 1));
+    f->nhel--;
+  }
+  nw->max = HELLO_LINE_MAX; /* a hello is short */
+  f->hel[f->nhel].w = *nw;
+  f->hel[f->nhel++].deadline = resihp__now_ms() + HELLO_MS;
+}
+
+/* Hellos that came (each one taken or refused), the late dropped. */
+static void hello_read(resihp__feed_t *f, resihp__wire_t *w) {
+  int64_t now = resihp__now_ms();
+  for (int i = 0; i < f->nhel;) {
+    char line[HELLO_LINE_MAX + 1];
+    int rc = resihp__wire_fill(&f->hel[i].w);
+    int t = resihp__wire_take(&f->hel[i].w, line, sizeof(line));
+    if (t == 0 && rc == 0 && now < f->hel[i].deadline) {
+      i++;
+      continue;
+    }
+    resihp__wire_t nw = f->hel[i].w;
+    memmove(f->hel + i, f->hel + i + 1,
+            sizeof(f->hel[0]) * (size_t)(f->nhel - i - 1));
+    f->nhel--;
+    if (t == 1 && !f->bye_done)
+      take(f, line, &nw, w);
+    else
+      resihp__wire_free(&nw);
+  }
+}
+
+/* Milliseconds to the nearest hello deadline, at most max_ms. */
+static int hello_wait_ms(const resihp__feed_t *f, int max_ms) {
+  int64_t now = resihp__now_ms();
+  for (int i = 0; i < f->nhel; i++) {
+    int64_t left = f->hel[i].deadline - now;
+    if (left < max_ms)
+      max_ms = left > 0 ? (int)left : 0;
+  }
+  return max_ms;
 }
 
 /* The newest record, if the standby does not have it yet (a copy taken
@@ -183,13 +240,16 @@ static void *feed_main(void *arg) {
       if (rc)
         drop(f, &w, resihp_strerror(rc));
     }
-    struct pollfd p[4] = {{f->lfd, POLLIN, 0},
-                          {resihp__wire_hs_fd(f->hs), POLLIN, 0},
-                          {f->wake[0], POLLIN, 0},
-                          {w.fd, POLLIN, 0}};
-    int n = w.fd >= 0 ? 4 : 3;
-    poll(p, (nfds_t)n,
-         resihp__wire_hs_wait_ms(f->hs, RESIHP__FEED_BEAT_MS / 2));
+    struct pollfd p[4 + HELLO_PENDING] = {{f->lfd, POLLIN, 0},
+                                          {resihp__wire_hs_fd(f->hs), POLLIN, 0},
+                                          {f->wake[0], POLLIN, 0},
+                                          {w.fd, POLLIN, 0}};
+    for (int i = 0; i < f->nhel; i++)
+      p[4 + i] = (struct pollfd){f->hel[i].w.fd, POLLIN, 0};
+    /* w.fd < 0 is skipped by poll */
+    poll(p, (nfds_t)(4 + f->nhel),
+         hello_wait_ms(f, resihp__wire_hs_wait_ms(f->hs,
+                                                  RESIHP__FEED_BEAT_MS / 2)));
     if (p[0].revents)
       resihp__wire_hs_accept(f->hs, f->lfd);
     resihp__wire_init(&nw, -1);
@@ -197,20 +257,23 @@ static void *feed_main(void *arg) {
       if (f->bye_done)
         resihp__wire_free(&nw); /* the job is over: nobody to follow */
       else
-        take(f, &nw, &w);
+        hello_add(f, &nw);
       resihp__wire_init(&nw, -1);
     }
+    hello_read(f, &w);
     char b[64];
     while (read(f->wake[0], b, sizeof(b)) > 0)
       ;
     /* the standby says nothing after its hello: input is its end */
-    if (n == 4 && p[3].revents) {
+    if (w.fd >= 0 && p[3].revents) {
       int rc = resihp__wire_fill(&w);
       if (rc < 0 || w.len)
         drop(f, &w, rc < 0 ? resihp_strerror(rc) : "it spoke out of turn");
     }
   }
   resihp__wire_free(&w);
+  for (int i = 0; i < f->nhel; i++)
+    resihp__wire_free(&f->hel[i].w);
   return NULL;
 }
 

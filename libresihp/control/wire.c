@@ -67,9 +67,16 @@ void resihp__wire_free(resihp__wire_t *w) {
   w->max = RESIHP__WIRE_LINE_MAX;
 }
 
-/* The first buffered line has no end within the limit. */
+/* The first buffered line has no end within the limit (its type's, once
+ * its name has come). */
 static int first_line_too_long(const resihp__wire_t *w) {
-  return w->len > w->max && !memchr(w->buf, '\n', w->max + 1);
+  size_t max = w->max;
+  if (w->line_max && w->len) {
+    size_t m = w->line_max(w->buf, w->len);
+    if (m < max)
+      max = m;
+  }
+  return w->len > max && !memchr(w->buf, '\n', max + 1);
 }
 
 int resihp__wire_fill(resihp__wire_t *w) {

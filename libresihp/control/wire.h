@@ -71,6 +71,12 @@
  * number) whatever room the member lists need. */
 #define RESIHP__WIRE_MBS_LINE (1 << 20)
 #define RESIHP__WIRE_PREAUTH_MAX 256
+/* The longest line of a connection that has not yet said who it is
+ * (HELLO, SUBHELLO, LEP, SPARE: one replica's addresses at most). */
+#define RESIHP__WIRE_HELLO_MAX (64 << 10)
+/* The longest line of the messages that carry no list (READY, FAULT,
+ * ABORT, ...). */
+#define RESIHP__WIRE_SHORT_MAX 2048
 /* Room kept in a line for everything but a microbatch list. */
 #define RESIHP__WIRE_LIST_HEADROOM 1024
 
@@ -80,6 +86,10 @@ typedef struct {
   char *buf;
   size_t len, cap;
   size_t max; /* longest line accepted now */
+  /* NULL, or the longest line accepted of the kind that starts with the
+   * len bytes at line (at most max): each message type its own limit,
+   * known as soon as its name has come */
+  size_t (*line_max)(const char *line, size_t len);
   int sealed; /* lines carry a tag (set by the handshake) */
   resihp__msgauth_t auth;
   /* output not yet taken by the socket: out[out_off, out_len) */

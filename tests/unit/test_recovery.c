@@ -1062,6 +1062,103 @@ END_TEST
 
 /* A connection that trickles a byte now and then does not stay: its
  * handshake deadline is absolute. */
+/* Resident memory of this process, now (VmRSS) or at its peak so far
+ * (VmHWM), bytes. */
+static long rss_bytes(const char *which) {
+  char l[128];
+  long kb = 0;
+  FILE *f = fopen("/proc/self/status", "r");
+  while (f && fgets(l, sizeof(l), f))
+    if (!strncmp(l, which, strlen(which)))
+      sscanf(l + strlen(which), ": %ld", &kb);
+  if (f)
+    fclose(f);
+  return kb << 10;
+}
+
+/* The peer closed fd (or reset it) before the deadline. */
+static int closed_by_peer(int fd, int64_t deadline) {
+  char b[256];
+  while (resihp__now_ms() < deadline) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    poll(&p, 1, 100);
+    ssize_t r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+      return 1;
+  }
+  return 0;
+}
+
+/* Authenticated connections that never say who they are: 10 send a 4 MiB
+ * HELLO without its end, 10 say nothing. The first are cut at the
+ * pre-HELLO limit (64 KiB) and the others closed at the HELLO deadline
+ * (1 s here), not before; the coordinator's memory does not grow with
+ * what they sent. Before, each could buffer a 16 MiB line and stayed
+ * open for good (20 connections: 2 MB -> 330 MB). */
+START_TEST(coord_silent_authed_closed) {
+  const char *key = "silent-authed-secret";
+  resihp__coord_opts_t co = {.replicas = 1,
+                             .bind_host = "127.0.0.1",
+                             .secret = (const uint8_t *)key,
+                             .secret_len = strlen(key),
+                             .silence_ms = 3000,
+                             .hello_ms = 1000};
+  resihp__coord_t *c;
+  ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
+  char ep[64];
+  snprintf(ep, sizeof(ep), "127.0.0.1:%d", resihp__coord_port(c));
+  long before = rss_bytes("VmRSS");
+  pid_t p = fork();
+  if (p == 0) {
+    enum { N = 20, JUNK = 4 << 20 };
+    resihp__wire_t w[N];
+    int64_t authed[N];
+    for (int i = 0; i < N; i++) {
+      if (coord_open(ep, key, &w[i]))
+        _exit(2);
+      authed[i] = resihp__now_ms();
+    }
+    char *junk = malloc(JUNK);
+    memset(junk, 'x', JUNK);
+    memcpy(junk, "HELLO ", 6);
+    int64_t dl = resihp__now_ms() + 15000; /* safety net only */
+    for (int i = 0; i < N / 2; i++) {
+      size_t off = 0;
+      while (off < JUNK && resihp__now_ms() < dl) {
+        ssize_t n = send(w[i].fd, junk + off, JUNK - off,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+          off += (size_t)n;
+          continue;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EINTR)
+          break; /* cut off */
+        struct pollfd q = {.fd = w[i].fd, .events = POLLOUT};
+        poll(&q, 1, 100);
+      }
+    }
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+      if (!closed_by_peer(w[i].fd, dl)) {
+        fprintf(stderr, "connection %d still open\n", i);
+        bad = 1;
+      } else if (i >= N / 2 && resihp__now_ms() - authed[i] < 1000) {
+        fprintf(stderr, "connection %d closed before its deadline\n", i);
+        bad = 1;
+      }
+    }
+    _exit(bad);
+  }
+  int rc = pump_until_exit(c, p);
+  long grew = rss_bytes("VmHWM") - before; /* while they were open */
+  resihp__coord_destroy(c);
+  fprintf(stderr, "coord_silent_authed_closed: the coordinator grew by %ld "
+                  "KiB\n", grew >> 10);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_msg(grew < (8 << 20), "the coordinator grew by %ld bytes", grew);
+}
+END_TEST
+
 START_TEST(coord_drip_dropped) {
   const char *key = "drip-test-secret";
   char ep[64];
@@ -1553,6 +1650,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, wire_data_tagged);
   tcase_add_test(tc, coord_strangers_do_not_delay);
   tcase_add_test(tc, coord_drip_dropped);
+  tcase_add_test(tc, coord_silent_authed_closed);
   tcase_add_test(tc, catchup_strangers_do_not_delay);
   tcase_add_test(tc, leader_strangers_and_long_lists);
   tcase_add_test(tc, job_long_lists_reassigned);

@@ -167,15 +167,29 @@ int resihp__wire_cli_step(resihp__wire_t *w, resihp__wire_cli_t *s,
 #define CLIENT_TRIES 5
 #define CLIENT_BACKOFF_MS 50
 
+static int stopped(const int *stop) {
+  return stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE);
+}
+
 int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
                              size_t slen, const char *label,
                              int64_t deadline_ms) {
+  return resihp__wire_auth_client_stoppable(w, secret, slen, label,
+                                            deadline_ms, NULL);
+}
+
+int resihp__wire_auth_client_stoppable(resihp__wire_t *w,
+                                       const uint8_t *secret, size_t slen,
+                                       const char *label, int64_t deadline_ms,
+                                       const int *stop) {
   resihp__wire_cli_t s = {0};
   int64_t pause = CLIENT_BACKOFF_MS;
   for (int tries = 1;;) {
     int rc = resihp__wire_cli_step(w, &s, secret, slen, label);
     if (rc > 0)
       return 0;
+    if (stopped(stop))
+      return RESIHP_ECLOSED; /* its owner shut it down: no second try */
     int64_t left = deadline_ms - resihp__now_ms();
     if (rc < 0 && !s.bad_server && s.peerlen && tries < CLIENT_TRIES &&
         left > pause) {
@@ -185,6 +199,10 @@ int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
       usleep((useconds_t)pause * 1000);
       if ((rc = reconnect(w, &s, deadline_ms)))
         return rc;
+      /* a stop set before the new connection took the old one's number
+       * shut the old one down: it is seen here */
+      if (stopped(stop))
+        return RESIHP_ECLOSED;
       s.stage = 0;
       tries++;
       pause *= 2;

@@ -5,6 +5,7 @@
 #include "standby.h"
 
 #include "../transport/mesh.h"
+#include "lobby.h"
 #include "wire.h"
 
 #include <resihp/error.h>
@@ -48,12 +49,9 @@ struct resihp__feed {
   unsigned gen;
   char ep[FIELD_MAX], node[FIELD_MAX], step[FIELD_MAX];
   char expect[FIELD_MAX]; /* the node of the standby wanted ("": any) */
-  /* the feed thread's: authenticated, hello not yet read */
-  struct {
-    resihp__wire_t w;
-    int64_t deadline;
-  } hel[HELLO_PENDING];
-  int nhel;
+  /* the feed thread's: authenticated, hello not yet read (one that says
+   * nothing holds neither the thread nor the standby after it) */
+  resihp__lobby_t *lobby;
 };
 
 int resihp__feed_parse_rec(const char *line, size_t *n) {
@@ -136,54 +134,6 @@ static void take(resihp__feed_t *f, const char *line, resihp__wire_t *nw,
   resihp_log(RESIHP_LOG_INFO, "feed", "standby at %s on node %s", ep, node);
 }
 
-/* An authenticated connection waits here for its hello, beside the
- * others, until HELLO_MS from its handshake: one that says nothing holds
- * neither the thread nor the standby that comes after it. At most
- * HELLO_PENDING (the oldest makes room). */
-static void hello_add(resihp__feed_t *f, resihp__wire_t *nw) {
-  if (f->nhel == HELLO_PENDING) {
-    resihp__wire_free(&f->hel[0].w);
-    memmove(f->hel, f->hel + 1, sizeof(f->hel[0]) * (HELLO_PENDING - 1));
-    f->nhel--;
-  }
-  nw->max = HELLO_LINE_MAX; /* a hello is short */
-  f->hel[f->nhel].w = *nw;
-  f->hel[f->nhel++].deadline = resihp__now_ms() + HELLO_MS;
-}
-
-/* Hellos that came (each one taken or refused), the late dropped. */
-static void hello_read(resihp__feed_t *f, resihp__wire_t *w) {
-  int64_t now = resihp__now_ms();
-  for (int i = 0; i < f->nhel;) {
-    char line[HELLO_LINE_MAX + 1];
-    int rc = resihp__wire_fill(&f->hel[i].w);
-    int t = resihp__wire_take(&f->hel[i].w, line, sizeof(line));
-    if (t == 0 && rc == 0 && now < f->hel[i].deadline) {
-      i++;
-      continue;
-    }
-    resihp__wire_t nw = f->hel[i].w;
-    memmove(f->hel + i, f->hel + i + 1,
-            sizeof(f->hel[0]) * (size_t)(f->nhel - i - 1));
-    f->nhel--;
-    if (t == 1 && !f->bye_done)
-      take(f, line, &nw, w);
-    else
-      resihp__wire_free(&nw);
-  }
-}
-
-/* Milliseconds to the nearest hello deadline, at most max_ms. */
-static int hello_wait_ms(const resihp__feed_t *f, int max_ms) {
-  int64_t now = resihp__now_ms();
-  for (int i = 0; i < f->nhel; i++) {
-    int64_t left = f->hel[i].deadline - now;
-    if (left < max_ms)
-      max_ms = left > 0 ? (int)left : 0;
-  }
-  return max_ms;
-}
-
 /* The newest record, if the standby does not have it yet (a copy taken
  * under the lock). */
 static int send_record(resihp__feed_t *f, resihp__wire_t *w) {
@@ -244,12 +194,12 @@ static void *feed_main(void *arg) {
                                           {resihp__wire_hs_fd(f->hs), POLLIN, 0},
                                           {f->wake[0], POLLIN, 0},
                                           {w.fd, POLLIN, 0}};
-    for (int i = 0; i < f->nhel; i++)
-      p[4 + i] = (struct pollfd){f->hel[i].w.fd, POLLIN, 0};
+    int np = 4 + resihp__lobby_fds(f->lobby, p + 4);
     /* w.fd < 0 is skipped by poll */
-    poll(p, (nfds_t)(4 + f->nhel),
-         hello_wait_ms(f, resihp__wire_hs_wait_ms(f->hs,
-                                                  RESIHP__FEED_BEAT_MS / 2)));
+    poll(p, (nfds_t)np,
+         resihp__lobby_wait_ms(
+             f->lobby,
+             resihp__wire_hs_wait_ms(f->hs, RESIHP__FEED_BEAT_MS / 2)));
     if (p[0].revents)
       resihp__wire_hs_accept(f->hs, f->lfd);
     resihp__wire_init(&nw, -1);
@@ -257,10 +207,16 @@ static void *feed_main(void *arg) {
       if (f->bye_done)
         resihp__wire_free(&nw); /* the job is over: nobody to follow */
       else
-        hello_add(f, &nw);
+        resihp__lobby_add(f->lobby, &nw);
       resihp__wire_init(&nw, -1);
     }
-    hello_read(f, &w);
+    char hello[HELLO_LINE_MAX + 1];
+    while (resihp__lobby_next(f->lobby, &nw, hello, sizeof(hello)) == 1) {
+      if (f->bye_done)
+        resihp__wire_free(&nw);
+      else
+        take(f, hello, &nw, &w);
+    }
     char b[64];
     while (read(f->wake[0], b, sizeof(b)) > 0)
       ;
@@ -272,8 +228,6 @@ static void *feed_main(void *arg) {
     }
   }
   resihp__wire_free(&w);
-  for (int i = 0; i < f->nhel; i++)
-    resihp__wire_free(&f->hel[i].w);
   return NULL;
 }
 
@@ -288,6 +242,9 @@ int resihp__feed_start(int lfd, const uint8_t *secret, size_t secret_len,
   pthread_cond_init(&f->cv, NULL);
   int rc = resihp__wire_hs_create(secret, secret_len, LABEL, HS_PENDING,
                                   HS_TIMEOUT_MS, &f->hs);
+  if (!rc)
+    rc = resihp__lobby_create(HELLO_PENDING, HELLO_MS, HELLO_LINE_MAX,
+                              &f->lobby);
   if (!rc && pipe2(f->wake, O_CLOEXEC | O_NONBLOCK))
     rc = RESIHP_ESYS;
   if (!rc && pthread_create(&f->thread, NULL, feed_main, f))
@@ -379,6 +336,7 @@ void resihp__feed_stop(resihp__feed_t *f) {
     pthread_join(f->thread, NULL);
   }
   resihp__wire_hs_destroy(f->hs);
+  resihp__lobby_destroy(f->lobby);
   for (int i = 0; i < 2; i++)
     if (f->wake[i] >= 0)
       close(f->wake[i]);

@@ -158,6 +158,12 @@ extern int resihp__wire_test_rtt_ms;
 int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
                              size_t secret_len, const char *label,
                              int64_t deadline_ms);
+/* The same for a connection another thread may cancel (set *stop, then
+ * shut w->fd down): RESIHP_ECLOSED, and no second try, once *stop is set. */
+int resihp__wire_auth_client_stoppable(resihp__wire_t *w,
+                                       const uint8_t *secret,
+                                       size_t secret_len, const char *label,
+                                       int64_t deadline_ms, const int *stop);
 /* The same without blocking, for a client with many connections (the scale
  * benchmark): s starts zeroed; call resihp__wire_cli_step whenever w's
  * socket is readable. 1 once the session is sealed, 0 while it waits,

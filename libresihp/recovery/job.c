@@ -146,6 +146,8 @@ void resihp_job_destroy(resihp_job_t *j) {
     close(j->llfd);
   resihp__wire_hs_destroy(j->shs);
   resihp__wire_hs_destroy(j->lhs);
+  resihp__lobby_destroy(j->slobby);
+  resihp__lobby_destroy(j->llobby);
   if (j->secret) {
     memset(j->secret, 0, j->secret_len);
     free(j->secret);

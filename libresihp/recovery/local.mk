@@ -6,6 +6,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/wire.h \
 	libresihp/control/wire.c \
 	libresihp/control/handshake.c \
+	libresihp/control/lobby.c libresihp/control/lobby.h \
 	libresihp/control/coordinator.h \
 	libresihp/control/coord_internal.h \
 	libresihp/control/coord_members.c \

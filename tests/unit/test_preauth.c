@@ -211,20 +211,26 @@ typedef struct {
 static void *rank_main(void *arg) {
   rank_srv_t *s = arg;
   resihp__wire_hs_t *hs = NULL;
+  resihp__lobby_t *lobby = NULL;
   ck_assert_int_eq(resihp__wire_hs_create((const uint8_t *)KEY, strlen(KEY),
                                           s->label, RESIHP__JOB_HS_PENDING,
                                           RESIHP__JOB_HS_TIMEOUT_MS, &hs),
                    0);
+  ck_assert_int_eq(resihp__lobby_create(RESIHP__JOB_LOBBY,
+                                        RESIHP__JOB_FIRST_LINE_MS,
+                                        RESIHP__JOB_SUB_MAX, &lobby),
+                   0);
   while (!s->stop) {
     resihp__wire_t w;
-    if (resihp__job_accept_authed(NULL, hs, s->lfd, resihp__now_ms() + 100,
-                                  NULL, &w))
-      continue;
     char line[128];
-    if (!resihp__wire_recv(&w, line, sizeof(line), resihp__now_ms() + 5000))
-      resihp__wire_send(&w, line, resihp__now_ms() + 5000);
+    if (resihp__job_accept_authed(NULL, hs, lobby, s->lfd,
+                                  resihp__now_ms() + 100, NULL, &w, line,
+                                  sizeof(line)))
+      continue;
+    resihp__wire_send(&w, line, resihp__now_ms() + 5000);
     resihp__wire_free(&w);
   }
+  resihp__lobby_destroy(lobby);
   resihp__wire_hs_destroy(hs);
   return NULL;
 }

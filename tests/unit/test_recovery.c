@@ -1199,8 +1199,9 @@ START_TEST(catchup_strangers_do_not_delay) {
 END_TEST
 
 /* A replica of two ranks, M = 20000: the leader's address is flooded with
- * idle connections before its other rank comes (the leader's accept must
- * not wait for them), and every microbatch id reaches the ranks. */
+ * idle connections, and with authenticated ones that say nothing, before
+ * its other rank comes (the leader's accept must not wait for them), and
+ * every microbatch id reaches the ranks. */
 START_TEST(leader_strangers_and_long_lists) {
   const char *key = "unit-test-secret-0123456789";
   g_mbs = 20000;
@@ -1228,6 +1229,16 @@ START_TEST(leader_strangers_and_long_lists) {
   ck_assert_msg(lep && lep[0], "the leader never said where it is");
   int idle[60];
   open_idle(lep, idle, 60);
+  /* and 3 that authenticate and then say nothing: each held the leader
+   * until its 60 s deadline before */
+  resihp__wire_t mute[3];
+  for (int i = 0; i < 3; i++) {
+    resihp__wire_init(&mute[i], resihp__wire_dial(lep, resihp__now_ms() + 5000));
+    ck_assert_int_eq(resihp__wire_auth_client(&mute[i], (const uint8_t *)key,
+                                              strlen(key), "local",
+                                              resihp__now_ms() + 10000),
+                     0);
+  }
   setenv("SLURM_PROCID", "1", 1);
   pids[1] = spawn_rank(0, -1);
   unsetenv("SLURM_PROCID");
@@ -1246,6 +1257,8 @@ START_TEST(leader_strangers_and_long_lists) {
     ;
   for (int i = 0; i < 60; i++)
     close(idle[i]);
+  for (int i = 0; i < 3; i++)
+    resihp__wire_free(&mute[i]);
   resihp__coord_destroy(c);
   unlink(secret_path);
   ck_assert_int_eq(state, RESIHP__COORD_DONE);

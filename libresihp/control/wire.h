@@ -40,9 +40,13 @@
  * (resihp__wire_auth_client). Before authentication, a line longer than
  * RESIHP__WIRE_PREAUTH_MAX bytes is refused.
  *
- * Lengths. RESIHP__WIRE_LINE_MAX is the one limit of every line, for the
+ * Lengths. RESIHP__WIRE_LINE_MAX is the limit of every line, for the
  * writer (resihp__wire_send refuses a longer line: RESIHP_ERANGE) and the
- * reader (a connection sending one is refused: RESIHP_EPROTO). Member
+ * reader (a connection sending one is refused: RESIHP_EPROTO). A reader
+ * may hold a connection to less: a smaller max (RESIHP__WIRE_HELLO_MAX
+ * before a connection says who it is), or a limit per kind of message
+ * (line_max: RESIHP__WIRE_SHORT_MAX for the messages without lists), so
+ * that only the messages whose lists grow with the job may be long. Member
  * lists (one address list per replica) and microbatch lists are the long
  * lines: a job whose member list would not fit (replicas times the length
  * of a joiner's addresses) is refused when it joins, and

@@ -13,6 +13,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/transport/msgauth.c \
 	libresihp/transport/mesh.h \
 	libresihp/transport/mesh.c \
+	libresihp/transport/cookie.c libresihp/transport/cookie.h \
 	libresihp/transport/shm.h \
 	libresihp/transport/shm.c \
 	libresihp/transport/cma.h \

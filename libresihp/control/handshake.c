@@ -26,6 +26,7 @@
  */
 #include "config.h"
 
+#include "../transport/cookie.h"
 #include "../transport/mesh.h"
 #include "../transport/sha256.h"
 #include "wire.h"
@@ -219,63 +220,6 @@ int resihp__wire_auth_client_stoppable(resihp__wire_t *w,
 
 /* ---- the server's side -------------------------------------------------- */
 
-/* A cookie: t (the server's clock, seconds), r (random), and the server's
- * MAC of both under a key of its own, 28 bytes as 56 hex digits. Valid for
- * COOKIE_S seconds after t. */
-#define COOKIE_S 10
-#define COOKIE_RAND 8
-#define COOKIE_MAC 16
-#define COOKIE_LEN (4 + COOKIE_RAND + COOKIE_MAC)
-#define COOKIE_HEX (2 * COOKIE_LEN)
-#define LOCAL_KEY 32
-
-/* Client nonces accepted (16 bytes each), an open-addressing set; an
- * all-zero key marks a free place (a client's nonce is never all zero:
- * finish refuses one). Only a proof of the secret adds to it. */
-typedef struct {
-  uint8_t (*k)[NONCE_LEN];
-  size_t cap, n;
-} seen_t;
-
-static size_t seen_at(const seen_t *s, const uint8_t *k) {
-  uint64_t hash;
-  memcpy(&hash, k, sizeof(hash)); /* random bytes: a good hash as they are */
-  size_t i = (size_t)hash & (s->cap - 1);
-  static const uint8_t zero[NONCE_LEN];
-  /* never full: seen_add keeps it at most half used */
-  while (memcmp(s->k[i], zero, NONCE_LEN) && memcmp(s->k[i], k, NONCE_LEN))
-    i = (i + 1) & (s->cap - 1);
-  return i;
-}
-
-static int seen_has(const seen_t *s, const uint8_t *k) {
-  return s->cap && !memcmp(s->k[seen_at(s, k)], k, NONCE_LEN);
-}
-
-static int seen_add(seen_t *s, const uint8_t *k) {
-  if (2 * (s->n + 1) > s->cap) {
-    seen_t g = {.cap = s->cap ? 2 * s->cap : 64};
-    if (!(g.k = calloc(g.cap, NONCE_LEN)))
-      return RESIHP_ENOMEM;
-    static const uint8_t zero[NONCE_LEN];
-    for (size_t i = 0; i < s->cap; i++)
-      if (memcmp(s->k[i], zero, NONCE_LEN)) { /* a used place */
-        memcpy(g.k[seen_at(&g, s->k[i])], s->k[i], NONCE_LEN);
-        g.n++;
-      }
-    free(s->k);
-    *s = g;
-  }
-  memcpy(s->k[seen_at(s, k)], k, NONCE_LEN);
-  s->n++;
-  return 0;
-}
-
-static void seen_clear(seen_t *s) {
-  free(s->k);
-  *s = (seen_t){0};
-}
-
 /* A slot of the table of connections whose first line has not come yet.
  * Slots stay where they are (the epoll set names them by index); the ones
  * in use are linked in accept order, so the oldest (first to expire,
@@ -291,7 +235,7 @@ typedef struct {
 struct resihp__wire_hs {
   uint8_t *secret;
   size_t slen;
-  uint8_t lkey[LOCAL_KEY]; /* the cookies' key: this server's alone */
+  resihp__cookie_jar_t jar; /* the cookies' key, the nonces accepted */
   char label[16];
   int max, timeout_ms;
   pending_t *p; /* max slots */
@@ -309,10 +253,6 @@ struct resihp__wire_hs {
   /* authenticated, not yet taken by the owner */
   resihp__wire_t *done;
   int ndone, capdone;
-  /* client nonces of the last two periods of COOKIE_S + 1 seconds: a
-   * replayed AUTH2 is refused while its cookie is valid */
-  seen_t seen[2]; /* [0] the current period */
-  int64_t period_start;
   long refused, expired, quiet;
   int64_t last_warn;
 };
@@ -335,9 +275,7 @@ int resihp__wire_hs_create(const uint8_t *secret, size_t slen,
   h->ev = malloc(sizeof(*h->ev) * (size_t)h->cap_ev);
   int rc = h->efd < 0 ? RESIHP_ESYS
            : !h->secret || !h->p || !h->free || !h->ev ? RESIHP_ENOMEM
-           : getrandom(h->lkey, sizeof(h->lkey), 0) != (ssize_t)sizeof(h->lkey)
-               ? RESIHP_ESYS
-               : 0;
+           : resihp__cookie_jar_init(&h->jar);
   if (rc) {
     if (h->efd >= 0)
       close(h->efd);
@@ -354,7 +292,6 @@ int resihp__wire_hs_create(const uint8_t *secret, size_t slen,
   h->max = max_pending;
   h->timeout_ms = timeout_ms;
   h->oldest = h->newest = -1;
-  h->period_start = resihp__now_ms();
   for (int i = 0; i < max_pending; i++) {
     resihp__wire_init(&h->p[i].w, -1);
     h->free[h->nfree++] = max_pending - 1 - i;
@@ -372,11 +309,9 @@ void resihp__wire_hs_destroy(resihp__wire_hs_t *h) {
   for (int i = 0; i < h->ndone; i++)
     resihp__wire_free(&h->done[i]);
   free(h->done);
-  seen_clear(&h->seen[0]);
-  seen_clear(&h->seen[1]);
+  resihp__cookie_jar_free(&h->jar);
   close(h->efd);
   memset(h->secret, 0, h->slen);
-  memset(h->lkey, 0, sizeof(h->lkey));
   free(h->secret);
   free(h->p);
   free(h->free);
@@ -449,87 +384,34 @@ static int unhex(const char *s, uint8_t *out, size_t n) {
   return 0;
 }
 
-static uint32_t clock_s(void) {
-  return (uint32_t)(resihp__now_ms() / 1000);
-}
-
-/* The MAC part of a cookie from its t and r (b's first 4 + COOKIE_RAND). */
-static void cookie_mac(const resihp__wire_hs_t *h, const uint8_t *b,
-                       uint8_t mac[RESIHP__SHA256_LEN]) {
-  const void *parts[2] = {h->label, b};
-  size_t lens[2] = {strlen(h->label), 4 + COOKIE_RAND};
-  resihp__hmac_sha256(h->lkey, sizeof(h->lkey), parts, lens, 2, mac);
-}
-
-static int cookie_make(const resihp__wire_hs_t *h, char out[COOKIE_HEX + 1]) {
-  uint8_t b[COOKIE_LEN], mac[RESIHP__SHA256_LEN];
-  uint32_t t = clock_s();
-  for (int i = 0; i < 4; i++)
-    b[i] = (uint8_t)(t >> (24 - 8 * i));
-  if (getrandom(b + 4, COOKIE_RAND, 0) != COOKIE_RAND)
-    return RESIHP_ESYS;
-  cookie_mac(h, b, mac);
-  memcpy(b + 4 + COOKIE_RAND, mac, COOKIE_MAC);
-  resihp__hex(out, b, sizeof(b));
-  return 0;
-}
-
-/* 0 for a cookie of this server's, COOKIE_S seconds old at most. */
-static int cookie_check(const resihp__wire_hs_t *h, const char *c) {
-  uint8_t b[COOKIE_LEN], mac[RESIHP__SHA256_LEN];
-  if (unhex(c, b, sizeof(b)))
-    return RESIHP_EPROTO;
-  cookie_mac(h, b, mac);
-  if (resihp__ct_memcmp(mac, b + 4 + COOKIE_RAND, COOKIE_MAC))
-    return RESIHP_EAUTH;
-  uint32_t t = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 |
-               (uint32_t)b[2] << 8 | b[3];
-  return clock_s() - t <= COOKIE_S ? 0 : RESIHP_ETIMEDOUT;
-}
-
-/* The nonces of a period that ended COOKIE_S + 1 seconds ago can no
- * longer come with a valid cookie. */
-static void seen_rotate(resihp__wire_hs_t *h) {
-  int64_t now = resihp__now_ms();
-  if (now - h->period_start < (COOKIE_S + 1) * 1000)
-    return;
-  seen_clear(&h->seen[1]);
-  h->seen[1] = h->seen[0];
-  h->seen[0] = (seen_t){0};
-  h->period_start = now;
-}
-
 /* A client's first line, complete. AUTH0: a cookie, and the connection
  * is done with (1). AUTH2: the cookie and the proof checked, our proof
  * sent, the session sealed (0). Negative: refused. */
 static int first_line(resihp__wire_hs_t *h, resihp__wire_t *w,
                       const char *line) {
-  char lab[64], c[80], nc[80], got[80], want[80], reply[160];
-  uint8_t ncb[NONCE_LEN];
-  static const uint8_t zero[NONCE_LEN];
+  char lab[64], c[80], nc[80], got[80], want[80], reply[200];
+  uint8_t cb[RESIHP__COOKIE_LEN], ncb[NONCE_LEN];
   int rc;
   if (!strncmp(line, "AUTH0 ", 6)) {
     if (sscanf(line, "AUTH0 %63s", lab) != 1 || strcmp(lab, h->label))
       return RESIHP_EPROTO;
-    char ck[COOKIE_HEX + 1];
-    if ((rc = cookie_make(h, ck)))
+    char ck[2 * RESIHP__COOKIE_LEN + 1];
+    if ((rc = resihp__cookie_make(&h->jar, h->label, strlen(h->label), cb)))
       return rc;
+    resihp__hex(ck, cb, sizeof(cb));
     snprintf(reply, sizeof(reply), "AUTH1 %s %s\n", h->label, ck);
     return send_now(w->fd, reply) ? RESIHP_EIO : 1;
   }
   if (sscanf(line, "AUTH2 %70s %70s %70s", c, nc, got) != 3 ||
-      unhex(nc, ncb, NONCE_LEN) || !memcmp(ncb, zero, NONCE_LEN))
+      unhex(c, cb, sizeof(cb)) || unhex(nc, ncb, NONCE_LEN))
     return RESIHP_EPROTO;
-  if ((rc = cookie_check(h, c)))
+  if ((rc = resihp__cookie_check(&h->jar, h->label, strlen(h->label), cb)))
     return rc;
   proof(h->secret, h->slen, h->label, "cli", c, nc, want);
   if (!proof_ok(got, want))
     return RESIHP_EAUTH;
-  seen_rotate(h);
-  if (seen_has(&h->seen[0], ncb) || seen_has(&h->seen[1], ncb))
-    return RESIHP_EAUTH; /* a replay */
-  if ((rc = seen_add(&h->seen[0], ncb)))
-    return rc;
+  if ((rc = resihp__cookie_first_use(&h->jar, ncb)))
+    return rc; /* a replay */
   proof(h->secret, h->slen, h->label, "srv", nc, c, want);
   snprintf(reply, sizeof(reply), "AUTH3 %s\n", want);
   if (send_now(w->fd, reply))

@@ -9,9 +9,10 @@
  *   client -> server  "AUTH2 C Nc HMAC(K, label|"cli"|C|Nc)"   (a new connection)
  *   server -> client  "AUTH3 HMAC(K, label|"srv"|Nc|C)"   (or it closes)
  *
- * C, the server's challenge, is a cookie: the server's clock, 8 random
- * bytes and the server's MAC of both under a key of its own, valid for 10
- * seconds; Nc is 16 random bytes of the client's, in hex. The label names
+ * C, the server's challenge, is a cookie (transport/cookie.h): the
+ * server's clock, random bytes and the server's MAC of both under a key of
+ * its own, valid for 10 seconds; Nc is 16 random bytes of the client's, in
+ * hex. The label names
  * the channel ("coord" for the coordinator, "state" for catch-up
  * transfers, "local" for a replica's leader and its other ranks,
  * "standby" for the standby's feed) so that a proof made for one cannot

@@ -40,8 +40,10 @@ static const char KEY[] = "preauth-test-secret-0123456789";
 #define BOUND_MS 2000
 #define RTT_MS 50
 
-/* The flooder: connections at full rate to 127.0.0.1:port until killed. */
-static pid_t flood(int port) {
+/* The flooder: connections at full rate to 127.0.0.1:port until killed;
+ * every other one sends what (len bytes: part of an answer, or a forged
+ * hello). */
+static pid_t flood_with(int port, const void *what, size_t len) {
   pid_t p = fork();
   ck_assert_int_ge(p, 0);
   if (p)
@@ -64,8 +66,12 @@ static pid_t flood(int port) {
     /* the one before has had time to connect */
     int prev = fds[(k + OPEN - 1) % OPEN];
     if (i % 2 && prev >= 0)
-      send(prev, "AUTH2 0123", 10, MSG_NOSIGNAL | MSG_DONTWAIT);
+      send(prev, what, len, MSG_NOSIGNAL | MSG_DONTWAIT);
   }
+}
+
+static pid_t flood(int port) {
+  return flood_with(port, "AUTH2 0123", 10);
 }
 
 static void flood_end(pid_t p) {
@@ -271,6 +277,74 @@ START_TEST(rank_state_flooded) {
 }
 END_TEST
 
+/* ---- a rank's mesh listener (the communicator's set-up) ------------------ */
+
+typedef struct {
+  resihp__mesh_opts_t o;
+  int rc;
+} mesh_side_t;
+
+static void *mesh_main(void *arg) {
+  mesh_side_t *m = arg;
+  int data[2], ctrl[2];
+  m->rc = resihp__mesh_connect(&m->o, data, ctrl, NULL, NULL);
+  for (int i = 0; !m->rc && i < 2; i++) {
+    if (data[i] >= 0)
+      close(data[i]);
+    if (ctrl[i] >= 0)
+      close(ctrl[i]);
+  }
+  return NULL;
+}
+
+START_TEST(rank_mesh_flooded) {
+  int port = 0, lfd = resihp__wire_listen("127.0.0.1", 0, &port);
+  ck_assert_int_ge(lfd, 0);
+  char ep0[64];
+  snprintf(ep0, sizeof(ep0), "127.0.0.1:%d", port);
+  const char *eps[2] = {ep0, "127.0.0.1:9"};
+  /* the flood's hellos are valid ones, as rank 1 would send (anyone can
+   * write one: it proves nothing) */
+  struct {
+    uint32_t magic;
+    uint16_t version;
+    uint8_t channel, pad;
+    uint32_t src, dst, nranks;
+    uint8_t nonce[32];
+  } hello = {.magic = 0x52534841u, .version = RESIHP__MESH_VERSION,
+             .src = 1, .dst = 0, .nranks = 2};
+  pid_t f = flood_with(port, &hello, sizeof(hello));
+  int ok = 0;
+  for (int i = 0; i < TRIES; i++) {
+    mesh_side_t r0 = {.o = {.rank = 0,
+                            .nranks = 2,
+                            .endpoints = eps,
+                            .listen_fd = lfd,
+                            .secret = (const uint8_t *)KEY,
+                            .secret_len = strlen(KEY),
+                            .timeout_ms = 10000}};
+    mesh_side_t r1 = r0;
+    r1.o.rank = 1;
+    r1.o.listen_fd = -1;
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, mesh_main, &r0), 0);
+    resihp__mesh_test_rtt_ms = RTT_MS; /* rank 1's answers only */
+    int64_t t0 = resihp__now_ms();
+    mesh_main(&r1);
+    long ms = (long)(resihp__now_ms() - t0);
+    resihp__mesh_test_rtt_ms = 0;
+    pthread_join(t, NULL);
+    fprintf(stderr, "mesh: try %d: %s in %ld ms\n", i,
+            r1.rc ? resihp_strerror(r1.rc) : "connected", ms);
+    ok += !r1.rc && !r0.rc && ms <= BOUND_MS;
+  }
+  flood_end(f);
+  close(lfd);
+  ck_assert_msg(ok == TRIES, "mesh: %d of %d within %d ms", ok, TRIES,
+                BOUND_MS);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("preauth");
   TCase *tc = tcase_create("flood");
@@ -279,6 +353,7 @@ int main(void) {
   tcase_add_test(tc, standby_feed_flooded);
   tcase_add_test(tc, rank_local_flooded);
   tcase_add_test(tc, rank_state_flooded);
+  tcase_add_test(tc, rank_mesh_flooded);
   suite_add_tcase(s, tc);
   return run_suite(s);
 }

@@ -94,6 +94,13 @@ tests_fuzz_fuzz_frame_data_SOURCES = tests/fuzz/fuzz_frame_data.c \
 tests_fuzz_fuzz_frame_data_LDADD = libresihp/libresihp-internal.la -lm
 TESTS += tests/fuzz/fuzz_frame_ctrl tests/fuzz/fuzz_frame_data
 EXTRA_DIST += tests/fuzz/corpus-frame-ctrl tests/fuzz/corpus-frame-data
+# ... and of the mesh handshake's server side (hellos, answers, cookies).
+check_PROGRAMS += tests/fuzz/fuzz_mesh_hs
+tests_fuzz_fuzz_mesh_hs_SOURCES = tests/fuzz/fuzz_mesh_hs.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_mesh_hs_LDADD = libresihp/libresihp-internal.la -lm
+TESTS += tests/fuzz/fuzz_mesh_hs
+EXTRA_DIST += tests/fuzz/corpus-mesh-hs
 
 # Benchmarks: resihp vs Open MPI on loopback (tools/resihp-bench.sh runs
 # both). The MPI twin is compiled and linked with $(MPICC): its object comes

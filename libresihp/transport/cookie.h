@@ -34,7 +34,7 @@ typedef struct {
   size_t cap, n;
 } resihp__nonce_set_t;
 
-typedef struct {
+typedef struct resihp__cookie_jar {
   uint8_t key[32];
   resihp__nonce_set_t seen[2]; /* [0]: the current period */
   int64_t period_start;

@@ -453,6 +453,13 @@ static int hs_step(struct pending *p, const resihp__mesh_opts_t *o,
   }
 }
 
+int resihp__mesh_hs_serve(const resihp__mesh_opts_t *o,
+                          resihp__cookie_jar_t *jar, int fd) {
+  struct pending p = {.fd = fd, .state = HS_HELLO};
+  snprintf(p.who, sizeof(p.who), "a test peer");
+  return hs_step(&p, o, jar);
+}
+
 static void hs_drop(struct pending *p) {
   close(p->fd);
   p->fd = -1;

@@ -77,6 +77,14 @@ int resihp__mesh_dial(const char *endpoint, const uint8_t *secret,
                       int channel, int64_t deadline_ms,
                       resihp__msgauth_t *auth);
 
+/* Tests and the fuzz target (tests/fuzz/fuzz_mesh_hs.c): the server's
+ * side of the handshake on one connected socket fd, as far as what has
+ * come allows: 0 still waiting, 1 the peer proved itself (verdict sent), 2
+ * a challenge went out, negative: refused. */
+struct resihp__cookie_jar;
+int resihp__mesh_hs_serve(const resihp__mesh_opts_t *o,
+                          struct resihp__cookie_jar *jar, int fd);
+
 /* Orderly close of n sockets (entries -1 are skipped; all set to -1):
  * shut down the sending side, then read and discard until every peer has
  * closed too or linger_ms passed. Closing a socket that still holds unread

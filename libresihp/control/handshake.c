@@ -19,10 +19,10 @@
  * or its deadline passes. A client whose connection was dropped anyway
  * starts again (resihp__wire_auth_client retries with backoff).
  *
- * A proof can be replayed only with its cookie, within the cookie's
- * lifetime, and not at all: the server remembers each client nonce it
+ * A recorded AUTH2 could be replayed only with its cookie, within the
+ * cookie's lifetime, and is not: the server remembers each client nonce it
  * accepted for as long as a cookie is valid (a table only a proof of the
- * secret can add to).
+ * secret can add to; transport/cookie.c).
  */
 #include "config.h"
 

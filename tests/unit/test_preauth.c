@@ -17,7 +17,9 @@
 #include "../../libresihp/control/standby.h"
 #include "../../libresihp/control/wire.h"
 #include "../../libresihp/recovery/job_internal.h"
+#include "../../libresihp/transport/cookie.h"
 #include "../../libresihp/transport/mesh.h"
+#include "../../libresihp/transport/sha256.h"
 #include "suite_main.h"
 
 #include <resihp/error.h>
@@ -345,6 +347,67 @@ START_TEST(rank_mesh_flooded) {
 }
 END_TEST
 
+/* The mesh server's answer path (resihp__mesh_hs_serve): a hello gets a
+ * cookie and nothing is kept; the answer with that cookie and the right
+ * proof is accepted once, the same answer again (a replay) is refused, and
+ * so is one with a wrong proof or a cookie bound to another hello. */
+static int mesh_serve(resihp__cookie_jar_t *jar, const void *in, size_t n,
+                      uint8_t *out, size_t cap) {
+  static const char *const eps[2] = {"127.0.0.1:1", "127.0.0.1:2"};
+  resihp__mesh_opts_t o = {.rank = 0,
+                           .nranks = 2,
+                           .endpoints = eps,
+                           .listen_fd = -1,
+                           .secret = (const uint8_t *)KEY,
+                           .secret_len = strlen(KEY),
+                           .timeout_ms = 1000};
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  ck_assert_int_eq(write(sv[1], in, n), (ssize_t)n);
+  int r = resihp__mesh_hs_serve(&o, jar, sv[0]);
+  if (read(sv[1], out, cap) < 0)
+    out[0] = 0;
+  close(sv[0]);
+  close(sv[1]);
+  return r;
+}
+
+START_TEST(mesh_answer_checked) {
+  struct {
+    uint32_t magic;
+    uint16_t version;
+    uint8_t channel, answer;
+    uint32_t src, dst, nranks;
+    uint8_t nonce[32];
+    uint8_t ns[32], mac[32];
+  } m = {.magic = 0x52534841u, .version = RESIHP__MESH_VERSION, .src = 1,
+         .dst = 0, .nranks = 2, .nonce = {7, 7, 7}};
+  const size_t hello = 52;
+  resihp__cookie_jar_t jar;
+  ck_assert_int_eq(resihp__cookie_jar_init(&jar), 0);
+  uint8_t out[128];
+  ck_assert_int_eq(mesh_serve(&jar, &m, hello, out, sizeof(out)), 2);
+  memcpy(m.ns, out + 4, 32); /* the challenge: magic, Ns, its MAC */
+  const void *parts[3] = {"resihp-cli", &m, m.ns};
+  size_t lens[3] = {10, hello, 32};
+  resihp__hmac_sha256(KEY, strlen(KEY), parts, lens, 3, m.mac);
+  m.answer = 1;
+  m.mac[0] ^= 1; /* a wrong proof */
+  ck_assert_int_eq(mesh_serve(&jar, &m, sizeof(m), out, sizeof(out)),
+                   RESIHP_EAUTH);
+  m.mac[0] ^= 1;
+  m.nonce[0] = 8; /* the cookie was for another hello */
+  ck_assert_int_eq(mesh_serve(&jar, &m, sizeof(m), out, sizeof(out)),
+                   RESIHP_EAUTH);
+  m.nonce[0] = 7;
+  ck_assert_int_eq(mesh_serve(&jar, &m, sizeof(m), out, sizeof(out)), 1);
+  ck_assert_int_eq(out[0], 1); /* the verdict */
+  ck_assert_int_eq(mesh_serve(&jar, &m, sizeof(m), out, sizeof(out)),
+                   RESIHP_EAUTH); /* a replay */
+  resihp__cookie_jar_free(&jar);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("preauth");
   TCase *tc = tcase_create("flood");
@@ -354,6 +417,7 @@ int main(void) {
   tcase_add_test(tc, rank_local_flooded);
   tcase_add_test(tc, rank_state_flooded);
   tcase_add_test(tc, rank_mesh_flooded);
+  tcase_add_test(tc, mesh_answer_checked);
   suite_add_tcase(s, tc);
   return run_suite(s);
 }

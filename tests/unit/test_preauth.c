@@ -19,6 +19,7 @@
 #include "../../libresihp/recovery/job_internal.h"
 #include "../../libresihp/transport/cookie.h"
 #include "../../libresihp/transport/mesh.h"
+#include "../../libresihp/transport/msgauth.h"
 #include "../../libresihp/transport/sha256.h"
 #include "suite_main.h"
 
@@ -408,6 +409,59 @@ START_TEST(mesh_answer_checked) {
 }
 END_TEST
 
+/* The control plane's server, the same way: AUTH0 gets a cookie and the
+ * connection is closed (nothing kept); an AUTH2 with it and the right
+ * proof is authenticated once, the same AUTH2 again (a replay) refused,
+ * as is one whose cookie was made up. */
+static int hs_once(resihp__wire_hs_t *h, const char *line, char *reply,
+                   size_t cap) {
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  ck_assert_int_eq(write(sv[1], line, strlen(line)), (ssize_t)strlen(line));
+  resihp__wire_hs_add(h, sv[0]);
+  resihp__wire_t w;
+  int authed = 0;
+  for (int i = 0; i < 100 && resihp__wire_hs_pending(h); i++)
+    if (resihp__wire_hs_next(h, &w) == 1) {
+      authed = 1;
+      resihp__wire_free(&w);
+    }
+  ssize_t n = read(sv[1], reply, cap - 1);
+  reply[n > 0 ? n : 0] = '\0';
+  close(sv[1]);
+  return authed;
+}
+
+START_TEST(wire_answer_checked) {
+  resihp__wire_hs_t *h;
+  ck_assert_int_eq(resihp__wire_hs_create((const uint8_t *)KEY, strlen(KEY),
+                                          "coord", 4, 3000, &h),
+                   0);
+  char reply[256], lab[16], c[80], line[256];
+  ck_assert_int_eq(hs_once(h, "AUTH0 coord\n", reply, sizeof(reply)), 0);
+  ck_assert_int_eq(sscanf(reply, "AUTH1 %15s %79s", lab, c), 2);
+  const char *nc = "0123456789abcdef0123456789abcdef";
+  const void *parts[4] = {"coord", "cli", c, nc};
+  size_t lens[4] = {5, 3, strlen(c), strlen(nc)};
+  uint8_t m[RESIHP__SHA256_LEN];
+  char proof[2 * RESIHP__SHA256_LEN + 1];
+  resihp__hmac_sha256(KEY, strlen(KEY), parts, lens, 4, m);
+  resihp__hex(proof, m, sizeof(m));
+  snprintf(line, sizeof(line), "AUTH2 %s %s %s\n", c, nc, proof);
+  ck_assert_int_eq(hs_once(h, line, reply, sizeof(reply)), 1);
+  ck_assert(!strncmp(reply, "AUTH3 ", 6));
+  ck_assert_int_eq(hs_once(h, line, reply, sizeof(reply)), 0); /* replay */
+  ck_assert_str_eq(reply, "");
+  c[0] = c[0] == '0' ? '1' : '0'; /* a cookie it did not make */
+  snprintf(line, sizeof(line), "AUTH2 %s %s %s\n", c, nc, proof);
+  ck_assert_int_eq(hs_once(h, line, reply, sizeof(reply)), 0);
+  long refused = 0;
+  resihp__wire_hs_stats(h, &refused, NULL);
+  ck_assert_int_eq(refused, 2);
+  resihp__wire_hs_destroy(h);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("preauth");
   TCase *tc = tcase_create("flood");
@@ -418,6 +472,7 @@ int main(void) {
   tcase_add_test(tc, rank_state_flooded);
   tcase_add_test(tc, rank_mesh_flooded);
   tcase_add_test(tc, mesh_answer_checked);
+  tcase_add_test(tc, wire_answer_checked);
   suite_add_tcase(s, tc);
   return run_suite(s);
 }

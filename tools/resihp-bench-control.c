@@ -374,13 +374,19 @@ static void stub_io(bench_t *b, stub_t *s, uint32_t ev) {
     }
     struct epoll_event e = {.events = EPOLLIN, .data.ptr = s};
     epoll_ctl(b->ep, EPOLL_CTL_MOD, s->w.fd, &e);
-    s->stage = S_HANDSHAKE;
-    if (!(ev & EPOLLIN))
-      return;
+    s->stage = S_HANDSHAKE; /* the client speaks first (AUTH0) */
   }
   if (s->stage == S_HANDSHAKE) {
+    int was = s->hs.stage;
     int rc = resihp__wire_cli_step(&s->w, &s->hs, b->secret, sizeof(b->secret),
                                    "coord");
+    if (rc >= 0 && was < 2 && s->hs.stage == 2) {
+      /* the answer went on a new connection (the old one is closed, and
+       * with it its place in the set) */
+      struct epoll_event e = {.events = EPOLLIN, .data.ptr = s};
+      if (epoll_ctl(b->ep, EPOLL_CTL_ADD, s->w.fd, &e))
+        rc = RESIHP_ESYS;
+    }
     if (rc < 0) {
       /* a join is refused for good; a reconnect tries again, as the
        * job's link does within RESIHP_FAILOVER_MS (job_link.c) */

@@ -13,6 +13,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/transport/msgauth.c \
 	libresihp/transport/mesh.h \
 	libresihp/transport/mesh.c \
+	libresihp/transport/cookie.c libresihp/transport/cookie.h \
 	libresihp/transport/shm.h \
 	libresihp/transport/shm.c \
 	libresihp/transport/cma.h \
@@ -100,6 +101,13 @@ tests_fuzz_fuzz_shm_name_SOURCES = tests/fuzz/fuzz_shm_name.c \
 tests_fuzz_fuzz_shm_name_LDADD = libresihp/libresihp-internal.la -lm
 TESTS += tests/fuzz/fuzz_shm_name
 EXTRA_DIST += tests/fuzz/corpus-shm-name
+# The mesh handshake's server side (hellos, answers, cookies).
+check_PROGRAMS += tests/fuzz/fuzz_mesh_hs
+tests_fuzz_fuzz_mesh_hs_SOURCES = tests/fuzz/fuzz_mesh_hs.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_mesh_hs_LDADD = libresihp/libresihp-internal.la -lm
+TESTS += tests/fuzz/fuzz_mesh_hs
+EXTRA_DIST += tests/fuzz/corpus-mesh-hs
 
 # Benchmarks: resihp vs Open MPI on loopback (tools/resihp-bench.sh runs
 # both). The MPI twin is compiled and linked with $(MPICC): its object comes

@@ -105,7 +105,7 @@ typedef struct {
 typedef struct {
   resihp__wire_t w;
   int replica;
-  int64_t last_heard;
+  int64_t last_heard, adopted;
   int out_armed; /* its output queue waits for EPOLLOUT */
   /* a non-leader rank waiting for its leader's address */
   int sub_replica;
@@ -310,6 +310,9 @@ void resihp__coord_send_buf_hashed(resihp__coord_t *c, int r,
                                    const resihp__wire_buf_t *b,
                                    const uint8_t *digest);
 void resihp__coord_close_conn(resihp__coord_t *c, int k);
+/* The longest line a member may send of the kind that starts with the
+ * len bytes at line (resihp__wire_t.line_max of its connection). */
+size_t resihp__coord_member_line_max(const char *line, size_t len);
 /* The FAULT lines that connection k has buffered or its socket holds,
  * handled; its other lines are dropped (the replica is failing: see
  * resihp__coord_fail_replica). */

@@ -98,6 +98,37 @@ void resihp__coord_send_buf_hashed(resihp__coord_t *c, int r,
   resihp__coord_send_hashed(c, r, b->s, digest);
 }
 
+/* The longest line of each kind a member sends (wire.h): the short
+ * messages have their own small limit, the ones with lists (BEGIN, PROG,
+ * PERF, WL, RECOVER: microbatches, owners, views that grow with the job)
+ * the wire's. Anything else is refused when it comes, whatever its
+ * length, so it gets the short limit. */
+size_t resihp__coord_member_line_max(const char *line, size_t len) {
+  static const char *const lists[] = {"BEGIN ", "PROG ", "PERF ", "WL ",
+                                      "RECOVER "};
+  const char *sp = memchr(line, ' ', len < 16 ? len : 16);
+  if (!sp && len < 16)
+    return RESIHP__WIRE_LINE_MAX; /* its name is not all here yet */
+  for (size_t i = 0; sp && i < sizeof(lists) / sizeof(lists[0]); i++)
+    if ((size_t)(sp - line) + 1 == strlen(lists[i]) &&
+        !memcmp(line, lists[i], strlen(lists[i])))
+      return RESIHP__WIRE_LINE_MAX;
+  return RESIHP__WIRE_SHORT_MAX;
+}
+
+/* Connection k said who it is (HELLO, SUBHELLO, LEP): its lines may now
+ * be as long as its messages need. */
+static int conn_anonymous(const conn_t *cn) {
+  return cn->replica < 0 && cn->sub_replica < 0 && cn->lep_replica < 0;
+}
+
+static void conn_known(conn_t *cn) {
+  if (cn->w.max == RESIHP__WIRE_HELLO_MAX && !conn_anonymous(cn)) {
+    cn->w.max = RESIHP__WIRE_LINE_MAX;
+    cn->w.line_max = resihp__coord_member_line_max;
+  }
+}
+
 void resihp__coord_close_conn(resihp__coord_t *c, int k) {
   conn_t *cn = &c->conns[k];
   if (cn->w.fd >= 0)
@@ -143,7 +174,11 @@ int resihp__coord_adopt(resihp__coord_t *c, resihp__wire_t *w) {
   c->conns[k].sub_replica = -1;
   c->conns[k].lep_replica = -1;
   c->conns[k].lep[0] = '\0';
-  c->conns[k].last_heard = resihp__now_ms();
+  c->conns[k].last_heard = c->conns[k].adopted = resihp__now_ms();
+  /* until it says who it is: short lines, and a deadline
+   * (resihp__coord_poll) */
+  c->conns[k].w.max = RESIHP__WIRE_HELLO_MAX;
+  c->conns[k].w.line_max = NULL;
   resihp__wire_init(w, -1);
   return k;
 }
@@ -186,6 +221,7 @@ static void drain_conn(resihp__coord_t *c, int k, int rc) {
     }
     resihp__coord_on_line(c, k, c->line);
     cn = &c->conns[k];
+    conn_known(cn);
   }
   if (rc < 0 && cn->w.fd >= 0) {
     int r = cn->replica;
@@ -225,21 +261,29 @@ void resihp__coord_feed(resihp__coord_t *c, int k, const char *line) {
   if (k < 0 || k >= c->nconns || c->conns[k].w.fd < 0)
     return;
   resihp__coord_on_line(c, k, line);
+  conn_known(&c->conns[k]);
   resihp__coord_advance(c);
 }
 
-/* Handshakes never hold this loop: each pending one is a record in c->hs,
- * moved on when its socket has something (see handshake.c). */
-static void accept_conns(resihp__coord_t *c, const struct pollfd *lp) {
-  for (int i = 0; i < c->lis.n; i++)
-    if (lp[i].revents)
-      resihp__wire_hs_accept(c->hs, lp[i].fd);
+static void adopt_authed(resihp__coord_t *c) {
   resihp__wire_t w;
   while (resihp__wire_hs_next(c->hs, &w) == 1) {
     int k = resihp__coord_adopt(c, &w);
     if (k >= 0)
       drain_conn(c, k, 0); /* lines that came with the handshake */
   }
+}
+
+/* Handshakes never hold this loop: each pending one is a record in c->hs,
+ * moved on when its socket has something (see handshake.c). Answers that
+ * wait are read before new connections are accepted: newcomers can push
+ * the oldest pending ones out. */
+static void accept_conns(resihp__coord_t *c, const struct pollfd *lp) {
+  adopt_authed(c);
+  for (int i = 0; i < c->lis.n; i++)
+    if (lp[i].revents)
+      resihp__wire_hs_accept(c->hs, lp[i].fd);
+  adopt_authed(c);
 }
 
 int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
@@ -300,6 +344,17 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
     c->last_silence_check = now;
   for (int i = 0; look && i < c->nconns; i++) {
     conn_t *cn = &c->conns[i];
+    if (cn->w.fd >= 0 && conn_anonymous(cn) &&
+        now - cn->adopted > c->o.hello_ms) {
+      /* authenticated, but it never said who it is (or only asked, as a
+       * spare does, and stayed): it holds a buffer and a descriptor */
+      logc(RESIHP_LOG_WARN,
+           "an authenticated connection said no HELLO within %d ms: "
+           "connection closed",
+           c->o.hello_ms);
+      resihp__coord_close_conn(c, i);
+      continue;
+    }
     if (cn->w.fd >= 0 && cn->replica >= 0 &&
         now - cn->last_heard > c->o.silence_ms &&
         c->state == RESIHP__COORD_RUNNING) {
@@ -356,6 +411,8 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   c->efd = epoll_create1(EPOLL_CLOEXEC);
   if (c->o.silence_ms <= 0)
     c->o.silence_ms = 3000;
+  if (c->o.hello_ms <= 0)
+    c->o.hello_ms = RESIHP__COORD_HELLO_MS;
   resihp__coord_heartbeats(o->replicas, c->o.silence_ms, &c->hb_leader_ms,
                            &c->hb_coord_ms);
   int rc = RESIHP_ENOMEM;

@@ -145,6 +145,7 @@
  * validates that count (and so every replica id a peer sends), far above
  * any machine: 100K GPUs are at most 100K replicas. */
 #define RESIHP__COORD_MAX_REPLICAS 1000000
+#define RESIHP__COORD_HELLO_MS 10000
 
 typedef struct resihp__coord resihp__coord_t;
 
@@ -155,6 +156,10 @@ typedef struct {
   const uint8_t *secret;
   size_t secret_len;
   int silence_ms; /* a replica silent this long has failed */
+  /* an authenticated connection that has not said who it is (HELLO,
+   * SUBHELLO, LEP) this long after its handshake is closed (0:
+   * RESIHP__COORD_HELLO_MS) */
+  int hello_ms;
   /* A replica failed (died, hung, excluded by its peers): the launcher
    * kills its step and starts a replacement. */
   void (*on_failed)(void *ud, int replica, const char *node, long jobid,

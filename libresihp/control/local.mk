@@ -50,6 +50,11 @@ tests_unit_test_keeper_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_keeper_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_keeper
 # The standby's feed: the primary's records to another node (standby.h).
+check_PROGRAMS += tests/unit/test_preauth
+tests_unit_test_preauth_SOURCES = tests/unit/test_preauth.c
+tests_unit_test_preauth_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_preauth_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_preauth
 check_PROGRAMS += tests/unit/test_standby
 tests_unit_test_standby_SOURCES = tests/unit/test_standby.c
 tests_unit_test_standby_CFLAGS = $(UNIT_CFLAGS)

@@ -6,6 +6,7 @@
 
 #include "../transport/mesh.h"
 #include "../transport/sha256.h"
+#include "lobby.h"
 #include "wire.h"
 
 #include <resihp/error.h>
@@ -27,6 +28,9 @@
 #define HELLO_MS 2000
 #define SEND_MS 10000
 #define FIELD_MAX 64
+/* Authenticated connections waiting for their hello, and its length. */
+#define HELLO_PENDING 8
+#define HELLO_LINE_MAX 255
 
 struct resihp__feed {
   int lfd;
@@ -47,6 +51,9 @@ struct resihp__feed {
   char ep[FIELD_MAX], node[FIELD_MAX], step[FIELD_MAX];
   char expect[FIELD_MAX]; /* the node of the standby wanted ("": any) */
   char token[FIELD_MAX];  /* the token it must say ("": none asked) */
+  /* the feed thread's: authenticated, hello not yet read (one that says
+   * nothing holds neither the thread nor the standby after it) */
+  resihp__lobby_t *lobby;
 };
 
 int resihp__feed_parse_rec(const char *line, size_t *n) {
@@ -114,12 +121,12 @@ static void drop(resihp__feed_t *f, resihp__wire_t *w, const char *why) {
   set_standby(f, NULL, NULL, NULL);
 }
 
-/* A new connection whose handshake is done: its hello, then it is the
- * standby (the one before is dropped). */
-static void take(resihp__feed_t *f, resihp__wire_t *nw, resihp__wire_t *w) {
-  char line[256], ep[FIELD_MAX], node[FIELD_MAX], step[FIELD_MAX];
-  if (resihp__wire_recv(nw, line, sizeof(line), resihp__now_ms() + HELLO_MS) ||
-      resihp__feed_parse_hello(line, ep, sizeof(ep), node, sizeof(node), step,
+/* A new connection whose handshake is done and whose hello is line: it
+ * is the standby now (the one before is dropped), or it is refused. */
+static void take(resihp__feed_t *f, const char *line, resihp__wire_t *nw,
+                 resihp__wire_t *w) {
+  char ep[FIELD_MAX], node[FIELD_MAX], step[FIELD_MAX];
+  if (resihp__feed_parse_hello(line, ep, sizeof(ep), node, sizeof(node), step,
                                sizeof(step))) {
     resihp__wire_free(nw);
     return;
@@ -203,13 +210,16 @@ static void *feed_main(void *arg) {
       if (rc)
         drop(f, &w, resihp_strerror(rc));
     }
-    struct pollfd p[4] = {{f->lfd, POLLIN, 0},
-                          {resihp__wire_hs_fd(f->hs), POLLIN, 0},
-                          {f->wake[0], POLLIN, 0},
-                          {w.fd, POLLIN, 0}};
-    int n = w.fd >= 0 ? 4 : 3;
-    poll(p, (nfds_t)n,
-         resihp__wire_hs_wait_ms(f->hs, RESIHP__FEED_BEAT_MS / 2));
+    struct pollfd p[4 + HELLO_PENDING] = {{f->lfd, POLLIN, 0},
+                                          {resihp__wire_hs_fd(f->hs), POLLIN, 0},
+                                          {f->wake[0], POLLIN, 0},
+                                          {w.fd, POLLIN, 0}};
+    int np = 4 + resihp__lobby_fds(f->lobby, p + 4);
+    /* w.fd < 0 is skipped by poll */
+    poll(p, (nfds_t)np,
+         resihp__lobby_wait_ms(
+             f->lobby,
+             resihp__wire_hs_wait_ms(f->hs, RESIHP__FEED_BEAT_MS / 2)));
     if (p[0].revents)
       resihp__wire_hs_accept(f->hs, f->lfd);
     resihp__wire_init(&nw, -1);
@@ -217,14 +227,21 @@ static void *feed_main(void *arg) {
       if (f->bye_done)
         resihp__wire_free(&nw); /* the job is over: nobody to follow */
       else
-        take(f, &nw, &w);
+        resihp__lobby_add(f->lobby, &nw);
       resihp__wire_init(&nw, -1);
+    }
+    char hello[HELLO_LINE_MAX + 1];
+    while (resihp__lobby_next(f->lobby, &nw, hello, sizeof(hello)) == 1) {
+      if (f->bye_done)
+        resihp__wire_free(&nw);
+      else
+        take(f, hello, &nw, &w);
     }
     char b[64];
     while (read(f->wake[0], b, sizeof(b)) > 0)
       ;
     /* the standby says nothing after its hello: input is its end */
-    if (n == 4 && p[3].revents) {
+    if (w.fd >= 0 && p[3].revents) {
       int rc = resihp__wire_fill(&w);
       if (rc < 0 || w.len)
         drop(f, &w, rc < 0 ? resihp_strerror(rc) : "it spoke out of turn");
@@ -245,6 +262,9 @@ int resihp__feed_start(int lfd, const uint8_t *secret, size_t secret_len,
   pthread_cond_init(&f->cv, NULL);
   int rc = resihp__wire_hs_create(secret, secret_len, LABEL, HS_PENDING,
                                   HS_TIMEOUT_MS, &f->hs);
+  if (!rc)
+    rc = resihp__lobby_create(HELLO_PENDING, HELLO_MS, HELLO_LINE_MAX,
+                              &f->lobby);
   if (!rc && pipe2(f->wake, O_CLOEXEC | O_NONBLOCK))
     rc = RESIHP_ESYS;
   if (!rc && pthread_create(&f->thread, NULL, feed_main, f))
@@ -338,6 +358,7 @@ void resihp__feed_stop(resihp__feed_t *f) {
     pthread_join(f->thread, NULL);
   }
   resihp__wire_hs_destroy(f->hs);
+  resihp__lobby_destroy(f->lobby);
   for (int i = 0; i < 2; i++)
     if (f->wake[i] >= 0)
       close(f->wake[i]);

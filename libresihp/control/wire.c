@@ -67,9 +67,16 @@ void resihp__wire_free(resihp__wire_t *w) {
   w->max = RESIHP__WIRE_LINE_MAX;
 }
 
-/* The first buffered line has no end within the limit. */
+/* The first buffered line has no end within the limit (its type's, once
+ * its name has come). */
 static int first_line_too_long(const resihp__wire_t *w) {
-  return w->len > w->max && !memchr(w->buf, '\n', w->max + 1);
+  size_t max = w->max;
+  if (w->line_max && w->len) {
+    size_t m = w->line_max(w->buf, w->len);
+    if (m < max)
+      max = m;
+  }
+  return w->len > max && !memchr(w->buf, '\n', max + 1);
 }
 
 int resihp__wire_fill(resihp__wire_t *w) {
@@ -371,22 +378,14 @@ int resihp__wire_dial(const char *endpoint, int64_t deadline_ms) {
   return resihp__wire_dial_stoppable(endpoint, deadline_ms, NULL);
 }
 
-int resihp__wire_dial_stoppable(const char *endpoint, int64_t deadline_ms,
-                                const int *stop) {
-  char host[256], port[16];
-  if (split(endpoint, host, sizeof(host), port, sizeof(port)))
-    return RESIHP_EINVAL;
-  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
-  struct addrinfo *ai = NULL;
-  if (getaddrinfo(host, port, &hints, &ai) || !ai)
-    return RESIHP_ENOENT;
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    freeaddrinfo(ai);
+/* A non-blocking connect to a, completed before the deadline (or given up
+ * within 50 ms once *stop is set). */
+static int dial_addr(const struct sockaddr *a, socklen_t al,
+                     int64_t deadline_ms, const int *stop) {
+  int fd = socket(a->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
     return RESIHP_ESYS;
-  }
-  int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-  freeaddrinfo(ai);
+  int rc = connect(fd, a, al);
   if (rc < 0 && errno != EINPROGRESS) {
     int e = errno;
     close(fd);
@@ -417,6 +416,29 @@ int resihp__wire_dial_stoppable(const char *endpoint, int64_t deadline_ms,
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
+}
+
+int resihp__wire_dial_stoppable(const char *endpoint, int64_t deadline_ms,
+                                const int *stop) {
+  char host[256], port[16];
+  if (split(endpoint, host, sizeof(host), port, sizeof(port)))
+    return RESIHP_EINVAL;
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *ai = NULL;
+  if (getaddrinfo(host, port, &hints, &ai) || !ai)
+    return RESIHP_ENOENT;
+  int fd = dial_addr(ai->ai_addr, ai->ai_addrlen, deadline_ms, stop);
+  int e = errno;
+  freeaddrinfo(ai);
+  errno = e;
+  return fd;
+}
+
+int resihp__wire_dial_addr(const struct sockaddr_storage *a, socklen_t al,
+                           int64_t deadline_ms) {
+  if (!al || (a->ss_family != AF_INET && a->ss_family != AF_INET6))
+    return RESIHP_EINVAL;
+  return dial_addr((const struct sockaddr *)a, al, deadline_ms, NULL);
 }
 
 /* One listening socket; reuseport: one of a group on the same port. */

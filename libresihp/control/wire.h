@@ -2,20 +2,26 @@
 /* The control plane's wire: newline-terminated text messages
  * ("VERB key=value key=value ...") over TCP, after a mutual
  * challenge-response on the per-job secret (HMAC-SHA-256 from
- * transport/sha256.h):
+ * transport/sha256.h), over two connections:
  *
- *   server -> client  "AUTH1 <label> Ns"
- *   client -> server  "AUTH2 Nc HMAC(K, label|"cli"|Ns|Nc)"
- *   server -> client  "AUTH3 HMAC(K, label|"srv"|Nc|Ns)"   (or it closes)
+ *   client -> server  "AUTH0 <label>"
+ *   server -> client  "AUTH1 <label> C"    and the server closes
+ *   client -> server  "AUTH2 C Nc HMAC(K, label|"cli"|C|Nc)"   (a new connection)
+ *   server -> client  "AUTH3 HMAC(K, label|"srv"|Nc|C)"   (or it closes)
  *
- * Nonces are 16 random bytes in hex; the label names the channel ("coord"
- * for the coordinator, "state" for catch-up transfers, "local" for a
- * replica's leader and its other ranks) so that a proof made for one cannot
- * be replayed on another. The client checks the server's proof before it
- * believes anything it says.
+ * C, the server's challenge, is a cookie (transport/cookie.h): the
+ * server's clock, random bytes and the server's MAC of both under a key of
+ * its own, valid for 10 seconds; Nc is 16 random bytes of the client's, in
+ * hex. The label names
+ * the channel ("coord" for the coordinator, "state" for catch-up
+ * transfers, "local" for a replica's leader and its other ranks,
+ * "standby" for the standby's feed) so that a proof made for one cannot
+ * be replayed on another, and the server refuses an Nc it accepted while
+ * the cookie could still be valid. The client checks the server's proof
+ * before it believes anything it says.
  *
  * Integrity after the handshake. Every later line, both ways, ends with
- * " mac=<32 hex>", a tag from transport/msgauth.h keyed from both nonces,
+ * " mac=<32 hex>", a tag from transport/msgauth.h keyed from C and Nc,
  * with a sequence number per direction, over the line's SHA-256 (so that
  * a line sent to many peers is hashed once): a line that was forged, altered,
  * replayed, reordered or dropped fails the check, and the reader refuses it
@@ -23,17 +29,25 @@
  * state, an accumulator) are followed by a binary tag of their own
  * (resihp__wire_seal/_unseal).
  *
- * Strangers cannot delay anyone. A server never waits for one client's
- * handshake: resihp__wire_hs_t runs every pending handshake as a small
- * state machine in its owner's poll loop, with an absolute deadline per
- * connection and a cap on how many may be pending (the oldest is dropped
- * to make room; the coordinator's cap is the job's replicas + 64, so that
- * a whole job joining at once is never dropped). Before authentication, a line
- * longer than RESIHP__WIRE_PREAUTH_MAX bytes is refused.
+ * Strangers cannot delay anyone, nor keep anyone out. A server never waits
+ * for a client's answer: it keeps nothing between AUTH1 and AUTH2 (the
+ * cookie says what it needs), so a flood of connections has no table of
+ * challenges to fill. What it holds is a connection whose first line has
+ * not arrived yet, in a small table of its owner's poll loop
+ * (resihp__wire_hs_t), each with an absolute deadline; the oldest makes
+ * room for a newcomer, and a genuine client's line comes with its connect
+ * and is read at once. A client whose connection was dropped all the same
+ * asks again a few times, with a pause that doubles
+ * (resihp__wire_auth_client). Before authentication, a line longer than
+ * RESIHP__WIRE_PREAUTH_MAX bytes is refused.
  *
- * Lengths. RESIHP__WIRE_LINE_MAX is the one limit of every line, for the
+ * Lengths. RESIHP__WIRE_LINE_MAX is the limit of every line, for the
  * writer (resihp__wire_send refuses a longer line: RESIHP_ERANGE) and the
- * reader (a connection sending one is refused: RESIHP_EPROTO). Member
+ * reader (a connection sending one is refused: RESIHP_EPROTO). A reader
+ * may hold a connection to less: a smaller max (RESIHP__WIRE_HELLO_MAX
+ * before a connection says who it is), or a limit per kind of message
+ * (line_max: RESIHP__WIRE_SHORT_MAX for the messages without lists), so
+ * that only the messages whose lists grow with the job may be long. Member
  * lists (one address list per replica) and microbatch lists are the long
  * lines: a job whose member list would not fit (replicas times the length
  * of a joiner's addresses) is refused when it joins, and
@@ -52,6 +66,7 @@
 #include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 /* bytes, without the '\n': room for a member list of 100K replicas of
  * several ranks (GO). Buffers grow to the lines actually received. */
@@ -61,6 +76,12 @@
  * number) whatever room the member lists need. */
 #define RESIHP__WIRE_MBS_LINE (1 << 20)
 #define RESIHP__WIRE_PREAUTH_MAX 256
+/* The longest line of a connection that has not yet said who it is
+ * (HELLO, SUBHELLO, LEP, SPARE: one replica's addresses at most). */
+#define RESIHP__WIRE_HELLO_MAX (64 << 10)
+/* The longest line of the messages that carry no list (READY, FAULT,
+ * ABORT, ...). */
+#define RESIHP__WIRE_SHORT_MAX 2048
 /* Room kept in a line for everything but a microbatch list. */
 #define RESIHP__WIRE_LIST_HEADROOM 1024
 
@@ -70,6 +91,10 @@ typedef struct {
   char *buf;
   size_t len, cap;
   size_t max; /* longest line accepted now */
+  /* NULL, or the longest line accepted of the kind that starts with the
+   * len bytes at line (at most max): each message type its own limit,
+   * known as soon as its name has come */
+  size_t (*line_max)(const char *line, size_t len);
   int sealed; /* lines carry a tag (set by the handshake) */
   resihp__msgauth_t auth;
   /* output not yet taken by the socket: out[out_off, out_len) */
@@ -130,17 +155,34 @@ int resihp__wire_send_data(resihp__wire_t *w, const void *buf, size_t len,
 int resihp__wire_recv_data(resihp__wire_t *w, void *buf, size_t len,
                            int64_t deadline_ms);
 
+/* Tests only: the client's side waits this long before it answers the
+ * server (a round trip of a distant client). 0 in a job. */
+extern int resihp__wire_test_rtt_ms;
+
 /* Client side of the handshake (blocking until the deadline). */
 int resihp__wire_auth_client(resihp__wire_t *w, const uint8_t *secret,
                              size_t secret_len, const char *label,
                              int64_t deadline_ms);
+/* The same for a connection another thread may cancel (set *stop, then
+ * shut w->fd down): RESIHP_ECLOSED, and no second try, once *stop is set. */
+int resihp__wire_auth_client_stoppable(resihp__wire_t *w,
+                                       const uint8_t *secret,
+                                       size_t secret_len, const char *label,
+                                       int64_t deadline_ms, const int *stop);
 /* The same without blocking, for a client with many connections (the scale
  * benchmark): s starts zeroed; call resihp__wire_cli_step whenever w's
  * socket is readable. 1 once the session is sealed, 0 while it waits,
- * negative on failure (RESIHP_EAUTH: a bad or missing proof). */
+ * negative on failure (RESIHP_EAUTH: a bad or missing proof). When a
+ * step moves s->stage to 2 (from 1, or from 0 when AUTH1 came at once),
+ * w->fd (the same number) is a new connection: a caller that watches it
+ * in an epoll set adds it again.
+ * resihp__wire_auth_client may reconnect too, under the same number. */
 typedef struct {
   int stage;
   char ns[80], nc[40];
+  struct sockaddr_storage peer; /* the server, for the second connection */
+  socklen_t peerlen;
+  int bad_server; /* its proof was wrong */
 } resihp__wire_cli_t;
 int resihp__wire_cli_step(resihp__wire_t *w, resihp__wire_cli_t *s,
                           const uint8_t *secret, size_t secret_len,
@@ -185,6 +227,11 @@ int resihp__wire_dial(const char *endpoint, int64_t deadline_ms);
  * another thread. */
 int resihp__wire_dial_stoppable(const char *endpoint, int64_t deadline_ms,
                                 const int *stop);
+/* The same to an address (a TCP peer's, from getpeername: the
+ * handshake's second connection, a retry); RESIHP_EINVAL for anything but
+ * an IP address (al 0: a socketpair has none). */
+int resihp__wire_dial_addr(const struct sockaddr_storage *a, socklen_t al,
+                           int64_t deadline_ms);
 /* Listening socket on host (NULL: any) and port (0: ephemeral);
  * *port_out gets the bound port. */
 int resihp__wire_listen(const char *host, int port, int *port_out);

@@ -153,6 +153,8 @@ void resihp_job_destroy(resihp_job_t *j) {
     close(j->llfd);
   resihp__wire_hs_destroy(j->shs);
   resihp__wire_hs_destroy(j->lhs);
+  resihp__lobby_destroy(j->slobby);
+  resihp__lobby_destroy(j->llobby);
   if (j->secret) {
     memset(j->secret, 0, j->secret_len);
     free(j->secret);
@@ -195,10 +197,12 @@ static void find_ranks(resihp_job_t *j) {
   }
 }
 
-/* A listening socket on any address; its "ip:port" into ep. */
+/* A listening socket on the address it is advertised at (the one that
+ * routes to the coordinator), not on every address of the host: its
+ * "ip:port" into ep. */
 static int listen_on(const char *ip, int *fd, char *ep, size_t cap) {
   int port = 0;
-  *fd = resihp__wire_listen(NULL, 0, &port);
+  *fd = resihp__wire_listen(ip, 0, &port);
   if (*fd < 0) {
     resihp_log(RESIHP_LOG_ERROR, "job", "cannot open a listening socket: %s",
                strerror(errno));
@@ -383,7 +387,7 @@ int resihp_job_join(const resihp_job_opts_t *o, resihp_job_t **out) {
   struct sockaddr_in me;
   socklen_t ml = sizeof(me);
   char ip[INET_ADDRSTRLEN] = "127.0.0.1";
-  if (!getsockname(fd, (struct sockaddr *)&me, &ml))
+  if (!getsockname(j->cw.fd, (struct sockaddr *)&me, &ml))
     inet_ntop(AF_INET, &me.sin_addr, ip, sizeof(ip));
   const char *jid = getenv("SLURM_JOB_ID"), *sid = getenv("SLURM_STEP_ID");
   if (!jid || !*jid)

@@ -139,8 +139,9 @@ static int send_one(resihp_job_t *j, const char *ep, const char *dg) {
   resihp__wire_t w;
   resihp__wire_init(&w, fd);
   char line[256];
-  int rc =
-      resihp__wire_auth_client(&w, j->secret, j->secret_len, "state", deadline);
+  int rc = resihp__wire_auth_client_stoppable(&w, j->secret, j->secret_len,
+                                              "state", deadline,
+                                              &j->serve_stop);
   if (!rc) {
     snprintf(line, sizeof(line), "STATE step=%ld shard=%d bytes=%zu sha256=%s",
              j->serve_step, j->lrank, j->state_len, dg);
@@ -312,14 +313,15 @@ static int read_into(resihp__wire_t *w, resihp_job_t *j, size_t off, size_t len,
 
 /* One offer on an authenticated connection: 0 (received and checked),
  * STALE_OFFER, or an error. */
-static int receive_offer(resihp_job_t *j, resihp__wire_t *w, long want,
-                         int64_t deadline) {
-  char line[256], dg[80], got[65];
+/* An offer: "STATE step=... shard=... bytes=... sha256=...". */
+#define OFFER_MAX 255
+
+static int receive_offer(resihp_job_t *j, resihp__wire_t *w, const char *line,
+                         long want, int64_t deadline) {
+  char dg[80], got[65];
   long bytes = -1, step = -1, shard = -1;
-  int rc = resihp__wire_recv(w, line, sizeof(line), deadline);
-  if (rc == RESIHP_ECLOSED || rc == RESIHP_EPEER)
-    return STALE_OFFER; /* gone before its offer: a source given up */
-  if (!rc && (resihp__wire_get_long(line, "bytes", &bytes) ||
+  int rc = 0;
+  if ((resihp__wire_get_long(line, "bytes", &bytes) ||
               resihp__wire_get_long(line, "step", &step) ||
               resihp__wire_get_long(line, "shard", &shard) ||
               resihp__wire_get(line, "sha256", dg, sizeof(dg))))
@@ -383,12 +385,19 @@ int resihp__job_receive_state(resihp_job_t *j, long step) {
                   : resihp__wire_hs_create(j->secret, j->secret_len, "state",
                                            RESIHP__JOB_HS_PENDING,
                                            RESIHP__JOB_HS_TIMEOUT_MS, &j->shs);
+  if (!rc && !j->slobby)
+    rc = resihp__lobby_create(RESIHP__JOB_LOBBY, RESIHP__JOB_FIRST_LINE_MS,
+                              OFFER_MAX, &j->slobby);
   for (;;) {
     resihp__wire_t w;
-    if (rc || (rc = resihp__job_accept_authed(j, j->shs, j->slfd, deadline,
-                                              source_may_be_gone, &w)))
+    char line[OFFER_MAX + 1];
+    /* a source gone before its offer was a source given up: the lobby
+     * drops it, and the next one is waited for */
+    if (rc || (rc = resihp__job_accept_authed(j, j->shs, j->slobby, j->slfd,
+                                              deadline, source_may_be_gone,
+                                              &w, line, sizeof(line))))
       return rc;
-    rc = receive_offer(j, &w, step, deadline);
+    rc = receive_offer(j, &w, line, step, deadline);
     resihp__wire_free(&w);
     if (rc != STALE_OFFER)
       break;
@@ -409,6 +418,8 @@ int resihp__job_receive_state(resihp_job_t *j, long step) {
 void resihp__job_receive_reset(resihp_job_t *j) {
   resihp__wire_hs_destroy(j->shs);
   j->shs = NULL;
+  resihp__lobby_destroy(j->slobby);
+  j->slobby = NULL;
   for (int fd; j->slfd >= 0 && (fd = accept(j->slfd, NULL, NULL)) >= 0;)
     close(fd);
 }

@@ -26,6 +26,7 @@
 #define RESIHP_RECOVERY_JOB_INTERNAL_H
 
 #include "../control/costplan.h"
+#include "../control/lobby.h"
 #include "../control/wire.h"
 #include "../probe/results.h"
 #include "../transport/mesh.h"
@@ -50,6 +51,11 @@
  * (see wire.h: strangers are never waited for). */
 #define RESIHP__JOB_HS_PENDING 32
 #define RESIHP__JOB_HS_TIMEOUT_MS 3000
+/* Authenticated connections waiting for their first line (a rank's SUB,
+ * a catch-up offer), each this long at most; and a SUB's length. */
+#define RESIHP__JOB_LOBBY 16
+#define RESIHP__JOB_FIRST_LINE_MS 5000
+#define RESIHP__JOB_SUB_MAX 511
 
 /* Addresses of the coordinator: the primary and a standby (job_coords.c). */
 #define RESIHP__JOB_COORDS 4
@@ -102,6 +108,7 @@ struct resihp_job {
   /* listening sockets: shard group, catch-up, replica communicator */
   int lfd, slfd, rlfd;
   resihp__wire_hs_t *shs; /* handshakes on slfd */
+  resihp__lobby_t *slobby; /* and their first lines */
   char ep[RESIHP__JOB_EP_MAX], sep[RESIHP__JOB_EP_MAX], rep[RESIHP__JOB_EP_MAX];
 
   /* the replica's ranks: this one is shard lrank of lsize */
@@ -110,6 +117,7 @@ struct resihp_job {
   int llfd; /* leader: where the other ranks connect */
   char lep[RESIHP__JOB_EP_MAX];
   resihp__wire_hs_t *lhs;
+  resihp__lobby_t *llobby;
   resihp__wire_t up;    /* non-leader: link to the leader */
   resihp__wire_t *down; /* leader: links to ranks 1..lsize-1 */
   /* the replica's lists, shard order, "a/b/...": shard groups and
@@ -300,11 +308,14 @@ int resihp__job_setup_results(resihp_job_t *j, uint32_t epoch,
                               int64_t *failed);
 int resihp__job_results(resihp_job_t *j, const char *mine,
                         resihp__wire_buf_t *b);
-/* A handshake-complete connection on lfd before the deadline; give_up
- * (may be NULL) is asked between polls. */
-int resihp__job_accept_authed(resihp_job_t *j, resihp__wire_hs_t *hs, int lfd,
+/* A handshake-complete connection on lfd and its first line (cap bytes
+ * at most) before the deadline; give_up (may be NULL) is asked between
+ * polls. Authenticated connections wait for their first line in lobby,
+ * each for RESIHP__JOB_FIRST_LINE_MS. */
+int resihp__job_accept_authed(resihp_job_t *j, resihp__wire_hs_t *hs,
+                              resihp__lobby_t *lobby, int lfd,
                               int64_t deadline, int (*give_up)(resihp_job_t *),
-                              resihp__wire_t *out);
+                              resihp__wire_t *out, char *line, size_t cap);
 
 /* job_perf.c: before BEGIN, the last step's samples (PERF, every rank)
  * and, if asked, the next step's workloads (WL, leader). */

@@ -76,15 +76,21 @@ int resihp__job_join_leader(resihp_job_t *j, const char *jid, const char *sid) {
   return rc;
 }
 
-/* A handshake-complete connection on lfd before the deadline. Strangers
- * never hold this up: their handshakes are records in hs that move on only
- * when they say something (wire.h). */
-int resihp__job_accept_authed(resihp_job_t *j, resihp__wire_hs_t *hs, int lfd,
+/* A handshake-complete connection on lfd and its first line, before the
+ * deadline. Strangers never hold this up: their handshakes are records
+ * in hs that move on only when they say something (wire.h); nor do
+ * connections that authenticate and then say nothing: they wait for
+ * their first line side by side in lobby (lobby.h). */
+int resihp__job_accept_authed(resihp_job_t *j, resihp__wire_hs_t *hs,
+                              resihp__lobby_t *lobby, int lfd,
                               int64_t deadline, int (*give_up)(resihp_job_t *),
-                              resihp__wire_t *out) {
-  struct pollfd p[2];
+                              resihp__wire_t *out, char *line, size_t cap) {
+  struct pollfd p[2 + RESIHP__JOB_LOBBY];
   for (;;) {
-    if (resihp__wire_hs_next(hs, out) == 1)
+    resihp__wire_t w;
+    while (resihp__wire_hs_next(hs, &w) == 1)
+      resihp__lobby_add(lobby, &w);
+    if (resihp__lobby_next(lobby, out, line, cap) == 1)
       return 0;
     if (give_up && give_up(j))
       return RESIHP_EPEER;
@@ -93,7 +99,10 @@ int resihp__job_accept_authed(resihp_job_t *j, resihp__wire_hs_t *hs, int lfd,
       return RESIHP_ETIMEDOUT;
     p[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
     p[1] = (struct pollfd){.fd = resihp__wire_hs_fd(hs), .events = POLLIN};
-    poll(p, 2, resihp__wire_hs_wait_ms(hs, left < 50 ? (int)left : 50));
+    int n = 2 + resihp__lobby_fds(lobby, p + 2);
+    poll(p, (nfds_t)n,
+         resihp__lobby_wait_ms(
+             lobby, resihp__wire_hs_wait_ms(hs, left < 50 ? (int)left : 50)));
     if (p[0].revents)
       resihp__wire_hs_accept(hs, lfd);
   }
@@ -169,23 +178,24 @@ int resihp__job_accept_ranks(resihp_job_t *j) {
   int rc = resihp__wire_hs_create(j->secret, j->secret_len, "local",
                                   RESIHP__JOB_HS_PENDING,
                                   RESIHP__JOB_HS_TIMEOUT_MS, &j->lhs);
+  if (!rc)
+    rc = resihp__lobby_create(RESIHP__JOB_LOBBY, RESIHP__JOB_FIRST_LINE_MS,
+                              RESIHP__JOB_SUB_MAX, &j->llobby);
   int64_t dl = resihp__now_ms() + 60000;
   int got = 0;
   while (!rc && got < j->lsize - 1) {
     resihp__wire_t w;
-    if ((rc = resihp__job_accept_authed(j, j->lhs, j->llfd, dl, NULL, &w))) {
+    char line[RESIHP__JOB_SUB_MAX + 1];
+    if ((rc = resihp__job_accept_authed(j, j->lhs, j->llobby, j->llfd, dl,
+                                        NULL, &w, line, sizeof(line)))) {
       resihp_log(RESIHP_LOG_ERROR, "job",
                  "replica %d: only %d of the step's %d other ranks came",
                  j->replica, got, j->lsize - 1);
       break;
     }
-    char line[512];
     long lr = -1;
     sub_t s;
-    /* it holds the secret: it may take its time, up to the deadline */
-    int prc = resihp__wire_recv(&w, line, sizeof(line), dl);
-    if (!prc)
-      prc = parse_sub(j, line, &lr, &s);
+    int prc = parse_sub(j, line, &lr, &s);
     if (prc == RESIHP_EINVAL)
       rc = prc;
     if (prc || j->down[lr - 1].fd >= 0) {

@@ -6,6 +6,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/wire.h \
 	libresihp/control/wire.c \
 	libresihp/control/handshake.c \
+	libresihp/control/lobby.c libresihp/control/lobby.h \
 	libresihp/control/coordinator.h \
 	libresihp/control/coord_internal.h \
 	libresihp/control/coord_members.c \
@@ -237,6 +238,16 @@ tests_fuzz_fuzz_hs_client_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_hs_client
 EXTRA_DIST += tests/fuzz/corpus-hs-client/forged-proof \
 	tests/fuzz/corpus-hs-client/wrong-label
+# ... and of the listener's side (resihp__wire_hs_*: AUTH0, AUTH2).
+check_PROGRAMS += tests/fuzz/fuzz_hs_server
+tests_fuzz_fuzz_hs_server_SOURCES = tests/fuzz/fuzz_hs_server.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_hs_server_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_hs_server
+EXTRA_DIST += tests/fuzz/corpus-hs-server/forged-proof \
+	tests/fuzz/corpus-hs-server/zero-nonce \
+	tests/fuzz/corpus-hs-server/wrong-label \
+	tests/fuzz/corpus-hs-server/forged-cookie
 
 # The resumable state (resihp-run --state-dir, --save-every, --resume): the
 # coordinator's saves, the files and the rank's side, their unit test and

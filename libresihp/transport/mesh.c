@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include "mesh.h"
+#include "cookie.h"
 #include "msgauth.h"
 #include "sha256.h"
 
@@ -28,17 +29,25 @@
 #include <unistd.h>
 
 #define MESH_MAGIC 0x52534841u /* "RSHA" */
-#define MESH_VERSION 1
+#define MESH_VERSION RESIHP__MESH_VERSION
 #define HANDSHAKE_MS 3000
 #define NONCE 32
+_Static_assert(NONCE == RESIHP__COOKIE_LEN, "a server nonce is a cookie");
 
 struct hello {
   uint32_t magic;
   uint16_t version;
   uint8_t channel;
-  uint8_t pad;
+  uint8_t answer; /* 0: a first hello; 1: an answer follows (struct tail) */
   uint32_t src, dst, nranks;
   uint8_t nonce[NONCE];
+};
+
+/* What follows a hello that answers a challenge, on the client's second
+ * connection: the server's cookie and the client's proof. */
+struct tail {
+  uint8_t nonce_s[NONCE];
+  uint8_t mac[RESIHP__SHA256_LEN];
 };
 
 struct challenge {
@@ -139,13 +148,24 @@ static int resolve(const char *ep, struct sockaddr_storage *sa,
   return 0;
 }
 
+/* The hello as first sent (answer 0): what the MACs and the cookie
+ * cover, on both connections. */
+static struct hello first_hello(const struct hello *h) {
+  struct hello f = *h;
+  f.answer = 0;
+  return f;
+}
+
 static void mac(const uint8_t *key, size_t keylen, const char *label,
                 const struct hello *h, const uint8_t *nonce_s,
                 uint8_t out[RESIHP__SHA256_LEN]) {
-  const void *parts[3] = {label, h, nonce_s};
-  size_t lens[3] = {strlen(label), sizeof(*h), NONCE};
+  struct hello f = first_hello(h);
+  const void *parts[3] = {label, &f, nonce_s};
+  size_t lens[3] = {strlen(label), sizeof(f), NONCE};
   resihp__hmac_sha256(key, keylen, parts, lens, 3, out);
 }
+
+int resihp__mesh_test_rtt_ms;
 
 /* Longest wait between two looks at the caller's abort (mesh.h). */
 #define ABORT_POLL_MS 100
@@ -185,29 +205,41 @@ static const char *channel_label(int channel) {
   return channel ? "resihp-ctrl" : "resihp-data";
 }
 
-/* Client half of the exchange on a connected socket. RESIHP_ECLOSED means
- * that the server closed before proving anything (an overloaded server
- * dropping pending handshakes, or one that disliked the hello): worth
- * another try. */
-static int client_handshake(int fd, const char *endpoint, const uint8_t *secret,
-                            size_t secret_len, int src, int dst, int nranks,
-                            int channel, int64_t hs_deadline,
-                            resihp__msgauth_t *auth) {
-  struct hello h = {.magic = MESH_MAGIC,
-                    .version = MESH_VERSION,
-                    .channel = (uint8_t)channel,
-                    .src = (uint32_t)src,
-                    .dst = (uint32_t)dst,
-                    .nranks = (uint32_t)nranks};
+/* Client half of the exchange: the hello on fd (a connected socket, closed
+ * here), the server's challenge checked, then the answer on a new
+ * connection to sa: the fd of that one, authenticated, or a negative code.
+ * RESIHP_ECLOSED means that the server closed before proving anything or
+ * before its verdict (an overloaded server dropping pending handshakes,
+ * or one that disliked the hello): worth another try. */
+static int client_handshake(int fd, const struct sockaddr_storage *sa,
+                            socklen_t salen, const char *endpoint,
+                            const uint8_t *secret, size_t secret_len, int src,
+                            int dst, int nranks, int channel,
+                            int64_t hs_deadline, resihp__msgauth_t *auth) {
+  struct {
+    struct hello h;
+    struct tail t;
+  } ans = {.h = {.magic = MESH_MAGIC,
+                 .version = MESH_VERSION,
+                 .channel = (uint8_t)channel,
+                 .src = (uint32_t)src,
+                 .dst = (uint32_t)dst,
+                 .nranks = (uint32_t)nranks}};
+  struct hello *h = &ans.h;
   struct challenge c;
-  uint8_t want[RESIHP__SHA256_LEN], resp[RESIHP__SHA256_LEN], verdict = 0;
+  uint8_t want[RESIHP__SHA256_LEN], verdict = 0;
   int rc;
-  if (getrandom(h.nonce, NONCE, 0) != NONCE)
+  if (getrandom(h->nonce, NONCE, 0) != NONCE) {
+    close(fd);
     return RESIHP_ESYS;
-  if ((rc = resihp__io_full(fd, &h, sizeof(h), 1, hs_deadline)) ||
-      (rc = resihp__io_full(fd, &c, sizeof(c), 0, hs_deadline)))
+  }
+  rc = resihp__io_full(fd, h, sizeof(*h), 1, hs_deadline);
+  if (!rc)
+    rc = resihp__io_full(fd, &c, sizeof(c), 0, hs_deadline);
+  close(fd); /* the server keeps nothing of it either */
+  if (rc)
     return rc == RESIHP_EPEER ? RESIHP_ECLOSED : rc;
-  mac(secret, secret_len, "resihp-srv", &h, c.nonce, want);
+  mac(secret, secret_len, "resihp-srv", h, c.nonce, want);
   if (c.magic != MESH_MAGIC ||
       resihp__ct_memcmp(want, c.mac, sizeof(want))) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
@@ -216,29 +248,32 @@ static int client_handshake(int fd, const char *endpoint, const uint8_t *secret,
                dst, endpoint);
     return RESIHP_EAUTH;
   }
-  mac(secret, secret_len, "resihp-cli", &h, c.nonce, resp);
-  if ((rc = resihp__io_full(fd, resp, sizeof(resp), 1, hs_deadline)) ||
+  if (resihp__mesh_test_rtt_ms > 0)
+    usleep((useconds_t)resihp__mesh_test_rtt_ms * 1000);
+  /* the answer: the hello again, the cookie and the proof, at once */
+  h->answer = 1;
+  memcpy(ans.t.nonce_s, c.nonce, NONCE);
+  mac(secret, secret_len, "resihp-cli", h, c.nonce, ans.t.mac);
+  if ((fd = connect_once(sa, salen, hs_deadline)) < 0)
+    return fd == RESIHP_ETIMEDOUT ? fd : RESIHP_ECLOSED;
+  tune(fd);
+  if ((rc = resihp__io_full(fd, &ans, sizeof(ans), 1, hs_deadline)) ||
       (rc = resihp__io_full(fd, &verdict, 1, 0, hs_deadline))) {
-    if (rc == RESIHP_ECLOSED || rc == RESIHP_EPEER) {
-      /* The server proved that it holds the secret, then hung up on our
-       * proof: it does not accept ours. */
-      resihp_log(RESIHP_LOG_ERROR, "allreduce",
-                 "rank %d at %s closed the connection during authentication "
-                 "(wrong secret?)",
-                 dst, endpoint);
-      rc = RESIHP_EAUTH;
-    }
-    return rc;
+    close(fd);
+    /* it proved that it holds the secret: a close is not a refusal of
+     * ours (the same secret) but a dropped answer */
+    return rc == RESIHP_EPEER ? RESIHP_ECLOSED : rc;
   }
   if (verdict != 1) {
+    close(fd);
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
                "rank %d at %s refused this rank", dst, endpoint);
     return RESIHP_EAUTH;
   }
   if (auth)
     resihp__msgauth_init(auth, secret, secret_len, channel_label(channel),
-                         c.nonce, NONCE, h.nonce, NONCE, 1);
-  return 0;
+                         c.nonce, NONCE, h->nonce, NONCE, 1);
+  return fd;
 }
 
 static int dial(const char *endpoint, const uint8_t *secret, size_t secret_len,
@@ -288,11 +323,10 @@ static int dial(const char *endpoint, const uint8_t *secret, size_t secret_len,
       int64_t hs_deadline = resihp__now_ms() + HANDSHAKE_MS;
       if (hs_deadline > deadline_ms)
         hs_deadline = deadline_ms;
-      rc = client_handshake(fd, endpoint, secret, secret_len, src, dst, nranks,
-                            channel, hs_deadline, auth);
-      if (!rc)
-        return fd;
-      close(fd);
+      rc = client_handshake(fd, &sa, salen, endpoint, secret, secret_len, src,
+                            dst, nranks, channel, hs_deadline, auth);
+      if (rc >= 0)
+        return rc;
       if (rc != RESIHP_ECLOSED)
         return rc;
       if (!warned++)
@@ -328,7 +362,7 @@ static int dial(const char *endpoint, const uint8_t *secret, size_t secret_len,
 
 #define MAX_PENDING 64
 
-enum { HS_HELLO, HS_CHALLENGE, HS_RESPONSE, HS_VERDICT };
+enum { HS_HELLO, HS_CHALLENGE, HS_ANSWER, HS_VERDICT };
 
 struct pending {
   int fd; /* -1: free slot */
@@ -338,7 +372,7 @@ struct pending {
   uint64_t order; /* accept order: the oldest goes first when full */
   struct hello h;
   struct challenge c;
-  uint8_t resp[RESIHP__SHA256_LEN];
+  struct tail t;
   uint8_t verdict;
   char who[64];
 };
@@ -349,15 +383,17 @@ static int hs_writing(const struct pending *p) {
 
 static int bad_hello(const struct hello *h, const resihp__mesh_opts_t *o) {
   return h->magic != MESH_MAGIC || h->version != MESH_VERSION ||
-         h->channel > 1 || h->dst != (uint32_t)o->rank ||
+         h->channel > 1 || h->answer > 1 || h->dst != (uint32_t)o->rank ||
          h->nranks != (uint32_t)o->nranks || h->src <= (uint32_t)o->rank ||
          h->src >= (uint32_t)o->nranks;
 }
 
 /* Move one handshake as far as its socket allows without waiting. 0: not
- * finished, 1: the peer proved itself (verdict sent), negative: refused
+ * finished, 1: the peer proved itself (verdict sent), 2: a challenge went
+ * out (the connection is done with: nothing is kept), negative: refused
  * (logged; the caller closes). */
-static int hs_step(struct pending *p, const resihp__mesh_opts_t *o) {
+static int hs_step(struct pending *p, const resihp__mesh_opts_t *o,
+                   resihp__cookie_jar_t *jar) {
   for (;;) {
     uint8_t *buf;
     size_t len;
@@ -368,8 +404,8 @@ static int hs_step(struct pending *p, const resihp__mesh_opts_t *o) {
     case HS_CHALLENGE:
       buf = (uint8_t *)&p->c, len = sizeof(p->c);
       break;
-    case HS_RESPONSE:
-      buf = p->resp, len = sizeof(p->resp);
+    case HS_ANSWER:
+      buf = (uint8_t *)&p->t, len = sizeof(p->t);
       break;
     default:
       buf = &p->verdict, len = 1;
@@ -390,7 +426,7 @@ static int hs_step(struct pending *p, const resihp__mesh_opts_t *o) {
       }
       if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return 0;
-      resihp_log(RESIHP_LOG_WARN, "allreduce",
+      resihp_log(RESIHP_LOG_DEBUG, "allreduce",
                  "refused connection from %s: it hung up during the "
                  "handshake",
                  p->who);
@@ -398,7 +434,7 @@ static int hs_step(struct pending *p, const resihp__mesh_opts_t *o) {
     }
     p->off = 0;
     switch (p->state) {
-    case HS_HELLO:
+    case HS_HELLO: {
       if (bad_hello(&p->h, o)) {
         resihp_log(RESIHP_LOG_WARN, "allreduce",
                    "refused connection from %s: bad hello (claims rank %u of "
@@ -406,29 +442,41 @@ static int hs_step(struct pending *p, const resihp__mesh_opts_t *o) {
                    p->who, p->h.src, p->h.nranks, p->h.dst);
         return RESIHP_EPROTO;
       }
+      if (p->h.answer) {
+        p->state = HS_ANSWER;
+        break;
+      }
+      /* the challenge is a cookie bound to this hello: nothing is kept */
+      struct hello f = first_hello(&p->h);
       p->c.magic = MESH_MAGIC;
-      if (getrandom(p->c.nonce, NONCE, 0) != NONCE)
+      if (resihp__cookie_make(jar, &f, sizeof(f), p->c.nonce))
         return RESIHP_ESYS;
       mac(o->secret, o->secret_len, "resihp-srv", &p->h, p->c.nonce, p->c.mac);
       p->state = HS_CHALLENGE;
       break;
+    }
     case HS_CHALLENGE:
-      p->state = HS_RESPONSE;
-      break;
-    case HS_RESPONSE: {
+      return 2;
+    case HS_ANSWER: {
+      struct hello f = first_hello(&p->h);
       uint8_t want[RESIHP__SHA256_LEN];
-      mac(o->secret, o->secret_len, "resihp-cli", &p->h, p->c.nonce, want);
-      if (resihp__ct_memcmp(want, p->resp, sizeof(want))) {
+      int rc = resihp__cookie_check(jar, &f, sizeof(f), p->t.nonce_s);
+      mac(o->secret, o->secret_len, "resihp-cli", &p->h, p->t.nonce_s, want);
+      if (!rc && resihp__ct_memcmp(want, p->t.mac, sizeof(want)))
+        rc = RESIHP_EAUTH;
+      if (!rc)
+        rc = resihp__cookie_first_use(jar, p->h.nonce);
+      if (rc) {
         resihp_log(RESIHP_LOG_WARN, "allreduce",
-                   "refused connection from %s claiming rank %u: wrong HMAC "
-                   "(it does not know this job's secret)",
-                   p->who, p->h.src);
-        p->verdict = 0; /* best effort: the caller closes anyway */
-        if (send(p->fd, &p->verdict, 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
-          /* nothing to do: the refusal is the close */
-        }
+                   "refused connection from %s claiming rank %u: %s",
+                   p->who, p->h.src,
+                   rc == RESIHP_ETIMEDOUT
+                       ? "its challenge is too old"
+                       : "wrong HMAC or a replay (it does not know this "
+                         "job's secret)");
         return RESIHP_EAUTH;
       }
+      memcpy(p->c.nonce, p->t.nonce_s, NONCE); /* the session's keys */
       p->verdict = 1;
       p->state = HS_VERDICT;
       break;
@@ -437,6 +485,13 @@ static int hs_step(struct pending *p, const resihp__mesh_opts_t *o) {
       return 1;
     }
   }
+}
+
+int resihp__mesh_hs_serve(const resihp__mesh_opts_t *o,
+                          resihp__cookie_jar_t *jar, int fd) {
+  struct pending p = {.fd = fd, .state = HS_HELLO};
+  snprintf(p.who, sizeof(p.who), "a test peer");
+  return hs_step(&p, o, jar);
 }
 
 static void hs_drop(struct pending *p) {
@@ -465,6 +520,36 @@ static struct pending *hs_slot(struct pending *pd) {
   return victim;
 }
 
+/* What hs_step's r means for p: still pending (0), a peer that proved
+ * itself taken into its slot (1: one fewer missing), or the connection
+ * closed (answered with a challenge, refused, a duplicate). */
+static int settle(struct pending *p, int r, const resihp__mesh_opts_t *o,
+                  int *data_fds, int *ctrl_fds, resihp__msgauth_t *data_auth,
+                  resihp__msgauth_t *ctrl_auth) {
+  if (r == 0)
+    return 0;
+  if (r != 1) {
+    hs_drop(p); /* nothing kept */
+    return 0;
+  }
+  int src = (int)p->h.src, ch = p->h.channel;
+  int *slot = &(ch ? ctrl_fds : data_fds)[src];
+  if (*slot >= 0) {
+    resihp_log(RESIHP_LOG_WARN, "allreduce",
+               "refused duplicate connection from %s (rank %d channel %d)",
+               p->who, src, ch);
+    hs_drop(p);
+    return 0;
+  }
+  resihp__msgauth_t *a = ch ? ctrl_auth : data_auth;
+  if (a)
+    resihp__msgauth_init(&a[src], o->secret, o->secret_len, channel_label(ch),
+                         p->c.nonce, NONCE, p->h.nonce, NONCE, 0);
+  *slot = p->fd;
+  p->fd = -1;
+  return 1;
+}
+
 static int accept_peers(const resihp__mesh_opts_t *o, int lfd,
                         int64_t deadline, int *data_fds, int *ctrl_fds,
                         resihp__msgauth_t *data_auth,
@@ -474,8 +559,13 @@ static int accept_peers(const resihp__mesh_opts_t *o, int lfd,
   int idx[MAX_PENDING + 1];
   int missing = 2 * (o->nranks - 1 - o->rank), rc = 0;
   uint64_t order = 0;
+  resihp__cookie_jar_t jar;
   if (!pd)
     return RESIHP_ENOMEM;
+  if ((rc = resihp__cookie_jar_init(&jar))) {
+    free(pd);
+    return rc;
+  }
   for (int k = 0; k < MAX_PENDING; k++)
     pd[k].fd = -1;
   while (missing > 0) {
@@ -529,56 +619,46 @@ static int accept_peers(const resihp__mesh_opts_t *o, int lfd,
       struct pending *p = &pd[idx[j]];
       if (!pfd[j].revents)
         continue;
-      int r = hs_step(p, o);
-      if (r == 0)
-        continue;
-      if (r < 0) {
-        hs_drop(p);
-        continue;
-      }
-      int src = (int)p->h.src, ch = p->h.channel;
-      int *slot = &(ch ? ctrl_fds : data_fds)[src];
-      if (*slot >= 0) {
-        resihp_log(RESIHP_LOG_WARN, "allreduce",
-                   "refused duplicate connection from %s (rank %d channel %d)",
-                   p->who, src, ch);
-        hs_drop(p);
-        continue;
-      }
-      resihp__msgauth_t *a = ch ? ctrl_auth : data_auth;
-      if (a)
-        resihp__msgauth_init(&a[src], o->secret, o->secret_len,
-                             channel_label(ch), p->c.nonce, NONCE, p->h.nonce,
-                             NONCE, 0);
-      *slot = p->fd;
-      p->fd = -1;
-      missing--;
+      missing -= settle(p, hs_step(p, o, &jar), o, data_fds, ctrl_fds,
+                        data_auth, ctrl_auth);
     }
     if (!(pfd[0].revents & POLLIN) || missing <= 0)
       continue;
-    /* One accept per wake-up: the listener may be the caller's, blocking. */
-    struct sockaddr_in from;
-    socklen_t fl = sizeof(from);
-    int fd = accept4(lfd, (struct sockaddr *)&from, &fl,
-                     SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0)
-      continue;
-    tune(fd);
-    struct pending *p = hs_slot(pd);
-    memset(p, 0, sizeof(*p));
-    p->fd = fd;
-    p->state = HS_HELLO;
-    p->order = order++;
-    p->deadline = resihp__now_ms() + HANDSHAKE_MS;
-    if (p->deadline > deadline)
-      p->deadline = deadline;
-    snprintf(p->who, sizeof(p->who), "%s:%u", inet_ntoa(from.sin_addr),
-             ntohs(from.sin_port));
+    /* What waits, up to half the table per wake-up (so that none accepted
+     * here is pushed out before the next round reads it); each accept
+     * only when the listener is readable: it may be the caller's,
+     * blocking. A genuine peer's bytes come with its connection and are
+     * read at once (hs_step). */
+    for (int n = 0; n < MAX_PENDING / 2; n++) {
+      struct pollfd lp = {.fd = lfd, .events = POLLIN};
+      if (n && poll(&lp, 1, 0) != 1)
+        break;
+      struct sockaddr_in from;
+      socklen_t fl = sizeof(from);
+      int fd = accept4(lfd, (struct sockaddr *)&from, &fl,
+                       SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0)
+        break;
+      tune(fd);
+      struct pending *p = hs_slot(pd);
+      memset(p, 0, sizeof(*p));
+      p->fd = fd;
+      p->state = HS_HELLO;
+      p->order = order++;
+      p->deadline = resihp__now_ms() + HANDSHAKE_MS;
+      if (p->deadline > deadline)
+        p->deadline = deadline;
+      snprintf(p->who, sizeof(p->who), "%s:%u", inet_ntoa(from.sin_addr),
+               ntohs(from.sin_port));
+      missing -= settle(p, hs_step(p, o, &jar), o, data_fds, ctrl_fds,
+                        data_auth, ctrl_auth);
+    }
   }
   for (int k = 0; k < MAX_PENDING; k++)
     if (pd[k].fd >= 0)
       hs_drop(&pd[k]);
   free(pd);
+  resihp__cookie_jar_free(&jar);
   return rc;
 }
 
@@ -593,7 +673,9 @@ static int open_listener(const char *ep) {
   if (fd < 0)
     return RESIHP_ESYS;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (bind(fd, (struct sockaddr *)&sa, salen) < 0 || listen(fd, 128) < 0) {
+  /* a flood of connections must not fill the queue the peers come
+   * through (the kernel caps it at net.core.somaxconn) */
+  if (bind(fd, (struct sockaddr *)&sa, salen) < 0 || listen(fd, 4096) < 0) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce", "cannot listen on %s: %s", ep,
                strerror(errno));
     close(fd);

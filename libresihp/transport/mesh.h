@@ -4,21 +4,28 @@
  * Rank i connects to every rank j < i and accepts from every j > i, twice
  * per pair: channel 0 carries data, channel 1 control (heartbeats, aborts,
  * membership agreement). Every connection is authenticated both ways with a
- * challenge-response over the per-job secret K:
+ * challenge-response over the per-job secret K, on two connections:
  *
  *   client -> server  HELLO     magic, version, channel, src, dst, n, Nc
  *   server -> client  CHALLENGE Ns, HMAC(K, "resihp-srv" | HELLO | Ns)
- *   client -> server  RESPONSE  HMAC(K, "resihp-cli" | HELLO | Ns)
- *   server -> client  VERDICT   1 accepted, 0 refused
+ *                     and the server closes
+ *   client -> server  HELLO (answer=1), Ns, HMAC(K, "resihp-cli" | HELLO | Ns)
+ *                     on a new connection, at once
+ *   server -> client  VERDICT   1 accepted (or it closes)
  *
- * Nc and Ns are fresh random nonces, so a recorded exchange cannot be
- * replayed. The client checks the server's MAC before proving anything
- * itself. A connection that fails any check is refused, logged with the
- * remote address, and the server keeps waiting for the genuine peer. The
- * server runs its handshakes concurrently, each with a deadline and at most
- * 64 pending (the oldest unfinished one is dropped for a newer one), so
- * idle or garbage connections cannot delay a genuine peer; a client whose
- * connection was dropped before the challenge dials again.
+ * Ns is a cookie (cookie.h): the server's clock, random bytes and its MAC
+ * of the hello under a key of its own, valid 10 s, so the server keeps
+ * nothing between its challenge and the answer, and a flood of
+ * connections (valid hellos included: anyone can write one) has no table
+ * of challenges to fill; Nc is a fresh random nonce, and an answer
+ * replayed with its cookie is refused. The client checks the server's MAC
+ * before proving anything itself. A connection that fails any check is
+ * refused, logged with the remote address, and the server keeps waiting
+ * for the genuine peer. What the server holds is connections whose bytes
+ * have not come yet, each with a deadline and at most 64 (the oldest
+ * without a valid hello goes first); a genuine client's bytes come with
+ * its connection and are read at once, and a client whose connection was
+ * dropped dials again.
  *
  * Both nonces also key the per-message MACs of the connection that follows
  * (msgauth.h; labels "resihp-data" and "resihp-ctrl").
@@ -59,6 +66,13 @@ int64_t resihp__now_ms(void);
  * absolute deadline pthread_cond_timedwait wants. */
 struct timespec resihp__realtime_in(int64_t ms);
 
+/* The handshake's version, in its hello. */
+#define RESIHP__MESH_VERSION 2
+
+/* Tests only: the client half waits this long before it answers the
+ * server (a round trip of a distant rank). 0 in a job. */
+extern int resihp__mesh_test_rtt_ms;
+
 /* Client half, exposed for tests that play a peer: connect to endpoint and
  * authenticate as rank src towards rank dst on channel. Returns the fd or a
  * negative code; fills *auth (if not NULL) with the connection's MAC state. */
@@ -66,6 +80,14 @@ int resihp__mesh_dial(const char *endpoint, const uint8_t *secret,
                       size_t secret_len, int src, int dst, int nranks,
                       int channel, int64_t deadline_ms,
                       resihp__msgauth_t *auth);
+
+/* Tests and the fuzz target (tests/fuzz/fuzz_mesh_hs.c): the server's
+ * side of the handshake on one connected socket fd, as far as what has
+ * come allows: 0 still waiting, 1 the peer proved itself (verdict sent), 2
+ * a challenge went out, negative: refused. */
+struct resihp__cookie_jar;
+int resihp__mesh_hs_serve(const resihp__mesh_opts_t *o,
+                          struct resihp__cookie_jar *jar, int fd);
 
 /* Orderly close of n sockets (entries -1 are skipped; all set to -1):
  * shut down the sending side, then read and discard until every peer has

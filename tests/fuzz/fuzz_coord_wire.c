@@ -5,7 +5,9 @@
  * The first byte picks what the rest is:
  *  - even: a byte stream from a peer, read by an unsealed wire: every line
  *    taken fits its buffer and holds no newline or NUL; nothing else comes
- *    out (no truncation);
+ *    out (no truncation); with bit 1 set, with a member's limits per kind
+ *    of message (resihp__coord_member_line_max): none longer than its
+ *    kind's;
  *  - odd: lines that a sealed sender tags; the second and third bytes
  *    choose one byte of the stream to alter (or none): every line the
  *    sealed reader accepts is the one that was sent, in order, and an
@@ -15,6 +17,7 @@
  *  token_ok. See README for a libFuzzer build. */
 #include "config.h"
 
+#include "../../libresihp/control/coord_internal.h"
 #include "../../libresihp/control/wire.h"
 #include "../../libresihp/transport/mesh.h"
 #include "fuzz_driver.h"
@@ -71,20 +74,29 @@ static void parsers(const char *msg) {
   resihp__wire_token_ok(msg, 96);
 }
 
-static void unsealed(const uint8_t *d, size_t n) {
+/* typed: with a member's limits per kind of message (the coordinator's
+ * resihp__coord_member_line_max): no line longer than its kind's comes
+ * through. */
+static void unsealed(const uint8_t *d, size_t n, int typed) {
   int sv[2];
   check(!socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), "pair");
   check(send(sv[1], d, n, 0) == (ssize_t)n, "send");
   close(sv[1]);
   resihp__wire_t w;
   resihp__wire_init(&w, sv[0]);
-  w.max = 512; /* small, so that overlong lines are reached */
-  char out[64];
+  w.max = typed ? 4 * MAXIN : 512; /* small: overlong lines are reached */
+  if (typed)
+    w.line_max = resihp__coord_member_line_max;
+  static char out[4 * MAXIN + 1];
+  size_t cap = typed ? sizeof(out) : 64;
   int rc = 0;
   for (int guard = 0; guard < 10000; guard++) {
-    int t = resihp__wire_take(&w, out, sizeof(out));
+    int t = resihp__wire_take(&w, out, cap);
     if (t == 1) {
-      check(strlen(out) < sizeof(out) && !strchr(out, '\n'), "line");
+      check(strlen(out) < cap && !strchr(out, '\n'), "line");
+      check(!typed || strlen(out) <= resihp__coord_member_line_max(
+                                          out, strlen(out)),
+            "a line longer than its kind's limit");
       continue;
     }
     if (t < 0)
@@ -170,7 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (data[0] & 1)
     sealed(data + 3, size - 3, (size_t)data[1] << 8 | data[2]);
   else
-    unsealed(data + 3, size - 3);
+    unsealed(data + 3, size - 3, data[0] & 2);
   return 0;
 }
 

@@ -131,25 +131,33 @@ START_TEST(inject_slow_specs) {
 }
 END_TEST
 
-/* Server side of a handshake on fd through the non-blocking machine. */
-static int serve_handshake(const uint8_t *key, size_t klen, int fd,
-                           resihp__wire_t *out) {
+/* Server side of handshakes on the listening socket lfd through the
+ * non-blocking machine, until one is authenticated (0) or child p exits
+ * (its status in *st; RESIHP_EAUTH if a connection was refused). */
+static int serve_handshake(const uint8_t *key, size_t klen, int lfd, pid_t p,
+                           int *st, resihp__wire_t *out) {
   resihp__wire_hs_t *h;
   ck_assert_int_eq(resihp__wire_hs_create(key, klen, "coord", 4, 3000, &h), 0);
-  ck_assert_int_eq(resihp__wire_hs_add(h, fd), 0);
-  int rc = RESIHP_EAUTH;
-  while (resihp__wire_hs_pending(h)) {
-    struct pollfd p = {.fd = resihp__wire_hs_fd(h), .events = POLLIN};
-    poll(&p, 1, resihp__wire_hs_wait_ms(h, 1000));
-    if (resihp__wire_hs_next(h, out) == 1) {
+  int rc = RESIHP_ETIMEDOUT, exited = 0;
+  int64_t dl = resihp__now_ms() + 30000; /* safety net only */
+  while (rc && !exited && resihp__now_ms() < dl) {
+    struct pollfd q[2] = {{lfd, POLLIN, 0},
+                          {resihp__wire_hs_fd(h), POLLIN, 0}};
+    poll(q, 2, resihp__wire_hs_wait_ms(h, 50));
+    if (q[0].revents)
+      resihp__wire_hs_accept(h, lfd);
+    while (rc && resihp__wire_hs_next(h, out) == 1)
       rc = 0;
-      break;
-    }
+    exited = rc && waitpid(p, st, WNOHANG) == p;
   }
+  if (rc && !exited)
+    kill(p, SIGKILL);
+  if (!exited)
+    waitpid(p, st, 0);
   long refused = 0;
   resihp__wire_hs_stats(h, &refused, NULL);
-  if (rc)
-    ck_assert_int_eq(refused, 1);
+  if (rc && refused)
+    rc = RESIHP_EAUTH;
   resihp__wire_hs_destroy(h);
   return rc;
 }
@@ -162,13 +170,15 @@ static int serve_handshake(const uint8_t *key, size_t klen, int fd,
 START_TEST(wire_auth) {
   const uint8_t k1[] = "secret-one", k2[] = "secret-two";
   for (int wrong = 0; wrong < 3; wrong++) {
-    int sv[2];
-    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    int port = 0, lfd = resihp__wire_listen("127.0.0.1", 0, &port);
+    ck_assert_int_ge(lfd, 0);
+    char ep[64];
+    snprintf(ep, sizeof(ep), "127.0.0.1:%d", port);
     pid_t p = fork();
     if (p == 0) {
-      close(sv[0]);
+      close(lfd);
       resihp__wire_t w;
-      resihp__wire_init(&w, sv[1]);
+      resihp__wire_init(&w, resihp__wire_dial(ep, resihp__now_ms() + 3000));
       int rc = resihp__wire_auth_client(&w, wrong == 1 ? k2 : k1, 10, "coord",
                                         resihp__now_ms() + 3000);
       uint8_t d[RESIHP__SHA256_LEN];
@@ -179,15 +189,14 @@ START_TEST(wire_auth) {
         rc = resihp__wire_queue_hashed(&w, "HELLO a=2", d);
       /* an injected line without a tag */
       else if (!rc)
-        rc = send(sv[1], "GO step=1\n", 10, 0) == 10 ? 0 : 1;
+        rc = send(w.fd, "GO step=1\n", 10, 0) == 10 ? 0 : 1;
       _exit(rc == 0 ? 0 : 1);
     }
-    close(sv[1]);
     resihp__wire_t w;
     resihp__wire_init(&w, -1);
-    int rc = serve_handshake(k1, 10, sv[0], &w);
-    int st;
-    waitpid(p, &st, 0);
+    int st = 0;
+    int rc = serve_handshake(k1, 10, lfd, p, &st, &w);
+    close(lfd);
     if (wrong == 1) {
       ck_assert_int_eq(rc, RESIHP_EAUTH);
       ck_assert_int_ne(WEXITSTATUS(st), 0);
@@ -450,6 +459,26 @@ static char probe_path[128];
 /* catchup_strangers_do_not_delay: idle connections opened to the
  * replacement's catch-up port as soon as it says HELLO. */
 static int g_flood_catchup, g_flooded;
+/* replica 0's listeners, looked at from another loopback address
+ * (127.0.0.2): how many answered there, and at their own (127.0.0.1) */
+static int g_check_bind, g_bind_checked, g_bind_elsewhere, g_bind_own;
+
+static void check_bind(const char *ep) {
+  const char *c = ep ? strrchr(ep, ':') : NULL;
+  if (!c)
+    return;
+  char other[64], own[64];
+  snprintf(other, sizeof(other), "127.0.0.2%s", c);
+  snprintf(own, sizeof(own), "127.0.0.1%s", c);
+  int fd = resihp__wire_dial(other, resihp__now_ms() + 2000);
+  g_bind_elsewhere += fd >= 0;
+  if (fd >= 0)
+    close(fd);
+  fd = resihp__wire_dial(own, resihp__now_ms() + 2000);
+  g_bind_own += fd >= 0;
+  if (fd >= 0)
+    close(fd);
+}
 static void open_idle(const char *ep, int *fds, int n);
 
 static pid_t spawn_rank(int r, int die_at) {
@@ -585,6 +614,13 @@ static int run_job(int R, int victim, int die_at, int replace, char *out,
       }
     /* the replacement said HELLO; its START (and catch-up) comes at a
      * later poll, after these are queued on its port */
+    const char *ep0 = NULL, *sep0 = NULL;
+    if (g_check_bind && !g_bind_checked && resihp__coord_connected(c, 0) &&
+        !resihp__coord_replica_eps(c, 0, &ep0, &sep0, NULL)) {
+      check_bind(ep0);
+      check_bind(sep0);
+      g_bind_checked = 1;
+    }
     if (g_flood_catchup && !g_flooded && victim >= 0 && h.replaced[victim] &&
         resihp__coord_connected(c, victim) &&
         !resihp__coord_replica_eps(c, victim, NULL, &sep, NULL)) {
@@ -617,6 +653,20 @@ START_TEST(job_without_failure) {
   run_job(3, -1, -1, 0, out, sizeof(out));
   ck_assert_msg(strstr(out, expected(want, sizeof(want))), "%s", out);
   ck_assert_ptr_nonnull(strstr(out, "3 replicas agree"));
+}
+END_TEST
+
+/* A rank listens on the address it advertises (the one that routes to
+ * the coordinator, 127.0.0.1 here), not on every address of the host:
+ * its data and state ports answer at 127.0.0.1, not at 127.0.0.2. */
+START_TEST(job_listens_where_it_says) {
+  char out[8192];
+  g_check_bind = 1;
+  run_job(1, -1, -1, 0, out, sizeof(out));
+  g_check_bind = 0;
+  ck_assert_int_eq(g_bind_checked, 1);
+  ck_assert_int_eq(g_bind_own, 2);
+  ck_assert_int_eq(g_bind_elsewhere, 0);
 }
 END_TEST
 
@@ -1159,6 +1209,103 @@ END_TEST
 
 /* A connection that trickles a byte now and then does not stay: its
  * handshake deadline is absolute. */
+/* Resident memory of this process, now (VmRSS) or at its peak so far
+ * (VmHWM), bytes. */
+static long rss_bytes(const char *which) {
+  char l[128];
+  long kb = 0;
+  FILE *f = fopen("/proc/self/status", "r");
+  while (f && fgets(l, sizeof(l), f))
+    if (!strncmp(l, which, strlen(which)))
+      sscanf(l + strlen(which), ": %ld", &kb);
+  if (f)
+    fclose(f);
+  return kb << 10;
+}
+
+/* The peer closed fd (or reset it) before the deadline. */
+static int closed_by_peer(int fd, int64_t deadline) {
+  char b[256];
+  while (resihp__now_ms() < deadline) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    poll(&p, 1, 100);
+    ssize_t r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+      return 1;
+  }
+  return 0;
+}
+
+/* Authenticated connections that never say who they are: 10 send a 4 MiB
+ * HELLO without its end, 10 say nothing. The first are cut at the
+ * pre-HELLO limit (64 KiB) and the others closed at the HELLO deadline
+ * (1 s here), not before; the coordinator's memory does not grow with
+ * what they sent. Before, each could buffer a 16 MiB line and stayed
+ * open for good (20 connections: 2 MB -> 330 MB). */
+START_TEST(coord_silent_authed_closed) {
+  const char *key = "silent-authed-secret";
+  resihp__coord_opts_t co = {.replicas = 1,
+                             .bind_host = "127.0.0.1",
+                             .secret = (const uint8_t *)key,
+                             .secret_len = strlen(key),
+                             .silence_ms = 3000,
+                             .hello_ms = 1000};
+  resihp__coord_t *c;
+  ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
+  char ep[64];
+  snprintf(ep, sizeof(ep), "127.0.0.1:%d", resihp__coord_port(c));
+  long before = rss_bytes("VmRSS");
+  pid_t p = fork();
+  if (p == 0) {
+    enum { N = 20, JUNK = 4 << 20 };
+    resihp__wire_t w[N];
+    int64_t authed[N];
+    for (int i = 0; i < N; i++) {
+      if (coord_open(ep, key, &w[i]))
+        _exit(2);
+      authed[i] = resihp__now_ms();
+    }
+    char *junk = malloc(JUNK);
+    memset(junk, 'x', JUNK);
+    memcpy(junk, "HELLO ", 6);
+    int64_t dl = resihp__now_ms() + 15000; /* safety net only */
+    for (int i = 0; i < N / 2; i++) {
+      size_t off = 0;
+      while (off < JUNK && resihp__now_ms() < dl) {
+        ssize_t n = send(w[i].fd, junk + off, JUNK - off,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+          off += (size_t)n;
+          continue;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EINTR)
+          break; /* cut off */
+        struct pollfd q = {.fd = w[i].fd, .events = POLLOUT};
+        poll(&q, 1, 100);
+      }
+    }
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+      if (!closed_by_peer(w[i].fd, dl)) {
+        fprintf(stderr, "connection %d still open\n", i);
+        bad = 1;
+      } else if (i >= N / 2 && resihp__now_ms() - authed[i] < 1000) {
+        fprintf(stderr, "connection %d closed before its deadline\n", i);
+        bad = 1;
+      }
+    }
+    _exit(bad);
+  }
+  int rc = pump_until_exit(c, p);
+  long grew = rss_bytes("VmHWM") - before; /* while they were open */
+  resihp__coord_destroy(c);
+  fprintf(stderr, "coord_silent_authed_closed: the coordinator grew by %ld "
+                  "KiB\n", grew >> 10);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_msg(grew < (8 << 20), "the coordinator grew by %ld bytes", grew);
+}
+END_TEST
+
 START_TEST(coord_drip_dropped) {
   const char *key = "drip-test-secret";
   char ep[64];
@@ -1199,8 +1346,9 @@ START_TEST(catchup_strangers_do_not_delay) {
 END_TEST
 
 /* A replica of two ranks, M = 20000: the leader's address is flooded with
- * idle connections before its other rank comes (the leader's accept must
- * not wait for them), and every microbatch id reaches the ranks. */
+ * idle connections, and with authenticated ones that say nothing, before
+ * its other rank comes (the leader's accept must not wait for them), and
+ * every microbatch id reaches the ranks. */
 START_TEST(leader_strangers_and_long_lists) {
   const char *key = "unit-test-secret-0123456789";
   g_mbs = 20000;
@@ -1228,6 +1376,16 @@ START_TEST(leader_strangers_and_long_lists) {
   ck_assert_msg(lep && lep[0], "the leader never said where it is");
   int idle[60];
   open_idle(lep, idle, 60);
+  /* and 3 that authenticate and then say nothing: each held the leader
+   * until its 60 s deadline before */
+  resihp__wire_t mute[3];
+  for (int i = 0; i < 3; i++) {
+    resihp__wire_init(&mute[i], resihp__wire_dial(lep, resihp__now_ms() + 5000));
+    ck_assert_int_eq(resihp__wire_auth_client(&mute[i], (const uint8_t *)key,
+                                              strlen(key), "local",
+                                              resihp__now_ms() + 10000),
+                     0);
+  }
   setenv("SLURM_PROCID", "1", 1);
   pids[1] = spawn_rank(0, -1);
   unsetenv("SLURM_PROCID");
@@ -1246,6 +1404,8 @@ START_TEST(leader_strangers_and_long_lists) {
     ;
   for (int i = 0; i < 60; i++)
     close(idle[i]);
+  for (int i = 0; i < 3; i++)
+    resihp__wire_free(&mute[i]);
   resihp__coord_destroy(c);
   unlink(secret_path);
   ck_assert_int_eq(state, RESIHP__COORD_DONE);
@@ -1632,6 +1792,7 @@ static Suite *suite(void) {
   tc = tcase_create("jobs");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, job_without_failure);
+  tcase_add_test(tc, job_listens_where_it_says);
   tcase_add_test(tc, job_rank_dies_no_spare);
   tcase_add_test(tc, job_rank_dies_replaced);
   tcase_add_test(tc, job_slow_rank_stretches_samples);
@@ -1654,6 +1815,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, wire_data_tagged);
   tcase_add_test(tc, coord_strangers_do_not_delay);
   tcase_add_test(tc, coord_drip_dropped);
+  tcase_add_test(tc, coord_silent_authed_closed);
   tcase_add_test(tc, catchup_strangers_do_not_delay);
   tcase_add_test(tc, leader_strangers_and_long_lists);
   tcase_add_test(tc, job_long_lists_reassigned);

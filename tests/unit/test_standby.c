@@ -17,10 +17,12 @@
 #include <resihp/error.h>
 
 #include <check.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -131,6 +133,42 @@ START_TEST(newest_record_then_bye) {
   ck_assert_int_eq(follower_end(&fl, rec, sizeof(rec)), 1);
   ck_assert_str_eq(rec, "three, the newest");
   wait_standby(&p, 0, NULL);
+  primary_down(&p);
+}
+END_TEST
+
+/* Authenticated connections that never say their hello hold neither the
+ * feed's thread nor the standby that comes after them: it follows while
+ * they are all still open (each waited 2 s in turn before, and was closed
+ * before the standby was looked at). */
+START_TEST(silent_hellos_do_not_hold_the_feed) {
+  primary_t p;
+  primary_up(&p);
+  resihp__wire_t silent[3];
+  for (int i = 0; i < 3; i++) {
+    int64_t dl = resihp__now_ms() + 10000;
+    resihp__wire_init(&silent[i], resihp__wire_dial(p.ep, dl));
+    ck_assert_int_ge(silent[i].fd, 0);
+    ck_assert_int_eq(resihp__wire_auth_client(&silent[i], KEY, sizeof(KEY) - 1,
+                                              "standby", dl),
+                     0);
+  }
+  follower_t fl;
+  follower_start(&fl, p.ep, KEY, sizeof(KEY) - 1,
+                 "STANDBY ep=10.0.0.3:4000 node=n3");
+  wait_standby(&p, 1, "10.0.0.3:4000");
+  for (int i = 0; i < 3; i++) {
+    char c;
+    ck_assert_msg(recv(silent[i].fd, &c, 1, MSG_DONTWAIT) < 0 &&
+                      errno == EAGAIN,
+                  "silent connection %d was closed before the standby "
+                  "followed",
+                  i);
+    resihp__wire_free(&silent[i]);
+  }
+  resihp__feed_bye(p.f, 5000);
+  char rec[64];
+  ck_assert_int_eq(follower_end(&fl, rec, sizeof(rec)), 1);
   primary_down(&p);
 }
 END_TEST
@@ -278,6 +316,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, newest_record_then_bye);
   tcase_add_test(tc, second_standby_replaces_first);
+  tcase_add_test(tc, silent_hellos_do_not_hold_the_feed);
   tcase_add_test(tc, strangers_get_nothing);
   tcase_add_test(tc, rogue_standby_refused);
   tcase_add_test(tc, primary_death_keeps_last_record);

@@ -89,7 +89,7 @@ typedef struct {
 typedef struct {
   resihp__wire_t w;
   int replica;
-  int64_t last_heard;
+  int64_t last_heard; /* on the listening clock (c->listened) */
   int out_armed; /* its output queue waits for EPOLLOUT */
   /* a non-leader rank waiting for its leader's address */
   int sub_replica;
@@ -176,6 +176,10 @@ struct resihp__coord {
   int nfails, capfails;
   long reassigned;
   int64_t last_hb, last_silence_check;
+  /* the listening clock (ms): time spent waiting for the replicas, not
+   * working (coord_loop.c), which silence is measured on; when the last
+   * poll round ended */
+  int64_t listened, round_end;
   /* heartbeat periods: each leader's (told in WELCOME) and our own
    * (resihp__coord_heartbeats) */
   int hb_leader_ms, hb_coord_ms;

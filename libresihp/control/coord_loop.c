@@ -28,6 +28,11 @@
 /* Pending handshakes beyond one per replica (a whole job may join at
  * once: none of them may be evicted), and how long each may take. */
 #define HS_PENDING_EXTRA 64
+/* Connections read in one poll round, so that a round's work is bounded
+ * whatever N (the keeper's hang bound watches the loop). */
+#define EVENTS_PER_ROUND 2048
+/* A round's work that counts as listening (see resihp__coord_poll). */
+#define WORK_CREDIT_MS 50
 #define HS_TIMEOUT_MS 3000
 
 /* What the coordinator keeps for one replica that does not read (a
@@ -143,7 +148,7 @@ int resihp__coord_adopt(resihp__coord_t *c, resihp__wire_t *w) {
   c->conns[k].sub_replica = -1;
   c->conns[k].lep_replica = -1;
   c->conns[k].lep[0] = '\0';
-  c->conns[k].last_heard = resihp__now_ms();
+  c->conns[k].last_heard = c->listened;
   resihp__wire_init(w, -1);
   return k;
 }
@@ -242,10 +247,25 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
   p[nl] = (struct pollfd){.fd = c->efd, .events = POLLIN};
   p[nl + 1] =
       (struct pollfd){.fd = resihp__wire_hs_fd(c->hs), .events = POLLIN};
+  int64_t before = resihp__now_ms();
   poll(p, (nfds_t)want, resihp__wire_hs_wait_ms(c->hs, timeout_ms));
   int64_t now = resihp__now_ms();
-  int ne =
-      p[nl].revents && c->capevs ? epoll_wait(c->efd, c->evs, c->capevs, 0) : 0;
+  /* The listening clock (c->listened) runs while the coordinator waits in
+   * poll, and for at most WORK_CREDIT_MS of each round's work: a replica
+   * is judged silent on it, never on time the coordinator spent working
+   * (a long round, a machine that starved it) instead of listening. */
+  int64_t work = before - c->round_end;
+  c->listened += (now - before) +
+                 (c->round_end && work > 0
+                      ? (work < WORK_CREDIT_MS ? work : WORK_CREDIT_MS)
+                      : 0);
+  /* At most EVENTS_PER_ROUND connections are read per round (the others,
+   * still ready, come first in the next one: epoll puts the ones it
+   * returned last); silence is looked for only after a round that took
+   * everything there was (drained). */
+  int cap = c->capevs < EVENTS_PER_ROUND ? c->capevs : EVENTS_PER_ROUND;
+  int ne = p[nl].revents && cap ? epoll_wait(c->efd, c->evs, cap, 0) : 0;
+  int drained = ne < cap || !p[nl].revents;
   for (int e = 0; e < ne; e++) {
     int i = (int)c->evs[e].data.u32;
     if (i >= c->nconns || c->conns[i].w.fd < 0)
@@ -256,30 +276,30 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
     if (!(c->evs[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
       continue; /* writable only: nothing heard */
     int rc = resihp__wire_fill(&cn->w);
-    cn->last_heard = now;
+    cn->last_heard = c->listened;
     drain_conn(c, i, rc);
   }
   accept_conns(c, p);
   /* silence is looked for a few times per bound, not at every wake-up:
    * N joins or reconnects wake the loop up to N times */
   int64_t every = c->o.silence_ms / 4 < 250 ? c->o.silence_ms / 4 : 250;
-  int look = now - c->last_silence_check >= every;
+  int look = drained && now - c->last_silence_check >= every;
   if (look)
     c->last_silence_check = now;
   for (int i = 0; look && i < c->nconns; i++) {
     conn_t *cn = &c->conns[i];
     if (cn->w.fd >= 0 && cn->replica >= 0 &&
-        now - cn->last_heard > c->o.silence_ms &&
+        c->listened - cn->last_heard > c->o.silence_ms &&
         c->state == RESIHP__COORD_RUNNING) {
       int r = cn->replica;
       logc(RESIHP_LOG_WARN, "replica %d silent for %lld ms", r,
-           (long long)(now - cn->last_heard));
+           (long long)(c->listened - cn->last_heard));
       resihp__coord_fail_replica(c, r, "silent");
     }
   }
   /* a restored coordinator's members that did not come back in time have
    * failed, as silent ones do (coord_snapshot.c) */
-  if (c->reconnect_by && now >= c->reconnect_by &&
+  if (c->reconnect_by && c->listened >= c->reconnect_by &&
       c->state == RESIHP__COORD_RUNNING) {
     c->reconnect_by = 0;
     for (int r = 0; r < c->R; r++)
@@ -294,6 +314,7 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
         resihp__coord_send_to(c, r, "HB");
   }
   resihp__coord_advance(c);
+  c->round_end = resihp__now_ms();
   return 0;
 }
 

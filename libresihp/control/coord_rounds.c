@@ -51,7 +51,6 @@ static int64_t confirm_ms(const resihp__coord_t *c) {
 }
 
 static int round_confirmed(const resihp__coord_t *c, const round_t *rd) {
-  int64_t now = resihp__now_ms();
   int reporters = 0, unconfirmed = 0;
   for (int i = 0; i < c->nmembers; i++) {
     int m = c->members[i];
@@ -63,9 +62,10 @@ static int round_confirmed(const resihp__coord_t *c, const round_t *rd) {
     /* (no connection while a restored coordinator waits for its members
      * to come back says nothing: coord_snapshot.c) */
     int seen =
-        (p->conn < 0 && !(c->reconnect_by && now < c->reconnect_by)) ||
+        (p->conn < 0 && !(c->reconnect_by && c->listened < c->reconnect_by)) ||
         p->catchup_failed ||
-        (p->conn >= 0 && now - c->conns[p->conn].last_heard >= confirm_ms(c));
+        (p->conn >= 0 &&
+         c->listened - c->conns[p->conn].last_heard >= confirm_ms(c));
     unconfirmed += !seen;
   }
   if (!reporters)

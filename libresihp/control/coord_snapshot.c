@@ -206,7 +206,7 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
 
 void resihp__coord_reconnect_within(resihp__coord_t *c, int ms) {
   if (c->reconnect_by)
-    c->reconnect_by = resihp__now_ms() + ms;
+    c->reconnect_by = c->listened + ms;
 }
 
 static void shift(int64_t *t, int64_t d) {
@@ -754,7 +754,7 @@ int resihp__coord_restore(const resihp__coord_opts_t *o, const char *snap,
    * back (coord_protocol.c reattach) */
   c->held = c->phase == P_FREE && resihp__coord_hold_needed(c);
   c->dirty = 0;
-  c->reconnect_by = resihp__now_ms() + c->o.silence_ms;
+  c->reconnect_by = c->listened + c->o.silence_ms;
   long committed = c->step - c->base_step;
   if (c->o.ledger && ledger_have >= 0 && ledger_have < committed) {
     logc(RESIHP_LOG_INFO,

@@ -239,7 +239,8 @@ void resihp__coord_shift_times(resihp__coord_t *c, int64_t delta_ms);
 /* A restored coordinator waits ms (from now) for every member to
  * reconnect before it fails those that did not (the default is
  * silence_ms): a standby on another address is found by the replicas only
- * on their next try at it. */
+ * on their next try at it. Waits are on the time the coordinator spent
+ * listening, not working. */
 void resihp__coord_reconnect_within(resihp__coord_t *c, int ms);
 /* The coordinator's addresses, "ep[/ep...]" (the primary's, then a
  * standby's on another node; NULL or "": none said): every leader is told

@@ -1,0 +1,231 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* What one failure costs the control plane, in bytes and in judgement, at a
+ * size where O(N^2) shows: the real coordinator with many replicas whose
+ * connections are socket pairs (adopted without a handshake), driven
+ * through its own poll loop. The bytes are counted, not timed.
+ *
+ *   recover_reports_the_dead  every survivor of a mid-step death reports
+ *       it: the reports and the answers are O(1) bytes each (a survivor
+ *       names the dead, gone=, not the living), and the leader's line
+ *       (resihp__job_recover_line) is as long as the failure;
+ *   silence_not_judged_on_work  a poll round that works for longer than
+ *       the silence bound (here a slow mirror) fails nobody: silence is
+ *       measured on the time the coordinator spent listening; a replica
+ *       silent while it listened is still failed;
+ *   reconnect_window_follows_steps  a restored coordinator waits for its
+ *       members the silence bound plus two steps of the last step's time
+ *       (a free run's members look at their link at step boundaries). */
+#include "config.h"
+
+#include "../../libresihp/control/coord_internal.h"
+#include "../../libresihp/control/coordinator.h"
+#include "../../libresihp/control/wire.h"
+#include "../../libresihp/transport/mesh.h"
+#include "suite_main.h"
+
+#include <resihp/error.h>
+
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char key[] = "cost-test-secret";
+
+/* The coordinator, each replica's connection index and its end. */
+typedef struct {
+  resihp__coord_t *c;
+  int n;
+  int *k;
+  resihp__wire_t *peer;
+  long rx_bytes; /* what the replicas read, tags included */
+} side_t;
+
+static char *snap;
+static size_t snap_len;
+static int mirror_sleep_ms; /* a slow mirror: a long poll round */
+
+static void on_mirror(void *ud, const char *s, size_t len) {
+  (void)ud;
+  free(snap);
+  snap = malloc(len + 1);
+  ck_assert_ptr_nonnull(snap);
+  memcpy(snap, s, len);
+  snap[len] = '\0';
+  snap_len = len;
+  if (mirror_sleep_ms) {
+    struct timespec ts = {mirror_sleep_ms / 1000,
+                          (mirror_sleep_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static resihp__coord_opts_t opts(int n, int silence_ms, int lockstep) {
+  resihp__coord_opts_t co = {.replicas = n,
+                             .bind_host = "127.0.0.1",
+                             .secret = (const uint8_t *)key,
+                             .secret_len = sizeof(key) - 1,
+                             .silence_ms = silence_ms,
+                             .lockstep = lockstep,
+                             .on_mirror = on_mirror};
+  return co;
+}
+
+static void connect_all(side_t *s) {
+  for (int i = 0; i < s->n; i++) {
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv),
+                     0);
+    resihp__wire_t w;
+    resihp__wire_init(&w, sv[0]);
+    s->k[i] = resihp__coord_adopt(s->c, &w);
+    ck_assert_int_ge(s->k[i], 0);
+    resihp__wire_init(&s->peer[i], sv[1]);
+  }
+}
+
+static void open_side(side_t *s, int n) {
+  /* two descriptors per replica */
+  struct rlimit rl;
+  getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+  s->n = n;
+  s->k = calloc((size_t)n, sizeof(int));
+  s->peer = calloc((size_t)n, sizeof(resihp__wire_t));
+  s->rx_bytes = 0;
+  ck_assert(s->k && s->peer);
+}
+
+static void close_side(side_t *s) {
+  ck_assert_ptr_null(resihp__coord_check(s->c));
+  resihp__coord_destroy(s->c);
+  for (int i = 0; i < s->n; i++)
+    resihp__wire_free(&s->peer[i]);
+  free(s->k);
+  free(s->peer);
+}
+
+static void feed(side_t *s, int i, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void feed(side_t *s, int i, const char *fmt, ...) {
+  char line[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  resihp__coord_feed(s->c, s->k[i], line);
+}
+
+/* Every replica in ids[0..n) gets a line starting with prefix (the lines
+ * before it skipped); the bytes they read are counted. The coordinator
+ * is polled (no wait) in between so that its queues move. */
+static void all_get(side_t *s, const int *ids, int n, const char *prefix) {
+  static char line[RESIHP__WIRE_LINE_MAX + 1];
+  char *got = calloc((size_t)s->n, 1);
+  int left = n;
+  int64_t deadline = resihp__now_ms() + 60000; /* safety net only */
+  while (left && resihp__now_ms() < deadline) {
+    resihp__coord_poll(s->c, 0);
+    for (int j = 0; j < n; j++) {
+      int i = ids[j], t;
+      if (got[i])
+        continue;
+      size_t had = s->peer[i].len;
+      ck_assert_int_eq(resihp__wire_fill(&s->peer[i]), 0);
+      s->rx_bytes += (long)(s->peer[i].len - had);
+      while (!got[i] && (t = resihp__wire_take(&s->peer[i], line,
+                                               sizeof(line))) == 1)
+        if (!strncmp(line, prefix, strlen(prefix))) {
+          got[i] = 1;
+          left--;
+        }
+    }
+  }
+  free(got);
+  ck_assert_msg(!left, "%d replicas never got '%s'", left, prefix);
+}
+
+static int *range(int n) {
+  int *ids = malloc(sizeof(int) * (size_t)n);
+  for (int i = 0; i < n; i++)
+    ids[i] = i;
+  return ids;
+}
+
+/* Every replica joins and gets the START of step 0. */
+static void running(side_t *s, resihp__coord_opts_t *co) {
+  ck_assert_int_eq(resihp__coord_create(co, &s->c), 0);
+  connect_all(s);
+  int *all = range(s->n);
+  for (int i = 0; i < s->n; i++)
+    feed(s, i,
+         "HELLO replica=%d ep=h%d:1 sep=h%d:2 mbs=%d steps=20 jobid=7 "
+         "stepid=%d",
+         i, i, i, 2 * s->n, i);
+  for (int i = 0; i < s->n; i++)
+    feed(s, i, "BEGIN step=-1");
+  all_get(s, all, s->n, "GO ");
+  for (int i = 0; i < s->n; i++)
+    feed(s, i, "READY epoch=%u", resihp__coord_epoch(s->c));
+  all_get(s, all, s->n, "START ");
+  free(all);
+}
+
+/* A poll round that works (a slow mirror) for longer than the silence
+ * bound (3 s, 2 s): no replica is failed for the time the coordinator was not
+ * listening. One that stays silent while it listens is. */
+START_TEST(silence_not_judged_on_work) {
+  side_t s;
+  open_side(&s, 3);
+  resihp__coord_opts_t co = opts(3, 2000, 1);
+  running(&s, &co);
+  /* every replica heard just now */
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(
+        resihp__wire_send(&s.peer[i], "HB", resihp__now_ms() + 5000), 0);
+  resihp__coord_poll(s.c, 0);
+  feed(&s, 0, "BEGIN step=1");
+  feed(&s, 1, "BEGIN step=1");
+  /* replica 2 completes the barrier (its GO and START are mirrored
+   * first: 3 s), replica 0 beats; both read in one round */
+  ck_assert_int_eq(resihp__wire_send(&s.peer[2], "BEGIN step=1",
+                                     resihp__now_ms() + 5000),
+                   0);
+  ck_assert_int_eq(resihp__wire_send(&s.peer[0], "HB", resihp__now_ms() + 5000),
+                   0);
+  mirror_sleep_ms = 3000;
+  resihp__coord_poll(s.c, 0);
+  mirror_sleep_ms = 0;
+  int ids[3] = {0, 1, 2};
+  all_get(&s, ids, 3, "START ");
+  for (int i = 0; i < 5; i++)
+    resihp__coord_poll(s.c, 0);
+  ck_assert_int_eq(resihp__coord_members(s.c), 3);
+  /* replicas 0 and 1 beat, 2 says nothing: it is failed once the
+   * coordinator has listened for the bound */
+  int64_t deadline = resihp__now_ms() + 30000; /* safety net only */
+  while (resihp__coord_connected(s.c, 2) && resihp__now_ms() < deadline) {
+    for (int i = 0; i < 2; i++)
+      resihp__wire_send(&s.peer[i], "HB", resihp__now_ms() + 5000);
+    resihp__coord_poll(s.c, 20);
+  }
+  ck_assert(!resihp__coord_connected(s.c, 2));
+  ck_assert(resihp__coord_connected(s.c, 0) && resihp__coord_connected(s.c, 1));
+  close_side(&s);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("coord_cost");
+  TCase *t = tcase_create("cost");
+  tcase_set_timeout(t, 300);
+  tcase_add_test(t, silence_not_judged_on_work);
+  suite_add_tcase(s, t);
+  return run_suite(s);
+}

@@ -230,6 +230,10 @@ struct resihp__coord {
    * mirror under way (no re-entry), members of a restored coordinator
    * reconnect by this time (0: none pending) */
   int dirty, mirroring;
+  /* how long the last step took (0: unknown), mirrored: a restored
+   * coordinator's members come back at their next step boundary in a
+   * free run, so their reconnect window follows it */
+  int64_t step_ms;
   /* > 0 while answers that need no mirror go out (resihp__coord_again) */
   int again;
   int64_t reconnect_by;

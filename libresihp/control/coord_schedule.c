@@ -263,6 +263,9 @@ static void start_step(resihp__coord_t *c) {
   for (int mb = 0; mb < c->M; mb++)
     c->reps[c->owner[mb]].quota++;
   int64_t now = resihp__now_ms();
+  if (c->step > c->base_step && c->start_ms[c->step - 1] > 0 &&
+      now > c->start_ms[c->step - 1])
+    c->step_ms = now - c->start_ms[c->step - 1];
   c->start_ms[c->step] = now;
   /* the whole state of the step first (it is mirrored before the first
    * START goes out), then the STARTs */
@@ -456,6 +459,8 @@ void resihp__coord_free_to(resihp__coord_t *c, long t) {
     return;
   /* the steps in between started at times unknown: evenly spread */
   int64_t t0 = c->start_ms[from], now = resihp__now_ms();
+  if (t0 > 0 && now > t0)
+    c->step_ms = (now - t0) / (t - from);
   while (c->step < t && c->state == RESIHP__COORD_RUNNING) {
     c->costed += cost && c->step > c->start_at;
     commit_step(c);

@@ -100,7 +100,7 @@
  * jobid, stepid, ep and sep as before) gets `WELCOME replica=R step=S hb=H
  * again=1` (and HOLD again in a free run that must end), anything else is
  * an ordinary HELLO. A restored coordinator fails a member that has not
- * come back within silence_ms. Requests said again get the answer they
+ * come back within silence_ms plus two steps (resihp__coord_reconnect_within). Requests said again get the answer they
  * missed, always (not only after a failover): BEGIN while an epoch is set
  * up -> its GO (whole list); READY/RESYNC of the epoch while the step runs
  * -> the same START; BEGIN of a step that runs (after GO new=0) -> GO
@@ -237,10 +237,11 @@ void resihp__coord_stop(resihp__coord_t *c);
  * this one's (0 stays 0: not a time). */
 void resihp__coord_shift_times(resihp__coord_t *c, int64_t delta_ms);
 /* A restored coordinator waits ms (from now) for every member to
- * reconnect before it fails those that did not (the default is
- * silence_ms): a standby on another address is found by the replicas only
- * on their next try at it. Waits are on the time the coordinator spent
- * listening, not working. */
+ * reconnect before it fails those that did not (the default, and the
+ * least, is silence_ms plus two of the last step's time: in a free run a
+ * member looks at its link at step boundaries only): a standby on another
+ * address is found by the replicas only on their next try at it. Waits
+ * are on the time the coordinator spent listening, not working. */
 void resihp__coord_reconnect_within(resihp__coord_t *c, int ms);
 /* The coordinator's addresses, "ep[/ep...]" (the primary's, then a
  * standby's on another node; NULL or "": none said): every leader is told

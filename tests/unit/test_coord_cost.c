@@ -221,11 +221,49 @@ START_TEST(silence_not_judged_on_work) {
 }
 END_TEST
 
+/* The mirrored state says the last step took step_ms: a successor waits
+ * for its members the silence bound plus two of those. */
+START_TEST(reconnect_window_follows_steps) {
+  side_t a, b;
+  open_side(&a, 3);
+  resihp__coord_opts_t co = opts(3, 300, 1);
+  running(&a, &co);
+  a.c->step_ms = 400; /* as start_step or a free run's PROG measure it */
+  resihp__coord_mirror(a.c);
+  ck_assert_ptr_nonnull(strstr(snap, " 400\n"));
+  open_side(&b, 3);
+  ck_assert_int_eq(resihp__coord_restore(&co, snap, snap_len, -1, &b.c), 0);
+  ck_assert_int_eq(b.c->step_ms, 400);
+  connect_all(&b);
+  feed(&b, 0,
+       "HELLO replica=0 ep=h0:1 sep=h0:2 mbs=6 steps=20 jobid=7 stepid=0 "
+       "again=1 epoch=%u step=0",
+       resihp__coord_epoch(b.c));
+  /* listen for more than the silence bound, less than the window
+   * (300 + 2 x 400 ms): nobody is failed yet */
+  int64_t deadline = resihp__now_ms() + 30000; /* safety net only */
+  while (b.c->listened < 900 && resihp__now_ms() < deadline) {
+    resihp__wire_send(&b.peer[0], "HB", resihp__now_ms() + 5000);
+    resihp__coord_poll(b.c, 20);
+  }
+  ck_assert_int_eq(resihp__coord_members(b.c), 3);
+  while (resihp__coord_members(b.c) == 3 && resihp__now_ms() < deadline) {
+    resihp__wire_send(&b.peer[0], "HB", resihp__now_ms() + 5000);
+    resihp__coord_poll(b.c, 20);
+  }
+  ck_assert_int_eq(resihp__coord_members(b.c), 1);
+  ck_assert_int_ge(b.c->listened, 1100);
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("coord_cost");
   TCase *t = tcase_create("cost");
   tcase_set_timeout(t, 300);
   tcase_add_test(t, silence_not_judged_on_work);
+  tcase_add_test(t, reconnect_window_follows_steps);
   suite_add_tcase(s, t);
   return run_suite(s);
 }

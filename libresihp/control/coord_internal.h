@@ -107,6 +107,8 @@ typedef struct {
   uint32_t cepoch;
   char *inview;   /* R entries */
   char *reported; /* R: reporters waiting for (or given) the answer */
+  /* the step's members outside the view, once counted (coord_rounds.c) */
+  int nout, counted;
   int decided;
   int n;
   int *mb, *to;
@@ -164,8 +166,8 @@ struct resihp__coord {
   char *in_step; /* members when the step started */
   int *scratch;  /* R ints for a step's or a round's contributors */
   int *scratch2; /* R more (a round's departed) */
-  char *view;    /* R ints as text: a RECOVER's view */
-  char *inview;  /* R: that view as a set */
+  char *view;    /* R ints as text: a RECOVER's list */
+  char *inview;  /* R: a mark per replica, all 0 between uses */
   double *rslow; /* R: the contributors' speeds (coord_perf.c) */
   round_t *rounds;
   int nrounds, caprounds;

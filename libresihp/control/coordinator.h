@@ -29,10 +29,12 @@
  *            serve: this replica's rank k sends shard k to replica r, whose
  *            rank k listens at ep; a joiner's K shards are spread over the
  *            healthy members)
- *   rank  -> RECOVER step=s cepoch=c view=r:r:r   (all-reduce failed; view
- *            is the replicas left in all K shard groups after
- *            resihp_comm_shrink; c counts the recoveries since the groups
- *            were made)
+ *   rank  -> RECOVER step=s cepoch=c gone=r:r   (all-reduce failed; gone
+ *            is the step's members missing from any of the K shard groups
+ *            after resihp_comm_shrink, the view is the others: a report
+ *            is as long as the failure, not the job; c counts the
+ *            recoveries since the groups were made. view=r:r:r, the view
+ *            itself, is the older form, still read)
  *   coord -> REASSIGN step=s cepoch=c extra=a:b  (the microbatches of
  *            replicas outside the view, spread over the view; the same
  *            answer for every member of the same (s, c))

@@ -84,6 +84,8 @@ typedef struct {
   /* the epoch whose member list its process holds (0: none): GO sends it
    * only the change since then */
   uint32_t list_epoch;
+  /* the epoch whose whole list GO it is owed, not sent yet (0: none) */
+  uint32_t go_owed;
 } rep_t;
 
 typedef struct {
@@ -218,6 +220,11 @@ struct resihp__coord {
    * (HOLD due once its PERF is read) */
   int held, hold_slow;
   uint32_t go_epoch; /* epoch of the last list sent (last_list's) */
+  /* the whole-list GO of the epoch being set up, and the members it is
+   * owed to, go_queue[go_qhead .. go_qn) (coord_members.c) */
+  resihp__wire_buf_t go_whole;
+  uint8_t go_whole_digest[RESIHP__SHA256_LEN];
+  int *go_queue, go_qn, go_qhead;
   long lines_rx, lines_tx, lines_timed;
   /* saves (coord_save.c): the first step of this run, the step whose
    * save is under way or over (-1: none), the replica asked (-1: none)
@@ -282,6 +289,8 @@ void resihp__coord_send_buf_hashed(resihp__coord_t *c, int r,
                                    const resihp__wire_buf_t *b,
                                    const uint8_t *digest);
 void resihp__coord_close_conn(resihp__coord_t *c, int k);
+/* Connection k's socket takes what it can of its queue now. */
+void resihp__coord_flush_conn(resihp__coord_t *c, int k);
 /* The FAULT lines that connection k has buffered or its socket holds,
  * handled; its other lines are dropped (the replica is failing: see
  * resihp__coord_fail_replica). */
@@ -296,6 +305,8 @@ void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why);
  * RESIHP_ENOMEM. */
 int resihp__coord_ensure_fails(resihp__coord_t *c, int n);
 void resihp__coord_send_go(resihp__coord_t *c);
+/* Send the whole-list GOs still owed, a round's worth: 1 if some remain. */
+int resihp__coord_pump_go(resihp__coord_t *c);
 
 /* coord_schedule.c */
 void resihp__coord_advance(resihp__coord_t *c);

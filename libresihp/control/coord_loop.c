@@ -77,8 +77,7 @@ void resihp__coord_send_hashed(resihp__coord_t *c, int r, const char *line,
   }
 }
 
-/* Connection k's socket takes more of its queue. */
-static void flush_conn(resihp__coord_t *c, int k) {
+void resihp__coord_flush_conn(resihp__coord_t *c, int k) {
   conn_t *cn = &c->conns[k];
   long left = resihp__wire_flush(&cn->w);
   if (left == 0 && cn->out_armed) {
@@ -248,6 +247,9 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
   p[nl + 1] =
       (struct pollfd){.fd = resihp__wire_hs_fd(c->hs), .events = POLLIN};
   int64_t before = resihp__now_ms();
+  /* whole member lists still owed: no sleep (see coord_members.c) */
+  if (c->go_qhead < c->go_qn)
+    timeout_ms = 0;
   poll(p, (nfds_t)want, resihp__wire_hs_wait_ms(c->hs, timeout_ms));
   int64_t now = resihp__now_ms();
   /* The listening clock (c->listened) runs while the coordinator waits in
@@ -272,7 +274,7 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
       continue; /* closed by an earlier line of this round */
     conn_t *cn = &c->conns[i];
     if (c->evs[e].events & EPOLLOUT)
-      flush_conn(c, i);
+      resihp__coord_flush_conn(c, i);
     if (!(c->evs[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
       continue; /* writable only: nothing heard */
     int rc = resihp__wire_fill(&cn->w);
@@ -314,6 +316,7 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
         resihp__coord_send_to(c, r, "HB");
   }
   resihp__coord_advance(c);
+  resihp__coord_pump_go(c);
   c->round_end = resihp__now_ms();
   return 0;
 }
@@ -359,9 +362,11 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   c->view = malloc(8 * R + 1); /* ids < 10^7, each with its ':' */
   c->inview = calloc(R, 1);
   c->rslow = calloc(R, sizeof(double));
+  c->go_queue = calloc(R, sizeof(int));
+  resihp__wire_buf_init(&c->go_whole);
   if (c->efd < 0 || !c->line || !c->reps || !c->members || !c->last_list ||
       !c->in_step || !c->scratch || !c->scratch2 || !c->view || !c->inview ||
-      !c->rslow)
+      !c->rslow || !c->go_queue)
     goto fail;
   c->R = o->replicas;
   for (int r = 0; r < c->R; r++) {
@@ -450,6 +455,8 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->view);
   free(c->inview);
   free(c->rslow);
+  free(c->go_queue);
+  resihp__wire_buf_free(&c->go_whole);
   free(c);
 }
 

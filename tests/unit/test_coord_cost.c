@@ -8,6 +8,9 @@
  *       it: the reports and the answers are O(1) bytes each (a survivor
  *       names the dead, gone=, not the living), and the leader's line
  *       (resihp__job_recover_line) is as long as the failure;
+ *   joins_paced_and_o_n  a whole job's whole-list GOs leave a bounded
+ *       number of bytes a poll round, and a replacement's admission sends
+ *       the others the change only;
  *   silence_not_judged_on_work  a poll round that works for longer than
  *       the silence bound (here a slow mirror) fails nobody: silence is
  *       measured on the time the coordinator spent listening; a replica
@@ -230,6 +233,89 @@ START_TEST(recover_reports_the_dead) {
 }
 END_TEST
 
+/* Bytes the coordinator holds for its replicas, not yet taken by their
+ * sockets. */
+static long queued(const side_t *s) {
+  long q = 0;
+  for (int i = 0; i < s->n; i++) {
+    const resihp__wire_t *w = &s->c->conns[s->k[i]].w;
+    q += (long)(w->out_len - w->out_off);
+  }
+  return q;
+}
+
+/* A whole job joins at once with long addresses (1,000 x 50 KB lists):
+ * the whole-list GOs leave 16 MB a round, not all in the round that made
+ * the epoch (50 MB queued then; 2.2 GB and seconds at 10,000);
+ * everyone is admitted all the same. Then a replica dies and its
+ * replacement joins: every member but the joiner gets the change only,
+ * O(N) bytes in all besides the joiner's whole list. */
+START_TEST(joins_paced_and_o_n) {
+  enum { NR = 1000 };
+  side_t s;
+  open_side(&s, NR);
+  resihp__coord_opts_t co = opts(NR, 600000, 1);
+  ck_assert_int_eq(resihp__coord_create(&co, &s.c), 0);
+  connect_all(&s);
+  char pad[41]; /* addresses of 44 bytes (48 at most) */
+  memset(pad, 'x', 40);
+  pad[40] = '\0';
+  for (int i = 0; i < NR; i++)
+    feed(&s, i,
+         "HELLO replica=%d ep=h%d%s:1 sep=h%d:2 mbs=%d steps=20 jobid=7 "
+         "stepid=%d",
+         i, i, pad, i, 2 * NR, i);
+  for (int i = 0; i < NR; i++)
+    feed(&s, i, "BEGIN step=-1");
+  ck_assert_int_le(queued(&s), 17L << 20);
+  int owed = 0; /* the rest in the next rounds */
+  for (int i = 0; i < NR; i++)
+    owed += s.c->reps[i].go_owed != 0;
+  ck_assert_int_ge(owed, NR / 2);
+  int *all = range(NR);
+  all_get(&s, all, NR, "GO ");
+  for (int i = 0; i < NR; i++)
+    feed(&s, i, "READY epoch=%u", resihp__coord_epoch(s.c));
+  all_get(&s, all, NR, "START ");
+  /* a death at the step's end and a replacement */
+  int victim = NR / 3, *alive = malloc(sizeof(int) * NR), na = 0;
+  for (int i = 0; i < NR; i++)
+    if (i != victim)
+      alive[na++] = i;
+  resihp__coord_fail_lost(s.c, victim, "test");
+  ck_assert_int_eq(resihp__coord_members(s.c), NR - 1);
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv),
+                   0);
+  resihp__wire_free(&s.peer[victim]);
+  resihp__wire_t w;
+  resihp__wire_init(&w, sv[0]);
+  s.k[victim] = resihp__coord_adopt(s.c, &w);
+  resihp__wire_init(&s.peer[victim], sv[1]);
+  feed(&s, victim,
+       "HELLO replica=%d ep=h%d%s:1 sep=h%d:2 mbs=%d steps=20 jobid=7 "
+       "stepid=%d",
+       victim, victim, pad, victim, 2 * NR, NR + 1);
+  feed(&s, victim, "BEGIN step=-1");
+  s.rx_bytes = 0;
+  for (int a = 0; a < na; a++)
+    feed(&s, alive[a], "BEGIN step=1");
+  all_get(&s, alive, na, "GO ");
+  /* the change (n=, gone=, add=victim@its addresses) and a heartbeat or
+   * two: a few hundred bytes each */
+  ck_assert_int_le(s.rx_bytes, 400L * na);
+  s.rx_bytes = 0;
+  int one[1] = {victim};
+  all_get(&s, one, 1, "GO ");
+  ck_assert_int_ge(s.rx_bytes, 45L * NR); /* the whole list */
+  ck_assert_int_le(s.rx_bytes, 70L * NR);
+  ck_assert_int_eq(resihp__coord_members(s.c), NR);
+  free(all);
+  free(alive);
+  close_side(&s);
+}
+END_TEST
+
 /* A poll round that works (a slow mirror) for longer than the silence
  * bound (3 s, 2 s): no replica is failed for the time the coordinator was not
  * listening. One that stays silent while it listens is. */
@@ -316,6 +402,7 @@ int main(void) {
   TCase *t = tcase_create("cost");
   tcase_set_timeout(t, 300);
   tcase_add_test(t, recover_reports_the_dead);
+  tcase_add_test(t, joins_paced_and_o_n);
   tcase_add_test(t, silence_not_judged_on_work);
   tcase_add_test(t, reconnect_window_follows_steps);
   suite_add_tcase(s, t);

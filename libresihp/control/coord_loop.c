@@ -309,11 +309,16 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
           (c->reps[r].state == R_MEMBER || c->reps[r].state == R_JOINING))
         resihp__coord_fail_replica(c, r, "did not reconnect after a failover");
   }
+  /* (a replica whose queue still holds lines gets them as its sign of
+   * life: a heartbeat behind them says nothing more, and N of them
+   * appended to full queues, as while a whole job joins, cost 0.4 s) */
   if (now - c->last_hb >= c->hb_coord_ms) {
     c->last_hb = now;
-    for (int r = 0; r < c->R; r++)
-      if (c->reps[r].conn >= 0)
+    for (int r = 0; r < c->R; r++) {
+      int k = c->reps[r].conn;
+      if (k >= 0 && c->conns[k].w.out_off == c->conns[k].w.out_len)
         resihp__coord_send_to(c, r, "HB");
+    }
   }
   resihp__coord_advance(c);
   resihp__coord_pump_go(c);

@@ -15,6 +15,8 @@
  *       the silence bound (here a slow mirror) fails nobody: silence is
  *       measured on the time the coordinator spent listening; a replica
  *       silent while it listened is still failed;
+ *   no_heartbeat_behind_a_queue  heartbeats go only to replicas whose
+ *       queue is empty;
  *   reconnect_window_follows_steps  a restored coordinator waits for its
  *       members the silence bound plus two steps of the last step's time
  *       (a free run's members look at their link at step boundaries). */
@@ -360,6 +362,33 @@ START_TEST(silence_not_judged_on_work) {
 }
 END_TEST
 
+/* A replica whose queue still holds lines gets no heartbeat behind them
+ * (10,000 appended to full queues while a whole job joined held a round
+ * for 0.4 s); one with an empty queue does. */
+START_TEST(no_heartbeat_behind_a_queue) {
+  side_t s;
+  open_side(&s, 2);
+  resihp__coord_opts_t co = opts(2, 600000, 1);
+  running(&s, &co);
+  /* replica 0 stops reading and a long line fills its socket */
+  static char eps[1 << 20];
+  memset(eps, 'a', sizeof(eps) - 1);
+  resihp__coord_set_coords(s.c, eps);
+  const resihp__wire_t *w0 = &s.c->conns[s.k[0]].w;
+  size_t q0 = w0->out_len - w0->out_off;
+  ck_assert_uint_gt(q0, 0);
+  int ids[1] = {1};
+  all_get(&s, ids, 1, "COORDS ");
+  int64_t hb = s.c->last_hb, deadline = resihp__now_ms() + 30000;
+  while (s.c->last_hb == hb && resihp__now_ms() < deadline)
+    resihp__coord_poll(s.c, 20);
+  ck_assert_int_ne(s.c->last_hb, hb); /* a round of heartbeats went */
+  ck_assert_uint_eq(w0->out_len - w0->out_off, q0);
+  all_get(&s, ids, 1, "HB");
+  close_side(&s);
+}
+END_TEST
+
 /* The mirrored state says the last step took step_ms: a successor waits
  * for its members the silence bound plus two of those. */
 START_TEST(reconnect_window_follows_steps) {
@@ -405,6 +434,7 @@ int main(void) {
   tcase_add_test(t, joins_paced_and_o_n);
   tcase_add_test(t, silence_not_judged_on_work);
   tcase_add_test(t, reconnect_window_follows_steps);
+  tcase_add_test(t, no_heartbeat_behind_a_queue);
   suite_add_tcase(s, t);
   return run_suite(s);
 }

@@ -758,6 +758,17 @@ static const char *verdict(const bench_t *b, int child_rc) {
   return NULL;
 }
 
+/* A replica's heartbeat thread, for every live stub, at the period its
+ * WELCOME said. */
+static void beat(bench_t *b, double *last_hb) {
+  if (now_ms() - *last_hb < (b->hb_ms ? b->hb_ms : 200))
+    return;
+  *last_hb = now_ms();
+  for (int i = 0; i < b->n; i++)
+    if (b->s[i].stage == S_LIVE && !b->s[i].hung)
+      send_line(b, &b->s[i], "HB");
+}
+
 /* One N: returns 0 if it ran (and, with check, passed). */
 static int run_one(int n, int steps, int check, int failover, double idle_s,
                    int silence_ms, int step_ms, double timeout_s) {
@@ -859,6 +870,7 @@ static int run_one(int n, int steps, int check, int failover, double idle_s,
       k = epoll_wait(b->ep, ev, 256, next < n || rounds++ ? 0 : 5);
       for (int i = 0; i < k; i++)
         stub_io(b, ev[i].data.ptr, ev[i].events);
+      beat(b, &last_hb); /* a replica's heartbeat thread never waits */
     } while (k == 256 && rounds < 64);
     run_timers(b);
     if (b->t_fo_at > 0 && !(b->t_fo_kill > 0) && now_ms() >= b->t_fo_at)
@@ -866,14 +878,7 @@ static int run_one(int n, int steps, int check, int failover, double idle_s,
     if (b->t_idle0 > 0 && !(b->t_idle1 > 0) &&
         now_ms() >= b->t_idle0 + b->idle_ms)
       end_idle(b);
-    if (now_ms() - last_hb >= (b->hb_ms ? b->hb_ms : 200)) {
-      /* a replica's heartbeat thread, for every live stub, at the period
-       * its WELCOME said */
-      last_hb = now_ms();
-      for (int i = 0; i < n; i++)
-        if (b->s[i].stage == S_LIVE && !b->s[i].hung)
-          send_line(b, &b->s[i], "HB");
-    }
+    beat(b, &last_hb);
     if ((b->errors && !check) ||
         (next == n && !b->live && b->due_head == b->due_tail))
       break;
@@ -1063,6 +1068,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
+  srandom((unsigned)(time(NULL) ^ getpid())); /* the failover's moment */
   /* a descriptor per replica at each end: as many as this user may have */
   struct rlimit rl;
   getrlimit(RLIMIT_NOFILE, &rl);

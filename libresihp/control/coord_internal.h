@@ -8,6 +8,8 @@
  *   coord_schedule.c  the step schedule and the microbatch ledger: the
  *                     state machine from barrier to commit, START lists,
  *                     catch-up sources
+ *   coord_pace.c      the lines of a step boundary (GO, START) paced
+ *                     over poll rounds
  *   coord_rounds.c    in-step recovery: RECOVER rounds and REASSIGN
  *   coord_spares.c    the spare registry (SPARE)
  *   coord_perf.c      fail-slow: the detector, microbatches by predicted
@@ -84,9 +86,12 @@ typedef struct {
   /* the epoch whose member list its process holds (0: none): GO sends it
    * only the change since then */
   uint32_t list_epoch;
-  /* the epoch whose whole list GO it is owed, not sent yet (0: none) */
-  uint32_t go_owed;
+  /* the lines of the last boundary it is owed, not sent yet (OWE_*,
+   * coord_pace.c) */
+  int owed;
 } rep_t;
+
+enum { OWE_GO_WHOLE = 1, OWE_GO_LINE = 2, OWE_START = 4 };
 
 typedef struct {
   resihp__wire_t w;
@@ -187,6 +192,7 @@ struct resihp__coord {
   /* heartbeat periods: each leader's (told in WELCOME) and our own
    * (resihp__coord_heartbeats) */
   int hb_leader_ms, hb_coord_ms;
+  int hb_next; /* the next replica of the heartbeat sweep (R: none) */
   spare_t *spares;
   int nspares, capspares;
   resihp__wire_hs_t *hs; /* handshakes in progress */
@@ -220,11 +226,19 @@ struct resihp__coord {
    * (HOLD due once its PERF is read) */
   int held, hold_slow;
   uint32_t go_epoch; /* epoch of the last list sent (last_list's) */
-  /* the whole-list GO of the epoch being set up, and the members it is
-   * owed to, go_queue[go_qhead .. go_qn) (coord_members.c) */
-  resihp__wire_buf_t go_whole;
+  /* the last boundary's GO lines, built and hashed once: the whole
+   * list (for members that hold none) and the other (the change, or
+   * new=0), whether it made an epoch (go_renew); the members owed lines,
+   * pace_q[pace_head .. pace_n) (r << 3 | OWE_*), and > 0 while they are
+   * being sent (coord_pace.c) */
+  resihp__wire_buf_t go_whole, go_line;
   uint8_t go_whole_digest[RESIHP__SHA256_LEN];
-  int *go_queue, go_qn, go_qhead;
+  uint8_t go_line_digest[RESIHP__SHA256_LEN];
+  int go_renew;
+  int *pace_q;
+  long pace_head, pace_n;
+  int paying;
+  long pace_lines, pace_bytes; /* what this poll round may still send */
   long lines_rx, lines_tx, lines_timed;
   /* saves (coord_save.c): the first step of this run, the step whose
    * save is under way or over (-1: none), the replica asked (-1: none)
@@ -305,8 +319,15 @@ void resihp__coord_fail_replica(resihp__coord_t *c, int r, const char *why);
  * RESIHP_ENOMEM. */
 int resihp__coord_ensure_fails(resihp__coord_t *c, int n);
 void resihp__coord_send_go(resihp__coord_t *c);
-/* Send the whole-list GOs still owed, a round's worth: 1 if some remain. */
-int resihp__coord_pump_go(resihp__coord_t *c);
+/* coord_pace.c: lines owed to members at a boundary. Forget what is
+ * owed; owe member r line what (OWE_*); send a round's worth (1 if some
+ * remain); send member r what it is owed now (before any other line). */
+void resihp__coord_pace_reset(resihp__coord_t *c);
+/* A poll round begins: its budget of paced lines. */
+void resihp__coord_pace_round(resihp__coord_t *c);
+void resihp__coord_owe(resihp__coord_t *c, int r, int what);
+int resihp__coord_pump(resihp__coord_t *c);
+void resihp__coord_pay(resihp__coord_t *c, int r);
 
 /* coord_schedule.c */
 void resihp__coord_advance(resihp__coord_t *c);

@@ -245,20 +245,17 @@ void resihp__coord_send_go(resihp__coord_t *c) {
   char *delta_for = malloc((size_t)(unsigned)c->nmembers);
   for (int i = 0; delta_for && i < c->nmembers; i++)
     delta_for[i] = renew && holds_list(c, c->members[i], base);
-  c->go_qn = c->go_qhead = 0; /* what a last epoch still owed is moot */
+  resihp__coord_pace_reset(c); /* what a last boundary still owed is moot */
   for (int i = 0; i < c->nmembers; i++) {
     rep_t *p = &c->reps[c->members[i]];
     p->ready = !renew;
-    p->go_owed = 0;
-    /* a member that gets the change holds this epoch's list now; one
-     * owed the whole list, once it is sent (resihp__coord_pump_go) */
-    if (renew && delta_for && delta_for[i])
-      p->list_epoch = c->epoch;
-    else if (renew) {
+    /* a member holds this epoch's list once its GO is sent
+     * (coord_pace.c); until then none */
+    if (renew)
       p->list_epoch = 0;
-      p->go_owed = c->epoch;
-      c->go_queue[c->go_qn++] = c->members[i];
-    }
+    resihp__coord_owe(c, c->members[i],
+                      renew && !(delta_for && delta_for[i]) ? OWE_GO_WHOLE
+                                                            : OWE_GO_LINE);
   }
   if (renew)
     c->go_epoch = c->epoch;
@@ -272,21 +269,19 @@ void resihp__coord_send_go(resihp__coord_t *c) {
     resihp__wire_line_digest(whole.s, whole.len, dwhole);
   if (delta.s && !delta.err)
     resihp__wire_line_digest(delta.s, delta.len, ddelta);
-  resihp__coord_mirror_if(c); /* before the first GO, whichever it is */
-  for (int i = 0; i < c->nmembers; i++) {
-    int r = c->members[i];
-    int d = delta_for && delta_for[i];
-    if (!renew || d)
-      resihp__coord_send_buf_hashed(c, r, d ? &delta : &whole,
-                                    d ? ddelta : dwhole);
-  }
   free(delta_for);
-  /* the whole list is paced (resihp__coord_pump_go) */
+  /* the lines leave paced (coord_pace.c), the state mirrored first */
+  resihp__coord_mirror_if(c);
+  c->go_renew = renew;
   resihp__wire_buf_free(&c->go_whole);
-  c->go_whole = whole;
+  resihp__wire_buf_free(&c->go_line);
+  c->go_whole = renew ? whole : delta;
+  c->go_line = renew ? delta : whole;
+  memcpy(c->go_whole_digest, renew ? dwhole : ddelta, sizeof(dwhole));
+  memcpy(c->go_line_digest, renew ? ddelta : dwhole, sizeof(dwhole));
   resihp__wire_buf_init(&whole);
-  memcpy(c->go_whole_digest, dwhole, sizeof(dwhole));
-  resihp__coord_pump_go(c);
+  resihp__wire_buf_init(&delta);
+  resihp__coord_pump(c);
   if (renew)
     logc(RESIHP_LOG_INFO,
          "step %ld: epoch %u with %d replicas (%d sent the whole list, %d "
@@ -296,43 +291,12 @@ void resihp__coord_send_go(resihp__coord_t *c) {
   resihp__wire_buf_free(&delta);
 }
 
-/* Whole member lists are O(N) bytes each, and a whole job joins at once:
- * N of them (2.2 GB at 10,000 replicas) queued in one round held the loop
- * for seconds, next to the keeper's hang bound, and in memory. So they
- * leave GO_BYTES_PER_ROUND at a time, the line built and hashed once,
- * each pushed to its socket at once; the rest wait for the next rounds
- * (resihp__coord_poll does not sleep while some do). A member whose GO is
- * still owed holds no list (list_epoch 0), so any later epoch sends it
- * the whole list again. */
-#define GO_BYTES_PER_ROUND (16L << 20)
-
-int resihp__coord_pump_go(resihp__coord_t *c) {
-  long sent = 0;
-  while (c->go_qhead < c->go_qn && sent < GO_BYTES_PER_ROUND &&
-         c->go_whole.s && !c->go_whole.err) {
-    int r = c->go_queue[c->go_qhead++];
-    rep_t *p = &c->reps[r];
-    if (p->go_owed != c->epoch || p->conn < 0 || c->phase != P_SETUP ||
-        !resihp__coord_is_member(c, r))
-      continue;
-    p->go_owed = 0;
-    p->list_epoch = c->epoch;
-    /* (the state it follows from was mirrored before the first GO) */
-    resihp__coord_again(c, resihp__coord_send_buf_hashed(c, r, &c->go_whole,
-                                                         c->go_whole_digest));
-    if (p->conn >= 0)
-      resihp__coord_flush_conn(c, p->conn);
-    sent += (long)c->go_whole.len;
-  }
-  return c->go_qhead < c->go_qn;
-}
-
 /* GO of the epoch being set up again, to a member that says BEGIN once
  * more (it missed it: a failover, coord_snapshot.c). Its process holds
  * the list it had before that GO, which is no longer known here: the
  * whole list is right whatever it holds. */
 void resihp__coord_send_go_whole(resihp__coord_t *c, int r) {
-  c->reps[r].go_owed = 0; /* this is it */
+  c->reps[r].owed &= ~(OWE_GO_WHOLE | OWE_GO_LINE); /* this is it */
   resihp__wire_buf_t b;
   resihp__wire_buf_init(&b);
   resihp__wire_buf_printf(&b, "GO step=%ld epoch=%u new=1 members=", c->step,

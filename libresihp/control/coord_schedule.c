@@ -222,6 +222,7 @@ int resihp__coord_index_start(resihp__coord_t *c) {
 void resihp__coord_send_start(resihp__coord_t *c, int r) {
   if (!c->start_owner || r < 0 || r >= c->R)
     return;
+  c->reps[r].owed &= ~OWE_START; /* (if it was owed: this is it) */
   resihp__wire_buf_t b;
   resihp__wire_buf_init(&b);
   build_start(c, r, &b);
@@ -296,8 +297,12 @@ static void start_step(resihp__coord_t *c) {
     p->open_fail = -1;
   }
   resihp__coord_dirty(c);
+  /* mirrored, then owed: they leave paced (coord_pace.c), after the GO
+   * each member may still be owed */
+  resihp__coord_mirror_if(c);
   for (int i = 0; i < c->nmembers; i++)
-    resihp__coord_send_start(c, c->members[i]);
+    resihp__coord_owe(c, c->members[i], OWE_START);
+  resihp__coord_pump(c);
   if (run)
     logc(RESIHP_LOG_DEBUG, "step %ld: %d replicas run free", c->step,
          c->nmembers);

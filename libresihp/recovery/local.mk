@@ -9,6 +9,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/coordinator.h \
 	libresihp/control/coord_internal.h \
 	libresihp/control/coord_members.c \
+	libresihp/control/coord_pace.c \
 	libresihp/control/coord_schedule.c \
 	libresihp/control/coord_rounds.c \
 	libresihp/control/coord_spares.c \

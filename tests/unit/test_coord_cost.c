@@ -11,6 +11,8 @@
  *   joins_paced_and_o_n  a whole job's whole-list GOs leave a bounded
  *       number of bytes a poll round, and a replacement's admission sends
  *       the others the change only;
+ *   boundary_paced  a boundary's GO and START lines, and a round of
+ *       heartbeats, leave a bounded number a poll round;
  *   silence_not_judged_on_work  a poll round that works for longer than
  *       the silence bound (here a slow mirror) fails nobody: silence is
  *       measured on the time the coordinator spent listening; a replica
@@ -272,7 +274,7 @@ START_TEST(joins_paced_and_o_n) {
   ck_assert_int_le(queued(&s), 17L << 20);
   int owed = 0; /* the rest in the next rounds */
   for (int i = 0; i < NR; i++)
-    owed += s.c->reps[i].go_owed != 0;
+    owed += s.c->reps[i].owed != 0;
   ck_assert_int_ge(owed, NR / 2);
   int *all = range(NR);
   all_get(&s, all, NR, "GO ");
@@ -314,6 +316,35 @@ START_TEST(joins_paced_and_o_n) {
   ck_assert_int_eq(resihp__coord_members(s.c), NR);
   free(all);
   free(alive);
+  close_side(&s);
+}
+END_TEST
+
+/* A boundary of 2,500 members: its 5,000 lines (GO new=0, START) leave
+ * 2,048 a round, each member's GO before its START, everyone gets both;
+ * a heartbeat round too is a sweep of 2,048 a round. */
+START_TEST(boundary_paced) {
+  enum { NR = 2500 };
+  side_t s;
+  open_side(&s, NR);
+  resihp__coord_opts_t co = opts(NR, 600000, 1);
+  running(&s, &co);
+  for (int i = 0; i < NR; i++)
+    feed(&s, i, "BEGIN step=1");
+  int owed = 0;
+  for (int i = 0; i < NR; i++)
+    owed += s.c->reps[i].owed != 0;
+  ck_assert_int_ge(owed, NR - 2048 / 2);
+  int *all = range(NR);
+  all_get(&s, all, NR, "START ");
+  for (int i = 0; i < NR; i++)
+    ck_assert_int_eq(s.c->reps[i].owed, 0);
+  /* a sweep: the first round reaches 2,048 replicas at most */
+  int64_t hb = s.c->last_hb, deadline = resihp__now_ms() + 30000;
+  while (s.c->last_hb == hb && resihp__now_ms() < deadline)
+    resihp__coord_poll(s.c, 20);
+  ck_assert_int_le(s.c->hb_next, 2048);
+  free(all);
   close_side(&s);
 }
 END_TEST
@@ -432,6 +463,7 @@ int main(void) {
   tcase_set_timeout(t, 300);
   tcase_add_test(t, recover_reports_the_dead);
   tcase_add_test(t, joins_paced_and_o_n);
+  tcase_add_test(t, boundary_paced);
   tcase_add_test(t, silence_not_judged_on_work);
   tcase_add_test(t, reconnect_window_follows_steps);
   tcase_add_test(t, no_heartbeat_behind_a_queue);

@@ -338,19 +338,21 @@ static void all_reduce(bench_t *b, stub_t *s) {
     return;
   }
   if (!(d->t_death > 0)) {
+    /* the victims die (or hang) together, before anyone reports them */
     d->t_death = now_ms();
     d->bytes0 = b->bytes;
     d->lines0 = b->lines;
-  }
-  if (s->death == d - b->deaths) {
-    if (d->kind == D_HANG) {
-      s->hung = 1; /* its socket stays open, silent */
-    } else {
-      kill_stub(b, s);
+    for (int i = 0; i < d->nv; i++) {
+      stub_t *v = &b->s[d->v[i]];
+      if (d->kind == D_HANG)
+        v->hung = 1; /* its socket stays open, silent */
+      else
+        kill_stub(b, v);
+      b->alive--;
     }
-    b->alive--;
-    return;
   }
+  if (s->death == d - b->deaths)
+    return;
   char buf[160];
   snprintf(buf, sizeof(buf), "RECOVER step=%ld cepoch=0 gone=%s",
            s->next_step - 1, d->gone);

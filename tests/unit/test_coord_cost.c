@@ -185,6 +185,21 @@ static void running(side_t *s, resihp__coord_opts_t *co) {
   free(all);
 }
 
+/* One poll round of up to 20 ms, replicas 0..nbeat-1 beating first. */
+static void beat_and_poll(side_t *s, int nbeat) {
+  for (int i = 0; i < nbeat; i++)
+    resihp__wire_send(&s->peer[i], "HB", resihp__now_ms() + 5000);
+  resihp__coord_poll(s->c, 20);
+}
+
+/* Poll until the coordinator starts a round of heartbeats. */
+static void until_heartbeats(side_t *s) {
+  int64_t hb = s->c->last_hb, deadline = resihp__now_ms() + 30000;
+  while (s->c->last_hb == hb && resihp__now_ms() < deadline)
+    resihp__coord_poll(s->c, 20);
+  ck_assert_int_ne(s->c->last_hb, hb);
+}
+
 /* A replica dies mid-step; every survivor reports it as the job does.
  * Before: each report listed the N-1 survivors (O(N^2) in all). */
 START_TEST(recover_reports_the_dead) {
@@ -340,9 +355,7 @@ START_TEST(boundary_paced) {
   for (int i = 0; i < NR; i++)
     ck_assert_int_eq(s.c->reps[i].owed, 0);
   /* a sweep: the first round reaches 2,048 replicas at most */
-  int64_t hb = s.c->last_hb, deadline = resihp__now_ms() + 30000;
-  while (s.c->last_hb == hb && resihp__now_ms() < deadline)
-    resihp__coord_poll(s.c, 20);
+  until_heartbeats(&s);
   ck_assert_int_le(s.c->hb_next, 2048);
   free(all);
   close_side(&s);
@@ -382,11 +395,8 @@ START_TEST(silence_not_judged_on_work) {
   /* replicas 0 and 1 beat, 2 says nothing: it is failed once the
    * coordinator has listened for the bound */
   int64_t deadline = resihp__now_ms() + 30000; /* safety net only */
-  while (resihp__coord_connected(s.c, 2) && resihp__now_ms() < deadline) {
-    for (int i = 0; i < 2; i++)
-      resihp__wire_send(&s.peer[i], "HB", resihp__now_ms() + 5000);
-    resihp__coord_poll(s.c, 20);
-  }
+  while (resihp__coord_connected(s.c, 2) && resihp__now_ms() < deadline)
+    beat_and_poll(&s, 2);
   ck_assert(!resihp__coord_connected(s.c, 2));
   ck_assert(resihp__coord_connected(s.c, 0) && resihp__coord_connected(s.c, 1));
   close_side(&s);
@@ -410,10 +420,7 @@ START_TEST(no_heartbeat_behind_a_queue) {
   ck_assert_uint_gt(q0, 0);
   int ids[1] = {1};
   all_get(&s, ids, 1, "COORDS ");
-  int64_t hb = s.c->last_hb, deadline = resihp__now_ms() + 30000;
-  while (s.c->last_hb == hb && resihp__now_ms() < deadline)
-    resihp__coord_poll(s.c, 20);
-  ck_assert_int_ne(s.c->last_hb, hb); /* a round of heartbeats went */
+  until_heartbeats(&s);
   ck_assert_uint_eq(w0->out_len - w0->out_off, q0);
   all_get(&s, ids, 1, "HB");
   close_side(&s);
@@ -441,15 +448,11 @@ START_TEST(reconnect_window_follows_steps) {
   /* listen for more than the silence bound, less than the window
    * (300 + 2 x 400 ms): nobody is failed yet */
   int64_t deadline = resihp__now_ms() + 30000; /* safety net only */
-  while (b.c->listened < 900 && resihp__now_ms() < deadline) {
-    resihp__wire_send(&b.peer[0], "HB", resihp__now_ms() + 5000);
-    resihp__coord_poll(b.c, 20);
-  }
+  while (b.c->listened < 900 && resihp__now_ms() < deadline)
+    beat_and_poll(&b, 1);
   ck_assert_int_eq(resihp__coord_members(b.c), 3);
-  while (resihp__coord_members(b.c) == 3 && resihp__now_ms() < deadline) {
-    resihp__wire_send(&b.peer[0], "HB", resihp__now_ms() + 5000);
-    resihp__coord_poll(b.c, 20);
-  }
+  while (resihp__coord_members(b.c) == 3 && resihp__now_ms() < deadline)
+    beat_and_poll(&b, 1);
   ck_assert_int_eq(resihp__coord_members(b.c), 1);
   ck_assert_int_ge(b.c->listened, 1100);
   close_side(&a);

@@ -449,6 +449,10 @@ static int answer_begin(resihp__coord_t *c, int r, const char *msg) {
   }
   if ((c->phase == P_RUN || c->phase == P_FREE) && s <= c->start_at &&
       c->in_step[r]) {
+    if (p->owed) { /* its GO and START have not left yet: they do now */
+      resihp__coord_pay(c, r);
+      return 1;
+    }
     snprintf(line, sizeof(line), "GO step=%ld epoch=%u new=0", s, c->epoch);
     resihp__coord_send_to(c, r, line);
     resihp__coord_send_start(c, r);

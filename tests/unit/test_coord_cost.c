@@ -350,8 +350,25 @@ START_TEST(boundary_paced) {
   for (int i = 0; i < NR; i++)
     owed += s.c->reps[i].owed != 0;
   ck_assert_int_ge(owed, NR - 2048 / 2);
+  /* the last one, still owed both, says BEGIN again (as after a lost
+   * link): it gets them now, once */
+  int last = NR - 1;
+  ck_assert_int_eq(s.c->reps[last].owed, OWE_GO_LINE | OWE_START);
+  feed(&s, last, "BEGIN step=1");
+  ck_assert_int_eq(s.c->reps[last].owed, 0);
   int *all = range(NR);
   all_get(&s, all, NR, "START ");
+  for (int i = 0; i < 10; i++)
+    resihp__coord_poll(s.c, 0);
+  static char line[512];
+  int gos = 0, starts = 0, t;
+  ck_assert_int_eq(resihp__wire_fill(&s.peer[last]), 0);
+  while ((t = resihp__wire_take(&s.peer[last], line, sizeof(line))) == 1) {
+    gos += !strncmp(line, "GO ", 3);
+    starts += !strncmp(line, "START ", 6);
+  }
+  ck_assert_int_eq(gos, 0);   /* (the GO came before its START) */
+  ck_assert_int_eq(starts, 0); /* no second START */
   for (int i = 0; i < NR; i++)
     ck_assert_int_eq(s.c->reps[i].owed, 0);
   /* a sweep: the first round reaches 2,048 replicas at most */

@@ -32,8 +32,11 @@
  *              survivor's REASSIGN and to every survivor holding the new
  *              epoch (GO new=1), and the messages and bytes each failure
  *              cost, from the death to every survivor's next START;
- *   failover   the coordinator's process is SIGKILLed at a random point of
- *              a step: time to every survivor back on the successor
+ *   failover   the first victim's replacement joins (a new Slurm step
+ *              under its id) and, while it waits to be admitted (a free
+ *              run held for it), the coordinator's process is SIGKILLed
+ *              at a random point of the step: time to every survivor
+ *              back on the successor
  *              (WELCOME ... again=1; a stub in the middle of its step
  *              notices at its end, as a free run's leader does), and to
  *              every survivor holding the next step's START (resume; the
@@ -139,6 +142,7 @@ typedef struct {
   int due_what; /* 1: its BEGIN is due at `due`, 2: its step's all-reduce */
   double due;
   int lost; /* its link failed mid-step: it reconnects at its boundary */
+  int replacement; /* a dead replica's replacement (a new Slurm step) */
 } stub_t;
 
 typedef struct {
@@ -152,6 +156,11 @@ typedef struct {
   long due_head, due_tail;
   double lines; /* lines the stubs read and wrote */
   double t_fo_at, t_fo_step; /* the kill's time; its step's START */
+  /* the first victim's replacement joins in the failover's step: the
+   * coordinator is killed while it waits to be admitted (the free run
+   * held for it) */
+  int joiner;
+  double t_joiner_in; /* it is admitted */
   coord_stats_t *stats;
   int failover; /* the coordinator is killed at fo_step's START */
   long fo_step;
@@ -315,6 +324,19 @@ static void send_begin(bench_t *b, stub_t *s) {
 
 static int start_stub(bench_t *b, stub_t *s);
 
+/* The first victim's replacement: a new process under its id. */
+static void start_joiner(bench_t *b) {
+  stub_t *s = &b->s[b->joiner];
+  resihp__wire_free(&s->w);
+  memset(s, 0, sizeof(*s));
+  s->id = b->joiner;
+  s->death = -1;
+  s->replacement = 1;
+  s->next_step = -1;
+  if (start_stub(b, s))
+    fail(b, s, "the replacement cannot connect");
+}
+
 /* Its step's compute is over: BEGIN, or, if its link was lost meanwhile,
  * a new link first (then BEGIN again on WELCOME ... again=1). */
 static void step_over(bench_t *b, stub_t *s) {
@@ -391,21 +413,23 @@ static void stub_line(bench_t *b, stub_t *s, const char *line) {
     /* back on the successor: the BEGIN it may have missed, again */
     s->agains++;
     s->back = 0;
-    if (++b->fo_back == b->alive) {
+    if (!(s->replacement && !s->admitted) && ++b->fo_back == b->alive) {
       b->t_fo_back = now_ms();
       /* the successor said its pid before it restored: its CPU so far */
       pid_t succ;
       if (read(b->pid_fd, &succ, sizeof(succ)) == (ssize_t)sizeof(succ))
         b->fo_cpu = coordinator_cpu_ms(succ);
     }
-    if (!s->due_what)
+    if (s->replacement && !s->admitted)
+      send_line(b, s, "BEGIN step=-1"); /* still a joiner */
+    else if (!s->due_what)
       send_begin(b, s);
   } else if (!strncmp(line, "WELCOME ", 8)) {
     long hb = 0;
     if (!b->hb_ms && !resihp__wire_get_long(line, "hb", &hb) && hb >= 100 &&
         hb <= 60000)
       b->hb_ms = (int)hb;
-    if (++b->welcomed == b->n)
+    if (!s->replacement && ++b->welcomed == b->n)
       b->t_welcome = now_ms();
     send_line(b, s, "BEGIN step=-1");
   } else if (!strncmp(line, "GO ", 3)) {
@@ -425,12 +449,18 @@ static void stub_line(bench_t *b, stub_t *s, const char *line) {
     s->whole_gos += nm > 0;
     if (!nm && resihp__wire_get_long(line, "n", &nm))
       nm = 0;
-    if (nm != b->n - dead_by(b, step))
+    if (nm != b->n - dead_by(b, step) +
+                  (b->joiner >= 0 && step > b->fo_step ? 1 : 0))
       s->bad_gos++;
     s->epoch = (uint32_t)v;
     s->epochs++;
     death_t *d = death_at(b, step - 1);
-    if (!s->admitted) {
+    if (!s->admitted && s->replacement) {
+      s->admitted = 1;
+      b->alive++;
+      b->t_joiner_in = now_ms();
+      s->next_step = step; /* its first START */
+    } else if (!s->admitted) {
       s->admitted = 1;
       if (++b->admitted == b->n)
         b->t_join = now_ms();
@@ -472,9 +502,14 @@ static void stub_line(bench_t *b, stub_t *s, const char *line) {
     else if (all && b->t_fo_kill > 0 && v == b->fo_step + 1)
       b->t_fo_start = now_ms();
     if (all && b->failover && v == b->fo_step) {
-      /* the kill at a random point of this step */
+      /* the replacement joins, and the kill comes at a random point of
+       * this step once it had time to say HELLO */
       b->t_fo_step = t;
-      b->t_fo_at = t + (b->step_ms ? (double)(random() % b->step_ms) : 0);
+      b->t_fo_at = t + 100 +
+                   (b->step_ms > 100 ? (double)(random() % (b->step_ms - 100))
+                                     : 0);
+      if (b->joiner >= 0)
+        start_joiner(b);
     }
     if (v == 0 && b->idle_ms > 0) {
       s->held = 1; /* step 1 after the idle window (end_idle) */
@@ -544,9 +579,12 @@ static void stub_io(bench_t *b, stub_t *s, uint32_t ev) {
         hello, sizeof(hello),
         "HELLO replica=%d ep=127.0.0.1:%d sep=127.0.0.1:%d node=bench%d "
         "jobid=1 stepid=%d mbs=%d steps=%ld pid=%d lsize=1 lep=- shape=-",
-        s->id, 20000 + s->id % 40000, 20000 + s->id % 40000, s->id, s->id,
+        s->id, 20000 + s->id % 40000, 20000 + s->id % 40000, s->id,
+        s->replacement ? b->n + s->id : s->id,
         b->mbs, b->total_steps, (int)getpid());
-    if (s->back) /* as recovery/job_link.c says it after a failover */
+    if (s->back && !(s->replacement && !s->admitted))
+      /* as recovery/job_link.c says it after a failover (a joiner just
+       * joins again) */
       snprintf(hello + hl, sizeof(hello) - (size_t)hl,
                " again=1 epoch=%u step=%ld", s->epoch, s->next_step - 1);
     if (send_line(b, s, hello))
@@ -729,16 +767,20 @@ static const char *verdict(const bench_t *b, int child_rc) {
   static char why[200];
   for (int i = 0; i < b->n; i++) {
     const stub_t *s = &b->s[i];
-    int victim = s->death >= 0;
-    long want = victim ? b->deaths[s->death].step + 1 : b->total_steps;
+    int victim = s->death >= 0, repl = s->replacement;
+    long want = victim ? b->deaths[s->death].step + 1
+                : repl ? b->total_steps - b->fo_step - 1
+                       : b->total_steps;
     /* the list travels whole once (the first epoch); the epoch after the
      * death is its change only */
     /* a survivor comes back once after the failover (the victim is gone
-     * by then) */
-    int agains = victim || !b->failover ? 0 : 1;
+     * by then; its replacement, waiting to be admitted, joins again) */
+    int agains = victim || repl || !b->failover ? 0 : 1;
     if (!s->admitted || s->starts != want || s->bad_gos || s->whole_gos != 1 ||
         s->agains != agains ||
-        (!victim && (!s->done || s->epochs != 1 + b->ndeaths))) {
+        (!victim &&
+         (!s->done ||
+          s->epochs != (repl ? 1 : 1 + b->ndeaths + (b->joiner >= 0))))) {
       snprintf(why, sizeof(why),
                "replica %d: admitted %d, %ld of %ld STARTs, %ld GOs with a "
                "wrong member count, %ld with the whole list, %ld epochs, "
@@ -801,6 +843,7 @@ static int run_one(int n, int steps, int check, int failover, double idle_s,
     }
   }
   b->failover = failover;
+  b->joiner = failover ? b->deaths[D_DIE].v[0] : -1;
   b->fo_step = steps + 2L * D_KINDS + 1;
   b->total_steps = b->fo_step + 3;
   b->mbs = 4 * n < resihp__wire_max_microbatches()
@@ -932,8 +975,10 @@ static int run_one(int n, int steps, int check, int failover, double idle_s,
            x->t_start > 0 ? x->lines1 - x->lines0 : -1,
            x->t_start > 0 ? (x->bytes1 - x->bytes0) / 1024 : -1);
   }
-  printf(" failover %.0f ms into a %d ms step\n",
-         b->t_fo_at > 0 ? b->t_fo_at - b->t_fo_step : -1, b->step_ms);
+  printf(" failover %.0f ms into a %d ms step, a replacement waiting "
+         "(admitted %.0f ms after the kill)\n",
+         b->t_fo_at > 0 ? b->t_fo_at - b->t_fo_step : -1, b->step_ms,
+         b->t_joiner_in > 0 ? b->t_joiner_in - b->t_fo_kill : -1);
   fflush(stdout);
   if (check) {
     const char *why = verdict(b, child_rc);

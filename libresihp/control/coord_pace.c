@@ -59,6 +59,9 @@ static long send_owed(resihp__coord_t *c, int r, int what) {
   if (what == OWE_START) {
     resihp__coord_again(c, resihp__coord_send_start(c, r));
     len = 256; /* (a few hundred bytes) */
+  } else if (what == OWE_GO_WHOLE && !c->go_whole.s) {
+    /* (no line built: no memory then) the whole list is always right */
+    resihp__coord_again(c, resihp__coord_send_go_whole(c, r));
   } else {
     int whole = what == OWE_GO_WHOLE;
     const resihp__wire_buf_t *b = whole ? &c->go_whole : &c->go_line;

@@ -187,8 +187,8 @@ struct resihp__coord {
   int64_t last_hb, last_silence_check;
   /* the listening clock (ms): time spent waiting for the replicas, not
    * working (coord_loop.c), which silence is measured on; when the last
-   * poll round ended */
-  int64_t listened, round_end;
+   * poll returned */
+  int64_t listened, last_return;
   /* heartbeat periods: each leader's (told in WELCOME) and our own
    * (resihp__coord_heartbeats) */
   int hb_leader_ms, hb_coord_ms;

@@ -34,7 +34,7 @@
 /* Heartbeats sent in one poll round at most. */
 #define HB_PER_ROUND 2048
 /* A round's work that counts as listening (see resihp__coord_poll). */
-#define WORK_CREDIT_MS 50
+#define WORK_CREDIT_MS 100
 #define HS_TIMEOUT_MS 3000
 
 /* What the coordinator keeps for one replica that does not read (a
@@ -259,14 +259,17 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
   poll(p, (nfds_t)want, resihp__wire_hs_wait_ms(c->hs, timeout_ms));
   int64_t now = resihp__now_ms();
   /* The listening clock (c->listened) runs while the coordinator waits in
-   * poll, and for at most WORK_CREDIT_MS of each round's work: a replica
-   * is judged silent on it, never on time the coordinator spent working
-   * (a long round, a machine that starved it) instead of listening. */
-  int64_t work = before - c->round_end;
+   * poll, and between two waits (its work on a round, its caller's) for
+   * WORK_CREDIT_MS at most: short rounds count as they go, the part of a
+   * long one beyond that does not. A replica is judged silent on it,
+   * never on time the coordinator spent working (a long round, a machine
+   * that starved it) instead of listening. */
+  int64_t work = before - c->last_return;
   c->listened += (now - before) +
-                 (c->round_end && work > 0
+                 (c->last_return && work > 0
                       ? (work < WORK_CREDIT_MS ? work : WORK_CREDIT_MS)
                       : 0);
+  c->last_return = now;
   /* At most EVENTS_PER_ROUND connections are read per round (the others,
    * still ready, come first in the next one: epoll puts the ones it
    * returned last); silence is looked for only after a round that took
@@ -334,7 +337,6 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
   }
   resihp__coord_advance(c);
   resihp__coord_pump(c);
-  c->round_end = resihp__now_ms();
   return 0;
 }
 

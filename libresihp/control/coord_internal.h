@@ -8,6 +8,8 @@
  *   coord_schedule.c  the step schedule and the microbatch ledger: the
  *                     state machine from barrier to commit, START lists,
  *                     catch-up sources
+ *   coord_pace.c      the lines of a step boundary (GO, START) paced
+ *                     over poll rounds
  *   coord_rounds.c    in-step recovery: RECOVER rounds and REASSIGN
  *   coord_spares.c    the spare registry (SPARE)
  *   coord_perf.c      fail-slow: the detector, microbatches by predicted
@@ -100,12 +102,18 @@ typedef struct {
    * is retired, and may never take the replica's place again, whatever it
    * says (coord_protocol.c: its reconnect is refused) */
   uint64_t retired;
+  /* the lines of the last boundary it is owed, not sent yet (OWE_*,
+   * coord_pace.c) */
+  int owed;
 } rep_t;
+
+enum { OWE_GO_WHOLE = 1, OWE_GO_LINE = 2, OWE_START = 4 };
 
 typedef struct {
   resihp__wire_t w;
   int replica;
-  int64_t last_heard, adopted;
+  int64_t last_heard; /* on the listening clock (c->listened) */
+  int64_t adopted; /* when it was taken in (its deadline to say who it is) */
   int out_armed; /* its output queue waits for EPOLLOUT */
   /* a non-leader rank waiting for its leader's address */
   int sub_replica;
@@ -123,6 +131,8 @@ typedef struct {
   uint32_t cepoch;
   char *inview;   /* R entries */
   char *reported; /* R: reporters waiting for (or given) the answer */
+  /* the step's members outside the view, once counted (coord_rounds.c) */
+  int nout, counted;
   int decided;
   int n;
   int *mb, *to;
@@ -184,8 +194,8 @@ struct resihp__coord {
   char *in_step; /* members when the step started */
   int *scratch;  /* R ints for a step's or a round's contributors */
   int *scratch2; /* R more (a round's departed) */
-  char *view;    /* R ints as text: a RECOVER's view */
-  char *inview;  /* R: that view as a set */
+  char *view;    /* R ints as text: a RECOVER's list */
+  char *inview;  /* R: a mark per replica, all 0 between uses */
   double *rslow; /* R: the contributors' speeds (coord_perf.c) */
   round_t *rounds;
   int nrounds, caprounds;
@@ -206,9 +216,14 @@ struct resihp__coord {
   int nfails, capfails;
   long reassigned;
   int64_t last_hb, last_silence_check;
+  /* the listening clock (ms): time spent waiting for the replicas, not
+   * working (coord_loop.c), which silence is measured on; when the last
+   * poll returned */
+  int64_t listened, last_return;
   /* heartbeat periods: each leader's (told in WELCOME) and our own
    * (resihp__coord_heartbeats) */
   int hb_leader_ms, hb_coord_ms;
+  int hb_next; /* the next replica of the heartbeat sweep (R: none) */
   spare_t *spares;
   int nspares, capspares;
   resihp__wire_hs_t *hs; /* handshakes in progress */
@@ -250,6 +265,19 @@ struct resihp__coord {
    * (HOLD due once its PERF is read) */
   int held, hold_slow;
   uint32_t go_epoch; /* epoch of the last list sent (last_list's) */
+  /* the last boundary's GO lines, built and hashed once: the whole
+   * list (for members that hold none) and the other (the change, or
+   * new=0), whether it made an epoch (go_renew); the members owed lines,
+   * pace_q[pace_head .. pace_n) (r << 3 | OWE_*), and > 0 while they are
+   * being sent (coord_pace.c) */
+  resihp__wire_buf_t go_whole, go_line;
+  uint8_t go_whole_digest[RESIHP__SHA256_LEN];
+  uint8_t go_line_digest[RESIHP__SHA256_LEN];
+  int go_renew;
+  int *pace_q;
+  long pace_head, pace_n;
+  int paying;
+  long pace_lines, pace_bytes; /* what this poll round may still send */
   long lines_rx, lines_tx, lines_timed;
   /* saves (coord_save.c): the first step of this run, the step whose
    * save is under way or over (-1: none), the replica asked (-1: none)
@@ -264,6 +292,10 @@ struct resihp__coord {
    * mirror under way (no re-entry), members of a restored coordinator
    * reconnect by this time (0: none pending) */
   int dirty, mirroring;
+  /* how long the last step took (0: unknown), mirrored: a restored
+   * coordinator's members come back at their next step boundary in a
+   * free run, so their reconnect window follows it */
+  int64_t step_ms;
   /* > 0 while answers that need no mirror go out (resihp__coord_again) */
   int again;
   int64_t reconnect_by;
@@ -313,6 +345,8 @@ void resihp__coord_close_conn(resihp__coord_t *c, int k);
 /* The longest line a member may send of the kind that starts with the
  * len bytes at line (resihp__wire_t.line_max of its connection). */
 size_t resihp__coord_member_line_max(const char *line, size_t len);
+/* Connection k's socket takes what it can of its queue now. */
+void resihp__coord_flush_conn(resihp__coord_t *c, int k);
 /* The FAULT lines that connection k has buffered or its socket holds,
  * handled; its other lines are dropped (the replica is failing: see
  * resihp__coord_fail_replica). */
@@ -336,6 +370,15 @@ uint64_t resihp__coord_identity(long jobid, long stepid, const char *ep,
  * RESIHP_ENOMEM. */
 int resihp__coord_ensure_fails(resihp__coord_t *c, int n);
 void resihp__coord_send_go(resihp__coord_t *c);
+/* coord_pace.c: lines owed to members at a boundary. Forget what is
+ * owed; owe member r line what (OWE_*); send a round's worth (1 if some
+ * remain); send member r what it is owed now (before any other line). */
+void resihp__coord_pace_reset(resihp__coord_t *c);
+/* A poll round begins: its budget of paced lines. */
+void resihp__coord_pace_round(resihp__coord_t *c);
+void resihp__coord_owe(resihp__coord_t *c, int r, int what);
+int resihp__coord_pump(resihp__coord_t *c);
+void resihp__coord_pay(resihp__coord_t *c, int r);
 
 /* coord_schedule.c */
 void resihp__coord_advance(resihp__coord_t *c);

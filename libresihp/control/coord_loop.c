@@ -28,6 +28,13 @@
 /* Pending handshakes beyond one per replica (a whole job may join at
  * once: none of them may be evicted), and how long each may take. */
 #define HS_PENDING_EXTRA 64
+/* Connections read in one poll round, so that a round's work is bounded
+ * whatever N (the keeper's hang bound watches the loop). */
+#define EVENTS_PER_ROUND 2048
+/* Heartbeats sent in one poll round at most. */
+#define HB_PER_ROUND 2048
+/* A round's work that counts as listening (see resihp__coord_poll). */
+#define WORK_CREDIT_MS 100
 #define HS_TIMEOUT_MS 3000
 
 /* What the coordinator keeps for one replica that does not read (a
@@ -49,6 +56,8 @@ void resihp__coord_send_hashed(resihp__coord_t *c, int r, const char *line,
   if (p->conn < 0)
     return;
   int hb = !strcmp(line, "HB");
+  if (!hb && p->owed)
+    resihp__coord_pay(c, r); /* what it is owed leaves first */
   if (!hb && !c->again)
     resihp__coord_mirror_if(c); /* write-ahead (coord_snapshot.c) */
   c->lines_tx += !hb;
@@ -72,8 +81,7 @@ void resihp__coord_send_hashed(resihp__coord_t *c, int r, const char *line,
   }
 }
 
-/* Connection k's socket takes more of its queue. */
-static void flush_conn(resihp__coord_t *c, int k) {
+void resihp__coord_flush_conn(resihp__coord_t *c, int k) {
   conn_t *cn = &c->conns[k];
   long left = resihp__wire_flush(&cn->w);
   if (left == 0 && cn->out_armed) {
@@ -174,7 +182,8 @@ int resihp__coord_adopt(resihp__coord_t *c, resihp__wire_t *w) {
   c->conns[k].sub_replica = -1;
   c->conns[k].lep_replica = -1;
   c->conns[k].lep[0] = '\0';
-  c->conns[k].last_heard = c->conns[k].adopted = resihp__now_ms();
+  c->conns[k].last_heard = c->listened;
+  c->conns[k].adopted = resihp__now_ms();
   /* until it says who it is: short lines, and a deadline
    * (resihp__coord_poll) */
   c->conns[k].w.max = RESIHP__WIRE_HELLO_MAX;
@@ -260,6 +269,7 @@ void resihp__coord_take_faults(resihp__coord_t *c, int k) {
 void resihp__coord_feed(resihp__coord_t *c, int k, const char *line) {
   if (k < 0 || k >= c->nconns || c->conns[k].w.fd < 0)
     return;
+  resihp__coord_pace_round(c); /* (a line fed is a round of its own) */
   resihp__coord_on_line(c, k, line);
   conn_known(&c->conns[k]);
   resihp__coord_advance(c);
@@ -308,6 +318,11 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
   p[nl] = (struct pollfd){.fd = c->efd, .events = POLLIN};
   p[nl + 1] =
       (struct pollfd){.fd = resihp__wire_hs_fd(c->hs), .events = POLLIN};
+  resihp__coord_pace_round(c);
+  int64_t before = resihp__now_ms();
+  /* lines still owed at a boundary: no sleep (coord_pace.c) */
+  if (c->pace_head < c->pace_n)
+    timeout_ms = 0;
   poll(p, (nfds_t)want, resihp__wire_hs_wait_ms(c->hs, timeout_ms));
   int64_t now = resihp__now_ms();
   /* The loop promises the replicas a heartbeat every hb_coord_ms: a gap
@@ -320,26 +335,43 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
       c->start_ms && c->step > c->base_step && !c->t_done)
     c->away_ms += now - c->last_wake;
   c->last_wake = now;
-  int ne =
-      p[nl].revents && c->capevs ? epoll_wait(c->efd, c->evs, c->capevs, 0) : 0;
+  /* The listening clock (c->listened) runs while the coordinator waits in
+   * poll, and between two waits (its work on a round, its caller's) for
+   * WORK_CREDIT_MS at most: short rounds count as they go, the part of a
+   * long one beyond that does not. A replica is judged silent on it,
+   * never on time the coordinator spent working (a long round, a machine
+   * that starved it) instead of listening. */
+  int64_t work = before - c->last_return;
+  c->listened += (now - before) +
+                 (c->last_return && work > 0
+                      ? (work < WORK_CREDIT_MS ? work : WORK_CREDIT_MS)
+                      : 0);
+  c->last_return = now;
+  /* At most EVENTS_PER_ROUND connections are read per round (the others,
+   * still ready, come first in the next one: epoll puts the ones it
+   * returned last); silence is looked for only after a round that took
+   * everything there was (drained). */
+  int cap = c->capevs < EVENTS_PER_ROUND ? c->capevs : EVENTS_PER_ROUND;
+  int ne = p[nl].revents && cap ? epoll_wait(c->efd, c->evs, cap, 0) : 0;
+  int drained = ne < cap || !p[nl].revents;
   for (int e = 0; e < ne; e++) {
     int i = (int)c->evs[e].data.u32;
     if (i >= c->nconns || c->conns[i].w.fd < 0)
       continue; /* closed by an earlier line of this round */
     conn_t *cn = &c->conns[i];
     if (c->evs[e].events & EPOLLOUT)
-      flush_conn(c, i);
+      resihp__coord_flush_conn(c, i);
     if (!(c->evs[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
       continue; /* writable only: nothing heard */
     int rc = resihp__wire_fill(&cn->w);
-    cn->last_heard = now;
+    cn->last_heard = c->listened;
     drain_conn(c, i, rc);
   }
   accept_conns(c, p);
   /* silence is looked for a few times per bound, not at every wake-up:
    * N joins or reconnects wake the loop up to N times */
   int64_t every = c->o.silence_ms / 4 < 250 ? c->o.silence_ms / 4 : 250;
-  int look = now - c->last_silence_check >= every;
+  int look = drained && now - c->last_silence_check >= every;
   if (look)
     c->last_silence_check = now;
   for (int i = 0; look && i < c->nconns; i++) {
@@ -356,17 +388,17 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
       continue;
     }
     if (cn->w.fd >= 0 && cn->replica >= 0 &&
-        now - cn->last_heard > c->o.silence_ms &&
+        c->listened - cn->last_heard > c->o.silence_ms &&
         c->state == RESIHP__COORD_RUNNING) {
       int r = cn->replica;
       logc(RESIHP_LOG_WARN, "replica %d silent for %lld ms", r,
-           (long long)(now - cn->last_heard));
+           (long long)(c->listened - cn->last_heard));
       resihp__coord_fail_replica(c, r, "silent");
     }
   }
   /* a restored coordinator's members that did not come back in time have
    * failed, as silent ones do (coord_snapshot.c) */
-  if (c->reconnect_by && now >= c->reconnect_by &&
+  if (c->reconnect_by && c->listened >= c->reconnect_by &&
       c->state == RESIHP__COORD_RUNNING) {
     c->reconnect_by = 0;
     for (int r = 0; r < c->R; r++)
@@ -374,13 +406,25 @@ int resihp__coord_poll(resihp__coord_t *c, int timeout_ms) {
           (c->reps[r].state == R_MEMBER || c->reps[r].state == R_JOINING))
         resihp__coord_fail_replica(c, r, "did not reconnect after a failover");
   }
-  if (now - c->last_hb >= c->hb_coord_ms) {
+  /* (a replica whose queue still holds lines gets them as its sign of
+   * life: a heartbeat behind them says nothing more, and N of them
+   * appended to full queues, as while a whole job joins, cost 0.4 s) */
+  /* A round of heartbeats is a sweep over the replicas, HB_PER_ROUND a
+   * poll round (10,000 in one round held it 0.4-0.6 s on a loaded
+   * machine). */
+  if (now - c->last_hb >= c->hb_coord_ms && c->hb_next >= c->R) {
     c->last_hb = now;
-    for (int r = 0; r < c->R; r++)
-      if (c->reps[r].conn >= 0)
-        resihp__coord_send_to(c, r, "HB");
+    c->hb_next = 0;
+  }
+  for (int n = 0; c->hb_next < c->R && n < HB_PER_ROUND; c->hb_next++) {
+    int k = c->reps[c->hb_next].conn;
+    if (k >= 0 && c->conns[k].w.out_off == c->conns[k].w.out_len) {
+      resihp__coord_send_to(c, c->hb_next, "HB");
+      n++;
+    }
   }
   resihp__coord_advance(c);
+  resihp__coord_pump(c);
   return 0;
 }
 
@@ -426,8 +470,12 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   c->view = malloc(8 * R + 1); /* ids < 10^7, each with its ':' */
   c->inview = calloc(R, 1);
   c->rslow = calloc(R, sizeof(double));
-  if (c->efd < 0 || !c->reps || !c->members || !c->last_list || !c->in_step ||
-      !c->scratch || !c->scratch2 || !c->view || !c->inview || !c->rslow)
+  c->pace_q = calloc(2 * R, sizeof(int));
+  resihp__wire_buf_init(&c->go_whole);
+  resihp__wire_buf_init(&c->go_line);
+  if (c->efd < 0 || !c->reps || !c->members || !c->last_list ||
+      !c->in_step || !c->scratch || !c->scratch2 || !c->view || !c->inview ||
+      !c->rslow || !c->pace_q)
     goto fail;
   c->R = o->replicas;
   for (int r = 0; r < c->R; r++) {
@@ -438,6 +486,7 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   }
   c->wl_asked = -1;
   c->abort_replica = -1;
+  c->hb_next = c->R; /* no sweep under way */
   /* saves and resumes (coord_save.c) */
   if (o->start_step < 0 || o->start_step >= MAX_STEPS || o->save_every < 0) {
     rc = RESIHP_EINVAL;
@@ -517,6 +566,9 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->view);
   free(c->inview);
   free(c->rslow);
+  free(c->pace_q);
+  resihp__wire_buf_free(&c->go_whole);
+  resihp__wire_buf_free(&c->go_line);
   free(c);
 }
 

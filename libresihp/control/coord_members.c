@@ -314,11 +314,17 @@ void resihp__coord_send_go(resihp__coord_t *c) {
   char *delta_for = malloc((size_t)(unsigned)c->nmembers);
   for (int i = 0; delta_for && i < c->nmembers; i++)
     delta_for[i] = renew && holds_list(c, c->members[i], base);
+  resihp__coord_pace_reset(c); /* what a last boundary still owed is moot */
   for (int i = 0; i < c->nmembers; i++) {
     rep_t *p = &c->reps[c->members[i]];
     p->ready = !renew;
+    /* a member holds this epoch's list once its GO is sent
+     * (coord_pace.c); until then none */
     if (renew)
-      p->list_epoch = c->epoch; /* every member holds this epoch's list */
+      p->list_epoch = 0;
+    resihp__coord_owe(c, c->members[i],
+                      renew && !(delta_for && delta_for[i]) ? OWE_GO_WHOLE
+                                                            : OWE_GO_LINE);
   }
   if (renew)
     c->go_epoch = c->epoch;
@@ -332,16 +338,19 @@ void resihp__coord_send_go(resihp__coord_t *c) {
     resihp__wire_line_digest(whole.s, whole.len, dwhole);
   if (delta.s && !delta.err)
     resihp__wire_line_digest(delta.s, delta.len, ddelta);
-  for (int i = 0; i < c->nmembers; i++) {
-    int r = c->members[i];
-    int d = delta_for && delta_for[i];
-    if (!delta_for && renew) /* no memory: the whole list is always right */
-      resihp__coord_send_go_whole(c, r);
-    else
-      resihp__coord_send_buf_hashed(c, r, d ? &delta : &whole,
-                                    d ? ddelta : dwhole);
-  }
   free(delta_for);
+  /* the lines leave paced (coord_pace.c), the state mirrored first */
+  resihp__coord_mirror_if(c);
+  c->go_renew = renew;
+  resihp__wire_buf_free(&c->go_whole);
+  resihp__wire_buf_free(&c->go_line);
+  c->go_whole = renew ? whole : delta;
+  c->go_line = renew ? delta : whole;
+  memcpy(c->go_whole_digest, renew ? dwhole : ddelta, sizeof(dwhole));
+  memcpy(c->go_line_digest, renew ? ddelta : dwhole, sizeof(dwhole));
+  resihp__wire_buf_init(&whole);
+  resihp__wire_buf_init(&delta);
+  resihp__coord_pump(c);
   if (renew)
     logc(RESIHP_LOG_INFO,
          "step %ld: epoch %u with %d replicas (%d sent the whole list, %d "
@@ -356,6 +365,7 @@ void resihp__coord_send_go(resihp__coord_t *c) {
  * the list it had before that GO, which is no longer known here: the
  * whole list is right whatever it holds. */
 void resihp__coord_send_go_whole(resihp__coord_t *c, int r) {
+  c->reps[r].owed &= ~(OWE_GO_WHOLE | OWE_GO_LINE); /* this is it */
   resihp__wire_buf_t b;
   resihp__wire_buf_init(&b);
   resihp__wire_buf_printf(&b, "GO step=%ld epoch=%u new=1 members=", c->step,

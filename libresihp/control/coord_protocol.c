@@ -187,9 +187,12 @@ static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
   resihp__coord_send_coords(c, r);
   logc(RESIHP_LOG_INFO, "replica %d reconnected (step %ld)", r, c->step);
   /* a free run that must end: HOLD is said again (who heard it is not
-   * mirrored; a restored coordinator sets held when a HOLD is due) */
+   * mirrored; a restored coordinator sets held when a HOLD is due). It
+   * follows from a state already mirrored (the first HOLD was sent after
+   * the mirror, or held was restored), so it needs no mirror: N members
+   * coming back must not make N snapshots of O(N) each. */
   if (c->phase == P_FREE && c->held && resihp__coord_is_member(c, r))
-    resihp__coord_send_to(c, r, "HOLD");
+    resihp__coord_again(c, resihp__coord_send_to(c, r, "HOLD"));
   answer_subs(c, r);
   return 1;
 }
@@ -500,6 +503,10 @@ static int answer_begin(resihp__coord_t *c, int r, const char *msg) {
   }
   if ((c->phase == P_RUN || c->phase == P_FREE) && s <= c->start_at &&
       c->in_step[r]) {
+    if (p->owed) { /* its GO and START have not left yet: they do now */
+      resihp__coord_pay(c, r);
+      return 1;
+    }
     snprintf(line, sizeof(line), "GO step=%ld epoch=%u new=0", s, c->epoch);
     resihp__coord_send_to(c, r, line);
     resihp__coord_send_start(c, r);

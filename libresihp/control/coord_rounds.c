@@ -2,6 +2,13 @@
 /* In-step recovery: the coordinator's RECOVER rounds and their REASSIGN
  * answers.
  *
+ * A survivor reports the replicas its group lost (gone=r:r, the step's
+ * members it no longer has), not the ones it kept: every survivor of a
+ * failure reports, so a report of the living would make a failure cost
+ * O(N^2) bytes and parsing (N reports of N ids; 490 MB at 10,000
+ * replicas). Its view V is the step's members (in_step) less those. The
+ * older form, view=r:r (V itself), is still read, at O(N) a report.
+ *
  * A RECOVER with view V moves every microbatch whose owner is outside V to
  * the contributors in V, round-robin in microbatch order; the moves are kept
  * per (step, communicator epoch) so that every survivor of the same view
@@ -15,6 +22,8 @@
 
 #include "../transport/mesh.h"
 #include "coord_internal.h"
+
+#include <resihp/error.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +60,6 @@ static int64_t confirm_ms(const resihp__coord_t *c) {
 }
 
 static int round_confirmed(const resihp__coord_t *c, const round_t *rd) {
-  int64_t now = resihp__now_ms();
   int reporters = 0, unconfirmed = 0;
   for (int i = 0; i < c->nmembers; i++) {
     int m = c->members[i];
@@ -63,9 +71,10 @@ static int round_confirmed(const resihp__coord_t *c, const round_t *rd) {
     /* (no connection while a restored coordinator waits for its members
      * to come back says nothing: coord_snapshot.c) */
     int seen =
-        (p->conn < 0 && !(c->reconnect_by && now < c->reconnect_by)) ||
+        (p->conn < 0 && !(c->reconnect_by && c->listened < c->reconnect_by)) ||
         p->catchup_failed ||
-        (p->conn >= 0 && now - c->conns[p->conn].last_heard >= confirm_ms(c));
+        (p->conn >= 0 &&
+         c->listened - c->conns[p->conn].last_heard >= confirm_ms(c));
     unconfirmed += !seen;
   }
   if (!reporters)
@@ -90,6 +99,30 @@ static void answer_round(resihp__coord_t *c, const round_t *rd, int r) {
 
 /* Act on a confirmed view: leave out the members outside it and move the
  * microbatches whose owner is outside it to the contributors in it. */
+/* How many of the step's members round rd's view leaves out (computed
+ * once per round: a report is then compared in O(its length)). */
+static int round_nout(const resihp__coord_t *c, round_t *rd) {
+  if (!rd->counted) {
+    rd->counted = 1;
+    rd->nout = 0;
+    for (int r = 0; r < c->R; r++)
+      rd->nout += c->in_step[r] && !rd->inview[r];
+  }
+  return rd->nout;
+}
+
+/* Whether round rd's view is the step's members less gone[0..ng) (ids
+ * distinct, each a member of the step). */
+static int round_is(const resihp__coord_t *c, round_t *rd, const int *gone,
+                    int ng) {
+  if (round_nout(c, rd) != ng)
+    return 0;
+  for (int i = 0; i < ng; i++)
+    if (rd->inview[gone[i]])
+      return 0;
+  return 1;
+}
+
 static void decide_round(resihp__coord_t *c, round_t *rd) {
   int *gone = c->scratch2, ng = 0;
   for (int i = 0; i < c->nmembers; i++)
@@ -161,30 +194,60 @@ void resihp__coord_decide_rounds(resihp__coord_t *c) {
   }
 }
 
+/* The departed a RECOVER names, into c->scratch2 (*ng of them): gone=
+ * as it is, or the step's members outside view= (an older peer's form).
+ * Each must be a member of the step, named once, and not the reporter r.
+ * 0, or RESIHP_EPROTO. */
+static int reported_gone(resihp__coord_t *c, int r, const char *msg,
+                         int *ng) {
+  char *list = c->view, *mark = c->inview; /* mark: all 0 between calls */
+  int *gone = c->scratch2, *v = NULL, nv = 0, rc = 0;
+  *ng = 0;
+  if (!resihp__wire_get(msg, "gone", list, 8 * (size_t)c->R + 1)) {
+    if (resihp__wire_parse_ints(list, c->R, &v, &nv))
+      return RESIHP_EPROTO;
+    for (int i = 0; i < nv && !rc; i++) {
+      rc = mark[v[i]] || !c->in_step[v[i]] || v[i] == r ? RESIHP_EPROTO : 0;
+      mark[v[i]] = 1;
+      gone[i] = v[i];
+    }
+    for (int i = 0; i < nv; i++)
+      mark[v[i]] = 0;
+    *ng = nv;
+  } else if (!resihp__wire_get(msg, "view", list, 8 * (size_t)c->R + 1) &&
+             !resihp__wire_parse_ints(list, c->R, &v, &nv) && nv >= 1) {
+    for (int i = 0; i < nv && !rc; i++) {
+      rc = mark[v[i]] || !c->in_step[v[i]] ? RESIHP_EPROTO : 0;
+      mark[v[i]] = 1;
+    }
+    rc = rc || !mark[r] ? RESIHP_EPROTO : 0;
+    for (int q = 0; q < c->R && !rc; q++)
+      if (c->in_step[q] && !mark[q])
+        gone[(*ng)++] = q;
+    for (int i = 0; i < nv; i++)
+      mark[v[i]] = 0;
+  } else {
+    rc = RESIHP_EPROTO;
+  }
+  free(v);
+  return rc;
+}
+
 void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
                               const char *msg) {
   long s = -1, ce = -1;
-  char *view = c->view;
-  int *v = NULL, nv = 0;
+  int ng = 0;
   if (resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &s) ||
-      resihp__wire_get_range(msg, "cepoch", 0, UINT32_MAX, &ce) ||
-      resihp__wire_get(msg, "view", view, 8 * (size_t)c->R + 1) ||
-      resihp__wire_parse_ints(view, c->R, &v, &nv) || nv < 1) {
-    free(v);
+      resihp__wire_get_range(msg, "cepoch", 0, UINT32_MAX, &ce)) {
     resihp__coord_refuse(c, k, "bad-recover", 1, msg);
     return;
   }
-  char *inview = c->inview;
-  memset(inview, 0, (size_t)c->R);
-  int bad = 0;
-  for (int i = 0; i < nv; i++) {
-    bad |= inview[v[i]] || !c->in_step[v[i]]; /* twice, or not a member */
-    inview[v[i]] = 1;
-  }
-  free(v);
+  /* (a free run's in_step is its START's members: the same group) */
+  int bad = !c->in_step[r] || reported_gone(c, r, msg, &ng) != 0;
+  const int *gone = c->scratch2;
   /* free-running: the steps before s are committed; s is recovered as
    * any step is, and the run is over (its group changed) */
-  if (!bad && inview[r] && c->phase == P_FREE &&
+  if (!bad && c->phase == P_FREE &&
       resihp__coord_is_member(c, r) && s >= c->step && s < c->S) {
     /* by cost, the RECOVER brings the owners of the run's steps up to s
      * (job_step.c): those of s are the ones the rounds move */
@@ -202,7 +265,7 @@ void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
     if (c->step == s)
       c->phase = P_RUN;
   }
-  if (bad || !inview[r] || s > c->step) {
+  if (bad || s > c->step) {
     resihp__coord_refuse(c, k, "bad-recover", 1, msg);
     return;
   }
@@ -220,7 +283,7 @@ void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
     round_t *x = &c->rounds[i];
     if (x->cepoch != (uint32_t)ce)
       continue;
-    if (!memcmp(x->inview, inview, (size_t)c->R))
+    if (round_is(c, x, gone, ng))
       rd = x;
     else if (x->reported[r]) {
       /* two views of one epoch */
@@ -253,7 +316,11 @@ void resihp__coord_on_recover(resihp__coord_t *c, int k, int r,
     }
     c->nrounds++;
     rd->cepoch = (uint32_t)ce;
-    memcpy(rd->inview, inview, (size_t)c->R);
+    memcpy(rd->inview, c->in_step, (size_t)c->R);
+    for (int i = 0; i < ng; i++)
+      rd->inview[gone[i]] = 0;
+    rd->nout = ng;
+    rd->counted = 1;
   }
   rd->reported[r] = 1;
   /* Undecided: decided by resihp__coord_advance once every line of this

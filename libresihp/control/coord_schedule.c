@@ -222,6 +222,7 @@ int resihp__coord_index_start(resihp__coord_t *c) {
 void resihp__coord_send_start(resihp__coord_t *c, int r) {
   if (!c->start_owner || r < 0 || r >= c->R)
     return;
+  c->reps[r].owed &= ~OWE_START; /* (if it was owed: this is it) */
   resihp__wire_buf_t b;
   resihp__wire_buf_init(&b);
   build_start(c, r, &b);
@@ -263,6 +264,9 @@ static void start_step(resihp__coord_t *c) {
   for (int mb = 0; mb < c->M; mb++)
     c->reps[c->owner[mb]].quota++;
   int64_t now = resihp__now_ms();
+  if (c->step > c->base_step && c->start_ms[c->step - 1] > 0 &&
+      now > c->start_ms[c->step - 1])
+    c->step_ms = now - c->start_ms[c->step - 1];
   c->start_ms[c->step] = now;
   if (c->restored_ms && !c->resumed_ms)
     c->resumed_ms = now; /* the survivors train again */
@@ -295,8 +299,12 @@ static void start_step(resihp__coord_t *c) {
     p->open_fail = -1;
   }
   resihp__coord_dirty(c);
+  /* mirrored, then owed: they leave paced (coord_pace.c), after the GO
+   * each member may still be owed */
+  resihp__coord_mirror_if(c);
   for (int i = 0; i < c->nmembers; i++)
-    resihp__coord_send_start(c, c->members[i]);
+    resihp__coord_owe(c, c->members[i], OWE_START);
+  resihp__coord_pump(c);
   if (run)
     logc(RESIHP_LOG_DEBUG, "step %ld: %d replicas run free", c->step,
          c->nmembers);
@@ -461,6 +469,8 @@ void resihp__coord_free_to(resihp__coord_t *c, long t) {
   int64_t t0 = c->start_ms[from], now = resihp__now_ms();
   if (c->restored_ms && !c->resumed_ms)
     c->resumed_ms = now; /* they trained again by now at the latest */
+  if (t0 > 0 && now > t0)
+    c->step_ms = (now - t0) / (t - from);
   while (c->step < t && c->state == RESIHP__COORD_RUNNING) {
     c->costed += cost && c->step > c->start_at;
     commit_step(c);

@@ -58,6 +58,8 @@
 /* RECOVER reports one member may make in one step (coord_rounds.c): a
  * bound on the rounds a snapshot may hold. */
 #define ROUNDS_PER_REPLICA 8
+/* The longest step time a record may say (a day) */
+#define STEP_MS_MAX 86400000L
 
 /* ---- writing ---- */
 
@@ -117,13 +119,15 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
   resihp__wire_buf_printf(
       b,
       "c %ld %d %d %" PRIu32 " %" PRIu32 " %d %d %d %d %ld %d %d %ld %d %d "
-      "%d %ld %ld %ld %ld %d %d %d %" PRId64 " %" PRId64 " %" PRId64 " %ld\n",
+      "%d %ld %ld %ld %ld %d %d %d %" PRId64 " %" PRId64 " %" PRId64
+      " %ld %" PRId64 "\n",
       c->step, c->phase, c->state, c->epoch, c->go_epoch, c->changed, c->stop,
       c->abort_replica, c->wl_asked, c->save_step, c->save_asked, c->save_last,
       c->reassigned, c->save_over, c->start_run, c->nstart_contrib, c->start_at,
       c->samples, c->costed, c->swaps, c->nfails, c->nrounds, c->nspares,
       c->start_ms ? c->start_ms[c->base_step] : 0,
-      c->start_ms ? c->start_ms[c->step] : 0, c->t_done, c->starts);
+      c->start_ms ? c->start_ms[c->step] : 0, c->t_done, c->starts,
+      c->step_ms);
   resihp__wire_buf_printf(b, "a");
   put_text(b, c->abort_why);
   resihp__wire_buf_printf(b, "\nl");
@@ -205,9 +209,19 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
   return b->err;
 }
 
+/* How long a restored coordinator waits for its members (on the
+ * listening clock, coord_loop.c): the silence bound, plus two steps, since
+ * a member in a free run looks at its link at its step boundaries only
+ * (recovery/job_step.c) and the kill may come just after one. */
+static int64_t reconnect_window(const resihp__coord_t *c) {
+  return c->o.silence_ms + 2 * c->step_ms;
+}
+
 void resihp__coord_reconnect_within(resihp__coord_t *c, int ms) {
-  if (c->reconnect_by)
-    c->reconnect_by = resihp__now_ms() + ms;
+  if (c->reconnect_by) {
+    int64_t w = reconnect_window(c);
+    c->reconnect_by = c->listened + (ms > w ? ms : w);
+  }
 }
 
 static void shift(int64_t *t, int64_t d) {
@@ -580,6 +594,8 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
   int64_t tstep = (int64_t)num(&u, LLONG_MIN, LLONG_MAX);
   c->t_done = (int64_t)num(&u, LLONG_MIN, LLONG_MAX);
   c->starts = (long)num(&u, 0, LONG_MAX);
+  /* (absent in an older record: unknown) */
+  c->step_ms = *u.p ? (int64_t)num(&u, 0, STEP_MS_MAX) : 0;
   if (u.err || *u.p || (!c->S && c->phase != P_BARRIER) ||
       (!c->M && c->nstart_contrib))
     return RESIHP_EPROTO;
@@ -764,7 +780,7 @@ int resihp__coord_restore(const resihp__coord_opts_t *o, const char *snap,
    * back (coord_protocol.c reattach) */
   c->held = c->phase == P_FREE && resihp__coord_hold_needed(c);
   c->dirty = 0;
-  c->reconnect_by = resihp__now_ms() + c->o.silence_ms;
+  c->reconnect_by = c->listened + reconnect_window(c);
   c->restored_ms = resihp__now_ms();
   c->restored_step = c->again_step = c->step;
   long committed = c->step - c->base_step;

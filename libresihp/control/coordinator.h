@@ -30,10 +30,12 @@
  *            serve: this replica's rank k sends shard k to replica r, whose
  *            rank k listens at ep; a joiner's K shards are spread over the
  *            healthy members)
- *   rank  -> RECOVER step=s cepoch=c view=r:r:r   (all-reduce failed; view
- *            is the replicas left in all K shard groups after
- *            resihp_comm_shrink; c counts the recoveries since the groups
- *            were made)
+ *   rank  -> RECOVER step=s cepoch=c gone=r:r   (all-reduce failed; gone
+ *            is the step's members missing from any of the K shard groups
+ *            after resihp_comm_shrink, the view is the others: a report
+ *            is as long as the failure, not the job; c counts the
+ *            recoveries since the groups were made. view=r:r:r, the view
+ *            itself, is the older form, still read)
  *   coord -> REASSIGN step=s cepoch=c extra=a:b  (the microbatches of
  *            replicas outside the view, spread over the view; the same
  *            answer for every member of the same (s, c))
@@ -104,7 +106,8 @@
  * run that must end); the ids without the credential are refused
  * (NO reason=bad-credential) and the member's link stays; anything else
  * is an ordinary HELLO. A restored coordinator fails a member that has not
- * come back within silence_ms. Requests said again get the answer they
+ * come back within silence_ms plus two steps
+ * (resihp__coord_reconnect_within). Requests said again get the answer they
  * missed, always (not only after a failover): BEGIN while an epoch is set
  * up -> its GO (whole list); READY/RESYNC of the epoch while the step runs
  * -> the same START; BEGIN of a step that runs (after GO new=0) -> GO
@@ -262,9 +265,11 @@ void resihp__coord_stop(resihp__coord_t *c);
  * this one's (0 stays 0: not a time). */
 void resihp__coord_shift_times(resihp__coord_t *c, int64_t delta_ms);
 /* A restored coordinator waits ms (from now) for every member to
- * reconnect before it fails those that did not (the default is
- * silence_ms): a standby on another address is found by the replicas only
- * on their next try at it. */
+ * reconnect before it fails those that did not (the default, and the
+ * least, is silence_ms plus two of the last step's time: in a free run a
+ * member looks at its link at step boundaries only): a standby on another
+ * address is found by the replicas only on their next try at it. Waits
+ * are on the time the coordinator spent listening, not working. */
 void resihp__coord_reconnect_within(resihp__coord_t *c, int ms);
 /* The coordinator's addresses, "ep[/ep...]" (the primary's, then a
  * standby's on another node; NULL or "": none said): every leader is told

@@ -112,3 +112,11 @@ tests_unit_test_costplan_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_costplan_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_costplan
 endif
+
+# What one failure and one join cost the coordinator, in bytes and in
+# judgement (silence on listening time), at 1,000 replicas.
+check_PROGRAMS += tests/unit/test_coord_cost
+tests_unit_test_coord_cost_SOURCES = tests/unit/test_coord_cost.c
+tests_unit_test_coord_cost_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_coord_cost_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_coord_cost

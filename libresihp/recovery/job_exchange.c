@@ -10,10 +10,12 @@
  *
  * Recovery. When a group failed, its survivors have shrunk it
  * (resihp_comm_shrink). The K ranks then add up which members each still
- * has: the replicas present in all K groups are the replica's view, which
- * the leader reports (RECOVER step=s cepoch=g view=...; g counts the
- * recoveries applied since the groups were made, the same on every
- * replica). The coordinator's one decision (REASSIGN, the same answer for
+ * has: the replicas present in all K groups are the replica's view, and
+ * the leader reports the members of the epoch outside it (RECOVER step=s
+ * cepoch=g gone=...; g counts the recoveries applied since the groups
+ * were made, the same on every replica). The dead, not the living: every
+ * survivor reports, so a list of the living would cost the coordinator
+ * O(N^2) per failure. The coordinator's one decision (REASSIGN, the same answer for
  * every reporter of the same view) is relayed to the other ranks; every
  * group then removes the members outside the view that it still has (a
  * shrink naming them: the survivors of each group agree without waiting
@@ -47,6 +49,20 @@ static int agreed_view(resihp_job_t *j, int64_t *in) {
   return resihp__job_replica_sum(j, in, (size_t)j->nmembers);
 }
 
+void resihp__job_recover_line(const resihp_job_t *j, const int64_t *in,
+                              resihp__wire_buf_t *b) {
+  resihp__wire_buf_printf(b, "RECOVER step=%ld cepoch=%u gone=", j->step,
+                          j->vgen);
+  int first = 1;
+  for (int w = 0; w < j->nmembers; w++)
+    if (in[w] != j->lsize) {
+      resihp__wire_buf_printf(b, "%s%d", first ? "" : ":", j->members[w]);
+      first = 0;
+    }
+  /* in a free run by cost, the owners of its steps, this one's too */
+  resihp__job_put_owners(j, b, 0, j->step + 1);
+}
+
 /* Leader: report the view, wait for the coordinator's decision and relay
  * it. Others: the relayed decision. Either way j->msg holds REASSIGN. */
 static int decision(resihp_job_t *j, const int64_t *in) {
@@ -58,16 +74,7 @@ static int decision(resihp_job_t *j, const int64_t *in) {
   }
   resihp__wire_buf_t b;
   resihp__wire_buf_init(&b);
-  resihp__wire_buf_printf(&b, "RECOVER step=%ld cepoch=%u view=", j->step,
-                          j->vgen);
-  int first = 1;
-  for (int w = 0; w < j->nmembers; w++)
-    if (in[w] == j->lsize) {
-      resihp__wire_buf_printf(&b, "%s%d", first ? "" : ":", j->members[w]);
-      first = 0;
-    }
-  /* in a free run by cost, the owners of its steps, this one's too */
-  resihp__job_put_owners(j, &b, 0, j->step + 1);
+  resihp__job_recover_line(j, in, &b);
   rc = b.err ? b.err : resihp__job_send(j, b.s);
   resihp__wire_buf_free(&b);
   if (rc)

@@ -339,6 +339,11 @@ int resihp__job_workloads(resihp_job_t *j, long step, resihp_workload_t *w);
  * lines a second up to 120,000 ranks (then once a minute: every rank of
  * the epoch computes the same period: they vote on it, job_step.c). */
 int64_t resihp__job_report_ms(int nmembers, int lsize);
+/* job_exchange.c: the RECOVER a leader says when the step's agreed view
+ * keeps, of each member w of the epoch, in[w] == lsize (the members it
+ * lost: as long as the failure, not the job), into b. */
+void resihp__job_recover_line(const resihp_job_t *j, const int64_t *in,
+                              resihp__wire_buf_t *b);
 /* Tests: when set, a free run sends every step's samples, so that what
  * the detector sees does not depend on the machine's speed. */
 extern int resihp__job_report_every_step;

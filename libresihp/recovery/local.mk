@@ -10,6 +10,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/coordinator.h \
 	libresihp/control/coord_internal.h \
 	libresihp/control/coord_members.c \
+	libresihp/control/coord_pace.c \
 	libresihp/control/coord_schedule.c \
 	libresihp/control/coord_rounds.c \
 	libresihp/control/coord_spares.c \
@@ -200,7 +201,7 @@ TESTS += tests/fuzz/fuzz_coord tests/fuzz/fuzz_coord_wire
 EXTRA_DIST += tests/fuzz/corpus-coord/session tests/fuzz/corpus-coord/recover \
 	tests/fuzz/corpus-coord/rogue tests/fuzz/corpus-coord/bad-hello \
 	tests/fuzz/corpus-coord/sharded tests/fuzz/corpus-coord/failslow \
-	tests/fuzz/corpus-coord/freerun \
+	tests/fuzz/corpus-coord/freerun tests/fuzz/corpus-coord/recover-gone \
 	tests/fuzz/corpus-coord-wire/plain tests/fuzz/corpus-coord-wire/sealed \
 	tests/fuzz/corpus-coord-wire/sealed-intact \
 	tests/fuzz/corpus-coord-wire/ints

@@ -190,6 +190,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 static size_t gen(uint8_t *buf, size_t cap) {
   static const char *const atoms[] = {"step=",
                                       "view=",
+                                      "gone=",
                                       "mbs=",
                                       "a=",
                                       "summary=",

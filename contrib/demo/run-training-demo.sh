@@ -87,14 +87,18 @@ fi
 # data; the coordinator's detector sees replica 2 at 2.5x from its
 # microbatch times, moves its microbatches to the others by predicted cost,
 # and swaps it for a spare once that pays back (a swap said to cost 0.2 s,
-# the lab's relaunch time). Reference: one process.
-FARGS="--steps $STEPS --microbatches 12 --mb-ms $MB_MS --data longtail --print-every 20"
-step "fail-slow: 3 replicas on variable-length data, replica 2 made 2.5x slower at step $k1"
+# the lab's relaunch time). Reference: one process. Longer than the other
+# runs: the detector learns each rank's own pace first (its warm-up), and a
+# slowdown must last a second before it counts, so a 60-step run (3 s)
+# ends before the swap.
+FSTEPS=${FSTEPS:-300} fk=$((FSTEPS / 5))
+FARGS="--steps $FSTEPS --microbatches 12 --mb-ms $MB_MS --data longtail --print-every 50"
+step "fail-slow: 3 replicas on variable-length data, replica 2 made 2.5x slower at step $fk"
 fref=$("$B/contrib/trainer/resihp-trainer" --reference $FARGS | awk '/final checksum/ {print $NF}')
 echo "   one process over the same microbatches (--reference): $fref"
 for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 4 ] && break; sleep 0.2; done
 salloc -Q --no-kill -N4 "$B/tools/resihp-run" --replicas 3 --spares 1 --progress 2 --swap-cost 0.2 \
-  --inject "slow-rank:2@${k1}x2.5" -- "$B/contrib/trainer/resihp-trainer" $FARGS 2>&1 |
+  --inject "slow-rank:2@${fk}x2.5" -- "$B/contrib/trainer/resihp-trainer" $FARGS 2>&1 |
   grep -v -e '^resihp\[.*warn allreduce' -e '^srun: ' -e '^\[replica' | tee "$LAB/slow.out"
 fgot=$(awk '/final result:/ {print $3}' "$LAB/slow.out")
 what="kept with fewer microbatches"

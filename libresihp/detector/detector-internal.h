@@ -76,11 +76,18 @@ struct resihp__rank {
   double A, X, y;
   int judged; /* has an A in the iteration being closed */
   enum resihp__fs fs;
-  double isig;       /* exponentially weighted mean |y| while healthy */
-  double offset;     /* its usual y (silicon, thermal), 0..threshold */
-  unsigned offset_n; /* iterations in offset, up to OFFSET_WARM */
-  double cusum;      /* upper CUSUM of y over iterations */
-  double down;       /* while SLOW: CUSUM towards recovery */
+  double isig;          /* noise of y: weighted mean |y - previous y| / sqrt 2
+                           while healthy (a slow drift does not inflate it) */
+  double y_prev;        /* y of its previous judged iteration */
+  int y_prev_ok;        /* ... exists */
+  double offset;        /* its usual y (silicon, thermal), 0..threshold */
+  double offset_lo;     /* the lowest offset since its model settled: offset
+                           rises at most DRIFT of s_min above it (anchored) */
+  unsigned offset_n;    /* iterations in offset, up to OFFSET_WARM */
+  uint64_t settle_from; /* pred.n when its model last began to settle (a
+                           reset, the end of a SLOW period) */
+  double cusum;         /* upper CUSUM of y over iterations */
+  double down;          /* while SLOW: CUSUM towards recovery */
   unsigned run;      /* consecutive judged iterations with y above allowance */
   int64_t run_ms;    /* when the run began (CLOCK_MONOTONIC ms; confirm_ms) */
   double factor_log; /* while SLOW: smoothed log slowdown */
@@ -112,6 +119,8 @@ struct resihp__stage {
   /* Baseline: log time of the stage's faster half on wref, learnt slowly
    * while the stage is healthy (base_n iterations so far). */
   double base;
+  double base_lo; /* the lowest base since it was set: base rises at most
+                     DRIFT of s_min above it */
   unsigned base_n;
   /* Scratch of the iteration being closed. */
   double ref;   /* faster-half mean of the members' A */
@@ -122,9 +131,9 @@ struct resihp__stage {
 
 struct resihp_detector {
   resihp_detector_config_t cfg;
-  double h;     /* log(1 + slow margin): CUSUM threshold */
-  double k_min; /* smallest CUSUM allowance per iteration */
-  double s_min; /* log(1 + min_slow) */
+  double h;            /* log(1 + slow margin): CUSUM threshold */
+  double k_min;        /* smallest CUSUM allowance per iteration */
+  double s_min;        /* log(1 + min_slow) */
   unsigned confirm_ms; /* wall time an excess must last too (0: none) */
   struct resihp__rank *ranks;
   struct resihp__stage *stages;       /* cfg.n_ranks slots */

@@ -29,6 +29,16 @@
  * The statistic is y = min(X - J, max(E, Hs)) with Hs the stage's
  * faster-half X less J: slower than its baseline beyond what the whole job
  * sees, and either slower than its peers or in a stage slow as a whole.
+ * Judged is y less the rank's offset (its usual y: silicon, a degree of
+ * thermal drift). The offset and the stage's baseline follow a healthy
+ * pace slowly, but anchored (anchored()): once the rank's model has
+ * settled they may rise only DRIFT x log(1 + min_slow) above the lowest
+ * level they had, and the noise that sets the allowance is measured from
+ * one iteration to the next. A drift slow enough to be followed would
+ * otherwise carry the offset, the baseline and the noise with it and be
+ * caught late or never (a throttle ramping 1.0 -> 1.6 over 1,000
+ * iterations was flagged at 1.4, one that settled at 1.2 not at all); now
+ * a drift of any speed is caught at about the factor a step is.
  *
  * Confirmation is over iterations, not samples: a one-sided CUSUM of y in
  * excess of an allowance k (the larger of 0.8*log(1+min_slow) and three
@@ -73,6 +83,9 @@
 #define WREF_N 64         /* samples averaged into a reference workload */
 #define OFFSET_WARM 16    /* iterations averaged into a rank's own offset */
 #define OFFSET_ALPHA 0.02 /* then its memory: ~50 iterations */
+#define DRIFT                                                                  \
+  0.5 /* how far, x log(1 + min_slow), a rank's offset and a                   \
+         stage's baseline may rise above their lowest level */
 
 void resihp__stage_init(struct resihp__stage *s, int id) {
   memset(s, 0, sizeof(*s));
@@ -91,8 +104,12 @@ void resihp__failslow_reset(resihp_detector_t *d, int rank) {
   r->judged = 0;
   r->fs = RESIHP__FS_OK;
   r->isig = 0;
+  r->y_prev = 0;
+  r->y_prev_ok = 0;
   r->offset = 0;
+  r->offset_lo = 0;
   r->offset_n = 0;
+  r->settle_from = 0;
   r->cusum = 0;
   r->down = 0;
   r->run = 0;
@@ -260,6 +277,7 @@ static void slow_step(resihp_detector_t *d, int rank, uint64_t iter) {
   r->run = 0;
   r->down = 0;
   r->factor_log = 0;
+  r->settle_from = r->pred.n; /* what it fitted while slow is forgotten */
   /* Its model stood still while it was slow (or learnt a device that was
    * slow from the start): move it to the speed it has now. */
   if (fabs(r->it_last) > d->s_min)
@@ -270,10 +288,43 @@ static void slow_step(resihp_detector_t *d, int rank, uint64_t iter) {
              rank, (unsigned long long)iter);
 }
 
+/* Has the rank's model forgotten its warm-up, or its last SLOW period?
+ * Its first fits, on few samples, may be off in shape, and so may the fits
+ * of a slowdown that was not the same factor on every workload (a slow
+ * link stretches communication, not compute); its speed on the reference
+ * workload then moves while the model settles: until then a rank's offset
+ * and its stage's baseline follow without an anchor. One memory of the
+ * predictor
+ * (1 / (1 - forget) samples), at least BASE_MODEL_N warm-ups, at most
+ * SETTLE_MAX samples. */
+#define SETTLE_MAX 2000
+static int settled(const resihp_detector_t *d, int rank) {
+  double m = d->cfg.forget < 1 ? 1 / (1 - d->cfg.forget) : SETTLE_MAX;
+  double lo = (double)BASE_MODEL_N * d->cfg.warmup;
+  m = m < lo ? lo : m > SETTLE_MAX ? SETTLE_MAX : m;
+  const struct resihp__rank *r = &d->ranks[rank];
+  return (double)(r->pred.n - r->settle_from) >= m;
+}
+
+/* A usual level (a rank's offset, a stage's baseline) that follows a
+ * healthy pace slowly, anchored: it may fall freely (a faster pace is
+ * learnt), but it rises at most band above the lowest level it had (*lo),
+ * so that a slowdown that comes slowly enough to be followed (a thermal
+ * throttle ramping over thousands of iterations) is caught at the same
+ * factor as a step, while the pace's own wander (a degree of thermal
+ * drift) stays within the band. floor: the level never goes below it. */
+static double anchored(double v, double *lo, double floor, double band) {
+  if (v < floor)
+    v = floor;
+  if (v < *lo)
+    *lo = v;
+  return v > *lo + band ? *lo + band : v;
+}
+
 /* One judged iteration of a rank that is not SLOW. gate: its excess over
  * the largest job-wide excess of the last iterations. */
-static void ok_step(resihp_detector_t *d, int rank, uint64_t iter,
-                    double gate, int64_t now) {
+static void ok_step(resihp_detector_t *d, int rank, uint64_t iter, double gate,
+                    int64_t now) {
   struct resihp__rank *r = &d->ranks[rank];
   double y = r->y - r->offset;
   if (r->offset_n < OFFSET_WARM) {
@@ -281,6 +332,7 @@ static void ok_step(resihp_detector_t *d, int rank, uint64_t iter,
     r->offset_n++;
     r->offset += (r->y - r->offset) / r->offset_n;
     r->offset = r->offset < 0 ? 0 : r->offset > d->h ? d->h : r->offset;
+    r->offset_lo = r->offset;
     return;
   }
   double s = 1.2533 * r->isig;
@@ -301,11 +353,23 @@ static void ok_step(resihp_detector_t *d, int rank, uint64_t iter,
     ring_push(r, r->y);
   } else {
     r->run = 0;
-    double dev = fabs(y), cap = 4 * (s > 0.003 ? s : 0.003);
+    /* Once its model has settled, the noise is what y does from one
+     * iteration to the next, not its distance from the offset: a drift the
+     * offset lags does not pass for noise and widen the allowance with it.
+     * While it settles, that distance (its model's moving error) counts. */
+    int set = settled(d, rank);
+    double dev =
+        set && r->y_prev_ok ? fabs(r->y - r->y_prev) * M_SQRT1_2 : fabs(y);
+    double cap = 4 * (s > 0.003 ? s : 0.003);
     r->isig += ISIG_ALPHA * ((dev < cap ? dev : cap) - r->isig);
     if (r->cusum == 0) {
-      r->offset += OFFSET_ALPHA * (r->y - r->offset);
-      r->offset = r->offset < 0 ? 0 : r->offset > d->h ? d->h : r->offset;
+      double v = r->offset + OFFSET_ALPHA * (r->y - r->offset);
+      if (set) {
+        r->offset = anchored(v, &r->offset_lo, 0, DRIFT * d->s_min);
+      } else { /* not anchored yet */
+        r->offset = v < 0 ? 0 : v > d->h ? d->h : v;
+        r->offset_lo = r->offset;
+      }
     }
   }
   r->fs = r->cusum >= 0.5 * d->h ? RESIHP__FS_SUSPECT : RESIHP__FS_OK;
@@ -428,6 +492,8 @@ void resihp__failslow_close(resihp_detector_t *d) {
       slow_step(d, q, iter);
     else
       ok_step(d, q, iter, r->X - jpeak, now);
+    r->y_prev = r->y;
+    r->y_prev_ok = 1;
     resihp__publish(d, q, iter);
   }
   /* Baselines follow a healthy stage slowly (thermal drift, a model that
@@ -441,8 +507,15 @@ void resihp__failslow_close(resihp_detector_t *d) {
         continue;
       st->base_n++;
       st->base += (st->ref - st->base) / st->base_n;
+      st->base_lo = st->base;
     } else if (st->hx + J < d->s_min) {
-      st->base += BASE_ALPHA * (st->ref - st->base);
+      st->base = anchored(st->base + BASE_ALPHA * (st->ref - st->base),
+                          &st->base_lo, -INFINITY, DRIFT * d->s_min);
+      for (int q = st->head; q >= 0; q = d->ranks[q].next_peer)
+        if (d->ranks[q].judged && !settled(d, q)) {
+          st->base_lo = st->base; /* not anchored yet */
+          break;
+        }
     }
   }
 }

@@ -261,6 +261,17 @@ static void all_healthy(double slow[NRANKS]) {
     slow[r] = 1;
 }
 
+/* A detector whose ranks, all healthy (slow[] set so), ran the first 200
+ * iterations; *it is the next one. */
+static resihp_detector_t *warmed_up(struct events *e, double slow[NRANKS],
+                                    uint64_t *it) {
+  resihp_detector_t *d = make_detector(e);
+  all_healthy(slow);
+  for (*it = 0; *it < 200; (*it)++)
+    run_iteration(d, *it, slow, 1);
+  return d;
+}
+
 START_TEST(variability_only_no_alarm) {
   struct events e = {0};
   resihp_detector_t *d = make_detector(&e);
@@ -455,12 +466,9 @@ END_TEST
  * only the stage's baseline and the other stages can tell. */
 START_TEST(whole_stage_slow_detected) {
   struct events e = {0};
-  resihp_detector_t *d = make_detector(&e);
   double slow[NRANKS];
-  all_healthy(slow);
-  uint64_t it = 0;
-  for (; it < 200; it++)
-    run_iteration(d, it, slow, 1);
+  uint64_t it;
+  resihp_detector_t *d = warmed_up(&e, slow, &it);
   for (int r = 1; r < NRANKS; r += STAGES)
     slow[r] = 1.3; /* every replica's stage 1 */
   for (; it < 204; it++)
@@ -603,12 +611,9 @@ END_TEST
  * healthy half, not the median of a partly slow set. */
 START_TEST(half_peers_slow_factor) {
   struct events e = {0};
-  resihp_detector_t *d = make_detector(&e);
   double slow[NRANKS];
-  all_healthy(slow);
-  uint64_t it = 0;
-  for (; it < 200; it++)
-    run_iteration(d, it, slow, 1);
+  uint64_t it;
+  resihp_detector_t *d = warmed_up(&e, slow, &it);
   slow[0] = slow[2] = 1.5; /* stage 0 of replicas 0 and 1 */
   for (; it < 260; it++)
     run_iteration(d, it, slow, 1);
@@ -622,6 +627,78 @@ START_TEST(half_peers_slow_factor) {
     ck_assert_double_eq_tol(h.slow_factor, 1.5, 0.06);
   }
   resihp_detector_destroy(d);
+}
+END_TEST
+
+/* ---- slow drifts: caught at the factor a step is ---- */
+
+/* Rank 5 healthy for 200 iterations, then slowed from 1 to factor `to`
+ * over `ramp` iterations (0: a step) and held at `to` for `hold` more.
+ * Returns the true factor at the iteration it is first SLOW, 0 if never;
+ * no other rank may be flagged. */
+static double first_flagged(double to, unsigned ramp, unsigned hold) {
+  struct events e = {0};
+  double slow[NRANKS];
+  uint64_t it;
+  resihp_detector_t *d = warmed_up(&e, slow, &it);
+  double f = 0;
+  for (unsigned k = 0; k < ramp + hold && !e.rank_slow[5]; k++, it++) {
+    slow[5] = ramp && k < ramp ? 1 + (to - 1) * (k + 1) / ramp : to;
+    run_iteration(d, it, slow, 1);
+    if (e.rank_slow[5])
+      f = slow[5];
+  }
+  ck_assert_msg(e.n_slow == e.rank_slow[5], "%d other ranks flagged",
+                e.n_slow - e.rank_slow[5]);
+  resihp_detector_destroy(d);
+  return f;
+}
+
+/* The factor a step needs: the smallest of 1.02, 1.03, ... held 300
+ * iterations that is flagged (and every larger one is). */
+static double step_factor(void) {
+  double found = 0;
+  for (int c = 15; c >= 2; c--) {
+    double f = 1 + c / 100.0;
+    if (first_flagged(f, 0, 300) == 0)
+      break;
+    found = f;
+  }
+  ck_assert_msg(found > 0 && found <= 1.10, "step factor %.2f", found);
+  return found;
+}
+
+/* A thermal throttle ramping 1.0 -> 1.6 over 100, 1,000 or 10,000
+ * iterations is first flagged at the factor a step is (within 0.05): the
+ * rank's baseline and noise estimate do not follow the ramp (before: 1,000
+ * iterations flagged at ~1.4, 10,000 at ~1.35). */
+START_TEST(ramp_caught_at_step_factor) {
+  double step = step_factor();
+  static const unsigned ramps[] = {100, 1000, 10000};
+  for (int i = 0; i < 3; i++) {
+    double f = first_flagged(1.6, ramps[i], 300);
+    printf("ramp 1.0-1.6 over %u iterations: first flagged at %.3f (a step: "
+           "%.2f)\n",
+           ramps[i], f, step);
+    ck_assert_msg(f > 0 && fabs(f - step) <= 0.05,
+                  "ramp over %u iterations flagged at %.3f, a step at %.2f",
+                  ramps[i], f, step);
+  }
+}
+END_TEST
+
+/* A drift that settles at 1.2x or 1.35x, slowly or very slowly, is
+ * flagged as the same step is (before: never). */
+START_TEST(ramp_then_hold_flagged) {
+  static const double to[] = {1.2, 1.35};
+  static const unsigned ramps[] = {1000, 10000};
+  for (int i = 0; i < 2; i++) {
+    ck_assert_msg(first_flagged(to[i], 0, 300) > 0, "step %.2f missed", to[i]);
+    for (int j = 0; j < 2; j++)
+      ck_assert_msg(first_flagged(to[i], ramps[j], 300) > 0,
+                    "ramp to %.2f over %u iterations, held 300, missed", to[i],
+                    ramps[j]);
+  }
 }
 END_TEST
 
@@ -799,6 +876,8 @@ static Suite *detector_suite(void) {
   tcase_add_test(t, warmup_heavy_tail_recovers);
   tcase_add_test(t, varying_microbatches_harmless);
   tcase_add_test(t, half_peers_slow_factor);
+  tcase_add_test(t, ramp_caught_at_step_factor);
+  tcase_add_test(t, ramp_then_hold_flagged);
   tcase_add_test(t, turns_on_shared_cpus_no_alarm);
   tcase_add_test(t, heartbeats_suspect_then_failed);
   tcase_add_test(t, state_names);

@@ -24,6 +24,12 @@
  * healthy peer for the same work), which the planner can use to move work.
  * The verdict is re-validated every iteration and the rank returns to
  * HEALTHY (an event) once it is back at its peers' and baseline's speed.
+ * A rank's usual pace relative to its peers and its stage's baseline
+ * follow a healthy pace slowly, anchored: once the rank's model has
+ * settled (one predictor memory after its start or its last SLOW period)
+ * they rise at most half of log(1 + min_slow) above the lowest level they
+ * had, so that a drift of any speed (a throttle ramping over thousands of
+ * iterations) is caught at about the factor a step is.
  * Missed heartbeats, socket errors and failed probes fold into the same
  * per-rank health state (SUSPECT, then FAILED). SUSPECT is a passing state
  * (a suspicion being checked, a late heartbeat): act on SLOW and FAILED.

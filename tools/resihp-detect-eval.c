@@ -125,6 +125,17 @@ static int faulty(const ev_source_t *s, int rank, uint32_t it) {
   return 0;
 }
 
+/* Iterations from..to-1 had no sample at all: every rank that has started
+ * misses all their heartbeats (a job-wide hang is seen as one of them). */
+static void missed_iterations(resihp_detector_t *d, uint32_t from, uint32_t to,
+                              int periods, const int64_t *last_seen, int nr) {
+  for (uint32_t g = from; g < to; g++)
+    for (int m = 0; m < periods; m++)
+      for (int r = 0; r < nr; r++)
+        if (last_seen[r] >= 0)
+          resihp_detector_heartbeat(d, r, g, 0);
+}
+
 static int replay(struct run *run) {
   ev_source_t *src = run->src;
   int nr = src->n_ranks;
@@ -170,7 +181,12 @@ static int replay(struct run *run) {
   const ev_sample_t *s;
   size_t n;
   int rc;
+  uint32_t next_it = 0; /* the iteration after the last one replayed */
   while ((rc = src->next(src, &it, &s, &n)) > 0) {
+    /* Iterations without any sample (the whole job hung): nobody sent a
+     * heartbeat in them. */
+    missed_iterations(d, next_it, it, periods, last_seen, nr);
+    next_it = it + 1;
     if (n > pred_cap) {
       pred_cap = 2 * n;
       pred = realloc(pred, pred_cap * sizeof(double));
@@ -255,6 +271,10 @@ static int replay(struct run *run) {
     run->samples += n;
     run->iters = it + 1;
   }
+  if (rc >= 0 && src->n_iters > next_it) { /* a hang that ends the trace */
+    missed_iterations(d, next_it, src->n_iters, periods, last_seen, nr);
+    run->iters = src->n_iters;
+  }
   free(pred);
   free(declared);
   free(stage);
@@ -280,16 +300,27 @@ enum {
   C_MILD,      /* compute < 1.2x */
   C_COMM,      /* communication, stretching the microbatch >= 5 % */
   C_COMM_LOW,  /* communication, stretching it less */
+  C_RAMP,      /* a slowdown that ramps up (then may hold) */
   C_STOP,      /* fail-stop */
+  C_HANG,      /* the whole job hung */
   N_CLASS
 };
-static const char *const class_name[N_CLASS] = {
-    "compute >=1.2x persistent", "compute >=1.2x transient", "compute 1.1x",
-    "comm, effective >=1.05x",   "comm, effective <1.05x",   "fail-stop"};
+static const char *const class_name[N_CLASS] = {"compute >=1.2x persistent",
+                                                "compute >=1.2x transient",
+                                                "compute <1.2x",
+                                                "comm, effective >=1.05x",
+                                                "comm, effective <1.05x",
+                                                "ramp (then hold)",
+                                                "fail-stop",
+                                                "job-wide hang"};
 
 static int class_of(const ev_episode_t *e) {
   if (e->kind == EV_STOP)
     return C_STOP;
+  if (e->kind == EV_HANG)
+    return C_HANG;
+  if (e->ramp_from > 0)
+    return C_RAMP;
   if (e->kind == EV_COMM) {
     double eff = e->eff > 0 ? e->eff
                  : e->eff_n ? e->eff_sum / e->eff_n
@@ -310,6 +341,7 @@ struct score {
   double ferr_sum;
   size_t ferr_n;
   size_t stop_fp;
+  uint32_t *latency; /* per episode: first alarm - start, UINT32_MAX none */
 };
 
 static int cmp_u32(const void *a, const void *b) {
@@ -324,7 +356,9 @@ static void score_alarms(const ev_source_t *src, const struct alarms *al,
     size_t match = SIZE_MAX;
     for (size_t i = 0; i < src->nep; i++) {
       const ev_episode_t *e = &src->ep[i];
-      if (e->rank != a->rank || (e->kind == EV_STOP) != stops)
+      /* a job-wide hang is detected by any rank's FAILED */
+      int stop = e->kind == EV_STOP || e->kind == EV_HANG;
+      if ((e->rank != a->rank && e->kind != EV_HANG) || stop != stops)
         continue;
       uint32_t until = stops ? e->end : e->end + GRACE;
       if (e->start <= a->iter && a->iter < until) {
@@ -367,6 +401,7 @@ static void score(const struct run *run, int det, struct score *sc) {
     sc->lat[c] = malloc((src->nep + 1) * sizeof(uint32_t));
   for (size_t i = 0; i < src->nep; i++)
     latency[i] = UINT32_MAX;
+  sc->latency = latency;
   score_alarms(src, &run->det[det].slow, 0, sc, latency);
   score_alarms(src, &run->det[det].failed, 1, sc, latency);
   for (size_t i = 0; i < src->nep; i++) {
@@ -376,6 +411,7 @@ static void score(const struct run *run, int det, struct score *sc) {
              "iterations %u..%u\n",
              src->ep[i].rank,
              src->ep[i].kind == EV_STOP   ? "stop"
+             : src->ep[i].kind == EV_HANG ? "job hang"
              : src->ep[i].kind == EV_COMM ? "comm"
                                           : "compute",
              src->ep[i].factor,
@@ -391,12 +427,67 @@ static void score(const struct run *run, int det, struct score *sc) {
   }
   for (int c = 0; c < N_CLASS; c++)
     qsort(sc->lat[c], sc->nlat[c], sizeof(uint32_t), cmp_u32);
-  free(latency);
 }
 
 static void score_free(struct score *sc) {
   for (int c = 0; c < N_CLASS; c++)
     free(sc->lat[c]);
+  free(sc->latency);
+}
+
+/* The true (effective) slowdown of episode i when first flagged; 0 if
+ * never. */
+static double flagged_at(const ev_source_t *src, const struct score *sc,
+                         size_t i) {
+  const ev_episode_t *e = &src->ep[i];
+  uint32_t l = sc->latency[i];
+  if (l == UINT32_MAX)
+    return 0;
+  return ev_episode_effective(e, e->start + l < e->end ? e->start + l
+                                                       : e->end - 1);
+}
+
+/* A trace with ramps: per slowdown, when each detector first flagged it and
+ * the rank's true (effective) slowdown then; a step's shows the factor a
+ * step needs, a ramp's whether the baseline followed it. */
+static void report_shapes(const ev_source_t *src, const struct score *sc) {
+  int ramps = 0;
+  for (size_t i = 0; i < src->nep; i++)
+    ramps |= src->ep[i].ramp_from > 0;
+  if (!ramps)
+    return;
+  printf("  %-4s %-27s", "rank", "slowdown (true factor)");
+  for (int k = 0; k < N_DET; k++)
+    printf(" %-22s", k == DET_RESIHP    ? "resihp: delay @factor"
+                     : k == DET_KMEDIAN ? "k*median"
+                                        : "fixed");
+  printf("\n");
+  for (size_t i = 0; i < src->nep; i++) {
+    const ev_episode_t *e = &src->ep[i];
+    if (e->kind == EV_STOP || e->kind == EV_HANG)
+      continue;
+    char shape[64];
+    uint32_t top = e->hold > e->start ? e->hold : e->end - 1;
+    if (e->ramp_from > 0)
+      snprintf(shape, sizeof(shape), "ramp %.2f-%.2f/%u it, hold %u",
+               ev_episode_effective(e, e->start), ev_episode_effective(e, top),
+               top - e->start, e->end - top);
+    else
+      snprintf(shape, sizeof(shape), "step %.2f for %u it",
+               ev_episode_effective(e, e->start), e->end - e->start);
+    printf("  %4d %-27s", e->rank, shape);
+    for (int k = 0; k < N_DET; k++) {
+      uint32_t l = sc[k].latency[i];
+      char cell[32];
+      if (l == UINT32_MAX)
+        snprintf(cell, sizeof(cell), "never");
+      else
+        snprintf(cell, sizeof(cell), "%u it @%.3f", l,
+                 flagged_at(src, &sc[k], i));
+      printf(" %-22s", cell);
+    }
+    printf("\n");
+  }
 }
 
 static void pct(char *buf, size_t len, size_t num, size_t den) {
@@ -412,6 +503,38 @@ static void target(int ok, const char *trace, const char *what) {
   if (!ok) {
     failures++;
     printf("TARGET MISSED: %s: %s\n", trace, what);
+  }
+}
+
+/* --check on a trace with ramps: the smallest step caught is the factor a
+ * step needs; every ramp that rises past it is flagged, and no later than
+ * at RAMP_TOL above it (the baseline does not follow the ramp). Most are
+ * within 0.05; a fast ramp rises on while its excess accumulates, and a
+ * rank's own thermal wander (2 %) adds to the ramp or takes from it. */
+#define RAMP_TOL 0.08
+static void ramp_targets(const ev_source_t *src, const struct score *sc) {
+  double step = 0;
+  for (size_t i = 0; i < src->nep; i++) {
+    const ev_episode_t *e = &src->ep[i];
+    double f = flagged_at(src, sc, i);
+    if (e->kind != EV_STOP && e->kind != EV_HANG && !(e->ramp_from > 0) &&
+        f > 0 && (step == 0 || f < step))
+      step = f;
+  }
+  if (step == 0)
+    return;
+  for (size_t i = 0; i < src->nep; i++) {
+    const ev_episode_t *e = &src->ep[i];
+    if (!(e->ramp_from > 0) || e->kind == EV_STOP || e->kind == EV_HANG ||
+        ev_episode_effective(e, e->end - 1) < step + RAMP_TOL)
+      continue;
+    double f = flagged_at(src, sc, i);
+    char what[160];
+    snprintf(what, sizeof(what),
+             "rank %d's ramp flagged at a true factor <= %.3f (the smallest "
+             "step caught, %.3f, + %.3f); flagged at %.3f",
+             e->rank, step + RAMP_TOL, step, RAMP_TOL, f);
+    target(f > 0 && f <= step + RAMP_TOL, src->name, what);
   }
 }
 
@@ -457,7 +580,7 @@ static void report(struct run *run) {
       if (!sc[0].n[c])
         continue;
       for (int k = 0; k < N_DET; k++) {
-        if (c == C_STOP && k != DET_RESIHP)
+        if ((c == C_STOP || c == C_HANG) && k != DET_RESIHP)
           continue;
         const struct score *x = &sc[k];
         pct(buf[0], sizeof(buf[0]), x->hit[c], x->n[c]);
@@ -480,6 +603,7 @@ static void report(struct run *run) {
              100 * sc[0].ferr_sum / sc[0].ferr_n);
     if (sc[0].n[C_STOP])
       printf("  resihp fail-stop false alarms: %zu\n", sc[0].stop_fp);
+    report_shapes(src, sc);
   }
   if (src->labelled && sc[0].stop_fp)
     printf("  resihp FAILED without a labelled stop: %zu (counted as false "
@@ -494,6 +618,7 @@ static void report(struct run *run) {
              "recall >= 99 % within 3 iterations for >= 1.2x persistent");
     if (run->ape_n)
       target(run->ape_sum / run->ape_n <= 0.02, src->name, "MAPE <= 2 %");
+    ramp_targets(src, &sc[DET_RESIHP]);
   }
   if (opt.verbose)
     for (int k = 0; k < N_DET; k++)
@@ -543,10 +668,8 @@ static const struct {
   const char *name;
   int packed, faults;
 } scenarios[] = {
-    {"var-packed", 1, 0},
-    {"var-unpacked", 0, 0},
-    {"faults-packed", 1, 1},
-    {"faults-unpacked", 0, 1},
+    {"var-packed", 1, 0},      {"var-unpacked", 0, 0}, {"faults-packed", 1, 1},
+    {"faults-unpacked", 0, 1}, {"ramps", 0, 2},
 };
 #define N_SCEN (int)(sizeof(scenarios) / sizeof(scenarios[0]))
 
@@ -616,7 +739,7 @@ static void usage(FILE *f) {
          "  --microbatches N    microbatches per rank per iteration (8)\n"
          "  --context N         context window in tokens (8192)\n"
          "  --scenario NAME     all, var-packed, var-unpacked, faults-packed,\n"
-         "                      faults-unpacked (default all)\n"
+         "                      faults-unpacked, ramps (default all)\n"
          "  --trace FILE        replay FILE (text format, see the man "
          "page; - = stdin)\n"
          "  --write-trace FILE  write the generated --scenario to FILE and "
@@ -631,8 +754,12 @@ static void usage(FILE *f) {
          "  #! mb M | #! mb ITER M | #! mb ITER RANK M   microbatches per "
          "iteration\n"
          "  #! slow RANK START END FACTOR compute|comm [ramp=FROM] "
-         "[eff=EFFECTIVE]\n"
-         "  #! stop RANK START REJOIN        #! nofault   (ground truth)\n");
+         "[hold=H]\n"
+         "     [eff=EFFECTIVE]\n"
+         "  #! stop RANK START REJOIN   #! hang START END   #! nofault   "
+         "(ground truth)\n"
+         "Iterations without samples are ones in which no rank sent a "
+         "heartbeat.\n");
 }
 
 static int parse_num(const char *arg, const char *name, double lo, double hi,

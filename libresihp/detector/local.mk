@@ -42,6 +42,7 @@ tests_fuzz_fuzz_detect_trace_SOURCES = tests/fuzz/fuzz_detect_trace.c \
 tests_fuzz_fuzz_detect_trace_LDADD = libresihp/libresihp.la -lm
 TESTS += tests/fuzz/fuzz_detect_trace
 EXTRA_DIST += tests/fuzz/corpus-detect-trace/labelled \
+	tests/fuzz/corpus-detect-trace/ramp-hold-hang \
 	tests/fuzz/corpus-detect-trace/counts \
 	tests/fuzz/corpus-detect-trace/contradiction \
 	tests/fuzz/corpus-detect-trace/bad

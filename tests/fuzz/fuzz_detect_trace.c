@@ -38,9 +38,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (s->n_ranks < 1 || s->mb < 1)
     abort();
-  for (size_t i = 0; i < s->nep; i++)
-    if (s->ep[i].rank >= s->n_ranks || s->ep[i].end <= s->ep[i].start)
+  for (size_t i = 0; i < s->nep; i++) {
+    const ev_episode_t *e = &s->ep[i];
+    if (e->rank >= s->n_ranks || e->end <= e->start ||
+        (e->kind == EV_HANG) != (e->rank == -1) || e->rank < -1)
       abort();
+    /* a ramp that holds reaches its factor inside the episode */
+    if (e->hold &&
+        (!(e->ramp_from > 0) || e->hold <= e->start || e->hold > e->end ||
+         ev_episode_factor(e, e->hold) != e->factor))
+      abort();
+    if (e->kind == EV_HANG && s->n_iters < e->end)
+      abort();
+  }
   for (size_t i = 0; i < s->nmb; i++)
     if (s->mbl[i].rank >= s->n_ranks ||
         (i && s->mbl[i].iter < s->mbl[i - 1].iter))
@@ -79,6 +89,10 @@ static size_t gen(uint8_t *buf, size_t cap) {
                                       "#! slow 1 1 2 1.5 compute\n",
                                       "#! slow 0 0 9 2 comm ramp=1 eff=1.1\n",
                                       "#! stop 0 1 3\n",
+                                      "#! hang 3 9\n",
+                                      "#! slow 0 0 9 1.6 compute ramp=1 "
+                                      "hold=5 eff=1.6\n",
+                                      "hold=",
                                       "# comment\n",
                                       "\n",
                                       " ",

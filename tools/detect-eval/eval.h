@@ -20,11 +20,12 @@ typedef struct {
   double t; /* microseconds */
 } ev_sample_t;
 
-enum ev_kind { EV_COMPUTE, EV_COMM, EV_STOP };
+enum ev_kind { EV_COMPUTE, EV_COMM, EV_STOP, EV_HANG };
 
 /* A labelled fault on one rank, active for iterations [start, end). For
  * EV_STOP, end is the iteration the replacement rank rejoins (UINT32_MAX:
- * never). factor is the injected slowdown of the component (compute or
+ * never). EV_HANG is the whole job's (rank -1): no rank has samples in
+ * [start, end). factor is the injected slowdown of the component (compute or
  * communication); eff_* accumulate the slowdown it caused on the measured
  * microbatch time (generated traces only). */
 typedef struct {
@@ -35,9 +36,13 @@ typedef struct {
   double eff_sum;
   unsigned eff_n;
   double ramp_from; /* > 0: the factor ramps from this at start to factor
-                       at end - 1 (label ramp=) */
+                       at end - 1, or at hold (label ramp=) */
+  uint32_t hold;    /* > start: the ramp reaches factor here and holds it
+                       until end (label hold=); 0: a ramp to the end */
   double eff;       /* > 0: effective slowdown of the microbatch at factor
                        (label eff=) */
+  int whole;        /* generated: the whole microbatch time is scaled (a
+                       throttled device), eff = factor */
 } ev_episode_t;
 
 /* Factor of episode e at iteration it, and the slowdown it causes on the
@@ -84,7 +89,9 @@ typedef struct {
   int replicas, stages, mb;
   uint32_t iters;
   int packed;  /* 1: documents packed into full context windows */
-  int faults;  /* 1: inject fail-slow episodes and fail-stops */
+  int faults;  /* 1: inject fail-slow episodes and fail-stops; 2: the
+                  ramps schedule instead (ramp-then-hold and step
+                  slowdowns at set factors, then a job-wide hang) */
   int context; /* context window (tokens) */
   uint64_t seed;
 } ev_gen_params_t;

@@ -45,6 +45,15 @@
  *     (200-800 iterations, 50 %) or transient (3-30 iterations).
  * A communication slowdown of f stretches the microbatch by much less than
  * f (1 + 0.13 (f - 1)); the effective slowdown is recorded per episode.
+ *
+ * The ramps schedule (faults = 2) is fixed instead: a throttled device
+ * (its whole microbatch time scaled) on ranks 0..7 (replicas 0 and 1, at
+ * most 2 of a stage's 4 ranks slow at once), each a ramp from 1.0 to 1.2,
+ * 1.35 or 1.6 over 100, 1000 or 10000 iterations (the longest at most the
+ * trace less 1000) held 300 iterations at the top, on rank 6 steps of 1.2,
+ * 1.35 and 1.6 and on rank 7 of 1.04 to 1.1 (the factor a step needs to be
+ * caught); last, a hang of the
+ * whole job: 20 iterations without samples.
  */
 #include "config.h"
 
@@ -91,12 +100,12 @@ int ev_add_episode(ev_source_t *s, const ev_episode_t *e) {
 }
 
 double ev_episode_factor(const ev_episode_t *e, uint32_t it) {
-  if (!(e->ramp_from > 0) || e->end <= e->start + 1)
+  uint32_t top = e->hold > e->start ? e->hold : e->end - 1;
+  if (!(e->ramp_from > 0) || top <= e->start)
     return e->factor;
   double x = it <= e->start ? 0
-             : it >= e->end - 1
-                 ? 1
-                 : (double)(it - e->start) / (e->end - 1 - e->start);
+             : it >= top    ? 1
+                            : (double)(it - e->start) / (top - e->start);
   return e->ramp_from + (e->factor - e->ramp_from) * x;
 }
 
@@ -140,7 +149,8 @@ struct gen {
   struct cost *cost;
   struct swing *sw;
   size_t nsw, isw;
-  size_t *cursor, *rank_end; /* per rank, into src.ep (grouped by rank) */
+  size_t *cursor, *rank_end;     /* per rank, into src.ep (grouped by rank) */
+  uint32_t hang_start, hang_end; /* no samples in [start, end) */
 };
 
 static double exp_draw(ev_rng_t *r, double mean) {
@@ -198,6 +208,10 @@ static int gen_next(ev_source_t *s, uint32_t *iter, const ev_sample_t **samples,
   struct gen *g = (struct gen *)s;
   if (g->it >= g->p.iters)
     return 0;
+  if (g->it >= g->hang_start && g->it < g->hang_end)
+    g->it = g->hang_end; /* the whole job hangs: nobody has samples */
+  if (g->it >= g->p.iters)
+    return 0;
   uint32_t it = g->it++;
   int S = g->p.stages;
   double global = 1.0;
@@ -224,8 +238,10 @@ static int gen_next(ev_source_t *s, uint32_t *iter, const ev_sample_t **samples,
         double comm = c->g * w.tokens + c->h;
         double healthy = comp + comm, t = healthy;
         if (e) {
-          t = e->kind == EV_COMPUTE ? comp * e->factor + comm
-                                    : comp + comm * e->factor;
+          double f = ev_episode_factor(e, it);
+          t = e->whole                ? healthy * f
+              : e->kind == EV_COMPUTE ? comp * f + comm
+                                      : comp + comm * f;
           e->eff_sum += t / healthy;
           e->eff_n++;
         }
@@ -285,6 +301,55 @@ static int schedule_faults(struct gen *g) {
     }
     g->rank_end[r] = g->src.nep;
     g->cursor[r] = r ? g->rank_end[r - 1] : 0;
+  }
+  return 0;
+}
+
+/* The ramps schedule (see the top of the file), rank by rank. */
+static int schedule_ramps(struct gen *g) {
+  static const struct {
+    int rank;
+    uint32_t start, len;
+    double to;
+  } plan[] = {
+      {0, 300, 10000, 1.6}, {1, 300, 10000, 1.35}, {2, 300, 10000, 1.2},
+      {3, 300, 1000, 1.6},  {3, 2000, 100, 1.6},   {4, 300, 1000, 1.35},
+      {4, 2000, 100, 1.35}, {5, 300, 1000, 1.2},   {5, 2000, 100, 1.2},
+      {6, 300, 1, 1.2},     {6, 1000, 1, 1.35},    {6, 1700, 1, 1.6},
+      {7, 300, 1, 1.04},    {7, 1000, 1, 1.05},    {7, 1700, 1, 1.06},
+      {7, 2400, 1, 1.07},   {7, 3100, 1, 1.08},    {7, 3800, 1, 1.1},
+  };
+  uint32_t iters = g->p.iters;
+  size_t k = 0;
+  for (int r = 0; r < g->n_ranks; r++) {
+    for (; k < sizeof(plan) / sizeof(plan[0]) && plan[k].rank == r; k++) {
+      uint32_t len = plan[k].len;
+      if (len > 1000 && iters > 2000 + plan[k].start && len > iters - 1000)
+        len = iters - 1000 - plan[k].start;
+      ev_episode_t e = {.rank = r,
+                        .start = plan[k].start,
+                        .end = plan[k].start + len + 300,
+                        .factor = plan[k].to,
+                        .kind = EV_COMPUTE,
+                        .eff = plan[k].to,
+                        .whole = 1};
+      if (len > 1) {
+        e.ramp_from = 1.0;
+        e.hold = e.start + len;
+      }
+      if (e.end + 300 <= iters && ev_add_episode(&g->src, &e))
+        return -1;
+    }
+    g->rank_end[r] = g->src.nep;
+    g->cursor[r] = r ? g->rank_end[r - 1] : 0;
+  }
+  if (iters >= 1000) {
+    ev_episode_t h = {
+        .rank = -1, .start = iters - 250, .end = iters - 230, .kind = EV_HANG};
+    if (ev_add_episode(&g->src, &h))
+      return -1;
+    g->hang_start = h.start;
+    g->hang_end = h.end;
   }
   return 0;
 }
@@ -353,7 +418,8 @@ ev_source_t *ev_gen_create(const ev_gen_params_t *p, const char *name) {
     g->speed[r] = exp(0.01 * ev_normal(&g->rng));
     g->phase[r] = 2 * M_PI * ev_uniform(&g->rng);
   }
-  if ((p->faults && schedule_faults(g)) || schedule_swings(g)) {
+  if ((p->faults == 1 && schedule_faults(g)) ||
+      (p->faults == 2 && schedule_ramps(g)) || schedule_swings(g)) {
     gen_destroy(&g->src);
     return NULL;
   }

@@ -7,8 +7,10 @@
  *   #! mb M                  microbatches per rank per iteration
  *   #! mb ITER M             ... for every rank from iteration ITER on
  *   #! mb ITER RANK M        ... for RANK at ITER only (0: idle, alive)
- *   #! slow RANK START END FACTOR compute|comm [ramp=FROM] [eff=EFF]
+ *   #! slow RANK START END FACTOR compute|comm [ramp=FROM] [hold=H]
+ *                                            [eff=EFF]
  *   #! stop RANK START REJOIN               ground truth (optional)
+ *   #! hang START END                       the whole job: no samples
  *   #! nofault                              ground truth: no fault at all
  *   iter rank stage tokens sum_l2 nseq time_us
  *
@@ -128,7 +130,23 @@ static int slow_option(ev_episode_t *e, const char *tok) {
     e->eff = v;
     return 0;
   }
+  long h;
+  if (!strncmp(tok, "hold=", 5) && !whole(tok + 5, 1, UINT32_MAX - 1, &h)) {
+    e->hold = (uint32_t)h;
+    return 0;
+  }
   return -1;
+}
+
+/* A ground-truth label: the trace is labelled from now on. */
+static int add_label(struct file_src *f, const ev_episode_t *e,
+                     const char *where, char *err, size_t errlen) {
+  f->src.labelled = 1;
+  if (ev_add_episode(&f->src, e)) {
+    say(err, errlen, "%s: out of memory", where);
+    return -1;
+  }
+  return 0;
 }
 
 static int directive(struct file_src *f, char **tok, int nt, const char *where,
@@ -174,18 +192,22 @@ static int directive(struct file_src *f, char **tok, int nt, const char *where,
   }
   if (!strcmp(tok[0], "slow")) {
     ev_episode_t e = {0};
-    int bad = nt < 6 || nt > 8 || whole(tok[1], 0, RANK_MAX - 1, &v[0]) ||
+    int bad = nt < 6 || nt > 9 || whole(tok[1], 0, RANK_MAX - 1, &v[0]) ||
               whole(tok[2], 0, UINT32_MAX - 1, &v[1]) ||
               whole(tok[3], 0, UINT32_MAX - 1, &v[2]) || v[2] <= v[1] ||
               num(tok[4], &factor) || factor < 1 ||
               (strcmp(tok[5], "compute") && strcmp(tok[5], "comm"));
     for (int i = 6; !bad && i < nt; i++)
       bad = slow_option(&e, tok[i]);
+    /* a ramp that holds reaches its factor inside the episode */
+    if (!bad && e.hold)
+      bad = !(e.ramp_from > 0) || e.hold <= (uint32_t)v[1] ||
+            e.hold > (uint32_t)v[2];
     if (bad) {
       say(err, errlen,
           "%s: expected '#! slow RANK START END FACTOR compute|comm "
-          "[ramp=FROM] [eff=EFFECTIVE]' with START < END and FACTOR, FROM, "
-          "EFFECTIVE >= 1",
+          "[ramp=FROM] [hold=H] [eff=EFFECTIVE]' with START < END, FACTOR, "
+          "FROM, EFFECTIVE >= 1 and, with ramp=, START < H <= END",
           where);
       return -1;
     }
@@ -194,12 +216,7 @@ static int directive(struct file_src *f, char **tok, int nt, const char *where,
     e.end = (uint32_t)v[2];
     e.factor = factor;
     e.kind = strcmp(tok[5], "comm") ? EV_COMPUTE : EV_COMM;
-    f->src.labelled = 1;
-    if (ev_add_episode(&f->src, &e)) {
-      say(err, errlen, "%s: out of memory", where);
-      return -1;
-    }
-    return 0;
+    return add_label(f, &e, where, err, errlen);
   }
   if (!strcmp(tok[0], "stop")) {
     ev_episode_t e = {0};
@@ -215,15 +232,25 @@ static int directive(struct file_src *f, char **tok, int nt, const char *where,
     e.start = (uint32_t)v[1];
     e.end = (uint32_t)v[2];
     e.kind = EV_STOP;
-    f->src.labelled = 1;
-    if (ev_add_episode(&f->src, &e)) {
-      say(err, errlen, "%s: out of memory", where);
+    return add_label(f, &e, where, err, errlen);
+  }
+  if (!strcmp(tok[0], "hang")) {
+    ev_episode_t e = {.rank = -1, .kind = EV_HANG};
+    if (nt != 3 || whole(tok[1], 0, UINT32_MAX - 1, &v[0]) ||
+        whole(tok[2], 0, UINT32_MAX, &v[1]) || v[1] <= v[0]) {
+      say(err, errlen,
+          "%s: expected '#! hang START END' with START < END (the whole "
+          "job: no samples in START..END-1)",
+          where);
       return -1;
     }
-    return 0;
+    e.start = (uint32_t)v[0];
+    e.end = (uint32_t)v[1];
+    return add_label(f, &e, where, err, errlen);
   }
   say(err, errlen,
-      "%s: unknown directive '#! %.32s' (known: mb, slow, stop, nofault)",
+      "%s: unknown directive '#! %.32s' (known: mb, slow, stop, hang, "
+      "nofault)",
       where, tok[0]);
   return -1;
 }
@@ -345,9 +372,9 @@ ev_source_t *ev_trace_read(FILE *fp, const char *path, char *err,
       rc = -1;
       break;
     }
-    char *tok[9];
+    char *tok[10];
     if (!strncmp(line, "#!", 2)) {
-      int nt = split(line + 2, tok, 8);
+      int nt = split(line + 2, tok, 9);
       if (nt == 0) {
         say(err, errlen, "%s: empty directive", where);
         rc = -1;
@@ -429,6 +456,10 @@ ev_source_t *ev_trace_read(FILE *fp, const char *path, char *err,
   if (!mb_given)
     f->src.mb = mb;
   f->src.n_iters = f->s[f->n - 1].iter + 1;
+  /* a hang at the end of the trace lasts as labelled */
+  for (size_t i = 0; i < f->src.nep; i++)
+    if (f->src.ep[i].kind == EV_HANG && f->src.ep[i].end > f->src.n_iters)
+      f->src.n_iters = f->src.ep[i].end;
   return &f->src;
 }
 
@@ -451,11 +482,15 @@ int ev_write_trace(ev_source_t *src, const char *path, const char *comment,
     const ev_episode_t *e = &src->ep[i];
     if (e->kind == EV_STOP)
       fprintf(fp, "#! stop %d %u %u\n", e->rank, e->start, e->end);
+    else if (e->kind == EV_HANG)
+      fprintf(fp, "#! hang %u %u\n", e->start, e->end);
     else {
       fprintf(fp, "#! slow %d %u %u %g %s", e->rank, e->start, e->end,
               e->factor, e->kind == EV_COMM ? "comm" : "compute");
       if (e->ramp_from > 0)
         fprintf(fp, " ramp=%g", e->ramp_from);
+      if (e->hold)
+        fprintf(fp, " hold=%u", e->hold);
       if (e->eff > 0)
         fprintf(fp, " eff=%g", e->eff);
       fputc('\n', fp);

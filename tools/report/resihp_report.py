@@ -43,11 +43,9 @@ tables of each.
 Exit status: 0 written; 1 the events file is unreadable or malformed (the
 message names the line); 2 a usage error. See resihp-report(1)."""
 
-# resihp-run's events (resihp-run(1), --events); others are shown in the
-# table of all events, not drawn (a newer resihp-run may add some)
-KNOWN = {"start", "resume", "joined", "failure", "admitted", "recovered",
-         "slow", "healthy", "swap", "save", "coordinator", "failover",
-         "spare", "progress", "summary", "done", "stop", "abort", "lost"}
+# how a run ends (resihp-run(1), --events); events of other names than
+# resihp-run's are listed in the table of all events, not drawn (a newer
+# resihp-run may add some)
 ENDS = ("done", "stop", "abort", "lost")
 
 MAX_BYTES = 1 << 30      # a file larger than this is refused, not read
@@ -55,7 +53,7 @@ MAX_LINE = 8192          # resihp-run writes lines under 1 KiB
 MAX_EVENTS = 5_000_000
 DETAIL = 300             # events drawn one by one (with texts) up to this
 PACE_POINTS = 3000       # segments of the steps/s line at most
-MAX_ROWS = 20000         # rows of the table of all events (the file has all)
+MAX_ROWS = 20000         # rows of a table at most (the file has them all)
 MAX_INT = 1 << 53        # steps, epochs, replicas: exact in a double
 NAME = re.compile(r"[a-z][a-z0-9-]{0,31}\Z")
 FIELDS = {  # field: (type, required)
@@ -448,10 +446,12 @@ def _table(head, rows):
     out = ["<table><tr>"]
     out += ["<th>%s</th>" % html.escape(h) for h in head]
     out.append("</tr>")
-    for row in rows:
+    for row in rows[:MAX_ROWS]:
         out.append("<tr>" + "".join("<td>%s</td>" % html.escape(str(c))
                                     for c in row) + "</tr>")
     out.append("</table>")
+    if len(rows) > MAX_ROWS:
+        out.append("<p>The first %d rows of %d.</p>" % (MAX_ROWS, len(rows)))
     return "".join(out)
 
 
@@ -517,7 +517,6 @@ def render_html(a, events, svg, title):
                  _s(e.get("seconds")) if "seconds" in e else "",
                  e.get("reason", ""))
                 for e in events if e["event"] not in ("progress", "summary")]
-    shown = all_rows[:MAX_ROWS]
     # the SVG as drawn, without its XML prologue (inline in HTML5)
     svg = svg[svg.index("<svg"):]
     parts = [
@@ -549,11 +548,9 @@ def render_html(a, events, svg, title):
         _table(("at (s)", "event", "kind", "seconds", "reason"), coord_rows)
         if coord_rows else "<p>No coordinator events.</p>",
         "<h2 id=\"events\">All events</h2><details><summary>%d events "
-        "(progress and summary lines left out)%s</summary>"
-        % (len(all_rows), "; the first %d shown" % MAX_ROWS
-           if len(all_rows) > MAX_ROWS else ""),
+        "(progress and summary lines left out)</summary>" % len(all_rows),
         _table(("at (s)", "event", "step", "replica", "epoch", "kind",
-                "seconds", "reason"), shown),
+                "seconds", "reason"), all_rows),
         "</details></body></html>\n"]
     return "".join(parts)
 

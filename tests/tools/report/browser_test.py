@@ -37,9 +37,11 @@ def offline():
 
 
 def chromium(*args):
-    # a profile of its own; no sandbox (root in CI, containers); no proxy,
-    # every host name unresolvable: nothing can be fetched
+    # a profile of its own; no sandbox (root in CI, containers) and no
+    # /dev/shm (a container's is small); a proxy that is not there, every
+    # host name unresolvable: nothing can be fetched
     cmd = offline() + [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                       "--disable-dev-shm-usage",
                        "--no-first-run", "--hide-scrollbars",
                        "--user-data-dir=" + os.path.join(tmp, "profile"),
                        "--proxy-server=127.0.0.1:9",

@@ -455,6 +455,7 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
   end_helpers(kp);
   resihp__coord_destroy(g.coord);
   resihp__record_destroy(g.record);
+  make_report(kp);
   if (ledger)
     fclose(ledger);
   return ret;

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import traceback
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 src = os.environ["top_srcdir"]
 sys.path.insert(0, os.path.join(src, "tests", "python"))
 from tap import ok, report  # noqa: E402

@@ -459,6 +459,22 @@ def _s(x):
     return "%.2f" % x if x is not None else "-"
 
 
+STALL = re.compile(
+    r"\s*failure \d+: replica (\d+),.*survivors' stall ([^;]*);")
+
+
+def _stalls(lines):
+    """The survivors' stall of each failure, by replica in order, from
+    resihp-run's summary (the coordinator measured it from the steps'
+    starts; the events do not say)."""
+    out = {}
+    for ln in lines:
+        m = STALL.match(ln)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(m.group(2).strip())
+    return out
+
+
 def _summary_rows(lines):
     rows = []
     for ln in lines:
@@ -481,12 +497,18 @@ svg{max-width:100%;height:auto}h2{margin-top:1.2em}"""
 
 def render_html(a, events, svg, title):
     fail_rows = []
+    stalls = _stalls(a["summary"])
+    seen = {}
     for i, f in enumerate(a["failures"]):
         e = f["e"]
         rec = f["recovered"]
+        # the k-th failure of a replica is its k-th in the summary
+        r = e.get("replica", -1)
+        k = seen[r] = seen.get(r, -1) + 1
+        st = stalls.get(r, [])
         fail_rows.append((
             i + 1, e.get("replica", "-"), e.get("kind", "-"), e["step"],
-            _s(f["t"]),
+            _s(f["t"]), st[k] if k < len(st) else "-",
             _s(f["admitted"]["seconds"]) if f["admitted"] and
             "seconds" in f["admitted"] else "-",
             _s(rec["seconds"]) if rec and "seconds" in rec else
@@ -530,12 +552,14 @@ def render_html(a, events, svg, title):
         % (html.escape(", ".join(a["jobs"])), len(events), a["span"]),
         "<div id=\"timeline\">%s</div>" % svg,
         "<h2 id=\"summary\">Summary</h2>",
-        _table(("", "resihp-run's summary"), _summary_rows(a["summary"])) if a["summary"] else
+        _table(("", "resihp-run's summary"), _summary_rows(a["summary"]))
+        if a["summary"] else
         "<p>No summary: the run did not end (or was killed) before "
         "resihp-run wrote it.</p>",
         "<h2 id=\"failures\">Failures</h2>",
         _table(("#", "replica", "kind", "step", "detected at (s)",
-                "admitted after (s)", "training again after (s)", "reason"),
+                "survivors' stall", "admitted after (s)",
+                "training again after (s)", "reason"),
                fail_rows) if fail_rows else "<p>None.</p>",
         "<h2 id=\"slow\">Slow episodes</h2>",
         _table(("#", "replica", "step", "at (s)", "factor: action",

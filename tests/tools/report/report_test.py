@@ -97,7 +97,8 @@ want = {
 for what, pat in want.items():
     ok(any(re.fullmatch(pat, i) for i in ids),
        "the HTML's timeline draws %s (svg id %s)" % (what, pat))
-ok(ET.fromstring(svg).find(".//{http://www.w3.org/2000/svg}g[@id='slow-label-0']")
+SVG_NS = "{http://www.w3.org/2000/svg}"
+ok(ET.fromstring(svg).find(".//%sg[@id='slow-label-0']" % SVG_NS)
    is not None and "fewer microbatches" in svg,
    "the slow episode's action is written on the timeline")
 t = Tables()
@@ -108,8 +109,13 @@ ok("steps completed" in summary and "1200 of 1200" in summary and
    "coordinator failovers" in summary and "survivors' stall" in summary,
    "the summary table is resihp-run's summary (steps, stalls, failovers)")
 fails = cells.get("failures", [])
-ok("kill-rank" in fails and "150" in fails,
-   "the failures table: the kill-rank at step 150")
+ok("kill-rank" in fails and "150" in fails and "survivors' stall" in fails,
+   "the failures table: the kill-rank at step 150, a survivors' stall "
+   "column")
+ok(fails[fails.index("kill-rank") + 3] ==
+   "n/a (before a coordinator failover)",
+   "the failure's stall is the summary's (%s)"
+   % fails[fails.index("kill-rank") + 3])
 slow = " ".join(cells.get("slow", []))
 ok("x2.02: fewer microbatches" in slow and "swapped for a spare" in slow,
    "the slow episodes table: x2.02, fewer microbatches, then swapped")

@@ -1,13 +1,16 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Sourced by .ci/run, tests/run-tests.sh and the demo: install the Debian
 # packages resihp needs (only what is missing; needs root) and build the tree
-# out of source in $BUILD_DIR (default: <source>/build).
+# out of source in $BUILD_DIR (default: <source>/build). python3-matplotlib
+# draws resihp-report's reports; chromium is for its test in a real
+# headless browser (tests/tools/report-browser.test).
 RESIHP_DEBS="gcc make autoconf automake libtool pkg-config
   libslurm-dev libpmix-dev libhwloc-dev check
   slurm-wlm slurmctld slurmd slurm-client munge
   openmpi-bin libopenmpi-dev
   bc iproute2 procps util-linux psmisc
-  python3 python3-torch"
+  python3 python3-torch
+  python3-matplotlib chromium"
 
 ensure_deps() {
   local missing=() p

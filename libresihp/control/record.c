@@ -28,6 +28,8 @@ struct resihp__record {
   int replicas;
   int64_t written_ms; /* the metrics were last written then */
   int dirty;
+  long progress_step;  /* the step of the last "progress" event */
+  int64_t progress_ms; /* when it was written */
 };
 
 /* Kinds of failure a label may name (inject.h's kinds, and what the
@@ -125,6 +127,7 @@ int resihp__record_create(const char *events_path, const char *metrics_path,
   if (!r)
     return RESIHP_ENOMEM;
   r->efd = -1;
+  r->progress_step = -1;
   snprintf(r->job, sizeof(r->job), "%s", job ? job : "");
   if (events_path) {
     /* a FIFO would hang the launcher, another user's file or a link
@@ -218,6 +221,49 @@ static void count(resihp__record_t *r, const char *event, const char *kind,
   }
 }
 
+/* One events line, written at once (replicas < 0: no replicas field). */
+static void write_event(resihp__record_t *r, const struct timespec *now,
+                        const char *event, long step, int replica, long epoch,
+                        const char *kind, const char *reason, double seconds,
+                        int replicas) {
+  const struct timespec ts = *now;
+  char esc_job[2 * sizeof(r->job)], esc_kind[64], esc_reason[512];
+  char line[1024];
+  resihp__record_json_escape(r->job, esc_job, sizeof(esc_job));
+  int n = snprintf(line, sizeof(line),
+                   "{\"time\":%lld.%03ld,\"job\":\"%s\",\"event\":\"%s\","
+                   "\"step\":%ld",
+                   (long long)ts.tv_sec, ts.tv_nsec / 1000000L, esc_job, event,
+                   step);
+  if (replica >= 0)
+    n += snprintf(line + n, sizeof(line) - (size_t)n, ",\"replica\":%d",
+                  replica);
+  if (epoch >= 0)
+    n += snprintf(line + n, sizeof(line) - (size_t)n, ",\"epoch\":%ld", epoch);
+  if (kind) {
+    resihp__record_json_escape(kind, esc_kind, sizeof(esc_kind));
+    n += snprintf(line + n, sizeof(line) - (size_t)n, ",\"kind\":\"%s\"",
+                  esc_kind);
+  }
+  if (reason) {
+    resihp__record_json_escape(reason, esc_reason, sizeof(esc_reason));
+    n += snprintf(line + n, sizeof(line) - (size_t)n, ",\"reason\":\"%s\"",
+                  esc_reason);
+  }
+  if (seconds >= 0)
+    n += snprintf(line + n, sizeof(line) - (size_t)n, ",\"seconds\":%.3f",
+                  seconds);
+  if (replicas >= 0)
+    n += snprintf(line + n, sizeof(line) - (size_t)n, ",\"replicas\":%d",
+                  replicas);
+  n += snprintf(line + n, sizeof(line) - (size_t)n, "}\n");
+  /* the parts are bounded so that the line always fits: one write */
+  if (n > 0 && (size_t)n < sizeof(line)) {
+    ssize_t w = write(r->efd, line, (size_t)n);
+    (void)w; /* a full disk must not stop the training */
+  }
+}
+
 void resihp__record_event(resihp__record_t *r, const char *event, long step,
                           int replica, long epoch, const char *kind,
                           const char *reason, double seconds) {
@@ -229,41 +275,8 @@ void resihp__record_event(resihp__record_t *r, const char *event, long step,
     r->step = step;
   if (epoch >= 0)
     r->epoch = epoch;
-  if (r->efd >= 0) {
-    char esc_job[2 * sizeof(r->job)], esc_kind[64], esc_reason[512];
-    char line[1024];
-    resihp__record_json_escape(r->job, esc_job, sizeof(esc_job));
-    int n = snprintf(line, sizeof(line),
-                     "{\"time\":%lld.%03ld,\"job\":\"%s\",\"event\":\"%s\","
-                     "\"step\":%ld",
-                     (long long)ts.tv_sec, ts.tv_nsec / 1000000L, esc_job,
-                     event, step);
-    if (replica >= 0)
-      n += snprintf(line + n, sizeof(line) - (size_t)n, ",\"replica\":%d",
-                    replica);
-    if (epoch >= 0)
-      n +=
-          snprintf(line + n, sizeof(line) - (size_t)n, ",\"epoch\":%ld", epoch);
-    if (kind) {
-      resihp__record_json_escape(kind, esc_kind, sizeof(esc_kind));
-      n += snprintf(line + n, sizeof(line) - (size_t)n, ",\"kind\":\"%s\"",
-                    esc_kind);
-    }
-    if (reason) {
-      resihp__record_json_escape(reason, esc_reason, sizeof(esc_reason));
-      n += snprintf(line + n, sizeof(line) - (size_t)n, ",\"reason\":\"%s\"",
-                    esc_reason);
-    }
-    if (seconds >= 0)
-      n += snprintf(line + n, sizeof(line) - (size_t)n, ",\"seconds\":%.3f",
-                    seconds);
-    n += snprintf(line + n, sizeof(line) - (size_t)n, "}\n");
-    /* the parts are bounded so that the line always fits: one write */
-    if (n > 0 && (size_t)n < sizeof(line)) {
-      ssize_t w = write(r->efd, line, (size_t)n);
-      (void)w; /* a full disk must not stop the training */
-    }
-  }
+  if (r->efd >= 0)
+    write_event(r, &ts, event, step, replica, epoch, kind, reason, seconds, -1);
   count(r, event, kind, seconds);
   if (r->m) {
     resihp__metrics_set(r->m, "resihp_last_event_timestamp_seconds", NULL,
@@ -285,6 +298,35 @@ void resihp__record_progress(resihp__record_t *r, long step, long epoch,
   r->step = step;
   r->epoch = epoch;
   r->replicas = replicas;
-  if (r->dirty && resihp__now_ms() - r->written_ms >= 1000)
+  int64_t now = resihp__now_ms();
+  if (r->dirty && now - r->written_ms >= 1000)
     write_metrics(r);
+  /* the steps' pace for a report (resihp-report's timeline): a line a
+   * second at most, only while steps commit, whatever the replicas */
+  if (r->efd >= 0 && step != r->progress_step && now - r->progress_ms >= 1000) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    write_event(r, &ts, "progress", step, RESIHP__RECORD_NONE, epoch, NULL,
+                NULL, -1, replicas);
+    r->progress_step = step;
+    r->progress_ms = now;
+  }
+}
+
+void resihp__record_summary(resihp__record_t *r, const char *text) {
+  if (!r || r->efd < 0 || !text)
+    return;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  char line[480];
+  for (const char *p = text; *p;) {
+    size_t k = strcspn(p, "\n");
+    snprintf(line, sizeof(line), "%.*s", (int)k, p);
+    if (line[0])
+      write_event(r, &ts, "summary", r->step, RESIHP__RECORD_NONE,
+                  RESIHP__RECORD_NONE, NULL, line, -1, -1);
+    p += k;
+    if (*p)
+      p++;
+  }
 }

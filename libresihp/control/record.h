@@ -65,9 +65,16 @@ void resihp__record_event(resihp__record_t *r, const char *event, long step,
                           const char *reason, double seconds);
 
 /* Gauges: the step being trained, the epoch, the active replicas. Writes
- * the metrics when they changed and at most once a second. */
+ * the metrics when they changed and at most once a second, and a
+ * "progress" event (step, epoch, replicas: the active ones) at most once
+ * a second while the step moves, for the pace of the run over time. */
 void resihp__record_progress(resihp__record_t *r, long step, long epoch,
                              int replicas);
+
+/* The run's summary (the text resihp-run prints at the end) as "summary"
+ * events, one per non-empty line (reason: the line, cut at 479 bytes), so
+ * that a report of the events carries it. */
+void resihp__record_summary(resihp__record_t *r, const char *text);
 
 /* The label a kind of failure gets: kind itself when it is one of the
  * known kinds, else "other". */

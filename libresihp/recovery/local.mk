@@ -55,7 +55,8 @@ tools_resihp_run_SOURCES = tools/run/run.h tools/run/main.c \
 	tools/run/launch.c tools/run/spares.c tools/run/events.c \
 	tools/run/save.c tools/run/record.c tools/run/standby.c \
 	tools/run/primary.c tools/run/cmd.c tools/run/cmd.h tools/run/slurm.c \
-	tools/run/slurm.h tools/run/secret.c tools/run/secret.h
+	tools/run/slurm.h tools/run/secret.c tools/run/secret.h \
+	tools/run/report.c
 tools_resihp_run_LDADD = libresihp/libresihp-internal.la
 # What it reads from scontrol (a standby's takeover rests on it).
 if HAVE_CHECK

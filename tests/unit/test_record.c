@@ -125,6 +125,36 @@ START_TEST(events_and_metrics) {
 }
 END_TEST
 
+START_TEST(progress_and_summary_lines) {
+  resihp__record_t *r;
+  char err[256] = "";
+  ck_assert_int_eq(
+      resihp__record_create(events, NULL, "7", &r, err, sizeof(err)), 0);
+  /* the pace of the run for a report: a progress line with the active
+   * replicas, none again while the step does not move */
+  resihp__record_progress(r, 5, 1, 2);
+  resihp__record_progress(r, 5, 1, 2);
+  resihp__record_progress(r, 5, 1, 1);
+  /* resihp-run's summary, a line per line of it, escaped */
+  resihp__record_summary(r, "resihp-run summary\n  steps completed: 5\n\n"
+                            "  final result:  \"x\"\n");
+  resihp__record_summary(r, NULL);
+  resihp__record_destroy(r);
+  const char *ev = slurp(events);
+  ck_assert_ptr_nonnull(strstr(ev, "\"event\":\"progress\",\"step\":5,"
+                                   "\"epoch\":1,\"replicas\":2}\n"));
+  ck_assert_ptr_null(strstr(ev, "\"replicas\":1"));
+  ck_assert_ptr_nonnull(strstr(ev, "\"event\":\"summary\",\"step\":5,"
+                                   "\"reason\":\"resihp-run summary\"}\n"));
+  ck_assert_ptr_nonnull(
+      strstr(ev, "\"reason\":\"  final result:  \\\"x\\\"\"}\n"));
+  int lines = 0;
+  for (const char *p = ev; *p; p++)
+    lines += *p == '\n';
+  ck_assert_int_eq(lines, 4);
+}
+END_TEST
+
 START_TEST(unwritable_paths_are_clear_errors) {
   resihp__record_t *r = (void *)1;
   char err[256] = "";
@@ -141,6 +171,7 @@ START_TEST(unwritable_paths_are_clear_errors) {
   /* no record asked: everything accepts NULL */
   resihp__record_event(NULL, "failure", 1, 1, 1, "x", "y", 1);
   resihp__record_progress(NULL, 1, 1, 1);
+  resihp__record_summary(NULL, "x");
   resihp__record_destroy(NULL);
 }
 END_TEST
@@ -197,6 +228,7 @@ int main(void) {
   tcase_add_test(tc, escapes_whatever_a_replica_sent);
   tcase_add_test(tc, labels_are_a_fixed_vocabulary);
   tcase_add_test(tc, events_and_metrics);
+  tcase_add_test(tc, progress_and_summary_lines);
   tcase_add_test(tc, unwritable_paths_are_clear_errors);
   tcase_add_test(tc, foreign_files_are_refused);
   suite_add_tcase(s, tc);

@@ -67,8 +67,19 @@ void on_health(void *ud, int r, int shard, const char *state, double factor,
     say("replica %d: %s at step %ld: %s", r, state, step,
         even ? "--assign even: nothing had moved"
              : "its microbatches return");
+  /* the action taken, for a report of the events: its quota is cut or
+   * given back (or, with --assign even, nothing moves) */
+  char act[96];
+  if (factor > 1)
+    snprintf(act, sizeof(act), "x%.2f: %s", factor,
+             even ? "its microbatches stay (--assign even)"
+                  : "fewer microbatches");
+  else
+    snprintf(act, sizeof(act), "%s",
+             even ? "nothing had moved (--assign even)"
+                  : "its microbatches return");
   resihp__record_event(g.record, factor > 1 ? "slow" : "healthy", step, r,
-                       RESIHP__RECORD_NONE, NULL, NULL, -1);
+                       RESIHP__RECORD_NONE, state, act, -1);
 }
 
 /* A healthy spare for a swap, now. */
@@ -161,9 +172,16 @@ void on_spare(void *ud, const char *node, int state, const char *summary) {
       continue; /* a replica's node being diagnosed is no spare */
     long regs = 0;
     resihp__coord_spare_state(g.coord, node, &regs);
-    if (state == RESIHP__SPARE_HEALTHY && regs == 1)
+    if (state == RESIHP__SPARE_HEALTHY && regs == 1) {
       say("spare %s is ready (registered healthy)", node);
-    else if (state == RESIHP__SPARE_FAILED_PROBE && !n->bad)
+      resihp__record_event(g.record, "spare", resihp__coord_step(g.coord),
+                           RESIHP__RECORD_NONE, RESIHP__RECORD_NONE, "ready",
+                           node, -1);
+    } else if (state == RESIHP__SPARE_FAILED_PROBE && !n->bad) {
       say("spare %s failed its health probe (%s): marked bad", node, summary);
+      resihp__record_event(g.record, "spare", resihp__coord_step(g.coord),
+                           RESIHP__RECORD_NONE, RESIHP__RECORD_NONE,
+                           "failed-probe", node, -1);
+    }
   }
 }

@@ -144,6 +144,8 @@ int launch(int r) {
         r);
     p->given_up = 1;
     p->relaunch = 0;
+    resihp__record_event(g.record, "spare", resihp__coord_step(g.coord), r,
+                         RESIHP__RECORD_NONE, "none-left", NULL, -1);
     resihp__coord_mark_failed(g.coord, r, "no spare");
     return -1;
   }
@@ -237,6 +239,8 @@ int launch(int r) {
   if (p->launches > 1) {
     g.nreplacements++;
     resihp__coord_expect(g.coord, r, 1);
+    resihp__record_event(g.record, "spare", resihp__coord_step(g.coord), r,
+                         RESIHP__RECORD_NONE, "taken", nodelist, -1);
   }
   say("replica %d: step launched on %s%s%s", r, nodelist,
       inj[0] ? ", injecting " : "", inj);

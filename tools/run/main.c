@@ -101,7 +101,8 @@ static void usage(FILE *f) {
       "                  [--secret-file PATH] [--silence-ms MS]\n"
       "                  [--launch-timeout S] [--no-spare-check]\n"
       "                  [--spare-recheck S] [--wait-for-replacements]\n"
-      "                  [--ledger FILE] [--events FILE] [--metrics FILE]\n"
+      "                  [--ledger FILE] [--events FILE [--report FILE]]\n"
+      "                  [--metrics FILE]\n"
       "                  [--assign even|count|cost] [--lockstep]\n"
       "                  [--swap-cost SECONDS|never] [--progress SECONDS]\n"
       "                  [--state-dir DIR [--save-every N]] [--resume DIR]\n"
@@ -260,6 +261,7 @@ int main(int argc, char **argv) {
       {"resume", required_argument, 0, 'R'},
       {"events", required_argument, 0, 'V'},
       {"metrics", required_argument, 0, 'M'},
+      {"report", required_argument, 0, 'X'},
       {"failover-after-ms", required_argument, 0, 'F'},
       {"standby", required_argument, 0, 'B'},
       {"standby-output", required_argument, 0, 'O'},
@@ -274,7 +276,7 @@ int main(int argc, char **argv) {
   g.argv0 = argv;
   while ((o = getopt_long(argc, argv,
                           "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:lw:P:D:E:R:V:M:F:"
-                          "B:O:Y:Z:h",
+                          "B:O:Y:Z:X:h",
                           lo, NULL)) != -1) {
     long v = 0;
     if (strchr("rskKpSTCPEF", o)) {
@@ -377,6 +379,9 @@ int main(int argc, char **argv) {
       break;
     case 'M':
       g.metrics = optarg;
+      break;
+    case 'X':
+      g.report = optarg;
       break;
     case 'C':
       g.recheck_s = (int)v;
@@ -489,6 +494,8 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (g.resume_arg && check_resume())
+    return EXIT_USAGE;
+  if (g.report && report_check())
     return EXIT_USAGE;
   /* a resumed run saves into the directory it resumed from unless told */
   if (g.resuming && !g.state_dir[0] && !realpath(g.resume_arg, g.state_dir)) {

@@ -396,23 +396,32 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
   end_steps(killed, state, kp);
   double secs = 0;
   fflush(stdout);
-  int agree = resihp__coord_summary(g.coord, stdout, &secs);
+  /* the summary goes to stdout and, line by line, to the events (a
+   * report of them shows it); without memory, to stdout only */
+  char *stext = NULL;
+  size_t slen = 0;
+  FILE *sf = open_memstream(&stext, &slen);
+  if (!sf)
+    sf = stdout;
+  int agree = resihp__coord_summary(g.coord, sf, &secs);
   int nslow = 0;
   for (int i = 0; i < g.nnodes; i++)
     nslow += g.nodes[i].bad == NODE_SLOW;
-  printf("  replacements launched:  %d; nodes marked bad: %d; spares left: "
-         "%d; nodes slow (swapped out): %d\n",
-         g.nreplacements, g.nbad, spares_left(), nslow);
+  fprintf(sf,
+          "  replacements launched:  %d; nodes marked bad: %d; spares left: "
+          "%d; nodes slow (swapped out): %d\n",
+          g.nreplacements, g.nbad, spares_left(), nslow);
   for (int r = 0; r < g.R; r++)
     if (g.reps[r].given_up && g.reps[r].why[0])
-      printf("  replica %d given up:     %s; the others went on\n", r,
-             g.reps[r].why);
+      fprintf(sf, "  replica %d given up:     %s; the others went on\n", r,
+              g.reps[r].why);
   for (int r = 0; r < g.R; r++)
     if (g.reps[r].done_status) {
-      printf("  warning:                replica %d's step exited with status "
-             "%d after the job was done (its result counts; its output "
-             "says what failed)\n",
-             r, g.reps[r].done_status);
+      fprintf(sf,
+              "  warning:                replica %d's step exited with status "
+              "%d after the job was done (its result counts; its output "
+              "says what failed)\n",
+              r, g.reps[r].done_status);
       fprintf(stderr,
               "resihp-run: warning: replica %d's step exited with status %d "
               "after its rank reported its result\n",
@@ -420,10 +429,10 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
     }
   int nfo = resihp__keeper_failovers(kp, &fwhy, NULL, NULL);
   if (nfo)
-    printf("  coordinator failovers:  %d (the last: the coordinator %s)\n", nfo,
-           fwhy);
-  printf("  wall time:              %.3f s\n",
-         (double)(resihp__now_ms() - t0) / 1000.0);
+    fprintf(sf, "  coordinator failovers:  %d (the last: the coordinator %s)\n",
+            nfo, fwhy);
+  fprintf(sf, "  wall time:              %.3f s\n",
+          (double)(resihp__now_ms() - t0) / 1000.0);
   if (ret == EXIT_OK && agree != 0) {
     ret = EXIT_DISAGREE;
     snprintf(outcome, sizeof(outcome), "completed, but the results differ");
@@ -432,7 +441,12 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
     snprintf(outcome + strlen(outcome), sizeof(outcome) - strlen(outcome),
              "; the state of step %ld can be resumed: resihp-run --resume %s",
              g.saved_step, g.state_dir);
-  printf("  outcome:                %s (exit status %d)\n", outcome, ret);
+  fprintf(sf, "  outcome:                %s (exit status %d)\n", outcome, ret);
+  if (sf != stdout && !fclose(sf)) {
+    fputs(stext, stdout);
+    resihp__record_summary(g.record, stext);
+  }
+  free(stext);
   fflush(stdout);
   const char *lw = resihp__coord_lost_why(g.coord);
   if (ret == EXIT_LOST)
@@ -441,6 +455,7 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
   end_helpers(kp);
   resihp__coord_destroy(g.coord);
   resihp__record_destroy(g.record);
+  make_report(kp);
   if (ledger)
     fclose(ledger);
   return ret;

@@ -120,6 +120,7 @@ struct run {
   char self[4096]; /* this program, run as the spare agent */
   const char *ledger;
   const char *events, *metrics; /* --events, --metrics (record.h) */
+  const char *report;           /* --report: resihp-report's output */
   resihp__record_t *record;
   int hold;             /* --wait-for-replacements */
   int lockstep;         /* --lockstep */
@@ -231,6 +232,10 @@ void check_spares(void);
 void diagnose(int r, int st);
 void check_done(int i, int st);
 void check_unopened(int i);
+
+/* report.c: --report (resihp-report at the end) */
+int report_check(void);
+void make_report(resihp__keeper_t *kp);
 
 /* events.c */
 void on_failed(void *ud, int r, const char *node, long jobid, long stepid,

@@ -48,3 +48,7 @@ EXTRA_DIST += tests/python/torch_cuda.py
 
 dist_check_SCRIPTS += tests/integration/torch.test
 TESTS += tests/integration/torch.test
+
+# make install as root leaves the tools runnable (ldconfig; mount namespace)
+dist_check_SCRIPTS += tests/tools/install.test
+TESTS += tests/tools/install.test

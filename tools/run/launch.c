@@ -142,6 +142,7 @@ int launch(int r) {
     say("no healthy spare left for replica %d: the job goes on with the "
         "other replicas (same microbatches per step)",
         r);
+    snprintf(p->why, sizeof(p->why), "%s", WHY_NO_SPARE);
     p->given_up = 1;
     p->relaunch = 0;
     resihp__coord_mark_failed(g.coord, r, "no spare");
@@ -434,6 +435,7 @@ void tick(void) {
         continue;
       if (p->tries > 3) {
         say("replica %d: giving up after %d failed launches", r, p->tries);
+        snprintf(p->why, sizeof(p->why), "%d launches failed", p->tries);
         g.ldirty = 1;
         p->given_up = 1;
         p->relaunch = 0;

@@ -26,17 +26,28 @@ static void progress(void) {
   char line[4096];
   size_t off = 0;
   for (int r = 0; r < g.R && off < sizeof(line) - 64; r++) {
+    const replica_t *p = &g.reps[r];
+    if (p->given_up) {
+      /* gone for the rest of the run: say so, not a stale quota */
+      off += (size_t)snprintf(line + off, sizeof(line) - off,
+                              " r%d:dropped (%s)", r,
+                              !strcmp(p->why, WHY_NO_SPARE) ? "no spare"
+                                                            : "given up");
+      continue;
+    }
+    if (!resihp__coord_connected(g.coord, r)) {
+      off += (size_t)snprintf(line + off, sizeof(line) - off, " r%d:%s", r,
+                              p->relaunch || p->pid > 0 ? "replacing"
+                                                        : "down");
+      continue;
+    }
     double slow;
     int quota;
     const char *st;
     resihp__coord_replica_speed(g.coord, r, &slow, &quota, &st);
     int healthy = !strcmp(st, "healthy");
-    off += (size_t)snprintf(
-        line + off, sizeof(line) - off, " r%d:%s%s%d", r,
-        !resihp__coord_connected(g.coord, r) ? "down"
-        : healthy                            ? ""
-                                             : st,
-        !resihp__coord_connected(g.coord, r) || !healthy ? "/" : "", quota);
+    off += (size_t)snprintf(line + off, sizeof(line) - off, " r%d:%s%s%d", r,
+                            healthy ? "" : st, healthy ? "" : "/", quota);
     if (slow > 1)
       off += (size_t)snprintf(line + off, sizeof(line) - off, "(x%.2f)", slow);
   }

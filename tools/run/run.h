@@ -55,6 +55,9 @@ typedef struct {
   int gate; /* the check's gate until recorded (gate.h), else -1 */
 } node_t;
 
+/* replica_t.why of a replica that failed when no healthy spare was left */
+#define WHY_NO_SPARE "no healthy spare was left"
+
 typedef struct {
   pid_t pid; /* srun, 0 when none */
   int nodes[64], nnodes;
@@ -68,8 +71,8 @@ typedef struct {
    * tell a broken node from a program that cannot run; the srun status */
   int diagnosing;
   int early_status;
-  /* why it was given up while the others go on (the summary; not in the
-   * launcher's record) */
+  /* why it was given up while the others go on (the summary and the
+   * progress lines; not in the launcher's record) */
   char why[160];
   /* its step's srun status when it ended on its own after its rank had
    * reported its result (FINISH), 0 if it exited 0 or did not end so:

@@ -144,6 +144,7 @@ int launch(int r) {
         r);
     snprintf(p->why, sizeof(p->why), "%s", WHY_NO_SPARE);
     p->given_up = 1;
+    jobnote_changed();
     p->relaunch = 0;
     resihp__coord_mark_failed(g.coord, r, "no spare");
     return -1;
@@ -332,6 +333,7 @@ static void ended(pid_t pid, int st) {
     for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
       if (helpers[i] == pid)
         helpers[i] = 0;
+    jobnote_ended(pid, st);
     for (int r = 0; r < g.R; r++)
       if (g.reps[r].kill_cmd == pid) {
         g.reps[r].kill_cmd = 0;
@@ -436,6 +438,7 @@ void tick(void) {
       if (p->tries > 3) {
         say("replica %d: giving up after %d failed launches", r, p->tries);
         snprintf(p->why, sizeof(p->why), "%d launches failed", p->tries);
+        jobnote_changed();
         g.ldirty = 1;
         p->given_up = 1;
         p->relaunch = 0;

@@ -268,6 +268,7 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
     resihp__feed_expect(g.feed, g.nodes[g.standby_node].name,
                         g.standby_token);
   update_coords();
+  jobnote_start();
   if (g.took_over) {
     say("took over from the primary on %s, which Slurm declared DOWN: the "
         "coordinator continues here (%s) at step %ld",
@@ -389,6 +390,7 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
     check_standby();
     launch_standby();
     progress();
+    jobnote_tick();
     check_resumed_shape();
     int live = 0;
     for (int r = 0; r < g.R; r++)
@@ -445,6 +447,7 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
              g.saved_step, g.state_dir);
   printf("  outcome:                %s (exit status %d)\n", outcome, ret);
   fflush(stdout);
+  jobnote_final(outcome, kp);
   const char *lw = resihp__coord_lost_why(g.coord);
   if (ret == EXIT_LOST)
     fprintf(stderr, "resihp-run: LOST: the job cannot go on %s\n",

@@ -107,6 +107,7 @@ struct run {
   int launch_timeout_s;
   int silence_ms;
   int quiet;
+  int no_job_comment; /* --no-job-comment */
   char **prog;
   char jobid[64];
   node_t nodes[MAXN];
@@ -234,6 +235,19 @@ void check_spares(void);
 void diagnose(int r, int st);
 void check_done(int i, int st);
 void check_unopened(int i);
+
+/* comment.c: the job's Comment in Slurm (jobnote.h) */
+void jobnote_start(void);
+/* replica r failed on node (why), or was swapped for being slow (swap) */
+void jobnote_failure(int r, const char *node, const char *why, int swap);
+/* something else the Comment shows changed (a replica dropped) */
+void jobnote_changed(void);
+/* the main loop: an update in the background when something changed */
+void jobnote_tick(void);
+/* ended(): pid was reaped with status st */
+void jobnote_ended(pid_t pid, int st);
+/* the outcome, waited for (bounded) */
+void jobnote_final(const char *outcome, resihp__keeper_t *kp);
 
 /* events.c */
 void on_failed(void *ud, int r, const char *node, long jobid, long stepid,

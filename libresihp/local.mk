@@ -40,3 +40,26 @@ nodist_EXTRA_libresihp_libresihp_la_SOURCES = dummy.c
 
 # Deterministic mode on GPU buffers (nvcc-built kernels; only with HAVE_NVCC).
 include libresihp/collectives/fixed_point_gpu.mk
+
+# The tools link libresihp.so.0. Installed into a directory the dynamic
+# linker finds only through its cache (/usr/local/lib on Debian: libtool sets
+# no RPATH for a directory /etc/ld.so.conf lists), they fail with "cannot
+# open shared object file" until ldconfig rebuilds the cache: do it here when
+# installing for real (no DESTDIR: a staged install, e.g. a package build,
+# leaves it to the package's trigger or scriptlet) and as root (nobody else
+# may write the cache; others are told). ldconfig also runs at uninstall so
+# that the cache forgets the library.
+LDCONFIG = /sbin/ldconfig
+install-exec-hook: install-exec-hook-ldconfig
+install-exec-hook-ldconfig:
+	@if test -n "$(DESTDIR)"; then :; \
+	elif test "`id -u`" != 0; then \
+	  echo "note: run '$(LDCONFIG)' as root if $(libdir) is in the dynamic linker's search path (/etc/ld.so.conf)"; \
+	elif test -x "$(LDCONFIG)"; then \
+	  echo " $(LDCONFIG)"; $(LDCONFIG) || echo "warning: $(LDCONFIG) failed: run it by hand"; \
+	fi
+uninstall-hook: uninstall-hook-ldconfig
+uninstall-hook-ldconfig:
+	@if test -z "$(DESTDIR)" && test "`id -u`" = 0 && test -x "$(LDCONFIG)"; then \
+	  $(LDCONFIG) || :; fi
+.PHONY: install-exec-hook-ldconfig uninstall-hook-ldconfig

@@ -9,6 +9,14 @@
 
 #include <slurm/spank.h>
 
+/* Every SPANK call, item, callback and option field used here is the same
+ * in the spank.h of Slurm 22.05 to 25.11 (contrib/dev/check-slurm-headers.sh;
+ * resihp(8), SLURM VERSIONS); older releases were never checked. */
+#if !defined(SLURM_VERSION_NUMBER) || \
+    SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(22, 5, 0)
+#error "resihp's SPANK plugin needs Slurm 22.05 or newer (resihp(8))"
+#endif
+
 #include <resihp/settings.h>
 
 #include <stdint.h>

@@ -48,3 +48,15 @@ EXTRA_DIST += tests/python/torch_cuda.py
 
 dist_check_SCRIPTS += tests/integration/torch.test
 TESTS += tests/integration/torch.test
+
+# make install as root leaves the tools runnable (ldconfig; mount namespace)
+dist_check_SCRIPTS += tests/tools/install.test
+TESTS += tests/tools/install.test
+
+# failures and outcome in the job's Comment, set by resihp-run as the owner
+dist_check_SCRIPTS += tests/integration/slurm-record.test
+TESTS += tests/integration/slurm-record.test
+
+# the user documentation (README.md, doc/) links only inside the tree
+dist_check_SCRIPTS += tests/tools/docs.test
+TESTS += tests/tools/docs.test

@@ -56,13 +56,14 @@ tools_resihp_run_SOURCES = tools/run/run.h tools/run/main.c \
 	tools/run/save.c tools/run/record.c tools/run/standby.c \
 	tools/run/primary.c tools/run/cmd.c tools/run/cmd.h tools/run/slurm.c \
 	tools/run/slurm.h tools/run/secret.c tools/run/secret.h \
-	tools/run/report.c
+	tools/run/report.c tools/run/jobnote.c tools/run/jobnote.h \
+	tools/run/comment.c
 tools_resihp_run_LDADD = libresihp/libresihp-internal.la
 # What it reads from scontrol (a standby's takeover rests on it).
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_run_slurm
 tests_unit_test_run_slurm_SOURCES = tests/unit/test_run_slurm.c \
-	tools/run/slurm.c tools/run/slurm.h
+	tools/run/slurm.c tools/run/slurm.h tools/run/jobnote.c tools/run/jobnote.h
 tests_unit_test_run_slurm_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_run_slurm_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_run_slurm
@@ -96,6 +97,15 @@ tests_fuzz_fuzz_inject_SOURCES = tests/fuzz/fuzz_inject.c \
 	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
 tests_fuzz_fuzz_inject_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_cmd tests/fuzz/fuzz_inject
+# and of the job's Comment read back from squeue (jobnote.h).
+check_PROGRAMS += tests/fuzz/fuzz_jobnote
+tests_fuzz_fuzz_jobnote_SOURCES = tests/fuzz/fuzz_jobnote.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h \
+	tools/run/jobnote.c tools/run/jobnote.h
+tests_fuzz_fuzz_jobnote_LDADD = libresihp/libresihp-core.la
+TESTS += tests/fuzz/fuzz_jobnote
+EXTRA_DIST += tests/fuzz/corpus-jobnote/ours tests/fuzz/corpus-jobnote/null \
+	tests/fuzz/corpus-jobnote/huge
 # and of a GO's member list, whole or as a change (job_members.c).
 check_PROGRAMS += tests/fuzz/fuzz_members
 tests_fuzz_fuzz_members_SOURCES = tests/fuzz/fuzz_members.c \

@@ -5,12 +5,14 @@
  * whether squeue's state of a job says that it may still run. */
 #include "config.h"
 
+#include "../../tools/run/jobnote.h"
 #include "../../tools/run/slurm.h"
 #include "suite_main.h"
 
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -91,6 +93,49 @@ START_TEST(step_named) {
 }
 END_TEST
 
+/* The job's Comment: the user's own text kept in front, ours after it,
+ * rewritten (not appended) each time, bounded and printable. */
+START_TEST(jobnote) {
+  resihp__jobnote_t n = {.state = "running", .step = 12, .failures = 2,
+                         .replacements = 1, .nodes_bad = 1, .dropped = 1,
+                         .last = "replica 2 on n3 at step 12: killed\n\"x\""};
+  char out[RESIHP__JOBNOTE_MAX + 1], user[RESIHP__JOBNOTE_USER_MAX + 1];
+  resihp__jobnote_text("my sweep 7", &n, out, sizeof(out));
+  ck_assert_str_eq(out, "my sweep 7 | resihp: running at step 12; failures 2 "
+                        "(last: replica 2 on n3 at step 12: killed??x?); "
+                        "replacements 1; nodes bad 1; replicas dropped 1");
+  int f = -1;
+  resihp__jobnote_parse(out, user, sizeof(user), &f);
+  ck_assert_str_eq(user, "my sweep 7");
+  ck_assert_int_eq(f, 2);
+  /* ours alone, "(null)" (no comment) and none at all */
+  resihp__jobnote_parse("resihp: completed at step 3; failures 5; x", user,
+                        sizeof(user), &f);
+  ck_assert_str_eq(user, "");
+  ck_assert_int_eq(f, 5);
+  resihp__jobnote_parse("(null)", user, sizeof(user), &f);
+  ck_assert_str_eq(user, "");
+  ck_assert_int_eq(f, 0);
+  n.failures = 0;
+  n.last = NULL;
+  n.dropped = 0;
+  resihp__jobnote_text(NULL, &n, out, sizeof(out));
+  ck_assert_str_eq(out, "resihp: running at step 12; failures 0; "
+                        "replacements 1; nodes bad 1");
+  /* long texts are cut: the user's part, then the whole */
+  char big[2000];
+  memset(big, 'u', sizeof(big) - 1);
+  big[sizeof(big) - 1] = '\0';
+  resihp__jobnote_parse(big, user, sizeof(user), &f);
+  ck_assert_uint_eq(strlen(user), RESIHP__JOBNOTE_USER_MAX);
+  n.last = big;
+  n.state = big;
+  ck_assert_uint_le(resihp__jobnote_text(big, &n, out, sizeof(out)),
+                    RESIHP__JOBNOTE_MAX);
+  ck_assert_uint_le(strlen(out), RESIHP__JOBNOTE_MAX);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("run_slurm");
   TCase *tc = tcase_create("scontrol");
@@ -98,6 +143,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, slurmd_timeout);
   tcase_add_test(tc, job_state);
   tcase_add_test(tc, step_named);
+  tcase_add_test(tc, jobnote);
   suite_add_tcase(s, tc);
   return s;
 }

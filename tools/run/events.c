@@ -31,6 +31,7 @@ void on_failed(void *ud, int r, const char *node, long jobid, long stepid,
   say("replica %d failed (%s, node %s): cancelling step %ld.%ld, marking "
       "its node bad and starting a replacement",
       r, why, node, jobid, stepid);
+  jobnote_failure(r, node, why, 0);
   replace(r, jobid, stepid, NODE_BAD);
 }
 
@@ -45,6 +46,7 @@ void on_swapped(void *ud, int r, const char *node, long jobid, long stepid,
       "again); cancelling step %ld.%ld and starting the replacement on a "
       "spare",
       r, why, node, jobid, stepid);
+  jobnote_failure(r, node, why, 1);
   replace(r, jobid, stepid, NODE_SLOW);
 }
 

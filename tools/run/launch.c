@@ -142,7 +142,9 @@ int launch(int r) {
     say("no healthy spare left for replica %d: the job goes on with the "
         "other replicas (same microbatches per step)",
         r);
+    snprintf(p->why, sizeof(p->why), "%s", WHY_NO_SPARE);
     p->given_up = 1;
+    jobnote_changed();
     p->relaunch = 0;
     resihp__record_event(g.record, "spare", resihp__coord_step(g.coord), r,
                          RESIHP__RECORD_NONE, "none-left", NULL, -1);
@@ -335,6 +337,7 @@ static void ended(pid_t pid, int st) {
     for (size_t i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++)
       if (helpers[i] == pid)
         helpers[i] = 0;
+    jobnote_ended(pid, st);
     for (int r = 0; r < g.R; r++)
       if (g.reps[r].kill_cmd == pid) {
         g.reps[r].kill_cmd = 0;
@@ -438,6 +441,8 @@ void tick(void) {
         continue;
       if (p->tries > 3) {
         say("replica %d: giving up after %d failed launches", r, p->tries);
+        snprintf(p->why, sizeof(p->why), "%d launches failed", p->tries);
+        jobnote_changed();
         g.ldirty = 1;
         p->given_up = 1;
         p->relaunch = 0;

@@ -108,7 +108,7 @@ static void usage(FILE *f) {
       "                  [--state-dir DIR [--save-every N]] [--resume DIR]\n"
       "                  [--failover-after-ms MS] [--standby auto|none]\n"
       "                  [--standby-output FILE]\n"
-      "                  [--quiet] -- PROGRAM [ARGS...]\n"
+      "                  [--no-job-comment] [--quiet] -- PROGRAM [ARGS...]\n"
       "Run PROGRAM as R data-parallel replicas, one Slurm job step each,\n"
       "inside the current allocation, and replace failed replicas on spare\n"
       "nodes while the others keep training. See resihp-run(1).\n");
@@ -248,6 +248,7 @@ int main(int argc, char **argv) {
       {"silence-ms", required_argument, 0, 'S'},
       {"launch-timeout", required_argument, 0, 'T'},
       {"quiet", no_argument, 0, 'q'},
+      {"no-job-comment", no_argument, 0, 'J'},
       {"no-spare-check", no_argument, 0, 'n'},
       {"ledger", required_argument, 0, 'L'},
       {"spare-recheck", required_argument, 0, 'C'},
@@ -275,7 +276,7 @@ int main(int argc, char **argv) {
   g.argc0 = argc;
   g.argv0 = argv;
   while ((o = getopt_long(argc, argv,
-                          "+r:s:k:K:i:c:m:p:H:f:S:T:qnL:C:WA:lw:P:D:E:R:V:M:F:"
+                          "+r:s:k:K:i:c:m:p:H:f:S:T:qJnL:C:WA:lw:P:D:E:R:V:M:F:"
                           "B:O:Y:Z:X:h",
                           lo, NULL)) != -1) {
     long v = 0;
@@ -367,6 +368,9 @@ int main(int argc, char **argv) {
       break;
     case 'q':
       g.quiet = 1;
+      break;
+    case 'J':
+      g.no_job_comment = 1;
       break;
     case 'n':
       g.no_spare_check = 1;

@@ -26,17 +26,28 @@ static void progress(void) {
   char line[4096];
   size_t off = 0;
   for (int r = 0; r < g.R && off < sizeof(line) - 64; r++) {
+    const replica_t *p = &g.reps[r];
+    if (p->given_up) {
+      /* gone for the rest of the run: say so, not a stale quota */
+      off += (size_t)snprintf(line + off, sizeof(line) - off,
+                              " r%d:dropped (%s)", r,
+                              !strcmp(p->why, WHY_NO_SPARE) ? "no spare"
+                                                            : "given up");
+      continue;
+    }
+    if (!resihp__coord_connected(g.coord, r)) {
+      off += (size_t)snprintf(line + off, sizeof(line) - off, " r%d:%s", r,
+                              p->relaunch || p->pid > 0 ? "replacing"
+                                                        : "down");
+      continue;
+    }
     double slow;
     int quota;
     const char *st;
     resihp__coord_replica_speed(g.coord, r, &slow, &quota, &st);
     int healthy = !strcmp(st, "healthy");
-    off += (size_t)snprintf(
-        line + off, sizeof(line) - off, " r%d:%s%s%d", r,
-        !resihp__coord_connected(g.coord, r) ? "down"
-        : healthy                            ? ""
-                                             : st,
-        !resihp__coord_connected(g.coord, r) || !healthy ? "/" : "", quota);
+    off += (size_t)snprintf(line + off, sizeof(line) - off, " r%d:%s%s%d", r,
+                            healthy ? "" : st, healthy ? "" : "/", quota);
     if (slow > 1)
       off += (size_t)snprintf(line + off, sizeof(line) - off, "(x%.2f)", slow);
   }
@@ -257,6 +268,7 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
     resihp__feed_expect(g.feed, g.nodes[g.standby_node].name,
                         g.standby_token);
   update_coords();
+  jobnote_start();
   if (g.took_over) {
     say("took over from the primary on %s, which Slurm declared DOWN: the "
         "coordinator continues here (%s) at step %ld",
@@ -378,6 +390,7 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
     check_standby();
     launch_standby();
     progress();
+    jobnote_tick();
     check_resumed_shape();
     int live = 0;
     for (int r = 0; r < g.R; r++)
@@ -448,6 +461,7 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
   }
   free(stext);
   fflush(stdout);
+  jobnote_final(outcome, kp);
   const char *lw = resihp__coord_lost_why(g.coord);
   if (ret == EXIT_LOST)
     fprintf(stderr, "resihp-run: LOST: the job cannot go on %s\n",

@@ -55,6 +55,9 @@ typedef struct {
   int gate; /* the check's gate until recorded (gate.h), else -1 */
 } node_t;
 
+/* replica_t.why of a replica that failed when no healthy spare was left */
+#define WHY_NO_SPARE "no healthy spare was left"
+
 typedef struct {
   pid_t pid; /* srun, 0 when none */
   int nodes[64], nnodes;
@@ -68,8 +71,8 @@ typedef struct {
    * tell a broken node from a program that cannot run; the srun status */
   int diagnosing;
   int early_status;
-  /* why it was given up while the others go on (the summary; not in the
-   * launcher's record) */
+  /* why it was given up while the others go on (the summary and the
+   * progress lines; not in the launcher's record) */
   char why[160];
   /* its step's srun status when it ended on its own after its rank had
    * reported its result (FINISH), 0 if it exited 0 or did not end so:
@@ -104,6 +107,7 @@ struct run {
   int launch_timeout_s;
   int silence_ms;
   int quiet;
+  int no_job_comment; /* --no-job-comment */
   char **prog;
   char jobid[64];
   node_t nodes[MAXN];
@@ -236,6 +240,19 @@ void check_unopened(int i);
 /* report.c: --report (resihp-report at the end) */
 int report_check(void);
 void make_report(resihp__keeper_t *kp);
+
+/* comment.c: the job's Comment in Slurm (jobnote.h) */
+void jobnote_start(void);
+/* replica r failed on node (why), or was swapped for being slow (swap) */
+void jobnote_failure(int r, const char *node, const char *why, int swap);
+/* something else the Comment shows changed (a replica dropped) */
+void jobnote_changed(void);
+/* the main loop: an update in the background when something changed */
+void jobnote_tick(void);
+/* ended(): pid was reaped with status st */
+void jobnote_ended(pid_t pid, int st);
+/* the outcome, waited for (bounded) */
+void jobnote_final(const char *outcome, resihp__keeper_t *kp);
 
 /* events.c */
 void on_failed(void *ud, int r, const char *node, long jobid, long stepid,

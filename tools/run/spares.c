@@ -98,6 +98,7 @@ static int early_by_signal(int status) {
 static void program_left(int r, const char *names) {
   replica_t *p = &g.reps[r];
   p->given_up = 1;
+  jobnote_changed();
   /* joined: a rank has joined since this process launched it, or one is
    * connected (a primary restored from a record only sees the latter) */
   int live = 0, joined = g.joined;

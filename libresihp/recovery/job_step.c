@@ -483,6 +483,7 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
   }
   resihp__job_serve_reap(j);
   memset(st, 0, sizeof(*st));
+  j->began = 1; /* the layers' partition is fixed from here */
   if (j->replica_lost)
     return j->replica_lost;
   int rc = j->probe_rc;

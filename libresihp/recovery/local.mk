@@ -35,6 +35,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/recovery/job_members.c \
 	libresihp/recovery/layer_groups.h \
 	libresihp/recovery/layer_groups.c \
+	libresihp/recovery/job_layers.c \
 	libresihp/recovery/job_exchange.c \
 	libresihp/recovery/job_catchup.c \
 	libresihp/recovery/job_coords.c \

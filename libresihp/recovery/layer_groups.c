@@ -214,3 +214,54 @@ int resihp__layers_sources(const resihp__partition_t *src, int first, int end,
   }
   return n;
 }
+
+/* Member indices by their partition's text (qsort_r over texts). */
+static int cmp_text(const void *a, const void *b, void *arg) {
+  const char *const *texts = arg;
+  const char *x = texts[*(const int *)a], *y = texts[*(const int *)b];
+  return strcmp(x ? x : "", y ? y : "");
+}
+
+int resihp__partitions_distinct(const char *const *texts, int n, int nlayers,
+                                resihp__partition_t **parts_out, int *nparts,
+                                int *of) {
+  *parts_out = NULL;
+  *nparts = 0;
+  if (n < 1)
+    return RESIHP_EPROTO;
+  int *idx = malloc(sizeof(int) * (size_t)n);
+  resihp__partition_t *parts = calloc((size_t)n, sizeof(*parts));
+  if (!idx || !parts) {
+    free(idx);
+    free(parts);
+    return RESIHP_ENOMEM;
+  }
+  for (int i = 0; i < n; i++)
+    idx[i] = i;
+  qsort_r(idx, (size_t)n, sizeof(int), cmp_text, (void *)texts);
+  int np = 0, rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    const char *t = texts[idx[i]] ? texts[idx[i]] : "";
+    const char *prev = i ? texts[idx[i - 1]] : NULL;
+    if (!i || strcmp(t, prev ? prev : ""))
+      rc = resihp__partition_parse(t, nlayers, &parts[np++]);
+    of[idx[i]] = np - 1;
+  }
+  free(idx);
+  if (rc) {
+    for (int p = 0; p < np; p++)
+      resihp__partition_free(&parts[p]);
+    free(parts);
+    return rc;
+  }
+  *parts_out = parts;
+  *nparts = np;
+  return 0;
+}
+
+void resihp__runmap_holders(const resihp__runmap_t *m, int r,
+                            const resihp__partition_t *parts, const int *of,
+                            int n, int *holder) {
+  for (int i = 0; i < n; i++)
+    holder[i] = resihp__partition_holder(&parts[of[i]], m->first[r]);
+}

@@ -83,6 +83,22 @@ static inline int resihp__runmap_group(const resihp__runmap_t *m, int r) {
   return m->first[r];
 }
 
+/* The distinct partitions of n members, each given as its cut points'
+ * text (texts[i]; NULL or "" for one rank holding everything): *parts
+ * gets the distinct ones (*nparts, malloc'ed; free each with
+ * resihp__partition_free, then the array) and of[i] the index of member
+ * i's. O(n log n) string comparisons, at an epoch's set-up, never per
+ * step. 0, RESIHP_EPROTO (a text that is no partition of nlayers) or
+ * RESIHP_ENOMEM. */
+int resihp__partitions_distinct(const char *const *texts, int n, int nlayers,
+                                resihp__partition_t **parts, int *nparts,
+                                int *of);
+/* The group of run r: for each of n members (of[i] its partition among
+ * parts), the rank that holds the run, into holder[i]. */
+void resihp__runmap_holders(const resihp__runmap_t *m, int r,
+                            const resihp__partition_t *parts, const int *of,
+                            int n, int *holder);
+
 /* Element offsets of the layers: off[l] = elems[0] + ... + elems[l-1],
  * off[0..L], malloc'ed. NULL when out of memory or the sum overflows. */
 size_t *resihp__layers_offsets(const size_t *elems, int nlayers);

@@ -81,10 +81,22 @@ static int rank_main(int p, int n, void *arg) {
     if (resihp__partition_from_counts(j->counts[q], j->base[q + 1] - j->base[q],
                                       L, &part[q]))
       return 20;
+  /* as a rank of a job learns them: every member's cut points as text;
+   * the map from the distinct partitions among them */
+  char text[MAXR][64];
+  const char *tp[MAXR];
+  int of[MAXR], nd = 0, holder[MAXR];
+  resihp__partition_t *dp = NULL;
+  for (int q = 0; q < j->R; q++) {
+    if (resihp__partition_format(&part[q], text[q], sizeof(text[q])))
+      return 20;
+    tp[q] = text[q];
+  }
   resihp__runmap_t m;
   size_t *off = resihp__layers_offsets(j->elems, L);
   int r0, r1;
-  if (!off || resihp__runmap_build(&m, L, part, j->R) ||
+  if (!off || resihp__partitions_distinct(tp, j->R, L, &dp, &nd, of) ||
+      resihp__runmap_build(&m, L, dp, nd) ||
       resihp__runmap_rank_runs(&m, &part[me], k, &r0, &r1))
     return 21;
   size_t mine0 = off[part[me].bounds[k]], mine1 = off[part[me].bounds[k + 1]];
@@ -97,9 +109,9 @@ static int rank_main(int p, int n, void *arg) {
   /* the groups, one per run, ascending; member q is replica q's holder */
   for (int r = r0; r < r1; r++) {
     const char *ep[MAXR];
+    resihp__runmap_holders(&m, r, dp, of, j->R, holder);
     for (int q = 0; q < j->R; q++)
-      ep[q] = eps[j->base[q] +
-                  resihp__partition_holder(&part[q], m.first[r])];
+      ep[q] = eps[j->base[q] + holder[q]];
     resihp_comm_opts_t o;
     resihp_comm_opts_init(&o);
     o.rank = me;
@@ -151,6 +163,9 @@ static int rank_main(int p, int n, void *arg) {
   resihp__runmap_free(&m);
   for (int q = 0; q < j->R; q++)
     resihp__partition_free(&part[q]);
+  for (int d = 0; d < nd; d++)
+    resihp__partition_free(&dp[d]);
+  free(dp);
   return 0;
 }
 

@@ -55,8 +55,30 @@ START_TEST(random_partitions_sum_once) {
     random_partition(L, 8, &parts[d]);
   for (int r = 0; r < R; r++)
     of[r] = (int)rnd((unsigned)D);
+  /* as a rank learns them: each member's cut points as text, the
+   * distinct partitions found from those (the random ones may repeat) */
+  char (*text)[256] = calloc((size_t)R, sizeof(*text));
+  const char **tp = calloc((size_t)R, sizeof(char *));
+  int *of2 = calloc((size_t)R, sizeof(int)), nd = 0;
+  resihp__partition_t *dp = NULL;
+  ck_assert(text && tp && of2);
+  for (int r = 0; r < R; r++) {
+    ck_assert_int_eq(resihp__partition_format(&parts[of[r]], text[r], 256), 0);
+    tp[r] = text[r];
+  }
+  ck_assert_int_eq(resihp__partitions_distinct(tp, R, L, &dp, &nd, of2), 0);
+  ck_assert_int_ge(nd, 1);
+  ck_assert_int_le(nd, D);
+  for (int r = 0; r < R; r++) {
+    ck_assert(resihp__partition_equal(&dp[of2[r]], &parts[of[r]]));
+    for (int q = 0; q < R; q++)
+      ck_assert_int_eq(of2[r] == of2[q],
+                       resihp__partition_equal(&parts[of[r]], &parts[of[q]]));
+  }
   resihp__runmap_t m;
-  ck_assert_int_eq(resihp__runmap_build(&m, L, parts, D), 0);
+  ck_assert_int_eq(resihp__runmap_build(&m, L, dp, nd), 0);
+  int *holder = calloc((size_t)R, sizeof(int));
+  ck_assert_ptr_nonnull(holder);
   ck_assert_int_ge(m.nruns, 1);
   ck_assert_int_eq(m.first[0], 0);
   ck_assert_int_eq(m.first[m.nruns], L);
@@ -75,17 +97,17 @@ START_TEST(random_partitions_sum_once) {
       buf[r][e] = (int64_t)(r + 1) * 1000 + (int64_t)e;
   }
   /* each rank's runs are consecutive and tile its layers */
-  for (int d = 0; d < D; d++)
-    for (int k = 0; k < parts[d].k; k++) {
+  for (int d = 0; d < nd; d++)
+    for (int k = 0; k < dp[d].k; k++) {
       int r0, r1;
-      ck_assert_int_eq(resihp__runmap_rank_runs(&m, &parts[d], k, &r0, &r1),
+      ck_assert_int_eq(resihp__runmap_rank_runs(&m, &dp[d], k, &r0, &r1),
                        0);
       ck_assert_int_lt(r0, r1);
-      ck_assert_int_eq(m.first[r0], parts[d].bounds[k]);
-      ck_assert_int_eq(m.first[r1], parts[d].bounds[k + 1]);
+      ck_assert_int_eq(m.first[r0], dp[d].bounds[k]);
+      ck_assert_int_eq(m.first[r1], dp[d].bounds[k + 1]);
       for (int g = r0; g < r1; g++)
         ck_assert_int_eq(
-            resihp__partition_holder(&parts[d], resihp__runmap_group(&m, g)),
+            resihp__partition_holder(&dp[d], resihp__runmap_group(&m, g)),
             k);
     }
   /* the exchange: each run in its group (one holder per replica, each
@@ -95,9 +117,10 @@ START_TEST(random_partitions_sum_once) {
   for (int g = 0; g < m.nruns; g++) {
     size_t a = off[m.first[g]], b = off[m.first[g + 1]];
     memset(sum, 0, sizeof(int64_t) * (E ? E : 1));
+    resihp__runmap_holders(&m, g, dp, of2, R, holder);
     for (int r = 0; r < R; r++) {
       const resihp__partition_t *p = &parts[of[r]];
-      int k = resihp__partition_holder(p, m.first[g]);
+      int k = holder[r];
       /* the holder's own slice of the run, offsets within its buffer */
       size_t base = off[p->bounds[k]];
       ck_assert_uint_le(base, a);
@@ -131,6 +154,13 @@ START_TEST(random_partitions_sum_once) {
   resihp__runmap_free(&m);
   for (int d = 0; d < D; d++)
     resihp__partition_free(&parts[d]);
+  for (int d = 0; d < nd; d++)
+    resihp__partition_free(&dp[d]);
+  free(dp);
+  free(holder);
+  free(text);
+  free(tp);
+  free(of2);
   free(parts);
   free(of);
   free(off);
@@ -240,6 +270,23 @@ START_TEST(partition_text) {
   resihp__partition_free(&z);
   resihp__runmap_free(&m);
   resihp__partition_free(&q);
+  /* the distinct partitions of members: a bad text refuses them all */
+  const char *texts[4] = {"1:3", NULL, "1:3", "2"};
+  int of[4], nd = 0;
+  resihp__partition_t *dp = NULL;
+  ck_assert_int_eq(resihp__partitions_distinct(texts, 4, 4, &dp, &nd, of), 0);
+  ck_assert_int_eq(nd, 3);
+  ck_assert_int_eq(of[0], of[2]);
+  ck_assert_int_ne(of[0], of[1]);
+  ck_assert_int_ne(of[3], of[1]);
+  ck_assert_int_eq(dp[of[1]].k, 1);
+  for (int i = 0; i < nd; i++)
+    resihp__partition_free(&dp[i]);
+  free(dp);
+  texts[3] = "4";
+  ck_assert_int_eq(resihp__partitions_distinct(texts, 4, 4, &dp, &nd, of),
+                   RESIHP_EPROTO);
+  ck_assert_ptr_null(dp);
 }
 END_TEST
 

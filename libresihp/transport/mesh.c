@@ -47,6 +47,9 @@ struct hello {
   uint8_t nonce[NONCE];
 };
 
+_Static_assert(sizeof(struct hello) == RESIHP__MESH_HELLO_BYTES,
+               "mesh.h says a hello's size");
+
 /* What follows a hello that answers a challenge, on the client's second
  * connection: the server's cookie and the client's proof. */
 struct tail {

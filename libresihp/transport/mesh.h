@@ -72,6 +72,8 @@ struct timespec resihp__realtime_in(int64_t ms);
 
 /* The handshake's version, in its hello. */
 #define RESIHP__MESH_VERSION 3
+/* A hello's bytes on the wire (tests that play a peer or a relay). */
+#define RESIHP__MESH_HELLO_BYTES 56
 
 /* Tests only: the client half waits this long before it answers the
  * server (a round trip of a distant rank). 0 in a job. */

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #define MAXIN 1024
-#define COOKIE_AT 56 /* a hello's bytes; a challenge: magic, then Ns */
+#define COOKIE_AT RESIHP__MESH_HELLO_BYTES /* a challenge: magic, then Ns */
 
 static const uint8_t secret[] = "fuzz-mesh-secret";
 static const char *const eps[2] = {"127.0.0.1:1", "127.0.0.1:2"};

@@ -112,19 +112,9 @@ static int rank_main(int p, int n, void *arg) {
     resihp__runmap_holders(&m, r, dp, of, j->R, holder);
     for (int q = 0; q < j->R; q++)
       ep[q] = eps[j->base[q] + holder[q]];
-    resihp_comm_opts_t o;
-    resihp_comm_opts_init(&o);
-    o.rank = me;
-    o.nranks = j->R;
-    o.endpoints = ep;
-    o.listen_fd = lfds[p];
-    o.secret = SECRET;
-    o.secret_len = strlen(SECRET);
-    o.detect_timeout_ms = detect_ms;
-    o.heartbeat_ms = 100;
-    o.connect_timeout_ms = 20000;
-    if ((rc = resihp__comm_create_group(
-             &o, (uint32_t)resihp__runmap_group(&m, r) + 1, &comm[r - r0])))
+    if ((rc = make_comm_group(me, j->R, ep, lfds[p],
+                              (uint32_t)resihp__runmap_group(&m, r) + 1,
+                              SECRET, 0, -1, &comm[r - r0])))
       return 23;
   }
   if (me == j->victim)

@@ -16,6 +16,8 @@
  *                  one shard's state
  *   job_faults.c   injected faults and periodic probe verdicts
  *   job_layers.c   the model's layers and this replica's partition
+ *   layer_groups.c the runs of layers of the replicas' partitions and
+ *                  their groups (pure: layer_groups.h)
  *
  * Roles. Rank 0 of a replica's step (the leader) alone talks to the
  * coordinator; it relays what the other ranks need as lines over

@@ -265,3 +265,28 @@ void resihp__runmap_holders(const resihp__runmap_t *m, int r,
   for (int i = 0; i < n; i++)
     holder[i] = resihp__partition_holder(&parts[of[i]], m->first[r]);
 }
+
+int resihp__catchup_plan(const resihp__runmap_t *m,
+                         const resihp__partition_t *parts, const int *of,
+                         int mine, int k, const int *src, int nh,
+                         unsigned salt, resihp__catchup_piece_t *out) {
+  int r0, r1;
+  if (nh < 1 || resihp__runmap_rank_runs(m, &parts[mine], k, &r0, &r1))
+    return RESIHP_EINVAL;
+  int n = 0;
+  for (int r = r0; r < r1; r++) {
+    int member = src[(salt + (unsigned)(r - r0)) % (unsigned)nh];
+    const resihp__partition_t *p = &parts[of[member]];
+    /* a run lies inside one range of every partition of the map */
+    int rank = resihp__partition_holder(p, m->first[r]);
+    if (p->bounds[rank + 1] < m->first[r + 1])
+      return RESIHP_EINVAL;
+    if (n && out[n - 1].member == member && out[n - 1].rank == rank)
+      out[n - 1].end = m->first[r + 1];
+    else
+      out[n++] = (resihp__catchup_piece_t){
+          .member = member, .rank = rank, .first = m->first[r],
+          .end = m->first[r + 1]};
+  }
+  return n;
+}

@@ -115,4 +115,21 @@ typedef struct {
 int resihp__layers_sources(const resihp__partition_t *src, int first, int end,
                            resihp__layer_piece_t *out);
 
+/* A catch-up plan: the layers of rank k of a replacement holding
+ * partition parts[mine] come run by run from nh healthy members (src[i]
+ * their member index, of[] every member's partition), run j of the rank
+ * from src[(salt + j) % nh], so that the transfers of the ranks of one
+ * replacement, and of several replacements (salt), spread over the
+ * healthy replicas. Each piece is (member, rank there, layers [first,
+ * end)), consecutive runs from the same rank merged, in layer order, into
+ * out (room for the rank's runs). Returns how many, or RESIHP_EINVAL (no
+ * healthy member, or a partition not in m). */
+typedef struct {
+  int member, rank, first, end;
+} resihp__catchup_piece_t;
+int resihp__catchup_plan(const resihp__runmap_t *m,
+                         const resihp__partition_t *parts, const int *of,
+                         int mine, int k, const int *src, int nh,
+                         unsigned salt, resihp__catchup_piece_t *out);
+
 #endif

@@ -290,6 +290,69 @@ START_TEST(partition_text) {
 }
 END_TEST
 
+/* A replacement's ranks get every layer from healthy members, each piece
+ * from a rank that holds it, the runs spread over the healthy members. */
+START_TEST(catchup_plan_covers_and_spreads) {
+  rng_state = 9000 + (unsigned long long)_i;
+  int L = 1 + (int)rnd(30), R = 2 + (int)rnd(10), D = 1 + (int)rnd(4);
+  resihp__partition_t *parts = calloc((size_t)D, sizeof(*parts));
+  int *of = malloc(sizeof(int) * (size_t)R), *src = malloc(sizeof(int) * (size_t)R);
+  ck_assert(parts && of && src);
+  for (int d = 0; d < D; d++)
+    random_partition(L, 6, &parts[d]);
+  for (int r = 0; r < R; r++)
+    of[r] = (int)rnd((unsigned)D);
+  resihp__runmap_t m;
+  ck_assert_int_eq(resihp__runmap_build(&m, L, parts, D), 0);
+  /* member 0 is the replacement; the healthy ones a random subset */
+  int nh = 0;
+  for (int r = 1; r < R; r++)
+    if (rnd(3))
+      src[nh++] = r;
+  if (!nh)
+    src[nh++] = 1;
+  const resihp__partition_t *me = &parts[of[0]];
+  resihp__catchup_piece_t *pc = malloc(sizeof(*pc) * (size_t)m.nruns);
+  ck_assert_ptr_nonnull(pc);
+  for (int k = 0; k < me->k; k++) {
+    int r0, r1;
+    ck_assert_int_eq(resihp__runmap_rank_runs(&m, me, k, &r0, &r1), 0);
+    int n = resihp__catchup_plan(&m, parts, of, of[0], k, src, nh,
+                                 (unsigned)k, pc);
+    ck_assert_int_ge(n, 1);
+    ck_assert_int_le(n, r1 - r0);
+    int at = me->bounds[k], used = 0;
+    for (int i = 0; i < n; i++) {
+      const resihp__partition_t *p = &parts[of[pc[i].member]];
+      ck_assert_int_eq(pc[i].first, at);
+      ck_assert_int_lt(pc[i].first, pc[i].end);
+      ck_assert_int_ge(pc[i].first, p->bounds[pc[i].rank]);
+      ck_assert_int_le(pc[i].end, p->bounds[pc[i].rank + 1]);
+      ck_assert_int_ne(pc[i].member, 0);
+      for (int h = 0; h < nh; h++)
+        used |= (src[h] == pc[i].member) << (h < 30 ? h : 30);
+      at = pc[i].end;
+    }
+    ck_assert_int_eq(at, me->bounds[k + 1]);
+    /* as many distinct sources as runs allow */
+    int want = r1 - r0 < nh ? r1 - r0 : nh, got = __builtin_popcount(used);
+    if (nh <= 30)
+      ck_assert_int_eq(got, want);
+  }
+  int none[1] = {1};
+  ck_assert_int_eq(resihp__catchup_plan(&m, parts, of, of[0], 0, none, 0, 0,
+                                        pc),
+                   RESIHP_EINVAL);
+  free(pc);
+  resihp__runmap_free(&m);
+  for (int d = 0; d < D; d++)
+    resihp__partition_free(&parts[d]);
+  free(parts);
+  free(of);
+  free(src);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("layer_groups");
   TCase *tc = tcase_create("core");
@@ -297,6 +360,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, random_partitions_sum_once, 0, 400);
   tcase_add_loop_test(tc, identical_partitions_are_shard_groups, 0, 100);
   tcase_add_loop_test(tc, catchup_pieces_cover, 0, 200);
+  tcase_add_loop_test(tc, catchup_plan_covers_and_spreads, 0, 300);
   tcase_add_test(tc, partition_text);
   suite_add_tcase(s, tc);
   return s;

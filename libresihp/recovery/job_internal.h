@@ -373,6 +373,14 @@ void resihp__job_put_owners(const resihp_job_t *j, resihp__wire_buf_t *b,
  * gradient of count elements is not this rank's layers'; and the free. */
 int resihp__job_layer_check(const resihp_job_t *j, size_t count);
 void resihp__job_layers_free(resihp_job_t *j);
+/* A new shard group (K > 1): its members declared the same layers and the
+ * same partition (or none), checked with one small all-reduce per epoch.
+ * While a rank joins the group of its rank index (not yet the groups of
+ * its runs), replicas of different partitions would add up the gradients
+ * of different layers: the group's first member stops the run instead
+ * (resihp_job_abort) and every member gets RESIHP_EINVAL. 0, that, or the
+ * all-reduce's error. */
+int resihp__job_layers_agree(resihp_job_t *j);
 
 /* job_catchup.c */
 int resihp__job_state_set(resihp_job_t *j, const resihp_job_buf_t *bufs, int n);

@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Two independent 20-bit digests of what every rank of the replica must
- * have declared alike (FNV-1a over the layer sizes and the counts). */
-static void declaration_digest(int nlayers, const size_t *elems,
-                               const int *counts, int k, int64_t d[2]) {
+/* FNV-1a over what every rank must have declared alike (layer sizes,
+ * counts). */
+static uint64_t declaration_digest(int nlayers, const size_t *elems,
+                                   const int *counts, int k) {
   uint64_t h = 1469598103934665603ULL;
 #define MIX(x)                                                                 \
   do {                                                                         \
@@ -35,22 +35,72 @@ static void declaration_digest(int nlayers, const size_t *elems,
   for (int i = 0; i < k; i++)
     MIX(counts[i]);
 #undef MIX
-  d[0] = (int64_t)(h & 0xfffff);
-  d[1] = (int64_t)((h >> 40) & 0xfffff);
+  return h;
 }
 
-/* Whether every rank of the replica declared the same: for each digest
- * d_k, K * sum(d_k^2) == (sum d_k)^2 exactly when all are equal (the
- * sums fit: 20-bit digests, K <= RESIHP__JOB_MAX_SHARDS), and every rank
- * computes the same answer from the same sums. */
-static int replica_agrees(resihp_job_t *j, const int64_t d[2], int *agree) {
-  int64_t v[4] = {d[0], d[0] * d[0], d[1], d[1] * d[1]};
-  int rc = resihp__job_replica_sum(j, v, 4);
+/* Whether n parties hold the same digest h, from exact sums: h is cut
+ * into `pieces` pieces of `bits` bits d, each party adds (d, d^2), and
+ * all are equal exactly when n * sum(d^2) == (sum d)^2 for every piece
+ * (Cauchy-Schwarz); every party computes the same answer from the same
+ * sums. v: 2 * pieces entries; fill, then sum, then equal. The pieces
+ * must keep n^2 * 2^(2 bits) below 2^63. */
+static void digest_fill(uint64_t h, int pieces, int bits, int64_t *v) {
+  for (int i = 0; i < pieces; i++) {
+    int64_t d = (int64_t)((h >> (i * bits)) & ((1ULL << bits) - 1));
+    v[2 * i] = d;
+    v[2 * i + 1] = d * d;
+  }
+}
+static int digest_equal(int64_t n, int pieces, const int64_t *v) {
+  for (int i = 0; i < pieces; i++)
+    if (n * v[2 * i + 1] != v[2 * i] * v[2 * i])
+      return 0;
+  return 1;
+}
+
+/* The K ranks of a replica (K <= RESIHP__JOB_MAX_SHARDS): 3 x 20 bits. */
+static int replica_agrees(resihp_job_t *j, uint64_t h, int *agree) {
+  int64_t v[6];
+  digest_fill(h, 3, 20, v);
+  int rc = resihp__job_replica_sum(j, v, 6);
   if (rc)
     return rc;
-  *agree = (int64_t)j->lsize * v[1] == v[0] * v[0] &&
-           (int64_t)j->lsize * v[3] == v[2] * v[2];
+  *agree = digest_equal(j->lsize, 3, v);
   return 0;
+}
+
+int resihp__job_layers_agree(resihp_job_t *j) {
+  /* the members of a group, up to RESIHP__JOB_MAX_REPLICA_ID: 4 x 10 bits
+   * keep n^2 * 2^20 below 2^63; a layer-less rank says 0 */
+  uint64_t h = 0;
+  if (j->nlayers) {
+    int counts[RESIHP__JOB_MAX_SHARDS];
+    size_t *elems = malloc(sizeof(size_t) * (size_t)j->nlayers);
+    if (!elems)
+      return RESIHP_ENOMEM;
+    for (int l = 0; l < j->nlayers; l++)
+      elems[l] = j->layer_off[l + 1] - j->layer_off[l];
+    for (int k = 0; k < j->part.k && k < RESIHP__JOB_MAX_SHARDS; k++)
+      counts[k] = j->part.bounds[k + 1] - j->part.bounds[k];
+    h = declaration_digest(j->nlayers, elems, counts, j->part.k) | 1;
+    free(elems);
+  }
+  int64_t v[8];
+  digest_fill(h, 4, 10, v);
+  int rc = resihp_allreduce(j->comm, v, 8, RESIHP_FIXED64, RESIHP_OP_SUM);
+  if (rc)
+    return rc;
+  if (digest_equal(resihp_comm_size(j->comm), 4, v))
+    return 0;
+  resihp_log(RESIHP_LOG_ERROR, "job",
+             "replica %d rank %d: the replicas of group %d hold different "
+             "layers (resihp_job_set_layers): not supported yet",
+             j->replica, j->lrank, j->lrank);
+  if (resihp_comm_rank(j->comm) == 0)
+    resihp_job_abort(j, "replicas declared different partitions of the "
+                        "layers (resihp_job_set_layers): every replica must "
+                        "hold the same ones");
+  return RESIHP_EINVAL;
 }
 
 int resihp_job_set_layers(resihp_job_t *j, int nlayers, const size_t *elems,
@@ -69,10 +119,10 @@ int resihp_job_set_layers(resihp_job_t *j, int nlayers, const size_t *elems,
     resihp__partition_free(&p);
     return RESIHP_ENOMEM;
   }
-  int64_t d[2];
   int agree = 1;
-  declaration_digest(nlayers, elems, counts, nranks, d);
-  if ((rc = replica_agrees(j, d, &agree)) || !agree) {
+  if ((rc = replica_agrees(
+           j, declaration_digest(nlayers, elems, counts, nranks), &agree)) ||
+      !agree) {
     if (!rc)
       resihp_log(RESIHP_LOG_ERROR, "job",
                  "replica %d rank %d: the ranks of this replica declared "

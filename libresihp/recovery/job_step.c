@@ -113,6 +113,8 @@ static int setup_group(resihp_job_t *j, uint32_t epoch) {
               : resihp__job_comm_create(j, me, n, ep, j->lfd, 10000, 1,
                                         &j->comm);
   free(ep);
+  if (!rc && j->lsize > 1)
+    rc = resihp__job_layers_agree(j);
   return rc;
 }
 

@@ -61,7 +61,8 @@ typedef struct {
   /* 1: every rank declares its NB elements as NB layers of one element
    * (resihp_job_set_layers); 2: so do all but replica 0's last rank, which
    * declares another partition: both ranks of replica 0 must be refused
-   * (each tells the test by a pid of -1 on the hook pipe) */
+   * (each tells the test by a pid of -1 on the hook pipe); 3: the last
+   * replica holds the layers in another partition than the others (K=2) */
   int layers;
 } plan_t;
 
@@ -108,7 +109,16 @@ static int rank_main(const plan_t *p, int replica) {
   if (p->cost && resihp_job_set_workload_fn(job, flaky_workload, (void *)p))
     return 14;
   int sh = resihp_job_shard(job);
-  if (p->layers) {
+  if (p->layers == 3) {
+    /* 3 layers of NB, 0 and NB elements: every rank exchanges NB of them
+     * whether its replica holds them as 1,2 or (the last replica) 2,1 */
+    size_t el[3] = {NB, 0, NB};
+    int cnt[2] = {1, 2};
+    if (replica == p->R - 1)
+      cnt[0] = 2, cnt[1] = 1;
+    if (resihp_job_set_layers(job, 3, el, cnt, 2))
+      return 16;
+  } else if (p->layers) {
     int K = resihp_job_shards(job), cnt[MAXK], first = -1, count = -1;
     size_t el[NB * MAXK];
     for (int i = 0; i < NB * K; i++)
@@ -355,6 +365,23 @@ START_TEST(layers_disagree) {
   expect_result(&o, p.K, 20, 2);
   ck_assert_int_eq(g_refused, 2);
   ck_assert_int_eq(o.owned[0], 0);
+}
+END_TEST
+
+/* A replica whose ranks hold other layers than the others' (partition
+ * 2,1 against 1,2, the same number of elements per rank): before, the
+ * groups by rank index summed its layer 1 into the others' layer 2 and
+ * the run went on as if nothing were wrong; groups over differing
+ * partitions are not there yet, so the run stops at once with the reason,
+ * having trained nothing. */
+START_TEST(layers_other_partition_stops) {
+  plan_t p = plan(3, 2, 20, -1, 0);
+  p.layers = 3;
+  outcome_t o;
+  run(&p, no_hook, &o);
+  ck_assert_msg(strstr(o.summary, "different partitions of the layers"), "%s",
+                o.summary);
+  ck_assert_int_eq(o.steps, 0);
 }
 END_TEST
 
@@ -610,6 +637,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, kill_in_free_run, 0, 2);
   tcase_add_loop_test(tc, layers_declared, 0, 2);
   tcase_add_test(tc, layers_disagree);
+  tcase_add_test(tc, layers_other_partition_stops);
   tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);

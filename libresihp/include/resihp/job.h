@@ -82,10 +82,12 @@
  * layers' elements, and each run's slice goes through its group. With
  * identical partitions the runs are the K ranges: exactly the K shard
  * groups above, at no extra cost. resihp_job_layers says which layers
- * this rank holds. (This release admits identical partitions only: the
- * coordinator refuses replicas whose state shapes differ, see State;
- * groups over differing partitions, and catch-up from whichever healthy
- * rank holds a layer, come with the runs' groups, issue 32.)
+ * this rank holds. (In this release every replica must declare the same
+ * partition, as replicas of one program do: a rank still joins the group
+ * of its rank index, which is its run's group only then, and nothing yet
+ * checks the partitions across replicas. Groups over differing
+ * partitions, and catch-up from whichever healthy rank holds a layer,
+ * are the next step of issue 32.)
  *
  * State. The state a replacement copies is a list of buffers (parameters,
  * optimizer moments, RNG state...): resihp_job_opts_t.state at join (its

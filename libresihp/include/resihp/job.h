@@ -84,10 +84,11 @@
  * groups above, at no extra cost. resihp_job_layers says which layers
  * this rank holds. (In this release every replica must declare the same
  * partition, as replicas of one program do: a rank still joins the group
- * of its rank index, which is its run's group only then, and nothing yet
- * checks the partitions across replicas. Groups over differing
- * partitions, and catch-up from whichever healthy rank holds a layer,
- * are the next step of issue 32.)
+ * of its rank index, which is its run's group only then. Each new group
+ * checks it once per epoch; replicas that declared different partitions
+ * stop the run, see resihp_job_abort. Groups over differing partitions,
+ * and catch-up from whichever healthy rank holds a layer, are the next
+ * step of issue 32.)
  *
  * State. The state a replacement copies is a list of buffers (parameters,
  * optimizer moments, RNG state...): resihp_job_opts_t.state at join (its

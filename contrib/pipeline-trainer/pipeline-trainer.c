@@ -108,7 +108,7 @@ typedef struct {
   unit_t *units; /* the model's units; [u0, u1) are this stage's */
   int k, K, u0, u1, fb;
   size_t aoff[MAX_UNITS + 1]; /* boundary u0 + i at slot.act + aoff[i] */
-  size_t nacc;                /* the stage's parameters + 1 (the loss) */
+  size_t nacc; /* the stage's parameters (+ 1, the loss, on the last) */
   int64_t *acc;
   float *facc;
   slot_t *slots;
@@ -148,6 +148,12 @@ static size_t unit_params(const cfg_t *c, int u) {
   if (u == 0)
     return (size_t)c->V * c->D;
   return (size_t)bwidth(c, u + 1) * bwidth(c, u) + bwidth(c, u + 1);
+}
+
+/* A unit's gradient elements in the stage's accumulator: its parameters,
+ * and the last unit's then the loss (what resihp_job_set_layers says). */
+static size_t unit_grads(const cfg_t *c, int j) {
+  return unit_params(c, j) + (j == nunits(c) - 1);
 }
 
 /* Each unit from a stream of its own, so that the initial model does not
@@ -258,9 +264,8 @@ static void stage_init(stage_t *st, const cfg_t *c, unit_t *units, int k, int K,
   }
   for (int j = u0; j < u1; j++) {
     units[j].off = st->nacc;
-    st->nacc += units[j].n;
+    st->nacc += unit_grads(c, j);
   }
-  st->nacc++;
   st->acc = xcalloc(st->nacc, sizeof(int64_t));
   st->facc = xcalloc(st->nacc, sizeof(float));
   st->d[0] = xcalloc((size_t)c->maxs * wmax, sizeof(float));
@@ -384,8 +389,10 @@ static double stage_apply(stage_t *st, long s) {
       u->p[i] -= (float)c->lr * u->v[i];
     }
   }
-  float loss;
-  if (c->use_float)
+  float loss = 0;
+  if (st->u1 < nunits(c))
+    ; /* the loss is the last stage's */
+  else if (c->use_float)
     loss = (float)(st->facc[st->nacc - 1] / n);
   else
     resihp_fixed_to_float(&loss, st->acc + st->nacc - 1, 1, st->fb, n);
@@ -652,6 +659,21 @@ static int run_job(const cfg_t *c) {
   stage_t st;
   trainer_workload_t wl = {.d = &c->data};
   stage_open(&st, c, units, layers, k, K, job);
+  /* the model's units as the job's layers: the gradient exchange is keyed
+   * by them (resihp_job(3)), and the job checks every exchange against
+   * this stage's units */
+  size_t elems[MAX_UNITS];
+  int lfirst = -1, lcount = 0;
+  for (int j = 0; j < nunits(c); j++)
+    elems[j] = unit_grads(c, j);
+  if ((rc = resihp_job_set_layers(job, nunits(c), elems, layers, K)) ||
+      (rc = resihp_job_layers(job, &lfirst, &lcount)) || lfirst != st.u0 ||
+      lfirst + lcount != st.u1) {
+    fprintf(stderr, "%scannot declare the layers: %s\n", who,
+            rc ? resihp_strerror(rc) : "the job says other layers");
+    rc = rc ? rc : -1;
+    goto out;
+  }
   resihp_job_buf_t bufs[2 * MAX_UNITS];
   if ((rc = resihp_job_set_state_list(job, bufs, stage_state(&st, bufs)))) {
     fprintf(stderr, "%scannot register the state: %s\n", who,

@@ -509,6 +509,11 @@ void resihp_comm_destroy(resihp_comm_t *c) {
 }
 
 int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
+  return resihp__comm_create_group(o, 0, out);
+}
+
+int resihp__comm_create_group(const resihp_comm_opts_t *o, uint32_t group,
+                              resihp_comm_t **out) {
   if (!o || !out || o->nranks < 1 || o->nranks > RESIHP_COMM_MAX_RANKS ||
       o->rank < 0 || o->rank >= o->nranks || (!o->endpoints && o->nranks > 1)) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce",
@@ -606,6 +611,7 @@ int resihp_comm_create(const resihp_comm_opts_t *o, resihp_comm_t **out) {
                             .timeout_ms = o->connect_timeout_ms > 0
                                               ? o->connect_timeout_ms
                                               : 30000,
+                            .group = group,
                             .abort = o->setup_abort,
                             .abort_arg = o->setup_abort_arg};
   rc = n > 1 ? resihp__mesh_connect(&mo, c->data_fds, c->ctrl_fds, data_auth,

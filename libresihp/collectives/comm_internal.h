@@ -141,6 +141,15 @@ void resihp__comm_broadcast_ctrl(resihp_comm_t *c, int type, uint32_t seq,
                                  const resihp__set_t *set);
 /* Record a failure of peer noticed by this process. */
 void resihp__comm_mark_dead(resihp_comm_t *c, int peer, int code);
+/* resihp_comm_create for one of several communicators whose ranks share
+ * their listening sockets (a rank in the groups of several runs of
+ * layers, recovery/layer_groups.h): group names it in the handshake, so a
+ * peer's hello for another group is refused (it dials again) and never
+ * joins this one. Set up such groups one after the other, in the same
+ * order on every rank (ascending group), so that none waits for a peer
+ * busy with a later one. resihp_comm_create is group 0. */
+int resihp__comm_create_group(const resihp_comm_opts_t *o, uint32_t group,
+                              resihp_comm_t **out);
 
 /* A call of this rank failed (rc; bad_peer, a world rank, or -1): mark the
  * peer, cancel the transport, broadcast ABORT with the suspects and return

@@ -48,6 +48,15 @@ tests_unit_test_allreduce_kill_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_allreduce_kill_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_allreduce_kill
 
+# The layer-keyed groups over real sockets: one group per run of layers,
+# several per rank over one listening socket (recovery/layer_groups.h).
+check_PROGRAMS += tests/unit/test_layer_comms
+tests_unit_test_layer_comms_SOURCES = tests/unit/test_layer_comms.c \
+  tests/unit/rank_group.c tests/unit/rank_group.h
+tests_unit_test_layer_comms_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_layer_comms_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_layer_comms
+
 # A second failure during a shrink agreement, its order forced by hooks.
 check_PROGRAMS += tests/unit/test_shrink_race
 tests_unit_test_shrink_race_SOURCES = tests/unit/test_shrink_race.c \

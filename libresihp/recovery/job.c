@@ -168,6 +168,7 @@ void resihp_job_destroy(resihp_job_t *j) {
   pthread_cond_destroy(&j->hb_cv);
   resihp__probe_watch_free(&j->probes);
   resihp__job_state_free(j);
+  resihp__job_layers_free(j);
   free(j->mbs);
   free(j->extra);
   resihp__costplan_free(&j->cplan);

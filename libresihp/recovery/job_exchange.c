@@ -143,6 +143,9 @@ int resihp_job_allreduce_as(resihp_job_t *j, void *buf, size_t count,
     return RESIHP_ESTATE;
   if (count > SIZE_MAX / esz)
     return RESIHP_ERANGE;
+  int lrc = resihp__job_layer_check(j, count);
+  if (lrc)
+    return lrc;
   void *out = buf;
   if (j->lsize > 1) {
     if (j->workcap < count * esz) {

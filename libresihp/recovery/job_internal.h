@@ -15,6 +15,9 @@
  *   job_catchup.c  the state as a list of buffers, sending and receiving
  *                  one shard's state
  *   job_faults.c   injected faults and periodic probe verdicts
+ *   job_layers.c   the model's layers and this replica's partition
+ *   layer_groups.c the runs of layers of the replicas' partitions and
+ *                  their groups (pure: layer_groups.h)
  *
  * Roles. Rank 0 of a replica's step (the leader) alone talks to the
  * coordinator; it relays what the other ranks need as lines over
@@ -31,6 +34,7 @@
 #include "../probe/results.h"
 #include "../transport/mesh.h"
 #include "inject.h"
+#include "layer_groups.h"
 
 #include <resihp/allreduce.h>
 #include <resihp/job.h>
@@ -152,6 +156,14 @@ struct resihp_job {
   resihp_job_step_t *st;
   void *work; /* the exchange's result until the K groups agree */
   size_t workcap;
+
+  /* the model's layers (resihp_job_set_layers, job_layers.c): their
+   * element offsets off[0..L], this replica's partition; nlayers 0: none
+   * declared. began: a step was begun, the partition is fixed. */
+  int nlayers;
+  size_t *layer_off;
+  resihp__partition_t part;
+  int began;
 
   /* the state: this rank's shard, a list of buffers */
   resihp_job_buf_t *state;
@@ -356,6 +368,19 @@ int resihp__job_free_boundary(resihp_job_t *j);
  * steps from row `from` of its log up to step `to`, exclusive) into b. */
 void resihp__job_put_owners(const resihp_job_t *j, resihp__wire_buf_t *b,
                             int from, long to);
+
+/* job_layers.c: RESIHP_EINVAL (logged) when layers are declared and a
+ * gradient of count elements is not this rank's layers'; and the free. */
+int resihp__job_layer_check(const resihp_job_t *j, size_t count);
+void resihp__job_layers_free(resihp_job_t *j);
+/* A new shard group (K > 1): its members declared the same layers and the
+ * same partition (or none), checked with one small all-reduce per epoch.
+ * While a rank joins the group of its rank index (not yet the groups of
+ * its runs), replicas of different partitions would add up the gradients
+ * of different layers: the group's first member stops the run instead
+ * (resihp_job_abort) and every member gets RESIHP_EINVAL. 0, that, or the
+ * all-reduce's error. */
+int resihp__job_layers_agree(resihp_job_t *j);
 
 /* job_catchup.c */
 int resihp__job_state_set(resihp_job_t *j, const resihp_job_buf_t *bufs, int n);

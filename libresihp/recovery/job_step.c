@@ -113,6 +113,8 @@ static int setup_group(resihp_job_t *j, uint32_t epoch) {
               : resihp__job_comm_create(j, me, n, ep, j->lfd, 10000, 1,
                                         &j->comm);
   free(ep);
+  if (!rc && j->lsize > 1)
+    rc = resihp__job_layers_agree(j);
   return rc;
 }
 
@@ -483,6 +485,7 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
   }
   resihp__job_serve_reap(j);
   memset(st, 0, sizeof(*st));
+  j->began = 1; /* the layers' partition is fixed from here */
   if (j->replica_lost)
     return j->replica_lost;
   int rc = j->probe_rc;

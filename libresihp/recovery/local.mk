@@ -33,6 +33,9 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/recovery/job_step.c \
 	libresihp/recovery/job_members.h \
 	libresihp/recovery/job_members.c \
+	libresihp/recovery/layer_groups.h \
+	libresihp/recovery/layer_groups.c \
+	libresihp/recovery/job_layers.c \
 	libresihp/recovery/job_exchange.c \
 	libresihp/recovery/job_catchup.c \
 	libresihp/recovery/job_coords.c \
@@ -112,6 +115,15 @@ tests_fuzz_fuzz_members_SOURCES = tests/fuzz/fuzz_members.c \
 	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
 tests_fuzz_fuzz_members_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_members
+# and of a partition's cut points (layer_groups.c: the layer-keyed groups).
+check_PROGRAMS += tests/fuzz/fuzz_layer_groups
+tests_fuzz_fuzz_layer_groups_SOURCES = tests/fuzz/fuzz_layer_groups.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_layer_groups_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_layer_groups
+EXTRA_DIST += tests/fuzz/corpus-layer-groups/cuts \
+	tests/fuzz/corpus-layer-groups/empty tests/fuzz/corpus-layer-groups/repeat \
+	tests/fuzz/corpus-layer-groups/many
 # and of RESIHP_FAILOVER_MS (job_link.c).
 check_PROGRAMS += tests/fuzz/fuzz_failover_ms
 tests_fuzz_fuzz_failover_ms_SOURCES = tests/fuzz/fuzz_failover_ms.c \
@@ -179,6 +191,12 @@ tests_unit_test_job_failover_SOURCES = tests/unit/test_job_failover.c \
 tests_unit_test_job_failover_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_job_failover_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_job_failover
+
+check_PROGRAMS += tests/unit/test_layer_groups
+tests_unit_test_layer_groups_SOURCES = tests/unit/test_layer_groups.c
+tests_unit_test_layer_groups_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_layer_groups_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_layer_groups
 
 check_PROGRAMS += tests/unit/test_catchup_serve
 tests_unit_test_catchup_serve_SOURCES = tests/unit/test_catchup_serve.c

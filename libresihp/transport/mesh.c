@@ -40,8 +40,15 @@ struct hello {
   uint8_t channel;
   uint8_t answer; /* 0: a first hello; 1: an answer follows (struct tail) */
   uint32_t src, dst, nranks;
+  /* which communicator of the ranks behind one listening socket: a rank
+   * that holds several runs of layers sets up one group per run over the
+   * same socket, one after the other (resihp__comm_create_group) */
+  uint32_t group;
   uint8_t nonce[NONCE];
 };
+
+_Static_assert(sizeof(struct hello) == RESIHP__MESH_HELLO_BYTES,
+               "mesh.h says a hello's size");
 
 /* What follows a hello that answers a challenge, on the client's second
  * connection: the server's cookie and the client's proof. */
@@ -214,7 +221,7 @@ static const char *channel_label(int channel) {
 static int client_handshake(int fd, const struct sockaddr_storage *sa,
                             socklen_t salen, const char *endpoint,
                             const uint8_t *secret, size_t secret_len, int src,
-                            int dst, int nranks, int channel,
+                            int dst, int nranks, uint32_t group, int channel,
                             int64_t hs_deadline, resihp__msgauth_t *auth) {
   struct {
     struct hello h;
@@ -224,7 +231,8 @@ static int client_handshake(int fd, const struct sockaddr_storage *sa,
                  .channel = (uint8_t)channel,
                  .src = (uint32_t)src,
                  .dst = (uint32_t)dst,
-                 .nranks = (uint32_t)nranks}};
+                 .nranks = (uint32_t)nranks,
+                 .group = group}};
   struct hello *h = &ans.h;
   struct challenge c;
   uint8_t want[RESIHP__SHA256_LEN], verdict = 0;
@@ -277,22 +285,22 @@ static int client_handshake(int fd, const struct sockaddr_storage *sa,
 }
 
 static int dial(const char *endpoint, const uint8_t *secret, size_t secret_len,
-                int src, int dst, int nranks, int channel, int64_t deadline_ms,
-                resihp__msgauth_t *auth, int (*abort)(void *),
-                void *abort_arg);
+                int src, int dst, int nranks, uint32_t group, int channel,
+                int64_t deadline_ms, resihp__msgauth_t *auth,
+                int (*abort)(void *), void *abort_arg);
 
 int resihp__mesh_dial(const char *endpoint, const uint8_t *secret,
                       size_t secret_len, int src, int dst, int nranks,
                       int channel, int64_t deadline_ms,
                       resihp__msgauth_t *auth) {
-  return dial(endpoint, secret, secret_len, src, dst, nranks, channel,
+  return dial(endpoint, secret, secret_len, src, dst, nranks, 0, channel,
               deadline_ms, auth, NULL, NULL);
 }
 
 static int dial(const char *endpoint, const uint8_t *secret, size_t secret_len,
-                int src, int dst, int nranks, int channel, int64_t deadline_ms,
-                resihp__msgauth_t *auth, int (*abort)(void *),
-                void *abort_arg) {
+                int src, int dst, int nranks, uint32_t group, int channel,
+                int64_t deadline_ms, resihp__msgauth_t *auth,
+                int (*abort)(void *), void *abort_arg) {
   struct sockaddr_storage sa;
   socklen_t salen;
   int rc = resolve(endpoint, &sa, &salen);
@@ -324,7 +332,7 @@ static int dial(const char *endpoint, const uint8_t *secret, size_t secret_len,
       if (hs_deadline > deadline_ms)
         hs_deadline = deadline_ms;
       rc = client_handshake(fd, &sa, salen, endpoint, secret, secret_len, src,
-                            dst, nranks, channel, hs_deadline, auth);
+                            dst, nranks, group, channel, hs_deadline, auth);
       if (rc >= 0)
         return rc;
       if (rc != RESIHP_ECLOSED)
@@ -381,11 +389,16 @@ static int hs_writing(const struct pending *p) {
   return p->state == HS_CHALLENGE || p->state == HS_VERDICT;
 }
 
+/* 1: not a hello this rank expects; 2: one for another of its groups
+ * (set up later: the sender dials again); 0: good. */
 static int bad_hello(const struct hello *h, const resihp__mesh_opts_t *o) {
   return h->magic != MESH_MAGIC || h->version != MESH_VERSION ||
          h->channel > 1 || h->answer > 1 || h->dst != (uint32_t)o->rank ||
-         h->nranks != (uint32_t)o->nranks || h->src <= (uint32_t)o->rank ||
-         h->src >= (uint32_t)o->nranks;
+                 h->nranks != (uint32_t)o->nranks ||
+                 h->src <= (uint32_t)o->rank || h->src >= (uint32_t)o->nranks
+             ? 1
+         : h->group != o->group ? 2
+                                : 0;
 }
 
 /* Move one handshake as far as its socket allows without waiting. 0: not
@@ -435,7 +448,15 @@ static int hs_step(struct pending *p, const resihp__mesh_opts_t *o,
     p->off = 0;
     switch (p->state) {
     case HS_HELLO: {
-      if (bad_hello(&p->h, o)) {
+      int bad = bad_hello(&p->h, o);
+      if (bad == 2) {
+        resihp_log(RESIHP_LOG_DEBUG, "allreduce",
+                   "hello from %s for group %u while setting up group %u: "
+                   "it dials again",
+                   p->who, p->h.group, o->group);
+        return RESIHP_EPROTO;
+      }
+      if (bad) {
         resihp_log(RESIHP_LOG_WARN, "allreduce",
                    "refused connection from %s: bad hello (claims rank %u of "
                    "%u to rank %u): a stray client or a mismatched job",
@@ -702,7 +723,7 @@ int resihp__mesh_connect(const resihp__mesh_opts_t *o, int *data_fds,
   for (int j = 0; j < o->rank; j++) {
     for (int ch = 0; ch < 2; ch++) {
       int fd = dial(o->endpoints[j], o->secret, o->secret_len, o->rank, j,
-                    o->nranks, ch, deadline,
+                    o->nranks, o->group, ch, deadline,
                     ch ? (ctrl_auth ? &ctrl_auth[j] : NULL)
                        : (data_auth ? &data_auth[j] : NULL),
                     o->abort, o->abort_arg);

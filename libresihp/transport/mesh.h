@@ -6,7 +6,8 @@
  * membership agreement). Every connection is authenticated both ways with a
  * challenge-response over the per-job secret K, on two connections:
  *
- *   client -> server  HELLO     magic, version, channel, src, dst, n, Nc
+ *   client -> server  HELLO     magic, version, channel, src, dst, n, group,
+ *                               Nc
  *   server -> client  CHALLENGE Ns, HMAC(K, "resihp-srv" | HELLO | Ns)
  *                     and the server closes
  *   client -> server  HELLO (answer=1), Ns, HMAC(K, "resihp-cli" | HELLO | Ns)
@@ -46,6 +47,9 @@ typedef struct {
   const uint8_t *secret;
   size_t secret_len;
   int timeout_ms;
+  /* which communicator of the ranks behind listen_fd (0: the only one);
+   * a hello for another group is refused, and its sender dials again */
+  uint32_t group;
   /* polled while waiting for a peer; non-zero ends the set-up with
    * RESIHP_EPEER (resihp_comm_opts_t.setup_abort) */
   int (*abort)(void *arg);
@@ -67,7 +71,9 @@ int64_t resihp__now_ms(void);
 struct timespec resihp__realtime_in(int64_t ms);
 
 /* The handshake's version, in its hello. */
-#define RESIHP__MESH_VERSION 2
+#define RESIHP__MESH_VERSION 3
+/* A hello's bytes on the wire (tests that play a peer or a relay). */
+#define RESIHP__MESH_HELLO_BYTES 56
 
 /* Tests only: the client half waits this long before it answers the
  * server (a round trip of a distant rank). 0 in a job. */

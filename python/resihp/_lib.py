@@ -91,6 +91,10 @@ _proto("resihp_job_set_workload_fn", c_int, _JOB, WORKLOAD_FN, c_void_p)
 _proto("resihp_job_replica", c_int, _JOB)
 _proto("resihp_job_shard", c_int, _JOB)
 _proto("resihp_job_shards", c_int, _JOB)
+_proto("resihp_job_set_layers", c_int, _JOB, c_int,
+       ctypes.POINTER(c_size_t), ctypes.POINTER(c_int), c_int)
+_proto("resihp_job_layers", c_int, _JOB, ctypes.POINTER(c_int),
+       ctypes.POINTER(c_int))
 _proto("resihp_job_finish", c_int, _JOB, c_char_p)
 _proto("resihp_job_destroy", None, _JOB)
 _proto("resihp_fixed_frac_bits", c_int)

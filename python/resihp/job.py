@@ -89,6 +89,29 @@ class Job:
     def shards(self):
         return lib.resihp_job_shards(self._job())
 
+    def set_layers(self, elems, counts):
+        """The model's layers (elems[l]: gradient elements of layer l, in
+        the order of this rank's gradient) and this replica's partition
+        (counts[k]: layers of rank k; len(counts) == shards), the same on
+        every rank of the replica, before the first step (resihp_job(3))."""
+        elems, counts = [int(e) for e in elems], [int(c) for c in counts]
+        e = (ctypes.c_size_t * max(1, len(elems)))(*elems)
+        c = (ctypes.c_int * max(1, len(counts)))(*counts)
+        check(lib.resihp_job_set_layers(self._job(), len(elems), e, c,
+                                        len(counts)), "resihp_job_set_layers")
+
+    @property
+    def layers(self):
+        """range of the layers this rank holds, or None when none were
+        declared."""
+        first, count = ctypes.c_int(), ctypes.c_int()
+        rc = lib.resihp_job_layers(self._job(), ctypes.byref(first),
+                                   ctypes.byref(count))
+        if rc == -4:  # RESIHP_ENOENT: no layers declared
+            return None
+        check(rc, "resihp_job_layers")
+        return range(first.value, first.value + count.value)
+
     def set_state(self, state):
         state = list(state)
         bufs = _bufs(state)

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #define MAXIN 1024
-#define COOKIE_AT 52 /* a hello's bytes; a challenge: magic, then Ns */
+#define COOKIE_AT RESIHP__MESH_HELLO_BYTES /* a challenge: magic, then Ns */
 
 static const uint8_t secret[] = "fuzz-mesh-secret";
 static const char *const eps[2] = {"127.0.0.1:1", "127.0.0.1:2"};
@@ -104,7 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
 static size_t gen(uint8_t *buf, size_t cap) {
-  static const char *const atoms[] = {"ASHR", "\x02", "\x01", "\x00",
+  static const char *const atoms[] = {"ASHR", "\x03", "\x02", "\x01", "\x00",
                                       "@C",   "\xff", "\x00\x00\x00\x00"};
   size_t n =
       resihp__fuzz_atoms(buf, 0, cap, atoms, sizeof(atoms) / sizeof(atoms[0]),

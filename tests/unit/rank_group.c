@@ -2,6 +2,7 @@
 /* Groups of forked ranks on loopback (see rank_group.h). */
 #include "config.h"
 
+#include "../../libresihp/collectives/comm_internal.h"
 #include "rank_group.h"
 
 #include <arpa/inet.h>
@@ -46,12 +47,19 @@ void bind_endpoints(int n) {
 
 int make_comm(int rank, int n, const char *secret, long chunk,
               int deterministic, resihp_comm_t **c) {
+  return make_comm_group(rank, n, eps, lfds[rank], 0, secret, chunk,
+                         deterministic, c);
+}
+
+int make_comm_group(int rank, int n, const char *const *endpoints, int lfd,
+                    uint32_t group, const char *secret, long chunk,
+                    int deterministic, resihp_comm_t **c) {
   resihp_comm_opts_t o;
   resihp_comm_opts_init(&o);
   o.rank = rank;
   o.nranks = n;
-  o.endpoints = eps;
-  o.listen_fd = lfds[rank];
+  o.endpoints = endpoints;
+  o.listen_fd = lfd;
   o.secret = secret;
   o.secret_len = strlen(secret);
   o.detect_timeout_ms = detect_ms;
@@ -63,7 +71,7 @@ int make_comm(int rank, int n, const char *secret, long chunk,
   o.mac_data = mac_data;
   o.small_max = small_max;
   o.single_copy = single_copy;
-  return resihp_comm_create(&o, c);
+  return resihp__comm_create_group(&o, group, c);
 }
 
 int resume_rank = -1, resume_ms;

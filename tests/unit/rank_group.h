@@ -45,6 +45,12 @@ struct record {
 void bind_endpoints(int n);
 int make_comm(int rank, int n, const char *secret, long chunk,
               int deterministic, resihp_comm_t **c);
+/* The same over any endpoints and listening socket, as group `group` of
+ * the ranks behind it (resihp__comm_create_group; make_comm is group 0
+ * over eps[] and lfds[]). */
+int make_comm_group(int rank, int n, const char *const *endpoints, int lfd,
+                    uint32_t group, const char *secret, long chunk,
+                    int deterministic, resihp_comm_t **c);
 
 typedef int (*rank_fn)(int rank, int n, void *arg);
 

@@ -917,7 +917,7 @@ END_TEST
  * 1's first data frame. Rank 0 must refuse the frame - never act on it -
  * and suspect rank 1. 3 changes the shared-memory object name in rank 1's
  * transport set-up message: rank 0 must refuse to set up. */
-#define HELLO_BYTES 52 /* mesh.c: struct hello */
+#define HELLO_BYTES RESIHP__MESH_HELLO_BYTES
 /* what the client sends on its second connection: the hello again, the
  * server's cookie and its proof (mesh.c: struct tail) */
 #define CLIENT_HS (HELLO_BYTES + 32 + 32)

@@ -58,6 +58,12 @@ typedef struct {
    * without checking end_step's result (-1: nobody) */
   int lost_r;
   long lost_step;
+  /* 1: every rank declares its NB elements as NB layers of one element
+   * (resihp_job_set_layers); 2: so do all but replica 0's last rank, which
+   * declares another partition: both ranks of replica 0 must be refused
+   * (each tells the test by a pid of -1 on the hook pipe); 3: the last
+   * replica holds the layers in another partition than the others (K=2) */
+  int layers;
 } plan_t;
 
 static char g_secret[128], g_coord[64];
@@ -103,6 +109,35 @@ static int rank_main(const plan_t *p, int replica) {
   if (p->cost && resihp_job_set_workload_fn(job, flaky_workload, (void *)p))
     return 14;
   int sh = resihp_job_shard(job);
+  if (p->layers == 3) {
+    /* 3 layers of NB, 0 and NB elements: every rank exchanges NB of them
+     * whether its replica holds them as 1,2 or (the last replica) 2,1 */
+    size_t el[3] = {NB, 0, NB};
+    int cnt[2] = {1, 2};
+    if (replica == p->R - 1)
+      cnt[0] = 2, cnt[1] = 1;
+    if (resihp_job_set_layers(job, 3, el, cnt, 2))
+      return 16;
+  } else if (p->layers) {
+    int K = resihp_job_shards(job), cnt[MAXK], first = -1, count = -1;
+    size_t el[NB * MAXK];
+    for (int i = 0; i < NB * K; i++)
+      el[i] = 1;
+    for (int k = 0; k < K; k++)
+      cnt[k] = NB;
+    int odd = p->layers == 2 && replica == 0;
+    if (odd && sh == K - 1 && K > 1)
+      cnt[0]++, cnt[K - 1]--;
+    int rc = resihp_job_set_layers(job, NB * K, el, cnt, K);
+    if (odd) {
+      pid_t refused = -1;
+      if (rc == RESIHP_EINVAL &&
+          write(g_hook_out[1], &refused, sizeof(refused)) == sizeof(refused))
+        return 15;
+    } else if (rc || resihp_job_layers(job, &first, &count) ||
+               first != sh * NB || count != NB)
+      return 16;
+  }
   if (replica == p->lost_r && sh == 1) {
     g_lost_step = p->lost_step;
     resihp__job_boundary_hook = die_at_boundary;
@@ -299,6 +334,54 @@ START_TEST(lines_do_not_grow_with_steps) {
   /* lockstep: BEGIN from every replica, GO and START to each, per step */
   ck_assert_int_ge(l.rx - l.timed, 20 * p.R);
   ck_assert_int_ge(l.tx, 2 * 20 * p.R);
+}
+END_TEST
+
+/* Every rank declares its layers (resihp_job_set_layers): the same
+ * result as without; and a replica whose ranks declare different
+ * partitions is refused on both ranks, the others finish without it. */
+START_TEST(layers_declared) {
+  plan_t p = plan(3, 1 + _i, 20, -1, 0);
+  p.layers = 1;
+  outcome_t o;
+  run(&p, no_hook, &o);
+  expect_result(&o, p.K, 20, 3);
+}
+END_TEST
+
+static int g_refused;
+static void count_refused(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                          pid_t who) {
+  (void)c, (void)h, (void)p;
+  g_refused += who == -1;
+}
+
+START_TEST(layers_disagree) {
+  plan_t p = plan(3, 2, 20, -1, 0);
+  p.layers = 2;
+  g_refused = 0;
+  outcome_t o;
+  run(&p, count_refused, &o);
+  expect_result(&o, p.K, 20, 2);
+  ck_assert_int_eq(g_refused, 2);
+  ck_assert_int_eq(o.owned[0], 0);
+}
+END_TEST
+
+/* A replica whose ranks hold other layers than the others' (partition
+ * 2,1 against 1,2, the same number of elements per rank): before, the
+ * groups by rank index summed its layer 1 into the others' layer 2 and
+ * the run went on as if nothing were wrong; groups over differing
+ * partitions are not there yet, so the run stops at once with the reason,
+ * having trained nothing. */
+START_TEST(layers_other_partition_stops) {
+  plan_t p = plan(3, 2, 20, -1, 0);
+  p.layers = 3;
+  outcome_t o;
+  run(&p, no_hook, &o);
+  ck_assert_msg(strstr(o.summary, "different partitions of the layers"), "%s",
+                o.summary);
+  ck_assert_int_eq(o.steps, 0);
 }
 END_TEST
 
@@ -552,6 +635,9 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 240);
   tcase_add_loop_test(tc, lines_do_not_grow_with_steps, 0, 2);
   tcase_add_loop_test(tc, kill_in_free_run, 0, 2);
+  tcase_add_loop_test(tc, layers_declared, 0, 2);
+  tcase_add_test(tc, layers_disagree);
+  tcase_add_test(tc, layers_other_partition_stops);
   tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);

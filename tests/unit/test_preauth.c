@@ -312,7 +312,7 @@ START_TEST(rank_mesh_flooded) {
     uint32_t magic;
     uint16_t version;
     uint8_t channel, pad;
-    uint32_t src, dst, nranks;
+    uint32_t src, dst, nranks, group;
     uint8_t nonce[32];
   } hello = {.magic = 0x52534841u, .version = RESIHP__MESH_VERSION,
              .src = 1, .dst = 0, .nranks = 2};
@@ -378,12 +378,12 @@ START_TEST(mesh_answer_checked) {
     uint32_t magic;
     uint16_t version;
     uint8_t channel, answer;
-    uint32_t src, dst, nranks;
+    uint32_t src, dst, nranks, group;
     uint8_t nonce[32];
     uint8_t ns[32], mac[32];
   } m = {.magic = 0x52534841u, .version = RESIHP__MESH_VERSION, .src = 1,
          .dst = 0, .nranks = 2, .nonce = {7, 7, 7}};
-  const size_t hello = 52;
+  const size_t hello = RESIHP__MESH_HELLO_BYTES;
   resihp__cookie_jar_t jar;
   ck_assert_int_eq(resihp__cookie_jar_init(&jar), 0);
   uint8_t out[128];

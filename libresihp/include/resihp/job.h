@@ -70,6 +70,26 @@
  *   With K = 1 (the default) a replica is one rank and all of this reduces
  * to the data-parallel job described above.
  *
+ * Layers. A program may say what its model is made of: L layers 0..L-1,
+ * each with a number of gradient elements, and how this replica's K ranks
+ * hold them: rank k the layers [b_k, b_k+1), b_0 = 0 < ... < b_K = L
+ * (resihp_job_set_layers, every rank of the replica with the same
+ * arguments, before the first step). The data-parallel groups are then
+ * keyed by layers, not by rank index: the union of the cut points of the
+ * replicas' partitions splits 0..L into runs, and for each run the ranks
+ * that hold it (one per replica) form its fault-tolerant group, whose id
+ * is the run's first layer; a rank's gradient is the concatenation of its
+ * layers' elements, and each run's slice goes through its group. With
+ * identical partitions the runs are the K ranges: exactly the K shard
+ * groups above, at no extra cost. resihp_job_layers says which layers
+ * this rank holds. (In this release every replica must declare the same
+ * partition, as replicas of one program do: a rank still joins the group
+ * of its rank index, which is its run's group only then. Each new group
+ * checks it once per epoch; replicas that declared different partitions
+ * stop the run, see resihp_job_abort. Groups over differing partitions,
+ * and catch-up from whichever healthy rank holds a layer, are the next
+ * step of issue 32.)
+ *
  * State. The state a replacement copies is a list of buffers (parameters,
  * optimizer moments, RNG state...): resihp_job_opts_t.state at join (its
  * sizes are compared with every other replica's shard: a mismatch is
@@ -230,6 +250,23 @@ typedef int (*resihp_job_workload_fn)(long step, int mb, double *tokens,
  * Without it, microbatches are assumed to cost the same. */
 int resihp_job_set_workload_fn(resihp_job_t *job, resihp_job_workload_fn fn,
                                void *ud);
+
+/* Declare the model's layers: nlayers layers, elems[l] gradient elements
+ * of layer l (in the order of the rank's gradient: its first layer's
+ * elements, then the next one's...), and this replica's partition: counts[k]
+ * layers on rank k, nranks = resihp_job_shards(job) entries, each >= 1,
+ * summing to nlayers. Every rank of the replica calls it with the same
+ * arguments (they check with each other over the replica communicator),
+ * before the first begin_step. Afterwards every exchange of this rank must
+ * be of its layers' elements exactly. 0; RESIHP_EINVAL (bad arguments, or
+ * the ranks of the replica declared different things: all of them get
+ * it); RESIHP_ESTATE after the first step; RESIHP_EPEER when a rank of the
+ * replica failed. At most 100000 layers. */
+int resihp_job_set_layers(resihp_job_t *job, int nlayers, const size_t *elems,
+                          const int *counts, int nranks);
+/* The layers this rank holds now: [*first, *first + *count). RESIHP_ENOENT
+ * when none were declared. */
+int resihp_job_layers(const resihp_job_t *job, int *first, int *count);
 
 int resihp_job_replica(const resihp_job_t *job);
 /* This rank's shard index k (0..K-1) and K, the ranks of its replica. */

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The model's layers and this replica's partition of them (resihp/job.h,
+ * layer_groups.h): what the program declares, what it is told it holds,
+ * and the slices of its gradient that the exchange sends in each run's
+ * group. */
+#include "config.h"
+
+#include "job_internal.h"
+#include "layer_groups.h"
+
+#include <resihp/error.h>
+#include <resihp/log.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* FNV-1a over what every rank must have declared alike (layer sizes,
+ * counts). */
+static uint64_t declaration_digest(int nlayers, const size_t *elems,
+                                   const int *counts, int k) {
+  uint64_t h = 1469598103934665603ULL;
+#define MIX(x)                                                                 \
+  do {                                                                         \
+    uint64_t v_ = (uint64_t)(x);                                               \
+    for (int b_ = 0; b_ < 8; b_++) {                                           \
+      h ^= (v_ >> (8 * b_)) & 0xff;                                            \
+      h *= 1099511628211ULL;                                                   \
+    }                                                                          \
+  } while (0)
+  MIX(nlayers);
+  for (int l = 0; l < nlayers; l++)
+    MIX(elems[l]);
+  MIX(k);
+  for (int i = 0; i < k; i++)
+    MIX(counts[i]);
+#undef MIX
+  return h;
+}
+
+/* Whether n parties hold the same digest h, from exact sums: h is cut
+ * into `pieces` pieces of `bits` bits d, each party adds (d, d^2), and
+ * all are equal exactly when n * sum(d^2) == (sum d)^2 for every piece
+ * (Cauchy-Schwarz); every party computes the same answer from the same
+ * sums. v: 2 * pieces entries; fill, then sum, then equal. The pieces
+ * must keep n^2 * 2^(2 bits) below 2^63. */
+static void digest_fill(uint64_t h, int pieces, int bits, int64_t *v) {
+  for (int i = 0; i < pieces; i++) {
+    int64_t d = (int64_t)((h >> (i * bits)) & ((1ULL << bits) - 1));
+    v[2 * i] = d;
+    v[2 * i + 1] = d * d;
+  }
+}
+static int digest_equal(int64_t n, int pieces, const int64_t *v) {
+  for (int i = 0; i < pieces; i++)
+    if (n * v[2 * i + 1] != v[2 * i] * v[2 * i])
+      return 0;
+  return 1;
+}
+
+/* The K ranks of a replica (K <= RESIHP__JOB_MAX_SHARDS): 3 x 20 bits. */
+static int replica_agrees(resihp_job_t *j, uint64_t h, int *agree) {
+  int64_t v[6];
+  digest_fill(h, 3, 20, v);
+  int rc = resihp__job_replica_sum(j, v, 6);
+  if (rc)
+    return rc;
+  *agree = digest_equal(j->lsize, 3, v);
+  return 0;
+}
+
+int resihp__job_layers_agree(resihp_job_t *j) {
+  /* the members of a group, up to RESIHP__JOB_MAX_REPLICA_ID: 4 x 10 bits
+   * keep n^2 * 2^20 below 2^63; a layer-less rank says 0 */
+  uint64_t h = 0;
+  if (j->nlayers) {
+    int counts[RESIHP__JOB_MAX_SHARDS];
+    size_t *elems = malloc(sizeof(size_t) * (size_t)j->nlayers);
+    if (!elems)
+      return RESIHP_ENOMEM;
+    for (int l = 0; l < j->nlayers; l++)
+      elems[l] = j->layer_off[l + 1] - j->layer_off[l];
+    for (int k = 0; k < j->part.k && k < RESIHP__JOB_MAX_SHARDS; k++)
+      counts[k] = j->part.bounds[k + 1] - j->part.bounds[k];
+    h = declaration_digest(j->nlayers, elems, counts, j->part.k) | 1;
+    free(elems);
+  }
+  int64_t v[8];
+  digest_fill(h, 4, 10, v);
+  int rc = resihp_allreduce(j->comm, v, 8, RESIHP_FIXED64, RESIHP_OP_SUM);
+  if (rc)
+    return rc;
+  if (digest_equal(resihp_comm_size(j->comm), 4, v))
+    return 0;
+  resihp_log(RESIHP_LOG_ERROR, "job",
+             "replica %d rank %d: the replicas of group %d hold different "
+             "layers (resihp_job_set_layers): not supported yet",
+             j->replica, j->lrank, j->lrank);
+  if (resihp_comm_rank(j->comm) == 0)
+    resihp_job_abort(j, "replicas declared different partitions of the "
+                        "layers (resihp_job_set_layers): every replica must "
+                        "hold the same ones");
+  return RESIHP_EINVAL;
+}
+
+int resihp_job_set_layers(resihp_job_t *j, int nlayers, const size_t *elems,
+                          const int *counts, int nranks) {
+  if (!j || !elems || !counts || nlayers < 1 ||
+      nlayers > RESIHP__LAYERS_MAX || nranks != j->lsize)
+    return RESIHP_EINVAL;
+  if (j->began)
+    return RESIHP_ESTATE; /* the partition is part of the committed state */
+  resihp__partition_t p;
+  int rc = resihp__partition_from_counts(counts, nranks, nlayers, &p);
+  if (rc)
+    return rc;
+  size_t *off = resihp__layers_offsets(elems, nlayers);
+  if (!off) {
+    resihp__partition_free(&p);
+    return RESIHP_ENOMEM;
+  }
+  int agree = 1;
+  if ((rc = replica_agrees(
+           j, declaration_digest(nlayers, elems, counts, nranks), &agree)) ||
+      !agree) {
+    if (!rc)
+      resihp_log(RESIHP_LOG_ERROR, "job",
+                 "replica %d rank %d: the ranks of this replica declared "
+                 "different layers or partitions (resihp_job_set_layers): "
+                 "every rank must pass the same sizes and counts",
+                 j->replica, j->lrank);
+    free(off);
+    resihp__partition_free(&p);
+    return rc ? rc : RESIHP_EINVAL;
+  }
+  resihp__job_layers_free(j);
+  j->nlayers = nlayers;
+  j->layer_off = off;
+  j->part = p;
+  return 0;
+}
+
+int resihp_job_layers(const resihp_job_t *j, int *first, int *count) {
+  if (!j || !first || !count)
+    return RESIHP_EINVAL;
+  if (!j->nlayers)
+    return RESIHP_ENOENT;
+  *first = j->part.bounds[j->lrank];
+  *count = j->part.bounds[j->lrank + 1] - *first;
+  return 0;
+}
+
+int resihp__job_layer_check(const resihp_job_t *j, size_t count) {
+  if (!j->nlayers)
+    return 0;
+  const resihp__partition_t *p = &j->part;
+  size_t mine = j->layer_off[p->bounds[j->lrank + 1]] -
+                j->layer_off[p->bounds[j->lrank]];
+  if (count == mine)
+    return 0;
+  resihp_log(RESIHP_LOG_ERROR, "job",
+             "replica %d rank %d: a gradient of %zu elements, but this rank's "
+             "layers %d-%d have %zu (resihp_job_set_layers)",
+             j->replica, j->lrank, count, p->bounds[j->lrank],
+             p->bounds[j->lrank + 1] - 1, mine);
+  return RESIHP_EINVAL;
+}
+
+void resihp__job_layers_free(resihp_job_t *j) {
+  free(j->layer_off);
+  j->layer_off = NULL;
+  resihp__partition_free(&j->part);
+  j->nlayers = 0;
+}

@@ -50,8 +50,9 @@ trainer_pid() {
 # Abort the whole file if it runs past TEST_TIMEOUT seconds (default 300).
 start_watchdog() {
   local me=$$
+  watchdog_s=${TEST_TIMEOUT:-${watchdog_s:-300}}
   # "&&": a sleep killed by cleanup must not fire the alarm
-  ( sleep "${TEST_TIMEOUT:-300}" && { echo "Bail out! timed out after ${TEST_TIMEOUT:-300} s"; kill -TERM "$me"; } ) &
+  ( sleep "$watchdog_s" && { echo "Bail out! timed out after $watchdog_s s"; kill -TERM "$me"; } ) &
   watchdog_pid=$!
 }
 
@@ -171,6 +172,13 @@ revive_nodes() {
 start_cluster() {
   exec 9>"${TMPDIR:-/tmp}/resihp-lab.lock"
   flock -w 600 9 || { echo "Bail out! cannot lock the lab cluster"; exit 1; }
+  # The watchdog bounds this test, not its wait for others' tests: restart it
+  # now that the lab is ours.
+  if [ -n "${watchdog_pid:-}" ]; then
+    pkill -P "$watchdog_pid" 2>/dev/null
+    kill "$watchdog_pid" 2>/dev/null
+    start_watchdog
+  fi
   # With the lock ours, a cluster still up on the default ports belongs to a
   # test killed before its clean-up (a make timeout): stop it.
   local old

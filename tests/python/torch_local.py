@@ -5,6 +5,7 @@ replica state buffers, determinism of the reference, the fixed-point
 emulation a CUDA model uses (against the C code, and in training), bad
 input refused. tests/python/torch_cuda.py does the same on a CUDA device."""
 import ctypes
+import os
 import random
 
 import torch
@@ -208,6 +209,33 @@ finally:
     fixed.accumulate, fixed.to_float = c_calls
 ok(rt.state_digest(m, o) == digests[0], "deterministic mode trains to the "
    "same bits with the emulation as with the C code")
+
+# -- what help() shows ----------------------------------------------------
+import inspect  # noqa: E402
+from resihp.torch import ddp as rddp  # noqa: E402
+
+for cls in (rt.Trainer, rddp.Adapter):
+    doc = cls.__doc__ or ""
+    params = [n for n in inspect.signature(cls.__init__).parameters
+              if n != "self"]
+    missing = [n for n in params if n + ":" not in doc]
+    ok(not missing, "help(%s) documents every argument (missing: %s)" %
+       (cls.__name__, ", ".join(missing) or "none"))
+    for what in (("deterministic", "float32") if cls is rt.Trainer else ()) + \
+            ("failure", "coordinator"):
+        ok(what in doc, "help(%s) says %s" % (cls.__name__, what))
+undoc = ["%s.%s" % (c.__name__, n) for c in (rt.Trainer, rt.Step,
+                                             rddp.Adapter, rddp.Step)
+         for n, f in vars(c).items()
+         if (not n.startswith("_") or n == "__iter__") and
+         callable(getattr(f, "fget", f)) and not getattr(f, "fget", f).__doc__]
+ok(not undoc and rt.Step.__doc__, "every public method has a docstring "
+   "(missing: %s)" % (", ".join(undoc) or "none"))
+readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "..", "..", "README.md")).read()
+ex = readme[readme.index("rt.Trainer("):]
+ok("workload=" in ex[:ex.index("```")], "the README's Trainer example "
+   "passes workload=")
 
 # -- bad input -------------------------------------------------------------
 m, o, s = build()

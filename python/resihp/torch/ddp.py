@@ -211,6 +211,8 @@ class Step:
         a._commit(self)
 
     def __iter__(self):
+        """The step's microbatch ids, each inside the right sync context
+        (step.rounds() spelled out); the step commits after the last."""
         for todo in self.rounds():
             for i, mb in enumerate(todo):
                 self.microbatch(mb)
@@ -222,14 +224,43 @@ class Step:
 
 
 class Adapter:
-    """job_or_opts: a resihp.Job (then pass microbatches=) or a dict of
-    Job options (microbatches, steps, ...: the adapter joins with the
-    replica state list). ddp: a DistributedDataParallel over a one-rank
-    group. reduce: "ddp" (divide by the replicas, loss * R/M) or "sum"
-    (loss / M)."""
+    """A DistributedDataParallel script's loop made fault tolerant (the
+    module's docstring shows the loop and says what it recovers).
+
+    job_or_opts: a resihp.Job already joined (then pass microbatches=), or
+        a dict of resihp.Job options: microbatches (M, per step) and steps
+        (S) at least; the adapter joins with the replica state list.
+    ddp: the DistributedDataParallel module, over a one-rank gloo group
+        (one_rank_group()), a CPU model with float32 parameters.
+    optimizer: one torch.optim.Optimizer over ddp's parameters; the
+        adapter steps it when a step commits and zeroes the gradients at
+        each step (do not call step() or zero_grad() in the loop).
+    scheduler: an LR scheduler, stepped after the optimizer at each commit.
+    seed: the torch RNG is seeded from (seed, step, microbatch) before
+        each microbatch (as the Trainer does).
+    reduce: "ddp" (default: the loss is scaled by R/M and the gradients
+        divided by R, as DDP's own hook divides by the world size) or "sum"
+        (loss / M, the Trainer's convention); the update is the mean over
+        the step's M microbatches either way.
+    workload: fn(step, mb) -> (tokens, sum_l2, nseq) of microbatch mb of
+        step from the data loader, or None when unknown. Pass it: with it
+        the replicas assign each step themselves and steps run free of the
+        coordinator; without it every step goes through the coordinator
+        (see resihp.torch.Trainer, resihp-run(1) --assign).
+    microbatches: M, when job_or_opts is a Job.
+    meta_bytes: bytes reserved for the optimizer's and scheduler's state
+        without their tensors, the RNG state and the step (default 1 MiB).
+
+    Gradients are summed as float32: a failure-free run equals stock DDP;
+    after a failure the replicas agree but differ in the last bits from a
+    failure-free run (resihp.torch.Trainer's deterministic mode does not).
+    On a failure the survivors compute the dead replica's microbatches
+    (the loop yields them) and exchange again; a replacement receives the
+    last committed state (model, optimizer, scheduler, RNG)."""
 
     def __init__(self, job_or_opts, ddp, optimizer, scheduler=None, *,
-                 seed=0, reduce="ddp", microbatches=None, meta_bytes=1 << 20):
+                 seed=0, reduce="ddp", workload=None, microbatches=None,
+                 meta_bytes=1 << 20):
         _check_ddp(ddp)
         if reduce not in REDUCE:
             raise ProgramError("reduce '%s': use one of %s" %
@@ -258,15 +289,21 @@ class Adapter:
                 raise ProgramError("the job options need microbatches >= 1 "
                                    "and steps >= 1")
             self.job = Job(state=self.state.buffers(), **opts)
+        if workload is not None:
+            self.job.set_workload_fn(workload)
         self._step = None
         self._buckets = []
         ddp.register_comm_hook(None, self._hook)
 
     @property
     def replica(self):
+        """This replica's index."""
         return self.job.replica
 
     def __iter__(self):
+        """The run's steps (Step): joins, catches up when this replica is
+        a replacement, zeroes the gradients at each step; a step commits
+        (optimizer and scheduler step) when its rounds are done."""
         while True:
             if self._step is not None and not self._step._committed:
                 raise ProgramError("step %d was left before its microbatches "
@@ -389,6 +426,7 @@ class Adapter:
         return result
 
     def close(self):
+        """Leave the job without a result (finish() also closes)."""
         self.job.close()
 
 

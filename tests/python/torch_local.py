@@ -7,6 +7,7 @@ input refused. tests/python/torch_cuda.py does the same on a CUDA device."""
 import ctypes
 import os
 import random
+import threading
 
 import torch
 import torch.nn as nn
@@ -254,6 +255,50 @@ raises(resihp.ProgramError,
                           microbatches=2, steps=1, standalone=True),
        "float64 parameters are refused", "float32")
 m, o, s = build()
+o2 = torch.optim.SGD(m.parameters(), lr=0.1)
+for opts in ([o, o2], (o,)):
+    raises(resihp.ProgramError,
+           lambda: rt.Trainer(m, opts, microbatches=2, steps=1,
+                              standalone=True),
+           "a %s of optimizers is refused, saying what to do" %
+           type(opts).__name__, "param_groups")
+
+
+class Locked(torch.optim.SGD):  # its copy lacks the lock
+    def __init__(self, params, **kw):
+        super().__init__(params, **kw)
+        self.lock = threading.Lock()
+
+    def step(self, closure=None):
+        with self.lock:
+            return super().step(closure)
+
+
+class Uncopyable(Locked):  # the copy itself fails
+    def __getstate__(self):
+        return dict(super().__getstate__(), lock=self.lock)
+
+
+class NeedsClosure(torch.optim.SGD):
+    def step(self, closure):
+        return super().step(closure)
+
+
+raises(resihp.ProgramError,
+       lambda: rt.Trainer(m, Locked(m.parameters(), lr=0.1), microbatches=2,
+                          steps=1, standalone=True),
+       "an optimizer whose copy lacks an attribute: the error says why and "
+       "what to do", "__getstate__/__setstate__")
+raises(resihp.ProgramError,
+       lambda: rt.Trainer(m, Uncopyable(m.parameters(), lr=0.1),
+                          microbatches=2, steps=1, standalone=True),
+       "an optimizer deepcopy cannot copy: the error says deepcopy failed",
+       "copy.deepcopy failed")
+raises(resihp.ProgramError,
+       lambda: rt.Trainer(m, NeedsClosure(m.parameters(), lr=0.1),
+                          microbatches=2, steps=1, standalone=True),
+       "an optimizer whose step needs a closure: the error names the step "
+       "and why", "step() of a copy")
 t = rt.Trainer(m, o, microbatches=2, steps=1, standalone=True)
 
 

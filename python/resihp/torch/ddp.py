@@ -232,7 +232,9 @@ class Adapter:
         (S) at least; the adapter joins with the replica state list.
     ddp: the DistributedDataParallel module, over a one-rank gloo group
         (one_rank_group()), a CPU model with float32 parameters.
-    optimizer: one torch.optim.Optimizer over ddp's parameters; the
+    optimizer: one torch.optim.Optimizer over ddp's parameters (a list
+        is refused: use param_groups), deep-copyable, stepping without a
+        closure; the
         adapter steps it when a step commits and zeroes the gradients at
         each step (do not call step() or zero_grad() in the loop).
     scheduler: an LR scheduler, stepped after the optimizer at each commit.

@@ -45,18 +45,41 @@ _VERSION_CPU, _VERSION_CUDA = 1, 2  # meta formats (see above)
 def _optimizer_layout(optimizer):
     """[(group, index, key, empty tensor like the state's)] in a fixed order,
     from a copy of the optimizer stepped once on zero gradients."""
-    twin = copy.deepcopy(optimizer)
+    name = type(optimizer).__name__
+    try:
+        twin = copy.deepcopy(optimizer)
+    except Exception as e:
+        raise ProgramError(
+            "cannot copy the optimizer %s (copy.deepcopy failed: %s: %s): "
+            "resihp learns the shapes of its state from a copy stepped once "
+            "on zero gradients; keep objects that cannot be copied (locks, "
+            "files, generators, handles) out of the optimizer's attributes "
+            "or give its class a __deepcopy__" %
+            (name, type(e).__name__, e)) from e
     with torch.no_grad():
         for g in twin.param_groups:
             for p in g["params"]:
                 p.grad = torch.zeros_like(p)
         try:
             twin.step()
+        except AttributeError as e:
+            # torch's Optimizer.__getstate__ keeps defaults, state and
+            # param_groups only: a subclass's own attributes are not copied
+            raise ProgramError(
+                "cannot learn the layout of the optimizer %s's state: step() "
+                "of a copy of it failed (AttributeError: %s); resihp learns "
+                "it from copy.deepcopy(optimizer) stepped once on zero "
+                "gradients, and torch.optim.Optimizer.__getstate__ copies "
+                "only defaults, state and param_groups: give %s a "
+                "__getstate__/__setstate__ (or __deepcopy__) that keeps the "
+                "attributes its step() uses" % (name, e, name)) from e
         except Exception as e:
-            raise ProgramError("cannot learn the optimizer's state layout "
-                               "(one step on zero gradients failed: %s); "
-                               "optimizers that need a closure are not "
-                               "supported" % e) from e
+            raise ProgramError(
+                "cannot learn the layout of the optimizer %s's state: "
+                "step() of a copy of it, on zero gradients and without a "
+                "closure, failed (%s: %s); the optimizer must step without "
+                "a closure (LBFGS cannot) and its copy must step like the "
+                "original" % (name, type(e).__name__, e)) from e
     layout = []
     for gi, g in enumerate(twin.param_groups):
         for pi, p in enumerate(g["params"]):
@@ -67,8 +90,26 @@ def _optimizer_layout(optimizer):
     return layout
 
 
+def check_optimizer(optimizer):
+    """One torch.optim.Optimizer, or a ProgramError that says what to do."""
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return
+    if isinstance(optimizer, (list, tuple)):
+        raise ProgramError(
+            "resihp.torch takes one optimizer, not a %s of %d: put the "
+            "parameter sets in one optimizer as param_groups, each with its "
+            "own settings, e.g. torch.optim.AdamW([{'params': a, 'lr': "
+            "1e-3}, {'params': b, 'lr': 1e-2, 'weight_decay': 0}]); "
+            "different optimizer classes for different parameters are not "
+            "supported" % (type(optimizer).__name__, len(optimizer)))
+    raise ProgramError("the optimizer is a %s, not a torch.optim.Optimizer: "
+                       "pass one torch.optim optimizer (a subclass of "
+                       "torch.optim.Optimizer)" % type(optimizer).__name__)
+
+
 class ReplicaState:
     def __init__(self, model, optimizer, scheduler=None, meta_bytes=1 << 20):
+        check_optimizer(optimizer)
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.tensors, seen, named = [], set(), []
         for name, t in model.state_dict(keep_vars=True).items():

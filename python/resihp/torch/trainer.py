@@ -137,7 +137,8 @@ class Trainer:
         drift apart and the run ends with the replicas disagreeing.
     optimizer: one torch.optim.Optimizer over the model's parameters
         (built after model.to(device)); several parameter groups are
-        fine. It must be deep-copyable and
+        fine, a list of optimizers is refused (one optimizer with a
+        param_group per set of parameters does the same). It must be deep-copyable and
         step without a closure: the layout of its state is learnt from a
         copy stepped once on zero gradients. The Trainer calls its step()
         when a step commits and zeroes the gradients at each step.

@@ -299,6 +299,70 @@ raises(resihp.ProgramError,
                           microbatches=2, steps=1, standalone=True),
        "an optimizer whose step needs a closure: the error names the step "
        "and why", "step() of a copy")
+
+# -- buffers a forward updates ----------------------------------------------
+nojob = {"coordinator": "", "replica": -1}  # fails at join: RESIHP_EINVAL
+
+
+def bn_model(**kw):
+    torch.manual_seed(3)
+    mod = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16, **kw),
+                        nn.Linear(16, 3))
+    return mod, torch.optim.SGD(mod.parameters(), lr=0.1)
+
+
+mbn, obn = bn_model()
+raises(resihp.ProgramError,
+       lambda: rt.Trainer(mbn, obn, microbatches=2, steps=1,
+                          job_options=nojob),
+       "BatchNorm tracking running statistics is refused before joining, "
+       "saying what to do", "track_running_stats=False")
+mbn.train(False)
+raises(resihp.ResihpError, lambda: rt.Trainer(mbn, obn, microbatches=2,
+                                              steps=1, job_options=nojob),
+       "BatchNorm in eval mode (frozen statistics) is accepted",
+       "RESIHP_EINVAL")
+raises(resihp.ResihpError,
+       lambda: rt.Trainer(*bn_model(track_running_stats=False),
+                          microbatches=2, steps=1, job_options=nojob),
+       "BatchNorm(track_running_stats=False) is accepted", "RESIHP_EINVAL")
+rddp.one_rank_group()
+mbn, _ = bn_model()
+dbn = torch.nn.parallel.DistributedDataParallel(mbn)
+raises(resihp.ProgramError,
+       lambda: rddp.Adapter(dict(nojob, microbatches=2, steps=1), dbn,
+                            torch.optim.SGD(dbn.parameters(), lr=0.1)),
+       "the DDP adapter refuses BatchNorm too", "track_running_stats=False")
+mbn, obn = bn_model()
+tbn = rt.Trainer(mbn, obn, microbatches=2, steps=1, standalone=True)
+ok(train(tbn, mbn) and True, "standalone (the reference) trains BatchNorm")
+
+
+class Counter(nn.Linear):  # a buffer of its own that forward updates
+    def __init__(self):
+        super().__init__(8, 3)
+        self.register_buffer("seen", torch.zeros(()))
+
+    def forward(self, x):
+        self.seen += x.shape[0]
+        return super().forward(x)
+
+
+torch.manual_seed(4)
+mc = Counter()
+tc = rt.Trainer(mc, torch.optim.SGD(mc.parameters(), lr=0.1), microbatches=2,
+                steps=2, standalone=True)
+tc._watched = False  # as in a resilient run: watch the first step
+raises(resihp.ProgramError, lambda: train(tc, mc),
+       "a buffer changed by the first step's forward passes stops the run, "
+       "named", "buffer 'seen' changed")
+mc = Counter()
+mc.seen.fill_(float("nan"))
+mc.forward = super(Counter, mc).forward  # constant buffers, NaN included
+tc = rt.Trainer(mc, torch.optim.SGD(mc.parameters(), lr=0.1), microbatches=2,
+                steps=2, standalone=True)
+tc._watched = False
+ok(len(train(tc, mc)) == 2, "constant buffers (NaN included) pass the watch")
 t = rt.Trainer(m, o, microbatches=2, steps=1, standalone=True)
 
 

@@ -79,8 +79,10 @@ What it does not:
   sums are taken in another grouping and the final state differs in the
   last bits from a failure-free run (the replicas still agree);
 - module buffers updated in forward (BatchNorm's running statistics) are
-  not exchanged (DDP's broadcast_buffers has a one-process group): the
-  replicas drift apart unless the model has none;
+  not exchanged (DDP's broadcast_buffers has a one-process group): they
+  would drift apart, so they are refused (norm layers tracking running
+  statistics at construction, any buffer changed by the first step's
+  forward passes at its end: see buffers.py);
 - CPU tensors, float32 gradients, one rank per replica (no sharding), one
   backward per microbatch, DDP's find_unused_parameters=False."""
 import contextlib
@@ -93,6 +95,7 @@ from torch.nn.parallel import DistributedDataParallel
 from .. import job as _job
 from ..errors import ProgramError
 from ..job import Job
+from .buffers import BufferWatch, refuse_running_stats
 from .state import ReplicaState
 from .trainer import microbatch_seed
 
@@ -264,6 +267,7 @@ class Adapter:
                  seed=0, reduce="ddp", workload=None, microbatches=None,
                  meta_bytes=1 << 20):
         _check_ddp(ddp)
+        refuse_running_stats(ddp.module)
         if reduce not in REDUCE:
             raise ProgramError("reduce '%s': use one of %s" %
                                (reduce, ", ".join(REDUCE)))
@@ -294,6 +298,7 @@ class Adapter:
         if workload is not None:
             self.job.set_workload_fn(workload)
         self._step = None
+        self._watch, self._watched = None, False
         self._buckets = []
         ddp.register_comm_hook(None, self._hook)
 
@@ -324,6 +329,8 @@ class Adapter:
                     p.grad.detach_()
                     p.grad.zero_()
             self._step = step
+            if not self._watched:
+                self._watch, self._watched = BufferWatch(self.ddp.module), True
             yield step
 
     steps = __iter__
@@ -414,6 +421,9 @@ class Adapter:
         return False
 
     def _commit(self, st):
+        if self._watch is not None:  # this process's first step
+            self._watch.check(self.job)
+            self._watch = None
         self.state.step_done(st.index)
         self.job.end_step()
         st._committed = True

@@ -38,6 +38,7 @@ import torch
 
 from ..errors import ProgramError
 from ..job import Job
+from .buffers import BufferWatch, refuse_running_stats
 from .grads import Gradients
 from .state import ReplicaState
 
@@ -93,6 +94,9 @@ class Step:
             if todo is None:
                 break
             self.reassigned.extend(todo)
+        if tr._watch is not None:  # this process's first step
+            tr._watch.check(tr.job)
+            tr._watch = None
         tr._commit(self)
 
     def backward(self, loss, tokens=1.0, sum_l2=None, nseq=1.0):
@@ -133,15 +137,21 @@ class Trainer:
         parameters, built the same way on every replica (torch.manual_seed
         before building it: the replicas' parameters are checked at step 0
         and the run stops if they differ). Buffers updated in forward
-        (BatchNorm's running statistics) are not exchanged: each replica's
-        drift apart and the run ends with the replicas disagreeing.
+        (BatchNorm's running statistics) are not exchanged: they would
+        drift apart across replicas, so they are refused (but with
+        standalone=True): a norm layer in training mode that tracks
+        running statistics before joining, any buffer the forward passes
+        of this process's first step changed at its end (the run stops).
+        Use track_running_stats=False, nn.GroupNorm/nn.LayerNorm, or keep
+        the layer in eval mode.
     optimizer: one torch.optim.Optimizer over the model's parameters
         (built after model.to(device)); several parameter groups are
         fine, a list of optimizers is refused (one optimizer with a
-        param_group per set of parameters does the same). It must be deep-copyable and
-        step without a closure: the layout of its state is learnt from a
-        copy stepped once on zero gradients. The Trainer calls its step()
-        when a step commits and zeroes the gradients at each step.
+        param_group per set of parameters does the same). It must be
+        deep-copyable and step without a closure: the layout of its state
+        is learnt from a copy stepped once on zero gradients. The Trainer
+        calls its step() when a step commits and zeroes the gradients at
+        each step.
     microbatches: M, the microbatches per step (the same on every replica);
         each microbatch's loss is scaled by 1/M, so the update is the mean
         over all M, however many replicas compute them.
@@ -205,6 +215,9 @@ class Trainer:
         if self.microbatches < 1 or self.steps < 1:
             raise ProgramError("microbatches and steps must be >= 1")
         self.seed, self.mode = int(seed), mode
+        if not standalone:  # one process computing all M is the reference
+            refuse_running_stats(model)
+        self._watch, self._watched = None, standalone
         self.state = ReplicaState(model, optimizer, scheduler, meta_bytes)
         self.grads = Gradients(optimizer, mode, int(bucket_mb * (1 << 20)))
         self.job = None
@@ -251,6 +264,8 @@ class Trainer:
                 step = Step(self, info.index, info.mbs, info.catching_up,
                             info.nreplicas)
             self._open = step.index
+            if not self._watched:
+                self._watch, self._watched = BufferWatch(self.model), True
             check = None  # bfloat16 cannot carry the word's sum exactly
             if step.index == 0 and self.mode != "bfloat16":
                 check = self.state.start_word()

@@ -176,6 +176,62 @@ for mode, d in (("deterministic", digests[0]), ("float32", digests[2])):
     ok(rt.state_digest(m, o) == d, "%s: the same result with the buckets "
        "exchanged during backward" % mode)
 
+# -- before_step: between the exchange and optimizer.step() -----------------
+def run_hook(hook, mode="deterministic", **kw):
+    m, o, s = build()
+    tr = rt.Trainer(m, o, scheduler=s, microbatches=5, steps=4, mode=mode,
+                    standalone=True, before_step=hook and hook(m), **kw)
+    if kw.get("bucket_mb"):
+        tr.overlap = True  # the bucket thread during backward
+    train(tr, m)
+    return rt.state_digest(m, o), s.state_dict()["last_epoch"]
+
+
+seen = []
+
+
+def watcher(m):
+    def hook(step):
+        seen.append((step.index, step.loss,
+                     float(torch.nn.utils.clip_grad_norm_(m.parameters(),
+                                                          float("inf")))))
+    return hook
+
+
+ok(run_hook(watcher)[0] == digests[0] and [s[0] for s in seen] ==
+   [0, 1, 2, 3] and all(s[1] is not None and s[2] > 0 for s in seen),
+   "before_step: called once a step with the loss and the summed gradient "
+   "(norms %s); a hook that changes nothing changes no bit" %
+   ", ".join("%.4f" % s[2] for s in seen))
+
+
+def clip(m):
+    return lambda step: torch.nn.utils.clip_grad_norm_(m.parameters(), 0.05)
+
+
+clipped = run_hook(clip)[0]
+ok(clipped != digests[0] and clipped == run_hook(clip)[0] and
+   clipped == run_hook(clip, bucket_mb=0.0005)[0],
+   "before_step clipping (max norm 0.05 < every step's norm): another "
+   "result, the same bits twice and with the buckets overlapped")
+ok(run_hook(clip, "float32")[0] != digests[2],
+   "before_step clips in float32 mode too")
+m0, o0, _ = build()
+ok(run_hook(lambda m: lambda step: False) == (rt.state_digest(m0), 0),
+   "before_step returning False skips the optimizer and scheduler step "
+   "(parameters and schedule as built)")
+
+
+def boom(m):
+    def hook(step):
+        raise RuntimeError("grad norm is nan")
+    return hook
+
+
+raises(resihp.ProgramError, lambda: run_hook(boom),
+       "an exception in before_step stops the run, named",
+       "before_step raised RuntimeError at step 0: grad norm is nan")
+
 # -- the fixed point of a CUDA model: torch ops, here on the CPU --------------
 fb = rj.fixed_frac_bits()
 g = torch.Generator().manual_seed(5)

@@ -97,7 +97,7 @@ from ..errors import ProgramError
 from ..job import Job
 from .buffers import BufferWatch, refuse_running_stats
 from .state import ReplicaState
-from .trainer import microbatch_seed
+from .trainer import before_step, microbatch_seed
 
 _SLOTS = 3  # loss, start check word, count (as grads.py)
 REDUCE = ("ddp", "sum")
@@ -142,7 +142,8 @@ class Step:
         self.nreplicas = max(1, info.nreplicas)  # at the step's start
         self.mbs = list(info.mbs)
         self.reassigned = []    # microbatches added after a peer failed
-        self.loss = None        # after the commit: mean loss over M
+        self.loss = None        # after the exchange: mean loss over M
+        self.applied = None     # after the commit: False if skipped
         self._extra = None      # what the last exchange asked for
         self._exchanged = False
         self._in_round = False
@@ -252,6 +253,9 @@ class Adapter:
         the replicas assign each step themselves and steps run free of the
         coordinator; without it every step goes through the coordinator
         (see resihp.torch.Trainer, resihp-run(1) --assign).
+    before_step: fn(step) after the exchange, before optimizer.step(),
+        the gradients summed (see resihp.torch.Trainer): clip, log, check;
+        False skips the step's optimizer and scheduler step.
     microbatches: M, when job_or_opts is a Job.
     meta_bytes: bytes reserved for the optimizer's and scheduler's state
         without their tensors, the RNG state and the step (default 1 MiB).
@@ -264,8 +268,8 @@ class Adapter:
     last committed state (model, optimizer, scheduler, RNG)."""
 
     def __init__(self, job_or_opts, ddp, optimizer, scheduler=None, *,
-                 seed=0, reduce="ddp", workload=None, microbatches=None,
-                 meta_bytes=1 << 20):
+                 seed=0, reduce="ddp", workload=None, before_step=None,
+                 microbatches=None, meta_bytes=1 << 20):
         _check_ddp(ddp)
         refuse_running_stats(ddp.module)
         if reduce not in REDUCE:
@@ -273,6 +277,7 @@ class Adapter:
                                (reduce, ", ".join(REDUCE)))
         self.ddp, self.optimizer, self.scheduler = ddp, optimizer, scheduler
         self.seed, self.reduce = int(seed), reduce
+        self.before_step = before_step
         self.state = ReplicaState(ddp.module, optimizer, scheduler,
                                   meta_bytes)
         self.params = [p for p in ddp.module.parameters() if p.requires_grad]
@@ -424,7 +429,8 @@ class Adapter:
         if self._watch is not None:  # this process's first step
             self._watch.check(self.job)
             self._watch = None
-        self.state.step_done(st.index)
+        st.applied = before_step(self.before_step, st, self.job)
+        self.state.step_done(st.index, st.applied)
         self.job.end_step()
         st._committed = True
 

@@ -187,12 +187,14 @@ class ReplicaState:
             raise ProgramError("catch-up: the state cannot be loaded (%s); "
                                "the run was stopped" % e) from e
 
-    def step_done(self, step):
-        """The step's gradients are summed: optimizer and scheduler step,
-        then the buffers hold the new state (commit)."""
-        self.optimizer.step()
-        if self.scheduler is not None:
-            self.scheduler.step()
+    def step_done(self, step, apply=True):
+        """The step's gradients are summed: optimizer and scheduler step
+        (unless apply is False: a before_step hook skipped the step), then
+        the buffers hold the new state (commit)."""
+        if apply:
+            self.optimizer.step()
+            if self.scheduler is not None:
+                self.scheduler.step()
         self.commit(step)
 
     def digest(self):

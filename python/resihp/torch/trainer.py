@@ -43,6 +43,23 @@ from .grads import Gradients
 from .state import ReplicaState
 
 
+def before_step(fn, step, job):
+    """Run a before_step hook on a step whose gradients are exchanged: True
+    to apply the step, False to skip it. An exception in it stops the run
+    (every replica runs it on the same gradients: a spare would fail the
+    same way)."""
+    if fn is None:
+        return True
+    try:
+        return fn(step) is not False
+    except Exception as e:
+        reason = ("before_step raised %s at step %d: %s" %
+                  (type(e).__name__, step.index, e))
+        if job is not None:
+            job.abort(reason)
+        raise ProgramError(reason + "; the run was stopped") from e
+
+
 def microbatch_seed(seed, step, mb):
     """The torch seed of microbatch mb of step: the same whichever replica
     (or a stock script that must match) computes it. The Trainer passes it
@@ -61,7 +78,8 @@ class Step:
     nreplicas (live replicas at the step's start), mbs (the ids assigned at
     the start), reassigned (ids added after a failure), loss (after the
     loop over the microbatches: the step's mean loss over all M
-    microbatches, summed across the replicas)."""
+    microbatches, summed across the replicas), applied (after the commit:
+    False when a before_step hook skipped the optimizer step)."""
 
     def __init__(self, trainer, index, mbs, catching_up=False, nreplicas=1):
         self.trainer = trainer
@@ -70,6 +88,7 @@ class Step:
         self.nreplicas = nreplicas
         self.mbs = list(mbs)
         self.loss = None
+        self.applied = None
         self.reassigned = []
         self._pending = None
 
@@ -186,6 +205,16 @@ class Trainer:
     overlap: exchange the buckets of the step's last microbatch from a
         thread while its backward still runs (default True); False
         exchanges after backward. It does not change the result.
+    before_step: fn(step), called at each step once the gradients are
+        exchanged, before optimizer.step(): the parameters' .grad hold the
+        step's summed gradient, the same on every replica (and bitwise that
+        of standalone=True in deterministic mode), step.loss is set. What
+        fn does deterministically with them is done alike everywhere:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0), logging
+        the gradient norm, a check for inf/NaN. fn returning False skips
+        the step's optimizer and scheduler step (step.applied is False;
+        the step still commits). An exception in fn stops the run
+        (ProgramError; resihp-run exits 6).
     meta_bytes: bytes reserved for the optimizer's and scheduler's state
         without their tensors, the RNG state and the step (default 1 MiB;
         a larger value is asked for when they do not fit).
@@ -209,12 +238,13 @@ class Trainer:
     def __init__(self, model, optimizer, *, microbatches, steps,
                  scheduler=None, mode="deterministic", seed=0, workload=None,
                  standalone=False, bucket_mb=25.0, overlap=True,
-                 meta_bytes=1 << 20, job_options=None):
+                 before_step=None, meta_bytes=1 << 20, job_options=None):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.microbatches, self.steps = int(microbatches), int(steps)
         if self.microbatches < 1 or self.steps < 1:
             raise ProgramError("microbatches and steps must be >= 1")
         self.seed, self.mode = int(seed), mode
+        self.before_step = before_step
         if not standalone:  # one process computing all M is the reference
             refuse_running_stats(model)
         self._watch, self._watched = None, standalone
@@ -275,8 +305,9 @@ class Trainer:
     def _commit(self, step):
         self.state.check_start(self.job, self.grads.check,
                                *self.grads.start_sums())
-        self.state.step_done(step.index)
         step.loss = self.grads.loss()
+        step.applied = before_step(self.before_step, step, self.job)
+        self.state.step_done(step.index, step.applied)
         if self.job is not None:
             self.job.end_step()
         self._open = None

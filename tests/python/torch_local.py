@@ -116,6 +116,75 @@ ok(rt.state_digest(ma, oa) == rt.state_digest(mb_, ob) and la[3:] == lb,
    "the caught-up replica trains on bitwise like its source")
 
 
+# -- extra_state: the user's own state objects, handed over too ------------
+class Position:  # a data loader's position: no tensor
+    def __init__(self):
+        self.seen, self.epoch = 0, 0
+
+    def state_dict(self):
+        return {"seen": self.seen, "epoch": self.epoch, "log": [1, "a"]}
+
+    def load_state_dict(self, sd):
+        self.seen, self.epoch = sd["seen"], sd["epoch"]
+
+
+def with_extra(seed):
+    m, o, s = build(seed)
+    ema = nn.Linear(8, 16)  # an EMA of the first layer
+    ema.load_state_dict(m[0].state_dict())
+    extra = {"pos": Position(), "ema": ema, "empty": nn.Sequential()}
+
+    def update_ema(step):  # from the new parameters, before the commit
+        with torch.no_grad():
+            for e, p in zip(ema.parameters(), m[0].parameters()):
+                e.mul_(0.9).add_(p, alpha=0.1)
+
+    tr = rt.Trainer(m, o, scheduler=s, microbatches=4, steps=6,
+                    standalone=True, extra_state=extra, after_step=update_ema)
+    return m, o, tr, extra
+
+
+def train_extra(tr, m, extra, steps=None):
+    losses = []
+    for step in tr:
+        for mb in step:
+            x, y = batch(step.index, mb)
+            step.backward(torch.nn.functional.cross_entropy(m(x), y))
+            extra["pos"].seen += 1
+        losses.append(step.loss)
+        if steps is not None and step.index + 1 >= steps:
+            break
+    return losses
+
+
+xa_m, xa_o, xa_t, xa_e = with_extra(1)
+train_extra(xa_t, xa_m, xa_e, steps=3)
+xb_m, xb_o, xb_t, xb_e = with_extra(2)
+src, dst = xa_t.state.buffers(), xb_t.state.buffers()
+for (sa_, n), (da, _) in zip(src, dst):
+    ctypes.memmove(da, sa_, n)
+xb_t.state.load()
+xb_t._next = 3
+ok(xb_e["pos"].seen == 12 and
+   rt.state_digest(xb_e["ema"]) == rt.state_digest(xa_e["ema"]) and
+   rt.state_digest(xb_e["ema"]) != rt.state_digest(xb_m[0]),
+   "extra_state: a data loader position and an EMA module reach the "
+   "replacement (position %d)" % xb_e["pos"].seen)
+la, lb = train_extra(xa_t, xa_m, xa_e), train_extra(xb_t, xb_m, xb_e)
+ok(la == lb and rt.state_digest(xa_e["ema"]) == rt.state_digest(xb_e["ema"])
+   and xa_e["pos"].seen == xb_e["pos"].seen == 24,
+   "extra_state: the caught-up replica goes on like its source")
+raises(resihp.ProgramError,
+       lambda: rt.Trainer(*build()[:2], microbatches=2, steps=1,
+                          standalone=True, extra_state={"x": object()}),
+       "extra_state without state_dict/load_state_dict is refused",
+       "load_state_dict")
+xa_e["ema"].bias = nn.Parameter(torch.zeros(3))
+raises(resihp.ProgramError, lambda: xa_t.state.commit(9),
+       "extra_state whose tensors change shape is refused at commit",
+       "keep them fixed")
+
+
 def put_meta(state, blob):
     state.meta[:8] = torch.tensor(list(len(blob).to_bytes(8, "little")),
                                   dtype=torch.uint8)

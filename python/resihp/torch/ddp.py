@@ -97,7 +97,7 @@ from ..errors import ProgramError
 from ..job import Job
 from .buffers import BufferWatch, refuse_running_stats
 from .state import ReplicaState
-from .trainer import before_step, microbatch_seed
+from .trainer import microbatch_seed, run_hook
 
 _SLOTS = 3  # loss, start check word, count (as grads.py)
 REDUCE = ("ddp", "sum")
@@ -256,6 +256,10 @@ class Adapter:
     before_step: fn(step) after the exchange, before optimizer.step(),
         the gradients summed (see resihp.torch.Trainer): clip, log, check;
         False skips the step's optimizer and scheduler step.
+    after_step: fn(step) after optimizer.step(), before the commit: update
+        an EMA or other extra_state there.
+    extra_state: {name: object with state_dict/load_state_dict} handed to
+        a replacement with the rest (see resihp.torch.Trainer).
     microbatches: M, when job_or_opts is a Job.
     meta_bytes: bytes reserved for the optimizer's and scheduler's state
         without their tensors, the RNG state and the step (default 1 MiB).
@@ -269,7 +273,7 @@ class Adapter:
 
     def __init__(self, job_or_opts, ddp, optimizer, scheduler=None, *,
                  seed=0, reduce="ddp", workload=None, before_step=None,
-                 microbatches=None, meta_bytes=1 << 20):
+                 after_step=None, extra_state=None, microbatches=None, meta_bytes=1 << 20):
         _check_ddp(ddp)
         refuse_running_stats(ddp.module)
         if reduce not in REDUCE:
@@ -277,9 +281,9 @@ class Adapter:
                                (reduce, ", ".join(REDUCE)))
         self.ddp, self.optimizer, self.scheduler = ddp, optimizer, scheduler
         self.seed, self.reduce = int(seed), reduce
-        self.before_step = before_step
+        self.before_step, self.after_step = before_step, after_step
         self.state = ReplicaState(ddp.module, optimizer, scheduler,
-                                  meta_bytes)
+                                  meta_bytes, extra_state)
         self.params = [p for p in ddp.module.parameters() if p.requires_grad]
         self.where, n = {}, 0
         for p in self.params:
@@ -429,8 +433,10 @@ class Adapter:
         if self._watch is not None:  # this process's first step
             self._watch.check(self.job)
             self._watch = None
-        st.applied = before_step(self.before_step, st, self.job)
-        self.state.step_done(st.index, st.applied)
+        st.applied = run_hook(self.before_step, "before_step", st,
+                              self.job) is not False
+        self.state.step_done(st.index, st.applied, lambda: run_hook(
+            self.after_step, "after_step", st, self.job))
         self.job.end_step()
         st._committed = True
 

@@ -43,18 +43,17 @@ from .grads import Gradients
 from .state import ReplicaState
 
 
-def before_step(fn, step, job):
-    """Run a before_step hook on a step whose gradients are exchanged: True
-    to apply the step, False to skip it. An exception in it stops the run
-    (every replica runs it on the same gradients: a spare would fail the
-    same way)."""
+def run_hook(fn, what, step, job):
+    """fn(step) (a before_step or after_step hook); what it returns. An
+    exception in it stops the run (every replica runs it on the same
+    state: a spare would fail the same way)."""
     if fn is None:
-        return True
+        return None
     try:
-        return fn(step) is not False
+        return fn(step)
     except Exception as e:
-        reason = ("before_step raised %s at step %d: %s" %
-                  (type(e).__name__, step.index, e))
+        reason = ("%s raised %s at step %d: %s" %
+                  (what, type(e).__name__, step.index, e))
         if job is not None:
             job.abort(reason)
         raise ProgramError(reason + "; the run was stopped") from e
@@ -215,9 +214,27 @@ class Trainer:
         the step's optimizer and scheduler step (step.applied is False;
         the step still commits). An exception in fn stops the run
         (ProgramError; resihp-run exits 6).
+    after_step: fn(step), called at each step after optimizer.step() and
+        the scheduler's step (or the skip), before the step commits: the
+        place to update an EMA or other extra_state from the new
+        parameters, so that a replacement receives them as of this step.
+        An exception in fn stops the run.
+    extra_state: {name: object} of the replica's own state beyond the
+        model, optimizer, scheduler and RNG: a data loader's position, an
+        EMA copy of the model, a GradScaler; anything with state_dict() and
+        load_state_dict(). A replacement receives each object's state_dict
+        as of the last committed step and load_state_dict()s it before its
+        first step (when step.catching_up). Update them only inside the
+        step loop or in a hook (after_step for what depends on the new
+        parameters, as an EMA does), so the committed state is that of
+        the step. The tensors of a state_dict travel in buffers allocated at
+        construction: their number, shapes and dtypes must stay the same;
+        the rest (numbers, strings, lists, dicts) in meta_bytes. Every
+        replica gives the same names.
     meta_bytes: bytes reserved for the optimizer's and scheduler's state
-        without their tensors, the RNG state and the step (default 1 MiB;
-        a larger value is asked for when they do not fit).
+        without their tensors, the RNG state, the step and extra_state's
+        non-tensor values (default 1 MiB; a larger value is asked for when
+        they do not fit).
     job_options: a dict of more resihp.Job options (e.g. coordinator,
         replica) for runs outside resihp-run.
 
@@ -238,17 +255,20 @@ class Trainer:
     def __init__(self, model, optimizer, *, microbatches, steps,
                  scheduler=None, mode="deterministic", seed=0, workload=None,
                  standalone=False, bucket_mb=25.0, overlap=True,
-                 before_step=None, meta_bytes=1 << 20, job_options=None):
+                 before_step=None, after_step=None, extra_state=None,
+                 meta_bytes=1 << 20,
+                 job_options=None):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.microbatches, self.steps = int(microbatches), int(steps)
         if self.microbatches < 1 or self.steps < 1:
             raise ProgramError("microbatches and steps must be >= 1")
         self.seed, self.mode = int(seed), mode
-        self.before_step = before_step
+        self.before_step, self.after_step = before_step, after_step
         if not standalone:  # one process computing all M is the reference
             refuse_running_stats(model)
         self._watch, self._watched = None, standalone
-        self.state = ReplicaState(model, optimizer, scheduler, meta_bytes)
+        self.state = ReplicaState(model, optimizer, scheduler, meta_bytes,
+                                  extra_state)
         self.grads = Gradients(optimizer, mode, int(bucket_mb * (1 << 20)))
         self.job = None
         self.overlap = bool(overlap) and not standalone
@@ -306,8 +326,10 @@ class Trainer:
         self.state.check_start(self.job, self.grads.check,
                                *self.grads.start_sums())
         step.loss = self.grads.loss()
-        step.applied = before_step(self.before_step, step, self.job)
-        self.state.step_done(step.index, step.applied)
+        step.applied = run_hook(self.before_step, "before_step", step,
+                                self.job) is not False
+        self.state.step_done(step.index, step.applied, lambda: run_hook(
+            self.after_step, "after_step", step, self.job))
         if self.job is not None:
             self.job.end_step()
         self._open = None

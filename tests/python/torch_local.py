@@ -202,6 +202,11 @@ raises(resihp.ProgramError, tb.state.load,
        "refused", "scheduler fields")
 ok("__class__" not in vars(sb) and sb.base_lrs != [1.0],
    "the refused scheduler state set nothing")
+older = codec.decode(good)
+del older["extra"]  # as written before extra_state existed
+put_meta(tb.state, codec.encode(older))
+ok(tb.state.load() == older["step"], "a state without extra_state (an older "
+   "checkpoint) loads when the replica has none")
 for what, bad in (("an optimizer state that is a number", {"optimizer": 5}),
                   ("a step that is missing", {"step": None}),
                   ("an RNG state that is a string", {"rng": "x"})):

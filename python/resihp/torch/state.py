@@ -413,7 +413,9 @@ class ReplicaState:
         if self.scheduler is not None and meta["scheduler"] is not None:
             self.scheduler.load_state_dict(
                 self._scheduler_state(meta["scheduler"]))
-        self._load_extra(meta["extra"])
+        # a state written before extra_state existed (a resumed run's
+        # checkpoint) has none
+        self._load_extra(meta.get("extra", {}))
         torch.set_rng_state(meta["rng"])
         # a state from a CPU replica has no device RNG state: the device's
         # stays (the Trainer seeds it at each microbatch anyway)

@@ -49,6 +49,10 @@ def main():
     p.add_argument("--bucket-mb", type=float, default=25.0,
                    help="gradient bucket size in MiB (exchange overlapped "
                    "with the last microbatch's backward)")
+    p.add_argument("--clip", type=float, default=None, metavar="MAXNORM",
+                   help="clip the step's summed gradient to this norm "
+                   "(torch.nn.utils.clip_grad_norm_ in the Trainer's "
+                   "before_step hook: the same gradient on every replica)")
     p.add_argument("--standalone", action="store_true",
                    help="no resihp job: compute all microbatches here")
     p.add_argument("--test-fault",
@@ -65,10 +69,14 @@ def main():
     model, opt, sched, corpus = common.setup(args)
     test_fault(args, model)
     work = fixed_workload(args.batch, args.ctx)
+    clip = None
+    if args.clip is not None:
+        def clip(step):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
     tr = rt.Trainer(model, opt, microbatches=args.microbatches,
                     steps=args.steps, scheduler=sched, mode=args.mode,
                     seed=args.seed,
-                    workload=work,
+                    workload=work, before_step=clip,
                     standalone=args.standalone, bucket_mb=args.bucket_mb)
     if args.test_fault == "bad-catchup":
         load = tr.state.load

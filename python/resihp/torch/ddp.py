@@ -79,8 +79,10 @@ What it does not:
   sums are taken in another grouping and the final state differs in the
   last bits from a failure-free run (the replicas still agree);
 - module buffers updated in forward (BatchNorm's running statistics) are
-  not exchanged (DDP's broadcast_buffers has a one-process group): the
-  replicas drift apart unless the model has none;
+  not exchanged (DDP's broadcast_buffers has a one-process group): they
+  would drift apart, so they are refused (norm layers tracking running
+  statistics at construction, any buffer changed by the first step's
+  forward passes at its end: see buffers.py);
 - CPU tensors, float32 gradients, one rank per replica (no sharding), one
   backward per microbatch, DDP's find_unused_parameters=False."""
 import contextlib
@@ -93,8 +95,9 @@ from torch.nn.parallel import DistributedDataParallel
 from .. import job as _job
 from ..errors import ProgramError
 from ..job import Job
+from .buffers import BufferWatch, refuse_running_stats
 from .state import ReplicaState
-from .trainer import microbatch_seed
+from .trainer import microbatch_seed, run_hook
 
 _SLOTS = 3  # loss, start check word, count (as grads.py)
 REDUCE = ("ddp", "sum")
@@ -139,7 +142,8 @@ class Step:
         self.nreplicas = max(1, info.nreplicas)  # at the step's start
         self.mbs = list(info.mbs)
         self.reassigned = []    # microbatches added after a peer failed
-        self.loss = None        # after the commit: mean loss over M
+        self.loss = None        # after the exchange: mean loss over M
+        self.applied = None     # after the commit: False if skipped
         self._extra = None      # what the last exchange asked for
         self._exchanged = False
         self._in_round = False
@@ -211,6 +215,8 @@ class Step:
         a._commit(self)
 
     def __iter__(self):
+        """The step's microbatch ids, each inside the right sync context
+        (step.rounds() spelled out); the step commits after the last."""
         for todo in self.rounds():
             for i, mb in enumerate(todo):
                 self.microbatch(mb)
@@ -222,22 +228,62 @@ class Step:
 
 
 class Adapter:
-    """job_or_opts: a resihp.Job (then pass microbatches=) or a dict of
-    Job options (microbatches, steps, ...: the adapter joins with the
-    replica state list). ddp: a DistributedDataParallel over a one-rank
-    group. reduce: "ddp" (divide by the replicas, loss * R/M) or "sum"
-    (loss / M)."""
+    """A DistributedDataParallel script's loop made fault tolerant (the
+    module's docstring shows the loop and says what it recovers).
+
+    job_or_opts: a resihp.Job already joined (then pass microbatches=), or
+        a dict of resihp.Job options: microbatches (M, per step) and steps
+        (S) at least; the adapter joins with the replica state list.
+    ddp: the DistributedDataParallel module, over a one-rank gloo group
+        (one_rank_group()), a CPU model with float32 parameters.
+    optimizer: one torch.optim.Optimizer over ddp's parameters (a list
+        is refused: use param_groups), deep-copyable, stepping without a
+        closure; the
+        adapter steps it when a step commits and zeroes the gradients at
+        each step (do not call step() or zero_grad() in the loop).
+    scheduler: an LR scheduler, stepped after the optimizer at each commit.
+    seed: the torch RNG is seeded from (seed, step, microbatch) before
+        each microbatch (as the Trainer does).
+    reduce: "ddp" (default: the loss is scaled by R/M and the gradients
+        divided by R, as DDP's own hook divides by the world size) or "sum"
+        (loss / M, the Trainer's convention); the update is the mean over
+        the step's M microbatches either way.
+    workload: fn(step, mb) -> (tokens, sum_l2, nseq) of microbatch mb of
+        step from the data loader, or None when unknown. Pass it: with it
+        the replicas assign each step themselves and steps run free of the
+        coordinator; without it every step goes through the coordinator
+        (see resihp.torch.Trainer, resihp-run(1) --assign).
+    before_step: fn(step) after the exchange, before optimizer.step(),
+        the gradients summed (see resihp.torch.Trainer): clip, log, check;
+        False skips the step's optimizer and scheduler step.
+    after_step: fn(step) after optimizer.step(), before the commit: update
+        an EMA or other extra_state there.
+    extra_state: {name: object with state_dict/load_state_dict} handed to
+        a replacement with the rest (see resihp.torch.Trainer).
+    microbatches: M, when job_or_opts is a Job.
+    meta_bytes: bytes reserved for the optimizer's and scheduler's state
+        without their tensors, the RNG state and the step (default 1 MiB).
+
+    Gradients are summed as float32: a failure-free run equals stock DDP;
+    after a failure the replicas agree but differ in the last bits from a
+    failure-free run (resihp.torch.Trainer's deterministic mode does not).
+    On a failure the survivors compute the dead replica's microbatches
+    (the loop yields them) and exchange again; a replacement receives the
+    last committed state (model, optimizer, scheduler, RNG)."""
 
     def __init__(self, job_or_opts, ddp, optimizer, scheduler=None, *,
-                 seed=0, reduce="ddp", microbatches=None, meta_bytes=1 << 20):
+                 seed=0, reduce="ddp", workload=None, before_step=None,
+                 after_step=None, extra_state=None, microbatches=None, meta_bytes=1 << 20):
         _check_ddp(ddp)
+        refuse_running_stats(ddp.module)
         if reduce not in REDUCE:
             raise ProgramError("reduce '%s': use one of %s" %
                                (reduce, ", ".join(REDUCE)))
         self.ddp, self.optimizer, self.scheduler = ddp, optimizer, scheduler
         self.seed, self.reduce = int(seed), reduce
+        self.before_step, self.after_step = before_step, after_step
         self.state = ReplicaState(ddp.module, optimizer, scheduler,
-                                  meta_bytes)
+                                  meta_bytes, extra_state)
         self.params = [p for p in ddp.module.parameters() if p.requires_grad]
         self.where, n = {}, 0
         for p in self.params:
@@ -258,15 +304,22 @@ class Adapter:
                 raise ProgramError("the job options need microbatches >= 1 "
                                    "and steps >= 1")
             self.job = Job(state=self.state.buffers(), **opts)
+        if workload is not None:
+            self.job.set_workload_fn(workload)
         self._step = None
+        self._watch, self._watched = None, False
         self._buckets = []
         ddp.register_comm_hook(None, self._hook)
 
     @property
     def replica(self):
+        """This replica's index."""
         return self.job.replica
 
     def __iter__(self):
+        """The run's steps (Step): joins, catches up when this replica is
+        a replacement, zeroes the gradients at each step; a step commits
+        (optimizer and scheduler step) when its rounds are done."""
         while True:
             if self._step is not None and not self._step._committed:
                 raise ProgramError("step %d was left before its microbatches "
@@ -285,6 +338,8 @@ class Adapter:
                     p.grad.detach_()
                     p.grad.zero_()
             self._step = step
+            if not self._watched:
+                self._watch, self._watched = BufferWatch(self.ddp.module), True
             yield step
 
     steps = __iter__
@@ -375,7 +430,13 @@ class Adapter:
         return False
 
     def _commit(self, st):
-        self.state.step_done(st.index)
+        if self._watch is not None:  # this process's first step
+            self._watch.check(self.job)
+            self._watch = None
+        st.applied = run_hook(self.before_step, "before_step", st,
+                              self.job) is not False
+        self.state.step_done(st.index, st.applied, lambda: run_hook(
+            self.after_step, "after_step", st, self.job))
         self.job.end_step()
         st._committed = True
 
@@ -389,6 +450,7 @@ class Adapter:
         return result
 
     def close(self):
+        """Leave the job without a result (finish() also closes)."""
         self.job.close()
 
 

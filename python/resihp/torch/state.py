@@ -13,7 +13,11 @@ every other replica) as they were at the last commit. Here they are:
 - one byte buffer holding everything else, written at each commit in a
   safe encoding (codec.py: no pickle, a peer's bytes cannot run code): the
   optimizer's state_dict without its tensors, the LR scheduler's
-  state_dict, the RNG state and the step.
+  state_dict, the RNG state and the step;
+- the user's own state objects (extra_state: a data loader's position, an
+  EMA, a GradScaler: anything with state_dict/load_state_dict): the
+  tensors of their state_dict in buffers allocated at construction (their
+  number, shapes and dtypes must not change), the rest in the byte buffer.
 After a catch-up, load() puts all of it back through load_state_dict.
 
 A model on a CUDA device: libresihp reads and writes the buffers raw, in
@@ -34,6 +38,7 @@ from .device import check_tensor, cuda_of, one_device, pinned_like
 from .digest import state_digest
 
 _MARK = "__resihp_buffer__"
+_USER_MARK = "__resihp_user_buffer__"
 _DIFFERENT_START = ("the replicas started from different parameters: "
                     "initialise the model the same way on every replica "
                     "(torch.manual_seed before building it)")
@@ -45,18 +50,41 @@ _VERSION_CPU, _VERSION_CUDA = 1, 2  # meta formats (see above)
 def _optimizer_layout(optimizer):
     """[(group, index, key, empty tensor like the state's)] in a fixed order,
     from a copy of the optimizer stepped once on zero gradients."""
-    twin = copy.deepcopy(optimizer)
+    name = type(optimizer).__name__
+    try:
+        twin = copy.deepcopy(optimizer)
+    except Exception as e:
+        raise ProgramError(
+            "cannot copy the optimizer %s (copy.deepcopy failed: %s: %s): "
+            "resihp learns the shapes of its state from a copy stepped once "
+            "on zero gradients; keep objects that cannot be copied (locks, "
+            "files, generators, handles) out of the optimizer's attributes "
+            "or give its class a __deepcopy__" %
+            (name, type(e).__name__, e)) from e
     with torch.no_grad():
         for g in twin.param_groups:
             for p in g["params"]:
                 p.grad = torch.zeros_like(p)
         try:
             twin.step()
+        except AttributeError as e:
+            # torch's Optimizer.__getstate__ keeps defaults, state and
+            # param_groups only: a subclass's own attributes are not copied
+            raise ProgramError(
+                "cannot learn the layout of the optimizer %s's state: step() "
+                "of a copy of it failed (AttributeError: %s); resihp learns "
+                "it from copy.deepcopy(optimizer) stepped once on zero "
+                "gradients, and torch.optim.Optimizer.__getstate__ copies "
+                "only defaults, state and param_groups: give %s a "
+                "__getstate__/__setstate__ (or __deepcopy__) that keeps the "
+                "attributes its step() uses" % (name, e, name)) from e
         except Exception as e:
-            raise ProgramError("cannot learn the optimizer's state layout "
-                               "(one step on zero gradients failed: %s); "
-                               "optimizers that need a closure are not "
-                               "supported" % e) from e
+            raise ProgramError(
+                "cannot learn the layout of the optimizer %s's state: "
+                "step() of a copy of it, on zero gradients and without a "
+                "closure, failed (%s: %s); the optimizer must step without "
+                "a closure (LBFGS cannot) and its copy must step like the "
+                "original" % (name, type(e).__name__, e)) from e
     layout = []
     for gi, g in enumerate(twin.param_groups):
         for pi, p in enumerate(g["params"]):
@@ -67,8 +95,67 @@ def _optimizer_layout(optimizer):
     return layout
 
 
+def check_optimizer(optimizer):
+    """One torch.optim.Optimizer, or a ProgramError that says what to do."""
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return
+    if isinstance(optimizer, (list, tuple)):
+        raise ProgramError(
+            "resihp.torch takes one optimizer, not a %s of %d: put the "
+            "parameter sets in one optimizer as param_groups, each with its "
+            "own settings, e.g. torch.optim.AdamW([{'params': a, 'lr': "
+            "1e-3}, {'params': b, 'lr': 1e-2, 'weight_decay': 0}]); "
+            "different optimizer classes for different parameters are not "
+            "supported" % (type(optimizer).__name__, len(optimizer)))
+    raise ProgramError("the optimizer is a %s, not a torch.optim.Optimizer: "
+                       "pass one torch.optim optimizer (a subclass of "
+                       "torch.optim.Optimizer)" % type(optimizer).__name__)
+
+
+def _check_extra(extra):
+    """{name: object with state_dict/load_state_dict}, or a ProgramError."""
+    if extra is None:
+        return {}
+    if not isinstance(extra, dict):
+        raise ProgramError("extra_state is a %s: pass a dict {name: object "
+                           "with state_dict() and load_state_dict()}" %
+                           type(extra).__name__)
+    for name, obj in extra.items():
+        if not isinstance(name, str) or not (
+                callable(getattr(obj, "state_dict", None)) and
+                callable(getattr(obj, "load_state_dict", None))):
+            raise ProgramError(
+                "extra_state[%r] (a %s): each entry must be named by a "
+                "string and have state_dict() and load_state_dict(), as "
+                "torch modules, optimizers and GradScaler do; wrap other "
+                "state in a small class with those two methods" %
+                (name, type(obj).__name__))
+    return dict(extra)
+
+
+def _walk(x, fn, pick=torch.is_tensor):
+    """x with every value v that pick(v) (in dicts, lists, tuples) replaced
+    by fn(v), in a fixed order."""
+    if pick(x):
+        return fn(x)
+    if isinstance(x, dict):
+        return {k: _walk(v, fn, pick) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_walk(v, fn, pick) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_walk(v, fn, pick) for v in x)
+    return x
+
+
+def _user_mark(v):
+    return isinstance(v, str) and v.startswith(_USER_MARK)
+
+
 class ReplicaState:
-    def __init__(self, model, optimizer, scheduler=None, meta_bytes=1 << 20):
+    def __init__(self, model, optimizer, scheduler=None, meta_bytes=1 << 20,
+                 extra=None):
+        check_optimizer(optimizer)
+        self.extra = _check_extra(extra)
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.tensors, seen, named = [], set(), []
         for name, t in model.state_dict(keep_vars=True).items():
@@ -87,6 +174,11 @@ class ReplicaState:
         one_device(params, "the optimizer's parameters")
         self.cuda = cuda_of(named + params, "the model's tensors")
         self.slots = _optimizer_layout(optimizer)
+        # the extra state's tensors: host buffers, in _walk's order
+        self.extra_bufs = []
+        for obj in self.extra.values():
+            _walk(obj.state_dict(), lambda t: self.extra_bufs.append(
+                torch.zeros(t.shape, dtype=t.dtype)))
         self.meta = torch.zeros(meta_bytes, dtype=torch.uint8)
         # (tensor, its host buffer): the tensor itself on the CPU, else a
         # pinned mirror holding the state as of the last commit
@@ -99,7 +191,8 @@ class ReplicaState:
     def buffers(self):
         """(address, bytes) of every buffer, in the order sent: host
         memory, which libresihp reads and writes raw."""
-        ts = [h for _, h in self.hosted] + [self.meta]
+        ts = [h for _, h in self.hosted] + [
+            b for b in self.extra_bufs if b.numel()] + [self.meta]
         return [(t.data_ptr(), t.numel() * t.element_size()) for t in ts]
 
     def _to_host(self):
@@ -146,12 +239,17 @@ class ReplicaState:
             raise ProgramError("catch-up: the state cannot be loaded (%s); "
                                "the run was stopped" % e) from e
 
-    def step_done(self, step):
-        """The step's gradients are summed: optimizer and scheduler step,
-        then the buffers hold the new state (commit)."""
-        self.optimizer.step()
-        if self.scheduler is not None:
-            self.scheduler.step()
+    def step_done(self, step, apply=True, after=None):
+        """The step's gradients are summed: optimizer and scheduler step
+        (unless apply is False: a before_step hook skipped the step),
+        after() (the after_step hook), then the buffers hold the new state
+        (commit)."""
+        if apply:
+            self.optimizer.step()
+            if self.scheduler is not None:
+                self.scheduler.step()
+        if after is not None:
+            after()
         self.commit(step)
 
     def digest(self):
@@ -185,6 +283,7 @@ class ReplicaState:
                 if torch.is_tensor(v) and id(v) in marks:
                     st[k] = "%s%d" % (_MARK, marks[id(v)])
         meta = {"version": _VERSION_CPU, "step": int(step),
+                "extra": self._extra_state(),
                 "optimizer": sd,
                 "scheduler": (self.scheduler.state_dict()
                               if self.scheduler is not None else None),
@@ -204,6 +303,52 @@ class ReplicaState:
                                          dtype=torch.uint8)
         self.meta[8:8 + len(blob)] = torch.frombuffer(bytearray(blob),
                                                       dtype=torch.uint8)
+
+    def _extra_state(self):
+        """{name: state_dict} of the extra state, its tensors copied to
+        their buffers and replaced by marks."""
+        out, at = {}, [0]
+
+        def to_buffer(t):
+            i = at[0]
+            at[0] += 1
+            if i >= len(self.extra_bufs) or \
+                    t.shape != self.extra_bufs[i].shape or \
+                    t.dtype != self.extra_bufs[i].dtype:
+                raise ProgramError(
+                    "extra_state[%r]: the tensors of its state_dict changed "
+                    "(number, shape or dtype) since the Trainer was built; "
+                    "a replacement receives them in buffers of fixed sizes: "
+                    "keep them fixed" % name)
+            self.extra_bufs[i].copy_(t.detach())
+            return "%s%d" % (_USER_MARK, i)
+
+        for name, obj in self.extra.items():
+            out[name] = _walk(obj.state_dict(), to_buffer)
+        if at[0] != len(self.extra_bufs):
+            raise ProgramError("extra_state: its state_dicts hold fewer "
+                               "tensors than when the Trainer was built; "
+                               "keep their number fixed")
+        return out
+
+    def _load_extra(self, states):
+        if not isinstance(states, dict) or set(states) != set(self.extra):
+            raise ProgramError(
+                "the state received has extra state %s, this replica %s: "
+                "give every replica the same extra_state names" %
+                (sorted(map(str, states)) if isinstance(states, dict)
+                 else "of another kind", sorted(self.extra)))
+
+        def from_buffer(v):
+            i = int(v[len(_USER_MARK):])
+            if not 0 <= i < len(self.extra_bufs):
+                raise ProgramError("the state received is malformed (extra "
+                                   "buffer %d of %d)" %
+                                   (i, len(self.extra_bufs)))
+            return self.extra_bufs[i].clone()
+
+        for name, obj in self.extra.items():
+            obj.load_state_dict(_walk(states[name], from_buffer, _user_mark))
 
     def load(self):
         """After a catch-up: the model's tensors came in place; put the rest
@@ -268,6 +413,9 @@ class ReplicaState:
         if self.scheduler is not None and meta["scheduler"] is not None:
             self.scheduler.load_state_dict(
                 self._scheduler_state(meta["scheduler"]))
+        # a state written before extra_state existed (a resumed run's
+        # checkpoint) has none
+        self._load_extra(meta.get("extra", {}))
         torch.set_rng_state(meta["rng"])
         # a state from a CPU replica has no device RNG state: the device's
         # stays (the Trainer seeds it at each microbatch anyway)

@@ -165,5 +165,12 @@ void on_spare(void *ud, const char *node, int state, const char *summary) {
       say("spare %s is ready (registered healthy)", node);
     else if (state == RESIHP__SPARE_FAILED_PROBE && !n->bad)
       say("spare %s failed its health probe (%s): marked bad", node, summary);
+    else if (state == RESIHP__SPARE_SUSPECT && !n->suspect)
+      say("spare %s refused as suspect (%s): not promoted, checked again "
+          "later",
+          node, summary);
+    else if (state == RESIHP__SPARE_HEALTHY && n->suspect)
+      say("spare %s passed its burn-in again: healthy", node);
+    n->suspect = state == RESIHP__SPARE_SUSPECT;
   }
 }

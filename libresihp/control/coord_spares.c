@@ -123,9 +123,9 @@ static void judge(resihp__coord_t *c, spare_t *sp) {
   resihp__burnin_t ref;
   int have = resihp__coord_burnin_ref(c, &ref);
   char why[200];
-  int verdict = resihp__burnin_judge(&sp->burnin, have ? &ref : NULL,
-                                     RESIHP__BURNIN_MAX_RATIO, why,
-                                     sizeof(why));
+  int verdict =
+      resihp__burnin_judge(&sp->burnin, have ? &ref : NULL,
+                           RESIHP__BURNIN_MAX_RATIO, why, sizeof(why));
   if (verdict == RESIHP__BURNIN_UNJUDGED)
     return;
   sp->judged = 1;
@@ -136,8 +136,10 @@ static void judge(resihp__coord_t *c, spare_t *sp) {
   }
   sp->state = RESIHP__SPARE_SUSPECT;
   snprintf(sp->summary, sizeof(sp->summary), "%s", why);
-  logc(RESIHP_LOG_WARN, "spare %s is suspect (%s): not promoted, checked "
-       "again later", sp->node, why);
+  logc(RESIHP_LOG_WARN,
+       "spare %s is suspect (%s): not promoted, checked "
+       "again later",
+       sp->node, why);
 }
 
 const char *resihp__coord_spare_summary(const resihp__coord_t *c,

@@ -65,13 +65,17 @@ static int compute(int64_t deadline_ms, long *us, char *why, size_t len) {
     if (!rep)
       first = sum;
     else if (sum != first) {
-      snprintf(why, len, "the compute kernel gave different results (%.0f, "
-               "then %.0f)", first, sum);
+      snprintf(why, len,
+               "the compute kernel gave different results (%.0f, "
+               "then %.0f)",
+               first, sum);
       rc = RESIHP_EIO;
     }
     if (!rc && resihp__now_ms() > deadline_ms) {
-      snprintf(why, len, "the compute kernel did not finish before the "
-               "deadline (%d of %d products)", rep + 1, GEMM_REPS);
+      snprintf(why, len,
+               "the compute kernel did not finish before the "
+               "deadline (%d of %d products)",
+               rep + 1, GEMM_REPS);
       rc = RESIHP_ETIMEDOUT;
     }
   }
@@ -90,8 +94,8 @@ static int xfer(int fd, const char *sp, size_t slen, char *rp, size_t rlen,
     if (left <= 0)
       return RESIHP_ETIMEDOUT;
     struct pollfd p = {.fd = fd,
-                       .events = (short)((slen ? POLLOUT : 0) |
-                                         (rlen ? POLLIN : 0))};
+                       .events =
+                           (short)((slen ? POLLOUT : 0) | (rlen ? POLLIN : 0))};
     int n = poll(&p, 1, left > 1000 ? 1000 : (int)left);
     if (n < 0 && errno != EINTR)
       return RESIHP_ESYS;
@@ -203,15 +207,19 @@ static int allreduce(long bytes, int64_t deadline_ms, long *us, char *why,
   *us = (long)(now_us() - t0);
   rc = s[0].rc ? s[0].rc : s[1].rc;
   if (rc == RESIHP_ETIMEDOUT)
-    snprintf(why, len, "the loopback all-reduce of %ld bytes did not finish "
-             "before the deadline", bytes);
+    snprintf(why, len,
+             "the loopback all-reduce of %ld bytes did not finish "
+             "before the deadline",
+             bytes);
   else if (rc)
-    snprintf(why, len, "the loopback all-reduce of %ld bytes failed: %s",
-             bytes, resihp_strerror(rc));
+    snprintf(why, len, "the loopback all-reduce of %ld bytes failed: %s", bytes,
+             resihp_strerror(rc));
   for (size_t i = 0; !rc && i < 2 * n; i++)
     if (mem[i] != 3.0f) {
-      snprintf(why, len, "the loopback all-reduce gave a wrong sum (%g "
-               "instead of 3 at %zu)", (double)mem[i], i % n);
+      snprintf(why, len,
+               "the loopback all-reduce gave a wrong sum (%g "
+               "instead of 3 at %zu)",
+               (double)mem[i], i % n);
       rc = RESIHP_EIO;
     }
 out:
@@ -297,8 +305,8 @@ int resihp__burnin_judge(const resihp__burnin_t *spare,
     snprintf(why, len, "burn-in not judged: no replica's to compare with");
     return RESIHP__BURNIN_UNJUDGED;
   }
-  double ar = (double)spare->allreduce_us * (double)ref->bytes /
-              (double)spare->bytes;
+  double ar =
+      (double)spare->allreduce_us * (double)ref->bytes / (double)spare->bytes;
   double rc = ratio((double)spare->compute_us, (double)ref->compute_us);
   double ra = ratio(ar, (double)ref->allreduce_us);
   if (rc > max_ratio) {
@@ -327,8 +335,7 @@ void resihp__burnin_format(const resihp__burnin_t *b, char *out, size_t len) {
   if (b->failed)
     snprintf(out, len, "fail");
   else
-    snprintf(out, len, "%ld:%ld:%ld", b->bytes, b->compute_us,
-             b->allreduce_us);
+    snprintf(out, len, "%ld:%ld:%ld", b->bytes, b->compute_us, b->allreduce_us);
 }
 
 int resihp__burnin_parse(const char *s, resihp__burnin_t *out) {

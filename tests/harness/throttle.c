@@ -285,11 +285,17 @@ static double num(const char *opt, const char *arg, double lo, double hi) {
 int main(int argc, char **argv) {
   double factor = 0, period_ms = 40, duration = 0, refresh_ms = 500;
   const char *pids_from = NULL, *cgroup = NULL, *freezer = NULL;
-  static const struct option lo[] = {
-      {"factor", 1, 0, 'f'}, {"period", 1, 0, 'p'},    {"time", 1, 0, 't'},
-      {"pgid", 1, 0, 'g'},   {"pids-from", 1, 0, 'c'}, {"refresh", 1, 0, 'r'},
-      {"cgroup", 1, 0, 'C'}, {"freezer", 1, 0, 'F'},   {"verbose", 0, 0, 'v'},
-      {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+  static const struct option lo[] = {{"factor", 1, 0, 'f'},
+                                     {"period", 1, 0, 'p'},
+                                     {"time", 1, 0, 't'},
+                                     {"pgid", 1, 0, 'g'},
+                                     {"pids-from", 1, 0, 'c'},
+                                     {"refresh", 1, 0, 'r'},
+                                     {"cgroup", 1, 0, 'C'},
+                                     {"freezer", 1, 0, 'F'},
+                                     {"verbose", 0, 0, 'v'},
+                                     {"help", 0, 0, 'h'},
+                                     {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "f:p:t:vh", lo, NULL)) != -1) {
     switch (o) {

@@ -18,8 +18,8 @@
 #include <string.h>
 
 static resihp__burnin_t bi(long bytes, long c_us, long a_us) {
-  resihp__burnin_t b = {.bytes = bytes, .compute_us = c_us,
-                        .allreduce_us = a_us};
+  resihp__burnin_t b = {
+      .bytes = bytes, .compute_us = c_us, .allreduce_us = a_us};
   return b;
 }
 
@@ -83,8 +83,8 @@ END_TEST
 START_TEST(reference_median) {
   resihp__burnin_t v[5] = {bi(4 << 20, 40000, 10000),
                            bi(8 << 20, 900000, 40000), /* a slow replica */
-                           bi(4 << 20, 50000, 12000),
-                           bi(4 << 20, 1, 1), bi(4 << 20, 45000, 11000)};
+                           bi(4 << 20, 50000, 12000), bi(4 << 20, 1, 1),
+                           bi(4 << 20, 45000, 11000)};
   v[3].failed = 1; /* skipped */
   resihp__burnin_t ref;
   ck_assert_int_eq(resihp__burnin_reference(v, 5, &ref), 4);
@@ -116,9 +116,9 @@ START_TEST(wire_form) {
   ck_assert_str_eq(s, "fail");
   ck_assert_int_eq(resihp__burnin_parse("fail", &c), 0);
   ck_assert_int_eq(c.failed, 1);
-  const char *bad[] = {"",          "1:2",      "1:2:3:4",  "0:1:1",
-                       "-1:1:1",    "1:-2:3",   "1:2:3,1:2:3",
-                       "99999999999:1:1", "a:b:c", "1:2:99999999999"};
+  const char *bad[] = {
+      "",       "1:2",         "1:2:3:4",         "0:1:1", "-1:1:1",
+      "1:-2:3", "1:2:3,1:2:3", "99999999999:1:1", "a:b:c", "1:2:99999999999"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     ck_assert_msg(resihp__burnin_parse(bad[i], &c) == RESIHP_EPROTO, "%s",
                   bad[i]);

@@ -1002,8 +1002,9 @@ static int spare_say(const char *ep, const char *key, const char *line,
   return rc;
 }
 
-START_TEST(spare_registry) {
-  const char *key = "spare-test-secret";
+/* A coordinator of one replica on 127.0.0.1 with the job secret key, for
+ * the spare registry's tests. */
+static resihp__coord_t *spare_coord(const char *key) {
   resihp__coord_opts_t co = {.replicas = 1,
                              .bind_host = "127.0.0.1",
                              .secret = (const uint8_t *)key,
@@ -1011,6 +1012,12 @@ START_TEST(spare_registry) {
                              .silence_ms = 3000};
   resihp__coord_t *c;
   ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
+  return c;
+}
+
+START_TEST(spare_registry) {
+  const char *key = "spare-test-secret";
+  resihp__coord_t *c = spare_coord(key);
   char ep[64];
   snprintf(ep, sizeof(ep), "127.0.0.1:%d", resihp__coord_port(c));
   const char *lines[] = {
@@ -1099,13 +1106,7 @@ static void say_all(resihp__coord_t *c, const char *key, const char **lines,
  * registration that passes makes a suspect spare healthy again. */
 START_TEST(spare_burnin_suspect) {
   const char *key = "burnin-test-secret";
-  resihp__coord_opts_t co = {.replicas = 1,
-                             .bind_host = "127.0.0.1",
-                             .secret = (const uint8_t *)key,
-                             .secret_len = strlen(key),
-                             .silence_ms = 3000};
-  resihp__coord_t *c;
-  ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
+  resihp__coord_t *c = spare_coord(key);
   const char *first[] = {
       /* burn-in failed (the node too slow to finish): suspect */
       "SPARE node=s1 status=pass burnin=fail summary=the compute kernel did "

@@ -13,15 +13,19 @@
 # microbatches move to the others, then it is swapped for a spare); and
 # a small GPT in PyTorch (contrib/torch-gpt) on resihp.torch's Trainer
 # through a rank kill and a hang, against one process; and
-# resihp-bench-recovery.sh compares with checkpoint-restart. Always stops the cluster on exit. Run as root.
+# resihp-bench-recovery.sh compares with checkpoint-restart as sites run it
+# (sbatch --requeue, Slurm noticing a killed node itself). Always stops the
+# cluster on exit. Run as root.
 # Env: KEEP_LAB=1 keeps the cluster's files; STEPS (60), MB_MS (5),
-# NO_BENCH=1 skips the comparison.
+# NO_BENCH=1 skips the comparison, BENCH_STEPS (600) its job's length,
+# BENCH_SLURMD_TIMEOUT (10) the SlurmdTimeout it runs under.
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 demo=run-training-demo
 . "$src/contrib/dev/demo-lab.sh"
 B=$src/build
 STEPS=${STEPS:-60} MB_MS=${MB_MS:-5}
+BENCH_STEPS=${BENCH_STEPS:-600} BENCH_SLURMD_TIMEOUT=${BENCH_SLURMD_TIMEOUT:-10}
 # Slurm must not notice the killed node and end the job: resihp does it.
 # 3 replicas + 2 spares, and a sixth node for the benchmark, which replaces
 # all three of its failures.
@@ -136,11 +140,17 @@ else
 fi
 
 if [ -z "${NO_BENCH:-}" ]; then
-  step "effective throughput vs checkpoint-restart (tools/resihp-bench-recovery.sh)"
-  for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 5 ] && break; sleep 0.2; done
-  salloc -Q --no-kill -N5 "$src/tools/resihp-bench-recovery.sh" --bindir "$B/tools" \
-    --trainer "$B/contrib/trainer/resihp-trainer" --steps "$STEPS" --mb-ms "$MB_MS" \
-    --replicas 2 --spares 3
+  step "resihp-run vs checkpoint-restart, a whole node killed (tools/resihp-bench-recovery.sh)"
+  # checkpoint-restart as sites run it (sbatch --requeue) needs Slurm to
+  # notice the dead node: the cluster again, with the lab's SlurmdTimeout
+  echo "   (the cluster restarted with SlurmdTimeout=$BENCH_SLURMD_TIMEOUT; a $BENCH_STEPS-step job, a node killed at its middle)"
+  cluster stop >/dev/null 2>&1
+  SLURMD_TIMEOUT=$BENCH_SLURMD_TIMEOUT PLUGSTACK_LINE="required $B/spank/.libs/resihp.so" cluster start >/dev/null 2>&1 || exit 1
+  "$src/tools/resihp-bench-recovery.sh" --bindir "$B/tools" \
+    --trainer "$B/contrib/trainer/resihp-trainer" --steps "$BENCH_STEPS" --mb-ms "$MB_MS" \
+    --replicas 2 --spares 3 --failures 1 --checkpoint-every 100 \
+    --kill-node-cmd "env LAB=$LAB $src/tests/harness/lab-cluster.sh killnode %n" \
+    --revive-node-cmd "env LAB=$LAB $src/tests/harness/lab-cluster.sh startnode %n"
 fi
 [ -n "$ref" ] && [ "$got" = "$ref" ] && [ -n "$pref" ] && [ "$pgot" = "$pref" ] &&
   [ -n "$fref" ] && [ "$fgot" = "$fref" ] && [ -n "$tref" ] && [ "$tgot" = "$tref" ]

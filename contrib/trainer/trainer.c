@@ -386,8 +386,11 @@ static int run_checkpointed(model_t *m) {
     }
     double loss = apply(m, s, fb);
     if (rank == 0 && !c->quiet && c->print_every > 0 &&
-        (s % c->print_every == 0 || s == c->steps - 1))
+        (s % c->print_every == 0 || s == c->steps - 1)) {
       printf("step %ld loss %.4f\n", s, loss);
+      fflush(stdout); /* progress as it goes (the node-failure bench
+                       * kills a node when the job reaches a step) */
+    }
     if (rank == 0 && c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0 &&
         save_ckpt(m, s + 1))
       fprintf(stderr, "trainer: cannot write a checkpoint\n");

@@ -27,6 +27,7 @@
 
 #include "coordinator.h"
 #include "costplan.h"
+#include "../probe/burnin.h"
 #include "wire.h"
 
 #include <resihp/detector.h>
@@ -105,6 +106,9 @@ typedef struct {
   /* the lines of the last boundary it is owed, not sent yet (OWE_*,
    * coord_pace.c) */
   int owed;
+  /* its leader's burn-in at its first HELLO (bytes 0: none): the
+   * reference spares are judged against (coord_spares.c) */
+  resihp__burnin_t burnin;
 } rep_t;
 
 enum { OWE_GO_WHOLE = 1, OWE_GO_LINE = 2, OWE_START = 4 };
@@ -144,6 +148,10 @@ typedef struct {
   long registrations;
   int replica; /* promoted to */
   char summary[200];
+  /* its last burn-in (bytes 0, failed 0: none) and whether it was judged
+   * against the replicas' yet */
+  resihp__burnin_t burnin;
+  int judged;
 } spare_t;
 
 typedef struct {
@@ -474,5 +482,9 @@ void resihp__coord_send_coords(resihp__coord_t *c, int r);
 void resihp__coord_refuse(resihp__coord_t *c, int k, const char *reason,
                           int hangup, const char *msg);
 void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg);
+
+/* The replicas' burn-in reference (their median, probe/burnin.h) into
+ * *ref; the number of replicas it comes from (0: none yet). O(R). */
+int resihp__coord_burnin_ref(const resihp__coord_t *c, resihp__burnin_t *ref);
 
 #endif

@@ -271,7 +271,14 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     return;
   }
   long again = 0, e = 0, st = 0, pid = 0;
-  if (resihp__wire_get_range(msg, "again", 0, 1, &again) == RESIHP_EPROTO ||
+  /* its burn-in (the launcher asks first launches for one): the reference
+   * of the spares' (coord_spares.c) */
+  char bi[64];
+  resihp__burnin_t burnin = {0};
+  int birc = resihp__wire_get(msg, "burnin", bi, sizeof(bi));
+  if ((birc && birc != RESIHP_ENOENT) ||
+      (!birc && resihp__burnin_parse(bi, &burnin)) ||
+      resihp__wire_get_range(msg, "again", 0, 1, &again) == RESIHP_EPROTO ||
       resihp__wire_get_range(msg, "pid", 1, INT_MAX, &pid) == RESIHP_EPROTO ||
       resihp__wire_get_range(msg, "epoch", 0, UINT32_MAX, &e) ==
           RESIHP_EPROTO ||
@@ -314,6 +321,8 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     resihp__coord_refuse(c, k, "duplicate", 1, msg);
     return;
   }
+  if (!birc)
+    p->burnin = burnin;
   if (!c->S) {
     c->owner = calloc((size_t)m, sizeof(int));
     c->M = (int)m;

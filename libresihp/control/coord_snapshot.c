@@ -520,7 +520,7 @@ static int restore_round(resihp__coord_t *c, cur_t *u, int *tmp) {
 }
 
 static int restore_spare(resihp__coord_t *c, cur_t *u) {
-  int state = (int)num(u, RESIHP__SPARE_CHECKING, RESIHP__SPARE_PROMOTED);
+  int state = (int)num(u, RESIHP__SPARE_CHECKING, RESIHP__SPARE_SUSPECT);
   long regs = (long)num(u, 0, LONG_MAX);
   int replica = (int)num(u, -1, c->R - 1);
   char node[64] = "", summary[200] = "";

@@ -34,6 +34,8 @@ const char *resihp__spare_state_name(int state) {
     return "unreachable";
   case RESIHP__SPARE_PROMOTED:
     return "promoted";
+  case RESIHP__SPARE_SUSPECT:
+    return "suspect";
   }
   return "?";
 }
@@ -89,13 +91,83 @@ void resihp__coord_spare_mark(resihp__coord_t *c, const char *node, int state,
          resihp__spare_state_name(state), why ? why : "");
 }
 
-/* SPARE node=N status=pass|fail summary=TEXT from a spare agent. */
+long resihp__coord_burnin_bytes(const resihp__coord_t *c) {
+  for (int r = 0; r < c->R; r++)
+    if (c->reps[r].burnin.bytes > 0)
+      return c->reps[r].burnin.bytes;
+  return 0;
+}
+
+int resihp__coord_burnin_ref(const resihp__coord_t *c, resihp__burnin_t *ref) {
+  memset(ref, 0, sizeof(*ref));
+  resihp__burnin_t *v = malloc(sizeof(*v) * (size_t)(c->R > 0 ? c->R : 1));
+  if (!v)
+    return 0; /* judged at the next look */
+  int n = 0;
+  for (int r = 0; r < c->R; r++)
+    if (c->reps[r].burnin.bytes > 0)
+      v[n++] = c->reps[r].burnin;
+  int have = resihp__burnin_reference(v, n, ref);
+  free(v);
+  return have;
+}
+
+/* Judge sp's burn-in against the replicas' median, if it has one not
+ * judged yet and there is a reference: a slow or failed one makes a
+ * healthy spare suspect. O(R) per call: once per registration, or per
+ * spare looked at for a replacement. */
+static void judge(resihp__coord_t *c, spare_t *sp) {
+  if (sp->judged || sp->state != RESIHP__SPARE_HEALTHY ||
+      (!sp->burnin.bytes && !sp->burnin.failed))
+    return;
+  resihp__burnin_t ref;
+  int have = resihp__coord_burnin_ref(c, &ref);
+  char why[200];
+  int verdict =
+      resihp__burnin_judge(&sp->burnin, have ? &ref : NULL,
+                           RESIHP__BURNIN_MAX_RATIO, why, sizeof(why));
+  if (verdict == RESIHP__BURNIN_UNJUDGED)
+    return;
+  sp->judged = 1;
+  resihp__coord_dirty(c);
+  if (verdict == RESIHP__BURNIN_PASS) {
+    logc(RESIHP_LOG_DEBUG, "spare %s: %s", sp->node, why);
+    return;
+  }
+  sp->state = RESIHP__SPARE_SUSPECT;
+  snprintf(sp->summary, sizeof(sp->summary), "%s", why);
+  logc(RESIHP_LOG_WARN,
+       "spare %s is suspect (%s): not promoted, checked "
+       "again later",
+       sp->node, why);
+}
+
+const char *resihp__coord_spare_summary(const resihp__coord_t *c,
+                                        const char *node) {
+  const spare_t *sp = find_spare(c, node);
+  return sp ? sp->summary : "";
+}
+
+int resihp__coord_spare_judge(resihp__coord_t *c, const char *node) {
+  spare_t *sp = find_spare(c, node);
+  if (!sp)
+    return RESIHP__SPARE_CHECKING;
+  judge(c, sp);
+  return sp->state;
+}
+
+/* SPARE node=N status=pass|fail [burnin=B:C:A|fail] summary=TEXT from a
+ * spare agent. */
 void resihp__coord_on_spare(resihp__coord_t *c, int k, const char *msg) {
-  char node[64] = "", status[8] = "", summary[400] = "", line[128];
+  char node[64] = "", status[8] = "", summary[400] = "", line[128], bi[64];
+  resihp__burnin_t burnin = {0};
+  int birc = resihp__wire_get(msg, "burnin", bi, sizeof(bi));
   if (resihp__wire_get(msg, "node", node, sizeof(node)) ||
       !resihp__wire_token_ok(node, sizeof(node)) ||
       resihp__wire_get(msg, "status", status, sizeof(status)) ||
       (strcmp(status, "pass") && strcmp(status, "fail")) ||
+      (birc && birc != RESIHP_ENOENT) ||
+      (!birc && resihp__burnin_parse(bi, &burnin)) ||
       resihp__coord_spare_add(c, node)) {
     resihp__coord_refuse(c, k, "bad-spare", 1, msg);
     return;
@@ -106,9 +178,15 @@ void resihp__coord_on_spare(resihp__coord_t *c, int k, const char *msg) {
   int pass = !strcmp(status, "pass");
   /* a bad spare stays bad; a promoted one belongs to its replica */
   if (!spare_bad(sp->state) && sp->state != RESIHP__SPARE_PROMOTED) {
+    /* a suspect spare is burned in again: it may be healthy now */
     sp->state = pass ? RESIHP__SPARE_HEALTHY : RESIHP__SPARE_FAILED_PROBE;
     snprintf(sp->summary, sizeof(sp->summary), "%s",
              pass || !strcmp(summary, "-") ? "" : summary);
+    sp->burnin = burnin;
+    if (burnin.failed && strcmp(summary, "-"))
+      snprintf(sp->burnin.why, sizeof(sp->burnin.why), "%s", summary);
+    sp->judged = 0;
+    judge(c, sp);
   }
   logc(pass ? RESIHP_LOG_DEBUG : RESIHP_LOG_WARN,
        "spare %s registered: probe %s%s%s -> %s", node, status,

@@ -258,15 +258,33 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
   if (c->abort_replica >= 0)
     fprintf(f, "  stopped by replica %d:   %s (its program; no replacement)\n",
             c->abort_replica, c->abort_why);
+  resihp__burnin_t bref;
+  int nref = c->nspares ? resihp__coord_burnin_ref(c, &bref) : 0;
+  if (nref)
+    fprintf(f,
+            "  spares' burn-in against: compute %.0f ms, all-reduce of %.1f "
+            "MiB %.0f ms (median of %d replica(s), at their start)\n",
+            bref.compute_us / 1e3, (double)bref.bytes / (1 << 20),
+            bref.allreduce_us / 1e3, nref);
   for (int i = 0; i < c->nspares; i++) {
     const spare_t *sp = &c->spares[i];
-    char extra[260] = "";
+    char extra[260] = "", bi[64] = "";
     if (sp->state == RESIHP__SPARE_PROMOTED)
       snprintf(extra, sizeof(extra), " to replica %d", sp->replica);
+    else if (sp->state == RESIHP__SPARE_SUSPECT)
+      snprintf(extra, sizeof(extra), " (%s; refused, checked again later)",
+               sp->summary);
     else if (sp->summary[0])
       snprintf(extra, sizeof(extra), " (%s)", sp->summary);
-    fprintf(f, "  spare %s: %s%s; %ld registration(s)\n", sp->node,
-            resihp__spare_state_name(sp->state), extra, sp->registrations);
+    /* the last burn-in's own time: what promoting it would have waited
+     * for had it not run ahead, in its check step */
+    if (sp->burnin.bytes > 0)
+      snprintf(bi, sizeof(bi), "; last burn-in %.0f ms",
+               (double)(sp->burnin.compute_us + sp->burnin.allreduce_us) /
+                   1e3);
+    fprintf(f, "  spare %s: %s%s; %ld registration(s)%s\n", sp->node,
+            resihp__spare_state_name(sp->state), extra, sp->registrations,
+            bi);
   }
   const char *ref = NULL;
   int agree = 1, nres = 0;

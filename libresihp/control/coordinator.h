@@ -132,6 +132,16 @@
  * and promotes (hands to a replacement) only registered-healthy spares.
  * A spare found bad stays bad for the rest of the job, like a replica's
  * node that failed.
+ *
+ * Burn-in (probe/burnin.h). A spare whose probe passed says
+ * burnin=BYTES:COMPUTE_US:ALLREDUCE_US (or burnin=fail) before its summary:
+ * its CPU burn-in. The replicas' ranks say the same in their first HELLO
+ * (the launcher asks their first launch for it); their median is the
+ * reference. A spare much slower than the reference, or whose burn-in
+ * failed, is suspect: not promoted, not bad either - its next check
+ * (--spare-recheck) burns it in again and may make it healthy. A spare
+ * that registered before any replica had joined is judged when the
+ * launcher next looks for a replacement (resihp__coord_spare_judge).
  */
 #ifndef RESIHP_CONTROL_COORDINATOR_H
 #define RESIHP_CONTROL_COORDINATOR_H
@@ -319,7 +329,8 @@ enum {
   RESIHP__SPARE_HEALTHY,      /* registered, probe passed */
   RESIHP__SPARE_FAILED_PROBE, /* registered, probe failed */
   RESIHP__SPARE_UNREACHABLE,  /* its check step ended without registering */
-  RESIHP__SPARE_PROMOTED      /* handed to a replica */
+  RESIHP__SPARE_PROMOTED,     /* handed to a replica */
+  RESIHP__SPARE_SUSPECT       /* probe passed, burn-in slow or failed */
 };
 #define RESIHP__COORD_MAX_SPARES 4096
 
@@ -335,6 +346,16 @@ int resihp__coord_spare_state(const resihp__coord_t *c, const char *node,
  * RESIHP__SPARE_PROMOTED (replica gets it). Bad states are kept. */
 void resihp__coord_spare_mark(resihp__coord_t *c, const char *node, int state,
                               int replica, const char *why);
+/* The state of node once its burn-in is judged against the replicas'
+ * (a registered-healthy spare whose burn-in was not judged yet, for want
+ * of a reference, may become suspect now). */
+int resihp__coord_spare_judge(resihp__coord_t *c, const char *node);
+/* What was found wrong with node ("" if nothing; never NULL). */
+const char *resihp__coord_spare_summary(const resihp__coord_t *c,
+                                        const char *node);
+/* The all-reduce size a spare's burn-in should use: the replicas' (their
+ * burn-in's), 0 before any said it. */
+long resihp__coord_burnin_bytes(const resihp__coord_t *c);
 
 /* A replica's addresses as its HELLO gave them (all-reduce, catch-up: one
  * per rank, "a/b/..."; leader of its other ranks, "" when none). Before

@@ -4,6 +4,7 @@
  * running on a node that may be needed for a replacement at any moment. */
 #include "config.h"
 
+#include "../probe/burnin.h"
 #include "../probe/results.h"
 #include "../transport/mesh.h"
 #include "spare_agent.h"
@@ -61,8 +62,34 @@ int resihp__spare_agent_run(int timeout_ms) {
                "inside resihp-run's spare check step");
     return 2;
   }
-  char status[8], summary[300];
+  char status[8], summary[300], bi[80] = "";
   verdict(status, sizeof(status), summary, sizeof(summary));
+  int64_t deadline = resihp__now_ms() + timeout_ms;
+  /* burn-in, when the launcher asks for it (RESIHP_BURNIN_BYTES: the
+   * job's all-reduce size, 0 when not known yet): bounded by
+   * RESIHP_BURNIN_MS and half the time this agent has, so that a node too
+   * slow to finish still registers, with a failed burn-in */
+  const char *bv = getenv("RESIHP_BURNIN_BYTES");
+  if (!strcmp(status, "pass") && bv && *bv && strcmp(bv, "off")) {
+    resihp__burnin_t b;
+    long bytes = atol(bv) > 0 ? atol(bv) : RESIHP__BURNIN_DEFAULT_BYTES;
+    long ms = timeout_ms / 2;
+    const char *mv = getenv("RESIHP_BURNIN_MS");
+    if (mv && atol(mv) > 0 && atol(mv) < ms)
+      ms = atol(mv);
+    int64_t t0 = resihp__now_ms();
+    if (resihp__burnin_run(bytes, t0 + ms, &b))
+      snprintf(summary, sizeof(summary), "%.250s", b.why);
+    char f[64];
+    resihp__burnin_format(&b, f, sizeof(f));
+    snprintf(bi, sizeof(bi), " burnin=%s", f);
+    resihp_log(RESIHP_LOG_INFO, "spare",
+               "node %s: burn-in %s in %ld ms (compute %ld us, all-reduce "
+               "of %ld bytes %ld us)",
+               node, b.failed ? "failed" : "done",
+               (long)(resihp__now_ms() - t0), b.compute_us, b.bytes,
+               b.allreduce_us);
+  }
   uint8_t *secret = NULL;
   size_t slen = 0;
   int rc = resihp__wire_read_secret(sf, &secret, &slen);
@@ -71,7 +98,6 @@ int resihp__spare_agent_run(int timeout_ms) {
                sf, resihp_strerror(rc));
     return 2;
   }
-  int64_t deadline = resihp__now_ms() + timeout_ms;
   resihp__wire_t w;
   resihp__wire_init(&w, -1);
   char line[512];
@@ -83,8 +109,8 @@ int resihp__spare_agent_run(int timeout_ms) {
   resihp__wire_init(&w, fd);
   if ((rc = resihp__wire_auth_client(&w, secret, slen, "coord", deadline)))
     goto out;
-  snprintf(line, sizeof(line), "SPARE node=%s status=%s summary=%s", node,
-           status, summary);
+  snprintf(line, sizeof(line), "SPARE node=%s status=%s%s summary=%s", node,
+           status, bi, summary);
   if ((rc = resihp__wire_send(&w, line, deadline)))
     goto out;
   /* the coordinator's heartbeats may come first */

@@ -21,9 +21,10 @@ libresihp_libresihp_probe_la_LIBADD = libresihp/libresihp-metrics.la \
 
 # The reader of the results file is for the job's processes (the ranks
 # watch it for periodic failures, the spare agent reports its verdict), not
-# for the plugin, which only writes it.
+# for the plugin, which only writes it; so is the burn-in (threads, TCP).
 libresihp_libresihp_internal_la_SOURCES += \
-	libresihp/probe/results.h libresihp/probe/results.c
+	libresihp/probe/results.h libresihp/probe/results.c \
+	libresihp/probe/burnin.h libresihp/probe/burnin.c
 
 # The plugin runs the probes in its remote (slurmstepd) context.
 spank_resihp_la_LIBADD += libresihp/libresihp-probe.la
@@ -92,3 +93,11 @@ TESTS += tests/integration/plugin-exports.test \
 	tests/integration/spank-probes.test \
 	tests/integration/spank-drain.test \
 	tests/integration/spank-rundir.test
+
+# A spare's burn-in: the verdict, the reference, the wire form, a real run
+# and the coordinator's suspect spares (issue 35).
+check_PROGRAMS += tests/unit/test_burnin
+tests_unit_test_burnin_SOURCES = tests/unit/test_burnin.c
+tests_unit_test_burnin_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_burnin_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_burnin

@@ -12,6 +12,7 @@
  * hung (SIGSTOP) falls silent as a whole. */
 #include "config.h"
 
+#include "../probe/burnin.h"
 #include "../transport/msgauth.h"
 #include "../transport/sha256.h"
 #include "job_internal.h"
@@ -239,6 +240,31 @@ static int check_opts(const resihp_job_opts_t *o) {
   return 0;
 }
 
+/* The burn-in the launcher asks of a replica's first launch
+ * (RESIHP_BURNIN_BYTES): the same kernel and loopback all-reduce a spare
+ * runs before it may replace a replica (probe/burnin.h), timed here, on a
+ * node that trains at the job's pace, before training starts. The
+ * all-reduce is of this rank's state size (its gradients'), else of the
+ * size the variable gives. " burnin=..." into out, or nothing. */
+static void burnin(const resihp_job_t *j, char *out, size_t len) {
+  const char *v = getenv("RESIHP_BURNIN_BYTES");
+  if (!v || !*v || !strcmp(v, "off"))
+    return;
+  long bytes = 0;
+  for (int i = 0; i < j->nstate; i++)
+    bytes += (long)j->state[i].bytes;
+  if (!bytes)
+    bytes = atol(v) > 0 ? atol(v) : RESIHP__BURNIN_DEFAULT_BYTES;
+  resihp__burnin_t b;
+  int rc = resihp__burnin_run(bytes, resihp__now_ms() + 5000, &b);
+  if (rc)
+    resihp_log(RESIHP_LOG_WARN, "job",
+               "burn-in failed on this node (%s): no reference from it", b.why);
+  char f[64];
+  resihp__burnin_format(&b, f, sizeof(f));
+  snprintf(out, len, " burnin=%s", f);
+}
+
 /* Leader: say HELLO for the replica, with every rank's addresses. */
 static int hello(resihp_job_t *j, const char *jid, const char *sid) {
   char shape[17];
@@ -246,13 +272,15 @@ static int hello(resihp_job_t *j, const char *jid, const char *sid) {
     memcpy(shape, j->rshape, sizeof(shape));
   else
     resihp__job_state_shape(j, shape);
+  char bi[80] = "";
+  burnin(j, bi, sizeof(bi));
   snprintf(j->msg, RESIHP__JOB_MSG_MAX,
            "HELLO replica=%d ep=%s sep=%s node=%s jobid=%s stepid=%s "
-           "mbs=%d steps=%ld pid=%ld lsize=%d lep=%s shape=%s",
+           "mbs=%d steps=%ld pid=%ld lsize=%d lep=%s shape=%s%s",
            j->replica, j->lsize > 1 ? j->eps : j->ep,
            j->lsize > 1 ? j->seps : j->sep, j->node, jid, sid,
            j->o.microbatches, j->o.steps, (long)getpid(), j->lsize,
-           j->lsize > 1 ? j->lep : "-", shape);
+           j->lsize > 1 ? j->lep : "-", shape, bi);
   /* kept for a reconnect (job_link.c); set once welcome, so that a
    * failure at join stays final */
   char *line = strdup(j->msg);

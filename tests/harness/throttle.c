@@ -3,7 +3,8 @@
  * tests and benchmarks of fail-slow handling.
  *
  *   throttle -f F [-p PERIOD_MS] [-t SECONDS] [--pgid PGID]
- *            [--pids-from CMD [--refresh MS]] [--cgroup DIR] [-q] [PID...]
+ *            [--pids-from CMD [--refresh MS]] [--cgroup DIR]
+ *            [--freezer DIR] [-q] [PID...]
  *
  * Duty cycle (the default). Every PERIOD_MS (default 40 ms) the targets
  * run for PERIOD/F, then are stopped (SIGSTOP) for the rest, so that
@@ -28,6 +29,14 @@
  * limits the cgroup's CPU time, which slows computation but not sleeping,
  * so it does not slow the example trainers' simulated compute. The
  * processes must already be in the cgroup.
+ *
+ * Freezer (--freezer DIR). The duty cycle freezes and thaws a cgroup
+ * instead of signalling processes (v1: DIR/freezer.state FROZEN/THAWED;
+ * v2: DIR/cgroup.freeze 1/0): every process in it is stopped, including
+ * those started after throttle was (children stay in their parent's
+ * cgroup), and unlike a CPU quota the slowdown does not shrink when the
+ * machine is busy: a whole node's slurmd and the steps it starts, slowed
+ * from outside. It is always thawed at the end.
  *
  * Exit: 0 at the end (time, signal or no target left), 2 for bad usage or
  * a target that may not be signalled (EPERM) or a cgroup that cannot be
@@ -156,6 +165,27 @@ static void refresh(const char *cmd) {
   pclose(f);
 }
 
+/* Freeze (1) or thaw (0) the cgroup dir: v1's freezer.state, else v2's
+ * cgroup.freeze. -1 when neither can be written. */
+static int freeze(const char *dir, int on) {
+  static const char *const file[2] = {"freezer.state", "cgroup.freeze"};
+  static const char *const val[2][2] = {{"THAWED", "FROZEN"}, {"0", "1"}};
+  char path[4096];
+  for (int v = 0; v < 2; v++) {
+    snprintf(path, sizeof(path), "%s/%s", dir, file[v]);
+    FILE *f = fopen(path, "w");
+    if (!f)
+      continue;
+    int ok = fputs(val[v][on], f) >= 0;
+    ok = (fclose(f) == 0) && ok;
+    if (ok)
+      return 0;
+  }
+  fprintf(stderr, "throttle: cannot %s %s: is it a cgroup with a freezer?\n",
+          on ? "freeze" : "thaw", dir);
+  return -1;
+}
+
 /* The cgroup v1 CPU quota of dir ("quota period" as v2 writes it, into
  * cpu.cfs_period_us then cpu.cfs_quota_us; the old pair into old). */
 static int cgroup_v1_set(const char *dir, const char *val, char *old,
@@ -232,11 +262,12 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: throttle -f F [-p PERIOD_MS] [-t SECONDS] [--pgid PGID]\n"
           "                [--pids-from CMD [--refresh MS]] [--cgroup DIR] "
-          "[-v] [PID...]\n"
+          "[--freezer DIR] [-v] [PID...]\n"
           "Slows the targets F times (1 < F <= 1000) by a SIGSTOP/SIGCONT "
           "duty\ncycle of PERIOD_MS (default 40), until SECONDS have passed, "
           "a SIGTERM\ncomes or no target is left; then continues them all. "
-          "--cgroup sets\nDIR/cpu.max instead.\n");
+          "--cgroup sets\nDIR/cpu.max instead; --freezer freezes and thaws "
+          "cgroup DIR in the cycle.\n");
 }
 
 static double num(const char *opt, const char *arg, double lo, double hi) {
@@ -253,12 +284,18 @@ static double num(const char *opt, const char *arg, double lo, double hi) {
 
 int main(int argc, char **argv) {
   double factor = 0, period_ms = 40, duration = 0, refresh_ms = 500;
-  const char *pids_from = NULL, *cgroup = NULL;
-  static const struct option lo[] = {
-      {"factor", 1, 0, 'f'}, {"period", 1, 0, 'p'},    {"time", 1, 0, 't'},
-      {"pgid", 1, 0, 'g'},   {"pids-from", 1, 0, 'c'}, {"refresh", 1, 0, 'r'},
-      {"cgroup", 1, 0, 'C'}, {"verbose", 0, 0, 'v'},   {"help", 0, 0, 'h'},
-      {0, 0, 0, 0}};
+  const char *pids_from = NULL, *cgroup = NULL, *freezer = NULL;
+  static const struct option lo[] = {{"factor", 1, 0, 'f'},
+                                     {"period", 1, 0, 'p'},
+                                     {"time", 1, 0, 't'},
+                                     {"pgid", 1, 0, 'g'},
+                                     {"pids-from", 1, 0, 'c'},
+                                     {"refresh", 1, 0, 'r'},
+                                     {"cgroup", 1, 0, 'C'},
+                                     {"freezer", 1, 0, 'F'},
+                                     {"verbose", 0, 0, 'v'},
+                                     {"help", 0, 0, 'h'},
+                                     {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "f:p:t:vh", lo, NULL)) != -1) {
     switch (o) {
@@ -289,6 +326,9 @@ int main(int argc, char **argv) {
     case 'C':
       cgroup = optarg;
       break;
+    case 'F':
+      freezer = optarg;
+      break;
     case 'v':
       g_verbose = 1;
       break;
@@ -318,11 +358,13 @@ int main(int argc, char **argv) {
     }
     add_pid((pid_t)v);
   }
-  if (!g_npids && !g_pgid && !pids_from && !cgroup) {
-    fprintf(stderr, "throttle: no target (PIDs, --pgid, --pids-from or "
-                    "--cgroup)\n");
+  if (!g_npids && !g_pgid && !pids_from && !cgroup && !freezer) {
+    fprintf(stderr, "throttle: no target (PIDs, --pgid, --pids-from, "
+                    "--cgroup or --freezer)\n");
     return 2;
   }
+  if (freezer && freeze(freezer, 0))
+    return 2;
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_signal; /* no SA_RESTART: naps end at once */
@@ -350,18 +392,18 @@ int main(int argc, char **argv) {
       refresh(pids_from);
       next_refresh = now_s() + refresh_ms / 1000;
     }
-    if (!g_npids && !g_pgid && !pids_from) {
+    if (!g_npids && !g_pgid && !pids_from && !freezer) {
       fprintf(stderr, "throttle: no target left\n");
       break;
     }
-    if (signal_all(SIGCONT)) {
+    if (signal_all(SIGCONT) || (freezer && freeze(freezer, 0))) {
       rc = 2;
       break;
     }
     nap(run);
     if (g_stop)
       break;
-    if (signal_all(SIGSTOP)) {
+    if (signal_all(SIGSTOP) || (freezer && freeze(freezer, 1))) {
       rc = 2;
       break;
     }
@@ -369,6 +411,8 @@ int main(int argc, char **argv) {
     cycles++;
   }
   signal_all(SIGCONT); /* never leave a target stopped */
+  if (freezer && freeze(freezer, 0))
+    rc = 2;
   if (g_verbose)
     fprintf(stderr,
             "throttle: %ld cycles of %.0f ms at 1/%.3g in %.2f s; %d "

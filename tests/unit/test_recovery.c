@@ -1002,8 +1002,9 @@ static int spare_say(const char *ep, const char *key, const char *line,
   return rc;
 }
 
-START_TEST(spare_registry) {
-  const char *key = "spare-test-secret";
+/* A coordinator of one replica on 127.0.0.1 with the job secret key, for
+ * the spare registry's tests. */
+static resihp__coord_t *spare_coord(const char *key) {
   resihp__coord_opts_t co = {.replicas = 1,
                              .bind_host = "127.0.0.1",
                              .secret = (const uint8_t *)key,
@@ -1011,6 +1012,12 @@ START_TEST(spare_registry) {
                              .silence_ms = 3000};
   resihp__coord_t *c;
   ck_assert_int_eq(resihp__coord_create(&co, &c), 0);
+  return c;
+}
+
+START_TEST(spare_registry) {
+  const char *key = "spare-test-secret";
+  resihp__coord_t *c = spare_coord(key);
   char ep[64];
   snprintf(ep, sizeof(ep), "127.0.0.1:%d", resihp__coord_port(c));
   const char *lines[] = {
@@ -1066,6 +1073,80 @@ START_TEST(spare_registry) {
   ck_assert_msg(strstr(out, "spare s2: failed-probe (mem: available 1 MiB)"),
                 "%s", out);
   ck_assert_msg(strstr(out, "spare s3: unreachable (timeout)"), "%s", out);
+  resihp__coord_destroy(c);
+}
+END_TEST
+
+static void say_all(resihp__coord_t *c, const char *key, const char **lines,
+                    int n) {
+  char ep[64];
+  snprintf(ep, sizeof(ep), "127.0.0.1:%d", resihp__coord_port(c));
+  pid_t p = fork();
+  if (p == 0) {
+    char reply[256];
+    for (int i = 0; i < n; i++) {
+      int rc = spare_say(ep, key, lines[i], reply, sizeof(reply));
+      int want_ok = strstr(lines[i], "burnin=x") == NULL;
+      if (want_ok ? rc || strncmp(reply, "SPARE_OK ", 9)
+                  : !rc && strncmp(reply, "NO ", 3))
+        _exit(1 + i);
+    }
+    _exit(0);
+  }
+  int st = 0;
+  while (waitpid(p, &st, WNOHANG) == 0)
+    resihp__coord_poll(c, 20);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+}
+
+/* Burn-in (issue 35): a spare whose burn-in failed is suspect, not bad
+ * (the summary says it was refused), one with nothing to compare with yet
+ * is healthy until judged, a malformed burn-in is refused, and a later
+ * registration that passes makes a suspect spare healthy again. */
+START_TEST(spare_burnin_suspect) {
+  const char *key = "burnin-test-secret";
+  resihp__coord_t *c = spare_coord(key);
+  const char *first[] = {
+      /* burn-in failed (the node too slow to finish): suspect */
+      "SPARE node=s1 status=pass burnin=fail summary=the compute kernel did "
+      "not finish before the deadline (1 of 12 products)",
+      /* a burn-in with nothing to compare to yet: healthy, unjudged */
+      "SPARE node=s2 status=pass burnin=4194304:50000:10000 summary=-",
+      /* no burn-in (--no-burn-in): healthy as before */
+      "SPARE node=s3 status=pass summary=-",
+      /* a malformed burn-in is refused */
+      "SPARE node=s4 status=pass burnin=x:1 summary=-",
+  };
+  say_all(c, key, first, 4);
+  ck_assert_int_eq(resihp__coord_spare_state(c, "s1", NULL),
+                   RESIHP__SPARE_SUSPECT);
+  ck_assert_msg(strstr(resihp__coord_spare_summary(c, "s1"),
+                       "burn-in failed: the compute kernel did not finish"),
+                "%s", resihp__coord_spare_summary(c, "s1"));
+  ck_assert_int_eq(resihp__coord_spare_judge(c, "s2"), RESIHP__SPARE_HEALTHY);
+  ck_assert_int_eq(resihp__coord_spare_state(c, "s3", NULL),
+                   RESIHP__SPARE_HEALTHY);
+  ck_assert_int_eq(resihp__coord_spare_state(c, "s4", NULL),
+                   RESIHP__SPARE_CHECKING);
+  ck_assert_int_eq(resihp__coord_burnin_bytes(c), 0);
+  char out[4096];
+  FILE *mem = fmemopen(out, sizeof(out), "w");
+  resihp__coord_summary(c, mem, NULL);
+  fclose(mem);
+  ck_assert_msg(strstr(out, "spare s1: suspect (burn-in failed: the compute "
+                            "kernel did not finish"),
+                "%s", out);
+  ck_assert_msg(strstr(out, "refused, checked again later"), "%s", out);
+  ck_assert_msg(strstr(out, "spare s2: registered-healthy; 1 registration(s); "
+                            "last burn-in 60 ms"),
+                "%s", out);
+  /* suspect is not bad: its next check passes and it is healthy again */
+  const char *again[] = {
+      "SPARE node=s1 status=pass burnin=4194304:50000:10000 summary=-"};
+  say_all(c, key, again, 1);
+  ck_assert_int_eq(resihp__coord_spare_state(c, "s1", NULL),
+                   RESIHP__SPARE_HEALTHY);
   resihp__coord_destroy(c);
 }
 END_TEST
@@ -1799,6 +1880,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, job_wrong_secret_refused);
   tcase_add_test(tc, job_probe_failure_replaced);
   tcase_add_test(tc, spare_registry);
+  tcase_add_test(tc, spare_burnin_suspect);
   suite_add_tcase(s, tc);
   tc = tcase_create("shards");
   tcase_set_timeout(tc, 90);

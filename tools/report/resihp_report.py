@@ -29,7 +29,7 @@ Draw the report of a resihp-run job from its events file (resihp-run
 --events EVENTS): a timeline of the steps per second and the active
 replicas; each failure (detected, the replacement admitted, training
 again), slow episodes and what was done (fewer microbatches, a swap for a
-spare), the spares (ready, failed probe, taken, none left), saves, the
+spare), the spares (ready, failed probe, suspect, taken, none left), saves, the
 coordinators started and their failovers; then the run's summary and
 tables of each.
 
@@ -378,9 +378,10 @@ def draw(a, title):
     ax_r.invert_yaxis()
 
     # 3. the control plane: coordinators, failovers, spares, saves
-    lanes = {"coordinator": 0, "spare ready": 1, "spare failed probe": 2,
-             "spare taken": 3, "save": 4}
-    spare_lane = {"ready": 1, "failed-probe": 2, "taken": 3,
+    lanes = {"coordinator": 0, "spare ready": 1,
+             "spare failed probe\nor suspect": 2, "spare taken": 3,
+             "save": 4}
+    spare_lane = {"ready": 1, "failed-probe": 2, "suspect": 2, "taken": 3,
                   "none-left": 3}
     for i, (t, e) in enumerate(a["coords"]):
         m.point(ax_c, "coordinator", i, t, 0, marker="D", ms=6,
@@ -392,7 +393,7 @@ def draw(a, title):
         m.text(ax_c, "failover-label", i, t, -0.4,
                "failover (%s)" % e.get("kind", "?"), color="crimson")
     colours = {"ready": "green", "failed-probe": "red", "taken": "blue",
-               "none-left": "black"}
+               "suspect": "darkorange", "none-left": "black"}
     for i, (t, e) in enumerate(a["spares"]):
         k = e.get("kind", "?")
         k = k if NAME.match(k) else "other"
@@ -432,6 +433,8 @@ def draw(a, title):
         Line2D([], [], marker="o", color="green", ls="", label="spare ready"),
         Line2D([], [], marker="o", color="red", ls="",
                label="spare failed probe"),
+        Line2D([], [], marker="o", color="darkorange", ls="",
+               label="spare suspect (burn-in)"),
         Line2D([], [], marker="o", color="blue", ls="", label="spare taken"),
     ]
     fig.legend(handles=legend, loc="lower center", ncol=7, fontsize=7,

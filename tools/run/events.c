@@ -184,6 +184,19 @@ void on_spare(void *ud, const char *node, int state, const char *summary) {
       resihp__record_event(g.record, "spare", resihp__coord_step(g.coord),
                            RESIHP__RECORD_NONE, RESIHP__RECORD_NONE,
                            "failed-probe", node, -1);
+    } else if (state == RESIHP__SPARE_SUSPECT && !n->suspect) {
+      say("spare %s refused as suspect (%s): not promoted, checked again "
+          "later",
+          node, summary);
+      resihp__record_event(g.record, "spare", resihp__coord_step(g.coord),
+                           RESIHP__RECORD_NONE, RESIHP__RECORD_NONE,
+                           "suspect", node, -1);
+    } else if (state == RESIHP__SPARE_HEALTHY && n->suspect) {
+      say("spare %s passed its burn-in again: healthy", node);
+      resihp__record_event(g.record, "spare", resihp__coord_step(g.coord),
+                           RESIHP__RECORD_NONE, RESIHP__RECORD_NONE, "ready",
+                           node, -1);
     }
+    n->suspect = state == RESIHP__SPARE_SUSPECT;
   }
 }

@@ -89,12 +89,19 @@ static int spare_state(int i) {
 
 /* A free node a replica may be given: any for the first launches (the
  * replicas start at once, on the first nodes), only a spare registered
- * healthy for a replacement (any free one with --no-spare-check). */
+ * healthy, and not found slow by its burn-in, for a replacement (any free
+ * one with --no-spare-check). */
 static int usable(int i, int initial) {
   const node_t *n = &g.nodes[i];
   if (n->bad || n->owner >= 0)
     return 0;
-  return initial || g.no_spare_check || spare_state(i) == RESIHP__SPARE_HEALTHY;
+  if (initial || g.no_spare_check)
+    return 1;
+  /* a spare that registered before any replica's burn-in is judged now */
+  int was = spare_state(i), st = resihp__coord_spare_judge(g.coord, n->name);
+  if (was == RESIHP__SPARE_HEALTHY && st == RESIHP__SPARE_SUSPECT)
+    on_spare(NULL, n->name, st, resihp__coord_spare_summary(g.coord, n->name));
+  return st == RESIHP__SPARE_HEALTHY;
 }
 
 int pick_nodes(int *out, int k, int initial) {
@@ -105,12 +112,16 @@ int pick_nodes(int *out, int k, int initial) {
   return n == k ? 0 : -1;
 }
 
-/* Free spares whose first check has not answered yet. */
-static int spares_pending(void) {
+/* Free spares whose first check has not answered yet, or whose re-check
+ * a replacement asked for (suspect ones). */
+static int spares_pending(int suspects) {
   int n = 0;
-  for (int i = 0; i < g.nnodes; i++)
+  for (int i = 0; i < g.nnodes; i++) {
+    int st = spare_state(i);
     n += !g.nodes[i].bad && g.nodes[i].owner < 0 && g.nodes[i].check > 0 &&
-         spare_state(i) == RESIHP__SPARE_CHECKING;
+         (st == RESIHP__SPARE_CHECKING ||
+          (suspects && st == RESIHP__SPARE_SUSPECT));
+  }
   return n;
 }
 
@@ -225,6 +236,12 @@ int launch(int r) {
       setenv("RESIHP_STATE_DIR", g.state_dir, 1);
     if (g.resuming)
       setenv("RESIHP_RESUME_DIR", g.resume_step_dir, 1);
+    /* the replicas' first launches time the burn-in the spares are
+     * judged against (recovery/job.c); a replacement does not wait for it */
+    if (initial && !g.no_burn_in)
+      setenv("RESIHP_BURNIN_BYTES", "0", 1);
+    else
+      unsetenv("RESIHP_BURNIN_BYTES");
     execvp("srun", argv);
     fprintf(stderr, "resihp-run: cannot run srun: %s\n", strerror(errno));
     _exit(127);
@@ -233,6 +250,7 @@ int launch(int r) {
   if (pid < 0)
     return -1;
   p->pid = pid;
+  p->suspects_rechecked = 0;
   p->t_launch = resihp__now_ms();
   p->kill_at = 0;
   p->connected = 0;
@@ -435,10 +453,18 @@ void tick(void) {
     if (p->relaunch && !g.stopping &&
         resihp__coord_state(g.coord) == RESIHP__COORD_RUNNING) {
       int idx[64];
-      /* no healthy spare yet, but some are still being checked: wait */
-      if (p->launches && p->tries <= 3 && pick_nodes(idx, g.K, 0) &&
-          spares_pending())
-        continue;
+      /* no healthy spare yet, but some are still being checked: wait;
+       * suspect ones are checked again once for it (spares.c) */
+      if (p->launches && p->tries <= 3 && pick_nodes(idx, g.K, 0)) {
+        if (!p->suspects_rechecked && !g.no_burn_in && recheck_suspects()) {
+          p->suspects_rechecked = 1;
+          say("replica %d: no healthy spare; checking the suspect one(s) "
+              "again first",
+              r);
+        }
+        if (spares_pending(p->suspects_rechecked))
+          continue;
+      }
       if (p->tries > 3) {
         say("replica %d: giving up after %d failed launches", r, p->tries);
         snprintf(p->why, sizeof(p->why), "%d launches failed", p->tries);

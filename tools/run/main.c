@@ -100,6 +100,7 @@ static void usage(FILE *f) {
       "                  [--port P] [--coordinator-host HOST]\n"
       "                  [--secret-file PATH] [--silence-ms MS]\n"
       "                  [--launch-timeout S] [--no-spare-check]\n"
+      "                  [--no-burn-in]\n"
       "                  [--spare-recheck S] [--wait-for-replacements]\n"
       "                  [--ledger FILE] [--events FILE [--report FILE]]\n"
       "                  [--metrics FILE]\n"
@@ -250,6 +251,7 @@ int main(int argc, char **argv) {
       {"quiet", no_argument, 0, 'q'},
       {"no-job-comment", no_argument, 0, 'J'},
       {"no-spare-check", no_argument, 0, 'n'},
+      {"no-burn-in", no_argument, 0, 'b'},
       {"ledger", required_argument, 0, 'L'},
       {"spare-recheck", required_argument, 0, 'C'},
       {"wait-for-replacements", no_argument, 0, 'W'},
@@ -276,7 +278,7 @@ int main(int argc, char **argv) {
   g.argc0 = argc;
   g.argv0 = argv;
   while ((o = getopt_long(argc, argv,
-                          "+r:s:k:K:i:c:m:p:H:f:S:T:qJnL:C:WA:lw:P:D:E:R:V:M:F:"
+                          "+r:s:k:K:i:c:m:p:H:f:S:T:qJnbL:C:WA:lw:P:D:E:R:V:M:F:"
                           "B:O:Y:Z:X:h",
                           lo, NULL)) != -1) {
     long v = 0;
@@ -374,6 +376,9 @@ int main(int argc, char **argv) {
       break;
     case 'n':
       g.no_spare_check = 1;
+      break;
+    case 'b':
+      g.no_burn_in = 1;
       break;
     case 'L':
       g.ledger = optarg;

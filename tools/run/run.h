@@ -53,6 +53,7 @@ typedef struct {
   pid_t check;
   long check_regs;
   int gate; /* the check's gate until recorded (gate.h), else -1 */
+  int suspect; /* said so: its burn-in was slow or failed (events.c) */
 } node_t;
 
 /* replica_t.why of a replica that failed when no healthy spare was left */
@@ -70,6 +71,9 @@ typedef struct {
   /* its step ended before its rank joined: its nodes are being checked to
    * tell a broken node from a program that cannot run; the srun status */
   int diagnosing;
+  /* its replacement had the suspect spares checked again (once per
+   * replacement: spares.c, recheck_suspects) */
+  int suspects_rechecked;
   int early_status;
   /* why it was given up while the others go on (the summary and the
    * progress lines; not in the launcher's record) */
@@ -120,6 +124,7 @@ struct run {
   char coord_ep[300];
   int nbad, nreplacements;
   int no_spare_check;
+  int no_burn_in; /* --no-burn-in: spares are promoted on their probe alone */
   int recheck_s;
   char self[4096]; /* this program, run as the spare agent */
   const char *ledger;
@@ -233,6 +238,7 @@ void tick(void);
 
 /* spares.c */
 void check_spares(void);
+int recheck_suspects(void);
 void diagnose(int r, int st);
 void check_done(int i, int st);
 void check_unopened(int i);

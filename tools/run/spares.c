@@ -28,7 +28,18 @@ static void start_check(int i) {
     /* a spare that answers no more must be found out before the next
      * recheck or two, not after srun's own (much longer) time-outs */
     int lim = g.recheck_s ? 3 * g.recheck_s : 30;
-    snprintf(limit, sizeof(limit), "%d", lim < 5 ? 5 : lim > 30 ? 30 : lim);
+    lim = lim < 5 ? 5 : lim > 30 ? 30 : lim;
+    snprintf(limit, sizeof(limit), "%d", lim);
+    /* the burn-in (probe/burnin.h), on spares only (a diagnosed node's
+     * health is wanted, not its speed), at the replicas' all-reduce size
+     * once known, within a third of the check's time so that a node too
+     * slow to finish still registers, as suspect */
+    char bytes[24], bms[16];
+    snprintf(bytes, sizeof(bytes), "%ld", resihp__coord_burnin_bytes(g.coord));
+    snprintf(bms, sizeof(bms), "%d", lim * 1000 / 3);
+    setenv("RESIHP_BURNIN_BYTES",
+           g.no_burn_in || n->owner >= 0 ? "off" : bytes, 1);
+    setenv("RESIHP_BURNIN_MS", bms, 1);
     snprintf(res, sizeof(res), "--resilient=secret-file=%s", g.secret_file);
     snprintf(co, sizeof(co), "--resilient-coordinator=%s", g.coord_ep);
     /* -k: srun waits for an unreachable node's step past SIGTERM */
@@ -51,6 +62,24 @@ void check_spares(void) {
     if (!n->bad && n->owner < 0 && n->check <= 0)
       start_check(i);
   }
+}
+
+/* A replacement found no healthy spare: check the free suspect spares
+ * again now (burn-in at need, the way it would run if not ahead), rather
+ * than give the replica up for a spare that a busy moment made look slow.
+ * The number of checks started; the replacement waits for them. */
+int recheck_suspects(void) {
+  int n = 0;
+  for (int i = 0; i < g.nnodes; i++) {
+    node_t *nd = &g.nodes[i];
+    if (!nd->bad && nd->owner < 0 && nd->check <= 0 &&
+        resihp__coord_spare_state(g.coord, nd->name, NULL) ==
+            RESIHP__SPARE_SUSPECT) {
+      start_check(i);
+      n += nd->check > 0;
+    }
+  }
+  return n;
 }
 
 static void diagnosis_done(int r);

@@ -17,6 +17,7 @@
 
 #include <resihp/error.h>
 
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,8 +182,9 @@ static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
   c->conns[k].replica = r;
   p->last_life = resihp__now_ms();
   char line[128];
-  snprintf(line, sizeof(line), "WELCOME replica=%d step=%ld hb=%d again=1", r,
-           c->step, c->hb_leader_ms);
+  snprintf(line, sizeof(line),
+           "WELCOME replica=%d step=%ld hb=%d again=1 term=%" PRIu32, r,
+           c->step, c->hb_leader_ms, c->term);
   resihp__coord_again(c, resihp__coord_send_to(c, r, line));
   resihp__coord_send_coords(c, r);
   logc(RESIHP_LOG_INFO, "replica %d reconnected (step %ld)", r, c->step);
@@ -351,8 +353,9 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   c->conns[k].replica = (int)r;
   p->last_life = resihp__now_ms();
   char line[160];
-  snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld hb=%d cred=%s", r,
-           c->step, c->hb_leader_ms, p->cred);
+  snprintf(line, sizeof(line),
+           "WELCOME replica=%ld step=%ld hb=%d cred=%s term=%" PRIu32, r,
+           c->step, c->hb_leader_ms, p->cred, c->term);
   resihp__coord_again(c, resihp__coord_send_to(c, (int)r, line));
   resihp__coord_send_coords(c, (int)r);
   logc(RESIHP_LOG_INFO,

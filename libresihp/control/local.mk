@@ -41,7 +41,8 @@ EXTRA_DIST += tests/fuzz/corpus-costplan/k1-three \
 libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/keeper.c libresihp/control/keeper.h \
 	libresihp/control/gate.c libresihp/control/gate.h \
-	libresihp/control/standby.c libresihp/control/standby.h
+	libresihp/control/standby.c libresihp/control/standby.h \
+	libresihp/control/vouch.c libresihp/control/vouch.h
 
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_keeper
@@ -120,3 +121,21 @@ tests_unit_test_coord_cost_SOURCES = tests/unit/test_coord_cost.c
 tests_unit_test_coord_cost_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_coord_cost_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_coord_cost
+
+# The standby's early takeover on the replicas' word (vouch.h): its unit
+# test and the fuzz target of a vouch and of the record it is counted
+# against.
+if HAVE_CHECK
+check_PROGRAMS += tests/unit/test_vouch
+tests_unit_test_vouch_SOURCES = tests/unit/test_vouch.c
+tests_unit_test_vouch_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_vouch_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_vouch
+endif
+check_PROGRAMS += tests/fuzz/fuzz_vouch
+tests_fuzz_fuzz_vouch_SOURCES = tests/fuzz/fuzz_vouch.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_vouch_LDADD = libresihp/libresihp-internal.la -lm
+TESTS += tests/fuzz/fuzz_vouch
+EXTRA_DIST += tests/fuzz/corpus-vouch/hello tests/fuzz/corpus-vouch/record \
+	tests/fuzz/corpus-vouch/snapshot-run

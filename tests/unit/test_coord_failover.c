@@ -226,7 +226,8 @@ static void failover(side_t *s1, side_t *s2, resihp__coord_opts_t *co,
          i, i, i, i, ep, step, creds[i]);
     char line[256], want[96];
     next(s2, i, line, sizeof(line));
-    snprintf(want, sizeof(want), "WELCOME replica=%d step=%ld hb=200 again=1",
+    snprintf(want, sizeof(want),
+             "WELCOME replica=%d step=%ld hb=200 again=1 term=0",
              i, step);
     ck_assert_str_eq(line, want);
     ck_assert(resihp__coord_connected(s2->c, i));
@@ -492,7 +493,7 @@ START_TEST(test_takeover_summary) {
   snprintf(want, sizeof(want), "at step %ld-%ld (not known exactly", step,
            step + 10);
   ck_assert_msg(strstr(text, want), "%s", text);
-  ck_assert_msg(strstr(text, "lost with the primary's node between "), "%s",
+  ck_assert_msg(strstr(text, "went with the primary between "), "%s",
                 text);
   const char *st = strstr(text, "survivors' stall between ");
   double lo = -1, hi = -1;

@@ -610,6 +610,8 @@ void resihp__coord_set_term(resihp__coord_t *c, uint32_t term) {
   resihp__coord_dirty(c);
 }
 
+int resihp__coord_superseded(const resihp__coord_t *c) { return c->superseded; }
+
 /* On the monotonic clock, not the listening one: a primary that was
  * stopped has heard nobody for all that time, whatever its poll says. */
 int resihp__coord_heard(const resihp__coord_t *c, int *members) {

@@ -112,7 +112,7 @@ static void leave(resihp__coord_t *c, int r, const char *why, int swapped) {
   rep_t *p = &c->reps[r];
   if (p->state == R_GONE || p->state == R_NONE)
     return;
-  if (c->o.may_decide && !c->o.may_decide(c->o.ud)) {
+  if (c->superseded || (c->o.may_decide && !c->o.may_decide(c->o.ud))) {
     /* cut off (a primary stopped, then woken): a standby may coordinate
      * now, and this one decides nothing */
     logc(RESIHP_LOG_WARN,

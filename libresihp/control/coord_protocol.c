@@ -212,6 +212,21 @@ static void refuse_program(resihp__coord_t *c, int k, long r,
  * up inside lists that others parse), and the training the same as the
  * job's (the first HELLO sets it). */
 static void on_hello(resihp__coord_t *c, int k, const char *msg) {
+  /* a replica that obeys a newer term only (control/vouch.h): a standby
+   * took over from this coordinator, which decides nothing more; the
+   * replica is neither taken in nor counted (it tries its next address) */
+  long term = 0;
+  if (resihp__wire_get_range(msg, "term", 0, UINT32_MAX - 1, &term) == 0 &&
+      (uint32_t)term > c->term) {
+    if (!c->superseded)
+      logc(RESIHP_LOG_WARN,
+           "a replica obeys term %ld, newer than this coordinator's %" PRIu32
+           ": a standby took over; this one decides nothing more",
+           term, c->term);
+    c->superseded = 1;
+    resihp__coord_close_conn(c, k);
+    return;
+  }
   long r = -1, m = 0, s = 0, jobid = -1, stepid = -1, K = 1;
   char ep[RESIHP__COORD_EPS_MAX] = "", sep[RESIHP__COORD_EPS_MAX] = "";
   char node[64] = "?", lep[RESIHP__COORD_EP_MAX] = "-", shape[20] = "-";

@@ -419,6 +419,10 @@ int resihp__coord_snapshot_voters(const char *snap, size_t len, int replicas,
  * takeover sets the record's plus one. */
 uint32_t resihp__coord_term(const resihp__coord_t *c);
 void resihp__coord_set_term(resihp__coord_t *c, uint32_t term);
+/* 1 once a replica said it obeys a newer term than this coordinator's (a
+ * HELLO term=T, T > ours): a standby took over; this coordinator fails
+ * nobody from then on, and its launcher steps down. */
+int resihp__coord_superseded(const resihp__coord_t *c);
 /* Members, and how many of them the coordinator heard from within the
  * silence bound (on the monotonic clock; O(members): the primary asks
  * only while its standby is silent): the primary's lease (vouch.h). */

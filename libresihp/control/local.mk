@@ -75,6 +75,10 @@ TESTS += tests/integration/failover.test
 # ... and the standby on another node, when the batch host dies.
 dist_check_SCRIPTS += tests/integration/standby.test
 TESTS += tests/integration/standby.test
+# ... and no split brain when it takes over on the replicas' word while
+# the primary is alive but stopped (vouch.h).
+dist_check_SCRIPTS += tests/integration/standby-split.test
+TESTS += tests/integration/standby-split.test
 
 # The coordinator's output queues: a replica that stops reading delays
 # nobody (coord_loop.c, resihp__wire_queue).

@@ -127,7 +127,7 @@ static int try_once(resihp_job_t *j, int64_t deadline, resihp__wire_t *nw) {
     snprintf(line, RESIHP__JOB_MSG_MAX,
              "%s again=1 epoch=%u step=%ld cred=%s term=%" PRIu32, j->hello,
              j->epoch, j->step < 0 ? 0 : j->step, j->cred[0] ? j->cred : "-",
-             j->term);
+             j->min_term > j->term ? j->min_term : j->term);
     rc = resihp__wire_send(nw, line, resihp__now_ms() + TRY_AUTH_MS);
   }
   int64_t wdl = resihp__now_ms() + TRY_WELCOME_MS;

@@ -195,6 +195,12 @@ struct resihp__coord {
   long step;
   int phase, state;
   uint32_t epoch;
+  /* the coordinator's term (vouch.h): 0 for the job's first primary and
+   * its keeper's successors, one more at each standby's takeover; every
+   * WELCOME says it */
+  uint32_t term;
+  /* a replica said a newer term: a standby took over (never undone) */
+  int superseded;
   int *members, nmembers;
   int *last_list, nlast; /* members of the last started epoch */
   int changed; /* a member left or joined since (same ids, new process) */

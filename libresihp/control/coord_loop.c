@@ -603,6 +603,28 @@ uint32_t resihp__coord_epoch(const resihp__coord_t *c) {
 int resihp__coord_members(const resihp__coord_t *c) {
   return c->nmembers;
 }
+uint32_t resihp__coord_term(const resihp__coord_t *c) { return c->term; }
+
+void resihp__coord_set_term(resihp__coord_t *c, uint32_t term) {
+  c->term = term;
+  resihp__coord_dirty(c);
+}
+
+int resihp__coord_superseded(const resihp__coord_t *c) { return c->superseded; }
+
+/* On the monotonic clock, not the listening one: a primary that was
+ * stopped has heard nobody for all that time, whatever its poll says. */
+int resihp__coord_heard(const resihp__coord_t *c, int *members) {
+  int64_t now = resihp__now_ms();
+  int n = 0;
+  for (int i = 0; i < c->nmembers; i++) {
+    const rep_t *p = &c->reps[c->members[i]];
+    n += p->conn >= 0 && p->last_life > 0 && now - p->last_life <= c->o.silence_ms;
+  }
+  *members = c->nmembers;
+  return n;
+}
+
 int resihp__coord_connected(const resihp__coord_t *c, int r) {
   return r >= 0 && r < c->R && c->reps[r].conn >= 0;
 }

@@ -112,6 +112,16 @@ static void leave(resihp__coord_t *c, int r, const char *why, int swapped) {
   rep_t *p = &c->reps[r];
   if (p->state == R_GONE || p->state == R_NONE)
     return;
+  if (c->superseded || (c->o.may_decide && !c->o.may_decide(c->o.ud))) {
+    /* cut off (a primary stopped, then woken): a standby may coordinate
+     * now, and this one decides nothing */
+    logc(RESIHP_LOG_WARN,
+         "replica %d not failed (%s): this coordinator has lost its lease",
+         r, why);
+    if (p->conn >= 0)
+      resihp__coord_close_conn(c, p->conn);
+    return;
+  }
   /* The fault it announced may still wait on its connection: a rank's
    * FAULT is relayed by its leader, and someone else (a peer, a joiner
    * whose catch-up source it was) can report the failure first on another

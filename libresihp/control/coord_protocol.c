@@ -17,6 +17,7 @@
 
 #include <resihp/error.h>
 
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,8 +182,9 @@ static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
   c->conns[k].replica = r;
   p->last_life = resihp__now_ms();
   char line[128];
-  snprintf(line, sizeof(line), "WELCOME replica=%d step=%ld hb=%d again=1", r,
-           c->step, c->hb_leader_ms);
+  snprintf(line, sizeof(line),
+           "WELCOME replica=%d step=%ld hb=%d again=1 term=%" PRIu32, r,
+           c->step, c->hb_leader_ms, c->term);
   resihp__coord_again(c, resihp__coord_send_to(c, r, line));
   resihp__coord_send_coords(c, r);
   logc(RESIHP_LOG_INFO, "replica %d reconnected (step %ld)", r, c->step);
@@ -210,6 +212,21 @@ static void refuse_program(resihp__coord_t *c, int k, long r,
  * up inside lists that others parse), and the training the same as the
  * job's (the first HELLO sets it). */
 static void on_hello(resihp__coord_t *c, int k, const char *msg) {
+  /* a replica that obeys a newer term only (control/vouch.h): a standby
+   * took over from this coordinator, which decides nothing more; the
+   * replica is neither taken in nor counted (it tries its next address) */
+  long term = 0;
+  if (resihp__wire_get_range(msg, "term", 0, UINT32_MAX - 1, &term) == 0 &&
+      (uint32_t)term > c->term) {
+    if (!c->superseded)
+      logc(RESIHP_LOG_WARN,
+           "a replica obeys term %ld, newer than this coordinator's %" PRIu32
+           ": a standby took over; this one decides nothing more",
+           term, c->term);
+    c->superseded = 1;
+    resihp__coord_close_conn(c, k);
+    return;
+  }
   long r = -1, m = 0, s = 0, jobid = -1, stepid = -1, K = 1;
   char ep[RESIHP__COORD_EPS_MAX] = "", sep[RESIHP__COORD_EPS_MAX] = "";
   char node[64] = "?", lep[RESIHP__COORD_EP_MAX] = "-", shape[20] = "-";
@@ -360,8 +377,9 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   c->conns[k].replica = (int)r;
   p->last_life = resihp__now_ms();
   char line[160];
-  snprintf(line, sizeof(line), "WELCOME replica=%ld step=%ld hb=%d cred=%s", r,
-           c->step, c->hb_leader_ms, p->cred);
+  snprintf(line, sizeof(line),
+           "WELCOME replica=%ld step=%ld hb=%d cred=%s term=%" PRIu32, r,
+           c->step, c->hb_leader_ms, p->cred, c->term);
   resihp__coord_again(c, resihp__coord_send_to(c, (int)r, line));
   resihp__coord_send_coords(c, (int)r);
   logc(RESIHP_LOG_INFO,

@@ -205,6 +205,9 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
     put_ids(b, c->fown, c->fown_n * c->M);
     resihp__wire_buf_printf(b, "\n");
   }
+  /* the coordinator's term (vouch.h): a standby's takeover is term+1 */
+  if (c->term)
+    resihp__wire_buf_printf(b, "t %" PRIu32 "\n", c->term);
   resihp__wire_buf_printf(b, "end\n");
   return b->err;
 }
@@ -682,6 +685,10 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
         return RESIHP_EPROTO;
       if ((rc = restore_spare(c, &u)))
         return rc;
+    } else if (tag(line, "t", &u)) {
+      c->term = (uint32_t)num(&u, 1, UINT32_MAX - 1);
+      if (*u.p)
+        return RESIHP_EPROTO;
     } else if (tag(line, "cp", &u)) {
       /* the plan of a START by cost (its own parser: every figure) */
       if (c->cplan_have || !c->M || !c->nstart_contrib ||
@@ -725,6 +732,61 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
   if (resihp__coord_check(c))
     return RESIHP_EPROTO;
   return c->start_owner ? resihp__coord_index_start(c) : 0;
+}
+
+/* What a standby checks a vouch against (vouch.h): the last membership,
+ * each replica's credential (the last word of its r line), the term. Only
+ * those lines are read; the rest is the restore's to judge. */
+int resihp__coord_snapshot_voters(const char *snap, size_t len, int replicas,
+                                  uint32_t *term, int *members, int *nmembers,
+                                  char (*creds)[RESIHP__COORD_CRED_HEX + 1]) {
+  if (!snap || replicas < 1 || replicas > RESIHP__COORD_MAX_REPLICAS ||
+      memchr(snap, '\0', len))
+    return RESIHP_EPROTO;
+  char *text = malloc(len + 1);
+  if (!text)
+    return RESIHP_ENOMEM;
+  memcpy(text, snap, len);
+  text[len] = '\0';
+  char *at = text, *end = text + len, *line = next_line(&at, end);
+  cur_t u = {0};
+  int rc = RESIHP_EPROTO, have_m = 0, ended = 0;
+  *term = 0;
+  *nmembers = 0;
+  for (int r = 0; r < replicas; r++)
+    creds[r][0] = '\0';
+  if (!line || !tag(line, MAGIC, &u) ||
+      num(&u, 1, RESIHP__COORD_MAX_REPLICAS) != replicas || u.err)
+    goto out;
+  while ((line = next_line(&at, end))) {
+    if (!strcmp(line, "end")) {
+      ended = 1;
+      break;
+    }
+    if (tag(line, "m", &u)) {
+      *nmembers = ids(&u, members, replicas, replicas);
+      if (u.err || *u.p || !sorted(members, *nmembers) || have_m++)
+        goto out;
+    } else if (tag(line, "t", &u)) {
+      *term = (uint32_t)num(&u, 1, UINT32_MAX - 1);
+      if (u.err || *u.p)
+        goto out;
+    } else if (tag(line, "r", &u)) {
+      int r = (int)num(&u, 0, replicas - 1);
+      char *w = strrchr(line, ' ');
+      if (u.err || !w || w[1] != '=')
+        goto out;
+      u.p = w;
+      word(&u, creds[r], RESIHP__COORD_CRED_HEX + 1);
+      if (u.err || (creds[r][0] && strspn(creds[r], "0123456789abcdef") !=
+                                       RESIHP__COORD_CRED_HEX))
+        goto out;
+    }
+  }
+  rc = ended && have_m && at == end ? 0 : RESIHP_EPROTO;
+out:
+  free(text);
+  return rc;
 }
 
 int resihp__coord_restore(const resihp__coord_opts_t *o, const char *snap,

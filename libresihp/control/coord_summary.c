@@ -90,6 +90,7 @@ static void fail_slow(const resihp__coord_t *c, FILE *f) {
  * it had started), the time (within the standby's bounds on the primary's
  * death, resihp__coord_set_loss, else only "before the takeover"), hence
  * the stall (until the first step after the takeover) and the rejoin.
+ * Why it went (its node DOWN, or it did not vouch) is its failure's why.
  * *stall_ms and *rejoin_s get the upper bounds (-1: unknown). */
 static void takeover_texts(const resihp__coord_t *c, const fail_t *x,
                            char *st, size_t stlen, char *det, size_t detlen,
@@ -105,7 +106,7 @@ static void takeover_texts(const resihp__coord_t *c, const fail_t *x,
     snprintf(st, stlen, "%ld", x->step);
   if (bounded)
     snprintf(det, detlen,
-             "lost with the primary's node between %lld and %lld ms before "
+             "went with the primary between %lld and %lld ms before "
              "the takeover",
              (long long)(x->t_detect - hi), (long long)(x->t_detect - lo));
   else

@@ -173,6 +173,11 @@ typedef struct {
    * SUBHELLO, LEP) this long after its handshake is closed (0:
    * RESIHP__COORD_HELLO_MS) */
   int hello_ms;
+  /* Whether this coordinator may fail a replica now (NULL: always): a
+   * primary that lost its lease (vouch.h) must not, a standby may have
+   * taken over; the replica's link is closed instead (it reconnects to
+   * whoever coordinates). */
+  int (*may_decide)(void *ud);
   /* A replica failed (died, hung, excluded by its peers): the launcher
    * kills its step and starts a replacement. */
   void (*on_failed)(void *ud, int replica, const char *node, long jobid,
@@ -424,6 +429,25 @@ void resihp__coord_mirror(resihp__coord_t *c);
  * for a text that is not a valid snapshot. */
 int resihp__coord_restore(const resihp__coord_opts_t *o, const char *snap,
                           size_t len, long ledger_have, resihp__coord_t **out);
+/* What a standby checks the replicas' vouches against (vouch.h), from a
+ * state record's text: its term, the last membership (members: room for
+ * replicas ids) and each replica's credential (creds: replicas entries,
+ * "" for none). 0, RESIHP_ENOMEM or RESIHP_EPROTO. */
+int resihp__coord_snapshot_voters(const char *snap, size_t len, int replicas,
+                                  uint32_t *term, int *members, int *nmembers,
+                                  char (*creds)[32 + 1]);
+/* The coordinator's term (vouch.h): every WELCOME says it. A standby's
+ * takeover sets the record's plus one. */
+uint32_t resihp__coord_term(const resihp__coord_t *c);
+void resihp__coord_set_term(resihp__coord_t *c, uint32_t term);
+/* 1 once a replica said it obeys a newer term than this coordinator's (a
+ * HELLO term=T, T > ours): a standby took over; this coordinator fails
+ * nobody from then on, and its launcher steps down. */
+int resihp__coord_superseded(const resihp__coord_t *c);
+/* Members, and how many of them the coordinator heard from within the
+ * silence bound (on the monotonic clock; O(members): the primary asks
+ * only while its standby is silent): the primary's lease (vouch.h). */
+int resihp__coord_heard(const resihp__coord_t *c, int *members);
 /* Why the job was lost ("" if it was not). */
 const char *resihp__coord_lost_why(const resihp__coord_t *c);
 

@@ -41,7 +41,8 @@ EXTRA_DIST += tests/fuzz/corpus-costplan/k1-three \
 libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/keeper.c libresihp/control/keeper.h \
 	libresihp/control/gate.c libresihp/control/gate.h \
-	libresihp/control/standby.c libresihp/control/standby.h
+	libresihp/control/standby.c libresihp/control/standby.h \
+	libresihp/control/vouch.c libresihp/control/vouch.h
 
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_keeper
@@ -74,6 +75,10 @@ TESTS += tests/integration/failover.test
 # ... and the standby on another node, when the batch host dies.
 dist_check_SCRIPTS += tests/integration/standby.test
 TESTS += tests/integration/standby.test
+# ... and no split brain when it takes over on the replicas' word while
+# the primary is alive but stopped (vouch.h).
+dist_check_SCRIPTS += tests/integration/standby-split.test
+TESTS += tests/integration/standby-split.test
 
 # The coordinator's output queues: a replica that stops reading delays
 # nobody (coord_loop.c, resihp__wire_queue).
@@ -120,3 +125,21 @@ tests_unit_test_coord_cost_SOURCES = tests/unit/test_coord_cost.c
 tests_unit_test_coord_cost_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_coord_cost_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_coord_cost
+
+# The standby's early takeover on the replicas' word (vouch.h): its unit
+# test and the fuzz target of a vouch and of the record it is counted
+# against.
+if HAVE_CHECK
+check_PROGRAMS += tests/unit/test_vouch
+tests_unit_test_vouch_SOURCES = tests/unit/test_vouch.c
+tests_unit_test_vouch_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_vouch_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_vouch
+endif
+check_PROGRAMS += tests/fuzz/fuzz_vouch
+tests_fuzz_fuzz_vouch_SOURCES = tests/fuzz/fuzz_vouch.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_vouch_LDADD = libresihp/libresihp-internal.la -lm
+TESTS += tests/fuzz/fuzz_vouch
+EXTRA_DIST += tests/fuzz/corpus-vouch/hello tests/fuzz/corpus-vouch/record \
+	tests/fuzz/corpus-vouch/snapshot-run

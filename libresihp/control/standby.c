@@ -51,6 +51,9 @@ struct resihp__feed {
   char ep[FIELD_MAX], node[FIELD_MAX], step[FIELD_MAX];
   char expect[FIELD_MAX]; /* the node of the standby wanted ("": any) */
   char token[FIELD_MAX];  /* the token it must say ("": none asked) */
+  /* under mu: when the standby connected now last said anything (its
+   * HB: it still follows, so it does not take over; 0: none) */
+  int64_t heard_ms;
   /* the feed thread's: authenticated, hello not yet read (one that says
    * nothing holds neither the thread nor the standby after it) */
   resihp__lobby_t *lobby;
@@ -104,6 +107,7 @@ static void set_standby(resihp__feed_t *f, const char *ep, const char *node,
   pthread_mutex_lock(&f->mu);
   f->have = ep != NULL;
   f->sent = 0;
+  f->heard_ms = ep ? resihp__now_ms() : 0;
   snprintf(f->ep, sizeof(f->ep), "%s", ep ? ep : "");
   snprintf(f->node, sizeof(f->node), "%s", node ? node : "");
   snprintf(f->step, sizeof(f->step), "%s", step ? step : "");
@@ -240,11 +244,24 @@ static void *feed_main(void *arg) {
     char b[64];
     while (read(f->wake[0], b, sizeof(b)) > 0)
       ;
-    /* the standby says nothing after its hello: input is its end */
+    /* the standby says only HB after its hello (it still follows: the
+     * primary's lease, vouch.h); anything else, or the input's end, is
+     * its end */
     if (w.fd >= 0 && p[3].revents) {
-      int rc = resihp__wire_fill(&w);
-      if (rc < 0 || w.len)
-        drop(f, &w, rc < 0 ? resihp_strerror(rc) : "it spoke out of turn");
+      int rc = resihp__wire_fill(&w), t;
+      char l[16];
+      while (rc >= 0 && (t = resihp__wire_take(&w, l, sizeof(l)))) {
+        if (t < 0 || strcmp(l, "HB")) {
+          rc = RESIHP_EPROTO;
+          break;
+        }
+        pthread_mutex_lock(&f->mu);
+        f->heard_ms = resihp__now_ms();
+        pthread_mutex_unlock(&f->mu);
+      }
+      if (rc < 0)
+        drop(f, &w,
+             rc == RESIHP_EPROTO ? "it spoke out of turn" : resihp_strerror(rc));
     }
   }
   resihp__wire_free(&w);
@@ -332,6 +349,15 @@ int resihp__feed_standby(resihp__feed_t *f, char *ep, size_t epcap, char *node,
   return have;
 }
 
+int64_t resihp__feed_heard_ms(resihp__feed_t *f) {
+  if (!f)
+    return 0;
+  pthread_mutex_lock(&f->mu);
+  int64_t t = f->have ? f->heard_ms : 0;
+  pthread_mutex_unlock(&f->mu);
+  return t;
+}
+
 void resihp__feed_bye(resihp__feed_t *f, int wait_ms) {
   if (!f || !f->started)
     return;
@@ -370,7 +396,8 @@ void resihp__feed_stop(resihp__feed_t *f) {
 
 int resihp__feed_follow(const char *ep, const uint8_t *secret,
                         size_t secret_len, const char *hello, int silence_ms,
-                        char **rec, size_t *len) {
+                        char **rec, size_t *len,
+                        void (*tick)(void *ud, int heard), void *ud) {
   int fd = resihp__wire_dial(ep, resihp__now_ms() + HELLO_MS);
   if (fd < 0)
     return fd;
@@ -381,10 +408,27 @@ int resihp__feed_follow(const char *ep, const uint8_t *secret,
   if (!rc)
     rc = resihp__wire_send(&w, hello, resihp__now_ms() + HELLO_MS);
   char line[128];
+  int64_t heard = resihp__now_ms(), beat = 0;
   while (!rc) {
-    rc = resihp__wire_recv(&w, line, sizeof(line),
-                           resihp__now_ms() + silence_ms);
+    /* our HB every beat while we follow: the primary's lease */
+    int64_t now = resihp__now_ms();
+    if (now >= beat) {
+      rc = resihp__wire_send(&w, "HB", now + HELLO_MS);
+      beat = now + RESIHP__FEED_BEAT_MS;
+      if (rc)
+        break;
+    }
+    int64_t dl = heard + silence_ms < beat ? heard + silence_ms : beat;
+    rc = resihp__wire_recv(&w, line, sizeof(line), dl);
+    if (tick)
+      tick(ud, !rc);
+    if (rc == RESIHP_ETIMEDOUT && resihp__now_ms() < heard + silence_ms) {
+      rc = 0; /* only time for our beat */
+      continue;
+    }
     size_t n;
+    if (!rc)
+      heard = resihp__now_ms();
     if (rc || !strcmp(line, "HB"))
       continue;
     if (!strcmp(line, "BYE")) {

@@ -23,7 +23,8 @@
  * over them) and "HB" every beat otherwise; "BYE" when the job is over.
  * Only the newest record matters, so a slow standby is sent the newest one
  * when it is ready, never a queue. One standby at a time: a new one
- * replaces the old. */
+ * replaces the old. The standby says "HB" every beat while it follows:
+ * the primary's lease (vouch.h) holds while it hears them. */
 #ifndef RESIHP_CONTROL_STANDBY_H
 #define RESIHP_CONTROL_STANDBY_H
 
@@ -62,6 +63,10 @@ int resihp__feed_sent(resihp__feed_t *f, unsigned long seq);
 int resihp__feed_standby(resihp__feed_t *f, char *ep, size_t epcap, char *node,
                          size_t nodecap, char *step, size_t stepcap,
                          unsigned *gen);
+/* When the standby connected now last said anything (it says HB every
+ * beat while it follows: then it does not take over, vouch.h); 0 when
+ * none is connected. resihp__now_ms clock. */
+int64_t resihp__feed_heard_ms(resihp__feed_t *f);
 /* The job is over: tell the standby (BYE), which then leaves; waits up to
  * wait_ms for the word to go out. */
 void resihp__feed_bye(resihp__feed_t *f, int wait_ms);
@@ -72,12 +77,15 @@ void resihp__feed_stop(resihp__feed_t *f);
 
 /* Follow the feed at ep: authenticate, say hello (the STANDBY line), and
  * keep the newest record in *rec (malloc'd; the one before is freed) and
- * *len. Returns 1 when the primary said BYE, or a negative code when the
- * link failed or said nothing for silence_ms: then *rec is the last
- * complete record, if any. */
+ * *len, saying HB every beat. Returns 1 when the primary said BYE, or a
+ * negative code when the link failed or said nothing for silence_ms: then
+ * *rec is the last complete record, if any. tick(ud, heard) (may be
+ * NULL): called at least every beat while it follows, heard 1 when the
+ * primary said something since the last call (it is there). */
 int resihp__feed_follow(const char *ep, const uint8_t *secret,
                         size_t secret_len, const char *hello, int silence_ms,
-                        char **rec, size_t *len);
+                        char **rec, size_t *len,
+                        void (*tick)(void *ud, int heard), void *ud);
 /* Its pieces, for tests and the fuzz target: a REC line's byte count
  * (0, or RESIHP_EPROTO for a line that is not one or a count beyond
  * RESIHP__FEED_REC_MAX), and a STANDBY line's address, node and step

@@ -70,6 +70,12 @@ int resihp__job_welcome(resihp_job_t *j, const char *line) {
   char cred[sizeof(j->cred)];
   if (!resihp__wire_get(line, "cred", cred, sizeof(cred)))
     memcpy(j->cred, cred, sizeof(cred));
+  /* the coordinator's term (absent: 0, an older resihp-run's) */
+  long term = 0;
+  if (resihp__wire_get_range(line, "term", 0, UINT32_MAX - 1, &term) ==
+      RESIHP_EPROTO)
+    return RESIHP_EPROTO;
+  j->term = (uint32_t)term;
   return 0;
 }
 

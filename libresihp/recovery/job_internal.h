@@ -96,6 +96,11 @@ struct resihp_job {
   char *hello, *pending;
   /* the credential of its first WELCOME: a HELLO again=1 says it */
   char cred[48];
+  /* the coordinator's term (control/vouch.h): the one it obeys (its last
+   * WELCOME's), and the least it may obey since it vouched for a
+   * standby's takeover (VOUCHED term=T): a WELCOME of a smaller term is
+   * an old coordinator's, refused */
+  uint32_t term, min_term;
   pthread_cond_t link_cv;
   unsigned long gen;
   int lost;

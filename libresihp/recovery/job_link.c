@@ -26,6 +26,7 @@
 #include <resihp/log.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,18 +124,61 @@ static int try_once(resihp_job_t *j, int64_t deadline, resihp__wire_t *nw) {
     rc = RESIHP_ENOMEM;
   if (!rc) {
     /* step: the last one this replica started (0 before any) */
-    snprintf(line, RESIHP__JOB_MSG_MAX, "%s again=1 epoch=%u step=%ld cred=%s",
-             j->hello, j->epoch, j->step < 0 ? 0 : j->step,
-             j->cred[0] ? j->cred : "-");
+    snprintf(line, RESIHP__JOB_MSG_MAX,
+             "%s again=1 epoch=%u step=%ld cred=%s term=%" PRIu32, j->hello,
+             j->epoch, j->step < 0 ? 0 : j->step, j->cred[0] ? j->cred : "-",
+             j->min_term > j->term ? j->min_term : j->term);
     rc = resihp__wire_send(nw, line, resihp__now_ms() + TRY_AUTH_MS);
   }
   int64_t wdl = resihp__now_ms() + TRY_WELCOME_MS;
-  while (!rc && !(rc = resihp__wire_recv(nw, j->msg, RESIHP__JOB_MSG_MAX, wdl)))
-    if (strcmp(j->msg, "HB"))
+  uint32_t was_min = j->min_term;
+  long term = 0;
+  while (!rc && !(rc = resihp__wire_recv(nw, j->msg, RESIHP__JOB_MSG_MAX, wdl))) {
+    if (!strcmp(j->msg, "HB"))
+      continue;
+    if (strncmp(j->msg, "VOUCHED ", 8))
       break;
-  if (!rc && !strncmp(j->msg, "NO", 2)) {
+    /* a standby that follows nobody counted this as our word that the
+     * primary is lost (control/vouch.h): from now on no coordinator of
+     * an older term is obeyed; wait here for its takeover or release */
+    if (resihp__wire_get_range(j->msg, "term", 1, UINT32_MAX - 1, &term) ||
+        (uint32_t)term <= j->term) {
+      rc = RESIHP_EPROTO;
+      break;
+    }
+    if ((uint32_t)term > j->min_term)
+      j->min_term = (uint32_t)term;
+    resihp_log(RESIHP_LOG_WARN, "job",
+               "replica %d: vouched for the standby's takeover (term %ld): "
+               "no coordinator of an older term is obeyed from now on",
+               j->replica, term);
+    wdl = deadline;
+  }
+  if (!rc && !strcmp(j->msg, "RELEASED")) {
+    /* the standby follows the primary again: it never takes over with
+     * our word, which we take back */
+    j->min_term = was_min;
+    resihp_log(RESIHP_LOG_INFO, "job",
+               "replica %d: the standby follows the primary again: back to "
+               "it",
+               j->replica);
+    rc = RESIHP_EBUSY;
+  } else if (!rc && !strncmp(j->msg, "NO", 2)) {
     resihp__job_say_no(j, j->msg);
     rc = RESIHP_ESTATE;
+  } else if (!rc && (term = 0,
+                     resihp__wire_get_range(j->msg, "term", 0, UINT32_MAX - 1,
+                                            &term) == RESIHP_EPROTO ||
+                         (uint32_t)term < j->min_term ||
+                         (uint32_t)term < j->term)) {
+    /* an old coordinator (a primary that was stopped or cut off while a
+     * standby took over): never obeyed again */
+    resihp_log(RESIHP_LOG_WARN, "job",
+               "replica %d: a coordinator of term %ld answered, older than "
+               "term %" PRIu32 ": refused",
+               j->replica, term,
+               j->min_term > j->term ? j->min_term : j->term);
+    rc = RESIHP_EEPOCH;
   } else if (!rc && resihp__job_welcome(j, j->msg)) {
     resihp_log(RESIHP_LOG_ERROR, "job",
                "replica %d: the new coordinator answered '%.60s' to HELLO",

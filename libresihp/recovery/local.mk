@@ -57,6 +57,7 @@ bin_PROGRAMS += tools/resihp-run
 tools_resihp_run_SOURCES = tools/run/run.h tools/run/main.c \
 	tools/run/launch.c tools/run/spares.c tools/run/events.c \
 	tools/run/save.c tools/run/record.c tools/run/standby.c \
+	tools/run/vouching.c tools/run/lease.c \
 	tools/run/primary.c tools/run/cmd.c tools/run/cmd.h tools/run/slurm.c \
 	tools/run/slurm.h tools/run/secret.c tools/run/secret.h \
 	tools/run/report.c tools/run/jobnote.c tools/run/jobnote.h \

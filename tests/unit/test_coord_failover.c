@@ -226,7 +226,8 @@ static void failover(side_t *s1, side_t *s2, resihp__coord_opts_t *co,
          i, i, i, i, ep, step, creds[i]);
     char line[256], want[96];
     next(s2, i, line, sizeof(line));
-    snprintf(want, sizeof(want), "WELCOME replica=%d step=%ld hb=200 again=1",
+    snprintf(want, sizeof(want),
+             "WELCOME replica=%d step=%ld hb=200 again=1 term=0",
              i, step);
     ck_assert_str_eq(line, want);
     ck_assert(resihp__coord_connected(s2->c, i));
@@ -444,6 +445,63 @@ START_TEST(test_fail_lost) {
 }
 END_TEST
 
+/* The term (control/vouch.h). A coordinator that lost its lease
+ * (may_decide says no) fails nobody: a lost link is closed, the replica
+ * stays a member. A standby's takeover is a newer term (every WELCOME
+ * says it, the record keeps it); a replica that obeys it, saying so in its
+ * HELLO, is not taken in by the old coordinator, which is superseded from
+ * then on and fails nobody, whatever may_decide says. */
+static int lease_now = 1;
+static int lease(void *ud) {
+  (void)ud;
+  return lease_now;
+}
+
+START_TEST(test_term_fence) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  co.may_decide = lease;
+  running(&a, &co, NULL);
+  lease_now = 0;
+  resihp__coord_fail_lost(a.c, 2, "its link closed");
+  ck_assert_int_eq(resihp__coord_members(a.c), N); /* not failed */
+  ck_assert(!resihp__coord_connected(a.c, 2));     /* its link closed */
+  lease_now = 1;
+  /* the standby's takeover: term 1, in its WELCOMEs and its record */
+  static const int back[2] = {0, 1};
+  failover(&a, &b, &co, -1, back, 2);
+  resihp__coord_set_term(b.c, resihp__coord_term(b.c) + 1);
+  char line[256];
+  feed(&b, 2,
+       "HELLO replica=2 ep=h2:1 sep=h2:2 mbs=6 steps=8 jobid=7 stepid=2 "
+       "again=1 epoch=%u step=%ld cred=%s term=0",
+       resihp__coord_epoch(b.c), resihp__coord_step(b.c), creds[2]);
+  expect(&b, 2, "WELCOME ", line, sizeof(line));
+  ck_assert_msg(strstr(line, " term=1"), "%s", line);
+  resihp__wire_buf_t rb;
+  resihp__wire_buf_init(&rb);
+  ck_assert_int_eq(resihp__coord_snapshot(b.c, &rb), 0);
+  ck_assert_msg(strstr(rb.s, "\nt 1\n"), "%s", rb.s);
+  resihp__wire_buf_free(&rb);
+  /* the old coordinator, woken: a replica of term 1 is not taken in */
+  connect_one(&a, 0);
+  ck_assert(!resihp__coord_superseded(a.c));
+  feed(&a, 0,
+       "HELLO replica=0 ep=h0:1 sep=h0:2 mbs=6 steps=8 jobid=7 stepid=0 "
+       "again=1 epoch=%u step=%ld cred=%s term=1",
+       resihp__coord_epoch(a.c), resihp__coord_step(a.c), creds[0]);
+  ck_assert(resihp__coord_superseded(a.c));
+  /* its new link was closed, not answered */
+  ck_assert_int_ne(resihp__wire_recv(&a.peer[0], line, sizeof(line),
+                                     resihp__now_ms() + 5000),
+                   0);
+  resihp__coord_fail_lost(a.c, 1, "its link closed");
+  ck_assert_int_eq(resihp__coord_members(a.c), N); /* nobody failed */
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
 /* A standby's takeover: replica 2 went with the primary's node, which died
  * between 3 s and 1 s before the takeover (the standby's bounds), while
  * the survivors had started step 10 beyond the last record (a free run).
@@ -492,7 +550,7 @@ START_TEST(test_takeover_summary) {
   snprintf(want, sizeof(want), "at step %ld-%ld (not known exactly", step,
            step + 10);
   ck_assert_msg(strstr(text, want), "%s", text);
-  ck_assert_msg(strstr(text, "lost with the primary's node between "), "%s",
+  ck_assert_msg(strstr(text, "went with the primary between "), "%s",
                 text);
   const char *st = strstr(text, "survivors' stall between ");
   double lo = -1, hi = -1;
@@ -845,6 +903,7 @@ int main(void) {
   tcase_add_test(tc, test_held_run_reconnects);
   tcase_add_test(tc, test_round);
   tcase_add_test(tc, test_fail_lost);
+  tcase_add_test(tc, test_term_fence);
   tcase_add_test(tc, test_takeover_summary);
   tcase_add_test(tc, test_retired_refused);
   tcase_add_test(tc, test_save);

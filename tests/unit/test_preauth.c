@@ -184,7 +184,7 @@ START_TEST(standby_feed_flooded) {
       size_t len = 0;
       resihp__feed_follow(ep, (const uint8_t *)KEY, strlen(KEY),
                           "STANDBY ep=127.0.0.1:9 node=n1 step=1.1", 3000,
-                          &rec, &len);
+                          &rec, &len, NULL, NULL);
       _exit(0);
     }
     int have = 0;

@@ -5,7 +5,8 @@
  * the first one's place, and an old one the primary no longer expects
  * cannot take it back; a follower with the wrong secret gets nothing;
  * the primary's death ends the follower's wait with the last complete
- * record; the lines' parsers are strict. Events, not time: each step waits
+ * record; the lines' parsers are strict; the standby beats while it
+ * follows (the primary's lease). Events, not time: each step waits
  * for what it checks (the feed's standby, a pipe from the child). */
 #include "config.h"
 
@@ -63,7 +64,8 @@ static void follower_start(follower_t *fl, const char *ep, const uint8_t *key,
     close(fds[0]);
     char *rec = NULL;
     size_t len = 0;
-    int rc = resihp__feed_follow(ep, key, klen, hello, 3000, &rec, &len);
+    int rc =
+        resihp__feed_follow(ep, key, klen, hello, 3000, &rec, &len, NULL, NULL);
     FILE *o = fdopen(fds[1], "w");
     fprintf(o, "%d\n", rc);
     if (rec)
@@ -310,6 +312,34 @@ START_TEST(lines_parsed_strictly) {
 }
 END_TEST
 
+/* The standby says HB every beat while it follows (the primary's lease,
+ * control/vouch.h): the primary's word of it moves on; a standby that
+ * stops (SIGKILL) is no standby, and says nothing any more. */
+START_TEST(standby_beats_while_it_follows) {
+  primary_t p;
+  primary_up(&p);
+  resihp__feed_put(p.f, "one", 3);
+  follower_t fl;
+  follower_start(&fl, p.ep, KEY, sizeof(KEY) - 1,
+                 "STANDBY ep=10.0.0.2:4000 node=n2 step=7.3");
+  wait_standby(&p, 1, "10.0.0.2:4000");
+  int64_t t0 = resihp__feed_heard_ms(p.f);
+  ck_assert(t0 > 0);
+  int moved = 0;
+  for (int i = 0; i < 5000 && !moved; i++) { /* safety net only */
+    moved = resihp__feed_heard_ms(p.f) > t0;
+    usleep(2000);
+  }
+  ck_assert_msg(moved, "no HB from the standby");
+  kill(fl.pid, SIGKILL);
+  ck_assert_int_eq(waitpid(fl.pid, NULL, 0), fl.pid);
+  close(fl.rfd);
+  wait_standby(&p, 0, NULL);
+  ck_assert(resihp__feed_heard_ms(p.f) == 0);
+  primary_down(&p);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("standby");
   TCase *tc = tcase_create("feed");
@@ -321,6 +351,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, rogue_standby_refused);
   tcase_add_test(tc, primary_death_keeps_last_record);
   tcase_add_test(tc, lines_parsed_strictly);
+  tcase_add_test(tc, standby_beats_while_it_follows);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -590,6 +590,7 @@ int main(int argc, char **argv) {
           g.silence_ms ? g.silence_ms
                        : (int)resihp_settings_get(resihp_settings_global(),
                                                   RESIHP_SETTING_COORD_TIMEOUT),
+      .may_decide = may_decide,
       .on_failed = on_failed,
       .on_swapped = on_swapped,
       .on_spare = on_spare,
@@ -707,7 +708,8 @@ int main(int argc, char **argv) {
     if (fr == 1) {
       ko.snap = rec;
       ko.snaplen = rlen;
-      ko.first_why = "lost with its node";
+      ko.first_why = g.vouched ? "cut off from its replicas and standby"
+                               : "lost with its node";
       got_signal = nsignals = 0;
     } else {
       ret = fr == 0 || got_signal ? EXIT_OK : EXIT_LOST;

@@ -214,6 +214,7 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
    * SIGTERM instead, so that the job ends with its true status */
   sigaction(SIGHUP, &sa, NULL);
   resihp__keeper_beat(kp); /* the keeper may pass signals on now */
+  g.prim_start_ms = resihp__now_ms(); /* its first half bound: lease.c */
   resihp__coord_opts_t co = g.co;
   FILE *ledger = NULL;
   long ledger_have = -1;
@@ -270,9 +271,23 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
   update_coords();
   jobnote_start();
   if (g.took_over) {
-    say("took over from the primary on %s, which Slurm declared DOWN: the "
-        "coordinator continues here (%s) at step %ld",
-        g.primary_node, g.coord_ep, resihp__coord_step(g.coord));
+    /* a new term: a replica that follows this coordinator never obeys
+     * the old primary again (control/vouch.h) */
+    resihp__coord_set_term(g.coord, resihp__coord_term(g.coord) + 1);
+    /* nobody holds this term's records yet (the old primary is fenced by
+     * the term): the lease applies once this one's own standby follows */
+    g.lease_on = 0;
+    if (g.vouched)
+      say("took over from the primary on %s on the word of %d of its %d "
+          "members, before Slurm's verdict: the coordinator continues here "
+          "(%s) at step %ld, term %u",
+          g.primary_node, g.vouch_count, g.vouch_members, g.coord_ep,
+          resihp__coord_step(g.coord), (unsigned)resihp__coord_term(g.coord));
+    else
+      say("took over from the primary on %s, which Slurm declared DOWN: the "
+          "coordinator continues here (%s) at step %ld, term %u",
+          g.primary_node, g.coord_ep, resihp__coord_step(g.coord),
+          (unsigned)resihp__coord_term(g.coord));
     resihp__coord_set_loss(g.coord, g.loss_lo_ms, g.loss_hi_ms);
     fail_lost_replicas();
   }
@@ -361,7 +376,15 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
           g.recheck_s ? resihp__now_ms() + g.recheck_s * 1000L : INT64_MAX;
     }
     resihp__keeper_beat(kp);
+    /* cut off from its standby and from too many members: a standby may
+     * have taken over (control/vouch.h); it only listens (its failures
+     * wait: may_decide), and steps down past the bound */
+    int decide = lease_check(kp);
     resihp__coord_poll(g.coord, 50);
+    /* and again after the wait: stopped in it, woken after a takeover, it
+     * must not go on to its own timers and launches */
+    if (!decide || !lease_check(kp))
+      continue;
     resihp__record_progress(g.record, resihp__coord_step(g.coord),
                             (long)resihp__coord_epoch(g.coord),
                             resihp__coord_members(g.coord));

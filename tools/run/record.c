@@ -32,10 +32,11 @@ static void launcher_state(resihp__wire_buf_t *b) {
   resihp__wire_buf_printf(b, "\n");
   /* where this primary was (a standby that takes over is elsewhere: the
    * sruns are not its own), and the standby it started */
-  resihp__wire_buf_printf(b, "H %s %ld %d %d %" PRId64 " %" PRId64 " %s\n",
+  resihp__wire_buf_printf(b, "H %s %ld %d %d %" PRId64 " %" PRId64 " %s %d\n",
                           g.coord_ep, (long)g.standby_pid, g.standby_node,
                           g.standby_tries, resihp__now_ms(), realtime_ms(),
-                          g.standby_token[0] ? g.standby_token : "-");
+                          g.standby_token[0] ? g.standby_token : "-",
+                          g.lease_on);
   for (int i = 0; i < g.nnodes; i++) {
     node_t *n = &g.nodes[i];
     if (n->bad || n->owner >= 0 || n->check > 0)
@@ -82,18 +83,28 @@ void on_mirror(void *ud, const char *snap, size_t len) {
 /* The launcher's state from a record; *coord, *clen: the coordinator's
  * part. The record is ours (the keeper's pipe), still every index is
  * checked. */
-int restore_launcher(const char *rec, size_t len, const char **coord,
-                     size_t *clen) {
+int record_coord_part(const char *rec, size_t len, const char **coord,
+                      size_t *clen) {
   size_t ll = 0;
   int hl = 0;
-  if (sscanf(rec, "LAUNCHER %zu\n%n", &ll, &hl) != 1 || hl <= 0 ||
+  if (!rec || !memchr(rec, '\n', len) ||
+      sscanf(rec, "LAUNCHER %zu\n%n", &ll, &hl) != 1 || hl <= 0 ||
       ll > len - (size_t)hl)
     return RESIHP_EPROTO;
-  char *t = strndup(rec + hl, ll);
-  if (!t)
-    return RESIHP_ENOMEM;
   *coord = rec + hl + ll;
   *clen = len - (size_t)hl - ll;
+  return 0;
+}
+
+int restore_launcher(const char *rec, size_t len, const char **coord,
+                     size_t *clen) {
+  if (record_coord_part(rec, len, coord, clen))
+    return RESIHP_EPROTO;
+  /* the launcher's part: after the header line, up to the coordinator's */
+  const char *from = memchr(rec, '\n', len) + 1;
+  char *t = strndup(from, (size_t)(*coord - from));
+  if (!t)
+    return RESIHP_ENOMEM;
   for (int i = 0; i < g.nnodes; i++) {
     g.nodes[i].bad = 0;
     g.nodes[i].owner = -1;
@@ -129,8 +140,9 @@ int restore_launcher(const char *rec, size_t len, const char **coord,
         g.fired[i] = (int)strtol(q, &q, 10);
     } else if (l[0] == 'H') {
       char ep[300], tok[40];
-      if (sscanf(l, "H %299s %ld %d %d %" SCNd64 " %" SCNd64 " %39s", ep,
-                 &v[0], &a[0], &a[1], &w[0], &w[1], tok) != 7 ||
+      a[2] = 0;
+      if (sscanf(l, "H %299s %ld %d %d %" SCNd64 " %" SCNd64 " %39s %d", ep,
+                 &v[0], &a[0], &a[1], &w[0], &w[1], tok, &a[2]) < 7 ||
           a[0] < -1 || a[0] >= g.nnodes ||
           (strcmp(tok, "-") && strspn(tok, "0123456789abcdef") != 32)) {
         rc = RESIHP_EPROTO;
@@ -141,6 +153,7 @@ int restore_launcher(const char *rec, size_t len, const char **coord,
        * clock (the nodes' clocks are kept in step, NTP) */
       g.clock_delta = (resihp__now_ms() - realtime_ms()) - (w[0] - w[1]);
       g.standby_pid = (pid_t)v[0];
+      g.lease_on |= a[2] != 0;
       g.standby_node = a[0];
       g.standby_tries = a[1];
       snprintf(g.standby_token, sizeof(g.standby_token), "%s",

@@ -203,6 +203,15 @@ struct run {
   /* a standby: the primary it followed died after loss_lo_ms and before
    * loss_hi_ms (standby_follow; resihp__coord_set_loss) */
   int64_t loss_lo_ms, loss_hi_ms;
+  /* the early takeover (control/vouch.h, vouching.c, lease.c): this
+   * standby took over on its replicas' word (vouched members of how
+   * many; who vouched, R flags), not on Slurm's verdict; a standby has
+   * followed this job's primary (from then on the primary decides only
+   * under its lease); when this primary started and last held it */
+  int vouched, vouch_count, vouch_members;
+  char *vouchers;
+  int lease_on;
+  int64_t prim_start_ms, lease_ok_ms;
   char node_self[64];
   int argc0;
   char **argv0;
@@ -282,6 +291,10 @@ void on_mirror(void *ud, const char *snap, size_t len);
 int restore_launcher(const char *rec, size_t len, const char **coord,
                      size_t *clen);
 long ledger_cut(FILE *f);
+/* The coordinator's part of a record (after the launcher's). 0 or
+ * RESIHP_EPROTO. */
+int record_coord_part(const char *rec, size_t len, const char **coord,
+                      size_t *clen);
 
 /* standby.c */
 void update_coords(void);
@@ -290,6 +303,22 @@ void check_standby(void);
 void fail_lost_replicas(void);
 int standby_follow(const uint8_t *secret, size_t slen, char **rec, size_t *len);
 void end_job(void);
+
+/* vouching.c: the standby hears the replicas that lost the primary */
+int vouching_start(const uint8_t *secret, size_t slen);
+void vouching_heard(void);
+void vouching_step(int wait_ms, const char *rec, size_t len);
+/* 1 to take over now (*count of *members vouched; g.vouchers set) */
+int vouching_ready(int64_t lost_ms, int *count, int *members);
+void vouching_end(void);
+
+/* lease.c: the primary decides only under its lease */
+int lease_held(void);
+/* In the primary's loop: 1 to go on deciding, 0 to only listen this
+ * round; steps down (does not return) past the bound */
+int lease_check(resihp__keeper_t *kp);
+int may_decide(void *ud); /* the coordinator's may_decide */
+void step_down(resihp__keeper_t *kp);
 
 /* primary.c */
 int primary_main(void *ud, const char *snap, size_t snaplen,

@@ -27,6 +27,7 @@ void update_coords(void) {
   g.standby_gen = gen;
   g.standby_lost_ms = have ? 0 : resihp__now_ms();
   if (have) {
+    g.lease_on = 1; /* a standby holds our records: it may take over */
     snprintf(g.coords, sizeof(g.coords), "%s/%s", g.coord_ep, ep);
     snprintf(g.standby_step, sizeof(g.standby_step), "%s", step);
     g.standby_seen = 1;
@@ -161,27 +162,54 @@ void check_standby(void) {
 }
 
 /* A standby that took over: the replicas with a node on the lost
- * primary's node are gone with it (Slurm declared it DOWN), and fail now
- * instead of at the end of the reconnect wait, which is for the replicas
- * that are alive and looking for the new address. */
+ * primary's node are gone with it (Slurm declared it DOWN; or, on the
+ * replicas' word, they did not vouch: every live member had the standby's
+ * whole wait to come), and fail now instead of at the end of the
+ * reconnect wait, which is for the replicas that are alive and looking
+ * for the new address. */
 void fail_lost_replicas(void) {
   for (int r = 0; r < g.R; r++) {
     const replica_t *p = &g.reps[r];
+    if (g.vouched && g.vouchers && g.vouchers[r])
+      continue; /* it lost the primary, not its life */
     for (int i = 0; i < p->nnodes; i++)
       if (!strcmp(g.nodes[p->nodes[i]].name, g.primary_node)) {
-        char why[64];
-        snprintf(why, sizeof(why), "its node %s is DOWN", g.primary_node);
+        char why[96];
+        if (g.vouched)
+          snprintf(why, sizeof(why),
+                   "its node %s went with the primary; it did not vouch",
+                   g.primary_node);
+        else
+          snprintf(why, sizeof(why), "its node %s is DOWN", g.primary_node);
         resihp__coord_fail_lost(g.coord, r, why);
         break;
       }
   }
 }
 
+struct follow_ud {
+  char **rec;
+  size_t *len;
+  int heard;
+};
+
+/* While the feed is followed: the replicas that dial us are answered (at
+ * once: RELEASED, the primary speaks to us). */
+static void follow_tick(void *ud, int heard) {
+  struct follow_ud *u = ud;
+  if (heard) {
+    u->heard = 1;
+    vouching_heard();
+  }
+  vouching_step(0, *u->rec, *u->len);
+}
+
 /* The standby's life until it takes over: follow the primary's feed;
- * when the link fails, ask Slurm whether the primary's node is DOWN (then
- * take over) or not (a local failover, a restart: follow again). 1 with
- * the record to take over from, 0 when the job is over (BYE), or a
- * negative code. */
+ * when the link fails, take over once enough replicas vouched that they
+ * lost the primary too and its lease ran out (control/vouch.h), or once
+ * Slurm declares the primary's node DOWN; else (a local failover, a
+ * restart) follow again. 1 with the record to take over from, 0 when the
+ * job is over (BYE), or a negative code. */
 int standby_follow(const uint8_t *secret, size_t slen, char **rec,
                    size_t *len) {
   char hello[512];
@@ -191,8 +219,10 @@ int standby_follow(const uint8_t *secret, size_t slen, char **rec,
            g.standby_token[0] ? g.standby_token : "-");
   say("standby coordinator on %s (%s) for the primary on %s", g.node_self,
       g.coord_ep, g.primary_node);
-  int64_t told = 0;
+  vouching_start(secret, slen);
+  int64_t told = 0, lost = 0;
   const int silence = g.hang_ms + 2000;
+  int ret = RESIHP_ECLOSED;
   while (!got_signal) {
     int64_t since = resihp__now_ms();
     /* what the last record was, to tell whether this call got one */
@@ -200,14 +230,17 @@ int standby_follow(const uint8_t *secret, size_t slen, char **rec,
     char *before = blen ? malloc(blen) : NULL;
     if (before)
       memcpy(before, *rec, blen);
+    struct follow_ud u = {rec, len, 0};
     int rc = resihp__feed_follow(g.standby_of, secret, slen, hello, silence,
-                                 rec, len);
+                                 rec, len, follow_tick, &u);
     int fresh = *rec && (blen ? before && (*len != blen ||
                                            memcmp(before, *rec, blen))
                               : 1);
     free(before);
-    if (rc == 1)
-      return 0;
+    if (rc == 1) {
+      ret = 0;
+      break;
+    }
     /* When the primary died, as far as this side can tell: after its last
      * record of this call (so after the call began) and after the feed's
      * last possible sign of life (the call ends at most `silence` after
@@ -219,22 +252,44 @@ int standby_follow(const uint8_t *secret, size_t slen, char **rec,
       g.loss_lo_ms = now - silence > since ? now - silence : since;
       g.loss_hi_ms = now;
     }
+    if (u.heard || !lost)
+      lost = now; /* the feed is lost from now (it spoke in this call) */
     if (resihp__slurm_node_down(g.primary_node)) {
-      if (*rec)
-        return 1;
+      if (*rec) {
+        ret = 1;
+        break;
+      }
       say("the primary's node %s is DOWN and no state came from it: nothing "
           "to take over",
           g.primary_node);
-      return RESIHP_ENOENT;
+      ret = RESIHP_ENOENT;
+      break;
     }
     if (resihp__now_ms() - told > 60000) {
       told = resihp__now_ms();
       say("the primary's feed at %s: %s; its node %s is up: following again",
           g.standby_of, resihp_strerror(rc), g.primary_node);
     }
-    usleep(500000);
+    /* half a second for the replicas' word before the next try */
+    int64_t until = resihp__now_ms() + 500;
+    while (!got_signal && *rec && resihp__now_ms() < until &&
+           !(g.vouched = vouching_ready(lost, &g.vouch_count,
+                                        &g.vouch_members)))
+      vouching_step((int)(until - resihp__now_ms()), *rec, *len);
+    if (g.vouched) {
+      say("%d of the %d members lost the primary on %s and vouched for a "
+          "takeover, and its lease ran out (%lld ms since the feed's loss): "
+          "taking over before Slurm's verdict",
+          g.vouch_count, g.vouch_members, g.primary_node,
+          (long long)(resihp__now_ms() - lost));
+      ret = 1;
+      break;
+    }
+    if (!*rec)
+      usleep(500000);
   }
-  return RESIHP_ECLOSED;
+  vouching_end();
+  return ret;
 }
 
 /* A standby that took over, at the end: the batch script is gone with

@@ -142,6 +142,12 @@ static void judge(resihp__coord_t *c, spare_t *sp) {
        sp->node, why);
 }
 
+int resihp__coord_spare_slow_only(const resihp__coord_t *c, const char *node) {
+  const spare_t *sp = find_spare(c, node);
+  return sp && sp->state == RESIHP__SPARE_SUSPECT && sp->burnin.bytes > 0 &&
+         !sp->burnin.failed;
+}
+
 const char *resihp__coord_spare_summary(const resihp__coord_t *c,
                                         const char *node) {
   const spare_t *sp = find_spare(c, node);

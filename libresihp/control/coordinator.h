@@ -355,6 +355,10 @@ void resihp__coord_spare_mark(resihp__coord_t *c, const char *node, int state,
  * (a registered-healthy spare whose burn-in was not judged yet, for want
  * of a reference, may become suspect now). */
 int resihp__coord_spare_judge(resihp__coord_t *c, const char *node);
+/* 1 if node is suspect for its speed only: its burn-in finished, with
+ * right results, but slower than the replicas' (a last resort when no
+ * healthy spare is left: see resihp-run's launch). */
+int resihp__coord_spare_slow_only(const resihp__coord_t *c, const char *node);
 /* What was found wrong with node ("" if nothing; never NULL). */
 const char *resihp__coord_spare_summary(const resihp__coord_t *c,
                                         const char *node);

@@ -56,6 +56,11 @@ start_watchdog() {
   watchdog_pid=$!
 }
 
+# The lab's nodes share this machine's CPUs: a spare's burn-in, measured
+# while the job trains, is slowed by the job itself and would refuse
+# healthy spares at random. Only the burn-in's own test turns it on.
+export RESIHP_NO_BURN_IN=1
+
 # The daemons must not inherit the lock (fd 9): a test killed before its
 # clean-up would leave them holding it, and every later test waiting.
 cluster() { LAB=$lab "$HARNESS/lab-cluster.sh" "$@" 9>&-; }
@@ -170,15 +175,17 @@ revive_nodes() {
 # start_cluster [PLUGSTACK ARGS...]: one cluster at a time on this machine
 # (they share ports), serialised with a lock held until this test exits.
 start_cluster() {
-  exec 9>"${TMPDIR:-/tmp}/resihp-lab.lock"
-  flock -w 600 9 || { echo "Bail out! cannot lock the lab cluster"; exit 1; }
-  # The watchdog bounds this test, not its wait for others' tests: restart it
-  # now that the lab is ours.
-  if [ -n "${watchdog_pid:-}" ]; then
-    pkill -P "$watchdog_pid" 2>/dev/null
-    kill "$watchdog_pid" 2>/dev/null
-    start_watchdog
+  # The watchdog bounds this test, not its wait for others' tests (flock's
+  # own bound is that): paused while it waits, started anew once the lab is
+  # ours.
+  local dog=${watchdog_pid:-}
+  if [ -n "$dog" ]; then
+    pkill -P "$dog" 2>/dev/null
+    kill "$dog" 2>/dev/null
   fi
+  exec 9>"${TMPDIR:-/tmp}/resihp-lab.lock"
+  flock -w 1800 9 || { echo "Bail out! cannot lock the lab cluster"; exit 1; }
+  [ -n "$dog" ] && start_watchdog
   # With the lock ours, a cluster still up on the default ports belongs to a
   # test killed before its clean-up (a make timeout): stop it.
   local old

@@ -1124,7 +1124,10 @@ START_TEST(spare_burnin_suspect) {
   ck_assert_msg(strstr(resihp__coord_spare_summary(c, "s1"),
                        "burn-in failed: the compute kernel did not finish"),
                 "%s", resihp__coord_spare_summary(c, "s1"));
+  /* a failed burn-in is never a last resort (only a slow one is) */
+  ck_assert_int_eq(resihp__coord_spare_slow_only(c, "s1"), 0);
   ck_assert_int_eq(resihp__coord_spare_judge(c, "s2"), RESIHP__SPARE_HEALTHY);
+  ck_assert_int_eq(resihp__coord_spare_slow_only(c, "s2"), 0);
   ck_assert_int_eq(resihp__coord_spare_state(c, "s3", NULL),
                    RESIHP__SPARE_HEALTHY);
   ck_assert_int_eq(resihp__coord_spare_state(c, "s4", NULL),

@@ -91,6 +91,7 @@ static int spare_state(int i) {
  * replicas start at once, on the first nodes), only a spare registered
  * healthy, and not found slow by its burn-in, for a replacement (any free
  * one with --no-spare-check). */
+static int take_slow; /* the last resort: a spare suspect for speed only */
 static int usable(int i, int initial) {
   const node_t *n = &g.nodes[i];
   if (n->bad || n->owner >= 0)
@@ -101,7 +102,8 @@ static int usable(int i, int initial) {
   int was = spare_state(i), st = resihp__coord_spare_judge(g.coord, n->name);
   if (was == RESIHP__SPARE_HEALTHY && st == RESIHP__SPARE_SUSPECT)
     on_spare(NULL, n->name, st, resihp__coord_spare_summary(g.coord, n->name));
-  return st == RESIHP__SPARE_HEALTHY;
+  return st == RESIHP__SPARE_HEALTHY ||
+         (take_slow && resihp__coord_spare_slow_only(g.coord, n->name));
 }
 
 int pick_nodes(int *out, int k, int initial) {
@@ -456,14 +458,28 @@ void tick(void) {
       /* no healthy spare yet, but some are still being checked: wait;
        * suspect ones are checked again once for it (spares.c) */
       if (p->launches && p->tries <= 3 && pick_nodes(idx, g.K, 0)) {
-        if (!p->suspects_rechecked && !g.no_burn_in && recheck_suspects()) {
-          p->suspects_rechecked = 1;
-          say("replica %d: no healthy spare; checking the suspect one(s) "
-              "again first",
-              r);
+        if (!p->suspects_rechecked && !g.no_burn_in) {
+          p->suspects_rechecked = 1; /* (and waits for those in flight) */
+          if (recheck_suspects())
+            say("replica %d: no healthy spare; checking the suspect one(s) "
+                "again first",
+                r);
         }
         if (spares_pending(p->suspects_rechecked))
           continue;
+        /* Re-checked and still only slow ones: a slow replica still
+         * trains (the fail-slow detector gives it fewer microbatches, and
+         * swaps it once a healthy spare appears), a dropped one does not
+         * (and a busy moment can make a healthy spare look slow). A spare
+         * whose burn-in failed is never taken. */
+        take_slow = 1;
+        if (!pick_nodes(idx, g.K, 0))
+          say("replica %d: only spares slower than the replicas are left: "
+              "taking one rather than going on without the replica (the "
+              "fail-slow detector watches it)",
+              r);
+        else
+          take_slow = 0;
       }
       if (p->tries > 3) {
         say("replica %d: giving up after %d failed launches", r, p->tries);
@@ -476,6 +492,7 @@ void tick(void) {
       } else {
         launch(r);
       }
+      take_slow = 0;
     }
   }
 }

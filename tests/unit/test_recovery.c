@@ -1004,6 +1004,16 @@ static int spare_say(const char *ep, const char *key, const char *line,
 
 /* A coordinator of one replica on 127.0.0.1 with the job secret key, for
  * the spare registry's tests. */
+/* Serve the coordinator until the child p (spare agents talking to it)
+ * exits; it must exit 0. */
+static void serve_until_exit(resihp__coord_t *c, pid_t p) {
+  int st = 0;
+  while (waitpid(p, &st, WNOHANG) == 0)
+    resihp__coord_poll(c, 20);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+}
+
 static resihp__coord_t *spare_coord(const char *key) {
   resihp__coord_opts_t co = {.replicas = 1,
                              .bind_host = "127.0.0.1",
@@ -1043,11 +1053,7 @@ START_TEST(spare_registry) {
               sizeof(reply));
     _exit(0);
   }
-  int st = 0;
-  while (waitpid(p, &st, WNOHANG) == 0)
-    resihp__coord_poll(c, 20);
-  ck_assert(WIFEXITED(st));
-  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  serve_until_exit(c, p);
   long regs = 0;
   ck_assert_int_eq(resihp__coord_spare_state(c, "s1", &regs),
                    RESIHP__SPARE_HEALTHY);
@@ -1093,11 +1099,7 @@ static void say_all(resihp__coord_t *c, const char *key, const char **lines,
     }
     _exit(0);
   }
-  int st = 0;
-  while (waitpid(p, &st, WNOHANG) == 0)
-    resihp__coord_poll(c, 20);
-  ck_assert(WIFEXITED(st));
-  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  serve_until_exit(c, p);
 }
 
 /* Burn-in (issue 35): a spare whose burn-in failed is suspect, not bad

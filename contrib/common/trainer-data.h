@@ -28,7 +28,7 @@
  * trainer_compute_sleep sleeps that long with a = 1, b = 1/256 (attention
  * costs what the MLPs cost at 256 tokens), c = 4, d = 64 work units,
  * scaled so that a mean microbatch of the data kind costs --mb-ms. It
- * sleeps in slices of at most 1 ms and counts each slice as done work for
+ * sleeps in slices of at most 0.25 ms and counts each slice as done work for
  * at most 1.5 times its length: a process stopped from outside (SIGSTOP)
  * does no work meanwhile, so a duty cycle of stops and continues slows it
  * down as it would a real computation, while using almost no CPU; but a

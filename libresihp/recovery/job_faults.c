@@ -128,7 +128,7 @@ double resihp__job_slow_microbatch(resihp_job_t *j, double seconds) {
       milli = j->inj[i].factor_milli;
   if (!milli || !(seconds > 0))
     return seconds;
-  /* the missing (F - 1) x seconds, slept in slices of at most 1 ms as the
+  /* the missing (F - 1) x seconds, slept in slices of at most 0.25 ms as the
    * trainers' simulated compute is, so that an outside stop (SIGSTOP, a
    * debugger) still counts as lost time and not as work done; a sample of
    * a day at most, whatever the caller measured */
@@ -137,7 +137,7 @@ double resihp__job_slow_microbatch(resihp_job_t *j, double seconds) {
     extra = 86400;
   double t0 = mono_s(), done = 0;
   while (done < extra) {
-    double left = extra - done, slice = left < 1e-3 ? left : 1e-3;
+    double left = extra - done, slice = left < 2.5e-4 ? left : 2.5e-4;
     struct timespec ts = {0, (long)(slice * 1e9)};
     double a = mono_s();
     nanosleep(&ts, NULL);

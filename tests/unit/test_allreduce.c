@@ -315,10 +315,14 @@ START_TEST(allreduce_faults) {
     ck_assert_int_eq(rec[i].attempts, rec[0].attempts);
   }
   /* The failed ranks are out of the view. */
+  /* The second victim dies in its first call of epoch 1, which it may
+   * reach while a slower survivor is still agreeing on epoch 1: that one
+   * then sees it dead (its connection closed) and the survivors agree on
+   * both at once. Either way each failed call cost one shrink. */
   if (sc.tcp == 2) {
     ck_assert(!(rec[0].members >> VICTIM2 & 1));
-    ck_assert_int_eq(rec[0].attempts, 3);
-    ck_assert_int_eq(rec[0].epoch, 2);
+    ck_assert(rec[0].attempts == 2 || rec[0].attempts == 3);
+    ck_assert_int_eq(rec[0].epoch, (uint32_t)rec[0].attempts - 1);
   }
   if (sc.fault != F_CUT)
     ck_assert(!(rec[0].members >> sc.victim & 1));

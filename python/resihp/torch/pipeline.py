@@ -50,6 +50,7 @@ before_step hooks that need the whole model's gradient (clipping by the
 global norm: the hook sees this stage's gradients only, step.stage,
 step.module), overlap of the exchange with backward, 1F1B."""
 import collections
+import inspect
 import time
 
 import torch
@@ -61,7 +62,7 @@ from .buffers import BufferWatch, refuse_running_stats
 from .digest import state_digest
 from .grads import Gradients
 from .state import ReplicaState, check_optimizer
-from .trainer import microbatch_seed, run_hook
+from .trainer import Trainer, microbatch_seed, run_hook
 
 # the dtypes an activation may have on the wire, by code
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16,
@@ -134,7 +135,14 @@ def stage_optimizer(optimizer, module):
         if ps:
             groups.append(dict(g, params=ps))
     try:
-        return type(optimizer)(groups, **optimizer.defaults)
+        # the settings its constructor takes (a torch 2.x AdamW's defaults
+        # hold decoupled_weight_decay, which only Adam's takes); every
+        # setting also travels in the groups, which take precedence
+        sig = inspect.signature(type(optimizer).__init__).parameters
+        anykw = any(p.kind == p.VAR_KEYWORD for p in sig.values())
+        kw = {k: v for k, v in optimizer.defaults.items()
+              if anykw or k in sig}
+        return type(optimizer)(groups, **kw)
     except Exception as e:
         raise ProgramError(
             "cannot build the %s of a pipeline stage from the optimizer "
@@ -295,7 +303,7 @@ class PipelineStep:
         return self.loss
 
 
-class PipelineTrainer:
+class PipelineTrainer(Trainer):
     """The Trainer with stages= (see resihp.torch.Trainer for the other
     arguments and this module's docstring for the schedule). model: the
     whole model, built the same way on every rank; stages: K module lists
@@ -343,10 +351,6 @@ class PipelineTrainer:
         self._replica = self.job.replica if self.job is not None else 0
         self._next, self._open = 0, None
         self._watch, self._watched = None, standalone
-
-    @property
-    def replica(self):
-        return self._replica
 
     @property
     def stage(self):
@@ -458,21 +462,10 @@ class PipelineTrainer:
         self._open = None
         self._next = step.index + 1
 
-    def abort(self, reason):
-        if self.job is not None:
-            self.job.abort(reason)
-
     def finish(self, result=None):
         """Report this rank's result (default: its stage's digest,
         standalone the K stages' joined by '/', as resihp-run reports a
         replica of K ranks); returns it."""
         if result is None:
             result = "/".join(s.digest() for s in self.stages)
-        if self.job is not None:
-            self.job.finish(result)
-            self.job.close()
-        return result
-
-    def close(self):
-        if self.job is not None:
-            self.job.close()
+        return super().finish(result)

@@ -261,10 +261,10 @@ class Trainer:
 
     def __new__(cls, *args, stages=None, **kwargs):
         # stages=: a pipeline replica, stage k on rank k (pipeline.py)
-        if stages is None:
-            return super().__new__(cls)
-        from .pipeline import PipelineTrainer
-        return PipelineTrainer(*args, stages=stages, **kwargs)
+        if stages is not None and cls is Trainer:
+            from .pipeline import PipelineTrainer
+            cls = PipelineTrainer
+        return super().__new__(cls)
 
     def __init__(self, model, optimizer, *, microbatches, steps,
                  scheduler=None, mode="deterministic", seed=0, workload=None,

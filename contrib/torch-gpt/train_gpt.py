@@ -30,10 +30,11 @@ def test_fault(args, model):
 
 
 def hold(spec, index, replica, stage=0):
-    if not spec or stage != 0:  # with --stages: the replica's stage 0
+    if not spec:
         return
     at, who, path = spec.split(":", 2)
-    if index == int(at) and replica == int(who):
+    who, _, st = who.partition(".")  # REPLICA[.STAGE] (--stages)
+    if index == int(at) and replica == int(who) and stage == int(st or 0):
         with open(path + ".tmp", "w") as f:
             f.write("%d\n" % os.getpid())
         os.rename(path + ".tmp", path)  # whole, once it exists
@@ -67,8 +68,9 @@ def main():
                    help="rehearse a program error (tests): replicas "
                    "initialised differently, a replacement whose received "
                    "state is corrupt, a model on the meta device")
-    p.add_argument("--test-hold", metavar="STEP:REPLICA:FILE",
-                   help="tests: replica REPLICA writes its pid to FILE at "
+    p.add_argument("--test-hold", metavar="STEP:REPLICA[.STAGE]:FILE",
+                   help="tests: replica REPLICA (with --stages: its rank of "
+                   "stage STAGE, default 0) writes its pid to FILE at "
                    "the start of step STEP and waits there for a signal "
                    "from outside (so that a test's SIGKILL or SIGSTOP lands "
                    "mid-run however fast the steps are)")

@@ -61,6 +61,11 @@ def main():
                    "blocks, head) in K stages, stage k on rank k of each "
                    "replica (resihp-run --ranks-per-replica K); with "
                    "--standalone the K stages run in this process")
+    p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe",
+                   help="with --stages: all forward passes then all "
+                   "backward passes (gpipe), or one forward and one backward "
+                   "in turn once the pipeline is full (1f1b: fewer "
+                   "activations kept); the same result")
     p.add_argument("--standalone", action="store_true",
                    help="no resihp job: compute all microbatches here")
     p.add_argument("--test-fault",
@@ -140,7 +145,8 @@ def pipeline(args, model, opt, corpus, work, clip):
     tr = rt.Trainer(model, opt, stages=stages, microbatches=args.microbatches,
                     steps=args.steps, scheduler=sched, mode=args.mode,
                     seed=args.seed, workload=work,
-                    standalone=args.standalone, bucket_mb=args.bucket_mb)
+                    standalone=args.standalone, bucket_mb=args.bucket_mb,
+                    schedule=args.schedule)
 
     def batch(step, mb):
         return corpus.microbatch(step, mb, args.batch, args.ctx, args.seed)

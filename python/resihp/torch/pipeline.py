@@ -48,7 +48,9 @@ Not supported (yet): a parameter shared by two stages (tied weights:
 refused), a stage whose forward takes or returns more than one tensor,
 before_step hooks that need the whole model's gradient (clipping by the
 global norm: the hook sees this stage's gradients only, step.stage,
-step.module), overlap of the exchange with backward, 1F1B."""
+step.module), overlap of the exchange with backward.
+schedule="1f1b" runs one forward and one backward in turn once the
+pipeline is full (PipelineTrainer), with the same result."""
 import collections
 import inspect
 import time
@@ -71,6 +73,7 @@ _ITEMSIZE = [torch.empty(0, dtype=d).element_size() for d in _DTYPES]
 _MAXDIM = 6
 _HEADER = 2 + _MAXDIM  # dtype code, ndim, dims
 _MAX_BYTES = 1 << 36   # a larger activation is a corrupt header
+SCHEDULES = ("gpipe", "1f1b")
 
 
 def split(model, stages):
@@ -254,7 +257,7 @@ class _Stage:
                                   meta_bytes, extra)
         self.grads = Gradients(self.optimizer, mode, bucket_bytes)
         self.device = self.grads.device
-        self.kept = []
+        self.kept = []  # (mb, input, output, seconds) awaiting backward
 
     def digest(self):
         """This stage's result: 32 hex digits of its state digest (K of
@@ -312,14 +315,20 @@ class PipelineTrainer(Trainer):
     model's parameters (rebuilt per stage with its class and settings);
     scheduler: a function of a stage's optimizer returning its scheduler.
     Under resihp-run, K must be --ranks-per-replica. extra_state objects
-    are each rank's own (standalone: stage 0's)."""
+    are each rank's own (standalone: stage 0's). schedule: "gpipe"
+    (default) or "1f1b" (fewer activations kept; the same result; the
+    standalone reference always runs GPipe)."""
 
     def __init__(self, model, optimizer, *, stages, microbatches, steps,
                  scheduler=None, mode="deterministic", seed=0, workload=None,
                  standalone=False, bucket_mb=25.0, overlap=True,
                  before_step=None, after_step=None, extra_state=None,
-                 meta_bytes=1 << 20, job_options=None):
+                 meta_bytes=1 << 20, job_options=None, schedule="gpipe"):
         del overlap  # the exchange follows the pipeline's backward
+        if schedule not in SCHEDULES:
+            raise ProgramError("schedule '%s': use one of %s" %
+                               (schedule, ", ".join(SCHEDULES)))
+        self.schedule = schedule
         self.model = model
         self.microbatches, self.steps = int(microbatches), int(steps)
         if self.microbatches < 1 or self.steps < 1:
@@ -387,59 +396,80 @@ class PipelineTrainer(Trainer):
             yield step
 
     def _pipeline(self, step, mbs, batch, loss_fn):
-        """GPipe over mbs: every local stage's forward passes (in stage
-        order), then their backward passes (in reverse stage order)."""
-        last, M = self.K - 1, self.microbatches
+        """The microbatches mbs through the local stages. GPipe: every
+        local stage's forward passes (in stage order), then their backward
+        passes (in reverse stage order). 1F1B (under a job): stage k runs
+        K - 1 - k forward passes ahead, then one forward and one backward
+        in turn, then the backward passes left, so it keeps at most K - k
+        microbatches' activations instead of all of them. Either way each
+        stage runs the backward passes in microbatch order: the same sums
+        in the same order, the same bits."""
+        if self.schedule == "1f1b" and self.job is not None:
+            s = self.stages[0]
+            ahead = collections.deque()
+            for i, mb in enumerate(mbs):
+                ahead.append(self._forward(s, step, mb, batch, loss_fn))
+                if i >= self.K - 1 - s.k:
+                    self._backward(s, *ahead.popleft())
+            while ahead:
+                self._backward(s, *ahead.popleft())
+            return
         for s in self.stages:
-            s.kept = []
-            for mb in mbs:
-                t0 = time.perf_counter()
-                seed = microbatch_seed(self.seed, step.index, mb)
-                target = None
-                if s.k == 0 or s.k == last:
-                    torch.manual_seed(seed)
-                    x, target = batch(step.index, mb)
-                if s.k == 0:
-                    inp = x
-                else:
-                    inp = self.link.recv(s.k - 1, s.k, s.device)
-                    _set_rng_state(self.link.recv(s.k - 1, s.k, s.device),
-                                   s.device)
-                    if inp.is_floating_point():
-                        inp.requires_grad_(True)
-                out = s.module(inp)
-                if s.k < last:
-                    if not torch.is_tensor(out):
-                        raise ProgramError(
-                            "stage %d returned a %s: a stage passes one "
-                            "tensor to the next" % (s.k, type(out).__name__))
-                    self.link.send(s.k, s.k + 1, out)
-                    self.link.send(s.k, s.k + 1, _rng_state(s.device))
-                else:
-                    out = loss_fn(out, target) / M
-                s.kept.append((mb, inp, out, time.perf_counter() - t0))
+            kept = [self._forward(s, step, mb, batch, loss_fn) for mb in mbs]
+            s.kept = kept
         for s in reversed(self.stages):
-            for mb, inp, out, secs in s.kept:
-                t0 = time.perf_counter()
-                if s.k == last:
-                    out.backward()
-                    loss = float(out.detach())
-                else:
-                    g = self.link.recv(s.k + 1, s.k, s.device)
-                    loss = float(self.link.recv(s.k + 1, s.k, "cpu"))
-                    if out.requires_grad:
-                        out.backward(g)
-                s.grads.add_microbatch(loss)
-                if s.k > 0:
-                    g = inp.grad if inp.grad is not None else \
-                        torch.zeros_like(inp)
-                    self.link.send(s.k, s.k - 1, g)
-                    self.link.send(s.k, s.k - 1,
-                                   torch.tensor([loss], dtype=torch.float64))
-                if self.job is not None:
-                    self.job.report_microbatch(
-                        mb, secs + time.perf_counter() - t0)
-            s.kept = []
+            kept, s.kept = s.kept, []
+            for item in kept:
+                self._backward(s, *item)
+
+    def _forward(self, s, step, mb, batch, loss_fn):
+        """Microbatch mb's forward pass on stage s: (mb, input, output or
+        loss / M on the last stage, seconds)."""
+        last = self.K - 1
+        t0 = time.perf_counter()
+        target = None
+        if s.k == 0 or s.k == last:
+            torch.manual_seed(microbatch_seed(self.seed, step.index, mb))
+            x, target = batch(step.index, mb)
+        if s.k == 0:
+            inp = x
+        else:
+            inp = self.link.recv(s.k - 1, s.k, s.device)
+            _set_rng_state(self.link.recv(s.k - 1, s.k, s.device), s.device)
+            if inp.is_floating_point():
+                inp.requires_grad_(True)
+        out = s.module(inp)
+        if s.k < last:
+            if not torch.is_tensor(out):
+                raise ProgramError(
+                    "stage %d returned a %s: a stage passes one tensor to "
+                    "the next" % (s.k, type(out).__name__))
+            self.link.send(s.k, s.k + 1, out)
+            self.link.send(s.k, s.k + 1, _rng_state(s.device))
+        else:
+            out = loss_fn(out, target) / self.microbatches
+        return mb, inp, out, time.perf_counter() - t0
+
+    def _backward(self, s, mb, inp, out, secs):
+        """Microbatch mb's backward pass on stage s; its gradients join
+        the stage's sum, the loss travels back with the input's gradient."""
+        t0 = time.perf_counter()
+        if s.k == self.K - 1:
+            out.backward()
+            loss = float(out.detach())
+        else:
+            g = self.link.recv(s.k + 1, s.k, s.device)
+            loss = float(self.link.recv(s.k + 1, s.k, "cpu"))
+            if out.requires_grad:
+                out.backward(g)
+        s.grads.add_microbatch(loss)
+        if s.k > 0:
+            g = inp.grad if inp.grad is not None else torch.zeros_like(inp)
+            self.link.send(s.k, s.k - 1, g)
+            self.link.send(s.k, s.k - 1,
+                           torch.tensor([loss], dtype=torch.float64))
+        if self.job is not None:
+            self.job.report_microbatch(mb, secs + time.perf_counter() - t0)
 
     def _commit(self, step):
         if self._watch is not None:  # this process's first step

@@ -243,7 +243,8 @@ class Trainer:
         then a function of a stage's parameters (or an optimizer rebuilt
         per stage), scheduler a function of a stage's optimizer, and each
         step runs with step.run(batch, loss_fn) instead of the loop over
-        microbatches (resihp.torch.pipeline).
+        microbatches; schedule="1f1b" (default "gpipe") keeps fewer
+        activations, with the same result (resihp.torch.pipeline).
 
     On a failure: if a replica dies or is excluded during a step, the
     survivors compute its microbatches too (the inner loop yields them,

@@ -39,8 +39,10 @@ gradient flowing back into it too. The torch RNG (CPU, and the CUDA
 device's of a CUDA stage) is seeded for microbatch mb on stage 0 as the
 Trainer does, and handed from stage to stage with the activation, so
 dropout anywhere draws what it draws in one process running the whole
-model. In deterministic mode the result is bitwise that of the Trainer
-without stages (standalone=True), whatever K and whatever failed.
+model. In deterministic mode the parameters, the optimizer state and the
+losses are bitwise those of the Trainer without stages (standalone=True),
+whatever K and whatever failed (finish() reports K stage digests, not the
+whole model's one).
 standalone=True with stages runs the K stages one after the other in this
 process (the same messages, kept in memory): the per-stage reference.
 
@@ -48,9 +50,11 @@ Not supported (yet): a parameter shared by two stages (tied weights:
 refused), a stage whose forward takes or returns more than one tensor,
 before_step hooks that need the whole model's gradient (clipping by the
 global norm: the hook sees this stage's gradients only, step.stage,
-step.module), overlap of the exchange with backward.
+step.module), overlap of the exchange with backward, interleaved stages.
 schedule="1f1b" runs one forward and one backward in turn once the
-pipeline is full (PipelineTrainer), with the same result."""
+pipeline is full (PipelineTrainer), with the same result. CUDA stages
+(activations staged through host memory, the device's RNG state handed on)
+are written but were not run on a GPU yet."""
 import collections
 import inspect
 import time

@@ -42,12 +42,17 @@ dist_check_SCRIPTS += tests/python/torch-local.test
 TESTS += tests/python/torch-local.test
 EXTRA_DIST += tests/python/torch_local.py tests/python/tap.py \
 	tests/python/trainloop.py
+dist_check_SCRIPTS += tests/python/torch-pipeline.test
+TESTS += tests/python/torch-pipeline.test
+EXTRA_DIST += tests/python/torch_pipeline.py
 dist_check_SCRIPTS += tests/python/torch-cuda.test
 TESTS += tests/python/torch-cuda.test
 EXTRA_DIST += tests/python/torch_cuda.py
 
 dist_check_SCRIPTS += tests/integration/torch.test
 TESTS += tests/integration/torch.test
+dist_check_SCRIPTS += tests/integration/torch-pipeline.test
+TESTS += tests/integration/torch-pipeline.test
 
 # make install as root leaves the tools runnable (ldconfig; mount namespace)
 dist_check_SCRIPTS += tests/tools/install.test

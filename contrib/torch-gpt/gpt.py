@@ -121,3 +121,47 @@ class GPT(nn.Module):
         for blk in self.blocks:
             h = blk(h)
         return self.head(self.ln_f(h))
+
+
+class Embed(nn.Module):
+    """GPT's input side (token and position embeddings, dropout) as a
+    module of its own, over the model's own submodules: a pipeline's first
+    unit."""
+
+    def __init__(self, gpt):
+        super().__init__()
+        self.ctx, self.tok, self.pos, self.drop = (gpt.cfg.ctx, gpt.tok,
+                                                   gpt.pos, gpt.drop)
+
+    def forward(self, x):
+        t = x.shape[1]
+        if t > self.ctx:
+            raise ValueError(f"sequence of {t} tokens exceeds ctx {self.ctx}")
+        pos = torch.arange(t, device=x.device)
+        return self.drop(self.tok(x) + self.pos(pos))
+
+
+class Head(nn.Module):
+    """GPT's output side (final LayerNorm, linear head): the last unit."""
+
+    def __init__(self, gpt):
+        super().__init__()
+        self.ln_f, self.head = gpt.ln_f, gpt.head
+
+    def forward(self, h):
+        return self.head(self.ln_f(h))
+
+
+def pipeline_stages(model, k):
+    """The model as k pipeline stages (module lists for resihp.torch's
+    Trainer(stages=...)): its units Embed, the blocks, Head, in k
+    contiguous runs as even as can be; the same arithmetic as
+    model.forward. A tied head (--tie) cannot be split from the embedding:
+    the Trainer refuses it."""
+    units = [Embed(model)] + list(model.blocks) + [Head(model)]
+    if not 1 <= k <= len(units):
+        raise ValueError(f"{k} stages for {len(units)} units (the embedding, "
+                         f"{len(units) - 2} blocks, the head): choose 1.."
+                         f"{len(units)} or more --layers")
+    cuts = [i * len(units) // k for i in range(k + 1)]
+    return [units[a:b] for a, b in zip(cuts, cuts[1:])]

@@ -9,3 +9,5 @@ dist_torchgpt_SCRIPTS = contrib/torch-gpt/reference.py \
 	contrib/torch-gpt/ddp_gloo.py contrib/torch-gpt/train_gpt.py
 dist_check_SCRIPTS += tests/tools/torch-gpt.test
 TESTS += tests/tools/torch-gpt.test
+dist_check_SCRIPTS += tests/tools/torch-gpt-stages.test
+TESTS += tests/tools/torch-gpt-stages.test

@@ -16,6 +16,7 @@ import torch
 import resihp.torch as rt
 
 import common
+from gpt import pipeline_stages
 from textdata import fixed_workload
 
 
@@ -28,11 +29,12 @@ def test_fault(args, model):
         model.to("meta")
 
 
-def hold(spec, index, replica):
+def hold(spec, index, replica, stage=0):
     if not spec:
         return
     at, who, path = spec.split(":", 2)
-    if index == int(at) and replica == int(who):
+    who, _, st = who.partition(".")  # REPLICA[.STAGE] (--stages)
+    if index == int(at) and replica == int(who) and stage == int(st or 0):
         with open(path + ".tmp", "w") as f:
             f.write("%d\n" % os.getpid())
         os.rename(path + ".tmp", path)  # whole, once it exists
@@ -53,6 +55,17 @@ def main():
                    help="clip the step's summed gradient to this norm "
                    "(torch.nn.utils.clip_grad_norm_ in the Trainer's "
                    "before_step hook: the same gradient on every replica)")
+    p.add_argument("--stages", type=common.positive, default=None,
+                   metavar="K",
+                   help="pipeline parallelism: the model (embedding, "
+                   "blocks, head) in K stages, stage k on rank k of each "
+                   "replica (resihp-run --ranks-per-replica K); with "
+                   "--standalone the K stages run in this process")
+    p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe",
+                   help="with --stages: all forward passes then all "
+                   "backward passes (gpipe), or one forward and one backward "
+                   "in turn once the pipeline is full (1f1b: fewer "
+                   "activations kept); the same result")
     p.add_argument("--standalone", action="store_true",
                    help="no resihp job: compute all microbatches here")
     p.add_argument("--test-fault",
@@ -60,8 +73,9 @@ def main():
                    help="rehearse a program error (tests): replicas "
                    "initialised differently, a replacement whose received "
                    "state is corrupt, a model on the meta device")
-    p.add_argument("--test-hold", metavar="STEP:REPLICA:FILE",
-                   help="tests: replica REPLICA writes its pid to FILE at "
+    p.add_argument("--test-hold", metavar="STEP:REPLICA[.STAGE]:FILE",
+                   help="tests: replica REPLICA (with --stages: its rank of "
+                   "stage STAGE, default 0) writes its pid to FILE at "
                    "the start of step STEP and waits there for a signal "
                    "from outside (so that a test's SIGKILL or SIGSTOP lands "
                    "mid-run however fast the steps are)")
@@ -73,6 +87,8 @@ def main():
     if args.clip is not None:
         def clip(step):
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+    if args.stages:
+        return pipeline(args, model, opt, corpus, work, clip)
     tr = rt.Trainer(model, opt, microbatches=args.microbatches,
                     steps=args.steps, scheduler=sched, mode=args.mode,
                     seed=args.seed,
@@ -107,6 +123,56 @@ def main():
         common.report(args, model, opt, corpus, losses, times, digest=digest,
                       extra={"mode": args.mode,
                              "standalone": args.standalone})
+
+
+def pipeline(args, model, opt, corpus, work, clip):
+    """The loop with --stages: this rank's stage of the model (GPipe over
+    the replica's ranks, resihp.torch.pipeline); the step's loss is the
+    same on every stage, printed by replica 0's stage 0."""
+    if clip is not None:
+        sys.exit(f"{sys.argv[0]}: --clip needs the whole model's gradient "
+                 f"norm, which a pipeline stage does not have (not "
+                 f"supported with --stages yet)")
+    try:
+        stages = pipeline_stages(model, args.stages)
+    except ValueError as e:
+        sys.exit(f"{sys.argv[0]}: {e}")
+    sched = None
+    if args.cosine:
+        def sched(o):
+            return torch.optim.lr_scheduler.CosineAnnealingLR(
+                o, T_max=args.steps)
+    tr = rt.Trainer(model, opt, stages=stages, microbatches=args.microbatches,
+                    steps=args.steps, scheduler=sched, mode=args.mode,
+                    seed=args.seed, workload=work,
+                    standalone=args.standalone, bucket_mb=args.bucket_mb,
+                    schedule=args.schedule)
+
+    def batch(step, mb):
+        return corpus.microbatch(step, mb, args.batch, args.ctx, args.seed)
+
+    def loss_fn(logits, y):
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1),
+                                                 y.flatten())
+
+    losses, times = [], []
+    speaker = tr.replica == 0 and tr.stage == 0
+    for step in tr:
+        hold(args.test_hold, step.index, tr.replica, tr.stage)
+        t0 = time.perf_counter()
+        step.run(batch, loss_fn)
+        times.append(time.perf_counter() - t0)
+        losses.append(step.loss)
+        common.check_finite(step.index, step.loss, tr.abort)
+        if speaker:
+            common.step_line(step.index, step.loss, times[-1])
+    digest = tr.finish()
+    if args.standalone:  # the whole model is here
+        common.report(args, model, opt, corpus, losses, times, digest=digest,
+                      extra={"mode": args.mode, "standalone": True,
+                             "stages": args.stages})
+    elif speaker:
+        print(f"digest {digest} (stage 0)", flush=True)
 
 
 if __name__ == "__main__":

@@ -103,3 +103,8 @@ _proto("resihp_fixed_accumulate_float", None, c_void_p, c_void_p, c_size_t,
 _proto("resihp_fixed_to_float", None, c_void_p, c_void_p, c_size_t, c_int,
        c_double)
 _proto("resihp_job_abort", c_int, _JOB, c_char_p)
+# The replica communicator's point to point (resihp/allreduce.h): pipeline
+# stages pass activations and their gradients over it.
+_proto("resihp_job_replica_comm", c_void_p, _JOB)
+_proto("resihp_send", c_int, c_void_p, c_int, c_void_p, c_size_t)
+_proto("resihp_recv", c_int, c_void_p, c_int, c_void_p, c_size_t)

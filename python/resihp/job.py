@@ -166,6 +166,26 @@ class Job:
                                              None),
               "resihp_job_set_workload_fn")
 
+    # -- the replica communicator (rank k = shard k): point to point ------
+    def _replica_comm(self):
+        comm = lib.resihp_job_replica_comm(self._job())
+        if not comm:
+            raise ResihpError(-20, "the job has no replica communicator")
+        return comm
+
+    def replica_send(self, shard, addr, nbytes):
+        """Send nbytes at addr to rank `shard` of this replica (resihp_send
+        over resihp_job_replica_comm). A failed peer raises ResihpError
+        (RESIHP_EPEER, RESIHP_ETIMEDOUT): the replica fails as one, leave."""
+        check(lib.resihp_send(self._replica_comm(), int(shard), addr,
+                              int(nbytes)), "resihp_send")
+
+    def replica_recv(self, shard, addr, nbytes):
+        """Receive exactly nbytes from rank `shard` of this replica into
+        addr (resihp_recv); errors as replica_send."""
+        check(lib.resihp_recv(self._replica_comm(), int(shard), addr,
+                              int(nbytes)), "resihp_recv")
+
     def finish(self, result):
         check(lib.resihp_job_finish(self._job(), str(result).encode()),
               "resihp_job_finish")

@@ -237,6 +237,14 @@ class Trainer:
         they do not fit).
     job_options: a dict of more resihp.Job options (e.g. coordinator,
         replica) for runs outside resihp-run.
+    stages: pipeline parallelism (resihp-run --ranks-per-replica K):
+        a list of K module lists, or K - 1 split points into model's
+        children; rank k of each replica trains stage k, optimizer is
+        then a function of a stage's parameters (or an optimizer rebuilt
+        per stage), scheduler a function of a stage's optimizer, and each
+        step runs with step.run(batch, loss_fn) instead of the loop over
+        microbatches; schedule="1f1b" (default "gpipe") keeps fewer
+        activations, with the same result (resihp.torch.pipeline).
 
     On a failure: if a replica dies or is excluded during a step, the
     survivors compute its microbatches too (the inner loop yields them,
@@ -251,6 +259,13 @@ class Trainer:
     resihp-run exits 6); a fault of this process itself ends it, and
     resihp-run replaces it. At the end resihp-run compares the replicas'
     finish() results: a disagreement ends the run with exit 3."""
+
+    def __new__(cls, *args, stages=None, **kwargs):
+        # stages=: a pipeline replica, stage k on rank k (pipeline.py)
+        if stages is not None and cls is Trainer:
+            from .pipeline import PipelineTrainer
+            cls = PipelineTrainer
+        return super().__new__(cls)
 
     def __init__(self, model, optimizer, *, microbatches, steps,
                  scheduler=None, mode="deterministic", seed=0, workload=None,

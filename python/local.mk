@@ -5,7 +5,8 @@
 resihppydir = $(pythondir)/resihp
 dist_resihppy_DATA = \
 	python/resihp/__init__.py python/resihp/_lib.py \
-	python/resihp/errors.py python/resihp/job.py
+	python/resihp/errors.py python/resihp/job.py \
+	python/resihp/comm.py
 nodist_resihppy_DATA = python/resihp/_installed.py
 resihptorchdir = $(pythondir)/resihp/torch
 dist_resihptorch_DATA = \

@@ -17,6 +17,7 @@ import ctypes
 
 from . import _lib
 from ._lib import lib
+from .comm import Comm
 from .errors import ResihpError, check
 
 FLOAT32, BFLOAT16, FLOAT64, FIXED64 = 0, 1, 2, 3
@@ -88,6 +89,17 @@ class Job:
     @property
     def shards(self):
         return lib.resihp_job_shards(self._job())
+
+    @property
+    def replica_comm(self):
+        """The communicator of this replica's K ranks (rank k = shard k;
+        resihp.comm.Comm), owned by the job: reduce_scatter, allgather,
+        allreduce, bcast. An error from it means a rank of the replica
+        failed: the replica fails as one, let the error end the process."""
+        if getattr(self, "_rcomm", None) is None:
+            self._rcomm = Comm(lib.resihp_job_replica_comm(self._job()),
+                               owner=self)
+        return self._rcomm
 
     def set_layers(self, elems, counts):
         """The model's layers (elems[l]: gradient elements of layer l, in
@@ -176,6 +188,8 @@ class Job:
             lib.resihp_job_abort(self._h, str(reason).encode())
 
     def close(self):
+        if getattr(self, "_rcomm", None) is not None:
+            self._rcomm._h = None  # the job's: gone with it
         if self._h:
             lib.resihp_job_destroy(self._h)
             self._h = ctypes.c_void_p()

@@ -13,6 +13,7 @@ dist_resihptorch_DATA = \
 	python/resihp/torch/__init__.py python/resihp/torch/codec.py \
 	python/resihp/torch/ddp.py python/resihp/torch/device.py \
 	python/resihp/torch/buffers.py \
+	python/resihp/torch/shard.py \
 	python/resihp/torch/digest.py python/resihp/torch/fixed.py \
 	python/resihp/torch/grads.py \
 	python/resihp/torch/overlap.py \

@@ -40,6 +40,9 @@ EXTRA_DIST += contrib/debian/copyright contrib/rpm/resihp.spec
 
 dist_check_SCRIPTS += tests/python/torch-local.test
 TESTS += tests/python/torch-local.test
+dist_check_SCRIPTS += tests/python/torch-shard.test
+TESTS += tests/python/torch-shard.test
+EXTRA_DIST += tests/python/torch_shard.py
 EXTRA_DIST += tests/python/torch_local.py tests/python/tap.py \
 	tests/python/trainloop.py
 dist_check_SCRIPTS += tests/python/torch-cuda.test

@@ -25,7 +25,7 @@ import torch.nn as nn
 import resihp.torch as rt
 from resihp.comm import Comm
 from tap import ok, raises, report
-from trainloop import train_with
+from trainloop import batch, train_with
 
 torch.set_num_threads(1)  # the same kernels in the parent and the ranks
 M, S = 6, 5
@@ -40,12 +40,6 @@ def build(seed=1, width=16):
                               "weight_decay": 0.0}], lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
     return model, opt, sched
-
-
-def batch(step, mb):
-    g = torch.Generator().manual_seed(1000 * step + mb)
-    return torch.randn(4, 8, generator=g), torch.randint(0, 3, (4,),
-                                                         generator=g)
 
 
 def clipper(model):

@@ -60,9 +60,9 @@ from .. import job as _job
 from ..comm import block
 from ..errors import ProgramError
 from . import fixed
-from .device import host_buffer, one_device
+from .device import host_buffer
 from .digest import _update
-from .grads import MODES, _params
+from .grads import MODES, trained
 from .state import ReplicaState
 
 _SLOTS = 3  # loss, check word, count (grads.py)
@@ -122,15 +122,7 @@ class Shards:
                                                            mode, job)
         self.comm = comm if comm is not None else _Alone()
         self.K, self.k = self.comm.size, self.comm.rank
-        self.params = _params(optimizer)
-        self.device = one_device((("a parameter of shape %s" % (
-            tuple(p.shape),), p) for p in self.params),
-            "the trained parameters")
-        for p in self.params:
-            if p.dtype != torch.float32:
-                raise ProgramError("shard=: a parameter of dtype %s; "
-                                   "resihp.torch trains float32 parameters" %
-                                   p.dtype)
+        self.params, self.device = trained(optimizer)
         # shapes and sizes of the full parameters (freed between steps)
         self.shapes = [p.shape for p in self.params]
         self.sizes = [p.numel() for p in self.params]
@@ -361,17 +353,15 @@ class ShardState(ReplicaState):
     def digest(self):
         """state_digest(model, optimizer) of the unsharded state this
         replica holds (collective over the replica's ranks): the same on
-        every rank, and standalone=True's when bitwise equal."""
+        every rank, and standalone=True's when bitwise equal. The model's
+        parameters stay full (Trainer.finish: to evaluate or save it)."""
         sh = self.shards
-        was = sh.gathered
         sh.gather()
         h = hashlib.sha256()
         for name, t in sorted(sh.model.state_dict().items()):
             _update(h, name, t)
         for name, t in sh.full_state():
             _update(h, name, t)
-        if not was:
-            sh.release()
         return h.hexdigest()
 
     def step_done(self, step, apply=True, after=None):

@@ -51,6 +51,8 @@ EXTRA_DIST += tests/python/torch_cuda.py
 
 dist_check_SCRIPTS += tests/integration/torch.test
 TESTS += tests/integration/torch.test
+dist_check_SCRIPTS += tests/integration/torch-shard.test
+TESTS += tests/integration/torch-shard.test
 
 # make install as root leaves the tools runnable (ldconfig; mount namespace)
 dist_check_SCRIPTS += tests/tools/install.test

@@ -5,7 +5,8 @@ loopback, standalone=True, against the unsharded standalone=True:
 - K = 1, 2, 3, 4: every rank's digest of the full state (parameters and
   optimizer, all-gathered) and every step's loss bitwise the reference's,
   with two param_groups, AdamW, a LambdaLR, dropout, and with a
-  before_step hook that clips the gradient over all shards;
+  before_step hook that clips the gradient over all shards; float32
+  sums: the ranks agree, losses close to the float32 reference;
 - catch-up per shard: each rank of a second replica, started from other
   parameters, receives the buffers of the same rank of the first byte for
   byte (as libresihp's catch-up sends them), loads them and trains on
@@ -140,6 +141,26 @@ for K in (1, 2, 3, 4):
            "the unsharded reference's (%s)" %
            (K, ", clipped over all shards" if clip else "",
             bad[0] if bad else refs[clip][0][:16]))
+
+# float32 sums: the K ranks' partial sums are grouped otherwise than one
+# process's, so close to the reference, not equal; the ranks agree
+tr, m = trainer(mode="float32")
+ref32 = train_with(batch, tr, m)
+
+
+def float32(comm):
+    tr, m = trainer(mode="float32", shard=comm)
+    losses = train_with(batch, tr, m)
+    return {"digest": tr.finish(), "losses": losses}
+
+
+res = run_ranks(2, float32)
+ok(len({r.get("digest") for r in res}) == 1 and
+   all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(res[0].get("losses", []),
+                                                    ref32)) and
+   len(res[0].get("losses", [])) == S,
+   "K=2 float32: the ranks agree, every loss within 1e-5 of the float32 "
+   "reference's (%s)" % (res[0].get("losses") or res[0]))
 
 tr, m = trainer(shard=True)  # standalone, no communicator: K = 1
 ok(train_with(batch, tr, m) == refs[False][1] and

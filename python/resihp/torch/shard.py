@@ -233,8 +233,11 @@ class Shards:
         """Reduce-scatter in the replica, all-reduce of the block across
         replicas. None when done, else the reassigned microbatch ids."""
         wdt = torch.int64 if self.mode == "deterministic" else torch.float32
-        src = host_buffer(self.N, wdt, self.device)
-        src.copy_(self.acc)
+        if self.device.type == "cpu":  # the sums are host memory already
+            src = self.acc
+        else:
+            src = host_buffer(self.N, wdt, self.device)
+            src.copy_(self.acc)
         mine = host_buffer(max(1, self.len), wdt, self.device)
         self.comm.reduce_scatter(src.data_ptr(), mine.data_ptr(), self.N,
                                  self.dtype)

@@ -93,12 +93,13 @@ class Job:
     @property
     def replica_comm(self):
         """The communicator of this replica's K ranks (rank k = shard k;
-        resihp.comm.Comm), owned by the job: reduce_scatter, allgather,
-        allreduce, bcast. An error from it means a rank of the replica
-        failed: the replica fails as one, let the error end the process."""
+        resihp.comm.Comm, None when there is none), owned by the job:
+        reduce_scatter, allgather, allreduce, bcast. An error from it means
+        a rank of the replica failed: the replica fails as one, let the
+        error end the process."""
         if getattr(self, "_rcomm", None) is None:
-            self._rcomm = Comm(lib.resihp_job_replica_comm(self._job()),
-                               owner=self)
+            h = lib.resihp_job_replica_comm(self._job())
+            self._rcomm = Comm(h, owner=self) if h else None
         return self._rcomm
 
     def set_layers(self, elems, counts):

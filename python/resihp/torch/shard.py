@@ -388,7 +388,8 @@ def attach(tr, shard, standalone, workload, job_options, meta_bytes,
             raise ProgramError("shard=: under resihp-run pass shard=True "
                                "(the job's replica communicator)")
         tr.job = _job.Job(tr.microbatches, tr.steps, **(job_options or {}))
-        comm = tr.job.replica_comm
+        # a replica of one rank needs no communicator
+        comm = tr.job.replica_comm if tr.job.shards > 1 else None
     shards = Shards(tr.model, tr.optimizer, comm, tr.mode, tr.job)
     tr.grads = shards
     tr.state = ShardState(shards, tr.scheduler, meta_bytes, extra_state)

@@ -5,13 +5,15 @@
 resihppydir = $(pythondir)/resihp
 dist_resihppy_DATA = \
 	python/resihp/__init__.py python/resihp/_lib.py \
-	python/resihp/errors.py python/resihp/job.py
+	python/resihp/errors.py python/resihp/job.py \
+	python/resihp/comm.py
 nodist_resihppy_DATA = python/resihp/_installed.py
 resihptorchdir = $(pythondir)/resihp/torch
 dist_resihptorch_DATA = \
 	python/resihp/torch/__init__.py python/resihp/torch/codec.py \
 	python/resihp/torch/ddp.py python/resihp/torch/device.py \
 	python/resihp/torch/buffers.py \
+	python/resihp/torch/shard.py \
 	python/resihp/torch/digest.py python/resihp/torch/fixed.py \
 	python/resihp/torch/grads.py \
 	python/resihp/torch/overlap.py \

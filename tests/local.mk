@@ -40,6 +40,9 @@ EXTRA_DIST += contrib/debian/copyright contrib/rpm/resihp.spec
 
 dist_check_SCRIPTS += tests/python/torch-local.test
 TESTS += tests/python/torch-local.test
+dist_check_SCRIPTS += tests/python/torch-shard.test
+TESTS += tests/python/torch-shard.test
+EXTRA_DIST += tests/python/torch_shard.py
 EXTRA_DIST += tests/python/torch_local.py tests/python/tap.py \
 	tests/python/trainloop.py
 dist_check_SCRIPTS += tests/python/torch-pipeline.test
@@ -53,6 +56,8 @@ dist_check_SCRIPTS += tests/integration/torch.test
 TESTS += tests/integration/torch.test
 dist_check_SCRIPTS += tests/integration/torch-pipeline.test
 TESTS += tests/integration/torch-pipeline.test
+dist_check_SCRIPTS += tests/integration/torch-shard.test
+TESTS += tests/integration/torch-shard.test
 
 # make install as root leaves the tools runnable (ldconfig; mount namespace)
 dist_check_SCRIPTS += tests/tools/install.test

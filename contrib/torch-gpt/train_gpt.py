@@ -29,12 +29,14 @@ def test_fault(args, model):
         model.to("meta")
 
 
-def hold(spec, index, replica, stage=0):
+def hold(spec, index, replica, rank=0):
     if not spec:
         return
     at, who, path = spec.split(":", 2)
-    who, _, st = who.partition(".")  # REPLICA[.STAGE] (--stages)
-    if index == int(at) and replica == int(who) and stage == int(st or 0):
+    # REPLICA[.RANK]: one rank of a replica (its stage with --stages, its
+    # shard with --shard; default 0)
+    who, _, k = who.partition(".")
+    if index == int(at) and replica == int(who) and rank == int(k or 0):
         with open(path + ".tmp", "w") as f:
             f.write("%d\n" % os.getpid())
         os.rename(path + ".tmp", path)  # whole, once it exists
@@ -66,6 +68,10 @@ def main():
                    "backward passes (gpipe), or one forward and one backward "
                    "in turn once the pipeline is full (1f1b: fewer "
                    "activations kept); the same result")
+    p.add_argument("--shard", action="store_true",
+                   help="a sharded replica (resihp-run --ranks-per-replica "
+                   "K): each rank keeps 1/K of the parameters and optimizer "
+                   "state (Trainer shard=True); with --standalone, K = 1")
     p.add_argument("--standalone", action="store_true",
                    help="no resihp job: compute all microbatches here")
     p.add_argument("--test-fault",
@@ -73,9 +79,10 @@ def main():
                    help="rehearse a program error (tests): replicas "
                    "initialised differently, a replacement whose received "
                    "state is corrupt, a model on the meta device")
-    p.add_argument("--test-hold", metavar="STEP:REPLICA[.STAGE]:FILE",
-                   help="tests: replica REPLICA (with --stages: its rank of "
-                   "stage STAGE, default 0) writes its pid to FILE at "
+    p.add_argument("--test-hold", metavar="STEP:REPLICA[.RANK]:FILE",
+                   help="tests: replica REPLICA (its rank RANK, default 0: "
+                   "the stage with --stages, the shard with --shard) "
+                   "writes its pid to FILE at "
                    "the start of step STEP and waits there for a signal "
                    "from outside (so that a test's SIGKILL or SIGSTOP lands "
                    "mid-run however fast the steps are)")
@@ -87,13 +94,18 @@ def main():
     if args.clip is not None:
         def clip(step):
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+    if args.stages and args.shard:
+        sys.exit(f"{sys.argv[0]}: --stages and --shard together are not "
+                 f"supported yet: give one of them")
     if args.stages:
         return pipeline(args, model, opt, corpus, work, clip)
     tr = rt.Trainer(model, opt, microbatches=args.microbatches,
                     steps=args.steps, scheduler=sched, mode=args.mode,
                     seed=args.seed,
                     workload=work, before_step=clip,
-                    standalone=args.standalone, bucket_mb=args.bucket_mb)
+                    standalone=args.standalone, bucket_mb=args.bucket_mb,
+                    shard=True if args.shard else None)
+    shard = tr.job.shard if tr.job is not None else 0  # 0: the one rank
     if args.test_fault == "bad-catchup":
         load = tr.state.load
 
@@ -104,7 +116,7 @@ def main():
         tr.state.load = corrupt_then_load
     losses, times = [], []
     for step in tr:
-        hold(args.test_hold, step.index, tr.replica)
+        hold(args.test_hold, step.index, tr.replica, shard)
         t0 = time.perf_counter()
         for mb in step:  # the Trainer has seeded torch's RNG for mb
             x, y = corpus.microbatch(step.index, mb, args.batch, args.ctx,
@@ -116,10 +128,12 @@ def main():
         losses.append(step.loss)
         # every replica has the same global loss: all stop together
         common.check_finite(step.index, step.loss, tr.abort)
-        if tr.replica == 0:
+        if tr.replica == 0 and shard == 0:
             common.step_line(step.index, step.loss, times[-1])
-    digest = tr.finish(rt.state_digest(model, opt))
-    if tr.replica == 0:
+    # the state digest of model and optimizer (sharded: of the full state,
+    # gathered; the model is full again after finish)
+    digest = tr.finish()
+    if tr.replica == 0 and shard == 0:
         common.report(args, model, opt, corpus, losses, times, digest=digest,
                       extra={"mode": args.mode,
                              "standalone": args.standalone})

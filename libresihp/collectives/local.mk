@@ -27,6 +27,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/collectives/cma_allreduce.c \
 	libresihp/collectives/allreduce.c \
 	libresihp/collectives/p2p.c \
+	libresihp/collectives/shard.c \
 	libresihp/collectives/reduce.c \
 	libresihp/collectives/fixed_point.h \
 	libresihp/collectives/fixed_point.c
@@ -64,6 +65,16 @@ tests_unit_test_shrink_race_SOURCES = tests/unit/test_shrink_race.c \
 tests_unit_test_shrink_race_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_shrink_race_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_shrink_race
+
+# Reduce-scatter and all-gather (a sharded replica's collectives): any
+# count, exact against the all-reduce, a member SIGKILLed from outside.
+check_PROGRAMS += tests/unit/test_shard_collectives
+tests_unit_test_shard_collectives_SOURCES = \
+  tests/unit/test_shard_collectives.c tests/unit/rank_group.c \
+  tests/unit/rank_group.h
+tests_unit_test_shard_collectives_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_shard_collectives_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_shard_collectives
 
 # Small-message all-reduce (direct exchange).
 check_PROGRAMS += tests/unit/test_allreduce_small

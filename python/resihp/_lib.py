@@ -103,8 +103,35 @@ _proto("resihp_fixed_accumulate_float", None, c_void_p, c_void_p, c_size_t,
 _proto("resihp_fixed_to_float", None, c_void_p, c_void_p, c_size_t, c_int,
        c_double)
 _proto("resihp_job_abort", c_int, _JOB, c_char_p)
-# The replica communicator's point to point (resihp/allreduce.h): pipeline
-# stages pass activations and their gradients over it.
-_proto("resihp_job_replica_comm", c_void_p, _JOB)
-_proto("resihp_send", c_int, c_void_p, c_int, c_void_p, c_size_t)
-_proto("resihp_recv", c_int, c_void_p, c_int, c_void_p, c_size_t)
+
+
+class CommOpts(ctypes.Structure):  # resihp_comm_opts_t (allreduce.h)
+    _fields_ = [("rank", c_int), ("nranks", c_int),
+                ("endpoints", ctypes.POINTER(c_char_p)), ("listen_fd", c_int),
+                ("secret", c_void_p), ("secret_len", c_size_t),
+                ("detect_timeout_ms", c_int), ("heartbeat_ms", c_int),
+                ("connect_timeout_ms", c_int), ("op_timeout_ms", c_int),
+                ("chunk_bytes", c_long), ("deterministic", c_int),
+                ("transport", c_int), ("unprotected", c_int),
+                ("mac_data", c_int), ("small_max", c_long),
+                ("single_copy", c_int), ("setup_abort", c_void_p),
+                ("setup_abort_arg", c_void_p)]
+
+
+_COMM = c_void_p
+_proto("resihp_job_replica_comm", _COMM, _JOB)
+_proto("resihp_comm_opts_init", None, ctypes.POINTER(CommOpts))
+_proto("resihp_comm_create", c_int, ctypes.POINTER(CommOpts),
+       ctypes.POINTER(_COMM))
+_proto("resihp_comm_destroy", None, _COMM)
+_proto("resihp_comm_rank", c_int, _COMM)
+_proto("resihp_comm_size", c_int, _COMM)
+_proto("resihp_allreduce", c_int, _COMM, c_void_p, c_size_t, c_int, c_int)
+_proto("resihp_bcast", c_int, _COMM, c_int, c_void_p, c_size_t)
+_proto("resihp_block", None, c_size_t, c_int, c_int, ctypes.POINTER(c_size_t),
+       ctypes.POINTER(c_size_t))
+_proto("resihp_reduce_scatter", c_int, _COMM, c_void_p, c_void_p, c_size_t,
+       c_int, c_int)
+_proto("resihp_allgather", c_int, _COMM, c_void_p, c_void_p, c_size_t, c_int)
+_proto("resihp_send", c_int, _COMM, c_int, c_void_p, c_size_t)
+_proto("resihp_recv", c_int, _COMM, c_int, c_void_p, c_size_t)

@@ -17,6 +17,7 @@ import ctypes
 
 from . import _lib
 from ._lib import lib
+from .comm import Comm
 from .errors import ResihpError, check
 
 FLOAT32, BFLOAT16, FLOAT64, FIXED64 = 0, 1, 2, 3
@@ -88,6 +89,18 @@ class Job:
     @property
     def shards(self):
         return lib.resihp_job_shards(self._job())
+
+    @property
+    def replica_comm(self):
+        """The communicator of this replica's K ranks (rank k = shard k;
+        resihp.comm.Comm, None when there is none), owned by the job:
+        reduce_scatter, allgather, allreduce, bcast. An error from it means
+        a rank of the replica failed: the replica fails as one, let the
+        error end the process."""
+        if getattr(self, "_rcomm", None) is None:
+            h = lib.resihp_job_replica_comm(self._job())
+            self._rcomm = Comm(h, owner=self) if h else None
+        return self._rcomm
 
     def set_layers(self, elems, counts):
         """The model's layers (elems[l]: gradient elements of layer l, in
@@ -167,9 +180,9 @@ class Job:
               "resihp_job_set_workload_fn")
 
     # -- the replica communicator (rank k = shard k): point to point ------
-    def _replica_comm(self):
-        comm = lib.resihp_job_replica_comm(self._job())
-        if not comm:
+    def _rcomm_or_fail(self):
+        comm = self.replica_comm
+        if comm is None:
             raise ResihpError(-20, "the job has no replica communicator")
         return comm
 
@@ -177,14 +190,12 @@ class Job:
         """Send nbytes at addr to rank `shard` of this replica (resihp_send
         over resihp_job_replica_comm). A failed peer raises ResihpError
         (RESIHP_EPEER, RESIHP_ETIMEDOUT): the replica fails as one, leave."""
-        check(lib.resihp_send(self._replica_comm(), int(shard), addr,
-                              int(nbytes)), "resihp_send")
+        self._rcomm_or_fail().send(shard, addr, nbytes)
 
     def replica_recv(self, shard, addr, nbytes):
         """Receive exactly nbytes from rank `shard` of this replica into
         addr (resihp_recv); errors as replica_send."""
-        check(lib.resihp_recv(self._replica_comm(), int(shard), addr,
-                              int(nbytes)), "resihp_recv")
+        self._rcomm_or_fail().recv(shard, addr, nbytes)
 
     def finish(self, result):
         check(lib.resihp_job_finish(self._job(), str(result).encode()),
@@ -196,6 +207,8 @@ class Job:
             lib.resihp_job_abort(self._h, str(reason).encode())
 
     def close(self):
+        if getattr(self, "_rcomm", None) is not None:
+            self._rcomm._h = None  # the job's: gone with it
         if self._h:
             lib.resihp_job_destroy(self._h)
             self._h = ctypes.c_void_p()

@@ -18,7 +18,7 @@ from resihp import job as rj
 from resihp.torch import codec, fixed
 from resihp.torch.state import ReplicaState
 from tap import ok, raises, report
-from trainloop import train_with
+from trainloop import batch, train_with
 
 def build(seed=1):
     torch.manual_seed(seed)
@@ -27,12 +27,6 @@ def build(seed=1):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
     return model, opt, sched
-
-
-def batch(step, mb):
-    g = torch.Generator().manual_seed(1000 * step + mb)
-    return torch.randn(4, 8, generator=g), torch.randint(0, 3, (4,),
-                                                         generator=g)
 
 
 def train(tr, model, steps=None):

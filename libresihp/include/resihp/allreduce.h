@@ -240,6 +240,37 @@ int resihp_send(resihp_comm_t *comm, int peer, const void *buf, size_t bytes);
 int resihp_recv(resihp_comm_t *comm, int peer, void *buf, size_t bytes);
 int resihp_bcast(resihp_comm_t *comm, int root, void *buf, size_t bytes);
 
+/* ---- reduce-scatter and all-gather ---------------------------------------
+ * For a group whose members each own one block of a flat buffer (the
+ * ranks of a sharded replica, FSDP/ZeRO style: rank i holds block i of
+ * every parameter and of the optimizer state). count elements are cut into
+ * as many blocks as the current view has members, block i (view position i)
+ * being resihp_block(count, n, i, ...): count / n elements, one more for
+ * the first count % n blocks, so any count works (blocks may be empty).
+ *
+ * resihp_reduce_scatter: sendbuf holds count elements on every member;
+ * recvbuf gets this member's block of their sum (or average): the elements
+ * [lo, lo + len) of the all-reduced buffer, in deterministic mode exactly
+ * those of resihp_allreduce. In this release it is resihp_allreduce_to over
+ * a private buffer of count elements of which each member keeps its block
+ * (twice the bytes of a ring reduce-scatter; the same result).
+ * resihp_allgather: sendbuf holds this member's block (len elements; it may
+ * be recvbuf + lo, in place); recvbuf (count elements) gets every member's
+ * block at its place, passed from each owner along the view's chain.
+ *
+ * Failures as resihp_allreduce(): a member that dies, whose link is cut or
+ * that hangs past the detection bound makes every member's call return
+ * RESIHP_EPEER or RESIHP_ETIMEDOUT, and resihp_comm_failed() names it;
+ * sendbuf is never written (this member's block of an in-place all-gather
+ * stays as it was), recvbuf is unspecified. On a replica communicator
+ * (resihp_job_replica_comm) that fails the replica as one: leave. */
+void resihp_block(size_t count, int n, int i, size_t *lo, size_t *len);
+int resihp_reduce_scatter(resihp_comm_t *comm, const void *sendbuf,
+                          void *recvbuf, size_t count, resihp_dtype_t dtype,
+                          resihp_op_t op);
+int resihp_allgather(resihp_comm_t *comm, const void *sendbuf, void *recvbuf,
+                     size_t count, resihp_dtype_t dtype);
+
 /* ---- GPU data plane ------------------------------------------------------
  * Device buffers travel one of two ways. With NCCL attached (FTAR split:
  * the CPU communicator keeps membership, failure detection and agreement;

@@ -52,22 +52,28 @@ def _params(optimizer):
     return out
 
 
+def trained(optimizer):
+    """The optimizer's trained parameters (float32, on one device) and
+    their device, or a ProgramError."""
+    params = _params(optimizer)
+    device = one_device((("a parameter of shape %s" % (tuple(p.shape),), p)
+                         for p in params), "the trained parameters")
+    for p in params:
+        if p.dtype != torch.float32:
+            raise ProgramError(
+                "a parameter of dtype %s: resihp.torch trains float32 "
+                "parameters (bfloat16 is available for the exchange: "
+                "mode='bfloat16')" % p.dtype)
+    return params, device
+
+
 class Gradients:
     def __init__(self, optimizer, mode, bucket_bytes=25 << 20):
         if mode not in MODES:
             raise ProgramError("mode '%s': use one of %s" % (mode,
                                                              ", ".join(MODES)))
         self.mode = mode
-        self.params = _params(optimizer)
-        self.device = one_device((("a parameter of shape %s" % (
-            tuple(p.shape),), p) for p in self.params),
-            "the trained parameters")
-        for p in self.params:
-            if p.dtype != torch.float32:
-                raise ProgramError(
-                    "a parameter of dtype %s: resihp.torch trains float32 "
-                    "parameters (bfloat16 is available for the exchange: "
-                    "mode='bfloat16')" % p.dtype)
+        self.params, self.device = trained(optimizer)
         self.n = sum(p.numel() for p in self.params)
         self.flat = torch.zeros(self.n + _SLOTS, dtype=torch.float32,
                                 device=self.device)

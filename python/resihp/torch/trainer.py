@@ -98,7 +98,7 @@ class Step:
         tr = self.trainer
         todo, first = self.mbs, True
         while True:
-            for k, mb in enumerate(todo):
+            for k, mb in enumerate(tr.share(todo)):
                 if first and k == len(todo) - 1 and tr.overlap:
                     tr.grads.overlap.arm(tr.job)  # exchange during backward
                 self._pending = mb
@@ -245,6 +245,22 @@ class Trainer:
         step runs with step.run(batch, loss_fn) instead of the loop over
         microbatches; schedule="1f1b" (default "gpipe") keeps fewer
         activations, with the same result (resihp.torch.pipeline).
+    shard: True: this process is one of the K ranks of a sharded replica
+        (resihp-run --ranks-per-replica K; FSDP/ZeRO-3 inside a replica,
+        data parallel across replicas, shard.py): it keeps 1/K of the
+        trained parameters and of the optimizer state; each step gathers
+        the parameters within the replica, splits the step's microbatches
+        over the K ranks, reduce-scatters the gradients within the
+        replica, all-reduces its block across replicas (fault tolerant,
+        per shard) and steps the optimizer on its block. Deterministic
+        mode stays bitwise standalone=True's. A replacement's rank k gets
+        rank k's state of a healthy replica. The model's parameters are
+        full only during the step's microbatches and before_step (freed
+        before the optimizer step: after_step sees them empty); the
+        optimizer must be elementwise (SGD, Adam, AdamW...), mode
+        deterministic or float32. With standalone=True: a resihp.Comm of
+        K processes (one replica without resihp-run, as the tests run
+        it), or True for K = 1.
 
     On a failure: if a replica dies or is excluded during a step, the
     survivors compute its microbatches too (the inner loop yields them,
@@ -262,6 +278,9 @@ class Trainer:
 
     def __new__(cls, *args, stages=None, **kwargs):
         # stages=: a pipeline replica, stage k on rank k (pipeline.py)
+        if stages is not None and kwargs.get("shard") not in (None, False):
+            raise ProgramError("stages= and shard= together are not "
+                               "supported yet: give one of them")
         if stages is not None and cls is Trainer:
             from .pipeline import PipelineTrainer
             cls = PipelineTrainer
@@ -272,7 +291,7 @@ class Trainer:
                  standalone=False, bucket_mb=25.0, overlap=True,
                  before_step=None, after_step=None, extra_state=None,
                  meta_bytes=1 << 20,
-                 job_options=None):
+                 job_options=None, shard=None):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.microbatches, self.steps = int(microbatches), int(steps)
         if self.microbatches < 1 or self.steps < 1:
@@ -282,13 +301,22 @@ class Trainer:
         if not standalone:  # one process computing all M is the reference
             refuse_running_stats(model)
         self._watch, self._watched = None, standalone
+        self._next = 0
+        self._open = None
+        self.share = list  # the microbatches of a list this process computes
+        # -- sharded replicas: shard.py sets job, state, grads and share --
+        if shard is not None and shard is not False:
+            from .shard import attach
+            self.overlap = False
+            attach(self, shard, standalone, workload, job_options,
+                   meta_bytes, extra_state)
+            self._replica = self.job.replica if self.job is not None else 0
+            return
         self.state = ReplicaState(model, optimizer, scheduler, meta_bytes,
                                   extra_state)
         self.grads = Gradients(optimizer, mode, int(bucket_mb * (1 << 20)))
         self.job = None
         self.overlap = bool(overlap) and not standalone
-        self._next = 0
-        self._open = None
         if not standalone:
             self.job = Job(self.microbatches, self.steps,
                            state=self.state.buffers(), **(job_options or {}))

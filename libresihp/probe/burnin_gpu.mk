@@ -20,13 +20,7 @@ CLEANFILES += libresihp/probe/burnin_fatbin.c \
 
 libresihp/probe/burnin_fatbin.c: $(srcdir)/libresihp/probe/burnin_kernels.cu
 	@$(MKDIR_P) libresihp/probe
-	$(AM_V_GEN)$(NVCC) --fatbin $(FIXED_GPU_NVCCFLAGS) $(NVCCFLAGS) \
-	  -o libresihp/probe/burnin_kernels.fatbin \
-	  $(srcdir)/libresihp/probe/burnin_kernels.cu && \
-	{ echo '/* SPDX-License-Identifier: BSD-3-Clause */'; \
-	  echo '/* Generated from burnin_kernels.cu by nvcc and bin2c. */'; \
-	  echo 'extern const unsigned long long resihp__burnin_fatbin[];'; \
-	  $(BIN2C) --const --type longlong --name resihp__burnin_fatbin \
-	    libresihp/probe/burnin_kernels.fatbin; \
-	} > $@-t && mv -f $@-t $@
+	$(AM_V_GEN)cu=$(srcdir)/libresihp/probe/burnin_kernels.cu; \
+	  fb=libresihp/probe/burnin_kernels.fatbin; \
+	  sym=resihp__burnin_fatbin; $(GPU_FATBIN_C)
 endif

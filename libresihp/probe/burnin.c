@@ -256,6 +256,30 @@ static int cmp_long(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
+/* The lower medians of the burn-ins of v that passed (with GPU figures
+ * only, gpu = 1): the compute (GPU: GEMM) time in *cu and the all-reduce
+ * (GPU: device all-reduce) time, scaled to bytes, in *au; c and a are
+ * scratch for n values. Returns how many there were (0: *cu, *au unset). */
+static int medians(const resihp__burnin_t *v, int n, int gpu, long bytes,
+                   long *c, long *a, long *cu, long *au) {
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    if (v[i].failed || v[i].bytes <= 0 || (gpu && v[i].gpus <= 0))
+      continue;
+    c[m] = gpu ? v[i].gpu_gemm_us : v[i].compute_us;
+    a[m] = (long)((double)(gpu ? v[i].gpu_allreduce_us : v[i].allreduce_us) *
+                  (double)bytes / (double)v[i].bytes);
+    m++;
+  }
+  if (m) {
+    qsort(c, (size_t)m, sizeof(long), cmp_long);
+    qsort(a, (size_t)m, sizeof(long), cmp_long);
+    *cu = c[(m - 1) / 2];
+    *au = a[(m - 1) / 2];
+  }
+  return m;
+}
+
 int resihp__burnin_reference(const resihp__burnin_t *v, int n,
                              resihp__burnin_t *ref) {
   memset(ref, 0, sizeof(*ref));
@@ -263,40 +287,14 @@ int resihp__burnin_reference(const resihp__burnin_t *v, int n,
   if (!c)
     return 0;
   long *a = c + (n > 0 ? n : 1);
-  int m = 0, g = 0;
-  for (int i = 0; i < n; i++) {
-    if (v[i].failed || v[i].bytes <= 0)
-      continue;
-    if (!m)
+  for (int i = 0; i < n && !ref->bytes; i++)
+    if (!v[i].failed && v[i].bytes > 0)
       ref->bytes = v[i].bytes;
-    c[m] = v[i].compute_us;
-    a[m] = (long)((double)v[i].allreduce_us * (double)ref->bytes /
-                  (double)v[i].bytes);
-    m++;
-  }
-  if (m) {
-    qsort(c, (size_t)m, sizeof(long), cmp_long);
-    qsort(a, (size_t)m, sizeof(long), cmp_long);
-    ref->compute_us = c[(m - 1) / 2];
-    ref->allreduce_us = a[(m - 1) / 2];
-  }
-  /* the GPU figures of those that have them (a GPU job's replicas all do),
-   * the device all-reduce scaled to the reference's size too */
-  for (int i = 0; i < n; i++) {
-    if (v[i].failed || v[i].bytes <= 0 || v[i].gpus <= 0)
-      continue;
-    c[g] = v[i].gpu_gemm_us;
-    a[g] = (long)((double)v[i].gpu_allreduce_us * (double)ref->bytes /
-                  (double)v[i].bytes);
-    g++;
-  }
-  if (g) {
-    qsort(c, (size_t)g, sizeof(long), cmp_long);
-    qsort(a, (size_t)g, sizeof(long), cmp_long);
-    ref->gpus = 1;
-    ref->gpu_gemm_us = c[(g - 1) / 2];
-    ref->gpu_allreduce_us = a[(g - 1) / 2];
-  }
+  int m =
+      medians(v, n, 0, ref->bytes, c, a, &ref->compute_us, &ref->allreduce_us);
+  /* the GPU figures of those that have them (a GPU job's replicas all do) */
+  ref->gpus = medians(v, n, 1, ref->bytes, c, a, &ref->gpu_gemm_us,
+                      &ref->gpu_allreduce_us) > 0;
   free(c);
   return m;
 }

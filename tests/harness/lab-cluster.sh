@@ -4,11 +4,19 @@
 # munged + slurmctld + NNODES x slurmd (-N nK, one port each), all as root,
 # every file under $LAB. No systemd needed.
 #
-# usage: lab-cluster.sh start|stop|restart|status|env|conf|killnode N|startnode N
+# usage: lab-cluster.sh start|stop|restart|status|env|conf|killnode N|startnode N|accounting-tools
 # env:   LAB (default ${TMPDIR:-/tmp}/resihp-lab)  NNODES=4  CPUS=2
 #        PLUGSTACK_LINE  a plugstack.conf line (e.g. "required /x/resihp.so")
 #        CTLDPORT=6817   BASEPORT=17000 (slurmd nK listens on BASEPORT+K)
 #        SLURMD_TIMEOUT=10 (seconds before slurmctld declares a node DOWN)
+#        ACCOUNTING=1: also a private MariaDB (port SQLPORT=16819, data in
+#          $LAB/db) and slurmdbd (DBDPORT=6819), so that sacct sees the
+#          jobs (and their Comment: AccountingStoreFlags=job_comment). Only
+#          the tests that need it ask (it adds seconds to a start). The
+#          programs come from the system (Debian: mariadb-server-core,
+#          slurmdbd, slurm-wlm-mysql-plugin) or from DBROOT, a tree those
+#          packages were unpacked into (dpkg-deb -x). `lab-cluster.sh
+#          accounting-tools` says what is missing (status 1) or nothing.
 # Clients: eval "$(lab-cluster.sh env)"
 #
 # Traps this encodes (measured on Debian 12, Slurm 22.05): TmpFS=.../%n is
@@ -29,6 +37,11 @@ MUNGE_DIR=$LAB/munge
 MUNGE_SOCK=$MUNGE_DIR/munge.socket.2
 HOST=$(hostname -s)
 export SLURM_CONF=$CONF
+ACCOUNTING=${ACCOUNTING:-}
+DBROOT=${DBROOT:-}
+SQLPORT=${SQLPORT:-16819}
+DBDPORT=${DBDPORT:-6819}
+SLURM_PLUGINS=/usr/lib/x86_64-linux-gnu/slurm-wlm
 
 log() { echo "[lab-cluster] $*" >&2; }
 nodes() { seq 1 "$NNODES" | sed 's/^/n/'; }
@@ -59,7 +72,15 @@ SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(if [ -n "$ACCOUNTING" ]; then
+  echo "AccountingStorageType=accounting_storage/slurmdbd"
+  echo "AccountingStorageHost=127.0.0.1"
+  echo "AccountingStoragePort=$DBDPORT"
+  echo "AccountingStoragePass=$MUNGE_SOCK" # the munge socket for slurmdbd
+  echo "AccountingStoreFlags=job_comment"
+else
+  echo "AccountingStorageType=accounting_storage/none"
+fi)
 JobCompType=jobcomp/none
 MailProg=/bin/true
 SchedulerType=sched/backfill
@@ -82,7 +103,7 @@ CONF
 pid_alive() {
   [ -f "$1" ] || return 1
   local st
-  st=$(awk '{print $3}' "/proc/$(cat "$1")/stat" 2>/dev/null)
+  st=$(awk '{print $3}' "/proc/$(cat "$1" 2>/dev/null)/stat" 2>/dev/null)
   [ -n "$st" ] && [ "$st" != Z ]
 }
 
@@ -95,6 +116,89 @@ start_munge() {
   munged --socket="$MUNGE_SOCK" --key-file="$MUNGE_DIR/munge.key" \
     --log-file="$MUNGE_DIR/munged.log" --pid-file="$MUNGE_DIR/munged.pid" \
     --seed-file="$MUNGE_DIR/munged.seed"
+}
+
+# db_tool NAME DIR...: the first DBROOT/DIR/NAME or DIR/NAME that exists
+db_tool() {
+  local n=$1 d; shift
+  for d in "$@"; do
+    [ -n "$DBROOT" ] && [ -x "$DBROOT$d/$n" ] && { echo "$DBROOT$d/$n"; return 0; }
+  done
+  for d in "$@"; do [ -x "$d/$n" ] && { echo "$d/$n"; return 0; }; done
+  return 1
+}
+# accounting_tools: sets MARIADBD, INSTALLDB, MARIADB, SLURMDBD, DBPLUGINS;
+# says on stdout what is missing (status 1)
+accounting_tools() {
+  local miss=""
+  MARIADBD=$(db_tool mariadbd /usr/sbin) || miss="$miss mariadbd (mariadb-server-core)"
+  INSTALLDB=$(db_tool mariadb-install-db /usr/bin) || miss="$miss mariadb-install-db (mariadb-server-core)"
+  MARIADB=$(db_tool mariadb /usr/bin) || miss="$miss mariadb (mariadb-client-core)"
+  SLURMDBD=$(db_tool slurmdbd /usr/sbin) || miss="$miss slurmdbd (slurmdbd)"
+  DBPLUGINS=$SLURM_PLUGINS
+  if [ -n "$DBROOT" ] && [ -f "$DBROOT$SLURM_PLUGINS/accounting_storage_mysql.so" ]; then
+    DBPLUGINS=$DBROOT$SLURM_PLUGINS:$SLURM_PLUGINS
+  elif [ ! -f "$SLURM_PLUGINS/accounting_storage_mysql.so" ]; then
+    miss="$miss accounting_storage_mysql.so (slurm-wlm-mysql-plugin)"
+  fi
+  [ -z "$miss" ] || { echo "not installed:$miss"; return 1; }
+}
+
+# start_accounting: a private MariaDB and slurmdbd, before slurmctld
+start_accounting() {
+  accounting_tools >&2 || return 1
+  local lib=${DBROOT:+$DBROOT/usr/lib/x86_64-linux-gnu} base=${DBROOT:-}/usr i
+  local sock=$LAB/run/mariadb.sock
+  rm -rf "$LAB/db"
+  mkdir -p "$LAB/db"
+  LD_LIBRARY_PATH=$lib "$INSTALLDB" --no-defaults --basedir="$base" --datadir="$LAB/db" \
+    --user=root --auth-root-authentication-method=normal --skip-test-db \
+    > "$LAB/log/mariadb-install.log" 2>&1 || { log "mariadb-install-db failed; see $LAB/log/mariadb-install.log"; return 1; }
+  LD_LIBRARY_PATH=$lib setsid "$MARIADBD" --no-defaults --basedir="$base" --datadir="$LAB/db" \
+    --user=root --port="$SQLPORT" --bind-address=127.0.0.1 --socket="$sock" \
+    --pid-file="$LAB/run/mariadbd.pid" --innodb-buffer-pool-size=32M \
+    --log-error="$LAB/log/mariadbd.log" < /dev/null > /dev/null 2>&1 &
+  for ((i = 0; i < 600; i++)); do [ -S "$sock" ] && break; sleep 0.1; done
+  LD_LIBRARY_PATH=$lib "$MARIADB" --no-defaults -S "$sock" -uroot -e \
+    "CREATE USER 'slurm'@'127.0.0.1'; GRANT ALL ON *.* TO 'slurm'@'127.0.0.1';" ||
+    { log "MariaDB did not start; see $LAB/log/mariadbd.log"; return 1; }
+  # slurmdbd reads slurmdbd.conf beside $SLURM_CONF; only its owner may
+  cat > "$LAB/etc/slurmdbd.conf" <<DBD
+AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCK
+DbdHost=$HOST
+DbdAddr=127.0.0.1
+DbdPort=$DBDPORT
+SlurmUser=root
+PluginDir=$DBPLUGINS
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$SQLPORT
+StorageUser=slurm
+StorageLoc=resihp_lab_acct
+PidFile=$LAB/run/slurmdbd.pid
+LogFile=$LAB/log/slurmdbd.log
+DebugLevel=info
+DBD
+  chmod 600 "$LAB/etc/slurmdbd.conf"
+  "$SLURMDBD" || { log "slurmdbd failed; see $LAB/log/slurmdbd.log"; return 1; }
+  for ((i = 0; i < 600; i++)); do
+    sacctmgr -n list cluster >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  sacctmgr -i add cluster resihplab >/dev/null 2>&1
+  sacctmgr -n list cluster format=cluster 2>/dev/null | grep -qw resihplab ||
+    { log "slurmdbd does not answer; see $LAB/log/slurmdbd.log"; return 1; }
+}
+
+# stop_accounting: slurmdbd, then MariaDB (their pid files are in run/)
+stop_accounting() {
+  local f i p
+  for f in slurmdbd mariadbd; do
+    pid_alive "$LAB/run/$f.pid" && p=$(cat "$LAB/run/$f.pid" 2>/dev/null) || continue
+    kill "$p"
+    for ((i = 0; i < 100; i++)); do pid_alive "$LAB/run/$f.pid" || break; sleep 0.1; done
+  done
 }
 
 wait_idle() { # $1 = seconds
@@ -114,6 +218,7 @@ cmd_start() {
   # Job ids restart at 1: stale credentials and PMIx app dirs must go.
   rm -rf "$LAB"/state/* "$LAB"/log/slurm*.log "$LAB"/spool/*/* "$LAB"/tmp/*/*
   start_munge || { log "munged failed to start"; return 1; }
+  if [ -n "$ACCOUNTING" ]; then start_accounting || return 1; fi
   slurmctld -f "$CONF" -i || { log "slurmctld failed; see $LAB/log/slurmctld.log"; return 1; }
   for n in $(nodes); do slurmd -f "$CONF" -N "$n" || log "slurmd $n failed"; done
   if wait_idle 60; then
@@ -155,6 +260,7 @@ cmd_stop() {
     for ((i = 0; i < 50; i++)); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.1; done
     scontrol shutdown >/dev/null 2>&1
   fi
+  stop_accounting
   local f i alive
   for ((i = 0; i < 50; i++)); do
     alive=0
@@ -208,6 +314,7 @@ case "${1:-}" in
   status) cmd_status ;;
   env) echo "export SLURM_CONF=$CONF" ;;
   conf) write_conf; cat "$CONF" ;;
+  accounting-tools) accounting_tools ;;
   killnode) cmd_killnode "$2" ;;
   startnode) slurmd -f "$CONF" -N "$2" ;;
   *) echo "usage: $0 start|stop|restart|status|env|conf|killnode NODE|startnode NODE" >&2; exit 2 ;;

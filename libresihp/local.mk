@@ -41,6 +41,9 @@ nodist_EXTRA_libresihp_libresihp_la_SOURCES = dummy.c
 # Deterministic mode on GPU buffers (nvcc-built kernels; only with HAVE_NVCC).
 include libresihp/collectives/fixed_point_gpu.mk
 
+# The GPU part of the spares' burn-in (nvcc-built kernels; only with HAVE_NVCC).
+include libresihp/probe/burnin_gpu.mk
+
 # The tools link libresihp.so.0. Installed into a directory the dynamic
 # linker finds only through its cache (/usr/local/lib on Debian: libtool sets
 # no RPATH for a directory /etc/ld.so.conf lists), they fail with "cannot

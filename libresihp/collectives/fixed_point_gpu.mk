@@ -26,18 +26,21 @@ FIXED_GPU_NVCCFLAGS = -O3 -std=c++17 --fmad=false \
 	-gencode arch=compute_80,code=sm_80 \
 	-gencode arch=compute_90,code=sm_90 \
 	-gencode arch=compute_90,code=compute_90
+# A .cu file ($$cu) into a fatbin ($$fb) and a C file ($@) that embeds it
+# as the array $$sym (also used by probe/burnin_gpu.mk).
+GPU_FATBIN_C = $(NVCC) --fatbin $(FIXED_GPU_NVCCFLAGS) $(NVCCFLAGS) \
+	  -o "$$fb" "$$cu" && \
+	{ echo '/* SPDX-License-Identifier: BSD-3-Clause */'; \
+	  echo "/* Generated from `basename $$cu` by nvcc and bin2c. */"; \
+	  echo "extern const unsigned long long $$sym[];"; \
+	  $(BIN2C) --const --type longlong --name "$$sym" "$$fb"; \
+	} > $@-t && mv -f $@-t $@
 libresihp/collectives/fixed_point_fatbin.c: \
 		$(srcdir)/libresihp/collectives/fixed_point_kernels.cu
 	@$(MKDIR_P) libresihp/collectives
-	$(AM_V_GEN)$(NVCC) --fatbin $(FIXED_GPU_NVCCFLAGS) $(NVCCFLAGS) \
-	  -o libresihp/collectives/fixed_point_kernels.fatbin \
-	  $(srcdir)/libresihp/collectives/fixed_point_kernels.cu && \
-	{ echo '/* SPDX-License-Identifier: BSD-3-Clause */'; \
-	  echo '/* Generated from fixed_point_kernels.cu by nvcc and bin2c. */'; \
-	  echo 'extern const unsigned long long resihp__fixed_point_fatbin[];'; \
-	  $(BIN2C) --const --type longlong --name resihp__fixed_point_fatbin \
-	    libresihp/collectives/fixed_point_kernels.fatbin; \
-	} > $@-t && mv -f $@-t $@
+	$(AM_V_GEN)cu=$(srcdir)/libresihp/collectives/fixed_point_kernels.cu; \
+	  fb=libresihp/collectives/fixed_point_kernels.fatbin; \
+	  sym=resihp__fixed_point_fatbin; $(GPU_FATBIN_C)
 
 # Every result bit for bit against the CPU scalar reference.
 check_PROGRAMS += tests/gpu/test_fixed_point_gpu

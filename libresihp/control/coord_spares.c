@@ -125,7 +125,9 @@ static void judge(resihp__coord_t *c, spare_t *sp) {
   char why[200];
   int verdict =
       resihp__burnin_judge(&sp->burnin, have ? &ref : NULL,
-                           RESIHP__BURNIN_MAX_RATIO, why, sizeof(why));
+                           c->o.burnin_ratio > 0 ? c->o.burnin_ratio
+                                                 : RESIHP__BURNIN_MAX_RATIO,
+                           why, sizeof(why));
   if (verdict == RESIHP__BURNIN_UNJUDGED)
     return;
   sp->judged = 1;

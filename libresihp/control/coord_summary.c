@@ -261,12 +261,17 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
             c->abort_replica, c->abort_why);
   resihp__burnin_t bref;
   int nref = c->nspares ? resihp__coord_burnin_ref(c, &bref) : 0;
-  if (nref)
+  if (nref) {
+    char g[96] = "";
+    if (bref.gpus > 0)
+      snprintf(g, sizeof(g), ", GPU GEMM %.1f ms, device all-reduce %.1f ms",
+               bref.gpu_gemm_us / 1e3, bref.gpu_allreduce_us / 1e3);
     fprintf(f,
             "  spares' burn-in against: compute %.0f ms, all-reduce of %.1f "
-            "MiB %.0f ms (median of %d replica(s), at their start)\n",
+            "MiB %.0f ms%s (median of %d replica(s), at their start)\n",
             bref.compute_us / 1e3, (double)bref.bytes / (1 << 20),
-            bref.allreduce_us / 1e3, nref);
+            bref.allreduce_us / 1e3, g, nref);
+  }
   for (int i = 0; i < c->nspares; i++) {
     const spare_t *sp = &c->spares[i];
     char extra[260] = "", bi[64] = "";
@@ -281,7 +286,8 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
      * for had it not run ahead, in its check step */
     if (sp->burnin.bytes > 0)
       snprintf(bi, sizeof(bi), "; last burn-in %.0f ms",
-               (double)(sp->burnin.compute_us + sp->burnin.allreduce_us) /
+               (double)(sp->burnin.compute_us + sp->burnin.allreduce_us +
+                        sp->burnin.gpu_gemm_us + sp->burnin.gpu_allreduce_us) /
                    1e3);
     fprintf(f, "  spare %s: %s%s; %ld registration(s)%s\n", sp->node,
             resihp__spare_state_name(sp->state), extra, sp->registrations,

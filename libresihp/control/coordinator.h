@@ -164,6 +164,9 @@ typedef struct resihp__coord resihp__coord_t;
 
 typedef struct {
   int replicas;
+  /* a spare whose burn-in is more than this many times slower than the
+   * replicas' is suspect (0: RESIHP__BURNIN_MAX_RATIO) */
+  double burnin_ratio;
   const char *bind_host; /* NULL: any */
   int port;              /* 0: ephemeral */
   const uint8_t *secret;

@@ -85,10 +85,11 @@ int resihp__spare_agent_run(int timeout_ms) {
     snprintf(bi, sizeof(bi), " burnin=%s", f);
     resihp_log(RESIHP_LOG_INFO, "spare",
                "node %s: burn-in %s in %ld ms (compute %ld us, all-reduce "
-               "of %ld bytes %ld us)",
+               "of %ld bytes %ld us; %d GPU(s): GEMM %ld us, device "
+               "all-reduce %ld us)",
                node, b.failed ? "failed" : "done",
                (long)(resihp__now_ms() - t0), b.compute_us, b.bytes,
-               b.allreduce_us);
+               b.allreduce_us, b.gpus, b.gpu_gemm_us, b.gpu_allreduce_us);
   }
   uint8_t *secret = NULL;
   size_t slen = 0;

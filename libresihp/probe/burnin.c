@@ -243,6 +243,10 @@ int resihp__burnin_run(long bytes, int64_t deadline_ms, resihp__burnin_t *out) {
   if (!rc)
     rc = allreduce(out->bytes, deadline_ms, &out->allreduce_us, out->why,
                    sizeof(out->why));
+#ifdef RESIHP_HAVE_CUDA_KERNELS
+  if (!rc)
+    rc = resihp__burnin_gpu(out->bytes, deadline_ms, out);
+#endif
   out->failed = rc != 0;
   return rc;
 }
@@ -252,6 +256,30 @@ static int cmp_long(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
+/* The lower medians of the burn-ins of v that passed (with GPU figures
+ * only, gpu = 1): the compute (GPU: GEMM) time in *cu and the all-reduce
+ * (GPU: device all-reduce) time, scaled to bytes, in *au; c and a are
+ * scratch for n values. Returns how many there were (0: *cu, *au unset). */
+static int medians(const resihp__burnin_t *v, int n, int gpu, long bytes,
+                   long *c, long *a, long *cu, long *au) {
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    if (v[i].failed || v[i].bytes <= 0 || (gpu && v[i].gpus <= 0))
+      continue;
+    c[m] = gpu ? v[i].gpu_gemm_us : v[i].compute_us;
+    a[m] = (long)((double)(gpu ? v[i].gpu_allreduce_us : v[i].allreduce_us) *
+                  (double)bytes / (double)v[i].bytes);
+    m++;
+  }
+  if (m) {
+    qsort(c, (size_t)m, sizeof(long), cmp_long);
+    qsort(a, (size_t)m, sizeof(long), cmp_long);
+    *cu = c[(m - 1) / 2];
+    *au = a[(m - 1) / 2];
+  }
+  return m;
+}
+
 int resihp__burnin_reference(const resihp__burnin_t *v, int n,
                              resihp__burnin_t *ref) {
   memset(ref, 0, sizeof(*ref));
@@ -259,23 +287,14 @@ int resihp__burnin_reference(const resihp__burnin_t *v, int n,
   if (!c)
     return 0;
   long *a = c + (n > 0 ? n : 1);
-  int m = 0;
-  for (int i = 0; i < n; i++) {
-    if (v[i].failed || v[i].bytes <= 0)
-      continue;
-    if (!m)
+  for (int i = 0; i < n && !ref->bytes; i++)
+    if (!v[i].failed && v[i].bytes > 0)
       ref->bytes = v[i].bytes;
-    c[m] = v[i].compute_us;
-    a[m] = (long)((double)v[i].allreduce_us * (double)ref->bytes /
-                  (double)v[i].bytes);
-    m++;
-  }
-  if (m) {
-    qsort(c, (size_t)m, sizeof(long), cmp_long);
-    qsort(a, (size_t)m, sizeof(long), cmp_long);
-    ref->compute_us = c[(m - 1) / 2];
-    ref->allreduce_us = a[(m - 1) / 2];
-  }
+  int m =
+      medians(v, n, 0, ref->bytes, c, a, &ref->compute_us, &ref->allreduce_us);
+  /* the GPU figures of those that have them (a GPU job's replicas all do) */
+  ref->gpus = medians(v, n, 1, ref->bytes, c, a, &ref->gpu_gemm_us,
+                      &ref->gpu_allreduce_us) > 0;
   free(c);
   return m;
 }
@@ -324,6 +343,31 @@ int resihp__burnin_judge(const resihp__burnin_t *spare,
              ref->allreduce_us / 1e3);
     return RESIHP__BURNIN_SLOW;
   }
+  if (spare->gpus > 0 && ref->gpus > 0) {
+    /* GPU times are milliseconds at most: the floor would hide a slow
+     * device, so they are compared as measured */
+    double rg = (double)spare->gpu_gemm_us /
+                (double)(ref->gpu_gemm_us > 0 ? ref->gpu_gemm_us : 1);
+    if (rg > max_ratio) {
+      snprintf(why, len,
+               "burn-in: GPU GEMM %.1fx slower than the replicas' (%.1f ms "
+               "vs %.1f ms)",
+               rg, spare->gpu_gemm_us / 1e3, ref->gpu_gemm_us / 1e3);
+      return RESIHP__BURNIN_SLOW;
+    }
+    if (spare->gpu_allreduce_us > 0 && ref->gpu_allreduce_us > 0) {
+      double gar = (double)spare->gpu_allreduce_us * (double)ref->bytes /
+                   (double)spare->bytes;
+      double rd = gar / (double)ref->gpu_allreduce_us;
+      if (rd > max_ratio) {
+        snprintf(why, len,
+                 "burn-in: device all-reduce %.1fx slower than the "
+                 "replicas' (%.1f ms vs %.1f ms)",
+                 rd, gar / 1e3, ref->gpu_allreduce_us / 1e3);
+        return RESIHP__BURNIN_SLOW;
+      }
+    }
+  }
   snprintf(why, len,
            "burn-in passed: compute %.1fx, all-reduce %.1fx the replicas' "
            "time",
@@ -334,6 +378,9 @@ int resihp__burnin_judge(const resihp__burnin_t *spare,
 void resihp__burnin_format(const resihp__burnin_t *b, char *out, size_t len) {
   if (b->failed)
     snprintf(out, len, "fail");
+  else if (b->gpus > 0)
+    snprintf(out, len, "%ld:%ld:%ld:%d:%ld:%ld", b->bytes, b->compute_us,
+             b->allreduce_us, b->gpus, b->gpu_gemm_us, b->gpu_allreduce_us);
   else
     snprintf(out, len, "%ld:%ld:%ld", b->bytes, b->compute_us, b->allreduce_us);
 }
@@ -345,14 +392,19 @@ int resihp__burnin_parse(const char *s, resihp__burnin_t *out) {
     snprintf(out->why, sizeof(out->why), "reported failed by the node");
     return 0;
   }
-  long long v[3];
+  long long v[6] = {0};
   int n = 0;
-  /* an hour of microseconds at most: a burn-in is bounded far below */
-  if (resihp__wire_parse_tuples(s, 3, 3600000000LL, v, 1, &n) || n != 1 ||
-      v[0] < 1 || v[0] > RESIHP__BURNIN_MAX_BYTES)
+  /* an hour of microseconds at most: a burn-in is bounded far below; with
+   * GPU figures (6 fields) or without (3) */
+  if ((resihp__wire_parse_tuples(s, 6, 3600000000LL, v, 1, &n) &&
+       resihp__wire_parse_tuples(s, 3, 3600000000LL, v, 1, &n)) ||
+      n != 1 || v[0] < 1 || v[0] > RESIHP__BURNIN_MAX_BYTES || v[3] > 4096)
     return RESIHP_EPROTO;
   out->bytes = (long)v[0];
   out->compute_us = (long)v[1];
   out->allreduce_us = (long)v[2];
+  out->gpus = (int)v[3];
+  out->gpu_gemm_us = (long)v[4];
+  out->gpu_allreduce_us = (long)v[5];
   return 0;
 }

@@ -10,8 +10,11 @@
  * burn-in fails (wrong sums, no finish before the deadline), is refused as
  * suspect (coord_spares.c).
  *
- * GPU nodes: a GEMM and a device all-reduce belong here too; they are not
- * built yet (resihp-run(1), BURN-IN).
+ * GPU nodes (burnin_gpu.c, built when configure finds nvcc): a GEMM on
+ * every visible device and, with NCCL, a device all-reduce of the same
+ * size across them, timed and judged the same way. Without a usable GPU
+ * that part is skipped (gpus = 0), not failed; a spare is compared on the
+ * GPU only when it and the replicas' reference both have GPU figures.
  */
 #ifndef RESIHP_PROBE_BURNIN_H
 #define RESIHP_PROBE_BURNIN_H
@@ -31,11 +34,14 @@
 #define RESIHP__BURNIN_MAX_RATIO 3.0
 
 typedef struct {
-  long bytes;        /* all-reduce size */
-  long compute_us;   /* the compute kernel */
-  long allreduce_us; /* the loopback all-reduce */
-  int failed;        /* 1: wrong result, deadline passed or no resources */
-  char why[120];     /* when failed */
+  long bytes;            /* all-reduce size */
+  long compute_us;       /* the compute kernel */
+  long allreduce_us;     /* the loopback all-reduce */
+  int gpus;              /* CUDA devices burned in (0: none, skipped) */
+  long gpu_gemm_us;      /* the GEMM, on the slowest device */
+  long gpu_allreduce_us; /* the device all-reduce (0: no NCCL) */
+  int failed;            /* 1: wrong result, deadline passed or no resources */
+  char why[120];         /* when failed */
 } resihp__burnin_t;
 
 /* Run the burn-in with an all-reduce of `bytes` (clamped to
@@ -44,6 +50,11 @@ typedef struct {
  * RESIHP_ETIMEDOUT, RESIHP_EIO (a wrong result) or another negative code
  * (out->why says what). */
 int resihp__burnin_run(long bytes, int64_t deadline_ms, resihp__burnin_t *out);
+
+/* The GPU part (burnin_gpu.c; only with RESIHP_HAVE_CUDA_KERNELS): fills
+ * out's gpu fields, returns 0 when it passed or there is no usable GPU
+ * (gpus = 0), else an error with out->why. */
+int resihp__burnin_gpu(long bytes, int64_t deadline_ms, resihp__burnin_t *out);
 
 /* The reference of n burn-ins (failed ones skipped): the (lower) median
  * of each figure, the all-reduce scaled to the size of the first: of two
@@ -69,8 +80,9 @@ int resihp__burnin_judge(const resihp__burnin_t *spare,
                          const resihp__burnin_t *ref, double max_ratio,
                          char *why, size_t len);
 
-/* "BYTES:COMPUTE_US:ALLREDUCE_US", or "fail" for a failed burn-in, as the
- * wire carries it; and back (0, or RESIHP_EPROTO). */
+/* "BYTES:COMPUTE_US:ALLREDUCE_US", with ":GPUS:GEMM_US:DEVICE_ALLREDUCE_US"
+ * after it when GPUs were burned in, or "fail" for a failed burn-in, as
+ * the wire carries it; and back (0, or RESIHP_EPROTO). */
 void resihp__burnin_format(const resihp__burnin_t *b, char *out, size_t len);
 int resihp__burnin_parse(const char *s, resihp__burnin_t *out);
 

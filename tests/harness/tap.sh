@@ -68,6 +68,8 @@ cluster() { LAB=$lab "$HARNESS/lab-cluster.sh" "$@" 9>&-; }
 cleanup() {
   local rc=$?
   [ -n "${lab:-}" ] && cluster stop >/dev/null 2>&1
+  # what a test made outside the lab (a cgroup), undone however it ends
+  [ -n "${at_exit:-}" ] && eval "$at_exit"
   # the watchdog's sleep holds our stdout open: kill it too, or the TAP
   # driver waits for it
   [ -n "${watchdog_pid:-}" ] && { pkill -P "$watchdog_pid" 2>/dev/null; kill "$watchdog_pid" 2>/dev/null; }

@@ -143,6 +143,74 @@ START_TEST(real_run_and_deadline) {
 }
 END_TEST
 
+/* The GPU part: its figures on the wire, judged only when both sides
+ * have them, the reference's medians; and a real run, which on a machine
+ * without a usable GPU skips it (gpus 0, no figure, passed) and with one
+ * (configure found nvcc) times a GEMM on every device. */
+START_TEST(gpu_part) {
+  resihp__burnin_t b = bi(4194304, 51234, 9876), c;
+  b.gpus = 8;
+  b.gpu_gemm_us = 20000;
+  b.gpu_allreduce_us = 3000;
+  char s[64], why[200];
+  resihp__burnin_format(&b, s, sizeof(s));
+  ck_assert_str_eq(s, "4194304:51234:9876:8:20000:3000");
+  ck_assert_int_eq(resihp__burnin_parse(s, &c), 0);
+  ck_assert_int_eq(c.gpus, 8);
+  ck_assert_int_eq(c.gpu_gemm_us, 20000);
+  ck_assert_int_eq(c.gpu_allreduce_us, 3000);
+  ck_assert_int_eq(c.compute_us, 51234);
+  ck_assert_int_eq(resihp__burnin_parse("4194304:51234:9876", &c), 0);
+  ck_assert_int_eq(c.gpus, 0);
+  const char *bad[] = {"1:2:3:4:5", "1:2:3:8:1:1:1", "1:2:3:5000:1:1",
+                       "1:2:3:1:-1:1"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    ck_assert_msg(resihp__burnin_parse(bad[i], &c) == RESIHP_EPROTO, "%s",
+                  bad[i]);
+  /* the reference: medians of the replicas that have GPU figures */
+  resihp__burnin_t v[3] = {b, b, bi(4194304, 50000, 9000)};
+  v[1].gpu_gemm_us = 22000;
+  v[1].gpu_allreduce_us = 3500;
+  resihp__burnin_t ref;
+  ck_assert_int_eq(resihp__burnin_reference(v, 3, &ref), 3);
+  ck_assert_int_eq(ref.gpus, 1);
+  ck_assert_int_eq(ref.gpu_gemm_us, 20000);
+  ck_assert_int_eq(ref.gpu_allreduce_us, 3000);
+  /* a GEMM 5x slower (a throttled GPU) with a healthy CPU: slow */
+  resihp__burnin_t sp = b;
+  sp.gpu_gemm_us = 100000;
+  ck_assert_int_eq(resihp__burnin_judge(&sp, &ref, 3.0, why, sizeof(why)),
+                   RESIHP__BURNIN_SLOW);
+  ck_assert_msg(strstr(why, "GPU GEMM 5.0x slower"), "%s", why);
+  /* the device all-reduce, per byte */
+  sp = b;
+  sp.gpu_allreduce_us = 12000;
+  ck_assert_int_eq(resihp__burnin_judge(&sp, &ref, 3.0, why, sizeof(why)),
+                   RESIHP__BURNIN_SLOW);
+  ck_assert_msg(strstr(why, "device all-reduce 4.0x slower"), "%s", why);
+  /* a spare without GPU figures is judged on the CPU alone */
+  sp = bi(4194304, 51234, 9876);
+  ck_assert_int_eq(resihp__burnin_judge(&sp, &ref, 3.0, why, sizeof(why)),
+                   RESIHP__BURNIN_PASS);
+  /* a real run: skipped cleanly without a GPU, timed with one */
+  ck_assert_int_eq(resihp__burnin_run(1 << 20, resihp__now_ms() + 60000, &b),
+                   0);
+  ck_assert_int_eq(b.failed, 0);
+  if (b.gpus == 0) {
+    ck_assert_int_eq(b.gpu_gemm_us, 0);
+    ck_assert_int_eq(b.gpu_allreduce_us, 0);
+    resihp__burnin_format(&b, s, sizeof(s));
+    ck_assert_msg(!strchr(strchr(strchr(s, ':') + 1, ':') + 1, ':'), "%s", s);
+  } else {
+    ck_assert(b.gpu_gemm_us > 0);
+  }
+  fprintf(stderr,
+          "# burn-in here: %d GPU(s), GEMM %ld us, device all-reduce "
+          "%ld us\n",
+          b.gpus, b.gpu_gemm_us, b.gpu_allreduce_us);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("burnin");
   TCase *tc = tcase_create("burnin");
@@ -151,6 +219,7 @@ int main(void) {
   tcase_add_test(tc, reference_median);
   tcase_add_test(tc, wire_form);
   tcase_add_test(tc, real_run_and_deadline);
+  tcase_add_test(tc, gpu_part);
   suite_add_tcase(s, tc);
   return run_suite(s);
 }

@@ -191,6 +191,10 @@ void on_spare(void *ud, const char *node, int state, const char *summary) {
       resihp__record_event(g.record, "spare", resihp__coord_step(g.coord),
                            RESIHP__RECORD_NONE, RESIHP__RECORD_NONE,
                            "suspect", node, -1);
+    } else if (state == RESIHP__SPARE_SUSPECT && regs > n->suspect_regs) {
+      /* its re-check (--spare-recheck, or at need before a replacement)
+       * came back slow again: said, so that the pool's state is seen */
+      say("spare %s checked again: still suspect (%s)", node, summary);
     } else if (state == RESIHP__SPARE_HEALTHY && n->suspect) {
       say("spare %s passed its burn-in again: healthy", node);
       resihp__record_event(g.record, "spare", resihp__coord_step(g.coord),
@@ -198,5 +202,6 @@ void on_spare(void *ud, const char *node, int state, const char *summary) {
                            node, -1);
     }
     n->suspect = state == RESIHP__SPARE_SUSPECT;
+    n->suspect_regs = n->suspect ? regs : 0;
   }
 }

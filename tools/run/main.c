@@ -100,7 +100,7 @@ static void usage(FILE *f) {
       "                  [--port P] [--coordinator-host HOST]\n"
       "                  [--secret-file PATH] [--silence-ms MS]\n"
       "                  [--launch-timeout S] [--no-spare-check]\n"
-      "                  [--no-burn-in]\n"
+      "                  [--no-burn-in] [--burn-in-ratio X]\n"
       "                  [--spare-recheck S] [--wait-for-replacements]\n"
       "                  [--ledger FILE] [--events FILE [--report FILE]]\n"
       "                  [--metrics FILE]\n"
@@ -252,6 +252,7 @@ int main(int argc, char **argv) {
       {"no-job-comment", no_argument, 0, 'J'},
       {"no-spare-check", no_argument, 0, 'n'},
       {"no-burn-in", no_argument, 0, 'b'},
+      {"burn-in-ratio", required_argument, 0, 'U'},
       {"ledger", required_argument, 0, 'L'},
       {"spare-recheck", required_argument, 0, 'C'},
       {"wait-for-replacements", no_argument, 0, 'W'},
@@ -278,7 +279,7 @@ int main(int argc, char **argv) {
   g.argc0 = argc;
   g.argv0 = argv;
   while ((o = getopt_long(argc, argv,
-                          "+r:s:k:K:i:c:m:p:H:f:S:T:qJnbL:C:WA:lw:P:D:E:R:V:M:F:"
+                          "+r:s:k:K:i:c:m:p:H:f:S:T:qJnbU:L:C:WA:lw:P:D:E:R:V:M:F:"
                           "B:O:Y:Z:X:h",
                           lo, NULL)) != -1) {
     long v = 0;
@@ -379,6 +380,19 @@ int main(int argc, char **argv) {
       break;
     case 'b':
       g.no_burn_in = 1;
+      break;
+    case 'U':
+      errno = 0;
+      g.burnin_ratio = strtod(optarg, &end);
+      if (errno || end == optarg || *end || !(g.burnin_ratio >= 1) ||
+          g.burnin_ratio > 1000) {
+        fprintf(stderr,
+                "resihp-run: --burn-in-ratio wants how many times slower "
+                "than the replicas a spare's burn-in may be (1 to 1000, "
+                "e.g. 3), not '%s'\n",
+                optarg);
+        return EXIT_USAGE;
+      }
       break;
     case 'L':
       g.ledger = optarg;
@@ -586,6 +600,7 @@ int main(int argc, char **argv) {
   }
   g.co = (resihp__coord_opts_t){
       .replicas = g.R,
+      .burnin_ratio = g.burnin_ratio,
       .bind_host = bind_addr,
       .hold_for_replacements = g.hold,
       .lockstep = g.lockstep,

@@ -54,6 +54,7 @@ typedef struct {
   long check_regs;
   int gate; /* the check's gate until recorded (gate.h), else -1 */
   int suspect; /* said so: its burn-in was slow or failed (events.c) */
+  long suspect_regs; /* its registrations when last said suspect */
 } node_t;
 
 /* replica_t.why of a replica that failed when no healthy spare was left */
@@ -143,6 +144,7 @@ struct run {
    * a swap for a spare takes (< 0: never swap), progress every N s */
   int assign;
   double swap_cost_s;
+  double burnin_ratio; /* --burn-in-ratio (0: RESIHP__BURNIN_MAX_RATIO) */
   int progress_s;
   int64_t next_progress;
   long progress_step;

@@ -3,14 +3,18 @@
 # packages resihp needs (only what is missing; needs root) and build the tree
 # out of source in $BUILD_DIR (default: <source>/build). python3-matplotlib
 # draws resihp-report's reports; chromium is for its test in a real
-# headless browser (tests/tools/report-browser.test).
+# headless browser (tests/tools/report-browser.test); MariaDB's server and
+# client cores, slurmdbd and its MySQL plugin let slurm-record.test start a
+# private accounting database, so that it checks what sacct shows (their
+# packages start no daemon).
 RESIHP_DEBS="gcc make autoconf automake libtool pkg-config
   libslurm-dev libpmix-dev libhwloc-dev check
   slurm-wlm slurmctld slurmd slurm-client munge
   openmpi-bin libopenmpi-dev
   bc iproute2 procps util-linux psmisc
   python3 python3-torch
-  python3-matplotlib chromium"
+  python3-matplotlib chromium
+  mariadb-server-core mariadb-client-core slurmdbd slurm-wlm-mysql-plugin"
 
 ensure_deps() {
   local missing=() p

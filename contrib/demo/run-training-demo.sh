@@ -12,7 +12,8 @@
 # training both stages; then a replica that turns slow (fail-slow: its
 # microbatches move to the others, then it is swapped for a spare); and
 # a small GPT in PyTorch (contrib/torch-gpt) on resihp.torch's Trainer
-# through a rank kill and a hang, against one process; and
+# through a rank kill and a hang, against one process, then the same GPT
+# in 2 pipeline stages per replica through a kill; and
 # resihp-bench-recovery.sh compares with checkpoint-restart as sites run it
 # (sbatch --requeue, Slurm noticing a killed node itself). Always stops the
 # cluster on exit. Run as root.
@@ -134,8 +135,25 @@ if "$PY" -c 'import torch' 2>/dev/null; then
   else
     echo "MISMATCH: PyTorch run '$tgot', --standalone '$tref'"
   fi
+  # Pipelined replicas: the same GPT in 2 stages (embedding + first block,
+  # last block + head), stage k on rank k of each replica, a stage-1 rank
+  # killed; the replacement's ranks catch up their stages.
+  step "PyTorch: GPT in 2 pipeline stages per replica, 3 replicas + 2 spares, --inject kill-rank:1@4"
+  sref=$("$PY" "$src/contrib/torch-gpt/train_gpt.py" $GARGS --stages 2 --standalone | awk '/^digest/ {print $2}')
+  echo "   one process running both stages (--standalone --stages 2): $sref"
+  for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 5 ] && break; sleep 0.2; done
+  salloc -Q --no-kill -N5 --ntasks-per-node=2 "$B/tools/resihp-run" --replicas 3 --spares 2 \
+    --ranks-per-replica 2 --wait-for-replacements --inject kill-rank:1@4 -- \
+    "$PY" "$src/contrib/torch-gpt/train_gpt.py" $GARGS --stages 2 2>&1 |
+    grep -v -e '^resihp\[' -e '^srun: ' -e '^slurmstepd' | tee "$LAB/torch-stages.out"
+  sgot=$(awk '/final result:/ {print $3}' "$LAB/torch-stages.out")
+  if [ -n "$sref" ] && [ "$sgot" = "$sref" ]; then
+    echo "GPT stages' state with a failure: $sgot = --standalone --stages 2 (bitwise identical)"
+  else
+    echo "MISMATCH: pipelined PyTorch run '$sgot', --standalone --stages 2 '$sref'"
+  fi
 else
-  tref=skipped tgot=skipped
+  tref=skipped tgot=skipped sref=skipped sgot=skipped
   echo "PyTorch section skipped: $PY cannot import torch (apt-get install python3-torch)"
 fi
 
@@ -153,4 +171,5 @@ if [ -z "${NO_BENCH:-}" ]; then
     --revive-node-cmd "env LAB=$LAB $src/tests/harness/lab-cluster.sh startnode %n"
 fi
 [ -n "$ref" ] && [ "$got" = "$ref" ] && [ -n "$pref" ] && [ "$pgot" = "$pref" ] &&
-  [ -n "$fref" ] && [ "$fgot" = "$fref" ] && [ -n "$tref" ] && [ "$tgot" = "$tref" ]
+  [ -n "$fref" ] && [ "$fgot" = "$fref" ] && [ -n "$tref" ] && [ "$tgot" = "$tref" ] &&
+  [ -n "$sref" ] && [ "$sgot" = "$sref" ]

@@ -41,6 +41,9 @@
 #define RESIHP__COORD_MAX_SHARDS 64
 #define RESIHP__COORD_EP_MAX 48
 #define RESIHP__COORD_EPS_MAX (RESIHP__COORD_MAX_SHARDS * RESIHP__COORD_EP_MAX)
+/* A replica's partition of the layers as text, "L:c1:...": at most
+ * RESIHP__COORD_MAX_SHARDS - 1 cut points below 10^6, and L */
+#define RESIHP__COORD_LAY_MAX (RESIHP__COORD_MAX_SHARDS * 8)
 /* Most steps a job may declare: the summary keeps one time per step. */
 #define MAX_STEPS 1000000000L
 
@@ -109,7 +112,17 @@ typedef struct {
   /* its leader's burn-in at its first HELLO (bytes 0: none): the
    * reference spares are judged against (coord_spares.c) */
   resihp__burnin_t burnin;
+  /* its partition of the layers (coord_layers.c): 1 + index into the
+   * job's distinct ones (lparts), 0: none said */
+  int lpart;
 } rep_t;
+
+/* One distinct partition of the layers: its cut points' text ("" for one
+ * rank per replica; NULL: a free slot) and how many replicas hold it. */
+typedef struct {
+  char *text;
+  int refs;
+} lpart_t;
 
 enum { OWE_GO_WHOLE = 1, OWE_GO_LINE = 2, OWE_START = 4 };
 
@@ -191,6 +204,11 @@ struct resihp__coord {
   int R, M;
   int K;          /* ranks per replica (the first HELLO sets it) */
   char shape[20]; /* digest of the shards' state sizes, or "-" */
+  /* the model's layers (0: none declared) and the replicas' distinct
+   * partitions of them (coord_layers.c) */
+  int nlayers;
+  lpart_t *lparts;
+  int nlparts, caplparts;
   long S;
   long step;
   int phase, state;
@@ -384,6 +402,20 @@ uint64_t resihp__coord_identity(long jobid, long stepid, const char *ep,
  * RESIHP_ENOMEM. */
 int resihp__coord_ensure_fails(resihp__coord_t *c, int n);
 void resihp__coord_send_go(resihp__coord_t *c);
+/* coord_layers.c: replica r's partition from a BEGIN's lay= (kept, the
+ * same again costs a comparison): 0, RESIHP_EPROTO (not a partition of
+ * the job's K ranks), RESIHP_EINVAL (another number of layers than the
+ * job's), RESIHP_ERANGE (too many distinct partitions for a GO line) or
+ * RESIHP_ENOMEM. */
+int resihp__coord_set_layers(resihp__coord_t *c, int r, const char *lay);
+/* " lay=L:cuts" of replica r (WELCOME, snapshot): 1 if it has one. */
+int resihp__coord_put_lay(const resihp__coord_t *c, int r,
+                          resihp__wire_buf_t *b);
+/* GO of a new epoch: " lay=L lparts=..." (nothing when no layers). */
+void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b);
+/* Snapshot: a "y r lay=..." line per replica that has a partition. */
+void resihp__coord_put_layers(const resihp__coord_t *c, resihp__wire_buf_t *b);
+void resihp__coord_layers_free(resihp__coord_t *c);
 /* coord_pace.c: lines owed to members at a boundary. Forget what is
  * owed; owe member r line what (OWE_*); send a round's worth (1 if some
  * remain); send member r what it is owed now (before any other line). */

@@ -181,11 +181,14 @@ static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
   p->conn = k;
   c->conns[k].replica = r;
   p->last_life = resihp__now_ms();
-  char line[128];
-  snprintf(line, sizeof(line),
-           "WELCOME replica=%d step=%ld hb=%d again=1 term=%" PRIu32, r,
-           c->step, c->hb_leader_ms, c->term);
-  resihp__coord_again(c, resihp__coord_send_to(c, r, line));
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_printf(
+      &b, "WELCOME replica=%d step=%ld hb=%d again=1 term=%" PRIu32, r, c->step,
+      c->hb_leader_ms, c->term);
+  resihp__coord_put_lay(c, r, &b);
+  resihp__coord_again(c, resihp__coord_send_buf_to(c, r, &b));
+  resihp__wire_buf_free(&b);
   resihp__coord_send_coords(c, r);
   logc(RESIHP_LOG_INFO, "replica %d reconnected (step %ld)", r, c->step);
   /* a free run that must end: HOLD is said again (who heard it is not
@@ -376,11 +379,16 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   snprintf(p->lep, sizeof(p->lep), "%s", strcmp(lep, "-") ? lep : "");
   c->conns[k].replica = (int)r;
   p->last_life = resihp__now_ms();
-  char line[160];
-  snprintf(line, sizeof(line),
-           "WELCOME replica=%ld step=%ld hb=%d cred=%s term=%" PRIu32, r,
-           c->step, c->hb_leader_ms, p->cred, c->term);
-  resihp__coord_again(c, resihp__coord_send_to(c, (int)r, line));
+  /* and the partition of the layers that replica r holds (its last
+   * process's, committed with its state): what this process catches up */
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_printf(
+      &b, "WELCOME replica=%ld step=%ld hb=%d cred=%s term=%" PRIu32, r,
+      c->step, c->hb_leader_ms, p->cred, c->term);
+  resihp__coord_put_lay(c, (int)r, &b);
+  resihp__coord_again(c, resihp__coord_send_buf_to(c, (int)r, &b));
+  resihp__wire_buf_free(&b);
   resihp__coord_send_coords(c, (int)r);
   logc(RESIHP_LOG_INFO,
        "replica %ld joined from %s (node %s, pid %ld, step %ld.%ld)", r, ep,
@@ -555,6 +563,31 @@ static int again_begin(resihp__coord_t *c, int r, const char *msg) {
   return done;
 }
 
+/* A BEGIN's lay= (coord_layers.c): replica r's partition of the layers,
+ * kept. 0, or 1 when refused (its replica failed: a malformed one; or
+ * its program refused: another number of layers than the job's, more
+ * distinct partitions than a GO line holds). */
+static int begin_layers(resihp__coord_t *c, int k, int r, const char *msg) {
+  char lay[RESIHP__COORD_LAY_MAX];
+  int rc = resihp__wire_get(msg, "lay", lay, sizeof(lay));
+  if (rc == RESIHP_ENOENT)
+    return 0;
+  if (!rc && (rc = resihp__coord_set_layers(c, r, lay)) == 0)
+    return 0;
+  if (rc == RESIHP_EINVAL || rc == RESIHP_ERANGE) {
+    logc(RESIHP_LOG_ERROR, "replica %d holds the layers as %.40s: %s: refused",
+         r, lay,
+         rc == RESIHP_EINVAL ? "the job's model has another number of layers"
+                             : "too many distinct partitions in the job");
+    refuse_program(
+        c, k, r, rc == RESIHP_EINVAL ? "mismatch" : "too-many-partitions", msg);
+  } else {
+    resihp__coord_refuse(
+        c, k, rc == RESIHP_ENOMEM ? "out-of-memory" : "bad-layers", 1, msg);
+  }
+  return 1;
+}
+
 void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   int r = c->conns[k].replica;
   if (r >= 0)
@@ -577,6 +610,8 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   rep_t *p = &c->reps[r];
   long v;
   if (!strncmp(msg, "BEGIN ", 6)) {
+    if (begin_layers(c, k, r, msg))
+      return;
     if (again_begin(c, r, msg))
       return;
     int free_member = c->phase == P_FREE && resihp__coord_is_member(c, r);

@@ -14,7 +14,11 @@
  * every H ms, and the coordinator says HB to it too
  * (resihp__coord_heartbeats). Each step:
  *
- *   rank  -> BEGIN step=s            (at the step boundary)
+ *   rank  -> BEGIN step=s [lay=L[:c1:...]]  (at the step boundary;
+ *            lay: the replica's partition of the model's L layers, its
+ *            K-1 cut points, once its program declared them
+ *            (resihp_job_set_layers): kept as the replica's, mirrored,
+ *            told to its next process in WELCOME lay=; coord_layers.c)
  *   coord -> GO step=s epoch=e new=0|1 [members=r@ep,...]  (ep: the list)
  *            once every member has sent BEGIN s; replicas waiting to join
  *            are admitted here, which makes a new epoch (new=1), and so
@@ -23,6 +27,9 @@
  *            list of the last epoch (a joiner, a replacement, one that said
  *            RESYNC); the others get its change instead of members=:
  *            base=B n=N gone=r:r add=r@ep,...  (recovery/job_members.h)
+ *            With layers declared, a new epoch's GO says lay=L and, for
+ *            K > 1, lparts=D0,D1@r:r,... (the members' distinct
+ *            partitions, D0 every unlisted member's: layer_groups.h)
  *   rank  -> READY epoch=e | RESYNC epoch=e  (only when new=1: after
  *            re-creating the communicator, or failing to)
  *   coord -> START step=s epoch=e mbs=a:b:c [serve=r.k@ep,...] [catchup=1]

@@ -76,6 +76,7 @@ int resihp__job_welcome(resihp_job_t *j, const char *line) {
       RESIHP_EPROTO)
     return RESIHP_EPROTO;
   j->term = (uint32_t)term;
+  resihp__job_layers_welcome(j, line);
   return 0;
 }
 

@@ -169,6 +169,15 @@ struct resihp_job {
   size_t *layer_off;
   resihp__partition_t part;
   int began;
+  /* the epoch's partitions (GO's lparts=, job_layers.c): the distinct
+   * ones of its members and each member's (index, members[] order);
+   * nlparts 0: GO said none (no layers, one rank per replica). And the
+   * partition the coordinator holds for this replica id (WELCOME's lay=,
+   * its last process's: "" when none) */
+  resihp__partition_t *lparts;
+  int nlparts;
+  int *lpart_of;
+  char welcome_lay[RESIHP__JOB_EPS_MAX / 6];
 
   /* the state: this rank's shard, a list of buffers */
   resihp_job_buf_t *state;
@@ -386,6 +395,16 @@ void resihp__job_layers_free(resihp_job_t *j);
  * (resihp_job_abort) and every member gets RESIHP_EINVAL. 0, that, or the
  * all-reduce's error. */
 int resihp__job_layers_agree(resihp_job_t *j);
+/* Leader: " lay=L[:cuts]" (this replica's partition, every BEGIN says
+ * it: control/coord_layers.c) into b when layers are declared. */
+void resihp__job_put_lay(const resihp_job_t *j, resihp__wire_buf_t *b);
+/* GO of a new epoch (j->msg, j->members set): the members' partitions
+ * from lay= and lparts= into j->lparts / lpart_of. 0 (none said: nlparts
+ * 0), or RESIHP_EPROTO when they are no partitions of this model, or this
+ * replica's is not the one it declared. */
+int resihp__job_layers_go(resihp_job_t *j);
+/* WELCOME's lay= into j->welcome_lay ("" when absent or malformed). */
+void resihp__job_layers_welcome(resihp_job_t *j, const char *line);
 
 /* job_catchup.c */
 int resihp__job_state_set(resihp_job_t *j, const resihp_job_buf_t *bufs, int n);

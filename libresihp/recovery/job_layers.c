@@ -166,9 +166,70 @@ int resihp__job_layer_check(const resihp_job_t *j, size_t count) {
   return RESIHP_EINVAL;
 }
 
+static void lparts_free(resihp_job_t *j) {
+  for (int i = 0; i < j->nlparts; i++)
+    resihp__partition_free(&j->lparts[i]);
+  free(j->lparts);
+  free(j->lpart_of);
+  j->lparts = NULL;
+  j->lpart_of = NULL;
+  j->nlparts = 0;
+}
+
 void resihp__job_layers_free(resihp_job_t *j) {
   free(j->layer_off);
   j->layer_off = NULL;
   resihp__partition_free(&j->part);
   j->nlayers = 0;
+  lparts_free(j);
+}
+
+void resihp__job_put_lay(const resihp_job_t *j, resihp__wire_buf_t *b) {
+  if (!j->nlayers)
+    return;
+  resihp__wire_buf_printf(b, " lay=%d", j->nlayers);
+  for (int k = 1; k < j->part.k; k++)
+    resihp__wire_buf_printf(b, ":%d", j->part.bounds[k]);
+}
+
+int resihp__job_layers_go(resihp_job_t *j) {
+  lparts_free(j);
+  long L = 0;
+  int rc = resihp__wire_get_range(j->msg, "lay", 1, RESIHP__LAYERS_MAX, &L);
+  if (rc == RESIHP_ENOENT)
+    return 0;
+  if (rc || !j->nlayers || L != j->nlayers)
+    return RESIHP_EPROTO;
+  char *text = malloc(RESIHP__JOB_MSG_MAX);
+  if (!text)
+    return RESIHP_ENOMEM;
+  rc = resihp__wire_get(j->msg, "lparts", text, RESIHP__JOB_MSG_MAX);
+  if (rc == RESIHP_ENOENT && j->lsize == 1)
+    rc = 0; /* one rank holds everything: nothing to tell apart */
+  else if (!rc && !(j->lpart_of = malloc(sizeof(int) * (size_t)j->nmembers)))
+    rc = RESIHP_ENOMEM;
+  else if (!rc)
+    rc =
+        resihp__lparts_parse(text, j->nlayers, j->lsize, j->members,
+                             j->nmembers, &j->lparts, &j->nlparts, j->lpart_of);
+  free(text);
+  for (int i = 0; !rc && j->nlparts && i < j->nmembers; i++)
+    if (j->members[i] == j->replica &&
+        !resihp__partition_equal(&j->lparts[j->lpart_of[i]], &j->part))
+      rc = RESIHP_EPROTO; /* not what this replica said: a bug */
+  if (rc) {
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "replica %d rank %d: GO's partitions of the layers are not "
+               "this job's (%s)",
+               j->replica, j->lrank, resihp_strerror(rc));
+    lparts_free(j);
+  }
+  return rc;
+}
+
+void resihp__job_layers_welcome(resihp_job_t *j, const char *line) {
+  j->welcome_lay[0] = '\0';
+  if (resihp__wire_get(line, "lay", j->welcome_lay, sizeof(j->welcome_lay)) ||
+      !resihp__wire_token_ok(j->welcome_lay, sizeof(j->welcome_lay)))
+    j->welcome_lay[0] = '\0';
 }

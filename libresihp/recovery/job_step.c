@@ -113,6 +113,8 @@ static int setup_group(resihp_job_t *j, uint32_t epoch) {
               : resihp__job_comm_create(j, me, n, ep, j->lfd, 10000, 1,
                                         &j->comm);
   free(ep);
+  if (!rc)
+    rc = resihp__job_layers_go(j);
   if (!rc && j->lsize > 1)
     rc = resihp__job_layers_agree(j);
   return rc;
@@ -503,6 +505,7 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
     resihp__wire_buf_t b;
     resihp__wire_buf_init(&b);
     resihp__wire_buf_printf(&b, "BEGIN step=%ld", j->member ? j->step + 1 : -1);
+    resihp__job_put_lay(j, &b);
     if (j->member)
       resihp__job_put_owners(j, &b, 0, j->step + 1);
     rc = b.err ? b.err : resihp__job_send(j, b.s);

@@ -609,6 +609,76 @@ START_TEST(test_retired_refused) {
 }
 END_TEST
 
+/* The replicas' partitions of the layers (coord_layers.c): every BEGIN
+ * says its replica's (lay=), GO of a new epoch lists the distinct ones
+ * (the one most members hold first, the others with their members), the
+ * snapshot keeps them (a standby's GO is the same) and WELCOME tells a
+ * replica's next process; a malformed one fails its replica, another
+ * number of layers refuses its program. */
+START_TEST(test_layers) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  char line[512], go[N][512];
+  static const char *const lay[N] = {"10:4", "10:6", "10:4"};
+  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+  connect_all(&a);
+  for (int i = 0; i < N; i++) {
+    feed(&a, i,
+         "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
+         "lsize=2 jobid=7 stepid=%d",
+         i, i, i, i, i, i);
+    expect(&a, i, "WELCOME ", line, sizeof(line));
+    ck_assert_ptr_null(strstr(line, "lay="));
+    resihp__wire_get(line, "cred", creds[i], sizeof(creds[i]));
+  }
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=-1 lay=%s", lay[i]);
+  for (int i = 0; i < N; i++) {
+    expect(&a, i, "GO ", go[i], sizeof(go[i]));
+    ck_assert_msg(strstr(go[i], " lay=10 lparts=4,6@1"), "%s", go[i]);
+  }
+  ready_all(&a, NULL);
+  /* the standby's state holds them: its GO after the barrier too */
+  resihp__coord_mirror(a.c);
+  ck_assert_ptr_nonnull(strstr(snap, "\ny 1 lay=10:6\n"));
+  char *mine = strdup(snap);
+  ck_assert_int_eq(resihp__coord_restore(&co, mine, snap_len, -1, &b.c), 0);
+  resihp__wire_buf_t w;
+  resihp__wire_buf_init(&w);
+  ck_assert_int_eq(resihp__coord_snapshot(b.c, &w), 0);
+  ck_assert_str_eq(w.s, mine);
+  resihp__wire_buf_free(&w);
+  free(mine);
+  connect_all(&b);
+  feed(&b, 1,
+       "HELLO replica=1 ep=h1:1/h1:3 sep=h1:2/h1:4 mbs=6 steps=8 lsize=2 "
+       "jobid=7 stepid=1 again=1 epoch=%u step=0 cred=%s",
+       resihp__coord_epoch(b.c), creds[1]);
+  expect(&b, 1, "WELCOME ", line, sizeof(line));
+  ck_assert_msg(strstr(line, " lay=10:6"), "%s", line);
+  /* a malformed partition fails its replica (the connection goes) */
+  feed(&a, 2, "BEGIN step=1 lay=10:4:3");
+  expect(&a, 2, "NO reason=bad-layers", line, sizeof(line));
+  ck_assert(!resihp__coord_connected(a.c, 2));
+  /* another model: refused for its program */
+  feed(&a, 1, "BEGIN step=1 lay=11:6");
+  expect(&a, 1, "NO reason=mismatch", line, sizeof(line));
+  char why[32];
+  ck_assert_int_eq(resihp__coord_refused(a.c, 1, why, sizeof(why)), 1);
+  ck_assert_str_eq(why, "mismatch");
+  /* replica 2's next process learns the partition its state has */
+  resihp__wire_free(&a.peer[2]);
+  connect_one(&a, 2);
+  feed(&a, 2,
+       "HELLO replica=2 ep=h2:5/h2:7 sep=h2:6/h2:8 mbs=6 steps=8 lsize=2 "
+       "jobid=7 stepid=9");
+  expect(&a, 2, "WELCOME replica=2 ", line, sizeof(line));
+  ck_assert_msg(strstr(line, " lay=10:4"), "%s", line);
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
 /* A save in progress: SAVE again to the replica asked, SAVED goes on. */
 START_TEST(test_save) {
   side_t a, b;
@@ -905,6 +975,7 @@ int main(void) {
   tcase_add_test(tc, test_fail_lost);
   tcase_add_test(tc, test_term_fence);
   tcase_add_test(tc, test_takeover_summary);
+  tcase_add_test(tc, test_layers);
   tcase_add_test(tc, test_retired_refused);
   tcase_add_test(tc, test_save);
   tcase_add_test(tc, test_end);

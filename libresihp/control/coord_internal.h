@@ -341,6 +341,10 @@ struct resihp__coord {
    * start_mbs[start_off[r] .. start_off[r + 1]), the members catching up
    * that serve= names, in id order, start_joiners[0 .. nstart_joiners) */
   int *start_mbs, *start_off, *start_joiners, nstart_joiners;
+  /* the member that serves shard k of joiner ji: start_src[ji * K + k]
+   * (coord_layers.c: one that holds the joiner's partition of the
+   * layers) */
+  int *start_src;
   /* assignment by cost (coord_perf.c, costplan.c): the plan the last
    * START's owners were computed with (cplan_have: they were; a free run
    * then ships it, run=1 cby=...), and the owners the replicas reported
@@ -416,6 +420,11 @@ void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b);
 /* Snapshot: a "y r lay=..." line per replica that has a partition. */
 void resihp__coord_put_layers(const resihp__coord_t *c, resihp__wire_buf_t *b);
 void resihp__coord_layers_free(resihp__coord_t *c);
+/* The sources of the joiners' shards into c->start_src (see there), from
+ * the contributors start_contrib: shard k of the ji-th joiner from the
+ * (ji + k)-th of those that hold its partition (all of them when the
+ * partitions are the same or not said). 0 or RESIHP_ENOMEM. */
+int resihp__coord_serve_sources(resihp__coord_t *c);
 /* coord_pace.c: lines owed to members at a boundary. Forget what is
  * owed; owe member r line what (OWE_*); send a round's worth (1 if some
  * remain); send member r what it is owed now (before any other line). */

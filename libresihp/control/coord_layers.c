@@ -204,3 +204,48 @@ void resihp__coord_layers_free(resihp__coord_t *c) {
   c->lparts = NULL;
   c->nlparts = c->caplparts = 0;
 }
+
+int resihp__coord_serve_sources(resihp__coord_t *c) {
+  int nc = c->nstart_contrib, nj = c->nstart_joiners, K = c->K;
+  free(c->start_src);
+  c->start_src = NULL;
+  if (!nj || nc < 1)
+    return 0;
+  if (!(c->start_src = malloc(sizeof(int) * (size_t)nj * (size_t)K)))
+    return RESIHP_ENOMEM;
+  /* the contributors by partition (counting sort, O(nc + distinct)):
+   * partition d's are by[at[d] .. at[d + 1]) */
+  int D = c->nlayers ? c->nlparts : 0;
+  int *at = calloc((size_t)D + 2, sizeof(int));
+  int *by = malloc(sizeof(int) * (size_t)nc);
+  if (!at || !by) {
+    free(at);
+    free(by);
+    return RESIHP_ENOMEM;
+  }
+  for (int i = 0; i < nc; i++)
+    at[(D ? c->reps[c->start_contrib[i]].lpart : 0) + 1]++;
+  for (int d = 0; d <= D; d++)
+    at[d + 1] += at[d];
+  for (int i = 0; i < nc; i++) /* at[d] ends at d + 1's start */
+    by[at[D ? c->reps[c->start_contrib[i]].lpart : 0]++] = c->start_contrib[i];
+  for (int d = D + 1; d > 0; d--)
+    at[d] = at[d - 1];
+  at[0] = 0;
+  for (int ji = 0; ji < nj; ji++) {
+    int lp = D ? c->reps[c->start_joiners[ji]].lpart : 0;
+    int n = at[lp + 1] - at[lp];
+    if (lp && !n) {
+      logc(RESIHP_LOG_ERROR,
+           "replica %d catches up, but no member holds its partition of the "
+           "layers (%s): it gets shards of another one",
+           c->start_joiners[ji], c->lparts[lp - 1].text);
+    }
+    for (int k = 0; k < K; k++)
+      c->start_src[(size_t)ji * (size_t)K + (size_t)k] =
+          n ? by[at[lp] + (ji + k) % n] : c->start_contrib[(ji + k) % nc];
+  }
+  free(at);
+  free(by);
+  return 0;
+}

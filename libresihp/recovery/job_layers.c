@@ -69,40 +69,6 @@ static int replica_agrees(resihp_job_t *j, uint64_t h, int *agree) {
   return 0;
 }
 
-int resihp__job_layers_agree(resihp_job_t *j) {
-  /* the members of a group, up to RESIHP__JOB_MAX_REPLICA_ID: 4 x 10 bits
-   * keep n^2 * 2^20 below 2^63; a layer-less rank says 0 */
-  uint64_t h = 0;
-  if (j->nlayers) {
-    int counts[RESIHP__JOB_MAX_SHARDS];
-    size_t *elems = malloc(sizeof(size_t) * (size_t)j->nlayers);
-    if (!elems)
-      return RESIHP_ENOMEM;
-    for (int l = 0; l < j->nlayers; l++)
-      elems[l] = j->layer_off[l + 1] - j->layer_off[l];
-    for (int k = 0; k < j->part.k && k < RESIHP__JOB_MAX_SHARDS; k++)
-      counts[k] = j->part.bounds[k + 1] - j->part.bounds[k];
-    h = declaration_digest(j->nlayers, elems, counts, j->part.k) | 1;
-    free(elems);
-  }
-  int64_t v[8];
-  digest_fill(h, 4, 10, v);
-  int rc = resihp_allreduce(j->comm, v, 8, RESIHP_FIXED64, RESIHP_OP_SUM);
-  if (rc)
-    return rc;
-  if (digest_equal(resihp_comm_size(j->comm), 4, v))
-    return 0;
-  resihp_log(RESIHP_LOG_ERROR, "job",
-             "replica %d rank %d: the replicas of group %d hold different "
-             "layers (resihp_job_set_layers): not supported yet",
-             j->replica, j->lrank, j->lrank);
-  if (resihp_comm_rank(j->comm) == 0)
-    resihp_job_abort(j, "replicas declared different partitions of the "
-                        "layers (resihp_job_set_layers): every replica must "
-                        "hold the same ones");
-  return RESIHP_EINVAL;
-}
-
 int resihp_job_set_layers(resihp_job_t *j, int nlayers, const size_t *elems,
                           const int *counts, int nranks) {
   if (!j || !elems || !counts || nlayers < 1 ||

@@ -37,6 +37,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/recovery/layer_groups.h \
 	libresihp/recovery/layer_groups.c \
 	libresihp/recovery/job_layers.c \
+	libresihp/recovery/job_groups.c \
 	libresihp/recovery/job_exchange.c \
 	libresihp/recovery/job_catchup.c \
 	libresihp/recovery/job_coords.c \

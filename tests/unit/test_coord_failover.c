@@ -679,6 +679,56 @@ START_TEST(test_layers) {
 }
 END_TEST
 
+/* A replacement catches up from the members that hold its partition of
+ * the layers: replica 2 (4 | 6 layers, as replica 0; replica 1 holds
+ * 6 | 4) comes back, and both of its shards are served by replica 0; by
+ * the rule for one partition (contributor ji + k) replica 1 would serve
+ * its shard 1. */
+START_TEST(test_layers_serve) {
+  side_t a;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  char line[512];
+  static const char *const lay[N] = {"10:4", "10:6", "10:4"};
+  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+  connect_all(&a);
+  for (int i = 0; i < N; i++) {
+    feed(&a, i,
+         "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
+         "lsize=2 jobid=7 stepid=%d",
+         i, i, i, i, i, i);
+    expect(&a, i, "WELCOME ", line, sizeof(line));
+  }
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=-1 lay=%s", lay[i]);
+  for (int i = 0; i < N; i++)
+    expect(&a, i, "GO ", line, sizeof(line));
+  ready_all(&a, NULL);
+  resihp__coord_fail_lost(a.c, 2, "its node h2 is DOWN");
+  resihp__wire_free(&a.peer[2]);
+  connect_one(&a, 2);
+  feed(&a, 2,
+       "HELLO replica=2 ep=h2:5/h2:7 sep=h2:6/h2:8 mbs=6 steps=8 lsize=2 "
+       "jobid=7 stepid=9");
+  expect(&a, 2, "WELCOME ", line, sizeof(line));
+  feed(&a, 2, "BEGIN step=-1 lay=10:4");
+  for (int i = 0; i < 2; i++)
+    feed(&a, i, "BEGIN step=1 lay=%s", lay[i]);
+  for (int i = 0; i < N; i++)
+    expect(&a, i, "GO ", line, sizeof(line));
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "READY epoch=%u", resihp__coord_epoch(a.c));
+  char serve[64] = "";
+  expect(&a, 0, "START ", line, sizeof(line));
+  ck_assert_int_eq(resihp__wire_get(line, "serve", serve, sizeof(serve)), 0);
+  ck_assert_str_eq(serve, "2.0@h2:6,2.1@h2:8");
+  expect(&a, 1, "START ", line, sizeof(line));
+  ck_assert_msg(!strstr(line, "serve="), "%s", line);
+  expect(&a, 2, "START ", line, sizeof(line));
+  ck_assert_msg(strstr(line, "catchup=1"), "%s", line);
+  close_side(&a);
+}
+END_TEST
+
 /* A save in progress: SAVE again to the replica asked, SAVED goes on. */
 START_TEST(test_save) {
   side_t a, b;
@@ -976,6 +1026,7 @@ int main(void) {
   tcase_add_test(tc, test_term_fence);
   tcase_add_test(tc, test_takeover_summary);
   tcase_add_test(tc, test_layers);
+  tcase_add_test(tc, test_layers_serve);
   tcase_add_test(tc, test_retired_refused);
   tcase_add_test(tc, test_save);
   tcase_add_test(tc, test_end);

@@ -659,7 +659,9 @@ static Suite *suite(void) {
 /* --bench [R [STEPS [US [cost]]]]: the same job step by step and
  * free-running, side by side (compute US microseconds a step, default 0:
  * what the coordinator costs a step; cost: assignment by predicted cost
- * with the toy data loader). A measurement, not a test; it runs as one so
+ * with the toy data loader; RESIHP_BENCH_K ranks per replica and
+ * RESIHP_BENCH_LAYERS as plan_t layers: 1 identical partitions, 3 the
+ * last replica's differs). A measurement, not a test; it runs as one so
  * that the harness's checks work. */
 static int g_bench_r = 3;
 static long g_bench_steps = 400;
@@ -669,7 +671,12 @@ START_TEST(bench) {
   printf("%-10s %8s %6s %10s %10s %12s %10s\n", "mode", "replicas", "steps",
          "lines-rx", "lines-tx", "lines/step", "ms/step");
   for (int lock = 1; lock >= 0; lock--) {
-    plan_t p = plan(g_bench_r, 1, g_bench_steps, -1, 0);
+    const char *ek = getenv("RESIHP_BENCH_K");
+    const char *el = getenv("RESIHP_BENCH_LAYERS");
+    int bk = ek ? atoi(ek) : 1;
+    plan_t p = plan(g_bench_r, bk >= 1 && bk <= MAXK ? bk : 1, g_bench_steps,
+                    -1, 0);
+    p.layers = el ? atoi(el) : 0;
     p.lockstep = lock;
     p.cost = g_bench_cost;
     outcome_t o;

@@ -609,6 +609,33 @@ START_TEST(test_retired_refused) {
 }
 END_TEST
 
+/* The partitions of replicas 0..2 in the layer tests: 10 layers over 2
+ * ranks, replica 1's cut elsewhere. */
+static const char *const LAY[N] = {"10:4", "10:6", "10:4"};
+
+/* A coordinator a of replicas of 2 ranks, each of partition LAY[i]:
+ * joined (no lay= in a first WELCOME), their GO in go[], every one in its
+ * first step. */
+static void join_layers(side_t *a, resihp__coord_opts_t *co, char go[N][512]) {
+  char line[512];
+  ck_assert_int_eq(resihp__coord_create(co, &a->c), 0);
+  connect_all(a);
+  for (int i = 0; i < N; i++) {
+    feed(a, i,
+         "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
+         "lsize=2 jobid=7 stepid=%d",
+         i, i, i, i, i, i);
+    expect(a, i, "WELCOME ", line, sizeof(line));
+    ck_assert_ptr_null(strstr(line, "lay="));
+    resihp__wire_get(line, "cred", creds[i], sizeof(creds[i]));
+  }
+  for (int i = 0; i < N; i++)
+    feed(a, i, "BEGIN step=-1 lay=%s", LAY[i]);
+  for (int i = 0; i < N; i++)
+    expect(a, i, "GO ", go[i], 512);
+  ready_all(a, NULL);
+}
+
 /* The replicas' partitions of the layers (coord_layers.c): every BEGIN
  * says its replica's (lay=), GO of a new epoch lists the distinct ones
  * (the one most members hold first, the others with their members), the
@@ -619,25 +646,9 @@ START_TEST(test_layers) {
   side_t a, b;
   resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
   char line[512], go[N][512];
-  static const char *const lay[N] = {"10:4", "10:6", "10:4"};
-  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
-  connect_all(&a);
-  for (int i = 0; i < N; i++) {
-    feed(&a, i,
-         "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
-         "lsize=2 jobid=7 stepid=%d",
-         i, i, i, i, i, i);
-    expect(&a, i, "WELCOME ", line, sizeof(line));
-    ck_assert_ptr_null(strstr(line, "lay="));
-    resihp__wire_get(line, "cred", creds[i], sizeof(creds[i]));
-  }
+  join_layers(&a, &co, go);
   for (int i = 0; i < N; i++)
-    feed(&a, i, "BEGIN step=-1 lay=%s", lay[i]);
-  for (int i = 0; i < N; i++) {
-    expect(&a, i, "GO ", go[i], sizeof(go[i]));
     ck_assert_msg(strstr(go[i], " lay=10 lparts=4,6@1"), "%s", go[i]);
-  }
-  ready_all(&a, NULL);
   /* the standby's state holds them: its GO after the barrier too */
   resihp__coord_mirror(a.c);
   ck_assert_ptr_nonnull(strstr(snap, "\ny 1 lay=10:6\n"));
@@ -687,22 +698,8 @@ END_TEST
 START_TEST(test_layers_serve) {
   side_t a;
   resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
-  char line[512];
-  static const char *const lay[N] = {"10:4", "10:6", "10:4"};
-  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
-  connect_all(&a);
-  for (int i = 0; i < N; i++) {
-    feed(&a, i,
-         "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
-         "lsize=2 jobid=7 stepid=%d",
-         i, i, i, i, i, i);
-    expect(&a, i, "WELCOME ", line, sizeof(line));
-  }
-  for (int i = 0; i < N; i++)
-    feed(&a, i, "BEGIN step=-1 lay=%s", lay[i]);
-  for (int i = 0; i < N; i++)
-    expect(&a, i, "GO ", line, sizeof(line));
-  ready_all(&a, NULL);
+  char line[512], go[N][512];
+  join_layers(&a, &co, go);
   resihp__coord_fail_lost(a.c, 2, "its node h2 is DOWN");
   resihp__wire_free(&a.peer[2]);
   connect_one(&a, 2);
@@ -712,7 +709,7 @@ START_TEST(test_layers_serve) {
   expect(&a, 2, "WELCOME ", line, sizeof(line));
   feed(&a, 2, "BEGIN step=-1 lay=10:4");
   for (int i = 0; i < 2; i++)
-    feed(&a, i, "BEGIN step=1 lay=%s", lay[i]);
+    feed(&a, i, "BEGIN step=1 lay=%s", LAY[i]);
   for (int i = 0; i < N; i++)
     expect(&a, i, "GO ", line, sizeof(line));
   for (int i = 0; i < N; i++)

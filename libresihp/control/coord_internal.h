@@ -115,6 +115,12 @@ typedef struct {
   /* its partition of the layers (coord_layers.c): 1 + index into the
    * job's distinct ones (lparts), 0: none said */
   int lpart;
+  /* its process's state shape (HELLO shape=: the digest of its shards'
+   * state sizes), compared at the process's first BEGIN (shape_open),
+   * once its partition is known: with the shape of the replicas holding
+   * the same partition, or the job's when it declared no layers */
+  char shape[20];
+  int shape_open;
 } rep_t;
 
 /* One distinct partition of the layers: its cut points' text ("" for one
@@ -122,6 +128,7 @@ typedef struct {
 typedef struct {
   char *text;
   int refs;
+  char shape[20]; /* its holders' state shape ("": none compared yet) */
 } lpart_t;
 
 enum { OWE_GO_WHOLE = 1, OWE_GO_LINE = 2, OWE_START = 4 };
@@ -412,6 +419,11 @@ void resihp__coord_send_go(resihp__coord_t *c);
  * job's), RESIHP_ERANGE (too many distinct partitions for a GO line) or
  * RESIHP_ENOMEM. */
 int resihp__coord_set_layers(resihp__coord_t *c, int r, const char *lay);
+/* Replica r's state shape (its HELLO's) against the replicas' of its
+ * partition (the job's when it declared none), at its process's first
+ * BEGIN: 0 (the first to hold a partition sets its shape), or
+ * RESIHP_EINVAL with the expected one in *want. */
+int resihp__coord_check_shape(resihp__coord_t *c, int r, const char **want);
 /* " lay=L:cuts" of replica r (WELCOME, snapshot): 1 if it has one. */
 int resihp__coord_put_lay(const resihp__coord_t *c, int r,
                           resihp__wire_buf_t *b);

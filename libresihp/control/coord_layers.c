@@ -112,6 +112,7 @@ int resihp__coord_set_layers(resihp__coord_t *c, int r, const char *lay) {
     d = hole;
     c->lparts[d].text = t;
     c->lparts[d].refs = 0;
+    c->lparts[d].shape[0] = '\0';
   }
   if (p->lpart)
     unref(c, p->lpart - 1);
@@ -120,6 +121,20 @@ int resihp__coord_set_layers(resihp__coord_t *c, int r, const char *lay) {
   c->nlayers = L;
   resihp__coord_dirty(c);
   return 0;
+}
+
+/* Replicas of different partitions hold different state sizes: the
+ * shape is compared within a partition (HELLO comes before the partition
+ * is known, so the first BEGIN compares). A standby does not mirror the
+ * partitions' shapes: the next process to begin with one sets it again. */
+int resihp__coord_check_shape(resihp__coord_t *c, int r, const char **want) {
+  rep_t *p = &c->reps[r];
+  char *s = c->nlayers && p->lpart ? c->lparts[p->lpart - 1].shape : c->shape;
+  p->shape_open = 0;
+  *want = s;
+  if (!s[0])
+    snprintf(s, sizeof(p->shape), "%s", p->shape);
+  return strcmp(s, p->shape) ? RESIHP_EINVAL : 0;
 }
 
 int resihp__coord_put_lay(const resihp__coord_t *c, int r,

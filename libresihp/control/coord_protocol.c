@@ -280,13 +280,13 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     refuse_program(c, k, r, "mismatch", msg);
     return;
   }
-  if (c->S && (K != c->K || strcmp(shape, c->shape))) {
+  /* its state shape is compared at its first BEGIN, with the replicas
+   * of its partition of the layers (coord_layers.c), known only then */
+  if (c->S && K != c->K) {
     logc(RESIHP_LOG_ERROR,
-         "replica %ld has %ld rank(s) whose state buffers have the shape "
-         "%s, the job %d rank(s) of shape %s: refused (every replica must "
-         "hold the same shards: same ranks per replica, same state buffers "
-         "and sizes)",
-         r, K, shape, c->K, c->shape);
+         "replica %ld has %ld rank(s), the job %d: refused (every replica "
+         "must have the same ranks per replica)",
+         r, K, c->K);
     refuse_program(c, k, r, "mismatch", msg);
     return;
   }
@@ -377,6 +377,8 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   p->stepid = stepid;
   p->pid = pid;
   snprintf(p->lep, sizeof(p->lep), "%s", strcmp(lep, "-") ? lep : "");
+  snprintf(p->shape, sizeof(p->shape), "%s", shape);
+  p->shape_open = 1;
   c->conns[k].replica = (int)r;
   p->last_life = resihp__now_ms();
   /* and the partition of the layers that replica r holds (its last
@@ -588,6 +590,25 @@ static int begin_layers(resihp__coord_t *c, int k, int r, const char *msg) {
   return 1;
 }
 
+/* The first BEGIN of replica r's process: its state shape against its
+ * partition's (coord_layers.c). 0, or 1 when its program was refused (a
+ * different model or state list: no spare changes that). */
+static int begin_shape(resihp__coord_t *c, int k, int r, const char *msg) {
+  const char *want;
+  if (!resihp__coord_check_shape(c, r, &want))
+    return 0;
+  logc(RESIHP_LOG_ERROR,
+       "replica %d: its state buffers have the shape %s, those of the "
+       "replicas holding %s %s: refused (the replicas of one partition of "
+       "the layers must hold the same state buffers and sizes: the same "
+       "model and program)",
+       r, c->reps[r].shape,
+       c->nlayers && c->reps[r].lpart ? "its partition of the layers" : "the job's",
+       want);
+  refuse_program(c, k, r, "mismatch", msg);
+  return 1;
+}
+
 void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   int r = c->conns[k].replica;
   if (r >= 0)
@@ -610,7 +631,7 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   rep_t *p = &c->reps[r];
   long v;
   if (!strncmp(msg, "BEGIN ", 6)) {
-    if (begin_layers(c, k, r, msg))
+    if (begin_layers(c, k, r, msg) || (p->shape_open && begin_shape(c, k, r, msg)))
       return;
     if (again_begin(c, r, msg))
       return;

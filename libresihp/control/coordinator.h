@@ -8,8 +8,11 @@
  * per-job secret). A replica's rank 0 says HELLO (replica, endpoints,
  * node, Slurm step, microbatches, steps, lsize=K ranks and shape=D, a
  * digest of its shards' state sizes) and gets WELCOME hb=H cred=C (C: a
- * random credential of its own, which a reconnect must say); K and D must
- * be the job's (the first HELLO sets them). With K ranks, ep= and sep= list
+ * random credential of its own, which a reconnect must say); K must be
+ * the job's (the first HELLO sets it), D the same as that of the replicas
+ * holding the same partition of the layers (the job's, the first HELLO's,
+ * when it declared none), compared at the process's first BEGIN, where
+ * its partition is known (coord_layers.c). With K ranks, ep= and sep= list
  * one address per rank, "a/b/..." in shard order. The leader then says HB
  * every H ms, and the coordinator says HB to it too
  * (resihp__coord_heartbeats). Each step:

@@ -613,9 +613,14 @@ END_TEST
  * ranks, replica 1's cut elsewhere. */
 static const char *const LAY[N] = {"10:4", "10:6", "10:4"};
 
-/* A coordinator a of replicas of 2 ranks, each of partition LAY[i]:
- * joined (no lay= in a first WELCOME), their GO in go[], every one in its
- * first step. */
+/* The state shapes of replicas 0..2 (HELLO shape=): those of a
+ * partition the same, replica 1's (another partition) another. */
+static const char *const SHAPE[N] = {"00000000000000aa", "00000000000000bb",
+                                     "00000000000000aa"};
+
+/* A coordinator a of replicas of 2 ranks, each of partition LAY[i] and
+ * state shape SHAPE[i]: joined (no lay= in a first WELCOME), their GO in
+ * go[], every one in its first step. */
 static void join_layers(side_t *a, resihp__coord_opts_t *co, char go[N][512]) {
   char line[512];
   ck_assert_int_eq(resihp__coord_create(co, &a->c), 0);
@@ -623,8 +628,8 @@ static void join_layers(side_t *a, resihp__coord_opts_t *co, char go[N][512]) {
   for (int i = 0; i < N; i++) {
     feed(a, i,
          "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
-         "lsize=2 jobid=7 stepid=%d",
-         i, i, i, i, i, i);
+         "lsize=2 jobid=7 stepid=%d shape=%s",
+         i, i, i, i, i, i, SHAPE[i]);
     expect(a, i, "WELCOME ", line, sizeof(line));
     ck_assert_ptr_null(strstr(line, "lay="));
     resihp__wire_get(line, "cred", creds[i], sizeof(creds[i]));
@@ -705,7 +710,8 @@ START_TEST(test_layers_serve) {
   connect_one(&a, 2);
   feed(&a, 2,
        "HELLO replica=2 ep=h2:5/h2:7 sep=h2:6/h2:8 mbs=6 steps=8 lsize=2 "
-       "jobid=7 stepid=9");
+       "jobid=7 stepid=9 shape=%s",
+       SHAPE[2]);
   expect(&a, 2, "WELCOME ", line, sizeof(line));
   feed(&a, 2, "BEGIN step=-1 lay=10:4");
   for (int i = 0; i < 2; i++)
@@ -722,6 +728,54 @@ START_TEST(test_layers_serve) {
   ck_assert_msg(!strstr(line, "serve="), "%s", line);
   expect(&a, 2, "START ", line, sizeof(line));
   ck_assert_msg(strstr(line, "catchup=1"), "%s", line);
+  close_side(&a);
+}
+END_TEST
+
+/* Replicas of different partitions hold different state sizes (SHAPE:
+ * join_layers, where replica 1's differs, and all join): the shape is
+ * compared at a process's first BEGIN with those of the replicas holding
+ * its partition. A replacement of replica 2 (replica 0's partition) with
+ * another state shape is refused for its program, as is one that
+ * declares no layers and has another shape than the job's; one with the
+ * right shape joins. Before the shape was compared per partition,
+ * replica 1 was refused at its HELLO. */
+START_TEST(test_layers_shape) {
+  side_t a;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  char line[512], go[N][512], why[32];
+  join_layers(&a, &co, go);
+  ck_assert_int_eq(resihp__coord_members(a.c), N);
+  static const char *const again[] = {
+      "BEGIN step=-1 lay=10:4", /* 10:4 with replica 1's shape */
+      "BEGIN step=-1",          /* no layers: the job's shape (aa) */
+      "BEGIN step=-1 lay=10:4", /* the right one */
+  };
+  static const char *const shape[] = {"00000000000000bb", "00000000000000cc",
+                                      "00000000000000aa"};
+  for (int t = 0; t < 3; t++) {
+    if (t == 0)
+      resihp__coord_fail_lost(a.c, 2, "its node h2 is DOWN");
+    resihp__wire_free(&a.peer[2]);
+    connect_one(&a, 2);
+    feed(&a, 2,
+         "HELLO replica=2 ep=h2:%d/h2:7 sep=h2:6/h2:8 mbs=6 steps=8 lsize=2 "
+         "jobid=7 stepid=%d shape=%s",
+         5 + 10 * t, 9 + t, shape[t]);
+    expect(&a, 2, "WELCOME replica=2 ", line, sizeof(line));
+    feed(&a, 2, "%s", again[t]);
+    if (t < 2) {
+      expect(&a, 2, "NO reason=mismatch", line, sizeof(line));
+      ck_assert_int_eq(resihp__coord_refused(a.c, 2, why, sizeof(why)), 1);
+      ck_assert_str_eq(why, "mismatch");
+      ck_assert(!resihp__coord_connected(a.c, 2));
+    }
+  }
+  for (int i = 0; i < 2; i++)
+    feed(&a, i, "BEGIN step=1 lay=%s", LAY[i]);
+  for (int i = 0; i < N; i++)
+    expect(&a, i, "GO ", line, sizeof(line));
+  ck_assert_int_eq(resihp__coord_members(a.c), N);
   close_side(&a);
 }
 END_TEST
@@ -1024,6 +1078,7 @@ int main(void) {
   tcase_add_test(tc, test_takeover_summary);
   tcase_add_test(tc, test_layers);
   tcase_add_test(tc, test_layers_serve);
+  tcase_add_test(tc, test_layers_shape);
   tcase_add_test(tc, test_retired_refused);
   tcase_add_test(tc, test_save);
   tcase_add_test(tc, test_end);

@@ -93,8 +93,10 @@
  *
  * State. The state a replacement copies is a list of buffers (parameters,
  * optimizer moments, RNG state...): resihp_job_opts_t.state at join (its
- * sizes are compared with every other replica's shard: a mismatch is
- * refused at join) or resihp_job_set_state_list() before the first step.
+ * sizes are compared with the same shard of the replicas holding the
+ * same partition of the layers, of every replica when none declared
+ * layers: a mismatch is refused at the first step) or
+ * resihp_job_set_state_list() before the first step.
  *
  * Fault injection (RESIHP_INJECT, see resihp-run(1)) is executed here:
  * begin_step fires the injection planned for this replica at this step

@@ -976,6 +976,23 @@ static void parse_partition_of(cfg_t *c, const char *arg) {
   }
 }
 
+/* The counts of a partition option (n of them, 0: not given) cover the
+ * units, one per stage: 0, or -1 (said). */
+static int counts_cover(const cfg_t *c, const char *opt, const int *counts,
+                        int n) {
+  int sum = 0;
+  for (int i = 0; i < n; i++)
+    sum += counts[i];
+  if (!n || (sum == nunits(c) && (!c->K || c->K == n)))
+    return 0;
+  fprintf(stderr,
+          "resihp-pipeline-trainer: %s must cover the %d units (embedding, "
+          "%d hidden, classifier) with one count per stage%s (got a sum of "
+          "%d over %d stages)\n",
+          opt, nunits(c), c->L, c->K ? " (--stages)" : "", sum, n);
+  return -1;
+}
+
 static void usage(FILE *f) {
   fprintf(
       f,
@@ -1104,32 +1121,9 @@ int main(int argc, char **argv) {
             RESULT_UNITS, RESULT_UNITS - 2);
     return 2;
   }
-  if (c.npof) {
-    int sum = 0;
-    for (int i = 0; i < c.npof; i++)
-      sum += c.pof[i];
-    if (sum != nunits(&c) || (c.K && c.K != c.npof)) {
-      fprintf(stderr,
-              "resihp-pipeline-trainer: --partition-of must cover the %d "
-              "units with one count per stage (got a sum of %d over %d "
-              "stages)\n",
-              nunits(&c), sum, c.npof);
-      return 2;
-    }
-  }
-  if (c.npart) {
-    int sum = 0;
-    for (int i = 0; i < c.npart; i++)
-      sum += c.part[i];
-    if (sum != nunits(&c) || (c.K && c.K != c.npart)) {
-      fprintf(stderr,
-              "resihp-pipeline-trainer: --partition must cover the %d units "
-              "(embedding, %d hidden, classifier) with one count per stage%s "
-              "(got a sum of %d over %d stages)\n",
-              nunits(&c), c.L, c.K ? " (--stages)" : "", sum, c.npart);
-      return 2;
-    }
-  }
+  if (counts_cover(&c, "--partition-of", c.pof, c.npof) ||
+      counts_cover(&c, "--partition", c.part, c.npart))
+    return 2;
   c.data.B = c.B;
   c.data.V = c.V;
   c.data.C = c.C;

@@ -63,7 +63,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -950,23 +949,10 @@ static void parse_partition(cfg_t *c, const char *arg) {
 
 /* R=c1:c2:... (the counts' sum is checked with --partition's). */
 static void parse_partition_of(cfg_t *c, const char *arg) {
-  char counts[1024], *end;
-  errno = 0;
-  long r = strtol(arg, &end, 10);
-  int bad = c->npof || end == arg || *end != '=' || r < 0 || r > INT_MAX ||
-            errno || strlen(end + 1) >= sizeof(counts);
-  if (!bad) {
-    snprintf(counts, sizeof(counts), "%s", end + 1);
-    for (char *q = counts; *q; q++)
-      if (*q == ':')
-        *q = ',';
-      else if (*q == ',')
-        bad = 1; /* colons only */
-    c->npof = bad ? 0 : trainer_parse_counts(counts, c->pof, MAX_UNITS,
-                                             MAX_UNITS);
-    c->pof_r = (int)r;
-  }
-  if (bad || c->npof < 0) {
+  int n = c->npof ? -1
+                  : trainer_parse_replica_counts(arg, &c->pof_r, c->pof,
+                                                 MAX_UNITS, MAX_UNITS);
+  if (n < 0) {
     fprintf(stderr,
             "resihp-pipeline-trainer: --partition-of wants a replica and its "
             "unit counts >= 1 separated by colons, one per stage (e.g. "
@@ -974,6 +960,7 @@ static void parse_partition_of(cfg_t *c, const char *arg) {
             arg);
     exit(2);
   }
+  c->npof = n;
 }
 
 /* The counts of a partition option (n of them, 0: not given) cover the

@@ -424,12 +424,16 @@ int resihp__coord_set_layers(resihp__coord_t *c, int r, const char *lay);
  * BEGIN: 0 (the first to hold a partition sets its shape), or
  * RESIHP_EINVAL with the expected one in *want. */
 int resihp__coord_check_shape(resihp__coord_t *c, int r, const char **want);
+/* A snapshot's "y" line after "y r lay=": "L[:cuts][ shape=D]", as
+ * resihp__coord_put_layers wrote it. 0, RESIHP_EPROTO, RESIHP_ENOMEM... */
+int resihp__coord_restore_layers(resihp__coord_t *c, int r, const char *s);
 /* " lay=L:cuts" of replica r (WELCOME, snapshot): 1 if it has one. */
 int resihp__coord_put_lay(const resihp__coord_t *c, int r,
                           resihp__wire_buf_t *b);
 /* GO of a new epoch: " lay=L lparts=..." (nothing when no layers). */
 void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b);
-/* Snapshot: a "y r lay=..." line per replica that has a partition. */
+/* Snapshot: a "y r lay=...[ shape=D]" line per replica that has a
+ * partition (D: the state shape of its holders, once one began). */
 void resihp__coord_put_layers(const resihp__coord_t *c, resihp__wire_buf_t *b);
 void resihp__coord_layers_free(resihp__coord_t *c);
 /* The sources of the joiners' shards into c->start_src (see there), from

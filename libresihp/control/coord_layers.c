@@ -125,8 +125,9 @@ int resihp__coord_set_layers(resihp__coord_t *c, int r, const char *lay) {
 
 /* Replicas of different partitions hold different state sizes: the
  * shape is compared within a partition (HELLO comes before the partition
- * is known, so the first BEGIN compares). A standby does not mirror the
- * partitions' shapes: the next process to begin with one sets it again. */
+ * is known, so the first BEGIN compares). A standby restores the
+ * partitions' shapes from the snapshot's "y" lines: it compares as its
+ * predecessor did. */
 int resihp__coord_check_shape(resihp__coord_t *c, int r, const char **want) {
   rep_t *p = &c->reps[r];
   char *s = c->nlayers && p->lpart ? c->lparts[p->lpart - 1].shape : c->shape;
@@ -201,15 +202,37 @@ void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   free(by);
 }
 
-/* (snapshot) "y r =L:cuts" lines: every replica's committed partition */
+/* (snapshot) "y r lay=L:cuts[ shape=D]" lines: every replica's committed
+ * partition, and the state shape of its holders once one began */
 void resihp__coord_put_layers(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   for (int r = 0; r < c->R && !b->err; r++) {
     if (!c->reps[r].lpart)
       continue;
+    const char *shape = c->lparts[c->reps[r].lpart - 1].shape;
     resihp__wire_buf_printf(b, "y %d", r);
     resihp__coord_put_lay(c, r, b);
-    resihp__wire_buf_printf(b, "\n");
+    resihp__wire_buf_printf(b, "%s%s\n", shape[0] ? " shape=" : "", shape);
   }
+}
+
+int resihp__coord_restore_layers(resihp__coord_t *c, int r, const char *s) {
+  char lay[RESIHP__COORD_LAY_MAX];
+  const char *sp = strchr(s, ' '), *shape = "";
+  size_t n = sp ? (size_t)(sp - s) : strlen(s);
+  if (n >= sizeof(lay) ||
+      (sp && (strncmp(sp, " shape=", 7) ||
+              !resihp__wire_token_ok(shape = sp + 7, sizeof(c->shape)))))
+    return RESIHP_EPROTO;
+  memcpy(lay, s, n);
+  lay[n] = '\0';
+  int rc = resihp__coord_set_layers(c, r, lay);
+  if (rc || !shape[0])
+    return rc;
+  char *have = c->lparts[c->reps[r].lpart - 1].shape;
+  if (have[0] && strcmp(have, shape))
+    return RESIHP_EPROTO; /* one partition, two shapes */
+  snprintf(have, sizeof(c->shape), "%s", shape);
+  return 0;
 }
 
 void resihp__coord_layers_free(resihp__coord_t *c) {

@@ -696,7 +696,7 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
       int r = (int)num(&u, 0, c->R - 1);
       if (u.err || strncmp(u.p, " lay=", 5) || c->reps[r].lpart)
         return RESIHP_EPROTO;
-      if ((rc = resihp__coord_set_layers(c, r, u.p + 5)))
+      if ((rc = resihp__coord_restore_layers(c, r, u.p + 5)))
         return rc == RESIHP_ENOMEM ? rc : RESIHP_EPROTO;
     } else if (tag(line, "cp", &u)) {
       /* the plan of a START by cost (its own parser: every figure) */

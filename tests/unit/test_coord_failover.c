@@ -656,7 +656,8 @@ START_TEST(test_layers) {
     ck_assert_msg(strstr(go[i], " lay=10 lparts=4,6@1"), "%s", go[i]);
   /* the standby's state holds them: its GO after the barrier too */
   resihp__coord_mirror(a.c);
-  ck_assert_ptr_nonnull(strstr(snap, "\ny 1 lay=10:6\n"));
+  ck_assert_ptr_nonnull(
+      strstr(snap, "\ny 1 lay=10:6 shape=00000000000000bb\n"));
   char *mine = strdup(snap);
   ck_assert_int_eq(resihp__coord_restore(&co, mine, snap_len, -1, &b.c), 0);
   resihp__wire_buf_t w;
@@ -738,14 +739,31 @@ END_TEST
  * its partition. A replacement of replica 2 (replica 0's partition) with
  * another state shape is refused for its program, as is one that
  * declares no layers and has another shape than the job's; one with the
- * right shape joins. Before the shape was compared per partition,
- * replica 1 was refused at its HELLO. */
+ * right shape joins. A standby restored from the mirror compares the
+ * same (the snapshot's "y" lines carry the partitions' shapes). Before
+ * the shape was compared per partition, replica 1 was refused at its
+ * HELLO. */
 START_TEST(test_layers_shape) {
-  side_t a;
+  side_t a, b;
   resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
   char line[512], go[N][512], why[32];
   join_layers(&a, &co, go);
   ck_assert_int_eq(resihp__coord_members(a.c), N);
+  /* the standby: replica 2's replacement with replica 1's shape */
+  resihp__coord_mirror(a.c);
+  char *mine = strdup(snap);
+  ck_assert_int_eq(resihp__coord_restore(&co, mine, snap_len, -1, &b.c), 0);
+  free(mine);
+  connect_all(&b);
+  resihp__coord_fail_lost(b.c, 2, "its node h2 is DOWN");
+  feed(&b, 2,
+       "HELLO replica=2 ep=h2:9/h2:7 sep=h2:6/h2:8 mbs=6 steps=8 lsize=2 "
+       "jobid=7 stepid=20 shape=%s",
+       SHAPE[1]);
+  expect(&b, 2, "WELCOME replica=2 ", line, sizeof(line));
+  feed(&b, 2, "BEGIN step=-1 lay=10:4");
+  expect(&b, 2, "NO reason=mismatch", line, sizeof(line));
+  close_side(&b);
   static const char *const again[] = {
       "BEGIN step=-1 lay=10:4", /* 10:4 with replica 1's shape */
       "BEGIN step=-1",          /* no layers: the job's shape (aa) */

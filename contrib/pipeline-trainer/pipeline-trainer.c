@@ -476,6 +476,20 @@ static int pipe_pass(stage_t *st, resihp_comm_t *pp, long s, const int *mbs,
 
 /* ---- partition -------------------------------------------------------- */
 
+/* The run lengths an option gave (n of them) for K stages: 0, or -1. */
+static int given(const char *opt, const int *counts, int n, int K,
+                 int *layers, const char **from) {
+  if (n != K) {
+    fprintf(stderr,
+            "resihp-pipeline-trainer: %s names %d stages, the job has %d\n",
+            opt, n, K);
+    return -1;
+  }
+  memcpy(layers, counts, (size_t)K * sizeof(int));
+  *from = opt;
+  return 0;
+}
+
 /* Run lengths of K stages: --partition-of for replica r (-1: no job),
  * --partition, or the planner's. */
 static int partition(const cfg_t *c, int K, int r, int *layers,
@@ -488,30 +502,10 @@ static int partition(const cfg_t *c, int K, int r, int *layers,
             K, K, NU);
     return -1;
   }
-  if (c->npof && r == c->pof_r) {
-    if (c->npof != K) {
-      fprintf(stderr,
-              "resihp-pipeline-trainer: --partition-of names %d stages, the "
-              "job has %d\n",
-              c->npof, K);
-      return -1;
-    }
-    memcpy(layers, c->pof, (size_t)K * sizeof(int));
-    *from = "--partition-of";
-    return 0;
-  }
-  if (c->npart) {
-    if (c->npart != K) {
-      fprintf(stderr,
-              "resihp-pipeline-trainer: --partition names %d stages, the "
-              "job has %d\n",
-              c->npart, K);
-      return -1;
-    }
-    memcpy(layers, c->part, (size_t)K * sizeof(int));
-    *from = "--partition";
-    return 0;
-  }
+  if (c->npof && r == c->pof_r)
+    return given("--partition-of", c->pof, c->npof, K, layers, from);
+  if (c->npart)
+    return given("--partition", c->part, c->npart, K, layers, from);
   /* cost of a unit per microbatch: its multiply-adds forward and backward
    * per sequence (of a mean length), times the sequences of a mean
    * microbatch; the scale does not matter */

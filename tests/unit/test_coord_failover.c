@@ -641,6 +641,20 @@ static void join_layers(side_t *a, resihp__coord_opts_t *co, char go[N][512]) {
   ready_all(a, NULL);
 }
 
+/* A new process of replica 2 (Slurm step stepid, state shape shape, its
+ * first address after the step's) says HELLO on a new connection to s:
+ * its WELCOME in line. */
+static void rejoin_2(side_t *s, int stepid, const char *shape, char *line,
+                     size_t cap) {
+  resihp__wire_free(&s->peer[2]);
+  connect_one(s, 2);
+  feed(s, 2,
+       "HELLO replica=2 ep=h2:%d/h2:7 sep=h2:6/h2:8 mbs=6 steps=8 lsize=2 "
+       "jobid=7 stepid=%d shape=%s",
+       100 + stepid, stepid, shape);
+  expect(s, 2, "WELCOME replica=2 ", line, cap);
+}
+
 /* The replicas' partitions of the layers (coord_layers.c): every BEGIN
  * says its replica's (lay=), GO of a new epoch lists the distinct ones
  * (the one most members hold first, the others with their members), the
@@ -707,13 +721,7 @@ START_TEST(test_layers_serve) {
   char line[512], go[N][512];
   join_layers(&a, &co, go);
   resihp__coord_fail_lost(a.c, 2, "its node h2 is DOWN");
-  resihp__wire_free(&a.peer[2]);
-  connect_one(&a, 2);
-  feed(&a, 2,
-       "HELLO replica=2 ep=h2:5/h2:7 sep=h2:6/h2:8 mbs=6 steps=8 lsize=2 "
-       "jobid=7 stepid=9 shape=%s",
-       SHAPE[2]);
-  expect(&a, 2, "WELCOME ", line, sizeof(line));
+  rejoin_2(&a, 9, SHAPE[2], line, sizeof(line));
   feed(&a, 2, "BEGIN step=-1 lay=10:4");
   for (int i = 0; i < 2; i++)
     feed(&a, i, "BEGIN step=1 lay=%s", LAY[i]);
@@ -756,11 +764,7 @@ START_TEST(test_layers_shape) {
   free(mine);
   connect_all(&b);
   resihp__coord_fail_lost(b.c, 2, "its node h2 is DOWN");
-  feed(&b, 2,
-       "HELLO replica=2 ep=h2:9/h2:7 sep=h2:6/h2:8 mbs=6 steps=8 lsize=2 "
-       "jobid=7 stepid=20 shape=%s",
-       SHAPE[1]);
-  expect(&b, 2, "WELCOME replica=2 ", line, sizeof(line));
+  rejoin_2(&b, 20, SHAPE[1], line, sizeof(line));
   feed(&b, 2, "BEGIN step=-1 lay=10:4");
   expect(&b, 2, "NO reason=mismatch", line, sizeof(line));
   close_side(&b);
@@ -774,13 +778,7 @@ START_TEST(test_layers_shape) {
   for (int t = 0; t < 3; t++) {
     if (t == 0)
       resihp__coord_fail_lost(a.c, 2, "its node h2 is DOWN");
-    resihp__wire_free(&a.peer[2]);
-    connect_one(&a, 2);
-    feed(&a, 2,
-         "HELLO replica=2 ep=h2:%d/h2:7 sep=h2:6/h2:8 mbs=6 steps=8 lsize=2 "
-         "jobid=7 stepid=%d shape=%s",
-         5 + 10 * t, 9 + t, shape[t]);
-    expect(&a, 2, "WELCOME replica=2 ", line, sizeof(line));
+    rejoin_2(&a, 9 + t, shape[t], line, sizeof(line));
     feed(&a, 2, "%s", again[t]);
     if (t < 2) {
       expect(&a, 2, "NO reason=mismatch", line, sizeof(line));

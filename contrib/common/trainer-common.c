@@ -2,6 +2,7 @@
 /* Shared by the example trainers: see trainer-common.h. */
 #include "trainer-common.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,7 @@ uint64_t trainer_fnv1a(const void *p, size_t n) {
   return trainer_fnv1a_more(TRAINER_FNV_INIT, p, n);
 }
 
-int trainer_parse_counts(const char *s, int *out, int max, int hi) {
+static int parse_counts(const char *s, char sep, int *out, int max, int hi) {
   int n = 0;
   for (;;) {
     long v = 0;
@@ -63,9 +64,26 @@ int trainer_parse_counts(const char *s, int *out, int max, int hi) {
     out[n++] = (int)v;
     if (!*s)
       return n;
-    if (*s++ != ',')
+    if (*s++ != sep)
       return -1;
   }
+}
+
+int trainer_parse_counts(const char *s, int *out, int max, int hi) {
+  return parse_counts(s, ',', out, max, hi);
+}
+
+int trainer_parse_replica_counts(const char *s, int *r, int *out, int max,
+                                 int hi) {
+  long long v = 0;
+  const char *start = s;
+  for (; *s >= '0' && *s <= '9'; s++)
+    if (v <= INT_MAX)
+      v = v * 10 + (*s - '0');
+  if (s == start || v > INT_MAX || *s != '=')
+    return -1;
+  *r = (int)v;
+  return parse_counts(s + 1, ':', out, max, hi);
 }
 
 double trainer_now_s(void) {

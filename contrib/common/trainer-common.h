@@ -62,6 +62,11 @@ double trainer_softmax_xent(float *z, int n, int cls);
  * 1..hi, at most max of them, written to out. Returns how many, or -1 for
  * anything else (signs, spaces, empty items, too many, too large). */
 int trainer_parse_counts(const char *s, int *out, int max, int hi);
+/* "R=c1:c2:..." (--partition-of): a replica R (decimal digits, at most
+ * 2^31-1) and its counts as trainer_parse_counts, ':' between them; the
+ * count, or -1. */
+int trainer_parse_replica_counts(const char *s, int *r, int *out, int max,
+                                 int hi);
 
 double trainer_now_s(void);
 void trainer_sleep_ms(int ms);

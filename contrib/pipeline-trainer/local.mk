@@ -33,3 +33,6 @@ EXTRA_DIST += tests/fuzz/corpus-partition/plain \
 # As sharded replicas under resihp-run on a lab cluster.
 dist_check_SCRIPTS += tests/integration/pipeline.test
 TESTS += tests/integration/pipeline.test
+# Replicas with different partitions of the layers, under faults.
+dist_check_SCRIPTS += tests/integration/layers.test
+TESTS += tests/integration/layers.test

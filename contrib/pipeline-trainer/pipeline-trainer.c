@@ -14,7 +14,9 @@
  * The run lengths come from the planner (resihp_planner_partition, tp 1,
  * equal stage speeds) with each unit's cost taken from its arithmetic per
  * microbatch and its memory from its parameters; --partition a,b,... sets
- * them instead. Stage k is rank k of a replica (resihp_job_shard).
+ * them instead; --partition-of R=a:b:... gives replica R its own (the
+ * layer-keyed groups of resihp_job(3) let replicas differ: the result is
+ * the same). Stage k is rank k of a replica (resihp_job_shard).
  *
  * Schedule. GPipe: a stage runs the forward pass of all its microbatches
  * (receiving each input from stage k-1 and sending its output to k+1 over
@@ -33,7 +35,9 @@
  * partition, the number of stages and replicas, and whatever failed. The
  * program prints per stage the FNV-1a 64 checksum of its state (each
  * unit's parameters then momentum, units in order) and, in --reference
- * mode, a model checksum over all units that does not depend on K.
+ * mode, a model checksum over all units that does not depend on K. With
+ * --partition-of the result lists every unit's checksum instead (one per
+ * unit, '/' between them: the same text whatever the partition).
  * --float exchanges float32 gradients (resihp_job_allreduce_as) instead:
  * faster to reduce, but not reproducible across failures.
  *
@@ -81,7 +85,13 @@ typedef struct {
   int maxs;            /* the most sequences in a microbatch */
   const char *plain_dir;
   int part[MAX_UNITS], npart; /* --partition */
+  /* --partition-of R=c1:c2:...: replica pof_r's own (-1: none) */
+  int pof[MAX_UNITS], npof, pof_r;
 } cfg_t;
+
+/* A rank's result (resihp_job_finish: at most 200 characters): with
+ * --partition-of, up to RESULT_UNITS units' checksums of 17 characters. */
+enum { RESULT_UNITS = 11, RESULT_MAX = 17 * RESULT_UNITS + 1 };
 
 /* One unit: parameters p and momentum v (one allocation), the gradient g
  * of the microbatch being differentiated, and where its gradient lies in
@@ -416,6 +426,24 @@ static uint64_t units_fnv(uint64_t h, const unit_t *units, int u0, int u1) {
   return h;
 }
 
+/* A stage's result: its units' checksum; with --partition-of (replicas
+ * of different partitions) each unit's, joined by '/', so that a
+ * replica's result "r0/r1/..." is the same whatever its partition. */
+static void stage_result(const cfg_t *c, const unit_t *units, int u0, int u1,
+                         char *out, size_t cap) {
+  if (!c->npof) {
+    snprintf(out, cap, "%016llx",
+             (unsigned long long)units_fnv(TRAINER_FNV_INIT, units, u0, u1));
+    return;
+  }
+  size_t n = 0;
+  out[0] = '\0';
+  for (int j = u0; j < u1 && n < cap; j++)
+    n += (size_t)snprintf(
+        out + n, cap - n, "%s%016llx", j > u0 ? "/" : "",
+        (unsigned long long)units_fnv(TRAINER_FNV_INIT, units, j, j + 1));
+}
+
 /* One GPipe pass of n microbatches through a stage of a real pipeline:
  * 0 or the error of the replica communicator. */
 static int pipe_pass(stage_t *st, resihp_comm_t *pp, long s, const int *mbs,
@@ -448,8 +476,24 @@ static int pipe_pass(stage_t *st, resihp_comm_t *pp, long s, const int *mbs,
 
 /* ---- partition -------------------------------------------------------- */
 
-/* Run lengths of K stages: --partition, or the planner's. */
-static int partition(const cfg_t *c, int K, int *layers, const char **from) {
+/* The run lengths an option gave (n of them) for K stages: 0, or -1. */
+static int given(const char *opt, const int *counts, int n, int K,
+                 int *layers, const char **from) {
+  if (n != K) {
+    fprintf(stderr,
+            "resihp-pipeline-trainer: %s names %d stages, the job has %d\n",
+            opt, n, K);
+    return -1;
+  }
+  memcpy(layers, counts, (size_t)K * sizeof(int));
+  *from = opt;
+  return 0;
+}
+
+/* Run lengths of K stages: --partition-of for replica r (-1: no job),
+ * --partition, or the planner's. */
+static int partition(const cfg_t *c, int K, int r, int *layers,
+                     const char **from) {
   int NU = nunits(c);
   if (K > NU) {
     fprintf(stderr,
@@ -458,18 +502,10 @@ static int partition(const cfg_t *c, int K, int *layers, const char **from) {
             K, K, NU);
     return -1;
   }
-  if (c->npart) {
-    if (c->npart != K) {
-      fprintf(stderr,
-              "resihp-pipeline-trainer: --partition names %d stages, the "
-              "job has %d\n",
-              c->npart, K);
-      return -1;
-    }
-    memcpy(layers, c->part, (size_t)K * sizeof(int));
-    *from = "--partition";
-    return 0;
-  }
+  if (c->npof && r == c->pof_r)
+    return given("--partition-of", c->pof, c->npof, K, layers, from);
+  if (c->npart)
+    return given("--partition", c->part, c->npart, K, layers, from);
   /* cost of a unit per microbatch: its multiply-adds forward and backward
    * per sequence (of a mean length), times the sequences of a mean
    * microbatch; the scale does not matter */
@@ -551,7 +587,7 @@ static int run_reference(const cfg_t *c) {
   int K = c->K ? c->K : c->npart ? c->npart : 1, NU = nunits(c);
   int layers[MAX_UNITS];
   const char *from;
-  if (partition(c, K, layers, &from))
+  if (partition(c, K, -1, layers, &from))
     return 2;
   if (!c->quiet)
     print_partition(c, "", K, layers, from);
@@ -604,10 +640,11 @@ static int run_reference(const cfg_t *c) {
   printf("model checksum %016llx\n",
          (unsigned long long)units_fnv(TRAINER_FNV_INIT, units, 0, NU));
   printf("final result:");
-  for (int k = 0; k < K; k++)
-    printf("%c%016llx", k ? '/' : ' ',
-           (unsigned long long)units_fnv(TRAINER_FNV_INIT, units, st[k].u0,
-                                         st[k].u1));
+  for (int k = 0; k < K; k++) {
+    char sum[RESULT_MAX];
+    stage_result(c, units, st[k].u0, st[k].u1, sum, sizeof(sum));
+    printf("%c%s", k ? '/' : ' ', sum);
+  }
   printf("\n");
   for (int k = 0; k < K; k++)
     stage_free(&st[k]);
@@ -644,7 +681,7 @@ static int run_job(const cfg_t *c) {
   snprintf(who, sizeof(who), "[replica %d stage %d] ", me, k);
   const char *from;
   resihp_comm_t *pp = resihp_job_replica_comm(job);
-  if (partition(c, K, layers, &from)) {
+  if (partition(c, K, me, layers, &from)) {
     resihp_job_destroy(job);
     return 2;
   }
@@ -746,10 +783,8 @@ static int run_job(const cfg_t *c) {
     fprintf(stderr, "%scannot begin a step: %s\n", who, resihp_strerror(rc));
     goto out;
   }
-  char sum[32];
-  snprintf(
-      sum, sizeof(sum), "%016llx",
-      (unsigned long long)units_fnv(TRAINER_FNV_INIT, units, st.u0, st.u1));
+  char sum[RESULT_MAX];
+  stage_result(c, units, st.u0, st.u1, sum, sizeof(sum));
   double secs = trainer_now_s() - t0;
   printf("%straining done: %ld steps here in %.2f s, mean step %.2f ms (step "
          "boundaries %.2f s, pipeline %.2f s, gradient exchange %.2f s); "
@@ -786,7 +821,7 @@ static int run_plain(const cfg_t *c) {
   const char *attempt = getenv("RESIHP_ATTEMPT"), *from;
   if (!attempt || !*attempt)
     attempt = "0";
-  if (partition(c, K, layers, &from))
+  if (partition(c, K, -1, layers, &from))
     return 2;
   if (!c->quiet && t == 0)
     print_partition(c, "", K, layers, from);
@@ -906,19 +941,55 @@ static void parse_partition(cfg_t *c, const char *arg) {
   }
 }
 
+/* R=c1:c2:... (the counts' sum is checked with --partition's). */
+static void parse_partition_of(cfg_t *c, const char *arg) {
+  int n = c->npof ? -1
+                  : trainer_parse_replica_counts(arg, &c->pof_r, c->pof,
+                                                 MAX_UNITS, MAX_UNITS);
+  if (n < 0) {
+    fprintf(stderr,
+            "resihp-pipeline-trainer: --partition-of wants a replica and its "
+            "unit counts >= 1 separated by colons, one per stage (e.g. "
+            "1=4:2), once, not '%s'\n",
+            arg);
+    exit(2);
+  }
+  c->npof = n;
+}
+
+/* The counts of a partition option (n of them, 0: not given) cover the
+ * units, one per stage: 0, or -1 (said). */
+static int counts_cover(const cfg_t *c, const char *opt, const int *counts,
+                        int n) {
+  int sum = 0;
+  for (int i = 0; i < n; i++)
+    sum += counts[i];
+  if (!n || (sum == nunits(c) && (!c->K || c->K == n)))
+    return 0;
+  fprintf(stderr,
+          "resihp-pipeline-trainer: %s must cover the %d units (embedding, "
+          "%d hidden, classifier) with one count per stage%s (got a sum of "
+          "%d over %d stages)\n",
+          opt, nunits(c), c->L, c->K ? " (--stages)" : "", sum, n);
+  return -1;
+}
+
 static void usage(FILE *f) {
   fprintf(
       f,
       "usage: resihp-pipeline-trainer [--steps N] [--microbatches M]\n"
       "       [--batch B] [--vocab V] [--embed D] [--hidden H] [--layers L]\n"
       "       [--classes C] [--lr X] [--momentum X] [--seed S] [--mb-ms MS]\n"
-      "       [--stages K] [--partition N,N..] [--float] [--print-every N]\n"
+      "       [--stages K] [--partition N,N..] [--partition-of R=N:N..]\n"
+      "       [--float] [--print-every N]\n"
       "       [--data fixed|longtail|packed] [--tokens N] [--quiet]\n"
       "       [--reference | --plain DIR]\n"
       "Run under resihp-run --ranks-per-replica K (rank k trains pipeline\n"
       "stage k); --reference trains the K stages in one process, --plain DIR\n"
       "in one plain srun step of R*K tasks without fault tolerance. The\n"
-      "model has L+2 units (embedding, L hidden layers, classifier).\n");
+      "model has L+2 units (embedding, L hidden layers, classifier).\n"
+      "--partition-of R=N:N.. gives replica R its own partition under\n"
+      "resihp-run (the others --partition's or the planner's).\n");
 }
 
 int main(int argc, char **argv) {
@@ -956,9 +1027,9 @@ int main(int argc, char **argv) {
       {"steps", 1, 0, 's'}, {"lr", 1, 0, 'l'},        {"momentum", 1, 0, 'u'},
       {"seed", 1, 0, 'S'},  {"partition", 1, 0, 'P'}, {"float", 0, 0, 'f'},
       {"quiet", 0, 0, 'q'}, {"reference", 0, 0, 'r'}, {"plain", 1, 0, 'x'},
-      {"help", 0, 0, 'h'},  {"data", 1, 0, 'T'}};
+      {"help", 0, 0, 'h'},  {"data", 1, 0, 'T'}, {"partition-of", 1, 0, 'O'}};
   for (int i = 0; i < NI; i++)
-    lo[11 + i] = (struct option){iopt[i].name, 1, 0, 256 + i};
+    lo[12 + i] = (struct option){iopt[i].name, 1, 0, 256 + i};
   int o;
   while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     if (o >= 256 && o < 256 + NI) {
@@ -981,6 +1052,9 @@ int main(int argc, char **argv) {
       break;
     case 'P':
       parse_partition(&c, optarg);
+      break;
+    case 'O':
+      parse_partition_of(&c, optarg);
       break;
     case 'f':
       c.use_float = 1;
@@ -1021,19 +1095,16 @@ int main(int argc, char **argv) {
                     "--classes\n");
     return 2;
   }
-  if (c.npart) {
-    int sum = 0;
-    for (int i = 0; i < c.npart; i++)
-      sum += c.part[i];
-    if (sum != nunits(&c) || (c.K && c.K != c.npart)) {
-      fprintf(stderr,
-              "resihp-pipeline-trainer: --partition must cover the %d units "
-              "(embedding, %d hidden, classifier) with one count per stage%s "
-              "(got a sum of %d over %d stages)\n",
-              nunits(&c), c.L, c.K ? " (--stages)" : "", sum, c.npart);
-      return 2;
-    }
+  if (c.npof && nunits(&c) > RESULT_UNITS) {
+    fprintf(stderr,
+            "resihp-pipeline-trainer: --partition-of reports each unit's "
+            "checksum: at most %d units (--layers %d)\n",
+            RESULT_UNITS, RESULT_UNITS - 2);
+    return 2;
   }
+  if (counts_cover(&c, "--partition-of", c.pof, c.npof) ||
+      counts_cover(&c, "--partition", c.part, c.npart))
+    return 2;
   c.data.B = c.B;
   c.data.V = c.V;
   c.data.C = c.C;

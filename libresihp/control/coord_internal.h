@@ -41,6 +41,9 @@
 #define RESIHP__COORD_MAX_SHARDS 64
 #define RESIHP__COORD_EP_MAX 48
 #define RESIHP__COORD_EPS_MAX (RESIHP__COORD_MAX_SHARDS * RESIHP__COORD_EP_MAX)
+/* A replica's partition of the layers as text, "L:c1:...": at most
+ * RESIHP__COORD_MAX_SHARDS - 1 cut points below 10^6, and L */
+#define RESIHP__COORD_LAY_MAX (RESIHP__COORD_MAX_SHARDS * 8)
 /* Most steps a job may declare: the summary keeps one time per step. */
 #define MAX_STEPS 1000000000L
 
@@ -109,7 +112,24 @@ typedef struct {
   /* its leader's burn-in at its first HELLO (bytes 0: none): the
    * reference spares are judged against (coord_spares.c) */
   resihp__burnin_t burnin;
+  /* its partition of the layers (coord_layers.c): 1 + index into the
+   * job's distinct ones (lparts), 0: none said */
+  int lpart;
+  /* its process's state shape (HELLO shape=: the digest of its shards'
+   * state sizes), compared at the process's first BEGIN (shape_open),
+   * once its partition is known: with the shape of the replicas holding
+   * the same partition, or the job's when it declared no layers */
+  char shape[20];
+  int shape_open;
 } rep_t;
+
+/* One distinct partition of the layers: its cut points' text ("" for one
+ * rank per replica; NULL: a free slot) and how many replicas hold it. */
+typedef struct {
+  char *text;
+  int refs;
+  char shape[20]; /* its holders' state shape ("": none compared yet) */
+} lpart_t;
 
 enum { OWE_GO_WHOLE = 1, OWE_GO_LINE = 2, OWE_START = 4 };
 
@@ -191,6 +211,11 @@ struct resihp__coord {
   int R, M;
   int K;          /* ranks per replica (the first HELLO sets it) */
   char shape[20]; /* digest of the shards' state sizes, or "-" */
+  /* the model's layers (0: none declared) and the replicas' distinct
+   * partitions of them (coord_layers.c) */
+  int nlayers;
+  lpart_t *lparts;
+  int nlparts, caplparts;
   long S;
   long step;
   int phase, state;
@@ -323,6 +348,10 @@ struct resihp__coord {
    * start_mbs[start_off[r] .. start_off[r + 1]), the members catching up
    * that serve= names, in id order, start_joiners[0 .. nstart_joiners) */
   int *start_mbs, *start_off, *start_joiners, nstart_joiners;
+  /* the member that serves shard k of joiner ji: start_src[ji * K + k]
+   * (coord_layers.c: one that holds the joiner's partition of the
+   * layers) */
+  int *start_src;
   /* assignment by cost (coord_perf.c, costplan.c): the plan the last
    * START's owners were computed with (cplan_have: they were; a free run
    * then ships it, run=1 cby=...), and the owners the replicas reported
@@ -384,6 +413,34 @@ uint64_t resihp__coord_identity(long jobid, long stepid, const char *ep,
  * RESIHP_ENOMEM. */
 int resihp__coord_ensure_fails(resihp__coord_t *c, int n);
 void resihp__coord_send_go(resihp__coord_t *c);
+/* coord_layers.c: replica r's partition from a BEGIN's lay= (kept, the
+ * same again costs a comparison): 0, RESIHP_EPROTO (not a partition of
+ * the job's K ranks), RESIHP_EINVAL (another number of layers than the
+ * job's), RESIHP_ERANGE (too many distinct partitions for a GO line) or
+ * RESIHP_ENOMEM. */
+int resihp__coord_set_layers(resihp__coord_t *c, int r, const char *lay);
+/* Replica r's state shape (its HELLO's) against the replicas' of its
+ * partition (the job's when it declared none), at its process's first
+ * BEGIN: 0 (the first to hold a partition sets its shape), or
+ * RESIHP_EINVAL with the expected one in *want. */
+int resihp__coord_check_shape(resihp__coord_t *c, int r, const char **want);
+/* A snapshot's "y" line after "y r lay=": "L[:cuts][ shape=D]", as
+ * resihp__coord_put_layers wrote it. 0, RESIHP_EPROTO, RESIHP_ENOMEM... */
+int resihp__coord_restore_layers(resihp__coord_t *c, int r, const char *s);
+/* " lay=L:cuts" of replica r (WELCOME, snapshot): 1 if it has one. */
+int resihp__coord_put_lay(const resihp__coord_t *c, int r,
+                          resihp__wire_buf_t *b);
+/* GO of a new epoch: " lay=L lparts=..." (nothing when no layers). */
+void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b);
+/* Snapshot: a "y r lay=...[ shape=D]" line per replica that has a
+ * partition (D: the state shape of its holders, once one began). */
+void resihp__coord_put_layers(const resihp__coord_t *c, resihp__wire_buf_t *b);
+void resihp__coord_layers_free(resihp__coord_t *c);
+/* The sources of the joiners' shards into c->start_src (see there), from
+ * the contributors start_contrib: shard k of the ji-th joiner from the
+ * (ji + k)-th of those that hold its partition (all of them when the
+ * partitions are the same or not said). 0 or RESIHP_ENOMEM. */
+int resihp__coord_serve_sources(resihp__coord_t *c);
 /* coord_pace.c: lines owed to members at a boundary. Forget what is
  * owed; owe member r line what (OWE_*); send a round's worth (1 if some
  * remain); send member r what it is owed now (before any other line). */

@@ -551,8 +551,10 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->start_mbs);
   free(c->start_off);
   free(c->start_joiners);
+  free(c->start_src);
   free(c->start_ms);
   resihp__coord_perf_free(c);
+  resihp__coord_layers_free(c);
   for (int r = 0; c->reps && r < c->R; r++) {
     free(c->reps[r].ep);
     free(c->reps[r].sep);

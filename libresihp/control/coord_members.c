@@ -312,12 +312,14 @@ void resihp__coord_send_go(resihp__coord_t *c) {
     if (renew) {
       resihp__wire_buf_printf(&whole, " members=");
       member_list(c, &whole);
+      resihp__coord_put_lparts(c, &whole);
     }
   }
   if (renew && nwhole < c->nmembers) {
     resihp__wire_buf_printf(&delta, "GO step=%ld epoch=%u new=1", c->step,
                             c->epoch);
     member_delta(c, base, &delta);
+    resihp__coord_put_lparts(c, &delta);
   }
   /* which line each member gets, then the new state (mirrored before the
    * first GO goes out), then the lines */
@@ -381,6 +383,7 @@ void resihp__coord_send_go_whole(resihp__coord_t *c, int r) {
   resihp__wire_buf_printf(&b, "GO step=%ld epoch=%u new=1 members=", c->step,
                           c->epoch);
   member_list(c, &b);
+  resihp__coord_put_lparts(c, &b);
   resihp__coord_send_buf_to(c, r, &b);
   resihp__wire_buf_free(&b);
 }

@@ -181,11 +181,14 @@ static int reattach(resihp__coord_t *c, int k, int r, long jobid, long stepid,
   p->conn = k;
   c->conns[k].replica = r;
   p->last_life = resihp__now_ms();
-  char line[128];
-  snprintf(line, sizeof(line),
-           "WELCOME replica=%d step=%ld hb=%d again=1 term=%" PRIu32, r,
-           c->step, c->hb_leader_ms, c->term);
-  resihp__coord_again(c, resihp__coord_send_to(c, r, line));
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_printf(
+      &b, "WELCOME replica=%d step=%ld hb=%d again=1 term=%" PRIu32, r, c->step,
+      c->hb_leader_ms, c->term);
+  resihp__coord_put_lay(c, r, &b);
+  resihp__coord_again(c, resihp__coord_send_buf_to(c, r, &b));
+  resihp__wire_buf_free(&b);
   resihp__coord_send_coords(c, r);
   logc(RESIHP_LOG_INFO, "replica %d reconnected (step %ld)", r, c->step);
   /* a free run that must end: HOLD is said again (who heard it is not
@@ -277,13 +280,13 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     refuse_program(c, k, r, "mismatch", msg);
     return;
   }
-  if (c->S && (K != c->K || strcmp(shape, c->shape))) {
+  /* its state shape is compared at its first BEGIN, with the replicas
+   * of its partition of the layers (coord_layers.c), known only then */
+  if (c->S && K != c->K) {
     logc(RESIHP_LOG_ERROR,
-         "replica %ld has %ld rank(s) whose state buffers have the shape "
-         "%s, the job %d rank(s) of shape %s: refused (every replica must "
-         "hold the same shards: same ranks per replica, same state buffers "
-         "and sizes)",
-         r, K, shape, c->K, c->shape);
+         "replica %ld has %ld rank(s), the job %d: refused (every replica "
+         "must have the same ranks per replica)",
+         r, K, c->K);
     refuse_program(c, k, r, "mismatch", msg);
     return;
   }
@@ -374,13 +377,20 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   p->stepid = stepid;
   p->pid = pid;
   snprintf(p->lep, sizeof(p->lep), "%s", strcmp(lep, "-") ? lep : "");
+  snprintf(p->shape, sizeof(p->shape), "%s", shape);
+  p->shape_open = 1;
   c->conns[k].replica = (int)r;
   p->last_life = resihp__now_ms();
-  char line[160];
-  snprintf(line, sizeof(line),
-           "WELCOME replica=%ld step=%ld hb=%d cred=%s term=%" PRIu32, r,
-           c->step, c->hb_leader_ms, p->cred, c->term);
-  resihp__coord_again(c, resihp__coord_send_to(c, (int)r, line));
+  /* and the partition of the layers that replica r holds (its last
+   * process's, committed with its state): what this process catches up */
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  resihp__wire_buf_printf(
+      &b, "WELCOME replica=%ld step=%ld hb=%d cred=%s term=%" PRIu32, r,
+      c->step, c->hb_leader_ms, p->cred, c->term);
+  resihp__coord_put_lay(c, (int)r, &b);
+  resihp__coord_again(c, resihp__coord_send_buf_to(c, (int)r, &b));
+  resihp__wire_buf_free(&b);
   resihp__coord_send_coords(c, (int)r);
   logc(RESIHP_LOG_INFO,
        "replica %ld joined from %s (node %s, pid %ld, step %ld.%ld)", r, ep,
@@ -555,6 +565,50 @@ static int again_begin(resihp__coord_t *c, int r, const char *msg) {
   return done;
 }
 
+/* A BEGIN's lay= (coord_layers.c): replica r's partition of the layers,
+ * kept. 0, or 1 when refused (its replica failed: a malformed one; or
+ * its program refused: another number of layers than the job's, more
+ * distinct partitions than a GO line holds). */
+static int begin_layers(resihp__coord_t *c, int k, int r, const char *msg) {
+  char lay[RESIHP__COORD_LAY_MAX];
+  int rc = resihp__wire_get(msg, "lay", lay, sizeof(lay));
+  if (rc == RESIHP_ENOENT)
+    return 0;
+  if (!rc && (rc = resihp__coord_set_layers(c, r, lay)) == 0)
+    return 0;
+  if (rc == RESIHP_EINVAL || rc == RESIHP_ERANGE) {
+    logc(RESIHP_LOG_ERROR, "replica %d holds the layers as %.40s: %s: refused",
+         r, lay,
+         rc == RESIHP_EINVAL ? "the job's model has another number of layers"
+                             : "too many distinct partitions in the job");
+    refuse_program(
+        c, k, r, rc == RESIHP_EINVAL ? "mismatch" : "too-many-partitions", msg);
+  } else {
+    resihp__coord_refuse(
+        c, k, rc == RESIHP_ENOMEM ? "out-of-memory" : "bad-layers", 1, msg);
+  }
+  return 1;
+}
+
+/* The first BEGIN of replica r's process: its state shape against its
+ * partition's (coord_layers.c). 0, or 1 when its program was refused (a
+ * different model or state list: no spare changes that). */
+static int begin_shape(resihp__coord_t *c, int k, int r, const char *msg) {
+  const char *want;
+  if (!resihp__coord_check_shape(c, r, &want))
+    return 0;
+  logc(RESIHP_LOG_ERROR,
+       "replica %d: its state buffers have the shape %s, those of the "
+       "replicas holding %s %s: refused (the replicas of one partition of "
+       "the layers must hold the same state buffers and sizes: the same "
+       "model and program)",
+       r, c->reps[r].shape,
+       c->nlayers && c->reps[r].lpart ? "its partition of the layers" : "the job's",
+       want);
+  refuse_program(c, k, r, "mismatch", msg);
+  return 1;
+}
+
 void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   int r = c->conns[k].replica;
   if (r >= 0)
@@ -577,6 +631,8 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   rep_t *p = &c->reps[r];
   long v;
   if (!strncmp(msg, "BEGIN ", 6)) {
+    if (begin_layers(c, k, r, msg) || (p->shape_open && begin_shape(c, k, r, msg)))
+      return;
     if (again_begin(c, r, msg))
       return;
     int free_member = c->phase == P_FREE && resihp__coord_is_member(c, r);

@@ -173,16 +173,17 @@ static void build_start(resihp__coord_t *c, int r, resihp__wire_buf_t *b) {
     return;
   }
   /* the joiners' shards are spread over the contributors: shard k of the
-   * ji-th joiner comes from contributor ji + k, so that the K transfers of
-   * one joiner run from different replicas (the joiners in id order: the
-   * members of the step that catch up) */
-  int nc = c->nstart_contrib, sfirst = 1;
-  for (int ji = 0; ji < c->nstart_joiners && nc > 0; ji++) {
+   * ji-th joiner comes from contributor ji + k (of those holding its
+   * partition of the layers), so that the K transfers of one joiner run
+   * from different replicas (the joiners in id order: the members of the
+   * step that catch up) */
+  int sfirst = 1;
+  for (int ji = 0; ji < c->nstart_joiners && c->start_src; ji++) {
     int q = c->start_joiners[ji];
     const rep_t *j = &c->reps[q];
     for (int sh = 0; sh < c->K; sh++) {
       char ep[RESIHP__COORD_EP_MAX];
-      if (c->start_contrib[(ji + sh) % nc] != r ||
+      if (c->start_src[(size_t)ji * (size_t)c->K + (size_t)sh] != r ||
           resihp__wire_list_item(j->sep, sh, ep, sizeof(ep)))
         continue;
       resihp__wire_buf_printf(b, "%s%d.%d@%s", sfirst ? " serve=" : ",", q, sh,
@@ -216,7 +217,7 @@ int resihp__coord_index_start(resihp__coord_t *c) {
   for (int q = 0; q < c->R; q++)
     if (c->in_step[q] && c->reps[q].catching && c->reps[q].sep)
       c->start_joiners[c->nstart_joiners++] = q;
-  return 0;
+  return resihp__coord_serve_sources(c);
 }
 
 void resihp__coord_send_start(resihp__coord_t *c, int r) {

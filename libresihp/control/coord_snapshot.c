@@ -205,6 +205,8 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
     put_ids(b, c->fown, c->fown_n * c->M);
     resihp__wire_buf_printf(b, "\n");
   }
+  /* the replicas' partitions of the layers (coord_layers.c) */
+  resihp__coord_put_layers(c, b);
   /* the coordinator's term (vouch.h): a standby's takeover is term+1 */
   if (c->term)
     resihp__wire_buf_printf(b, "t %" PRIu32 "\n", c->term);
@@ -689,6 +691,13 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
       c->term = (uint32_t)num(&u, 1, UINT32_MAX - 1);
       if (*u.p)
         return RESIHP_EPROTO;
+    } else if (tag(line, "y", &u)) {
+      /* a replica's partition of the layers, as its BEGIN said it */
+      int r = (int)num(&u, 0, c->R - 1);
+      if (u.err || strncmp(u.p, " lay=", 5) || c->reps[r].lpart)
+        return RESIHP_EPROTO;
+      if ((rc = resihp__coord_restore_layers(c, r, u.p + 5)))
+        return rc == RESIHP_ENOMEM ? rc : RESIHP_EPROTO;
     } else if (tag(line, "cp", &u)) {
       /* the plan of a START by cost (its own parser: every figure) */
       if (c->cplan_have || !c->M || !c->nstart_contrib ||
@@ -795,7 +804,8 @@ int resihp__coord_restore(const resihp__coord_opts_t *o, const char *snap,
     return RESIHP_EINVAL;
   /* a state record, not a file of any size: R replicas, each a line of
    * at most its addresses and a few numbers */
-  size_t cap = (size_t)o->replicas * (2 * RESIHP__COORD_EPS_MAX + 1024) +
+  size_t cap = (size_t)o->replicas *
+                   (2 * RESIHP__COORD_EPS_MAX + RESIHP__COORD_LAY_MAX + 1024) +
                (size_t)4 * RESIHP__WIRE_LINE_MAX;
   if (len > cap || memchr(snap, '\0', len))
     return RESIHP_EPROTO;

@@ -8,13 +8,20 @@
  * per-job secret). A replica's rank 0 says HELLO (replica, endpoints,
  * node, Slurm step, microbatches, steps, lsize=K ranks and shape=D, a
  * digest of its shards' state sizes) and gets WELCOME hb=H cred=C (C: a
- * random credential of its own, which a reconnect must say); K and D must
- * be the job's (the first HELLO sets them). With K ranks, ep= and sep= list
+ * random credential of its own, which a reconnect must say); K must be
+ * the job's (the first HELLO sets it), D the same as that of the replicas
+ * holding the same partition of the layers (the job's, the first HELLO's,
+ * when it declared none), compared at the process's first BEGIN, where
+ * its partition is known (coord_layers.c). With K ranks, ep= and sep= list
  * one address per rank, "a/b/..." in shard order. The leader then says HB
  * every H ms, and the coordinator says HB to it too
  * (resihp__coord_heartbeats). Each step:
  *
- *   rank  -> BEGIN step=s            (at the step boundary)
+ *   rank  -> BEGIN step=s [lay=L[:c1:...]]  (at the step boundary;
+ *            lay: the replica's partition of the model's L layers, its
+ *            K-1 cut points, once its program declared them
+ *            (resihp_job_set_layers): kept as the replica's, mirrored,
+ *            told to its next process in WELCOME lay=; coord_layers.c)
  *   coord -> GO step=s epoch=e new=0|1 [members=r@ep,...]  (ep: the list)
  *            once every member has sent BEGIN s; replicas waiting to join
  *            are admitted here, which makes a new epoch (new=1), and so
@@ -23,6 +30,9 @@
  *            list of the last epoch (a joiner, a replacement, one that said
  *            RESYNC); the others get its change instead of members=:
  *            base=B n=N gone=r:r add=r@ep,...  (recovery/job_members.h)
+ *            With layers declared, a new epoch's GO says lay=L and, for
+ *            K > 1, lparts=D0,D1@r:r,... (the members' distinct
+ *            partitions, D0 every unlisted member's: layer_groups.h)
  *   rank  -> READY epoch=e | RESYNC epoch=e  (only when new=1: after
  *            re-creating the communicator, or failing to)
  *   coord -> START step=s epoch=e mbs=a:b:c [serve=r.k@ep,...] [catchup=1]

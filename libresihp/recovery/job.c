@@ -76,6 +76,7 @@ int resihp__job_welcome(resihp_job_t *j, const char *line) {
       RESIHP_EPROTO)
     return RESIHP_EPROTO;
   j->term = (uint32_t)term;
+  resihp__job_layers_welcome(j, line);
   return 0;
 }
 
@@ -133,7 +134,7 @@ void resihp_job_destroy(resihp_job_t *j) {
   pthread_cond_broadcast(&j->link_cv);
   pthread_mutex_unlock(&j->send_mu);
   resihp__job_relay_stop(j);
-  resihp_comm_destroy(j->comm);
+  resihp__job_groups_destroy(j);
   resihp_comm_destroy(j->rcomm);
   resihp__wire_free(&j->cw);
   resihp__wire_free(&j->up);
@@ -153,6 +154,7 @@ void resihp_job_destroy(resihp_job_t *j) {
   free(j->work);
   free(j->members);
   free(j->member_eps);
+  resihp__job_cols_free(j);
   for (int *fd = &j->lfd; fd <= &j->rlfd; fd++)
     if (*fd >= 0)
       close(*fd);

@@ -282,7 +282,7 @@ void resihp__job_serve_start(resihp_job_t *j, const char *serve, long s) {
 /* A member died before the state came (maybe the source): give up now
  * rather than hold the survivors' all-reduce up. */
 static int source_may_be_gone(resihp_job_t *j) {
-  return resihp_comm_failed(j->comm, NULL, 0) > 0;
+  return resihp__job_groups_failed(j);
 }
 
 /* Read len bytes into the state buffers from offset off on. */

@@ -37,15 +37,22 @@ static int peer_failure(int rc) {
   return rc == RESIHP_EPEER || rc == RESIHP_ETIMEDOUT || rc == RESIHP_EPROTO;
 }
 
-/* The replicas present in all K groups, as counts over j->members. */
+/* The replicas present in all the groups of the replica's K ranks (a
+ * rank's: in all of its own), as counts over j->members. */
 static int agreed_view(resihp_job_t *j, int64_t *in) {
   memset(in, 0, sizeof(int64_t) * (size_t)j->nmembers);
-  int size = resihp_comm_size(j->comm);
-  for (int i = 0; i < size; i++) {
-    int w = resihp_comm_member(j->comm, i);
-    if (w >= 0 && w < j->nmembers)
-      in[w] = 1;
+  int ng = resihp__job_ngroups(j);
+  for (int g = 0; g < ng; g++) {
+    resihp_comm_t *c = resihp__job_group(j, g);
+    int size = resihp_comm_size(c);
+    for (int i = 0; i < size; i++) {
+      int w = resihp_comm_member(c, i);
+      if (w >= 0 && w < j->nmembers)
+        in[w]++;
+    }
   }
+  for (int w = 0; w < j->nmembers; w++)
+    in[w] = in[w] == ng;
   return resihp__job_replica_sum(j, in, (size_t)j->nmembers);
 }
 
@@ -91,13 +98,17 @@ static int apply_view(resihp_job_t *j, const int64_t *in) {
   int *gone = malloc(sizeof(int) * (size_t)(j->nmembers ? j->nmembers : 1));
   if (!gone)
     return RESIHP_ENOMEM;
-  int ng = 0, size = resihp_comm_size(j->comm);
-  for (int i = 0; i < size; i++) {
-    int w = resihp_comm_member(j->comm, i);
-    if (w >= 0 && w < j->nmembers && in[w] != j->lsize)
-      gone[ng++] = w;
+  int rc = 0;
+  for (int g = 0; g < resihp__job_ngroups(j) && !rc; g++) {
+    resihp_comm_t *c = resihp__job_group(j, g);
+    int ng = 0, size = resihp_comm_size(c);
+    for (int i = 0; i < size; i++) {
+      int w = resihp_comm_member(c, i);
+      if (w >= 0 && w < j->nmembers && in[w] != j->lsize)
+        gone[ng++] = w;
+    }
+    rc = ng ? resihp_comm_shrink(c, gone, ng, NULL, 0, NULL) : 0;
   }
-  int rc = ng ? resihp_comm_shrink(j->comm, gone, ng, NULL, 0, NULL) : 0;
   free(gone);
   j->vgen++;
   return rc;
@@ -158,21 +169,31 @@ int resihp_job_allreduce_as(resihp_job_t *j, void *buf, size_t count,
     out = j->work;
   }
   for (;;) {
-    int rc = resihp_allreduce_to(j->comm, buf, out, count, dtype, op);
-    int nf = 0, ar_failed = rc != 0;
-    if (rc) {
+    /* each run of layers in its group (one group: all of it); a failed
+     * group is shrunk, the others still exchange, so that no peer waits */
+    int nf = 0, rc;
+    int64_t failed_groups = 0;
+    for (int g = 0; g < resihp__job_ngroups(j); g++) {
+      resihp_comm_t *c = resihp__job_group(j, g);
+      size_t off, n;
+      resihp__job_group_slice(j, g, count, &off, &n);
+      rc = resihp_allreduce_to(c, (char *)buf + off * esz,
+                               (char *)out + off * esz, n, dtype, op);
+      if (!rc)
+        continue;
       if (!peer_failure(rc))
         return rc;
-      int failed[64];
-      if ((rc = resihp_comm_shrink(j->comm, NULL, 0, failed, 64, &nf))) {
+      int failed[64], gf = 0;
+      if ((rc = resihp_comm_shrink(c, NULL, 0, failed, 64, &gf))) {
         if (rc == RESIHP_EEXCLUDED)
           resihp_log(RESIHP_LOG_ERROR, "job",
                      "replica %d: excluded by the other replicas; leaving",
                      j->replica);
         return rc;
       }
+      failed_groups++;
+      nf = gf > nf ? gf : nf;
     }
-    int64_t failed_groups = ar_failed;
     if (!failed_groups && j->lsize == 1)
       return 0;
     if ((rc = resihp__job_replica_sum(j, &failed_groups, 1)))

@@ -16,6 +16,8 @@
  *                  one shard's state
  *   job_faults.c   injected faults and periodic probe verdicts
  *   job_layers.c   the model's layers and this replica's partition
+ *   job_groups.c   this rank's groups of an epoch: one per run of layers
+ *                  it holds when the members' partitions differ
  *   layer_groups.c the runs of layers of the replicas' partitions and
  *                  their groups (pure: layer_groups.h)
  *
@@ -148,8 +150,19 @@ struct resihp_job {
   uint32_t *setup_epoch;
   int *setup_failed;
 
-  /* the shard group of the current epoch */
+  /* the shard group of the current epoch: with layers held in different
+   * partitions, the group of this rank's first run of layers, and
+   * xcomm[0..nxcomm) those of its others, gslice each one's elements
+   * (offset, count) in the rank's gradient (NULL: one group, all of it);
+   * job_groups.c */
   resihp_comm_t *comm;
+  resihp_comm_t **xcomm;
+  int nxcomm;
+  size_t *gslice;
+  /* while the partitions differ: every other rank's address of each of
+   * members[] (col_eps[k], k != lrank, the base of the next GO's delta
+   * like member_eps; NULL: not held) */
+  char (**col_eps)[RESIHP__JOB_EP_MAX];
   uint32_t epoch;
   int *members, nmembers; /* replica ids, in the group's world-rank order */
   uint32_t vgen;          /* REASSIGNs applied since the group was made */
@@ -169,6 +182,15 @@ struct resihp_job {
   size_t *layer_off;
   resihp__partition_t part;
   int began;
+  /* the epoch's partitions (GO's lparts=, job_layers.c): the distinct
+   * ones of its members and each member's (index, members[] order);
+   * nlparts 0: GO said none (no layers, one rank per replica). And the
+   * partition the coordinator holds for this replica id (WELCOME's lay=,
+   * its last process's: "" when none) */
+  resihp__partition_t *lparts;
+  int nlparts;
+  int *lpart_of;
+  char welcome_lay[RESIHP__JOB_EPS_MAX / 6];
 
   /* the state: this rank's shard, a list of buffers */
   resihp_job_buf_t *state;
@@ -378,14 +400,40 @@ void resihp__job_put_owners(const resihp_job_t *j, resihp__wire_buf_t *b,
  * gradient of count elements is not this rank's layers'; and the free. */
 int resihp__job_layer_check(const resihp_job_t *j, size_t count);
 void resihp__job_layers_free(resihp_job_t *j);
-/* A new shard group (K > 1): its members declared the same layers and the
- * same partition (or none), checked with one small all-reduce per epoch.
- * While a rank joins the group of its rank index (not yet the groups of
- * its runs), replicas of different partitions would add up the gradients
- * of different layers: the group's first member stops the run instead
- * (resihp_job_abort) and every member gets RESIHP_EINVAL. 0, that, or the
- * all-reduce's error. */
-int resihp__job_layers_agree(resihp_job_t *j);
+/* Leader: " lay=L[:cuts]" (this replica's partition, every BEGIN says
+ * it: control/coord_layers.c) into b when layers are declared. */
+void resihp__job_put_lay(const resihp_job_t *j, resihp__wire_buf_t *b);
+/* GO of a new epoch (j->msg, j->members set): the members' partitions
+ * from lay= and lparts= into j->lparts / lpart_of. 0 (none said: nlparts
+ * 0), or RESIHP_EPROTO when they are no partitions of this model, or this
+ * replica's is not the one it declared. */
+int resihp__job_layers_go(resihp_job_t *j);
+/* WELCOME's lay= into j->welcome_lay ("" when absent or malformed). */
+void resihp__job_layers_welcome(resihp_job_t *j, const char *line);
+
+/* job_step.c: free the other ranks' columns of the member list. */
+void resihp__job_cols_free(resihp_job_t *j);
+/* job_groups.c: this rank's groups of the epoch (see there): the first
+ * on j->comm, the others on xcomm; member i is rank i of each. mine: this
+ * rank's column of the member list, cols[k]: rank k's (needed when the
+ * partitions differ). 0, or the set-up's error (nothing left set up). */
+int resihp__job_groups_create(resihp_job_t *j, int me, int n,
+                              char (*const mine)[RESIHP__JOB_EP_MAX],
+                              char (*const *cols)[RESIHP__JOB_EP_MAX]);
+void resihp__job_groups_destroy(resihp_job_t *j);
+int resihp__job_ngroups(const resihp_job_t *j);
+resihp_comm_t *resihp__job_group(const resihp_job_t *j, int g);
+/* Group g's elements of a gradient of count: [*off, *off + *n). */
+void resihp__job_group_slice(const resihp_job_t *j, int g, size_t count,
+                             size_t *off, size_t *n);
+/* 1 when a member of any of the groups failed. */
+int resihp__job_groups_failed(const resihp_job_t *j);
+/* resihp__job_comm_create for one of several groups on one listening
+ * socket (resihp__comm_create_group; group 0 is resihp_comm_create). */
+int resihp__job_comm_create_group(resihp_job_t *j, uint32_t group, int rank,
+                                  int n, const char *const *eps, int listen_fd,
+                                  int connect_timeout_ms, int abortable,
+                                  resihp_comm_t **out);
 
 /* job_catchup.c */
 int resihp__job_state_set(resihp_job_t *j, const resihp_job_buf_t *bufs, int n);

@@ -69,40 +69,6 @@ static int replica_agrees(resihp_job_t *j, uint64_t h, int *agree) {
   return 0;
 }
 
-int resihp__job_layers_agree(resihp_job_t *j) {
-  /* the members of a group, up to RESIHP__JOB_MAX_REPLICA_ID: 4 x 10 bits
-   * keep n^2 * 2^20 below 2^63; a layer-less rank says 0 */
-  uint64_t h = 0;
-  if (j->nlayers) {
-    int counts[RESIHP__JOB_MAX_SHARDS];
-    size_t *elems = malloc(sizeof(size_t) * (size_t)j->nlayers);
-    if (!elems)
-      return RESIHP_ENOMEM;
-    for (int l = 0; l < j->nlayers; l++)
-      elems[l] = j->layer_off[l + 1] - j->layer_off[l];
-    for (int k = 0; k < j->part.k && k < RESIHP__JOB_MAX_SHARDS; k++)
-      counts[k] = j->part.bounds[k + 1] - j->part.bounds[k];
-    h = declaration_digest(j->nlayers, elems, counts, j->part.k) | 1;
-    free(elems);
-  }
-  int64_t v[8];
-  digest_fill(h, 4, 10, v);
-  int rc = resihp_allreduce(j->comm, v, 8, RESIHP_FIXED64, RESIHP_OP_SUM);
-  if (rc)
-    return rc;
-  if (digest_equal(resihp_comm_size(j->comm), 4, v))
-    return 0;
-  resihp_log(RESIHP_LOG_ERROR, "job",
-             "replica %d rank %d: the replicas of group %d hold different "
-             "layers (resihp_job_set_layers): not supported yet",
-             j->replica, j->lrank, j->lrank);
-  if (resihp_comm_rank(j->comm) == 0)
-    resihp_job_abort(j, "replicas declared different partitions of the "
-                        "layers (resihp_job_set_layers): every replica must "
-                        "hold the same ones");
-  return RESIHP_EINVAL;
-}
-
 int resihp_job_set_layers(resihp_job_t *j, int nlayers, const size_t *elems,
                           const int *counts, int nranks) {
   if (!j || !elems || !counts || nlayers < 1 ||
@@ -166,9 +132,70 @@ int resihp__job_layer_check(const resihp_job_t *j, size_t count) {
   return RESIHP_EINVAL;
 }
 
+static void lparts_free(resihp_job_t *j) {
+  for (int i = 0; i < j->nlparts; i++)
+    resihp__partition_free(&j->lparts[i]);
+  free(j->lparts);
+  free(j->lpart_of);
+  j->lparts = NULL;
+  j->lpart_of = NULL;
+  j->nlparts = 0;
+}
+
 void resihp__job_layers_free(resihp_job_t *j) {
   free(j->layer_off);
   j->layer_off = NULL;
   resihp__partition_free(&j->part);
   j->nlayers = 0;
+  lparts_free(j);
+}
+
+void resihp__job_put_lay(const resihp_job_t *j, resihp__wire_buf_t *b) {
+  if (!j->nlayers)
+    return;
+  resihp__wire_buf_printf(b, " lay=%d", j->nlayers);
+  for (int k = 1; k < j->part.k; k++)
+    resihp__wire_buf_printf(b, ":%d", j->part.bounds[k]);
+}
+
+int resihp__job_layers_go(resihp_job_t *j) {
+  lparts_free(j);
+  long L = 0;
+  int rc = resihp__wire_get_range(j->msg, "lay", 1, RESIHP__LAYERS_MAX, &L);
+  if (rc == RESIHP_ENOENT)
+    return 0;
+  if (rc || !j->nlayers || L != j->nlayers)
+    return RESIHP_EPROTO;
+  char *text = malloc(RESIHP__JOB_MSG_MAX);
+  if (!text)
+    return RESIHP_ENOMEM;
+  rc = resihp__wire_get(j->msg, "lparts", text, RESIHP__JOB_MSG_MAX);
+  if (rc == RESIHP_ENOENT && j->lsize == 1)
+    rc = 0; /* one rank holds everything: nothing to tell apart */
+  else if (!rc && !(j->lpart_of = malloc(sizeof(int) * (size_t)j->nmembers)))
+    rc = RESIHP_ENOMEM;
+  else if (!rc)
+    rc =
+        resihp__lparts_parse(text, j->nlayers, j->lsize, j->members,
+                             j->nmembers, &j->lparts, &j->nlparts, j->lpart_of);
+  free(text);
+  for (int i = 0; !rc && j->nlparts && i < j->nmembers; i++)
+    if (j->members[i] == j->replica &&
+        !resihp__partition_equal(&j->lparts[j->lpart_of[i]], &j->part))
+      rc = RESIHP_EPROTO; /* not what this replica said: a bug */
+  if (rc) {
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "replica %d rank %d: GO's partitions of the layers are not "
+               "this job's (%s)",
+               j->replica, j->lrank, resihp_strerror(rc));
+    lparts_free(j);
+  }
+  return rc;
+}
+
+void resihp__job_layers_welcome(resihp_job_t *j, const char *line) {
+  j->welcome_lay[0] = '\0';
+  if (resihp__wire_get(line, "lay", j->welcome_lay, sizeof(j->welcome_lay)) ||
+      !resihp__wire_token_ok(j->welcome_lay, sizeof(j->welcome_lay)))
+    j->welcome_lay[0] = '\0';
 }

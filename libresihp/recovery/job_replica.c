@@ -18,6 +18,7 @@
  * (job.c), so a rank waiting for its leader knows it is alive. */
 #include "config.h"
 
+#include "../collectives/comm_internal.h"
 #include "job_internal.h"
 #include "pmix_wireup.h"
 
@@ -354,6 +355,14 @@ int resihp__job_comm_create(resihp_job_t *j, int rank, int n,
                             const char *const *eps, int listen_fd,
                             int connect_timeout_ms, int abortable,
                             resihp_comm_t **out) {
+  return resihp__job_comm_create_group(j, 0, rank, n, eps, listen_fd,
+                                       connect_timeout_ms, abortable, out);
+}
+
+int resihp__job_comm_create_group(resihp_job_t *j, uint32_t group, int rank,
+                                  int n, const char *const *eps, int listen_fd,
+                                  int connect_timeout_ms, int abortable,
+                                  resihp_comm_t **out) {
   resihp_comm_opts_t co;
   resihp_comm_opts_init(&co);
   co.rank = rank;
@@ -367,7 +376,7 @@ int resihp__job_comm_create(resihp_job_t *j, int rank, int n,
     co.setup_abort = setup_abort;
     co.setup_abort_arg = j;
   }
-  return resihp_comm_create(&co, out);
+  return resihp__comm_create_group(&co, group, out);
 }
 
 /* The stashed line (setup_abort) into j->msg, if there is one. */
@@ -458,8 +467,7 @@ int resihp__job_replica_sum(resihp_job_t *j, int64_t *v, size_t n) {
 void resihp__job_replica_lost(resihp_job_t *j) {
   j->replica_lost = RESIHP_EPEER;
   j->run = 0;
-  resihp_comm_destroy(j->comm);
-  j->comm = NULL;
+  resihp__job_groups_destroy(j);
 }
 
 /* ---- the leader's relay thread --------------------------------------- */

@@ -64,13 +64,66 @@
 /* on_start: a START for a step this replica is past */
 #define STALE 2
 
-/* The shard group of an epoch: this rank's shard k of every member, from
- * GO's whole list (members=) or its change since the last epoch. The list
- * is kept even when the group cannot be made (the next GO may be a delta
- * of it). */
+/* The other ranks' columns of GO's list (col_eps, job_groups.c), kept
+ * while the members' partitions differ (GO's lparts= names more than
+ * one): from the whole list, or as the change to the columns held of the
+ * last epoch (old ids, nold of them); a change without them is refused,
+ * and the rank's RESYNC gets the whole list. 0, or RESIHP_EPROTO /
+ * RESIHP_ENOMEM (nothing held then). */
+static int other_columns(resihp_job_t *j, const char *list, const int *old,
+                         int nold, const int *ids, int n) {
+  char *lp = malloc(RESIHP__JOB_MSG_MAX);
+  if (!lp)
+    return RESIHP_ENOMEM;
+  int differ = !resihp__wire_get(j->msg, "lparts", lp, RESIHP__JOB_MSG_MAX) &&
+               strchr(lp, ',');
+  free(lp);
+  int held = j->col_eps != NULL, rc = 0;
+  if (!differ || j->lsize == 1) {
+    resihp__job_cols_free(j);
+    return 0;
+  }
+  resihp__job_ep_t **cols = calloc((size_t)j->lsize, sizeof(*cols));
+  if (!cols)
+    return RESIHP_ENOMEM;
+  for (int k = 0; k < j->lsize && !rc; k++) {
+    if (k == j->lrank)
+      continue;
+    int *kids = NULL, kn = 0;
+    if (list)
+      rc = resihp__job_members_parse(list, k, &kids, &cols[k], &kn);
+    else if (!held)
+      rc = RESIHP_EPROTO;
+    else
+      rc = resihp__job_members_delta(
+          j->msg, (long)j->epoch, old,
+          (const resihp__job_ep_t *)j->col_eps[k], nold, k, &kids, &cols[k],
+          &kn);
+    if (!rc && (kn != n || memcmp(kids, ids, sizeof(int) * (size_t)n)))
+      rc = RESIHP_EPROTO;
+    free(kids);
+  }
+  resihp__job_cols_free(j);
+  j->col_eps = cols;
+  if (rc)
+    resihp__job_cols_free(j);
+  return rc;
+}
+
+void resihp__job_cols_free(resihp_job_t *j) {
+  for (int k = 0; j->col_eps && k < j->lsize; k++)
+    free(j->col_eps[k]);
+  free(j->col_eps);
+  j->col_eps = NULL;
+}
+
+/* The groups of an epoch: this rank's shard k of every member, from GO's
+ * whole list (members=) or its change since the last epoch, and with
+ * layers in different partitions the groups of this rank's runs
+ * (job_groups.c). The list is kept even when the groups cannot be made
+ * (the next GO may be a delta of it). */
 static int setup_group(resihp_job_t *j, uint32_t epoch) {
-  resihp_comm_destroy(j->comm);
-  j->comm = NULL;
+  resihp__job_groups_destroy(j);
   j->vgen = 0;
   int *ids = NULL, n = 0, rc;
   resihp__job_ep_t *eps = NULL;
@@ -78,6 +131,7 @@ static int setup_group(resihp_job_t *j, uint32_t epoch) {
   if (!list)
     return RESIHP_ENOMEM;
   rc = resihp__wire_get(j->msg, "members", list, RESIHP__JOB_MSG_MAX);
+  int whole = !rc;
   if (!rc)
     rc = resihp__job_members_parse(list, j->lrank, &ids, &eps, &n);
   else if (rc == RESIHP_ENOENT)
@@ -85,11 +139,17 @@ static int setup_group(resihp_job_t *j, uint32_t epoch) {
                                    j->members,
                                    (const resihp__job_ep_t *)j->member_eps,
                                    j->nmembers, j->lrank, &ids, &eps, &n);
+  if (!rc)
+    rc = other_columns(j, whole ? list : NULL, j->members, j->nmembers, ids,
+                       n);
   free(list);
   if (rc) {
     /* whatever list this rank held is no base for the next delta */
+    free(ids);
+    free(eps);
     free(j->member_eps);
     j->member_eps = NULL;
+    resihp__job_cols_free(j);
     return rc;
   }
   free(j->members);
@@ -99,23 +159,16 @@ static int setup_group(resihp_job_t *j, uint32_t epoch) {
   j->nmembers = n;
   j->epoch = epoch;
   int me = -1;
-  const char **ep = calloc((size_t)(n ? n : 1), sizeof(char *));
-  if (!ep)
-    return RESIHP_ENOMEM;
-  for (int i = 0; i < n; i++) {
-    ep[i] = eps[i];
+  for (int i = 0; i < n; i++)
     if (ids[i] == j->replica)
       me = i;
-  }
   if (me >= 0)
     resihp__job_setup_fault(j);
-  rc = me < 0 ? RESIHP_EPROTO
-              : resihp__job_comm_create(j, me, n, ep, j->lfd, 10000, 1,
-                                        &j->comm);
-  free(ep);
-  if (!rc && j->lsize > 1)
-    rc = resihp__job_layers_agree(j);
-  return rc;
+  if (me < 0)
+    return RESIHP_EPROTO;
+  if ((rc = resihp__job_layers_go(j)))
+    return rc;
+  return resihp__job_groups_create(j, me, n, eps, j->col_eps);
 }
 
 /* The next control line: the leader reads the coordinator and relays what
@@ -219,8 +272,7 @@ static int catch_up(resihp_job_t *j, long s) {
     if ((rc = resihp__job_send(j, "CATCHUP_FAILED")))
       return rc;
   }
-  resihp_comm_destroy(j->comm);
-  j->comm = NULL;
+  resihp__job_groups_destroy(j);
   j->member = 0;
   return CATCHUP_AGAIN;
 }
@@ -414,7 +466,17 @@ int resihp__job_free_boundary(resihp_job_t *j) {
   if (!v[0] && (j->cost_bad || (j->cost_on && cost_owners(j, j->step + 1))))
     v[0] = 1;
   v[1] = now - j->last_perf_ms >= resihp__job_report_ms(j->nmembers, j->lsize);
-  if ((rc = resihp_allreduce(j->comm, v, 2, RESIHP_FIXED64, RESIHP_OP_SUM))) {
+  /* in each of the rank's groups (the K ranks hold every run once: the
+   * replica's sum of the groups' sums is the same on every replica) */
+  int64_t sum[2] = {0, 0}, broke = 0;
+  for (int g = 0; g < resihp__job_ngroups(j); g++) {
+    resihp_comm_t *c = resihp__job_group(j, g);
+    int64_t w[2] = {v[0], v[1]};
+    if (!(rc = resihp_allreduce(c, w, 2, RESIHP_FIXED64, RESIHP_OP_SUM))) {
+      sum[0] += w[0];
+      sum[1] += w[1];
+      continue;
+    }
     /* A member died after the step committed (its part of the step was
      * complete, or the step would have failed): the survivors agree on who
      * is left, and the coordinator, which learns of the death itself,
@@ -422,14 +484,16 @@ int resihp__job_free_boundary(resihp_job_t *j) {
     int failed[64], nf = 0;
     if (rc != RESIHP_EPEER && rc != RESIHP_ETIMEDOUT && rc != RESIHP_EPROTO)
       return rc;
-    if ((rc = resihp_comm_shrink(j->comm, NULL, 0, failed, 64, &nf))) {
+    if ((rc = resihp_comm_shrink(c, NULL, 0, failed, 64, &nf))) {
       resihp_log(RESIHP_LOG_ERROR, "job",
                  "replica %d: lost its group after step %ld (%s); leaving",
                  j->replica, j->step, resihp_strerror(rc));
       return rc;
     }
-    v[0] = v[1] = 1;
+    broke = 1;
   }
+  v[0] = broke ? 1 : sum[0];
+  v[1] = broke ? 1 : sum[1];
   if (resihp__job_boundary_hook)
     resihp__job_boundary_hook(j->step);
   if ((rc = resihp__job_replica_sum(j, v, 2)))
@@ -503,6 +567,7 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
     resihp__wire_buf_t b;
     resihp__wire_buf_init(&b);
     resihp__wire_buf_printf(&b, "BEGIN step=%ld", j->member ? j->step + 1 : -1);
+    resihp__job_put_lay(j, &b);
     if (j->member)
       resihp__job_put_owners(j, &b, 0, j->step + 1);
     rc = b.err ? b.err : resihp__job_send(j, b.s);

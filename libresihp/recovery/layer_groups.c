@@ -259,6 +259,85 @@ int resihp__partitions_distinct(const char *const *texts, int n, int nlayers,
   return 0;
 }
 
+/* One entry "D" or "D@r:r:..." of an lparts list, [s, e): its partition
+ * into *p; the members it names get of[i] = d. */
+static int lparts_entry(const char *s, const char *e, int d, int nlayers, int k,
+                        const int *ids, int n, resihp__partition_t *p,
+                        int *of) {
+  const char *at = memchr(s, '@', (size_t)(e - s));
+  if ((d == 0) != (at == NULL))
+    return RESIHP_EPROTO; /* D0 names nobody, the others somebody */
+  const char *ce = at ? at : e;
+  char *t = strndup(s, (size_t)(ce - s));
+  if (!t)
+    return RESIHP_ENOMEM;
+  int rc = resihp__partition_parse(t, nlayers, p);
+  free(t);
+  if (rc)
+    return rc == RESIHP_ENOMEM ? rc : RESIHP_EPROTO;
+  if (p->k != k)
+    return RESIHP_EPROTO;
+  if (!at)
+    return 0;
+  char *list = strndup(at + 1, (size_t)(e - at - 1));
+  int *who = NULL, nw = 0;
+  if (!list)
+    return RESIHP_ENOMEM;
+  rc = resihp__wire_parse_ints(list, INT32_MAX, &who, &nw);
+  free(list);
+  if (rc)
+    return rc == RESIHP_ENOMEM ? rc : RESIHP_EPROTO;
+  if (nw < 1)
+    rc = RESIHP_EPROTO;
+  for (int i = 0; i < nw && !rc; i++) {
+    const int *hit = bsearch(&who[i], ids, (size_t)n, sizeof(int), cmp_int);
+    if (!hit || of[hit - ids])
+      rc = RESIHP_EPROTO; /* not a member, or said twice */
+    else
+      of[hit - ids] = d;
+  }
+  free(who);
+  return rc;
+}
+
+int resihp__lparts_parse(const char *text, int nlayers, int k, const int *ids,
+                         int n, resihp__partition_t **parts_out, int *nparts,
+                         int *of) {
+  *parts_out = NULL;
+  *nparts = 0;
+  if (!text || n < 1 || k < 1)
+    return RESIHP_EPROTO;
+  for (int i = 1; i < n; i++)
+    if (ids[i] <= ids[i - 1])
+      return RESIHP_EPROTO;
+  int D = 1;
+  for (const char *q = text; *q; q++)
+    D += *q == ',';
+  if (D > n)
+    return RESIHP_EPROTO; /* each other one is some member's */
+  resihp__partition_t *parts = calloc((size_t)D, sizeof(*parts));
+  if (!parts)
+    return RESIHP_ENOMEM;
+  memset(of, 0, sizeof(int) * (size_t)n);
+  int rc = 0, d = 0;
+  for (const char *s = text; d < D && !rc; d++) {
+    const char *e = strchr(s, ',');
+    if (!e)
+      e = s + strlen(s);
+    rc = lparts_entry(s, e, d, nlayers, k, ids, n, &parts[d], of);
+    s = e + 1;
+  }
+  if (rc) {
+    for (int p = 0; p < D; p++)
+      resihp__partition_free(&parts[p]);
+    free(parts);
+    return rc;
+  }
+  *parts_out = parts;
+  *nparts = D;
+  return 0;
+}
+
 void resihp__runmap_holders(const resihp__runmap_t *m, int r,
                             const resihp__partition_t *parts, const int *of,
                             int n, int *holder) {

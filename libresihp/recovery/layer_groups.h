@@ -93,6 +93,16 @@ static inline int resihp__runmap_group(const resihp__runmap_t *m, int r) {
 int resihp__partitions_distinct(const char *const *texts, int n, int nlayers,
                                 resihp__partition_t **parts, int *nparts,
                                 int *of);
+/* The partitions of an epoch's n members as GO lists them (coordinator:
+ * control/coord_layers.c): "D0,D1@r:r:...,..." where each Di is cut
+ * points of k ranks, D0 held by every member not listed, each other one
+ * with the replica ids that hold it (each a member, said once). ids: the
+ * members, strictly increasing. *parts gets D0.. (*nparts, as
+ * resihp__partitions_distinct), of[i] the index of member i's. O(text +
+ * listed log n). 0, RESIHP_EPROTO or RESIHP_ENOMEM. */
+int resihp__lparts_parse(const char *text, int nlayers, int k, const int *ids,
+                         int n, resihp__partition_t **parts, int *nparts,
+                         int *of);
 /* The group of run r: for each of n members (of[i] its partition among
  * parts), the rank that holds the run, into holder[i]. */
 void resihp__runmap_holders(const resihp__runmap_t *m, int r,

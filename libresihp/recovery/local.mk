@@ -10,6 +10,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/coordinator.h \
 	libresihp/control/coord_internal.h \
 	libresihp/control/coord_members.c \
+	libresihp/control/coord_layers.c \
 	libresihp/control/coord_pace.c \
 	libresihp/control/coord_schedule.c \
 	libresihp/control/coord_rounds.c \
@@ -36,6 +37,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/recovery/layer_groups.h \
 	libresihp/recovery/layer_groups.c \
 	libresihp/recovery/job_layers.c \
+	libresihp/recovery/job_groups.c \
 	libresihp/recovery/job_exchange.c \
 	libresihp/recovery/job_catchup.c \
 	libresihp/recovery/job_coords.c \
@@ -125,6 +127,14 @@ TESTS += tests/fuzz/fuzz_layer_groups
 EXTRA_DIST += tests/fuzz/corpus-layer-groups/cuts \
 	tests/fuzz/corpus-layer-groups/empty tests/fuzz/corpus-layer-groups/repeat \
 	tests/fuzz/corpus-layer-groups/many
+# and of a GO's partitions of the layers (lparts=, layer_groups.c).
+check_PROGRAMS += tests/fuzz/fuzz_lparts
+tests_fuzz_fuzz_lparts_SOURCES = tests/fuzz/fuzz_lparts.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_lparts_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_lparts
+EXTRA_DIST += tests/fuzz/corpus-lparts/one tests/fuzz/corpus-lparts/three \
+	tests/fuzz/corpus-lparts/twice tests/fuzz/corpus-lparts/stranger
 # and of RESIHP_FAILOVER_MS (job_link.c).
 check_PROGRAMS += tests/fuzz/fuzz_failover_ms
 tests_fuzz_fuzz_failover_ms_SOURCES = tests/fuzz/fuzz_failover_ms.c \
@@ -230,7 +240,7 @@ tests_fuzz_fuzz_coord_wire_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_coord tests/fuzz/fuzz_coord_wire
 EXTRA_DIST += tests/fuzz/corpus-coord/session tests/fuzz/corpus-coord/recover \
 	tests/fuzz/corpus-coord/rogue tests/fuzz/corpus-coord/bad-hello \
-	tests/fuzz/corpus-coord/sharded tests/fuzz/corpus-coord/failslow \
+	tests/fuzz/corpus-coord/sharded tests/fuzz/corpus-coord/layers tests/fuzz/corpus-coord/failslow \
 	tests/fuzz/corpus-coord/freerun tests/fuzz/corpus-coord/recover-gone \
 	tests/fuzz/corpus-coord/burnin tests/fuzz/corpus-coord/burnin-gpu \
 	tests/fuzz/corpus-coord-wire/plain tests/fuzz/corpus-coord-wire/sealed \

@@ -99,7 +99,14 @@ static size_t gen(uint8_t *buf, size_t cap) {
                                       "\n\n",
                                       "999999",
                                       "r 9 2",
-                                      "d 0 0 0 - - - -\n"};
+                                      "d 0 0 0 - - - -\n",
+                                      "y 1 lay=10\n",
+                                      "y 1 lay=10:4\n",
+                                      "lay=",
+                                      "y 0 lay=9\n",
+                                      "y 1 lay=10 shape=ab\n",
+                                      " shape=",
+                                      " shape=-"};
   const char *s = seeds[resihp__fuzz_rng() % 2];
   size_t n = strlen(s);
   if (n > cap)

@@ -609,6 +609,193 @@ START_TEST(test_retired_refused) {
 }
 END_TEST
 
+/* The partitions of replicas 0..2 in the layer tests: 10 layers over 2
+ * ranks, replica 1's cut elsewhere. */
+static const char *const LAY[N] = {"10:4", "10:6", "10:4"};
+
+/* The state shapes of replicas 0..2 (HELLO shape=): those of a
+ * partition the same, replica 1's (another partition) another. */
+static const char *const SHAPE[N] = {"00000000000000aa", "00000000000000bb",
+                                     "00000000000000aa"};
+
+/* A coordinator a of replicas of 2 ranks, each of partition LAY[i] and
+ * state shape SHAPE[i]: joined (no lay= in a first WELCOME), their GO in
+ * go[], every one in its first step. */
+static void join_layers(side_t *a, resihp__coord_opts_t *co, char go[N][512]) {
+  char line[512];
+  ck_assert_int_eq(resihp__coord_create(co, &a->c), 0);
+  connect_all(a);
+  for (int i = 0; i < N; i++) {
+    feed(a, i,
+         "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
+         "lsize=2 jobid=7 stepid=%d shape=%s",
+         i, i, i, i, i, i, SHAPE[i]);
+    expect(a, i, "WELCOME ", line, sizeof(line));
+    ck_assert_ptr_null(strstr(line, "lay="));
+    resihp__wire_get(line, "cred", creds[i], sizeof(creds[i]));
+  }
+  for (int i = 0; i < N; i++)
+    feed(a, i, "BEGIN step=-1 lay=%s", LAY[i]);
+  for (int i = 0; i < N; i++)
+    expect(a, i, "GO ", go[i], 512);
+  ready_all(a, NULL);
+}
+
+/* A new process of replica 2 (Slurm step stepid, state shape shape, its
+ * first address after the step's) says HELLO on a new connection to s:
+ * its WELCOME in line. */
+static void rejoin_2(side_t *s, int stepid, const char *shape, char *line,
+                     size_t cap) {
+  resihp__wire_free(&s->peer[2]);
+  connect_one(s, 2);
+  feed(s, 2,
+       "HELLO replica=2 ep=h2:%d/h2:7 sep=h2:6/h2:8 mbs=6 steps=8 lsize=2 "
+       "jobid=7 stepid=%d shape=%s",
+       100 + stepid, stepid, shape);
+  expect(s, 2, "WELCOME replica=2 ", line, cap);
+}
+
+/* The replicas' partitions of the layers (coord_layers.c): every BEGIN
+ * says its replica's (lay=), GO of a new epoch lists the distinct ones
+ * (the one most members hold first, the others with their members), the
+ * snapshot keeps them (a standby's GO is the same) and WELCOME tells a
+ * replica's next process; a malformed one fails its replica, another
+ * number of layers refuses its program. */
+START_TEST(test_layers) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  char line[512], go[N][512];
+  join_layers(&a, &co, go);
+  for (int i = 0; i < N; i++)
+    ck_assert_msg(strstr(go[i], " lay=10 lparts=4,6@1"), "%s", go[i]);
+  /* the standby's state holds them: its GO after the barrier too */
+  resihp__coord_mirror(a.c);
+  ck_assert_ptr_nonnull(
+      strstr(snap, "\ny 1 lay=10:6 shape=00000000000000bb\n"));
+  char *mine = strdup(snap);
+  ck_assert_int_eq(resihp__coord_restore(&co, mine, snap_len, -1, &b.c), 0);
+  resihp__wire_buf_t w;
+  resihp__wire_buf_init(&w);
+  ck_assert_int_eq(resihp__coord_snapshot(b.c, &w), 0);
+  ck_assert_str_eq(w.s, mine);
+  resihp__wire_buf_free(&w);
+  free(mine);
+  connect_all(&b);
+  feed(&b, 1,
+       "HELLO replica=1 ep=h1:1/h1:3 sep=h1:2/h1:4 mbs=6 steps=8 lsize=2 "
+       "jobid=7 stepid=1 again=1 epoch=%u step=0 cred=%s",
+       resihp__coord_epoch(b.c), creds[1]);
+  expect(&b, 1, "WELCOME ", line, sizeof(line));
+  ck_assert_msg(strstr(line, " lay=10:6"), "%s", line);
+  /* a malformed partition fails its replica (the connection goes) */
+  feed(&a, 2, "BEGIN step=1 lay=10:4:3");
+  expect(&a, 2, "NO reason=bad-layers", line, sizeof(line));
+  ck_assert(!resihp__coord_connected(a.c, 2));
+  /* another model: refused for its program */
+  feed(&a, 1, "BEGIN step=1 lay=11:6");
+  expect(&a, 1, "NO reason=mismatch", line, sizeof(line));
+  char why[32];
+  ck_assert_int_eq(resihp__coord_refused(a.c, 1, why, sizeof(why)), 1);
+  ck_assert_str_eq(why, "mismatch");
+  /* replica 2's next process learns the partition its state has */
+  resihp__wire_free(&a.peer[2]);
+  connect_one(&a, 2);
+  feed(&a, 2,
+       "HELLO replica=2 ep=h2:5/h2:7 sep=h2:6/h2:8 mbs=6 steps=8 lsize=2 "
+       "jobid=7 stepid=9");
+  expect(&a, 2, "WELCOME replica=2 ", line, sizeof(line));
+  ck_assert_msg(strstr(line, " lay=10:4"), "%s", line);
+  close_side(&a);
+  close_side(&b);
+}
+END_TEST
+
+/* A replacement catches up from the members that hold its partition of
+ * the layers: replica 2 (4 | 6 layers, as replica 0; replica 1 holds
+ * 6 | 4) comes back, and both of its shards are served by replica 0; by
+ * the rule for one partition (contributor ji + k) replica 1 would serve
+ * its shard 1. */
+START_TEST(test_layers_serve) {
+  side_t a;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  char line[512], go[N][512];
+  join_layers(&a, &co, go);
+  resihp__coord_fail_lost(a.c, 2, "its node h2 is DOWN");
+  rejoin_2(&a, 9, SHAPE[2], line, sizeof(line));
+  feed(&a, 2, "BEGIN step=-1 lay=10:4");
+  for (int i = 0; i < 2; i++)
+    feed(&a, i, "BEGIN step=1 lay=%s", LAY[i]);
+  for (int i = 0; i < N; i++)
+    expect(&a, i, "GO ", line, sizeof(line));
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "READY epoch=%u", resihp__coord_epoch(a.c));
+  char serve[64] = "";
+  expect(&a, 0, "START ", line, sizeof(line));
+  ck_assert_int_eq(resihp__wire_get(line, "serve", serve, sizeof(serve)), 0);
+  ck_assert_str_eq(serve, "2.0@h2:6,2.1@h2:8");
+  expect(&a, 1, "START ", line, sizeof(line));
+  ck_assert_msg(!strstr(line, "serve="), "%s", line);
+  expect(&a, 2, "START ", line, sizeof(line));
+  ck_assert_msg(strstr(line, "catchup=1"), "%s", line);
+  close_side(&a);
+}
+END_TEST
+
+/* Replicas of different partitions hold different state sizes (SHAPE:
+ * join_layers, where replica 1's differs, and all join): the shape is
+ * compared at a process's first BEGIN with those of the replicas holding
+ * its partition. A replacement of replica 2 (replica 0's partition) with
+ * another state shape is refused for its program, as is one that
+ * declares no layers and has another shape than the job's; one with the
+ * right shape joins. A standby restored from the mirror compares the
+ * same (the snapshot's "y" lines carry the partitions' shapes). Before
+ * the shape was compared per partition, replica 1 was refused at its
+ * HELLO. */
+START_TEST(test_layers_shape) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  char line[512], go[N][512], why[32];
+  join_layers(&a, &co, go);
+  ck_assert_int_eq(resihp__coord_members(a.c), N);
+  /* the standby: replica 2's replacement with replica 1's shape */
+  resihp__coord_mirror(a.c);
+  char *mine = strdup(snap);
+  ck_assert_int_eq(resihp__coord_restore(&co, mine, snap_len, -1, &b.c), 0);
+  free(mine);
+  connect_all(&b);
+  resihp__coord_fail_lost(b.c, 2, "its node h2 is DOWN");
+  rejoin_2(&b, 20, SHAPE[1], line, sizeof(line));
+  feed(&b, 2, "BEGIN step=-1 lay=10:4");
+  expect(&b, 2, "NO reason=mismatch", line, sizeof(line));
+  close_side(&b);
+  static const char *const again[] = {
+      "BEGIN step=-1 lay=10:4", /* 10:4 with replica 1's shape */
+      "BEGIN step=-1",          /* no layers: the job's shape (aa) */
+      "BEGIN step=-1 lay=10:4", /* the right one */
+  };
+  static const char *const shape[] = {"00000000000000bb", "00000000000000cc",
+                                      "00000000000000aa"};
+  for (int t = 0; t < 3; t++) {
+    if (t == 0)
+      resihp__coord_fail_lost(a.c, 2, "its node h2 is DOWN");
+    rejoin_2(&a, 9 + t, shape[t], line, sizeof(line));
+    feed(&a, 2, "%s", again[t]);
+    if (t < 2) {
+      expect(&a, 2, "NO reason=mismatch", line, sizeof(line));
+      ck_assert_int_eq(resihp__coord_refused(a.c, 2, why, sizeof(why)), 1);
+      ck_assert_str_eq(why, "mismatch");
+      ck_assert(!resihp__coord_connected(a.c, 2));
+    }
+  }
+  for (int i = 0; i < 2; i++)
+    feed(&a, i, "BEGIN step=1 lay=%s", LAY[i]);
+  for (int i = 0; i < N; i++)
+    expect(&a, i, "GO ", line, sizeof(line));
+  ck_assert_int_eq(resihp__coord_members(a.c), N);
+  close_side(&a);
+}
+END_TEST
+
 /* A save in progress: SAVE again to the replica asked, SAVED goes on. */
 START_TEST(test_save) {
   side_t a, b;
@@ -905,6 +1092,9 @@ int main(void) {
   tcase_add_test(tc, test_fail_lost);
   tcase_add_test(tc, test_term_fence);
   tcase_add_test(tc, test_takeover_summary);
+  tcase_add_test(tc, test_layers);
+  tcase_add_test(tc, test_layers_serve);
+  tcase_add_test(tc, test_layers_shape);
   tcase_add_test(tc, test_retired_refused);
   tcase_add_test(tc, test_save);
   tcase_add_test(tc, test_end);

@@ -62,7 +62,8 @@ typedef struct {
    * (resihp_job_set_layers); 2: so do all but replica 0's last rank, which
    * declares another partition: both ranks of replica 0 must be refused
    * (each tells the test by a pid of -1 on the hook pipe); 3: the last
-   * replica holds the layers in another partition than the others (K=2) */
+   * replica holds the layers in another partition than the others (K=2),
+   * and each rank checks how many groups it is in */
   int layers;
 } plan_t;
 
@@ -147,6 +148,11 @@ static int rank_main(const plan_t *p, int replica) {
   while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
     if (replica == p->hook_r && sh == 0 && st.step == p->hook_step)
       hook(p);
+    /* (layers 3) a rank holding two runs of layers is in two groups */
+    if (p->layers == 3 &&
+        resihp__job_ngroups(job) !=
+            1 + (sh == (replica == p->R - 1 ? 0 : 1)))
+      return 17;
     if (tm_step_wl(job, &st, sh, m, g_compute_us, p->cost))
       return 11;
     /* a trainer that does not check end_step's result goes on to
@@ -368,29 +374,31 @@ START_TEST(layers_disagree) {
 }
 END_TEST
 
-/* A replica whose ranks hold other layers than the others' (partition
- * 2,1 against 1,2, the same number of elements per rank): before, the
- * groups by rank index summed its layer 1 into the others' layer 2 and
- * the run went on as if nothing were wrong; groups over differing
- * partitions are not there yet, so the run stops at once with the reason,
- * having trained nothing. */
-START_TEST(layers_other_partition_stops) {
-  plan_t p = plan(3, 2, 20, -1, 0);
-  p.layers = 3;
-  outcome_t o;
-  run(&p, no_hook, &o);
-  ck_assert_msg(strstr(o.summary, "different partitions of the layers"), "%s",
-                o.summary);
-  ck_assert_int_eq(o.steps, 0);
-}
-END_TEST
-
 /* Kill every rank of the hooked replica, waiting at its step. */
 static void kill_it(resihp__coord_t *c, kids_t *h, const plan_t *p, pid_t who) {
   (void)c, (void)who;
   for (int k = 0; k < p->K; k++)
     kill(h->pids[p->hook_r][k], SIGKILL);
 }
+
+/* A replica whose ranks hold other layers than the others' (partition
+ * 2,1 against 1,2 of 3 layers of NB, 0 and NB elements): the runs are
+ * layers 0, 1 and 2, and a rank holding two of them is in two groups
+ * (the last replica's rank 0, the others' rank 1: each rank checks its
+ * count at every step, plan_t layers 3). Before, replicas of different
+ * partitions stopped the run at step 0; now they train to the result of
+ * a failure-free run, also when replica 0 is SIGKILLed in step 7 (_i 1):
+ * the survivors recover in both of their groups. */
+START_TEST(layers_other_partition_trains) {
+  plan_t p = plan(3, 2, 20, _i ? 0 : -1, 7);
+  p.layers = 3;
+  outcome_t o;
+  run(&p, _i ? kill_it : no_hook, &o);
+  expect_result(&o, p.K, 20, _i ? 2 : 3);
+  if (_i)
+    ck_assert_msg(o.lost_at[0] == 7, "lost at %ld", o.lost_at[0]);
+}
+END_TEST
 
 /* Replica 1 is SIGKILLed in step 7 of a free run, before it computed
  * anything: the survivors take its microbatches within the step, the
@@ -637,7 +645,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, kill_in_free_run, 0, 2);
   tcase_add_loop_test(tc, layers_declared, 0, 2);
   tcase_add_test(tc, layers_disagree);
-  tcase_add_test(tc, layers_other_partition_stops);
+  tcase_add_loop_test(tc, layers_other_partition_trains, 0, 2);
   tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);
@@ -651,7 +659,9 @@ static Suite *suite(void) {
 /* --bench [R [STEPS [US [cost]]]]: the same job step by step and
  * free-running, side by side (compute US microseconds a step, default 0:
  * what the coordinator costs a step; cost: assignment by predicted cost
- * with the toy data loader). A measurement, not a test; it runs as one so
+ * with the toy data loader; RESIHP_BENCH_K ranks per replica and
+ * RESIHP_BENCH_LAYERS as plan_t layers: 1 identical partitions, 3 the
+ * last replica's differs). A measurement, not a test; it runs as one so
  * that the harness's checks work. */
 static int g_bench_r = 3;
 static long g_bench_steps = 400;
@@ -661,7 +671,12 @@ START_TEST(bench) {
   printf("%-10s %8s %6s %10s %10s %12s %10s\n", "mode", "replicas", "steps",
          "lines-rx", "lines-tx", "lines/step", "ms/step");
   for (int lock = 1; lock >= 0; lock--) {
-    plan_t p = plan(g_bench_r, 1, g_bench_steps, -1, 0);
+    const char *ek = getenv("RESIHP_BENCH_K");
+    const char *el = getenv("RESIHP_BENCH_LAYERS");
+    int bk = ek ? atoi(ek) : 1;
+    plan_t p = plan(g_bench_r, bk >= 1 && bk <= MAXK ? bk : 1, g_bench_steps,
+                    -1, 0);
+    p.layers = el ? atoi(el) : 0;
     p.lockstep = lock;
     p.cost = g_bench_cost;
     outcome_t o;

@@ -290,6 +290,49 @@ START_TEST(partition_text) {
 }
 END_TEST
 
+/* GO's lparts= (the coordinator's coord_layers.c writes it): the first
+ * partition is every unlisted member's, the others their listed ones';
+ * a stranger, a member listed twice, a partition of another K, a first
+ * entry with members or a later one without are refused. */
+START_TEST(lparts_list) {
+  static const int ids[] = {1, 4, 7, 9, 12};
+  int of[5];
+  resihp__partition_t *parts;
+  int np;
+  ck_assert_int_eq(resihp__lparts_parse("4:9,7:13@4:12,1:19@9", 20, 3, ids, 5,
+                                        &parts, &np, of),
+                   0);
+  ck_assert_int_eq(np, 3);
+  static const int want[] = {0, 1, 0, 2, 1};
+  for (int i = 0; i < 5; i++)
+    ck_assert_int_eq(of[i], want[i]);
+  ck_assert_int_eq(parts[1].bounds[1], 7);
+  ck_assert_int_eq(parts[2].bounds[2], 19);
+  for (int d = 0; d < np; d++)
+    resihp__partition_free(&parts[d]);
+  free(parts);
+  static const char *const bad[] = {"4:9,7:13@5",
+                                    "4:9,7:13@4:4",
+                                    "4:9,7:13@4,1:19@4",
+                                    "4:9,7",
+                                    "4:9@1",
+                                    "4",
+                                    "4:9:12",
+                                    "4:9,7:13@",
+                                    "",
+                                    "4:9,",
+                                    "4:9,,7:13@4",
+                                    "4:9,7:13@-1",
+                                    "4:9,7:13@4,1:19@1,2:3@7,5:6@9,8:10@12"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    ck_assert_msg(resihp__lparts_parse(bad[i], 20, 3, ids, 5, &parts, &np,
+                                       of) == RESIHP_EPROTO,
+                  "'%s' accepted", bad[i]);
+    ck_assert_ptr_null(parts);
+  }
+}
+END_TEST
+
 /* A replacement's ranks get every layer from healthy members, each piece
  * from a rank that holds it, the runs spread over the healthy members. */
 START_TEST(catchup_plan_covers_and_spreads) {
@@ -359,6 +402,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, random_partitions_sum_once, 0, 400);
   tcase_add_loop_test(tc, identical_partitions_are_shard_groups, 0, 100);
+  tcase_add_test(tc, lparts_list);
   tcase_add_loop_test(tc, catchup_pieces_cover, 0, 200);
   tcase_add_loop_test(tc, catchup_plan_covers_and_spreads, 0, 300);
   tcase_add_test(tc, partition_text);

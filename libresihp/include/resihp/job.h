@@ -82,18 +82,21 @@
  * layers' elements, and each run's slice goes through its group. With
  * identical partitions the runs are the K ranges: exactly the K shard
  * groups above, at no extra cost. resihp_job_layers says which layers
- * this rank holds. (In this release every replica must declare the same
- * partition, as replicas of one program do: a rank still joins the group
- * of its rank index, which is its run's group only then. Each new group
- * checks it once per epoch; replicas that declared different partitions
- * stop the run, see resihp_job_abort. Groups over differing partitions,
- * and catch-up from whichever healthy rank holds a layer, are the next
- * step of issue 32.)
+ * this rank holds. Replicas may hold different partitions: each leader
+ * tells the coordinator its own with every BEGIN, every new epoch's GO
+ * lists the members' distinct ones, and a rank holding several runs joins
+ * one group per run (several groups over its one listening socket); a
+ * failure in any of them is recovered in all of them, as one step. (In
+ * this release a replacement catches up from members that hold its
+ * partition: catch-up from whichever healthy rank holds a layer is the
+ * next step of issue 32.)
  *
  * State. The state a replacement copies is a list of buffers (parameters,
  * optimizer moments, RNG state...): resihp_job_opts_t.state at join (its
- * sizes are compared with every other replica's shard: a mismatch is
- * refused at join) or resihp_job_set_state_list() before the first step.
+ * sizes are compared with the same shard of the replicas holding the
+ * same partition of the layers, of every replica when none declared
+ * layers: a mismatch is refused at the first step) or
+ * resihp_job_set_state_list() before the first step.
  *
  * Fault injection (RESIHP_INJECT, see resihp-run(1)) is executed here:
  * begin_step fires the injection planned for this replica at this step

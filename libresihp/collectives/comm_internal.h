@@ -263,6 +263,11 @@ int resihp__cma_chosen(resihp_comm_t *c, size_t bytes);
 int resihp__cma_allreduce(resihp_comm_t *c, const void *in, void *work,
                           void *staging, size_t count, int dtype,
                           int *bad_peer);
+/* One phase alone, as resihp__ring_phase (staging as for the all-reduce;
+ * the all-gather needs none). */
+int resihp__cma_phases(resihp_comm_t *c, const void *in, void *work,
+                       void *staging, size_t count, int dtype, int phases,
+                       int *bad_peer);
 /* Test hooks: called before each piece this rank reads (phase 0:
  * reduce-scatter, 1: all-gather), and the number of calls that took the
  * single-copy path in this process. */

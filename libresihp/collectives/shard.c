@@ -94,10 +94,15 @@ int resihp_reduce_scatter(resihp_comm_t *c, const void *sendbuf, void *recvbuf,
       memcpy(recvbuf, out, len * esz);
     return rc;
   }
-  if ((rc = resihp__reserve(&c->work, &c->work_cap, count * esz + 1)))
+  int cma = resihp__cma_chosen(c, count * esz);
+  if ((rc = resihp__reserve(&c->work, &c->work_cap, count * esz + 1)) ||
+      (cma && (rc = resihp__reserve(&c->staging, &c->staging_cap,
+                                    RESIHP__CMA_STAGING))))
     return rc;
-  rc = resihp__ring_phase(c, sendbuf, c->work, count, (int)dtype,
-                          RESIHP__RING_RS, &bad);
+  rc = cma ? resihp__cma_phases(c, sendbuf, c->work, c->staging, count,
+                                (int)dtype, RESIHP__RING_RS, &bad)
+           : resihp__ring_phase(c, sendbuf, c->work, count, (int)dtype,
+                                RESIHP__RING_RS, &bad);
   if (!(rc = finish(c, rc, bad, what)))
     resihp__copy_out(recvbuf, (uint8_t *)c->work + lo * esz, len, (int)dtype,
                      div);
@@ -117,7 +122,10 @@ int resihp_allgather(resihp_comm_t *c, const void *sendbuf, void *recvbuf,
   if (len && sendbuf != out + lo * esz)
     memmove(out + lo * esz, sendbuf, len * esz);
   /* The ring receives every block but this rank's into recvbuf. */
-  rc = resihp__ring_phase(c, out, out, count, (int)dtype, RESIHP__RING_AG,
-                          &bad);
+  rc = resihp__cma_chosen(c, count * esz)
+           ? resihp__cma_phases(c, out, out, NULL, count, (int)dtype,
+                                RESIHP__RING_AG, &bad)
+           : resihp__ring_phase(c, out, out, count, (int)dtype,
+                                RESIHP__RING_AG, &bad);
   return finish(c, rc, bad, what);
 }

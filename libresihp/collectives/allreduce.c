@@ -253,7 +253,7 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
   if (fixed || (c->unprotected && inplace)) {
     /* The deterministic ring's second chunk: step 0's conversion. */
     if ((rc = resihp__reserve(&c->staging, &c->staging_cap,
-                      (fixed ? 2 : 1) * c->chunk_bytes)))
+                              (fixed ? 2 : 1) * c->chunk_bytes)))
       return rc;
     staging = c->staging;
   }
@@ -263,7 +263,7 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
     size_t nlen = resihp__ring_fixed_narrow_len(c, count);
     size_t outoff = (count * wsz + nlen * 4 + 63) & ~(size_t)63;
     if ((rc = resihp__reserve(&c->work, &c->work_cap,
-                      outoff + (inplace ? count * esz : 0))))
+                              outoff + (inplace ? count * esz : 0))))
       return rc;
     in = work = c->work;
     fixed_out = inplace ? (char *)work + outoff : buf;
@@ -292,12 +292,13 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
       fixed_out,    div};
   if (small) {
     if ((rc = resihp__reserve(&c->staging, &c->staging_cap,
-                      (size_t)c->nmembers * count * wsz)))
+                              (size_t)c->nmembers * count * wsz)))
       return rc;
     rc = resihp__small_allreduce(c, in, fixed ? &fx : NULL, work, c->staging,
                                  count, wire, &bad);
   } else if (cma) {
-    if ((rc = resihp__reserve(&c->staging, &c->staging_cap, RESIHP__CMA_STAGING)))
+    if ((rc = resihp__reserve(&c->staging, &c->staging_cap,
+                              RESIHP__CMA_STAGING)))
       return rc;
     rc = resihp__cma_allreduce(c, in, work, c->staging, count, wire, &bad);
   } else if (fixed) {

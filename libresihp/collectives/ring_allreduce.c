@@ -450,8 +450,8 @@ static int ring(resihp_comm_t *c, const void *in,
 int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
                            void *staging, size_t count, int dtype,
                            int *bad_peer) {
-  return ring(c, in, NULL, NULL, work, staging, count, dtype,
-              RESIHP__RING_BOTH, bad_peer);
+  return ring(c, in, NULL, NULL, work, staging, count, dtype, RESIHP__RING_BOTH,
+              bad_peer);
 }
 
 int resihp__ring_phase(resihp_comm_t *c, const void *in, void *work,

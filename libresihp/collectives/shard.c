@@ -82,12 +82,9 @@ int resihp_reduce_scatter(resihp_comm_t *c, const void *sendbuf, void *recvbuf,
         (rc = resihp__reserve(&c->work, &c->work_cap, outoff + len * esz)))
       return rc;
     uint8_t *work = c->work, *out = work + outoff;
-    struct resihp__ring_fixed fx = {sendbuf,
-                                    (int)dtype,
-                                    c->frac_bits,
-                                    (int32_t *)(work + count * 8),
-                                    out - lo * esz,
-                                    div};
+    struct resihp__ring_fixed fx = {
+        sendbuf,        (int)dtype, c->frac_bits, (int32_t *)(work + count * 8),
+        out - lo * esz, div};
     rc = resihp__ring_fixed_phases(c, &fx, c->work, c->staging, count,
                                    RESIHP__RING_RS, &bad);
     if (!(rc = finish(c, rc, bad, what)))
@@ -125,7 +122,7 @@ int resihp_allgather(resihp_comm_t *c, const void *sendbuf, void *recvbuf,
   rc = resihp__cma_chosen(c, count * esz)
            ? resihp__cma_phases(c, out, out, NULL, count, (int)dtype,
                                 RESIHP__RING_AG, &bad)
-           : resihp__ring_phase(c, out, out, count, (int)dtype,
-                                RESIHP__RING_AG, &bad);
+           : resihp__ring_phase(c, out, out, count, (int)dtype, RESIHP__RING_AG,
+                                &bad);
   return finish(c, rc, bad, what);
 }

@@ -12,8 +12,9 @@
  *  - each runs one phase of the all-reduce's algorithm, not both: the
  *    reduce-scatter sends (or, single-copy, reads) only reduce-scatter
  *    chunks, n-1 ring steps, the all-gather only all-gather ones;
- *  - a member SIGKILLed from outside at an arbitrary moment of
- *    back-to-back reduce-scatters and all-gathers: every survivor's
+ *  - a member SIGKILLed (or SIGSTOPped: it hangs) from outside at an
+ *    arbitrary moment of back-to-back reduce-scatters and all-gathers
+ *    (ring and single-copy paths): every survivor's
  *    failing call says RESIHP_EPEER or RESIHP_ETIMEDOUT (never EPROTO),
  *    names the victim, leaves its input as it was; after the shrink the
  *    same calls over the survivors give their exact sums. */
@@ -273,19 +274,21 @@ END_TEST
 struct kcase {
   int n, victim, tcp, delay_us;
   size_t count;
-  int cma; /* the single-copy path asked for */
+  int cma;  /* the single-copy path asked for */
+  int stop; /* SIGSTOP instead of SIGKILL: the victim hangs */
 };
 
 static const struct kcase kcases[] = {
-    {2, 1, 0, 0, 1 << 20, 0},   {2, 0, 0, 700, 1 << 20, 0},
-    {3, 2, 0, 300, 300001, 0},  {4, 1, 0, 1500, 1 << 20, 0},
-    {3, 0, 1, 500, 1 << 20, 0}, {4, 3, 1, 0, 200003, 0},
-    {3, 1, 0, 300, 1 << 20, 1}, {4, 2, 0, 0, 1 << 20, 1},
+    {2, 1, 0, 0, 1 << 20, 0, 0},   {2, 0, 0, 700, 1 << 20, 0, 0},
+    {3, 2, 0, 300, 300001, 0, 0},  {4, 1, 0, 1500, 1 << 20, 0, 0},
+    {3, 0, 1, 500, 1 << 20, 0, 0}, {4, 3, 1, 0, 200003, 0, 0},
+    {3, 1, 0, 300, 1 << 20, 1, 0}, {4, 2, 0, 0, 1 << 20, 1, 0},
+    {3, 2, 0, 400, 1 << 20, 0, 1}, {4, 1, 0, 200, 1 << 20, 1, 1},
 };
 
 static int pid_pipe[2] = {-1, -1};
 
-static pid_t start_killer(int delay_us) {
+static pid_t start_killer(int delay_us, int sig) {
   pid_t k = fork();
   ck_assert_int_ge(k, 0);
   if (k)
@@ -297,7 +300,7 @@ static pid_t start_killer(int delay_us) {
   /* Only spreads the moment over the victim's calls; nothing waits on it. */
   struct timespec ts = {0, delay_us * 1000L};
   nanosleep(&ts, NULL);
-  kill(victim, SIGKILL);
+  kill(victim, sig); /* a stopped victim: run_group kills it at the end */
   _exit(0);
 }
 
@@ -371,7 +374,7 @@ START_TEST(killed_from_outside) {
   int st[MAXN];
   detect_ms = DETECT_MS;
   ck_assert_int_eq(pipe(pid_pipe), 0);
-  pid_t killer = start_killer(k->delay_us);
+  pid_t killer = start_killer(k->delay_us, k->stop ? SIGSTOP : SIGKILL);
   run_group(k->n, rank_killed, (void *)k, st);
   int ks;
   ck_assert_int_eq(waitpid(killer, &ks, 0), killer);

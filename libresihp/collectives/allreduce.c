@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-static int reserve(void **buf, size_t *cap, size_t want) {
+int resihp__reserve(void **buf, size_t *cap, size_t want) {
   if (*cap >= want)
     return 0;
   void *p = malloc(want);
@@ -125,7 +125,7 @@ int resihp__comm_enter(resihp_comm_t *c, const char *what) {
  * after the last chunk - a vote costs no frame and no system call, which
  * was a third of a 4 KiB all-reduce between two ranks. ABORT and deaths
  * come from the monitor, which also wakes the transport's poll. */
-static int commit(resihp_comm_t *c) {
+int resihp__comm_commit(resihp_comm_t *c) {
   const resihp__transport_ops_t *ops = c->tp->ops;
   int64_t seq1 = (int64_t)c->seq + 1;
   resihp__tag_t tag = {c->seq, UINT32_MAX, 0};
@@ -181,8 +181,8 @@ static int commit(resihp_comm_t *c) {
   return rc;
 }
 
-static void copy_out(void *buf, const void *work, size_t count, int dtype,
-                     double div) {
+void resihp__copy_out(void *buf, const void *work, size_t count, int dtype,
+                      double div) {
   if (div == 1.0) {
     if (buf != work)
       memcpy(buf, work, count * resihp__dtype_size(dtype));
@@ -252,8 +252,8 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
   void *work, *staging = NULL, *fixed_out = NULL;
   if (fixed || (c->unprotected && inplace)) {
     /* The deterministic ring's second chunk: step 0's conversion. */
-    if ((rc = reserve(&c->staging, &c->staging_cap,
-                      (fixed ? 2 : 1) * c->chunk_bytes)))
+    if ((rc = resihp__reserve(&c->staging, &c->staging_cap,
+                              (fixed ? 2 : 1) * c->chunk_bytes)))
       return rc;
     staging = c->staging;
   }
@@ -262,8 +262,8 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
      * (in place) the results until the outcome is known. */
     size_t nlen = resihp__ring_fixed_narrow_len(c, count);
     size_t outoff = (count * wsz + nlen * 4 + 63) & ~(size_t)63;
-    if ((rc = reserve(&c->work, &c->work_cap,
-                      outoff + (inplace ? count * esz : 0))))
+    if ((rc = resihp__reserve(&c->work, &c->work_cap,
+                              outoff + (inplace ? count * esz : 0))))
       return rc;
     in = work = c->work;
     fixed_out = inplace ? (char *)work + outoff : buf;
@@ -276,7 +276,7 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
     in = sendbuf;
     work = buf;
   } else {
-    if ((rc = reserve(&c->work, &c->work_cap, count * wsz + 1)))
+    if ((rc = resihp__reserve(&c->work, &c->work_cap, count * wsz + 1)))
       return rc;
     in = sendbuf;
     work = c->work;
@@ -291,13 +291,14 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
       c->frac_bits, fixed ? (int32_t *)((char *)work + count * wsz) : NULL,
       fixed_out,    div};
   if (small) {
-    if ((rc = reserve(&c->staging, &c->staging_cap,
-                      (size_t)c->nmembers * count * wsz)))
+    if ((rc = resihp__reserve(&c->staging, &c->staging_cap,
+                              (size_t)c->nmembers * count * wsz)))
       return rc;
     rc = resihp__small_allreduce(c, in, fixed ? &fx : NULL, work, c->staging,
                                  count, wire, &bad);
   } else if (cma) {
-    if ((rc = reserve(&c->staging, &c->staging_cap, RESIHP__CMA_STAGING)))
+    if ((rc = resihp__reserve(&c->staging, &c->staging_cap,
+                              RESIHP__CMA_STAGING)))
       return rc;
     rc = resihp__cma_allreduce(c, in, work, c->staging, count, wire, &bad);
   } else if (fixed) {
@@ -308,7 +309,7 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
   }
   if (rc)
     return fail(c, rc, bad);
-  if (!c->unprotected && c->nmembers > 1 && (rc = commit(c)))
+  if (!c->unprotected && c->nmembers > 1 && (rc = resihp__comm_commit(c)))
     return fail(c, rc, -1);
   c->seq++;
   if (fixed && cma)
@@ -316,7 +317,7 @@ int resihp_allreduce_to(resihp_comm_t *c, const void *sendbuf, void *buf,
   else if (fixed && fixed_out != buf)
     memcpy(buf, fixed_out, count * esz);
   else if (!fixed)
-    copy_out(buf, work, count, wire, div);
+    resihp__copy_out(buf, work, count, wire, div);
   return 0;
 }
 
@@ -432,7 +433,7 @@ int resihp_allreduce_device(resihp_comm_t *c, const void *sendbuf,
   }
   if (rc)
     return fail(c, rc, -1);
-  if (!c->unprotected && c->nmembers > 1 && (rc = commit(c)))
+  if (!c->unprotected && c->nmembers > 1 && (rc = resihp__comm_commit(c)))
     return fail(c, rc, -1);
   c->seq++;
   return 0;

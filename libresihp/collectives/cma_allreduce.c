@@ -296,6 +296,18 @@ static int gather_from(struct run *r, const struct addrs *peer, int i,
 int resihp__cma_allreduce(resihp_comm_t *c, const void *in, void *work,
                           void *staging, size_t count, int dtype,
                           int *bad_peer) {
+  return resihp__cma_phases(c, in, work, staging, count, dtype,
+                            RESIHP__RING_BOTH, bad_peer);
+}
+
+/* One phase alone (a sharded replica's collectives): the reduce-scatter
+ * leaves segment p in work and reads nobody's work; the all-gather starts
+ * from every member's segment already in its work (in == work), so the
+ * ADDR round is all it waits for. The caller's DONE round still keeps
+ * every buffer alive until nobody reads it. */
+int resihp__cma_phases(resihp_comm_t *c, const void *in, void *work,
+                       void *staging, size_t count, int dtype, int phases,
+                       int *bad_peer) {
   int n = c->nmembers;
   struct run r = {.c = c,
                   .ops = c->tp->ops,
@@ -319,14 +331,14 @@ int resihp__cma_allreduce(resihp_comm_t *c, const void *in, void *work,
     rc = exchange(&r, CHUNK_ADDR, &mine, peer, sizeof(mine));
   if (!rc)
     rc = wait_all(&r, got, 1);
-  if (!rc)
+  if (!rc && (phases & RESIHP__RING_RS))
     rc = reduce_own(&r, peer, in, work, staging, dtype);
-  if (!rc) {
+  if (!rc && phases == RESIHP__RING_BOTH) {
     memset(got, 0, (size_t)n);
     rc = exchange(&r, CHUNK_READY, nothing, NULL, 0);
   }
   /* Gather from members as they become ready, starting after this one. */
-  for (int left = n - 1; !rc && left > 0;) {
+  for (int left = phases & RESIHP__RING_AG ? n - 1 : 0; !rc && left > 0;) {
     int progressed = 0;
     for (int k = 1; k < n && !rc; k++) {
       int i = (r.p + k) % n, m = c->members[i];

@@ -179,6 +179,25 @@ int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
                            void *staging, size_t count, int wire_dtype,
                            int *bad_peer);
 
+/* One phase of the ring alone (a sharded replica's collectives, shard.c):
+ * RESIHP__RING_RS, n-1 steps after which member p holds segment p (its
+ * resihp_block) reduced in work, in read-only (work must differ); or
+ * RESIHP__RING_AG, n-1 steps that send segment p of work (in == work) and
+ * fill every other segment of work. The all-reduce runs both. */
+enum { RESIHP__RING_RS = 1, RESIHP__RING_AG = 2, RESIHP__RING_BOTH = 3 };
+int resihp__ring_phase(resihp_comm_t *c, const void *in, void *work,
+                       size_t count, int dtype, int phase, int *bad_peer);
+/* The outcome round after an algorithm ran here without error: 0 once
+ * every member is done, else the code to hand to resihp__comm_fail
+ * (allreduce.c). */
+int resihp__comm_commit(resihp_comm_t *c);
+/* *buf holds at least want bytes (grown, contents lost), or RESIHP_ENOMEM,
+ * logged (allreduce.c). */
+int resihp__reserve(void **buf, size_t *cap, size_t want);
+/* count sums of dtype from work to buf, divided by div (1: a copy). */
+void resihp__copy_out(void *buf, const void *work, size_t count, int dtype,
+                      double div);
+
 /* One wait of an algorithm on the transport (ring_allreduce.c):
  * RESIHP_EABORTED once the communicator failed, the transport's error
  * (*bad_peer set), RESIHP_ETIMEDOUT when nothing moved for op_ms (10
@@ -244,6 +263,11 @@ int resihp__cma_chosen(resihp_comm_t *c, size_t bytes);
 int resihp__cma_allreduce(resihp_comm_t *c, const void *in, void *work,
                           void *staging, size_t count, int dtype,
                           int *bad_peer);
+/* One phase alone, as resihp__ring_phase (staging as for the all-reduce;
+ * the all-gather needs none). */
+int resihp__cma_phases(resihp_comm_t *c, const void *in, void *work,
+                       void *staging, size_t count, int dtype, int phases,
+                       int *bad_peer);
 /* Test hooks: called before each piece this rank reads (phase 0:
  * reduce-scatter, 1: all-gather), and the number of calls that took the
  * single-copy path in this process. */

@@ -140,6 +140,13 @@ int resihp__ring_allreduce_fixed(struct resihp_comm *c,
                                  const struct resihp__ring_fixed *fx,
                                  int64_t *work, void *staging, size_t count,
                                  int *bad_peer);
+/* The same with phases as resihp__ring_phase (comm_internal.h): with
+ * RESIHP__RING_RS alone, this rank's segment (resihp_block) is the only
+ * one converted back to fx->out, at its offset in the full layout. */
+int resihp__ring_fixed_phases(struct resihp_comm *c,
+                              const struct resihp__ring_fixed *fx,
+                              int64_t *work, void *staging, size_t count,
+                              int phases, int *bad_peer);
 /* A narrow form with an impossible shift came from peer (what: "chunk",
  * "contribution"): logged, *bad_peer = peer, RESIHP_EPROTO. */
 int resihp__narrow_refused(int peer, const char *what, int *bad_peer);

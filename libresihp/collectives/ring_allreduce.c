@@ -76,6 +76,7 @@
 
 struct layout {
   int n, p;
+  int shift; /* 1 for one phase alone: member p ends with segment p */
   size_t count, base, rem, chunk;
 };
 
@@ -95,12 +96,12 @@ static int mod(int a, int n) {
   return ((a % n) + n) % n;
 }
 static int send_seg(const struct layout *l, int s) {
-  return s < l->n - 1 ? mod(l->p - s, l->n)
-                      : mod(l->p + 1 - (s - (l->n - 1)), l->n);
+  return s < l->n - 1 ? mod(l->p - s - l->shift, l->n)
+                      : mod(l->p + 1 - (s - (l->n - 1)) - l->shift, l->n);
 }
 static int recv_seg(const struct layout *l, int s) {
-  return s < l->n - 1 ? mod(l->p - s - 1, l->n)
-                      : mod(l->p - (s - (l->n - 1)), l->n);
+  return s < l->n - 1 ? mod(l->p - s - 1 - l->shift, l->n)
+                      : mod(l->p - (s - (l->n - 1)) - l->shift, l->n);
 }
 
 int resihp__algo_wait(resihp_comm_t *c, int64_t *last_progress, int *bad_peer,
@@ -281,7 +282,8 @@ int resihp__narrow_refused(int peer, const char *what, int *bad_peer) {
 
 static int ring(resihp_comm_t *c, const void *in,
                 const struct resihp__ring_fixed *fx, uint8_t *made, void *work,
-                void *staging, size_t count, int dtype, int *bad_peer) {
+                void *staging, size_t count, int dtype, int phases,
+                int *bad_peer) {
   size_t esz = resihp__dtype_size(dtype);
   int n = c->nmembers;
   *bad_peer = -1;
@@ -289,9 +291,13 @@ static int ring(resihp_comm_t *c, const void *in,
     return resihp__allreduce_alone(fx, in, work, count, esz);
   struct layout l;
   make_layout(c, count, esz, fx != NULL, &l);
+  /* One phase alone (reduce-scatter or all-gather of a sharded replica):
+   * its steps only, the segments turned by one so that member p ends with
+   * (or starts from) segment p, resihp_block's. */
+  l.shift = phases != RESIHP__RING_BOTH;
   const resihp__transport_ops_t *ops = c->tp->ops;
   int left = c->members[mod(l.p - 1, n)], right = c->members[mod(l.p + 1, n)];
-  int nsteps = 2 * (n - 1);
+  int nsteps = phases & RESIHP__RING_AG ? 2 * (n - 1) : n - 1;
   const uint8_t *inb = in;
   uint8_t *wb = work;
   /* Deterministic mode: float input and output and their element size,
@@ -304,7 +310,8 @@ static int ring(resihp_comm_t *c, const void *in,
       fx ? (int64_t *)((uint8_t *)staging + l.chunk * esz) : NULL;
   int32_t *narrow =
       fx && ops->post_send_alt && ops->post_recv_alt ? fx->narrow : NULL;
-  int ss = 0, rs = 0, posted = 0, summed = 0;
+  int ss = phases & RESIHP__RING_RS ? 0 : n - 1, rs = ss, posted = 0,
+      summed = 0;
   struct last_sum ls = {fx, fsz, 0, 0, 0};
   size_t sc = 0, rc = 0;
   int64_t last_progress = resihp__now_ms();
@@ -443,13 +450,27 @@ static int ring(resihp_comm_t *c, const void *in,
 int resihp__ring_allreduce(resihp_comm_t *c, const void *in, void *work,
                            void *staging, size_t count, int dtype,
                            int *bad_peer) {
-  return ring(c, in, NULL, NULL, work, staging, count, dtype, bad_peer);
+  return ring(c, in, NULL, NULL, work, staging, count, dtype, RESIHP__RING_BOTH,
+              bad_peer);
+}
+
+int resihp__ring_phase(resihp_comm_t *c, const void *in, void *work,
+                       size_t count, int dtype, int phase, int *bad_peer) {
+  return ring(c, in, NULL, NULL, work, NULL, count, dtype, phase, bad_peer);
 }
 
 int resihp__ring_allreduce_fixed(resihp_comm_t *c,
                                  const struct resihp__ring_fixed *fx,
                                  int64_t *work, void *staging, size_t count,
                                  int *bad_peer) {
+  return resihp__ring_fixed_phases(c, fx, work, staging, count,
+                                   RESIHP__RING_BOTH, bad_peer);
+}
+
+int resihp__ring_fixed_phases(resihp_comm_t *c,
+                              const struct resihp__ring_fixed *fx,
+                              int64_t *work, void *staging, size_t count,
+                              int phases, int *bad_peer) {
   if (!staging)
     return RESIHP_EINVAL; /* arrivals cannot go straight into work */
   const resihp__transport_ops_t *ops = c->tp->ops;
@@ -465,7 +486,7 @@ int resihp__ring_allreduce_fixed(resihp_comm_t *c,
     }
   }
   int rc = ring(c, NULL, fx, made, work, staging, count, RESIHP__DTYPE_INT64,
-                bad_peer);
+                phases, bad_peer);
   free(made);
   return rc;
 }

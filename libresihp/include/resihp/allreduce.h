@@ -251,12 +251,18 @@ int resihp_bcast(resihp_comm_t *comm, int root, void *buf, size_t bytes);
  * resihp_reduce_scatter: sendbuf holds count elements on every member;
  * recvbuf gets this member's block of their sum (or average): the elements
  * [lo, lo + len) of the all-reduced buffer, in deterministic mode exactly
- * those of resihp_allreduce. In this release it is resihp_allreduce_to over
- * a private buffer of count elements of which each member keeps its block
- * (twice the bytes of a ring reduce-scatter; the same result).
+ * those of resihp_allreduce (float sums: exact for exact values, else
+ * possibly added in another order than the all-reduce's). It is the
+ * reduce-scatter phase of the all-reduce's algorithm alone: n-1 ring steps,
+ * each member sending (n-1)/n of the buffer, half the all-reduce's bytes
+ * (single copy between ranks of one host where the all-reduce would take
+ * it: each member reads its own block of every other). The sums wait in
+ * the communicator's work buffer (count elements, kept between calls as
+ * the all-reduce's) until every member is done.
  * resihp_allgather: sendbuf holds this member's block (len elements; it may
  * be recvbuf + lo, in place); recvbuf (count elements) gets every member's
- * block at its place, passed from each owner along the view's chain.
+ * block at its place: the all-gather phase of the all-reduce's algorithm
+ * alone (n-1 ring steps, or single-copy reads of each owner's block).
  *
  * Failures as resihp_allreduce(): a member that dies, whose link is cut or
  * that hangs past the detection bound makes every member's call return

@@ -13,6 +13,10 @@ loopback, standalone=True, against the unsharded standalone=True:
   bitwise like it;
 - memory: parameters + optimizer state kept per rank ~ 1/K of the
   unsharded replica's (figures in the test's names);
+- shard_units= (gathering layer by layer): the same, bitwise, for K = 1..4
+  (a rank with fewer microbatches gathers as often as the others), and on
+  a model of four large layers the most full parameter elements held at
+  once (Shards.peak) ~ two layers' instead of the whole model's;
 - bad input refused."""
 import ctypes
 import json
@@ -124,9 +128,9 @@ for clip in (False, True):
     refs[clip] = (tr.finish(), losses)
 
 
-def sharded(clip):
+def sharded(clip, units=None):
     def fn(comm):
-        tr, m = trainer(clip=clip, shard=comm)
+        tr, m = trainer(clip=clip, shard=comm, shard_units=units)
         losses = train_with(batch, tr, m)
         return {"digest": tr.finish(), "losses": losses}
     return fn
@@ -134,13 +138,15 @@ def sharded(clip):
 
 for K in (1, 2, 3, 4):
     for clip in (False, True):
-        res = run_ranks(K, sharded(clip))
-        bad = [r for r in res if r.get("digest") != refs[clip][0] or
-               r.get("losses") != refs[clip][1]]
-        ok(not bad, "K=%d%s: every rank's full state and every loss bitwise "
-           "the unsharded reference's (%s)" %
-           (K, ", clipped over all shards" if clip else "",
-            bad[0] if bad else refs[clip][0][:16]))
+        for units in (None, "children"):
+            res = run_ranks(K, sharded(clip, units))
+            bad = [r for r in res if r.get("digest") != refs[clip][0] or
+                   r.get("losses") != refs[clip][1]]
+            ok(not bad, "K=%d%s%s: every rank's full state and every loss "
+               "bitwise the unsharded reference's (%s)" %
+               (K, ", clipped over all shards" if clip else "",
+                ", gathered layer by layer" if units else "",
+                bad[0] if bad else refs[clip][0][:16]))
 
 # float32 sums: the K ranks' partial sums are grouped otherwise than one
 # process's, so close to the reference, not equal; the ranks agree
@@ -219,6 +225,63 @@ for K in (2, 4):
        "K=%d: parameters + optimizer state per rank %s bytes, unsharded "
        "%d (x%.3f, 1/K = %.3f)" % (K, "/".join(map(str, per)), full,
                                    worst / full, 1.0 / K))
+
+
+# -- layer by layer: the most full parameters held at once ------------------
+def deep(seed=1, W=256):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, W), nn.ReLU(), nn.Linear(W, W),
+                          nn.ReLU(), nn.Dropout(0.1), nn.Linear(W, W),
+                          nn.ReLU(), nn.Linear(W, 3))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return model, opt
+
+
+m, o = deep()
+tr = rt.Trainer(m, o, microbatches=M, steps=3, standalone=True)
+deep_ref = (train_with(batch, tr, m), tr.finish())
+deep_n = sum(p.numel() for p in m.parameters())
+layer = max(p.numel() for p in m.parameters()) + 256  # weight and bias
+
+
+def peak(units):
+    def fn(comm):
+        m, o = deep()
+        tr = rt.Trainer(m, o, microbatches=M, steps=3, standalone=True,
+                        shard=comm, shard_units=units)
+        losses = train_with(batch, tr, m)
+        held = tr.grads.peak  # the steps' (finish() gathers the model)
+        return {"peak": held, "losses": losses, "digest": tr.finish()}
+    return fn
+
+
+for K in (2, 3):
+    whole = run_ranks(K, peak(None))
+    units = run_ranks(K, peak("children"))
+    same = all((r.get("losses"), r.get("digest")) == deep_ref
+               for r in whole + units)
+    pw = max(r.get("peak", -1) for r in whole)
+    pu = max(r.get("peak", -1) for r in units)
+    ok(same and pw == deep_n and 0 < pu <= layer,
+       "K=%d, 4 layers of %d parameters: the most full parameter elements "
+       "held at once %d whole model, %d layer by layer (x%.3f; the largest "
+       "layer %d), both bitwise the unsharded reference%s" %
+       (K, deep_n, pw, pu, pu / deep_n, layer,
+        "" if same else " (NOT: %s)" % (whole + units)))
+
+
+def reversed_units():
+    m, o, s = build()
+    tr = rt.Trainer(m, o, microbatches=M, steps=S, standalone=True,
+                    shard=True, shard_units=[m[3], m[0]])
+    train_with(batch, tr, m)
+
+
+raises(rt.ProgramError, reversed_units, "shard_units=: units listed in "
+       "another order than the forward calls them are refused",
+       "in the list's order")
+raises(rt.ProgramError, lambda: trainer(shard_units="children"),
+       "shard_units= without shard= is refused", "without shard=")
 
 
 # -- refused ----------------------------------------------------------------

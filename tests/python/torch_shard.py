@@ -270,6 +270,47 @@ for K in (2, 3):
         "" if same else " (NOT: %s)" % (whole + units)))
 
 
+class Residual(nn.Module):
+    """A pre-norm residual block (as a transformer's MLP half)."""
+
+    def __init__(self, W):
+        super().__init__()
+        self.ln = nn.LayerNorm(W)
+        self.mlp = nn.Sequential(nn.Linear(W, 2 * W), nn.GELU(),
+                                 nn.Linear(2 * W, W))
+
+    def forward(self, x):
+        return x + self.mlp(self.ln(x))
+
+
+def resnet(seed=1, W=16):
+    torch.manual_seed(seed)
+    blocks = [Residual(W) for _ in range(3)]
+    model = nn.Sequential(nn.Linear(8, W), *blocks, nn.Linear(W, 3))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    return model, opt, blocks
+
+
+m, o, _ = resnet()
+tr = rt.Trainer(m, o, microbatches=M, steps=3, standalone=True)
+res_ref = (train_with(batch, tr, m), tr.finish())
+
+
+def residual(comm):
+    m, o, blocks = resnet()
+    tr = rt.Trainer(m, o, microbatches=M, steps=3, standalone=True,
+                    shard=comm, shard_units=blocks)  # the rest: whole step
+    return {"losses": train_with(batch, tr, m), "digest": tr.finish()}
+
+
+for K in (2, 4):
+    res = run_ranks(K, residual)
+    ok(all((r.get("losses"), r.get("digest")) == res_ref for r in res),
+       "K=%d: residual blocks gathered one at a time (the first and last "
+       "layers for the whole step) bitwise the unsharded reference (%s)" %
+       (K, res_ref[1][:16] if all("digest" in r for r in res) else res))
+
+
 def reversed_units():
     m, o, s = build()
     tr = rt.Trainer(m, o, microbatches=M, steps=S, standalone=True,

@@ -72,6 +72,11 @@ def main():
                    help="a sharded replica (resihp-run --ranks-per-replica "
                    "K): each rank keeps 1/K of the parameters and optimizer "
                    "state (Trainer shard=True); with --standalone, K = 1")
+    p.add_argument("--shard-layers", action="store_true",
+                   help="with --shard: gather the blocks' parameters one "
+                   "block at a time (Trainer shard_units=the blocks; "
+                   "embeddings, final norm and head are gathered for the "
+                   "whole step) instead of the whole model for the step")
     p.add_argument("--standalone", action="store_true",
                    help="no resihp job: compute all microbatches here")
     p.add_argument("--test-fault",
@@ -94,6 +99,8 @@ def main():
     if args.clip is not None:
         def clip(step):
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+    if args.shard_layers and not args.shard:
+        sys.exit(f"{sys.argv[0]}: --shard-layers needs --shard")
     if args.stages and args.shard:
         sys.exit(f"{sys.argv[0]}: --stages and --shard together are not "
                  f"supported yet: give one of them")
@@ -104,7 +111,9 @@ def main():
                     seed=args.seed,
                     workload=work, before_step=clip,
                     standalone=args.standalone, bucket_mb=args.bucket_mb,
-                    shard=True if args.shard else None)
+                    shard=True if args.shard else None,
+                    shard_units=list(model.blocks) if args.shard_layers
+                    else None)
     shard = tr.job.shard if tr.job is not None else 0  # 0: the one rank
     if args.test_fault == "bad-catchup":
         load = tr.state.load

@@ -13,6 +13,10 @@ loopback, standalone=True, against the unsharded standalone=True:
   bitwise like it;
 - memory: parameters + optimizer state kept per rank ~ 1/K of the
   unsharded replica's (figures in the test's names);
+- shard_units= (gathering layer by layer): the same, bitwise, for K = 1..4
+  (a rank with fewer microbatches gathers as often as the others), and on
+  a model of four large layers the most full parameter elements held at
+  once (Shards.peak) ~ two layers' instead of the whole model's;
 - bad input refused."""
 import ctypes
 import json
@@ -92,6 +96,10 @@ def run_ranks(K, fn):
                                 listen_fd=socks[r].fileno(),
                                 connect_timeout_ms=60000)
                 out = json.dumps(fn(c))
+                # messages handed over leave before the rank exits (a
+                # peer may still be receiving its part of the last
+                # broadcast: os._exit alone would cut it off)
+                c.close()
             except BaseException as e:  # noqa: the parent reports it
                 out = json.dumps({"error": "%s: %s" % (type(e).__name__, e)})
             os.write(wr, out.encode())
@@ -124,9 +132,9 @@ for clip in (False, True):
     refs[clip] = (tr.finish(), losses)
 
 
-def sharded(clip):
+def sharded(clip, units=None):
     def fn(comm):
-        tr, m = trainer(clip=clip, shard=comm)
+        tr, m = trainer(clip=clip, shard=comm, shard_units=units)
         losses = train_with(batch, tr, m)
         return {"digest": tr.finish(), "losses": losses}
     return fn
@@ -134,13 +142,15 @@ def sharded(clip):
 
 for K in (1, 2, 3, 4):
     for clip in (False, True):
-        res = run_ranks(K, sharded(clip))
-        bad = [r for r in res if r.get("digest") != refs[clip][0] or
-               r.get("losses") != refs[clip][1]]
-        ok(not bad, "K=%d%s: every rank's full state and every loss bitwise "
-           "the unsharded reference's (%s)" %
-           (K, ", clipped over all shards" if clip else "",
-            bad[0] if bad else refs[clip][0][:16]))
+        for units in (None, "children"):
+            res = run_ranks(K, sharded(clip, units))
+            bad = [r for r in res if r.get("digest") != refs[clip][0] or
+                   r.get("losses") != refs[clip][1]]
+            ok(not bad, "K=%d%s%s: every rank's full state and every loss "
+               "bitwise the unsharded reference's (%s)" %
+               (K, ", clipped over all shards" if clip else "",
+                ", gathered layer by layer" if units else "",
+                bad[0] if bad else refs[clip][0][:16]))
 
 # float32 sums: the K ranks' partial sums are grouped otherwise than one
 # process's, so close to the reference, not equal; the ranks agree
@@ -148,19 +158,23 @@ tr, m = trainer(mode="float32")
 ref32 = train_with(batch, tr, m)
 
 
-def float32(comm):
-    tr, m = trainer(mode="float32", shard=comm)
-    losses = train_with(batch, tr, m)
-    return {"digest": tr.finish(), "losses": losses}
+def float32(units):
+    def fn(comm):
+        tr, m = trainer(mode="float32", shard=comm, shard_units=units)
+        losses = train_with(batch, tr, m)
+        return {"digest": tr.finish(), "losses": losses}
+    return fn
 
 
-res = run_ranks(2, float32)
-ok(len({r.get("digest") for r in res}) == 1 and
-   all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(res[0].get("losses", []),
-                                                    ref32)) and
-   len(res[0].get("losses", [])) == S,
-   "K=2 float32: the ranks agree, every loss within 1e-5 of the float32 "
-   "reference's (%s)" % (res[0].get("losses") or res[0]))
+for units in (None, "children"):
+    res = run_ranks(2, float32(units))
+    ok(len({r.get("digest") for r in res}) == 1 and
+       all(abs(a - b) <= 1e-5 * abs(b) for a, b in
+           zip(res[0].get("losses", []), ref32)) and
+       len(res[0].get("losses", [])) == S,
+       "K=2 float32%s: the ranks agree, every loss within 1e-5 of the "
+       "float32 reference's (%s)" % (", layer by layer" if units else "",
+                                     res[0].get("losses") or res[0]))
 
 tr, m = trainer(shard=True)  # standalone, no communicator: K = 1
 ok(train_with(batch, tr, m) == refs[False][1] and
@@ -169,10 +183,11 @@ ok(train_with(batch, tr, m) == refs[False][1] and
 
 
 # -- catch-up per shard ------------------------------------------------------
-def catch_up(comm):
-    ta, ma = trainer(1, shard=comm)
+def catch_up(comm, units=None):
+    ta, ma = trainer(1, shard=comm, shard_units=units)
     la = train_with(batch, ta, ma, steps=3)
-    tb, mb = trainer(2, shard=comm)  # another start: all of it must come
+    # another start: all of it must come
+    tb, mb = trainer(2, shard=comm, shard_units=units)
     src, dst = ta.state.buffers(), tb.state.buffers()
     if [n for _, n in src] != [n for _, n in dst]:
         return {"error": "buffer sizes differ"}
@@ -185,15 +200,15 @@ def catch_up(comm):
             "bytes": sum(n for _, n in src)}
 
 
-for K in (2, 4):
-    res = run_ranks(K, catch_up)
+for K, units in ((2, None), (4, None), (2, "children")):
+    res = run_ranks(K, lambda comm: catch_up(comm, units))
     good = all(r.get("a") == r.get("b") == refs[False][0] and
                r.get("la") == r.get("lb") for r in res)
-    ok(good, "K=%d: each rank of a replacement receives its shard's state "
-       "(%s bytes per rank), loads it and trains on bitwise like its "
+    ok(good, "K=%d%s: each rank of a replacement receives its shard's "
+       "state (%s bytes per rank), loads it and trains on bitwise like its "
        "source, to the reference's state (%s)" %
-       (K, "/".join(str(r.get("bytes")) for r in res),
-        "" if good else res))
+       (K, ", layer by layer" if units else "",
+        "/".join(str(r.get("bytes")) for r in res), "" if good else res))
 
 
 # -- memory: parameters + optimizer state per rank ~ 1/K --------------------
@@ -213,12 +228,111 @@ def memory(comm):
 
 
 for K in (2, 4):
-    per = [r.get("bytes", -1) for r in run_ranks(K, memory)]
-    worst = max(per)
-    ok(0 < worst <= full / K * 1.01 + 64,
+    res = run_ranks(K, memory)
+    per = [r.get("bytes", r.get("error")) for r in res]
+    worst = max(r.get("bytes", -1) for r in res)
+    ok(all("bytes" in r for r in res) and 0 < worst <= full / K * 1.01 + 64,
        "K=%d: parameters + optimizer state per rank %s bytes, unsharded "
        "%d (x%.3f, 1/K = %.3f)" % (K, "/".join(map(str, per)), full,
                                    worst / full, 1.0 / K))
+
+
+# -- layer by layer: the most full parameters held at once ------------------
+def deep(seed=1, W=256):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, W), nn.ReLU(), nn.Linear(W, W),
+                          nn.ReLU(), nn.Dropout(0.1), nn.Linear(W, W),
+                          nn.ReLU(), nn.Linear(W, 3))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return model, opt
+
+
+m, o = deep()
+tr = rt.Trainer(m, o, microbatches=M, steps=3, standalone=True)
+deep_ref = (train_with(batch, tr, m), tr.finish())
+deep_n = sum(p.numel() for p in m.parameters())
+layer = max(p.numel() for p in m.parameters()) + 256  # weight and bias
+
+
+def peak(units):
+    def fn(comm):
+        m, o = deep()
+        tr = rt.Trainer(m, o, microbatches=M, steps=3, standalone=True,
+                        shard=comm, shard_units=units)
+        losses = train_with(batch, tr, m)
+        held = tr.grads.peak  # the steps' (finish() gathers the model)
+        return {"peak": held, "losses": losses, "digest": tr.finish()}
+    return fn
+
+
+for K in (2, 3):
+    whole = run_ranks(K, peak(None))
+    units = run_ranks(K, peak("children"))
+    same = all((r.get("losses"), r.get("digest")) == deep_ref
+               for r in whole + units)
+    pw = max(r.get("peak", -1) for r in whole)
+    pu = max(r.get("peak", -1) for r in units)
+    ok(same and pw == deep_n and 0 < pu <= layer,
+       "K=%d, 4 layers of %d parameters: the most full parameter elements "
+       "held at once %d whole model, %d layer by layer (x%.3f; the largest "
+       "layer %d), both bitwise the unsharded reference%s" %
+       (K, deep_n, pw, pu, pu / deep_n, layer,
+        "" if same else " (NOT: %s)" % (whole + units)))
+
+
+class Residual(nn.Module):
+    """A pre-norm residual block (as a transformer's MLP half)."""
+
+    def __init__(self, W):
+        super().__init__()
+        self.ln = nn.LayerNorm(W)
+        self.mlp = nn.Sequential(nn.Linear(W, 2 * W), nn.GELU(),
+                                 nn.Linear(2 * W, W))
+
+    def forward(self, x):
+        return x + self.mlp(self.ln(x))
+
+
+def resnet(seed=1, W=16):
+    torch.manual_seed(seed)
+    blocks = [Residual(W) for _ in range(3)]
+    model = nn.Sequential(nn.Linear(8, W), *blocks, nn.Linear(W, 3))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    return model, opt, blocks
+
+
+m, o, _ = resnet()
+tr = rt.Trainer(m, o, microbatches=M, steps=3, standalone=True)
+res_ref = (train_with(batch, tr, m), tr.finish())
+
+
+def residual(comm):
+    m, o, blocks = resnet()
+    tr = rt.Trainer(m, o, microbatches=M, steps=3, standalone=True,
+                    shard=comm, shard_units=blocks)  # the rest: whole step
+    return {"losses": train_with(batch, tr, m), "digest": tr.finish()}
+
+
+for K in (2, 4):
+    res = run_ranks(K, residual)
+    ok(all((r.get("losses"), r.get("digest")) == res_ref for r in res),
+       "K=%d: residual blocks gathered one at a time (the first and last "
+       "layers for the whole step) bitwise the unsharded reference (%s)" %
+       (K, res_ref[1][:16] if all("digest" in r for r in res) else res))
+
+
+def reversed_units():
+    m, o, s = build()
+    tr = rt.Trainer(m, o, microbatches=M, steps=S, standalone=True,
+                    shard=True, shard_units=[m[3], m[0]])
+    train_with(batch, tr, m)
+
+
+raises(rt.ProgramError, reversed_units, "shard_units=: units listed in "
+       "another order than the forward calls them are refused",
+       "in the list's order")
+raises(rt.ProgramError, lambda: trainer(shard_units="children"),
+       "shard_units= without shard= is refused", "without shard=")
 
 
 # -- refused ----------------------------------------------------------------

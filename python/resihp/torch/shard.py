@@ -14,9 +14,23 @@ the block only: about 1/K of the replica's. Only elementwise optimizers
 (SGD, Adam, AdamW, ...: no norm over a whole tensor, as LAMB takes) give
 the same update on a block as on the whole tensors.
 
-A step (whole model; per-layer gathering is a later step):
+A step (whole model, or unit by unit with shard_units=):
 - all-gather the blocks (the replica communicator) into a full flat
-  vector, the model's parameters become views of it;
+  vector, the model's parameters become views of it; with units (a list
+  of the model's modules, ZeRO-3/FSDP style) only the parameters of no
+  unit are gathered for the whole step, and a unit's are gathered just
+  before its forward (a forward pre-hook) and freed after it (a forward
+  hook), gathered again just before its backward (a hook on its output's
+  gradient) and freed when the next unit's backward gathers (the hook
+  fires once the later units' backward is done) or the microbatch ends:
+  one unit's parameters are full at a time (Shards.peak counts). The
+  gathers are collectives of the replica, so every rank must gather the
+  same units in the same order: each microbatch calls the units once each
+  in the list's order (forward) and their backward runs in the reverse
+  order, else ProgramError; a rank with fewer of the step's microbatches
+  than another gathers as many times more without computing (Units.pad).
+  The gradient is still accumulated for the whole model (a full flat
+  buffer) and reduce-scattered after the microbatches;
 - the step's microbatches are split over the K ranks (the i-th of the
   list on rank i mod K, reassigned ones too): each computes its
   microbatches' full gradient (into a flat buffer, accumulated in 64-bit
@@ -109,7 +123,7 @@ class ShardModule(nn.Module):
 class Shards:
     """The flat layout, this rank's block and the step's full tensors."""
 
-    def __init__(self, model, optimizer, comm, mode, job):
+    def __init__(self, model, optimizer, comm, mode, job, units=None):
         if mode not in MODES or mode == "bfloat16":
             raise ProgramError(
                 "mode '%s' with shard=: use 'deterministic' or 'float32'" %
@@ -156,8 +170,12 @@ class Shards:
             off += glen
         for g, part in zip(optimizer.param_groups, self.parts):
             g["params"] = [part]  # the optimizer now steps the block
+        self.alive = self.peak = 0  # full parameter elements held (now, max)
+        self.units = None
         self._free()
         self.hooked = False  # the model's .grad hold the full sum (hook)
+        if units is not None:
+            self.units = Units(self, units)
 
     def _views(self, flat):
         """The parameters' shaped views of a flat vector."""
@@ -167,9 +185,45 @@ class Shards:
             off += size
         return out
 
+    def _full_grads(self):
+        """(parameter, its view of the step's gradient) of the parameters
+        full for the whole step (a unit's get theirs when gathered)."""
+        views = self._views(self.flat)
+        if self.units is None:
+            return list(zip(self.params, views))
+        return [(self.params[i], views[i]) for i in self.units.rest]
+
     def share(self, mbs):
         """This rank's microbatches of a list the replica's ranks got."""
-        return [mb for i, mb in enumerate(mbs) if i % self.K == self.k]
+        mine = [mb for i, mb in enumerate(mbs) if i % self.K == self.k]
+        if self.units is not None:  # the most any rank of the replica has
+            self.units.due = -(-len(mbs) // self.K)
+            self.units.done = 0
+        return mine
+
+    def _held(self, delta):
+        self.alive += delta
+        self.peak = max(self.peak, self.alive)
+
+    def _gather_spans(self, spans):
+        """The flat elements of spans ([(a, b)] of [0, n), the same on
+        every rank) from their owners' blocks: one broadcast per owner and
+        span; a tensor on the model's device."""
+        total = sum(b - a for a, b in spans)
+        out = host_buffer(total, torch.float32, self.device)
+        o = 0
+        for a, b in spans:
+            for r in range(self.K):
+                lo, ln = block(self.N, self.K, r)
+                x, y = max(a, lo), min(b, lo + ln)
+                if y <= x:
+                    continue
+                dst = out[o + x - a:o + y - a]
+                if r == self.k:
+                    dst.copy_(self.host[x - self.lo:y - self.lo])
+                self.comm.bcast(r, dst.data_ptr(), (y - x) * 4)
+            o += b - a
+        return out if self.device.type == "cpu" else out.to(self.device)
 
     def _free(self):
         """Drop the full parameters and gradients (between steps)."""
@@ -179,6 +233,9 @@ class Shards:
             p.grad = None
         self.full = self.flat = self.acc = None
         self.gathered = False
+        self.alive = 0
+        if self.units is not None:
+            self.units.reset()
 
     def _gather_host(self, src):
         """The all-gather of a block-shaped host vector: N host floats."""
@@ -199,15 +256,22 @@ class Shards:
         for p, v in zip(self.params, self._views(self.full)):
             p.data = v
         self.gathered = True
+        self._held(self.n - self.alive)
 
     # -- the gradients (the interface of grads.Gradients) -----------------
     overlap = _NoOverlap()
 
     def start(self, check_word=None):
-        self.gather()
+        if self.units is None:
+            self.gather()
+        else:  # the parameters of no unit; the units' in their hooks
+            self._free()
+            if self.device.type != "cpu":
+                self.host.copy_(self.data)
+            self.units.start()
         self.flat = torch.zeros(self.N, dtype=torch.float32,
                                 device=self.device)
-        for p, v in zip(self.params, self._views(self.flat)):
+        for p, v in self._full_grads():
             p.grad = v
         self.acc = (torch.zeros(self.N, dtype=torch.int64, device=self.device)
                     if self.mode == "deterministic" else self.flat)
@@ -216,8 +280,10 @@ class Shards:
             self.acc[self.n + 1], self.acc[self.n + 2] = check_word, 1
 
     def add_microbatch(self, loss_over_m):
+        if self.units is not None:
+            self.units.microbatch_done()
         # a user's zero_grad or optimizer may have detached a gradient
-        for p, v in zip(self.params, self._views(self.flat)):
+        for p, v in self._full_grads():
             if p.grad is None:
                 v.zero_()
             elif p.grad.data_ptr() != v.data_ptr():
@@ -232,6 +298,8 @@ class Shards:
     def exchange(self, job):
         """Reduce-scatter in the replica, all-reduce of the block across
         replicas. None when done, else the reassigned microbatch ids."""
+        if self.units is not None:
+            self.units.pad()
         wdt = torch.int64 if self.mode == "deterministic" else torch.float32
         if self.device.type == "cpu":  # the sums are host memory already
             src = self.acc
@@ -273,6 +341,8 @@ class Shards:
     def full_grads(self):
         """The summed gradient in the model's .grad (for a before_step
         hook): the blocks all-gathered."""
+        if self.units is not None:  # the hook may read the parameters
+            self.gather()
         blk = host_buffer(self.len, torch.float32, self.device)
         blk[:self.plen].copy_(self.grad)
         full = self._gather_host(blk)
@@ -329,6 +399,156 @@ class Shards:
         return out
 
 
+class Units:
+    """Gathering unit by unit (shard_units=): the hooks on the units and
+    the order of their gathers (the same on every rank of the replica)."""
+
+    def __init__(self, sh, units):
+        self.sh = sh
+        units = list(units)
+        if not units:
+            raise ProgramError("shard_units=: an empty list")
+        at, off = {}, 0
+        for i, (p, size) in enumerate(zip(sh.params, sh.sizes)):
+            at[id(p)] = (i, off, off + size)
+            off += size
+        self.members, self.spans, seen = [], [], set()
+        for u in units:
+            if not isinstance(u, nn.Module):
+                raise ProgramError("shard_units=: %r is no nn.Module" % (u,))
+            idx = sorted(at[id(p)][0] for p in u.parameters()
+                         if id(p) in at)
+            if not idx or seen & set(idx):
+                raise ProgramError(
+                    "shard_units=: every unit must hold trained parameters "
+                    "that no other unit holds (%s)" % type(u).__name__)
+            seen |= set(idx)
+            self.members.append(idx)
+            self.spans.append(self._spans([at[id(sh.params[i])][1:]
+                                           for i in idx]))
+        self.rest = [i for i in range(len(sh.params)) if i not in seen]
+        self.rest_spans = self._spans([at[id(sh.params[i])][1:]
+                                       for i in self.rest])
+        self.on = False
+        self.due = self.done = 0
+        for u, unit in enumerate(units):
+            unit.register_forward_pre_hook(
+                lambda mod, inp, u=u: self._forward(u))
+            unit.register_forward_hook(
+                lambda mod, inp, out, u=u: self._forward_done(u, out))
+
+    @staticmethod
+    def _spans(ranges):
+        out = []
+        for a, b in sorted(ranges):
+            if out and out[-1][1] == a:
+                out[-1] = (out[-1][0], b)
+            elif b > a:
+                out.append((a, b))
+        return out
+
+    def reset(self):
+        self.on = False
+        self.live = set()
+        self.fwd = self.bwd = 0  # the next unit expected, forward/backward
+
+    def _set(self, idx, spans, full):
+        sh = self.sh
+        views, o = [], 0
+        for i in idx:
+            views.append(full[o:o + sh.sizes[i]].view(sh.shapes[i]))
+            o += sh.sizes[i]
+        grads = sh._views(sh.flat) if sh.flat is not None else None
+        for i, v in zip(idx, views):
+            sh.params[i].data = v
+            if grads is not None:  # backward accumulates into the step's
+                sh.params[i].grad = grads[i]
+        sh._held(sum(b - a for a, b in spans))
+
+    def _gather(self, u):
+        self._set(self.members[u], self.spans[u],
+                  self.sh._gather_spans(self.spans[u]))
+        self.live.add(u)
+
+    def _drop(self, u):
+        if u in self.live:
+            self.live.discard(u)
+            sh = self.sh
+            empty = torch.empty(0, dtype=torch.float32, device=sh.device)
+            grads = sh._views(sh.flat) if sh.flat is not None else None
+            for i in self.members[u]:
+                p = sh.params[i]
+                if grads is not None and p.grad is not None and \
+                        p.grad.data_ptr() != grads[i].data_ptr():
+                    grads[i].copy_(p.grad)  # backward replaced the view
+                p.grad = None
+                p.data = empty
+            self.sh._held(-sum(b - a for a, b in self.spans[u]))
+
+    def start(self):
+        self.reset()
+        if self.rest_spans:
+            self._set(self.rest, self.rest_spans,
+                      self.sh._gather_spans(self.rest_spans))
+        self.on = True
+
+    def _order(self, what, u, want):
+        if u != want:
+            raise ProgramError(
+                "shard_units=: the %s of unit %d came where unit %d's was "
+                "due: each microbatch must call the units once each in the "
+                "list's order (their backward then runs in reverse), the "
+                "same on every rank" % (what, u, want))
+
+    def _forward(self, u):
+        if not self.on:
+            return
+        self._order("forward", u, self.fwd)
+        self.fwd += 1
+        self._gather(u)
+
+    def _forward_done(self, u, out):
+        if not self.on:
+            return None
+        self._drop(u)
+        t = out[0] if isinstance(out, (tuple, list)) else out
+        if not (torch.is_tensor(t) and t.requires_grad):
+            raise ProgramError(
+                "shard_units=: unit %d's output (or its first element) must "
+                "be a tensor that requires grad (its backward gathers the "
+                "unit again)" % u)
+        t.register_hook(lambda g: self._backward(u))
+        return None
+
+    def _backward(self, u):
+        self._order("backward", u, len(self.members) - 1 - self.bwd)
+        self.bwd += 1
+        for v in list(self.live):  # the unit whose backward is over
+            self._drop(v)
+        self._gather(u)
+
+    def microbatch_done(self):
+        n = len(self.members)
+        if self.fwd != n or self.bwd != n:
+            raise ProgramError(
+                "shard_units=: a microbatch ran %d of %d units' forward and "
+                "%d backward: each must run every unit once" %
+                (self.fwd, n, self.bwd))
+        for v in list(self.live):
+            self._drop(v)
+        self.fwd = self.bwd = 0
+        self.done += 1
+
+    def pad(self):
+        """As many gathers as the ranks with more microbatches make."""
+        n = len(self.members)
+        for _ in range(self.due - self.done):
+            for u in list(range(n)) + list(range(n - 1, -1, -1)):
+                self._gather(u)
+                self._drop(u)
+        self.due = self.done = 0
+
+
 class ShardState(ReplicaState):
     """The replica state of one rank of a sharded replica (its block, its
     optimizer state, its meta), plus what needs the other ranks: the start
@@ -344,8 +564,26 @@ class ShardState(ReplicaState):
                          scheduler, meta_bytes, extra)
 
     def start_word(self):
-        self.shards.gather()  # the word of the full model, as unsharded
-        return int(self.digest_model()[:3], 16)
+        sh = self.shards
+        if sh.units is None:
+            sh.gather()  # the word of the full model, as unsharded
+            return int(self.digest_model()[:3], 16)
+        # layer by layer: one trained parameter full at a time
+        if sh.device.type != "cpu":
+            sh.host.copy_(sh.data)
+        at, off = {}, 0
+        for p, size, shape in zip(sh.params, sh.sizes, sh.shapes):
+            at[id(p)] = (off, off + size, shape)
+            off += size
+        h = hashlib.sha256()
+        for name, t in sorted(sh.model.state_dict(keep_vars=True).items()):
+            if id(t) in at:
+                a, b, shape = at[id(t)]
+                sh._held(b - a)
+                t = sh._gather_spans([(a, b)] if b > a else []).view(shape)
+                sh._held(a - b)
+            _update(h, name, t.detach())
+        return int(h.hexdigest()[:3], 16)
 
     def digest_model(self):
         h = hashlib.sha256()
@@ -374,7 +612,7 @@ class ShardState(ReplicaState):
 
 
 def attach(tr, shard, standalone, workload, job_options, meta_bytes,
-           extra_state):
+           extra_state, units=None):
     """Set up tr (a Trainer) as one rank of a sharded replica: tr.job,
     tr.state, tr.grads, tr.share. shard: True (the job's replica
     communicator; standalone: a replica of one rank) or a resihp.Comm."""
@@ -390,7 +628,10 @@ def attach(tr, shard, standalone, workload, job_options, meta_bytes,
         tr.job = _job.Job(tr.microbatches, tr.steps, **(job_options or {}))
         # a replica of one rank needs no communicator
         comm = tr.job.replica_comm if tr.job.shards > 1 else None
-    shards = Shards(tr.model, tr.optimizer, comm, tr.mode, tr.job)
+    if units == "children":
+        units = [c for c in tr.model.children()
+                 if any(p.requires_grad for p in c.parameters())]
+    shards = Shards(tr.model, tr.optimizer, comm, tr.mode, tr.job, units)
     tr.grads = shards
     tr.state = ShardState(shards, tr.scheduler, meta_bytes, extra_state)
     tr.share = shards.share

@@ -261,6 +261,16 @@ class Trainer:
         deterministic or float32. With standalone=True: a resihp.Comm of
         K processes (one replica without resihp-run, as the tests run
         it), or True for K = 1.
+    shard_units: with shard=, gather the parameters unit by unit instead
+        of the whole model for the step (ZeRO-3/FSDP style: fewer full
+        parameters at once): a list of the model's modules (disjoint, each
+        holding trained parameters) or "children" (the model's top-level
+        children that do). A unit's parameters are gathered before its
+        forward and freed after it, gathered again before its backward and
+        freed after; those of no unit are full for the whole step. Each
+        microbatch must call every unit once, in the list's order, and its
+        output (or first output) must require grad; ProgramError
+        otherwise. The same result, bitwise.
 
     On a failure: if a replica dies or is excluded during a step, the
     survivors compute its microbatches too (the inner loop yields them,
@@ -291,7 +301,7 @@ class Trainer:
                  standalone=False, bucket_mb=25.0, overlap=True,
                  before_step=None, after_step=None, extra_state=None,
                  meta_bytes=1 << 20,
-                 job_options=None, shard=None):
+                 job_options=None, shard=None, shard_units=None):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.microbatches, self.steps = int(microbatches), int(steps)
         if self.microbatches < 1 or self.steps < 1:
@@ -304,12 +314,14 @@ class Trainer:
         self._next = 0
         self._open = None
         self.share = list  # the microbatches of a list this process computes
+        if shard_units is not None and shard in (None, False):
+            raise ProgramError("shard_units= without shard=: give shard=")
         # -- sharded replicas: shard.py sets job, state, grads and share --
         if shard is not None and shard is not False:
             from .shard import attach
             self.overlap = False
             attach(self, shard, standalone, workload, job_options,
-                   meta_bytes, extra_state)
+                   meta_bytes, extra_state, shard_units)
             self._replica = self.job.replica if self.job is not None else 0
             return
         self.state = ReplicaState(model, optimizer, scheduler, meta_bytes,

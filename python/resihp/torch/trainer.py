@@ -288,8 +288,9 @@ class Trainer:
 
     def __new__(cls, *args, stages=None, **kwargs):
         # stages=: a pipeline replica, stage k on rank k (pipeline.py)
-        if stages is not None and kwargs.get("shard") not in (None, False):
-            raise ProgramError("stages= and shard= together are not "
+        if stages is not None and (kwargs.get("shard") not in (None, False)
+                                   or kwargs.get("shard_units") is not None):
+            raise ProgramError("stages= with shard= or shard_units= is not "
                                "supported yet: give one of them")
         if stages is not None and cls is Trainer:
             from .pipeline import PipelineTrainer

@@ -36,6 +36,16 @@ eval "$(cluster env)"
 sinfo -N -o '  %N %T %c CPUs'
 TARGS="--steps $STEPS --microbatches 12 --mb-ms $MB_MS --print-every 10"
 cd "$LAB" || exit 1
+# wait_idle N: until N nodes are idle again after the last job (at most 10 s)
+wait_idle() {
+  local i
+  for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge "$1" ] && break; sleep 0.2; done
+}
+# verdict WHAT GOT WANT WANT-SAID: GOT is bitwise WANT, or a MISMATCH line
+verdict() {
+  if [ -n "$3" ] && [ "$2" = "$3" ]; then echo "$1: $2 = $4 (bitwise identical)"
+  else echo "MISMATCH: $1: '$2', $4 '$3'"; fi
+}
 
 step "failure-free reference: 3 replicas, 12 microbatches per step, $STEPS steps"
 salloc -Q --no-kill -N5 "$B/tools/resihp-run" --quiet --replicas 3 --spares 2 -- \
@@ -53,11 +63,7 @@ salloc -Q --no-kill -N5 "$B/tools/resihp-run" --replicas 3 --spares 2 \
   grep -v -e '^resihp\[.*warn allreduce' -e '^srun: ' | tee "$LAB/ft.out"
 got=$(awk '/final result:/ {print $3}' "$LAB/ft.out")
 step "verdict"
-if [ -n "$ref" ] && [ "$got" = "$ref" ]; then
-  echo "final parameters with 3 failures: $got = failure-free $ref (bitwise identical)"
-else
-  echo "MISMATCH: with failures '$got', failure-free '$ref'"
-fi
+verdict "final parameters with 3 failures" "$got" "$ref" "failure-free $ref"
 for n in $(sinfo -h -N -o '%N' | sort -u); do
   f=$LAB/run/slurmd-$n.pid
   if [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; then :; else
@@ -77,16 +83,12 @@ pref=$("$P" --reference --stages 2 $PARGS --quiet | awk '/^final result:/ {print
 echo "   one process training the 2 stages alone (--reference): $pref"
 pinject="kill-rank:0.1@$k1,kill-rank:1.0@$k3"
 echo "   --inject $pinject (stage 1 of replica 0, then stage 0 of replica 1)"
-for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 6 ] && break; sleep 0.2; done
+wait_idle 6
 salloc -Q --no-kill -N6 "$B/tools/resihp-run" --mpi pmix --replicas 2 --nodes-per-replica 2 \
   --ranks-per-replica 2 --spares 1 --inject "$pinject" -- "$P" $PARGS 2>&1 |
   grep -v -e '^resihp\[.*warn allreduce' -e '^srun: ' | tee "$LAB/pipe.out"
 pgot=$(awk '/final result:/ {print $3}' "$LAB/pipe.out")
-if [ -n "$pref" ] && [ "$pgot" = "$pref" ]; then
-  echo "every stage's parameters with 2 failures: $pgot = --reference (bitwise identical)"
-else
-  echo "MISMATCH: sharded run '$pgot', --reference '$pref'"
-fi
+verdict "every stage's parameters with 2 failures" "$pgot" "$pref" --reference
 
 # Fail-slow: not a failure, a replica that turns slow. Variable-length
 # data; the coordinator's detector sees replica 2 at 2.5x from its
@@ -101,18 +103,14 @@ FARGS="--steps $FSTEPS --microbatches 12 --mb-ms $MB_MS --data longtail --print-
 step "fail-slow: 3 replicas on variable-length data, replica 2 made 2.5x slower at step $fk"
 fref=$("$B/contrib/trainer/resihp-trainer" --reference $FARGS | awk '/final checksum/ {print $NF}')
 echo "   one process over the same microbatches (--reference): $fref"
-for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 4 ] && break; sleep 0.2; done
+wait_idle 4
 salloc -Q --no-kill -N4 "$B/tools/resihp-run" --replicas 3 --spares 1 --progress 2 --swap-cost 0.2 \
   --inject "slow-rank:2@${fk}x2.5" -- "$B/contrib/trainer/resihp-trainer" $FARGS 2>&1 |
   grep -v -e '^resihp\[.*warn allreduce' -e '^srun: ' -e '^\[replica' | tee "$LAB/slow.out"
 fgot=$(awk '/final result:/ {print $3}' "$LAB/slow.out")
 what="kept with fewer microbatches"
 grep -q "swapped for a spare at step" "$LAB/slow.out" && what="swapped for a spare"
-if [ -n "$fref" ] && [ "$fgot" = "$fref" ]; then
-  echo "parameters with a slow replica ($what): $fgot = --reference (bitwise identical)"
-else
-  echo "MISMATCH: fail-slow run '$fgot', --reference '$fref'"
-fi
+verdict "parameters with a slow replica ($what)" "$fgot" "$fref" --reference
 
 # PyTorch: a small GPT (contrib/torch-gpt, byte-level, Debian's licence
 # texts) on resihp.torch's Trainer, deterministic mode: a rank is killed and
@@ -125,33 +123,25 @@ if "$PY" -c 'import torch' 2>/dev/null; then
   step "PyTorch: GPT example, 3 replicas + 2 spares, --inject kill-rank:1@4,hang-rank:0@9"
   tref=$("$PY" "$src/contrib/torch-gpt/train_gpt.py" $GARGS --standalone | awk '/^digest/ {print $2}')
   echo "   one process over the same microbatches (--standalone): $tref"
-  for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 5 ] && break; sleep 0.2; done
+  wait_idle 5
   salloc -Q --no-kill -N5 "$B/tools/resihp-run" --replicas 3 --spares 2 --wait-for-replacements \
     --inject kill-rank:1@4,hang-rank:0@9 -- "$PY" "$src/contrib/torch-gpt/train_gpt.py" $GARGS 2>&1 |
     grep -v -e '^resihp\[' -e '^srun: ' -e '^slurmstepd' | tee "$LAB/torch.out"
   tgot=$(awk '/final result:/ {print $3}' "$LAB/torch.out")
-  if [ -n "$tref" ] && [ "$tgot" = "$tref" ]; then
-    echo "GPT state (model + optimizer) with 2 failures: $tgot = --standalone (bitwise identical)"
-  else
-    echo "MISMATCH: PyTorch run '$tgot', --standalone '$tref'"
-  fi
+  verdict "GPT state (model + optimizer) with 2 failures" "$tgot" "$tref" --standalone
   # Pipelined replicas: the same GPT in 2 stages (embedding + first block,
   # last block + head), stage k on rank k of each replica, a stage-1 rank
   # killed; the replacement's ranks catch up their stages.
   step "PyTorch: GPT in 2 pipeline stages per replica, 3 replicas + 2 spares, --inject kill-rank:1@4"
   sref=$("$PY" "$src/contrib/torch-gpt/train_gpt.py" $GARGS --stages 2 --standalone | awk '/^digest/ {print $2}')
   echo "   one process running both stages (--standalone --stages 2): $sref"
-  for i in $(seq 50); do [ "$(sinfo -h -N -t idle -o '%N' | sort -u | wc -l)" -ge 5 ] && break; sleep 0.2; done
+  wait_idle 5
   salloc -Q --no-kill -N5 --ntasks-per-node=2 "$B/tools/resihp-run" --replicas 3 --spares 2 \
     --ranks-per-replica 2 --wait-for-replacements --inject kill-rank:1@4 -- \
     "$PY" "$src/contrib/torch-gpt/train_gpt.py" $GARGS --stages 2 2>&1 |
     grep -v -e '^resihp\[' -e '^srun: ' -e '^slurmstepd' | tee "$LAB/torch-stages.out"
   sgot=$(awk '/final result:/ {print $3}' "$LAB/torch-stages.out")
-  if [ -n "$sref" ] && [ "$sgot" = "$sref" ]; then
-    echo "GPT stages' state with a failure: $sgot = --standalone --stages 2 (bitwise identical)"
-  else
-    echo "MISMATCH: pipelined PyTorch run '$sgot', --standalone --stages 2 '$sref'"
-  fi
+  verdict "GPT stages' state with a failure" "$sgot" "$sref" "--standalone --stages 2"
 else
   tref=skipped tgot=skipped sref=skipped sgot=skipped
   echo "PyTorch section skipped: $PY cannot import torch (apt-get install python3-torch)"

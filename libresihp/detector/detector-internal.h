@@ -89,7 +89,7 @@ struct resihp__rank {
   double cusum;         /* upper CUSUM of y over iterations */
   double down;          /* while SLOW: CUSUM towards recovery */
   unsigned run;      /* consecutive judged iterations with y above allowance */
-  int64_t run_ms;    /* when the run began (CLOCK_MONOTONIC ms; confirm_ms) */
+  int64_t run_us;    /* when the run began (CLOCK_MONOTONIC us; confirm_ms) */
   double factor_log; /* while SLOW: smoothed log slowdown */
   int vs_peers;      /* the slowdown is relative to healthy peers */
   double reported;   /* factor in the last event */

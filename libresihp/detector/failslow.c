@@ -349,7 +349,7 @@ static void ok_step(resihp_detector_t *d, int rank, uint64_t iter, double gate,
     r->cusum = 2 * d->h; /* a deferred excess does not build up credit */
   if (y > k) {
     if (!r->run++)
-      r->run_ms = now;
+      r->run_us = now;
     ring_push(r, r->y);
   } else {
     r->run = 0;
@@ -374,7 +374,7 @@ static void ok_step(resihp_detector_t *d, int rank, uint64_t iter, double gate,
   }
   r->fs = r->cusum >= 0.5 * d->h ? RESIHP__FS_SUSPECT : RESIHP__FS_OK;
   if (r->cusum < d->h || r->run < d->cfg.confirm_iters ||
-      now - r->run_ms < (int64_t)d->confirm_ms)
+      now - r->run_us < (int64_t)d->confirm_ms * 1000)
     return;
   if (gate < d->s_min) {
     resihp_log(RESIHP_LOG_DEBUG, "detector",
@@ -421,7 +421,8 @@ void resihp__failslow_close(resihp_detector_t *d) {
   if (d->confirm_ms) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    /* microseconds: a stamp truncated to ms would confirm up to 1 ms early */
+    now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
   }
   /* Each rank's speed on its stage's reference workload. */
   for (int q = 0; q < nr; q++) {

@@ -16,7 +16,10 @@
  * microbatch and its memory from its parameters; --partition a,b,... sets
  * them instead; --partition-of R=a:b:... gives replica R its own (the
  * layer-keyed groups of resihp_job(3) let replicas differ: the result is
- * the same). Stage k is rank k of a replica (resihp_job_shard).
+ * the same; its state is then declared unit by unit,
+ * resihp_job_set_layer_state, so that a replacement of replica R catches
+ * up unit by unit from the stages of the others). Stage k is rank k of a
+ * replica (resihp_job_shard).
  *
  * Schedule. GPipe: a stage runs the forward pass of all its microbatches
  * (receiving each input from stage k-1 and sending its output to k+1 over
@@ -712,7 +715,16 @@ static int run_job(const cfg_t *c) {
     goto out;
   }
   resihp_job_buf_t bufs[2 * MAX_UNITS];
-  if ((rc = resihp_job_set_state_list(job, bufs, stage_state(&st, bufs)))) {
+  int nb = stage_state(&st, bufs);
+  /* with --partition-of, the state by unit: a replacement of a replica
+   * whose partition no other holds catches up unit by unit from the ranks
+   * of other partitions (resihp_job(3)); the same buffers in the same
+   * order either way */
+  resihp_job_layer_state_t ls[MAX_UNITS];
+  for (int j = 0; j < lcount; j++)
+    ls[j] = (resihp_job_layer_state_t){bufs + 2 * j, 2};
+  if ((rc = c->npof ? resihp_job_set_layer_state(job, ls, lcount, NULL, 0)
+                    : resihp_job_set_state_list(job, bufs, nb))) {
     fprintf(stderr, "%scannot register the state: %s\n", who,
             resihp_strerror(rc));
     goto out;

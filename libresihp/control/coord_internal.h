@@ -121,6 +121,9 @@ typedef struct {
    * the same partition, or the job's when it declared no layers */
   char shape[20];
   int shape_open;
+  /* its process declared its state by layer (BEGIN lst=1,
+   * resihp_job_set_layer_state): it can catch up, and serve, by layer */
+  int lstate;
 } rep_t;
 
 /* One distinct partition of the layers: its cut points' text ("" for one
@@ -352,6 +355,10 @@ struct resihp__coord {
    * (coord_layers.c: one that holds the joiner's partition of the
    * layers) */
   int *start_src;
+  /* joiner ji catches up by layer (start_lay[ji]: no member holds its
+   * partition, it and start_src's members hold their state by layer):
+   * coord_schedule.c names the pieces of each member rank in serve= */
+  int *start_lay;
   /* assignment by cost (coord_perf.c, costplan.c): the plan the last
    * START's owners were computed with (cplan_have: they were; a free run
    * then ships it, run=1 cby=...), and the owners the replicas reported
@@ -424,7 +431,7 @@ int resihp__coord_set_layers(resihp__coord_t *c, int r, const char *lay);
  * BEGIN: 0 (the first to hold a partition sets its shape), or
  * RESIHP_EINVAL with the expected one in *want. */
 int resihp__coord_check_shape(resihp__coord_t *c, int r, const char **want);
-/* A snapshot's "y" line after "y r lay=": "L[:cuts][ shape=D]", as
+/* A snapshot's "y" line after "y r lay=": "L[:cuts][ lst=1][ shape=D]", as
  * resihp__coord_put_layers wrote it. 0, RESIHP_EPROTO, RESIHP_ENOMEM... */
 int resihp__coord_restore_layers(resihp__coord_t *c, int r, const char *s);
 /* " lay=L:cuts" of replica r (WELCOME, snapshot): 1 if it has one. */
@@ -441,6 +448,13 @@ void resihp__coord_layers_free(resihp__coord_t *c);
  * (ji + k)-th of those that hold its partition (all of them when the
  * partitions are the same or not said). 0 or RESIHP_ENOMEM. */
 int resihp__coord_serve_sources(resihp__coord_t *c);
+/* START's serve= entries of member r for joiner ji's rank k by layer
+ * (start_lay): "q.k:A-B@ep" for each run of the joiner rank's layers that
+ * a rank of r holds, then "q.k:r@ep" (rank k's own state). *first: no
+ * entry written yet (" serve=" comes first). */
+void resihp__coord_put_layer_serve(const resihp__coord_t *c, int ji, int k,
+                                   const char *ep, int *first,
+                                   resihp__wire_buf_t *b);
 /* coord_pace.c: lines owed to members at a boundary. Forget what is
  * owed; owe member r line what (OWE_*); send a round's worth (1 if some
  * remain); send member r what it is owed now (before any other line). */

@@ -552,6 +552,7 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->start_off);
   free(c->start_joiners);
   free(c->start_src);
+  free(c->start_lay);
   free(c->start_ms);
   resihp__coord_perf_free(c);
   resihp__coord_layers_free(c);

@@ -572,6 +572,9 @@ static int again_begin(resihp__coord_t *c, int r, const char *msg) {
 static int begin_layers(resihp__coord_t *c, int k, int r, const char *msg) {
   char lay[RESIHP__COORD_LAY_MAX];
   int rc = resihp__wire_get(msg, "lay", lay, sizeof(lay));
+  long lst = 0;
+  c->reps[r].lstate = !rc && !resihp__wire_get_long(msg, "lst", &lst) &&
+                      lst == 1; /* (anything else: an opaque state) */
   if (rc == RESIHP_ENOENT)
     return 0;
   if (!rc && (rc = resihp__coord_set_layers(c, r, lay)) == 0)

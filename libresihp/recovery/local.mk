@@ -37,6 +37,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/recovery/layer_groups.h \
 	libresihp/recovery/layer_groups.c \
 	libresihp/recovery/job_layers.c \
+	libresihp/recovery/job_layer_state.c \
 	libresihp/recovery/job_groups.c \
 	libresihp/recovery/job_exchange.c \
 	libresihp/recovery/job_catchup.c \
@@ -135,6 +136,15 @@ tests_fuzz_fuzz_lparts_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_lparts
 EXTRA_DIST += tests/fuzz/corpus-lparts/one tests/fuzz/corpus-lparts/three \
 	tests/fuzz/corpus-lparts/twice tests/fuzz/corpus-lparts/stranger
+# and of a catch-up's pieces (serve= entries, offers: job_layer_state.c).
+check_PROGRAMS += tests/fuzz/fuzz_serve_entry
+tests_fuzz_fuzz_serve_entry_SOURCES = tests/fuzz/fuzz_serve_entry.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_serve_entry_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_serve_entry
+EXTRA_DIST += tests/fuzz/corpus-serve-entry/layers \
+	tests/fuzz/corpus-serve-entry/rank tests/fuzz/corpus-serve-entry/whole \
+	tests/fuzz/corpus-serve-entry/offer
 # and of RESIHP_FAILOVER_MS (job_link.c).
 check_PROGRAMS += tests/fuzz/fuzz_failover_ms
 tests_fuzz_fuzz_failover_ms_SOURCES = tests/fuzz/fuzz_failover_ms.c \

@@ -86,17 +86,26 @@
  * tells the coordinator its own with every BEGIN, every new epoch's GO
  * lists the members' distinct ones, and a rank holding several runs joins
  * one group per run (several groups over its one listening socket); a
- * failure in any of them is recovered in all of them, as one step. (In
- * this release a replacement catches up from members that hold its
- * partition: catch-up from whichever healthy rank holds a layer is the
- * next step of issue 32.)
+ * failure in any of them is recovered in all of them, as one step.
+ *   Catch-up by layer. With an opaque state list (below) a replacement
+ * catches up from members that hold its partition: rank k's bytes mean
+ * nothing to a rank holding other layers. When the program says which
+ * state belongs to which layer (resihp_job_set_layer_state: each layer's
+ * parameters and optimizer moments, and the rank's own non-layer state
+ * such as RNG streams), a replacement whose partition no member holds
+ * catches up layer by layer: rank k receives each run of its layers from
+ * the member rank that holds it (of one healthy member, spread over the
+ * members as the shards are), and its non-layer state from rank k of that
+ * member, the transfers in parallel from their sources. A member holding
+ * its partition is still preferred (one transfer per rank, as before).
  *
  * State. The state a replacement copies is a list of buffers (parameters,
  * optimizer moments, RNG state...): resihp_job_opts_t.state at join (its
  * sizes are compared with the same shard of the replicas holding the
  * same partition of the layers, of every replica when none declared
  * layers: a mismatch is refused at the first step) or
- * resihp_job_set_state_list() before the first step.
+ * resihp_job_set_state_list() before the first step, or, with layers,
+ * resihp_job_set_layer_state() (the state by layer, see above).
  *
  * Fault injection (RESIHP_INJECT, see resihp-run(1)) is executed here:
  * begin_step fires the injection planned for this replica at this step
@@ -270,6 +279,33 @@ int resihp_job_set_layers(resihp_job_t *job, int nlayers, const size_t *elems,
 /* The layers this rank holds now: [*first, *first + *count). RESIHP_ENOENT
  * when none were declared. */
 int resihp_job_layers(const resihp_job_t *job, int *first, int *count);
+
+/* The state of one layer: its buffers (parameters, optimizer moments...),
+ * the same number and sizes in every replica that holds the layer. */
+typedef struct {
+  const resihp_job_buf_t *bufs;
+  int nbufs;
+} resihp_job_layer_state_t;
+/* Declare this rank's state by layer (catch-up by layer, see Layers
+ * above), instead of resihp_job_set_state_list: layers[i] is the state of
+ * layer first + i of resihp_job_layers (nlayers = its count), rank the
+ * rank's own state that belongs to no layer (nrank buffers; NULL/0: none;
+ * a replacement's rank k receives it from rank k of a member, so it must
+ * have the same sizes there). After resihp_job_set_layers and before the
+ * first begin_step; every rank of the replica calls it (they check with
+ * each other over the replica communicator). The lists are copied, the
+ * buffers stay the caller's (valid until resihp_job_destroy). The state a
+ * member serves, saves and checks is then the layers' buffers in layer
+ * order followed by the rank's, so a replacement of the same partition
+ * receives it as one transfer as before. At most 4096 buffers in all. 0;
+ * RESIHP_EINVAL (bad arguments, no layers declared, a rank of the replica
+ * did not declare its state by layer: all of them get it, or sizes other
+ * than those given at join); RESIHP_ESTATE after the first step;
+ * RESIHP_EPEER when a rank of the replica failed. */
+int resihp_job_set_layer_state(resihp_job_t *job,
+                               const resihp_job_layer_state_t *layers,
+                               int nlayers, const resihp_job_buf_t *rank,
+                               int nrank);
 
 int resihp_job_replica(const resihp_job_t *job);
 /* This rank's shard index k (0..K-1) and K, the ranks of its replica. */

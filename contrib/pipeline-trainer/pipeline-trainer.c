@@ -87,6 +87,7 @@ typedef struct {
   int part[MAX_UNITS], npart; /* --partition */
   /* --partition-of R=c1:c2:...: replica pof_r's own (-1: none) */
   int pof[MAX_UNITS], npof, pof_r;
+  int move_layers; /* --move-layers: the coordinator may repartition */
 } cfg_t;
 
 /* A rank's result (resihp_job_finish: at most 200 characters): with
@@ -431,7 +432,7 @@ static uint64_t units_fnv(uint64_t h, const unit_t *units, int u0, int u1) {
  * replica's result "r0/r1/..." is the same whatever its partition. */
 static void stage_result(const cfg_t *c, const unit_t *units, int u0, int u1,
                          char *out, size_t cap) {
-  if (!c->npof) {
+  if (!c->npof && !c->move_layers) {
     snprintf(out, cap, "%016llx",
              (unsigned long long)units_fnv(TRAINER_FNV_INIT, units, u0, u1));
     return;
@@ -654,6 +655,56 @@ static int run_reference(const cfg_t *c) {
   return 0;
 }
 
+/* The coordinator moved units between this replica's stages at this step
+ * boundary (st.layers_moved, --move-layers): each unit that changes hands
+ * goes from its old stage to its new one over the replica communicator,
+ * parameters and momentum (the units in order on every stage: each
+ * transfer is one send matched by one receive, so no cycle of waits),
+ * then the stage holds its new units and the job commits the new state
+ * list on every stage, or on none (resihp_job_commit_layers). The units'
+ * arithmetic does not depend on which stage holds them: bitwise the same
+ * run. 0, or the error: leave (the replica fails as a whole). */
+static int move_units(stage_t *st, unit_t *units, int *layers, int K,
+                      const char *who) {
+  const cfg_t *c = st->c;
+  int now[MAX_UNITS], was[MAX_UNITS], is[MAX_UNITS], k = st->k, NU = nunits(c);
+  int rc = resihp_job_partition(st->job, now, K);
+  resihp_comm_t *pp = resihp_job_replica_comm(st->job);
+  if (rc)
+    return rc;
+  for (int s = 0, j = 0, i = 0; s < K; s++) {
+    for (int n = 0; n < layers[s]; n++)
+      was[j++] = s;
+    for (int n = 0; n < now[s]; n++)
+      is[i++] = s;
+  }
+  for (int j = 0; j < NU && !rc; j++) {
+    if (was[j] == is[j])
+      continue;
+    if (was[j] == k)
+      rc = resihp_send(pp, is[j], units[j].p, 2 * units[j].n * sizeof(float));
+    else if (is[j] == k) {
+      init_unit(c, &units[j], j);
+      rc = resihp_recv(pp, was[j], units[j].p, 2 * units[j].n * sizeof(float));
+    }
+  }
+  if (rc)
+    return rc;
+  for (int j = st->u0; j < st->u1; j++)
+    if (is[j] != k)
+      free_unit(&units[j]);
+  int u0, u1;
+  stage_range(now, k, &u0, &u1);
+  stage_free(st);
+  stage_init(st, c, units, k, K, u0, u1, st->job);
+  memcpy(layers, now, sizeof(int) * (size_t)K);
+  resihp_job_buf_t bufs[2 * MAX_UNITS];
+  rc = resihp_job_commit_layers(st->job, bufs, stage_state(st, bufs), 0);
+  if (!rc && !c->quiet)
+    print_partition(c, who, K, layers, "the coordinator (units moved)");
+  return rc;
+}
+
 /* The gradient exchange of a step in the job. */
 static int job_exchange(stage_t *st) {
   if (st->c->use_float)
@@ -711,6 +762,11 @@ static int run_job(const cfg_t *c) {
     rc = rc ? rc : -1;
     goto out;
   }
+  if (c->move_layers && (rc = resihp_job_set_layers_movable(job))) {
+    fprintf(stderr, "%scannot offer to move layers: %s\n", who,
+            resihp_strerror(rc));
+    goto out;
+  }
   resihp_job_buf_t bufs[2 * MAX_UNITS];
   if ((rc = resihp_job_set_state_list(job, bufs, stage_state(&st, bufs)))) {
     fprintf(stderr, "%scannot register the state: %s\n", who,
@@ -736,6 +792,11 @@ static int run_job(const cfg_t *c) {
              ss.catchup_seconds > 0
                  ? (double)ss.catchup_bytes / 1e6 / ss.catchup_seconds
                  : 0.0);
+    if (ss.layers_moved && (rc = move_units(&st, units, layers, K, who))) {
+      fprintf(stderr, "%sstep %ld: moving the units failed: %s; leaving\n",
+              who, ss.step, resihp_strerror(rc));
+      goto out;
+    }
     stage_zero(&st);
     const char *what = "the pipeline";
     t = trainer_now_s();
@@ -981,7 +1042,7 @@ static void usage(FILE *f) {
       "       [--batch B] [--vocab V] [--embed D] [--hidden H] [--layers L]\n"
       "       [--classes C] [--lr X] [--momentum X] [--seed S] [--mb-ms MS]\n"
       "       [--stages K] [--partition N,N..] [--partition-of R=N:N..]\n"
-      "       [--float] [--print-every N]\n"
+      "       [--float] [--print-every N] [--move-layers]\n"
       "       [--data fixed|longtail|packed] [--tokens N] [--quiet]\n"
       "       [--reference | --plain DIR]\n"
       "Run under resihp-run --ranks-per-replica K (rank k trains pipeline\n"
@@ -989,7 +1050,10 @@ static void usage(FILE *f) {
       "in one plain srun step of R*K tasks without fault tolerance. The\n"
       "model has L+2 units (embedding, L hidden layers, classifier).\n"
       "--partition-of R=N:N.. gives replica R its own partition under\n"
-      "resihp-run (the others --partition's or the planner's).\n");
+      "resihp-run (the others --partition's or the planner's).\n"
+      "--move-layers lets the coordinator move units between the stages of\n"
+      "a replica whose stage is slow, and back (results: each unit's\n"
+      "checksum, as with --partition-of).\n");
 }
 
 int main(int argc, char **argv) {
@@ -1027,9 +1091,10 @@ int main(int argc, char **argv) {
       {"steps", 1, 0, 's'}, {"lr", 1, 0, 'l'},        {"momentum", 1, 0, 'u'},
       {"seed", 1, 0, 'S'},  {"partition", 1, 0, 'P'}, {"float", 0, 0, 'f'},
       {"quiet", 0, 0, 'q'}, {"reference", 0, 0, 'r'}, {"plain", 1, 0, 'x'},
-      {"help", 0, 0, 'h'},  {"data", 1, 0, 'T'}, {"partition-of", 1, 0, 'O'}};
+      {"help", 0, 0, 'h'},  {"data", 1, 0, 'T'}, {"partition-of", 1, 0, 'O'},
+      {"move-layers", 0, 0, 'm'}};
   for (int i = 0; i < NI; i++)
-    lo[12 + i] = (struct option){iopt[i].name, 1, 0, 256 + i};
+    lo[13 + i] = (struct option){iopt[i].name, 1, 0, 256 + i};
   int o;
   while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     if (o >= 256 && o < 256 + NI) {
@@ -1061,6 +1126,9 @@ int main(int argc, char **argv) {
       break;
     case 'q':
       c.quiet = 1;
+      break;
+    case 'm':
+      c.move_layers = 1;
       break;
     case 'r':
       c.reference = 1;
@@ -1095,10 +1163,10 @@ int main(int argc, char **argv) {
                     "--classes\n");
     return 2;
   }
-  if (c.npof && nunits(&c) > RESULT_UNITS) {
+  if ((c.npof || c.move_layers) && nunits(&c) > RESULT_UNITS) {
     fprintf(stderr,
-            "resihp-pipeline-trainer: --partition-of reports each unit's "
-            "checksum: at most %d units (--layers %d)\n",
+            "resihp-pipeline-trainer: --partition-of and --move-layers report "
+            "each unit's checksum: at most %d units (--layers %d)\n",
             RESULT_UNITS, RESULT_UNITS - 2);
     return 2;
   }

@@ -154,6 +154,7 @@ void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   resihp__wire_buf_printf(b, " lay=%d", c->nlayers);
   if (c->K == 1 || !c->nlparts)
     return; /* one rank holds every layer: nothing to tell apart */
+  resihp__coord_put_moved(c, b); /* (coord_repart.c) */
   /* members by partition (counting sort: O(members + distinct)); those
    * that declared none are counted with the default */
   int D = c->nlparts, n = c->nmembers;

@@ -228,6 +228,10 @@ typedef struct {
    * spare_free says whether the launcher has a spare now (NULL: never). */
   double swap_cost_s;
   int (*spare_free)(void *ud);
+  /* Move layers off a slow rank of a replica whose program can
+   * (coord_repart.c) when that saves more than repart_cost_s over the
+   * steps left (0: two recent steps; < 0: never). */
+  double repart_cost_s;
   /* A slowdown must also have lasted this long (ms of wall time) before a
    * replica is slow (resihp_detector_set_confirm_ms): ranks that share
    * CPUs are slowed in turn for a few steps each, which is no slow device.

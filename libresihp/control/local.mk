@@ -125,6 +125,11 @@ tests_unit_test_coord_cost_SOURCES = tests/unit/test_coord_cost.c
 tests_unit_test_coord_cost_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_coord_cost_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_coord_cost
+check_PROGRAMS += tests/unit/test_repart
+tests_unit_test_repart_SOURCES = tests/unit/test_repart.c
+tests_unit_test_repart_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_repart_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_repart
 
 # The standby's early takeover on the replicas' word (vouch.h): its unit
 # test and the fuzz target of a vouch and of the record it is counted

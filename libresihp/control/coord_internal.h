@@ -305,6 +305,9 @@ struct resihp__coord {
   double *rank_scale;
   int moved_r;
   long repartitions;
+  /* a move asked for by resihp__coord_repart_force: 1 + replica, 0: none */
+  int force_r;
+  int force_counts[RESIHP__COORD_MAX_SHARDS];
   /* the step whose PERF lines are being counted, and how many came: once
    * every member rank's are in, the step is judged (coord_perf.c) */
   long perf_step;

@@ -234,71 +234,114 @@ static int plan_for(resihp__coord_t *c, int r, int *cur, int *home, int *out,
                                c->S - c->step, cost, out, ratio, gain) == 1;
 }
 
-void resihp__coord_repart_boundary(resihp__coord_t *c) {
-  c->moved_r = -1;
-  if (c->K < 2 || !c->nlayers || !c->rank_slow || c->stop)
+/* Give replica r the partition out (counts; cur its present one, home
+ * its declared one) from the next epoch: 0, or -1 when it cannot be
+ * held (no room for another partition). */
+static int apply(resihp__coord_t *c, int r, const int *cur, const int *home,
+                 const int *out, double ratio, double gain,
+                 const char *why_text) {
+  int K = c->K;
+  resihp__partition_t np;
+  char lay[RESIHP__COORD_LAY_MAX + 16], cuts[RESIHP__COORD_LAY_MAX];
+  if (resihp__partition_from_counts(out, K, c->nlayers, &np))
+    return -1;
+  int rc = resihp__partition_format(&np, cuts, sizeof(cuts));
+  resihp__partition_free(&np);
+  snprintf(lay, sizeof(lay), "%d%s%s", c->nlayers, cuts[0] ? ":" : "", cuts);
+  int same = 1; /* every member held one partition so far */
+  for (int i = 0; i < c->nmembers && same; i++)
+    same = c->reps[c->members[i]].lpart == c->reps[r].lpart;
+  if (rc || resihp__coord_set_layers(c, r, lay))
+    return -1;
+  /* while the members' partitions differ, each rank keeps the other
+   * ranks' columns of the member list, which a change of the list alone
+   * does not carry (recovery/job_step.c): the first epoch in which they
+   * differ sends every member the whole list, once */
+  for (int i = 0; i < c->nmembers && same; i++)
+    c->reps[c->members[i]].list_epoch = 0;
+  rep_t *p = &c->reps[r];
+  int back = !memcmp(out, home, sizeof(int) * (size_t)K);
+  p->moved = !back;
+  p->moved_at = c->step;
+  p->nmoves++;
+  c->repartitions++;
+  c->moved_r = r;
+  c->changed = 1; /* a new epoch, the same members */
+  set_scale(c, r, home, out);
+  /* its multiplier: the step it is predicted to run at now over the
+   * healthy one at home (back home: its slowest rank's factor) */
+  double fmax = 1;
+  for (int k = 0; k < K; k++)
+    if (c->rank_slow && c->rank_slow[r * K + k] > fmax)
+      fmax = c->rank_slow[r * K + k];
+  p->slow = resihp__coord_repart_factor(c, r, fmax);
+  char from[RESIHP__COORD_LAY_MAX], to[RESIHP__COORD_LAY_MAX];
+  size_t a = 0, b = 0;
+  for (int k = 0; k < K; k++) {
+    a += (size_t)snprintf(from + a, sizeof(from) - a, "%s%d", k ? "," : "",
+                          cur[k]);
+    b += (size_t)snprintf(to + b, sizeof(to) - b, "%s%d", k ? "," : "",
+                          out[k]);
+    if (a >= sizeof(from) || b >= sizeof(to))
+      break;
+  }
+  logc(RESIHP_LOG_WARN,
+       "replica %d: layers repartitioned %s -> %s at step %ld (%s): "
+       "predicted step x%.2f, %.3g s saved over the %ld steps left",
+       r, from, to, c->step,
+       why_text ? why_text
+       : back   ? "its ranks are healthy again"
+                : "a rank is slow",
+       ratio, gain, c->S - c->step);
+  char why[2 * RESIHP__COORD_LAY_MAX + 64];
+  snprintf(why, sizeof(why), "%s->%s predicted-step=x%.2f saved=%.3gs", from,
+           to, ratio, gain);
+  resihp__record_event(c->o.record, "repartition", c->step, r, c->epoch + 1,
+                       why_text ? "asked" : back ? "back" : "slow", why, gain);
+  resihp__coord_dirty(c);
+  return 0;
+}
+
+void resihp__coord_repart_force(resihp__coord_t *c, int r, const int *counts) {
+  if (r < 0 || r >= c->R || c->K > RESIHP__COORD_MAX_SHARDS)
     return;
+  c->force_r = r + 1;
+  memcpy(c->force_counts, counts, sizeof(int) * (size_t)c->K);
+}
+
+/* No replica expected, joining or catching up: one change at a time. */
+static int quiet(const resihp__coord_t *c) {
   for (int r = 0; r < c->R; r++) {
     const rep_t *p = &c->reps[r];
     if (p->expected || p->state == R_JOINING ||
         (p->state == R_MEMBER && p->catching))
-      return; /* one change at a time */
+      return 0;
   }
+  return 1;
+}
+
+void resihp__coord_repart_boundary(resihp__coord_t *c) {
+  c->moved_r = -1;
+  if (c->K < 2 || !c->nlayers || c->stop || !quiet(c))
+    return;
+  int cur[RESIHP__COORD_MAX_SHARDS], home[RESIHP__COORD_MAX_SHARDS],
+      out[RESIHP__COORD_MAX_SHARDS];
+  double ratio, gain;
+  if (c->force_r) { /* (tests: resihp__coord_repart_force) */
+    int r = c->force_r - 1;
+    c->force_r = 0;
+    if (resihp__coord_is_member(c, r) && c->reps[r].lmove &&
+        !both_counts(c, r, cur, home))
+      apply(c, r, cur, home, c->force_counts, 1, 0, "asked for");
+    return;
+  }
+  if (!c->rank_slow)
+    return;
   for (int i = 0; i < c->nmembers; i++) {
-    int r = c->members[i], K = c->K;
-    int cur[RESIHP__COORD_MAX_SHARDS], home[RESIHP__COORD_MAX_SHARDS],
-        out[RESIHP__COORD_MAX_SHARDS];
-    double ratio, gain;
-    if (!plan_for(c, r, cur, home, out, &ratio, &gain))
-      continue;
-    resihp__partition_t np;
-    char lay[RESIHP__COORD_LAY_MAX + 16], cuts[RESIHP__COORD_LAY_MAX];
-    if (resihp__partition_from_counts(out, K, c->nlayers, &np))
-      continue;
-    int rc = resihp__partition_format(&np, cuts, sizeof(cuts));
-    resihp__partition_free(&np);
-    snprintf(lay, sizeof(lay), "%d%s%s", c->nlayers, cuts[0] ? ":" : "", cuts);
-    if (rc || resihp__coord_set_layers(c, r, lay))
-      continue; /* (no room for another partition: stay) */
-    rep_t *p = &c->reps[r];
-    int back = !memcmp(out, home, sizeof(int) * (size_t)K);
-    p->moved = !back;
-    p->moved_at = c->step;
-    p->nmoves++;
-    c->repartitions++;
-    c->moved_r = r;
-    c->changed = 1; /* a new epoch, the same members */
-    set_scale(c, r, home, out);
-    /* its multiplier: the step it is predicted to run at now over the
-     * healthy one at home (back home: its slowest rank's factor) */
-    double fmax = 1;
-    for (int k = 0; k < K; k++)
-      if (c->rank_slow[r * K + k] > fmax)
-        fmax = c->rank_slow[r * K + k];
-    p->slow = resihp__coord_repart_factor(c, r, fmax);
-    char from[RESIHP__COORD_LAY_MAX], to[RESIHP__COORD_LAY_MAX];
-    size_t a = 0, b = 0;
-    for (int k = 0; k < K; k++) {
-      a += (size_t)snprintf(from + a, sizeof(from) - a, "%s%d", k ? "," : "",
-                            cur[k]);
-      b += (size_t)snprintf(to + b, sizeof(to) - b, "%s%d", k ? "," : "",
-                            out[k]);
-      if (a >= sizeof(from) || b >= sizeof(to))
-        break;
-    }
-    logc(RESIHP_LOG_WARN,
-         "replica %d: layers repartitioned %s -> %s at step %ld (%s): "
-         "predicted step x%.2f, %.3g s saved over the %ld steps left",
-         r, from, to, c->step,
-         back ? "its ranks are healthy again" : "a rank is slow", ratio, gain,
-         c->S - c->step);
-    char why[2 * RESIHP__COORD_LAY_MAX + 64];
-    snprintf(why, sizeof(why), "%s->%s predicted-step=x%.2f saved=%.3gs", from,
-             to, ratio, gain);
-    resihp__record_event(c->o.record, "repartition", c->step, r, c->epoch + 1,
-                         back ? "back" : "slow", why, gain);
-    resihp__coord_dirty(c);
-    return; /* one replica per boundary */
+    int r = c->members[i];
+    if (plan_for(c, r, cur, home, out, &ratio, &gain) &&
+        !apply(c, r, cur, home, out, ratio, gain, NULL))
+      return; /* one replica per boundary */
   }
 }
 

@@ -421,6 +421,10 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
 /* Protocol lines received and sent so far, heartbeats not counted; timed
  * (may be NULL) gets how many of those received were time-based reports
  * of free runs (PROG, PERF), whose number grows with time, not steps. */
+/* Move replica r's layers to counts (K of them) at the next step
+ * boundary, whatever the detector says, if its program can
+ * (coord_repart.c; tests: the protocol without a slow rank). */
+void resihp__coord_repart_force(resihp__coord_t *c, int r, const int *counts);
 void resihp__coord_lines(const resihp__coord_t *c, long *rx, long *tx,
                          long *timed);
 /* Saves (coord_save.c). The protocol: at a step boundary where a save is

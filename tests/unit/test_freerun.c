@@ -63,7 +63,11 @@ typedef struct {
    * declares another partition: both ranks of replica 0 must be refused
    * (each tells the test by a pid of -1 on the hook pipe); 3: the last
    * replica holds the layers in another partition than the others (K=2),
-   * and each rank checks how many groups it is in */
+   * and each rank checks how many groups it is in; 4: every replica
+   * holds 4 layers of NB, 0, 0 and NB elements as 2,2 and can move them
+   * (resihp_job_set_layers_movable): the test moves replica hook_r's to
+   * 1,3 (its gradients keep their sizes), each rank checks it is told
+   * once, at the step after hook_step, and only on that replica */
   int layers;
 } plan_t;
 
@@ -119,6 +123,12 @@ static int rank_main(const plan_t *p, int replica) {
       cnt[0] = 2, cnt[1] = 1;
     if (resihp_job_set_layers(job, 3, el, cnt, 2))
       return 16;
+  } else if (p->layers == 4) {
+    size_t el[4] = {NB, 0, 0, NB};
+    int cnt[2] = {2, 2};
+    if (resihp_job_set_layers(job, 4, el, cnt, 2) ||
+        resihp_job_set_layers_movable(job))
+      return 16;
   } else if (p->layers) {
     int K = resihp_job_shards(job), cnt[MAXK], first = -1, count = -1;
     size_t el[NB * MAXK];
@@ -144,10 +154,20 @@ static int rank_main(const plan_t *p, int replica) {
     resihp__job_boundary_hook = die_at_boundary;
   }
   resihp_job_step_t st;
-  int rc;
+  int rc, moves = 0;
   while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
     if (replica == p->hook_r && sh == 0 && st.step == p->hook_step)
       hook(p);
+    if (st.layers_moved) {
+      /* (layers 4) 1,3 from the next step on: the state keeps its size */
+      int cnt[2] = {0, 0}, first = -1, count = -1;
+      if (p->layers != 4 || replica != p->hook_r ||
+          st.step != p->hook_step + 1 || moves++ ||
+          resihp_job_partition(job, cnt, 2) || cnt[0] != 1 || cnt[1] != 3 ||
+          resihp_job_layers(job, &first, &count) || first != (sh ? 1 : 0) ||
+          count != (sh ? 3 : 1) || resihp_job_commit_layers(job, &sb, 1, 0))
+        return 18;
+    }
     /* (layers 3) a rank holding two runs of layers is in two groups */
     if (p->layers == 3 &&
         resihp__job_ngroups(job) !=
@@ -162,6 +182,8 @@ static int rank_main(const plan_t *p, int replica) {
   }
   if (rc)
     return 13;
+  if (p->layers == 4 && moves != (replica == p->hook_r))
+    return 19;
   char res[64];
   tm_result_text(m, res, sizeof(res));
   resihp_job_finish(job, res);
@@ -371,6 +393,31 @@ START_TEST(layers_disagree) {
   expect_result(&o, p.K, 20, 2);
   ck_assert_int_eq(g_refused, 2);
   ck_assert_int_eq(o.owned[0], 0);
+}
+END_TEST
+
+/* Move the hooked replica's layers (1,3) at the next boundary. */
+static void move_it(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                    pid_t who) {
+  (void)h, (void)p, (void)who;
+  int cnt[2] = {1, 3};
+  resihp__coord_repart_force(c, p->hook_r, cnt);
+  ck_assert_int_eq(write(g_hook_in[1], "x", 1), 1);
+}
+
+/* Repartition at a step boundary (issue 32): the coordinator gives replica
+ * 1 the partition 1,3 of its 4 layers (2,2 before, as the others); its
+ * ranks are told once, commit, and the groups of the next epochs are
+ * built from it (rank 1 of replica 1 then holds two runs of layers): every
+ * replica's result is that of a failure-free run, the ledger exact. */
+START_TEST(layers_moved) {
+  plan_t p = plan(3, 2, 20, 1, 6);
+  p.layers = 4;
+  p.lockstep = 1;
+  outcome_t o;
+  run(&p, move_it, &o);
+  expect_result(&o, p.K, 20, 3);
+  ck_assert_msg(strstr(o.summary, "repartition") != NULL, "%s", o.summary);
 }
 END_TEST
 
@@ -646,6 +693,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, layers_declared, 0, 2);
   tcase_add_test(tc, layers_disagree);
   tcase_add_loop_test(tc, layers_other_partition_trains, 0, 2);
+  tcase_add_test(tc, layers_moved);
   tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);

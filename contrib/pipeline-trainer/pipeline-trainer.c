@@ -17,6 +17,10 @@
  * them instead; --partition-of R=a:b:... gives replica R its own (the
  * layer-keyed groups of resihp_job(3) let replicas differ: the result is
  * the same). Stage k is rank k of a replica (resihp_job_shard).
+ * --move-layers lets the coordinator move units between the stages of a
+ * replica at a step boundary, off a slow stage and back
+ * (resihp_job_set_layers_movable): the stages then send the units that
+ * change hands to their new stage (move_units) and train on.
  *
  * Schedule. GPipe: a stage runs the forward pass of all its microbatches
  * (receiving each input from stage k-1 and sending its output to k+1 over
@@ -55,7 +59,9 @@
  * --stages K gives K where no job does (--reference, --plain) and is checked
  * against the job's otherwise; --mb-ms N makes each stage sleep after its
  * forward pass for the simulated compute of the microbatch, N ms for a
- * mean one and scaled by its workload (a heavier model, for demos);
+ * mean one and scaled by its workload (a heavier model, for demos) and by
+ * the stage's units (N ms for L+2 units / K, as many as every unit's
+ * share: a stage holding more units computes longer, as with real layers);
  * --data and --tokens pick the data (contrib/common/trainer-data.h).
  */
 #include "../common/trainer-common.h"
@@ -129,6 +135,9 @@ typedef struct {
   trainer_mb_t scratch; /* for the step's sequence count */
   trainer_mbstats_t times;
   resihp_job_t *job;
+  /* --mb-ms for this stage's units: the simulated compute is each
+   * unit's, so a stage holding more units sleeps longer */
+  trainer_cost_t cost;
 } stage_t;
 
 static void oom(void) {
@@ -266,7 +275,9 @@ static void stage_init(stage_t *st, const cfg_t *c, unit_t *units, int k, int K,
                   .u0 = u0,
                   .u1 = u1,
                   .job = job,
-                  .fb = resihp_fixed_frac_bits()};
+                  .fb = resihp_fixed_frac_bits(),
+                  .cost = c->cost};
+  st->cost.ms_per_work *= (double)(u1 - u0) * K / nunits(c);
   int wmax = 0;
   for (int j = u0; j <= u1; j++) {
     st->aoff[j - u0 + 1] = st->aoff[j - u0] + (size_t)c->maxs * bwidth(c, j);
@@ -353,7 +364,7 @@ static void stage_fwd(stage_t *st, slot_t *sl) {
       accumulate(st, st->nacc - 1, &lf, 1);
     }
   }
-  trainer_compute_sleep(&c->cost, &sl->d);
+  trainer_compute_sleep(&st->cost, &sl->d);
   sl->secs += trainer_now_s() - t0;
 }
 

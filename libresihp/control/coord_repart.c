@@ -294,8 +294,8 @@ static int apply(resihp__coord_t *c, int r, const int *cur, const int *home,
                 : "a rank is slow",
        ratio, gain, c->S - c->step);
   char why[2 * RESIHP__COORD_LAY_MAX + 64];
-  snprintf(why, sizeof(why), "%s->%s predicted-step=x%.2f saved=%.3gs", from,
-           to, ratio, gain);
+  snprintf(why, sizeof(why), "from=%s to=%s predicted-step=x%.2f saved=%.3gs",
+           from, to, ratio, gain);
   resihp__record_event(c->o.record, "repartition", c->step, r, c->epoch + 1,
                        why_text ? "asked" : back ? "back" : "slow", why, gain);
   resihp__coord_dirty(c);

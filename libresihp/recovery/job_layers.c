@@ -220,14 +220,8 @@ void resihp__job_put_lay(const resihp_job_t *j, resihp__wire_buf_t *b) {
  * control/coord_repart.c). */
 static int moved_here(const resihp_job_t *j) {
   char text[256];
-  int *ids = NULL, n = 0, here = 0;
-  if (resihp__wire_get(j->msg, "moved", text, sizeof(text)) ||
-      resihp__wire_parse_ints(text, 1 << 24, &ids, &n))
-    return 0;
-  for (int i = 0; i < n; i++)
-    here |= ids[i] == j->replica;
-  free(ids);
-  return here;
+  return !resihp__wire_get(j->msg, "moved", text, sizeof(text)) &&
+         resihp__moved_has(text, j->replica) == 1;
 }
 
 /* The coordinator's new partition for this replica (GO's moved=): taken

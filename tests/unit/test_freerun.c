@@ -67,8 +67,10 @@ typedef struct {
    * holds 4 layers of NB, 0, 0 and NB elements as 2,2 and can move them
    * (resihp_job_set_layers_movable): the test moves replica hook_r's to
    * 1,3 (its gradients keep their sizes), each rank checks it is told
-   * once, at the step after hook_step, and only on that replica */
+   * once, at the step after hook_step, and only on that replica; its
+   * rank die_in_move (-1: none) dies there, before the commit */
   int layers;
+  int die_in_move;
 } plan_t;
 
 static char g_secret[128], g_coord[64];
@@ -158,6 +160,17 @@ static int rank_main(const plan_t *p, int replica) {
   while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
     if (replica == p->hook_r && sh == 0 && st.step == p->hook_step)
       hook(p);
+    if (st.layers_moved && sh == p->die_in_move)
+      raise(SIGKILL); /* in the middle of the move */
+    if (st.layers_moved && p->die_in_move >= 0) {
+      /* the other rank died in the move: the commit must fail here (all
+       * or nothing), said to the test by a pid of -2 */
+      pid_t failed = -2;
+      if (resihp_job_commit_layers(job, &sb, 1, 0) &&
+          write(g_hook_out[1], &failed, sizeof(failed)) == sizeof(failed))
+        return 20;
+      return 21;
+    }
     if (st.layers_moved) {
       /* (layers 4) 1,3 from the next step on: the state keeps its size */
       int cnt[2] = {0, 0}, first = -1, count = -1;
@@ -312,7 +325,8 @@ static plan_t plan(int R, int K, long steps, int hook_r, long hook_step) {
               .steps = steps,
               .hook_r = hook_r,
               .wl_fail_r = -1,
-              .lost_r = -1};
+              .lost_r = -1,
+              .die_in_move = -1};
   p.hook_step = hook_step;
   p.hook_wait = hook_r >= 0;
   return p;
@@ -397,9 +411,14 @@ START_TEST(layers_disagree) {
 END_TEST
 
 /* Move the hooked replica's layers (1,3) at the next boundary. */
+static int g_commit_failed;
 static void move_it(resihp__coord_t *c, kids_t *h, const plan_t *p,
                     pid_t who) {
-  (void)h, (void)p, (void)who;
+  (void)h, (void)p;
+  if (who == -2) { /* a commit failed (layers_move_rank_dies) */
+    g_commit_failed++;
+    return;
+  }
   int cnt[2] = {1, 3};
   resihp__coord_repart_force(c, p->hook_r, cnt);
   ck_assert_int_eq(write(g_hook_in[1], "x", 1), 1);
@@ -418,6 +437,31 @@ START_TEST(layers_moved) {
   run(&p, move_it, &o);
   expect_result(&o, p.K, 20, 3);
   ck_assert_msg(strstr(o.summary, "repartition") != NULL, "%s", o.summary);
+}
+END_TEST
+
+/* A rank of the moved replica dies in the middle of the move (_i: which
+ * one): the other's commit fails (all or nothing: it never computes with
+ * half of the layers moved), the replica fails as a whole at that step
+ * and the two others finish with the result of a failure-free run,
+ * taking over its microbatches; the ledger is exact. */
+START_TEST(layers_move_rank_dies) {
+  plan_t p = plan(3, 2, 20, 1, 6);
+  p.layers = 4;
+  p.lockstep = 1;
+  p.die_in_move = _i;
+  g_commit_failed = 0;
+  outcome_t o;
+  run(&p, move_it, &o);
+  /* the leader's commit fails (rank 1 died); when the leader died, the
+   * coordinator fails the replica and its other rank is killed with it
+   * (on_failed, as resihp-run cancels the step), maybe before its commit */
+  if (_i)
+    ck_assert_int_eq(g_commit_failed, 1);
+  else
+    ck_assert_int_le(g_commit_failed, 1);
+  expect_result(&o, p.K, 20, 2);
+  ck_assert_msg(o.lost_at[1] == 7, "lost at %ld; %s", o.lost_at[1], o.summary);
 }
 END_TEST
 
@@ -694,6 +738,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, layers_disagree);
   tcase_add_loop_test(tc, layers_other_partition_trains, 0, 2);
   tcase_add_test(tc, layers_moved);
+  tcase_add_loop_test(tc, layers_move_rank_dies, 0, 2);
   tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);

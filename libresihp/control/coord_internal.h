@@ -299,10 +299,8 @@ struct resihp__coord {
   char *val;         /* one PERF or WL list as received (coord_room) */
   size_t valcap;
   long samples, costed, swaps;
-  /* repartition (coord_repart.c): R*K scales of each rank's samples (its
-   * home share of the layers over its share now), the replica moved at
-   * this boundary (-1: none: GO's moved=), moves in all */
-  double *rank_scale;
+  /* repartition (coord_repart.c): the replica moved at this boundary
+   * (-1: none: GO's moved=), moves in all */
   int moved_r;
   long repartitions;
   /* a move asked for by resihp__coord_repart_force: 1 + replica, 0: none */
@@ -537,6 +535,9 @@ double resihp__repart_slowdown(int L, int K, const double *factor,
                                const int *counts, const int *home, int mbs);
 /* A new process of replica r (HELLO): nothing moved, nothing declared. */
 void resihp__coord_repart_reset(resihp__coord_t *c, int r);
+/* (snapshot) Replica r's layers were moved away from home (its declared
+ * cut points): 0, or RESIHP_EPROTO. */
+int resihp__coord_repart_restore(resihp__coord_t *c, int r, const char *home);
 /* Its BEGIN: lmove=, and its home partition once known. */
 void resihp__coord_repart_begin(resihp__coord_t *c, int r, const char *msg);
 /* Replica r's multiplier for its slowest rank's factor f. */
@@ -549,7 +550,8 @@ int resihp__coord_repart_wanted(resihp__coord_t *c, int r);
 void resihp__coord_repart_boundary(resihp__coord_t *c);
 /* GO: " moved=R" when the epoch moves replica R's layers. */
 void resihp__coord_put_moved(const resihp__coord_t *c, resihp__wire_buf_t *b);
-/* The scale of rank's detector samples. */
+/* The scale of rank's detector samples: its declared share of the layers
+ * over its share now (1 unless its replica's layers moved). */
 double resihp__coord_repart_scale(const resihp__coord_t *c, int rank);
 
 /* coord_spares.c */

@@ -203,30 +203,58 @@ void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   free(by);
 }
 
-/* (snapshot) "y r lay=L:cuts[ shape=D]" lines: every replica's committed
- * partition, and the state shape of its holders once one began */
+/* (snapshot) "y r lay=L:cuts[ shape=D][ home=cuts]" lines: every
+ * replica's committed partition, the state shape of its holders once one
+ * began, and the partition its program declared when the coordinator
+ * moved its layers away from it (coord_repart.c) */
 void resihp__coord_put_layers(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   for (int r = 0; r < c->R && !b->err; r++) {
-    if (!c->reps[r].lpart)
+    const rep_t *p = &c->reps[r];
+    if (!p->lpart)
       continue;
-    const char *shape = c->lparts[c->reps[r].lpart - 1].shape;
+    const char *shape = c->lparts[p->lpart - 1].shape;
     resihp__wire_buf_printf(b, "y %d", r);
     resihp__coord_put_lay(c, r, b);
-    resihp__wire_buf_printf(b, "%s%s\n", shape[0] ? " shape=" : "", shape);
+    resihp__wire_buf_printf(b, "%s%s", shape[0] ? " shape=" : "", shape);
+    if (p->moved && p->home[0])
+      resihp__wire_buf_printf(b, " home=%s", p->home);
+    resihp__wire_buf_printf(b, "\n");
   }
 }
 
 int resihp__coord_restore_layers(resihp__coord_t *c, int r, const char *s) {
-  char lay[RESIHP__COORD_LAY_MAX];
-  const char *sp = strchr(s, ' '), *shape = "";
+  char lay[RESIHP__COORD_LAY_MAX], shape[sizeof(c->shape)] = "",
+      home[RESIHP__COORD_LAY_MAX] = "";
+  const char *sp = strchr(s, ' ');
   size_t n = sp ? (size_t)(sp - s) : strlen(s);
-  if (n >= sizeof(lay) ||
-      (sp && (strncmp(sp, " shape=", 7) ||
-              !resihp__wire_token_ok(shape = sp + 7, sizeof(c->shape)))))
+  if (n >= sizeof(lay))
+    return RESIHP_EPROTO;
+  /* then " shape=D" and " home=cuts", each at most once, in this order */
+  const char *at = sp;
+  if (at && !strncmp(at, " shape=", 7)) {
+    size_t m = strcspn(at + 7, " ");
+    if (m == 0 || m >= sizeof(shape))
+      return RESIHP_EPROTO;
+    memcpy(shape, at + 7, m);
+    shape[m] = '\0';
+    at += 7 + m;
+    at = *at ? at : NULL;
+  }
+  if (at && !strncmp(at, " home=", 6)) {
+    size_t m = strcspn(at + 6, " ");
+    if (m == 0 || m >= sizeof(home) || at[6 + m])
+      return RESIHP_EPROTO;
+    memcpy(home, at + 6, m);
+    home[m] = '\0';
+    at = NULL;
+  }
+  if (at || (shape[0] && !resihp__wire_token_ok(shape, sizeof(shape))))
     return RESIHP_EPROTO;
   memcpy(lay, s, n);
   lay[n] = '\0';
   int rc = resihp__coord_set_layers(c, r, lay);
+  if (!rc && home[0])
+    rc = resihp__coord_repart_restore(c, r, home);
   if (rc || !shape[0])
     return rc;
   char *have = c->lparts[c->reps[r].lpart - 1].shape;

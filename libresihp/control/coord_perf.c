@@ -114,7 +114,6 @@ int resihp__coord_perf_init(resihp__coord_t *c) {
   cfg.on_event = on_event;
   cfg.userdata = c;
   c->rank_slow = malloc(sizeof(double) * (size_t)n);
-  c->rank_scale = malloc(sizeof(double) * (size_t)n);
   c->rank_state = calloc((size_t)n, 1);
   c->wl = malloc(sizeof(resihp_workload_t) * (size_t)c->M);
   c->cost = malloc(sizeof(double) * (size_t)c->M);
@@ -122,14 +121,14 @@ int resihp__coord_perf_init(resihp__coord_t *c) {
   c->tuples = malloc(sizeof(long long) * 5 * (size_t)c->M);
   c->fown_cap = resihp__costplan_rows(c->M);
   c->fown = malloc(sizeof(int) * (size_t)c->fown_cap * (size_t)c->M);
-  if (!c->rank_state || !c->rank_slow || !c->rank_scale || !c->wl || !c->cost || !c->pick ||
+  if (!c->rank_state || !c->rank_slow || !c->wl || !c->cost || !c->pick ||
       !c->tuples || !c->fown || resihp__costplan_init(&c->cplan, c->R, c->K) ||
       resihp_detector_create(&c->det, &cfg) ||
       resihp_detector_set_confirm_ms(
           c->det, c->o.confirm_slow_ms < 60000 ? c->o.confirm_slow_ms : 60000))
     return RESIHP_ENOMEM;
   for (int i = 0; i < n; i++) {
-    c->rank_slow[i] = c->rank_scale[i] = 1.0;
+    c->rank_slow[i] = 1.0;
     resihp_detector_set_stage(c->det, i, i % c->K);
   }
   for (int r = 0; r < c->R; r++)
@@ -143,8 +142,6 @@ void resihp__coord_perf_free(resihp__coord_t *c) {
   resihp_detector_destroy(c->det);
   c->det = NULL;
   free(c->rank_slow);
-  free(c->rank_scale);
-  c->rank_scale = NULL;
   free(c->rank_state);
   c->rank_state = NULL;
   free(c->wl);
@@ -211,16 +208,16 @@ void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg) {
   }
   if (s + 2 < c->step)
     return; /* too late to matter */
+  /* a rank whose layers moved: timed as for its declared share of them */
+  double scale = resihp__coord_repart_scale(c, r * c->K + (int)sh);
   for (int i = 0; i < n; i++) {
     const long long *t = &c->tuples[(size_t)i * 5];
     resihp_workload_t w = {(double)t[2], (double)t[3], (double)t[4]};
     if (t[0] >= c->M || t[1] == 0)
       continue;
     /* a bad workload is refused by the detector (logged), nothing kept */
-    /* a rank whose layers moved: timed as for its home share of them */
-    resihp_detector_record(
-        c->det, r * c->K + (int)sh, (uint64_t)s, &w,
-        (double)t[1] * resihp__coord_repart_scale(c, r * c->K + (int)sh));
+    resihp_detector_record(c->det, r * c->K + (int)sh, (uint64_t)s, &w,
+                           (double)t[1] * scale);
   }
   c->samples += n;
   /* Every member rank has sent its samples of step s: judge it now. Else

@@ -148,13 +148,6 @@ static int counts_of(const char *cuts, int L, int K, int *counts) {
   return rc;
 }
 
-/* The scale of each of r's ranks' samples: home share over share now. */
-static void set_scale(resihp__coord_t *c, int r, const int *home,
-                      const int *now) {
-  for (int k = 0; c->rank_scale && k < c->K; k++)
-    c->rank_scale[r * c->K + k] = (double)home[k] / (double)now[k];
-}
-
 void resihp__coord_repart_reset(resihp__coord_t *c, int r) {
   rep_t *p = &c->reps[r];
   p->lmove = 0;
@@ -162,8 +155,19 @@ void resihp__coord_repart_reset(resihp__coord_t *c, int r) {
   p->moved = 0;
   p->moved_at = 0;
   p->repart_asked = 0;
-  for (int k = 0; c->rank_scale && k < c->K; k++)
-    c->rank_scale[r * c->K + k] = 1;
+}
+
+int resihp__coord_repart_restore(resihp__coord_t *c, int r,
+                                 const char *home) {
+  rep_t *p = &c->reps[r];
+  int counts[RESIHP__COORD_MAX_SHARDS];
+  if (c->K > RESIHP__COORD_MAX_SHARDS || strlen(home) >= sizeof(p->home) ||
+      counts_of(home, c->nlayers, c->K, counts))
+    return RESIHP_EPROTO;
+  snprintf(p->home, sizeof(p->home), "%s", home);
+  p->moved = 1;
+  p->moved_at = c->step;
+  return 0;
 }
 
 void resihp__coord_repart_begin(resihp__coord_t *c, int r, const char *msg) {
@@ -267,7 +271,6 @@ static int apply(resihp__coord_t *c, int r, const int *cur, const int *home,
   c->repartitions++;
   c->moved_r = r;
   c->changed = 1; /* a new epoch, the same members */
-  set_scale(c, r, home, out);
   /* its multiplier: the step it is predicted to run at now over the
    * healthy one at home (back home: its slowest rank's factor) */
   double fmax = 1;
@@ -351,5 +354,9 @@ void resihp__coord_put_moved(const resihp__coord_t *c, resihp__wire_buf_t *b) {
 }
 
 double resihp__coord_repart_scale(const resihp__coord_t *c, int rank) {
-  return c->rank_scale ? c->rank_scale[rank] : 1.0;
+  int r = rank / c->K, k = rank % c->K;
+  int cur[RESIHP__COORD_MAX_SHARDS], home[RESIHP__COORD_MAX_SHARDS];
+  if (!c->reps[r].moved || both_counts(c, r, cur, home))
+    return 1.0;
+  return (double)home[k] / (double)cur[k];
 }

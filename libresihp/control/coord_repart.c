@@ -23,7 +23,13 @@
  * snapshot, WELCOME) and the epoch is renewed with the same members: its
  * GO lists the partitions with the new one and says moved=R, so that the
  * replica's ranks take it (recovery/job_layers.c) and every rank builds
- * its groups from it. The replica's detector samples are scaled from
+ * its groups from it (the first epoch in which the members' partitions
+ * differ sends every member the whole member list: a rank keeps the
+ * other ranks' columns only while they differ). The snapshot keeps the
+ * declared partition of a moved replica (home=), so that a standby moves
+ * it back as well. A free run has no boundary: it is held for one when a
+ * move may pay (coord_perf.c, once until the ranks' factors change).
+ *   The replica's detector samples are scaled from
  * then on by the rank's home share of the layers over its share now, so
  * the moved rank is still compared with the same stage of the other
  * replicas for the same work, and its time multiplier is the planner's

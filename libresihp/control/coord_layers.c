@@ -154,6 +154,7 @@ void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   resihp__wire_buf_printf(b, " lay=%d", c->nlayers);
   if (c->K == 1 || !c->nlparts)
     return; /* one rank holds every layer: nothing to tell apart */
+  resihp__coord_put_moved(c, b); /* (coord_repart.c) */
   /* members by partition (counting sort: O(members + distinct)); those
    * that declared none are counted with the default */
   int D = c->nlparts, n = c->nmembers;
@@ -202,35 +203,64 @@ void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   free(by);
 }
 
-/* (snapshot) "y r lay=L:cuts[ shape=D]" lines: every replica's committed
- * partition, and the state shape of its holders once one began */
+/* (snapshot) "y r lay=L:cuts[ shape=D][ home=cuts]" lines: every
+ * replica's committed partition, the state shape of its holders once one
+ * began, and the partition its program declared when the coordinator
+ * moved its layers away from it (coord_repart.c) */
 void resihp__coord_put_layers(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   for (int r = 0; r < c->R && !b->err; r++) {
-    if (!c->reps[r].lpart)
+    const rep_t *p = &c->reps[r];
+    if (!p->lpart)
       continue;
-    const char *shape = c->lparts[c->reps[r].lpart - 1].shape;
+    const char *shape = c->lparts[p->lpart - 1].shape;
     resihp__wire_buf_printf(b, "y %d", r);
     resihp__coord_put_lay(c, r, b);
-    resihp__wire_buf_printf(b, "%s%s%s\n", c->reps[r].lstate ? " lst=1" : "",
+    resihp__wire_buf_printf(b, "%s%s%s", p->lstate ? " lst=1" : "",
                             shape[0] ? " shape=" : "", shape);
+    if (p->moved && p->home[0])
+      resihp__wire_buf_printf(b, " home=%s", p->home);
+    resihp__wire_buf_printf(b, "\n");
   }
 }
 
 int resihp__coord_restore_layers(resihp__coord_t *c, int r, const char *s) {
-  char lay[RESIHP__COORD_LAY_MAX];
-  const char *sp = strchr(s, ' '), *shape = "";
+  char lay[RESIHP__COORD_LAY_MAX], shape[sizeof(c->shape)] = "",
+      home[RESIHP__COORD_LAY_MAX] = "";
+  const char *sp = strchr(s, ' ');
   size_t n = sp ? (size_t)(sp - s) : strlen(s);
-  int lst = sp && !strncmp(sp, " lst=1", 6) && (!sp[6] || sp[6] == ' ');
+  if (n >= sizeof(lay))
+    return RESIHP_EPROTO;
+  /* then " lst=1", " shape=D" and " home=cuts", each at most once, in
+   * this order */
+  const char *at = sp;
+  int lst = at && !strncmp(at, " lst=1", 6) && (!at[6] || at[6] == ' ');
   if (lst)
-    sp = sp[6] ? sp + 6 : NULL;
-  if (n >= sizeof(lay) ||
-      (sp && (strncmp(sp, " shape=", 7) ||
-              !resihp__wire_token_ok(shape = sp + 7, sizeof(c->shape)))))
+    at = at[6] ? at + 6 : NULL;
+  if (at && !strncmp(at, " shape=", 7)) {
+    size_t m = strcspn(at + 7, " ");
+    if (m == 0 || m >= sizeof(shape))
+      return RESIHP_EPROTO;
+    memcpy(shape, at + 7, m);
+    shape[m] = '\0';
+    at += 7 + m;
+    at = *at ? at : NULL;
+  }
+  if (at && !strncmp(at, " home=", 6)) {
+    size_t m = strcspn(at + 6, " ");
+    if (m == 0 || m >= sizeof(home) || at[6 + m])
+      return RESIHP_EPROTO;
+    memcpy(home, at + 6, m);
+    home[m] = '\0';
+    at = NULL;
+  }
+  if (at || (shape[0] && !resihp__wire_token_ok(shape, sizeof(shape))))
     return RESIHP_EPROTO;
   memcpy(lay, s, n);
   lay[n] = '\0';
   int rc = resihp__coord_set_layers(c, r, lay);
   c->reps[r].lstate = lst;
+  if (!rc && home[0])
+    rc = resihp__coord_repart_restore(c, r, home);
   if (rc || !shape[0])
     return rc;
   char *have = c->lparts[c->reps[r].lpart - 1].shape;

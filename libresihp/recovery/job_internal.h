@@ -191,6 +191,13 @@ struct resihp_job {
   int nlparts;
   int *lpart_of;
   char welcome_lay[RESIHP__JOB_EPS_MAX / 6];
+  /* repartition at a step boundary (issue 32, job_layers.c): movable,
+   * the program can move its layers (resihp_job_set_layers_movable: its
+   * BEGINs say lmove=1); moving, a GO of the coordinator gave this
+   * replica a new partition (part is the new one already, GO's moved=)
+   * whose state the program has yet to move and commit
+   * (resihp_job_commit_layers) */
+  int movable, moving;
 
   /* the state: this rank's shard, a list of buffers */
   resihp_job_buf_t *state;

@@ -237,6 +237,7 @@ static int enter_step(resihp_job_t *j, resihp_job_step_t *st, long s, int cu) {
   st->mbs = j->mbs;
   st->epoch = j->epoch;
   st->nreplicas = resihp_comm_size(j->comm);
+  st->layers_moved = j->moving;
   if (cu) {
     st->catchup_bytes = j->state_len;
     st->catchup_seconds = (double)j->catchup_ms / 1000.0;

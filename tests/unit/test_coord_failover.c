@@ -710,6 +710,62 @@ START_TEST(test_layers) {
 }
 END_TEST
 
+/* Repartition (coord_repart.c): replicas that can move their layers say
+ * lmove=1 with every BEGIN; replica 0's are moved (4 | 6 -> 6 | 4) at the
+ * next boundary: its GO is a new epoch of the same members that says
+ * moved=0 and lists replica 0 with the partition it now shares with
+ * replica 1; the snapshot keeps the partition it declared (home=), which
+ * a standby restores as it was (the same record again), and the summary
+ * counts the move; the boundary after moves nothing. */
+START_TEST(test_layers_moved) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  char line[512], go[N][512];
+  join_layers(&a, &co, go);
+  int cnt[2] = {6, 4};
+  resihp__coord_repart_force(a.c, 0, cnt);
+  uint32_t ep = resihp__coord_epoch(a.c);
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=1 lay=%s lmove=1", LAY[i]);
+  for (int i = 0; i < N; i++) {
+    expect(&a, i, "GO ", line, sizeof(line));
+    ck_assert_msg(strstr(line, " new=1") && strstr(line, " moved=0") &&
+                      strstr(line, " lparts=6,4@2"),
+                  "%s", line);
+  }
+  ck_assert_uint_eq(resihp__coord_epoch(a.c), ep + 1);
+  resihp__coord_mirror(a.c);
+  ck_assert_msg(
+      strstr(snap, "\ny 0 lay=10:6 shape=00000000000000bb home=4\n"), "%s",
+      snap);
+  char *mine = strdup(snap);
+  ck_assert_int_eq(resihp__coord_restore(&co, mine, snap_len, -1, &b.c), 0);
+  resihp__wire_buf_t w;
+  resihp__wire_buf_init(&w);
+  ck_assert_int_eq(resihp__coord_snapshot(b.c, &w), 0);
+  ck_assert_str_eq(w.s, mine);
+  resihp__wire_buf_free(&w);
+  free(mine);
+  char *text = summary_of(a.c);
+  ck_assert_msg(strstr(text, "1 repartition(s)") &&
+                    strstr(text, "replica 0 layers:       moved 1 time(s)"),
+                "%s", text);
+  free(text);
+  /* the next boundary moves nothing: no new epoch */
+  ready_all(&a, NULL);
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=2 lay=%s lmove=1", i == 0 ? "10:6" : LAY[i]);
+  for (int i = 0; i < N; i++) {
+    expect(&a, i, "GO ", line, sizeof(line));
+    ck_assert_msg(strstr(line, " new=0") && !strstr(line, "moved="), "%s",
+                  line);
+  }
+  close_side(&a);
+  ck_assert_ptr_null(resihp__coord_check(b.c));
+  resihp__coord_destroy(b.c);
+}
+END_TEST
+
 /* A replacement catches up from the members that hold its partition of
  * the layers: replica 2 (4 | 6 layers, as replica 0; replica 1 holds
  * 6 | 4) comes back, and both of its shards are served by replica 0; by
@@ -1169,6 +1225,7 @@ int main(void) {
   tcase_add_test(tc, test_term_fence);
   tcase_add_test(tc, test_takeover_summary);
   tcase_add_test(tc, test_layers);
+  tcase_add_test(tc, test_layers_moved);
   tcase_add_test(tc, test_layers_serve);
   tcase_add_test(tc, test_layers_serve_by_layer);
   tcase_add_test(tc, test_layers_shape);

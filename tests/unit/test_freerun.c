@@ -66,8 +66,14 @@ typedef struct {
    * and each rank checks how many groups it is in; 4: as 3, and every
    * rank declares its state by layer (resihp_job_set_layer_state: layers
    * 0 and 2 the shard's NB uint64, layer 1 a counter of its own, the
-   * rank an RNG word: tm_layer_state) */
+   * rank an RNG word: tm_layer_state); 5: every replica
+   * holds 4 layers of NB, 0, 0 and NB elements as 2,2 and can move them
+   * (resihp_job_set_layers_movable): the test moves replica hook_r's to
+   * 1,3 (its gradients keep their sizes), each rank checks it is told
+   * once, at the step after hook_step, and only on that replica; its
+   * rank die_in_move (-1: none) dies there, before the commit */
   int layers;
+  int die_in_move;
 } plan_t;
 
 static char g_secret[128], g_coord[64];
@@ -149,6 +155,12 @@ static int rank_main(const plan_t *p, int replica) {
     if (p->layers == 4 &&
         resihp_job_set_layer_state(job, ls, count, &gb, 1))
       return 18;
+  } else if (p->layers == 5) {
+    size_t el[4] = {NB, 0, 0, NB};
+    int cnt[2] = {2, 2};
+    if (resihp_job_set_layers(job, 4, el, cnt, 2) ||
+        resihp_job_set_layers_movable(job))
+      return 16;
   } else if (p->layers) {
     int K = resihp_job_shards(job), cnt[MAXK];
     size_t el[NB * MAXK];
@@ -174,12 +186,34 @@ static int rank_main(const plan_t *p, int replica) {
     resihp__job_boundary_hook = die_at_boundary;
   }
   resihp_job_step_t st;
-  int rc;
+  int rc, moves = 0;
   while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
     if (replica == p->hook_r && sh == 0 && st.step == p->hook_step)
       hook(p);
     /* (layers 3) a rank holding two runs of layers is in two groups (not
      * checked with 4: its replica 2 may be out for a while) */
+    if (st.layers_moved && sh == p->die_in_move)
+      raise(SIGKILL); /* in the middle of the move */
+    if (st.layers_moved && p->die_in_move >= 0) {
+      /* the other rank died in the move: the commit must fail here (all
+       * or nothing), said to the test by a pid of -2 */
+      pid_t failed = -2;
+      if (resihp_job_commit_layers(job, &sb, 1, 0) &&
+          write(g_hook_out[1], &failed, sizeof(failed)) == sizeof(failed))
+        return 20;
+      return 21;
+    }
+    if (st.layers_moved) {
+      /* (layers 5) 1,3 from the next step on: the state keeps its size */
+      int cnt[2] = {0, 0}, first = -1, count = -1;
+      if (p->layers != 5 || replica != p->hook_r ||
+          st.step != p->hook_step + 1 || moves++ ||
+          resihp_job_partition(job, cnt, 2) || cnt[0] != 1 || cnt[1] != 3 ||
+          resihp_job_layers(job, &first, &count) || first != (sh ? 1 : 0) ||
+          count != (sh ? 3 : 1) || resihp_job_commit_layers(job, &sb, 1, 0))
+        return 18;
+    }
+    /* (layers 3) a rank holding two runs of layers is in two groups */
     if (p->layers == 3 &&
         resihp__job_ngroups(job) !=
             1 + (sh == (replica == p->R - 1 ? 0 : 1)))
@@ -196,6 +230,8 @@ static int rank_main(const plan_t *p, int replica) {
   }
   if (rc)
     return 13;
+  if (p->layers == 5 && moves != (replica == p->hook_r))
+    return 19;
   char res[64];
   tm_result_text(m, res, sizeof(res));
   if (p->layers == 4) { /* the other state as a failure-free run's */
@@ -331,7 +367,8 @@ static plan_t plan(int R, int K, long steps, int hook_r, long hook_step) {
               .steps = steps,
               .hook_r = hook_r,
               .wl_fail_r = -1,
-              .lost_r = -1};
+              .lost_r = -1,
+              .die_in_move = -1};
   p.hook_step = hook_step;
   p.hook_wait = hook_r >= 0;
   return p;
@@ -412,6 +449,61 @@ START_TEST(layers_disagree) {
   expect_result(&o, p.K, 20, 2);
   ck_assert_int_eq(g_refused, 2);
   ck_assert_int_eq(o.owned[0], 0);
+}
+END_TEST
+
+/* Move the hooked replica's layers (1,3) at the next boundary. */
+static int g_commit_failed;
+static void move_it(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                    pid_t who) {
+  (void)h, (void)p;
+  if (who == -2) { /* a commit failed (layers_move_rank_dies) */
+    g_commit_failed++;
+    return;
+  }
+  int cnt[2] = {1, 3};
+  resihp__coord_repart_force(c, p->hook_r, cnt);
+  ck_assert_int_eq(write(g_hook_in[1], "x", 1), 1);
+}
+
+/* Repartition at a step boundary (issue 32): the coordinator gives replica
+ * 1 the partition 1,3 of its 4 layers (2,2 before, as the others); its
+ * ranks are told once, commit, and the groups of the next epochs are
+ * built from it (rank 1 of replica 1 then holds two runs of layers): every
+ * replica's result is that of a failure-free run, the ledger exact. */
+START_TEST(layers_moved) {
+  plan_t p = plan(3, 2, 20, 1, 6);
+  p.layers = 5;
+  p.lockstep = 1;
+  outcome_t o;
+  run(&p, move_it, &o);
+  expect_result(&o, p.K, 20, 3);
+  ck_assert_msg(strstr(o.summary, "repartition") != NULL, "%s", o.summary);
+}
+END_TEST
+
+/* A rank of the moved replica dies in the middle of the move (_i: which
+ * one): the other's commit fails (all or nothing: it never computes with
+ * half of the layers moved), the replica fails as a whole at that step
+ * and the two others finish with the result of a failure-free run,
+ * taking over its microbatches; the ledger is exact. */
+START_TEST(layers_move_rank_dies) {
+  plan_t p = plan(3, 2, 20, 1, 6);
+  p.layers = 5;
+  p.lockstep = 1;
+  p.die_in_move = _i;
+  g_commit_failed = 0;
+  outcome_t o;
+  run(&p, move_it, &o);
+  /* the leader's commit fails (rank 1 died); when the leader died, the
+   * coordinator fails the replica and its other rank is killed with it
+   * (on_failed, as resihp-run cancels the step), maybe before its commit */
+  if (_i)
+    ck_assert_int_eq(g_commit_failed, 1);
+  else
+    ck_assert_int_le(g_commit_failed, 1);
+  expect_result(&o, p.K, 20, 2);
+  ck_assert_msg(o.lost_at[1] == 7, "lost at %ld; %s", o.lost_at[1], o.summary);
 }
 END_TEST
 
@@ -734,6 +826,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, layers_disagree);
   tcase_add_loop_test(tc, layers_other_partition_trains, 0, 2);
   tcase_add_loop_test(tc, layers_caught_up_by_layer, 0, 2);
+  tcase_add_test(tc, layers_moved);
+  tcase_add_loop_test(tc, layers_move_rank_dies, 0, 2);
   tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);

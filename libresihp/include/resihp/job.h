@@ -99,6 +99,26 @@
  * member, the transfers in parallel from their sources. A member holding
  * its partition is still preferred (one transfer per rank, as before).
  *
+ * Repartition. A program that can move layers between its ranks says so
+ * (resihp_job_set_layers_movable). When the fail-slow detector finds one
+ * rank of such a replica slow and moving layers off it pays over the
+ * steps left (planner: resihp_planner_partition with the ranks' measured
+ * speeds, each layer's cost taken as equal), the coordinator gives the
+ * replica a new partition at a step boundary: a new epoch (same members)
+ * whose groups are built from it, and begin_step returns st.layers_moved
+ * = 1 on the replica's ranks, resihp_job_layers saying the new layers.
+ * Before computing, the ranks send the parameters and optimizer state of
+ * the layers that change hands over the replica communicator and call
+ * resihp_job_commit_layers with their new state list. It is all or
+ * nothing: a rank failing during the move fails the replica as any
+ * failure does (its microbatches go to the others; it is relaunched with
+ * the partition its program declares), never a half-moved model. When
+ * the rank is healthy again the partition moves back the same way (only
+ * when that pays as well, and not within a few steps of the last move).
+ * The detector's samples of a moved rank are scaled by its old share of
+ * the layers over its new one, so it is compared with the same stage of
+ * the other replicas for the same work.
+ *
  * State. The state a replacement copies is a list of buffers (parameters,
  * optimizer moments, RNG state...): resihp_job_opts_t.state at join (its
  * sizes are compared with the same shard of the replicas holding the
@@ -185,6 +205,12 @@ typedef struct {
    * the start of the wait for it to the checked end */
   size_t catchup_bytes;
   double catchup_seconds;
+  /* 1: the coordinator moved layers between this replica's ranks at this
+   * step boundary (resihp_job_set_layers_movable): resihp_job_layers and
+   * resihp_job_partition say the new partition; move the state of the
+   * layers that change hands over the replica communicator, then call
+   * resihp_job_commit_layers before computing (see "Repartition") */
+  int layers_moved;
 } resihp_job_step_t;
 
 void resihp_job_opts_init(resihp_job_opts_t *o);
@@ -279,6 +305,24 @@ int resihp_job_set_layers(resihp_job_t *job, int nlayers, const size_t *elems,
 /* The layers this rank holds now: [*first, *first + *count). RESIHP_ENOENT
  * when none were declared. */
 int resihp_job_layers(const resihp_job_t *job, int *first, int *count);
+/* This replica's partition now: counts[k] layers on rank k, nranks =
+ * resihp_job_shards(job) entries. RESIHP_ENOENT when no layers were
+ * declared. */
+int resihp_job_partition(const resihp_job_t *job, int *counts, int nranks);
+/* Say that this program can move layers between its ranks at a step
+ * boundary (see "Repartition"); call after resihp_job_set_layers, before
+ * the first step, on every rank. Without it the coordinator never moves
+ * this replica's layers. */
+int resihp_job_set_layers_movable(resihp_job_t *job);
+/* After a step whose st.layers_moved is 1: every rank of the replica has
+ * moved its layers' state and gives its new state list (as
+ * resihp_job_set_state_list; the sizes may differ from the old ones). The
+ * ranks agree over the replica communicator that all of them did: 0 on
+ * every rank, or an error on every rank (a rank that failed the move
+ * passes failed = 1; a rank gone fails the others with RESIHP_EPEER):
+ * then leave, the replica fails as a whole. */
+int resihp_job_commit_layers(resihp_job_t *job, const resihp_job_buf_t *bufs,
+                             int n, int failed);
 
 /* The state of one layer: its buffers (parameters, optimizer moments...),
  * the same number and sizes in every replica that holds the layer. */

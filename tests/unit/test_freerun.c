@@ -205,12 +205,12 @@ static int rank_main(const plan_t *p, int replica) {
     }
     if (st.layers_moved) {
       /* (layers 5) 1,3 from the next step on: the state keeps its size */
-      int cnt[2] = {0, 0}, first = -1, count = -1;
+      int cnt[2] = {0, 0}, mfirst = -1, mcount = -1;
       if (p->layers != 5 || replica != p->hook_r ||
           st.step != p->hook_step + 1 || moves++ ||
           resihp_job_partition(job, cnt, 2) || cnt[0] != 1 || cnt[1] != 3 ||
-          resihp_job_layers(job, &first, &count) || first != (sh ? 1 : 0) ||
-          count != (sh ? 3 : 1) || resihp_job_commit_layers(job, &sb, 1, 0))
+          resihp_job_layers(job, &mfirst, &mcount) || mfirst != (sh ? 1 : 0) ||
+          mcount != (sh ? 3 : 1) || resihp_job_commit_layers(job, &sb, 1, 0))
         return 18;
     }
     /* (layers 3) a rank holding two runs of layers is in two groups */

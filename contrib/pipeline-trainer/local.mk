@@ -36,3 +36,6 @@ TESTS += tests/integration/pipeline.test
 # Replicas with different partitions of the layers, under faults.
 dist_check_SCRIPTS += tests/integration/layers.test
 TESTS += tests/integration/layers.test
+# Layers moved off a stage slowed from outside, and back (issue 32).
+dist_check_SCRIPTS += tests/integration/repartition.test
+TESTS += tests/integration/repartition.test

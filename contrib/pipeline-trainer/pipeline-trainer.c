@@ -16,7 +16,14 @@
  * microbatch and its memory from its parameters; --partition a,b,... sets
  * them instead; --partition-of R=a:b:... gives replica R its own (the
  * layer-keyed groups of resihp_job(3) let replicas differ: the result is
- * the same). Stage k is rank k of a replica (resihp_job_shard).
+ * the same; its state is then declared unit by unit,
+ * resihp_job_set_layer_state, so that a replacement of replica R catches
+ * up unit by unit from the stages of the others). Stage k is rank k of a
+ * replica (resihp_job_shard).
+ * --move-layers lets the coordinator move units between the stages of a
+ * replica at a step boundary, off a slow stage and back
+ * (resihp_job_set_layers_movable): the stages then send the units that
+ * change hands to their new stage (move_units) and train on.
  *
  * Schedule. GPipe: a stage runs the forward pass of all its microbatches
  * (receiving each input from stage k-1 and sending its output to k+1 over
@@ -55,7 +62,9 @@
  * --stages K gives K where no job does (--reference, --plain) and is checked
  * against the job's otherwise; --mb-ms N makes each stage sleep after its
  * forward pass for the simulated compute of the microbatch, N ms for a
- * mean one and scaled by its workload (a heavier model, for demos);
+ * mean one and scaled by its workload (a heavier model, for demos) and by
+ * the stage's units (N ms for L+2 units / K, as many as every unit's
+ * share: a stage holding more units computes longer, as with real layers);
  * --data and --tokens pick the data (contrib/common/trainer-data.h).
  */
 #include "../common/trainer-common.h"
@@ -87,6 +96,7 @@ typedef struct {
   int part[MAX_UNITS], npart; /* --partition */
   /* --partition-of R=c1:c2:...: replica pof_r's own (-1: none) */
   int pof[MAX_UNITS], npof, pof_r;
+  int move_layers; /* --move-layers: the coordinator may repartition */
 } cfg_t;
 
 /* A rank's result (resihp_job_finish: at most 200 characters): with
@@ -128,6 +138,9 @@ typedef struct {
   trainer_mb_t scratch; /* for the step's sequence count */
   trainer_mbstats_t times;
   resihp_job_t *job;
+  /* --mb-ms for this stage's units: the simulated compute is each
+   * unit's, so a stage holding more units sleeps longer */
+  trainer_cost_t cost;
 } stage_t;
 
 static void oom(void) {
@@ -265,7 +278,9 @@ static void stage_init(stage_t *st, const cfg_t *c, unit_t *units, int k, int K,
                   .u0 = u0,
                   .u1 = u1,
                   .job = job,
-                  .fb = resihp_fixed_frac_bits()};
+                  .fb = resihp_fixed_frac_bits(),
+                  .cost = c->cost};
+  st->cost.ms_per_work *= (double)(u1 - u0) * K / nunits(c);
   int wmax = 0;
   for (int j = u0; j <= u1; j++) {
     st->aoff[j - u0 + 1] = st->aoff[j - u0] + (size_t)c->maxs * bwidth(c, j);
@@ -352,7 +367,7 @@ static void stage_fwd(stage_t *st, slot_t *sl) {
       accumulate(st, st->nacc - 1, &lf, 1);
     }
   }
-  trainer_compute_sleep(&c->cost, &sl->d);
+  trainer_compute_sleep(&st->cost, &sl->d);
   sl->secs += trainer_now_s() - t0;
 }
 
@@ -431,7 +446,7 @@ static uint64_t units_fnv(uint64_t h, const unit_t *units, int u0, int u1) {
  * replica's result "r0/r1/..." is the same whatever its partition. */
 static void stage_result(const cfg_t *c, const unit_t *units, int u0, int u1,
                          char *out, size_t cap) {
-  if (!c->npof) {
+  if (!c->npof && !c->move_layers) {
     snprintf(out, cap, "%016llx",
              (unsigned long long)units_fnv(TRAINER_FNV_INIT, units, u0, u1));
     return;
@@ -654,6 +669,56 @@ static int run_reference(const cfg_t *c) {
   return 0;
 }
 
+/* The coordinator moved units between this replica's stages at this step
+ * boundary (st.layers_moved, --move-layers): each unit that changes hands
+ * goes from its old stage to its new one over the replica communicator,
+ * parameters and momentum (the units in order on every stage: each
+ * transfer is one send matched by one receive, so no cycle of waits),
+ * then the stage holds its new units and the job commits the new state
+ * list on every stage, or on none (resihp_job_commit_layers). The units'
+ * arithmetic does not depend on which stage holds them: bitwise the same
+ * run. 0, or the error: leave (the replica fails as a whole). */
+static int move_units(stage_t *st, unit_t *units, int *layers, int K,
+                      const char *who) {
+  const cfg_t *c = st->c;
+  int now[MAX_UNITS], was[MAX_UNITS], is[MAX_UNITS], k = st->k, NU = nunits(c);
+  int rc = resihp_job_partition(st->job, now, K);
+  resihp_comm_t *pp = resihp_job_replica_comm(st->job);
+  if (rc)
+    return rc;
+  for (int s = 0, j = 0, i = 0; s < K; s++) {
+    for (int n = 0; n < layers[s]; n++)
+      was[j++] = s;
+    for (int n = 0; n < now[s]; n++)
+      is[i++] = s;
+  }
+  for (int j = 0; j < NU && !rc; j++) {
+    if (was[j] == is[j])
+      continue;
+    if (was[j] == k)
+      rc = resihp_send(pp, is[j], units[j].p, 2 * units[j].n * sizeof(float));
+    else if (is[j] == k) {
+      init_unit(c, &units[j], j);
+      rc = resihp_recv(pp, was[j], units[j].p, 2 * units[j].n * sizeof(float));
+    }
+  }
+  if (rc)
+    return rc;
+  for (int j = st->u0; j < st->u1; j++)
+    if (is[j] != k)
+      free_unit(&units[j]);
+  int u0, u1;
+  stage_range(now, k, &u0, &u1);
+  stage_free(st);
+  stage_init(st, c, units, k, K, u0, u1, st->job);
+  memcpy(layers, now, sizeof(int) * (size_t)K);
+  resihp_job_buf_t bufs[2 * MAX_UNITS];
+  rc = resihp_job_commit_layers(st->job, bufs, stage_state(st, bufs), 0);
+  if (!rc && !c->quiet)
+    print_partition(c, who, K, layers, "the coordinator (units moved)");
+  return rc;
+}
+
 /* The gradient exchange of a step in the job. */
 static int job_exchange(stage_t *st) {
   if (st->c->use_float)
@@ -711,8 +776,22 @@ static int run_job(const cfg_t *c) {
     rc = rc ? rc : -1;
     goto out;
   }
+  if (c->move_layers && (rc = resihp_job_set_layers_movable(job))) {
+    fprintf(stderr, "%scannot offer to move layers: %s\n", who,
+            resihp_strerror(rc));
+    goto out;
+  }
   resihp_job_buf_t bufs[2 * MAX_UNITS];
-  if ((rc = resihp_job_set_state_list(job, bufs, stage_state(&st, bufs)))) {
+  int nb = stage_state(&st, bufs);
+  /* with --partition-of, the state by unit: a replacement of a replica
+   * whose partition no other holds catches up unit by unit from the ranks
+   * of other partitions (resihp_job(3)); the same buffers in the same
+   * order either way */
+  resihp_job_layer_state_t ls[MAX_UNITS];
+  for (int j = 0; j < lcount; j++)
+    ls[j] = (resihp_job_layer_state_t){bufs + 2 * j, 2};
+  if ((rc = c->npof ? resihp_job_set_layer_state(job, ls, lcount, NULL, 0)
+                    : resihp_job_set_state_list(job, bufs, nb))) {
     fprintf(stderr, "%scannot register the state: %s\n", who,
             resihp_strerror(rc));
     goto out;
@@ -736,6 +815,11 @@ static int run_job(const cfg_t *c) {
              ss.catchup_seconds > 0
                  ? (double)ss.catchup_bytes / 1e6 / ss.catchup_seconds
                  : 0.0);
+    if (ss.layers_moved && (rc = move_units(&st, units, layers, K, who))) {
+      fprintf(stderr, "%sstep %ld: moving the units failed: %s; leaving\n",
+              who, ss.step, resihp_strerror(rc));
+      goto out;
+    }
     stage_zero(&st);
     const char *what = "the pipeline";
     t = trainer_now_s();
@@ -981,7 +1065,7 @@ static void usage(FILE *f) {
       "       [--batch B] [--vocab V] [--embed D] [--hidden H] [--layers L]\n"
       "       [--classes C] [--lr X] [--momentum X] [--seed S] [--mb-ms MS]\n"
       "       [--stages K] [--partition N,N..] [--partition-of R=N:N..]\n"
-      "       [--float] [--print-every N]\n"
+      "       [--float] [--print-every N] [--move-layers]\n"
       "       [--data fixed|longtail|packed] [--tokens N] [--quiet]\n"
       "       [--reference | --plain DIR]\n"
       "Run under resihp-run --ranks-per-replica K (rank k trains pipeline\n"
@@ -989,7 +1073,10 @@ static void usage(FILE *f) {
       "in one plain srun step of R*K tasks without fault tolerance. The\n"
       "model has L+2 units (embedding, L hidden layers, classifier).\n"
       "--partition-of R=N:N.. gives replica R its own partition under\n"
-      "resihp-run (the others --partition's or the planner's).\n");
+      "resihp-run (the others --partition's or the planner's).\n"
+      "--move-layers lets the coordinator move units between the stages of\n"
+      "a replica whose stage is slow, and back (results: each unit's\n"
+      "checksum, as with --partition-of).\n");
 }
 
 int main(int argc, char **argv) {
@@ -1027,9 +1114,10 @@ int main(int argc, char **argv) {
       {"steps", 1, 0, 's'}, {"lr", 1, 0, 'l'},        {"momentum", 1, 0, 'u'},
       {"seed", 1, 0, 'S'},  {"partition", 1, 0, 'P'}, {"float", 0, 0, 'f'},
       {"quiet", 0, 0, 'q'}, {"reference", 0, 0, 'r'}, {"plain", 1, 0, 'x'},
-      {"help", 0, 0, 'h'},  {"data", 1, 0, 'T'}, {"partition-of", 1, 0, 'O'}};
+      {"help", 0, 0, 'h'},  {"data", 1, 0, 'T'}, {"partition-of", 1, 0, 'O'},
+      {"move-layers", 0, 0, 'm'}};
   for (int i = 0; i < NI; i++)
-    lo[12 + i] = (struct option){iopt[i].name, 1, 0, 256 + i};
+    lo[13 + i] = (struct option){iopt[i].name, 1, 0, 256 + i};
   int o;
   while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     if (o >= 256 && o < 256 + NI) {
@@ -1061,6 +1149,9 @@ int main(int argc, char **argv) {
       break;
     case 'q':
       c.quiet = 1;
+      break;
+    case 'm':
+      c.move_layers = 1;
       break;
     case 'r':
       c.reference = 1;
@@ -1095,10 +1186,10 @@ int main(int argc, char **argv) {
                     "--classes\n");
     return 2;
   }
-  if (c.npof && nunits(&c) > RESULT_UNITS) {
+  if ((c.npof || c.move_layers) && nunits(&c) > RESULT_UNITS) {
     fprintf(stderr,
-            "resihp-pipeline-trainer: --partition-of reports each unit's "
-            "checksum: at most %d units (--layers %d)\n",
+            "resihp-pipeline-trainer: --partition-of and --move-layers report "
+            "each unit's checksum: at most %d units (--layers %d)\n",
             RESULT_UNITS, RESULT_UNITS - 2);
     return 2;
   }

@@ -121,6 +121,18 @@ typedef struct {
    * the same partition, or the job's when it declared no layers */
   char shape[20];
   int shape_open;
+  /* its process declared its state by layer (BEGIN lst=1,
+   * resihp_job_set_layer_state): it can catch up, and serve, by layer */
+  int lstate;
+  /* repartition (coord_repart.c): its program can move layers (BEGIN
+   * lmove=1); the partition it declared (cut points; "": not yet); moved
+   * away from it by the coordinator, at which step, how often;
+   * repart_asked: a free run was held for a move since its ranks' factors
+   * last changed */
+  int lmove;
+  char home[RESIHP__COORD_LAY_MAX];
+  int moved, repart_asked;
+  long moved_at, nmoves;
 } rep_t;
 
 /* One distinct partition of the layers: its cut points' text ("" for one
@@ -290,6 +302,13 @@ struct resihp__coord {
   char *val;         /* one PERF or WL list as received (coord_room) */
   size_t valcap;
   long samples, costed, swaps;
+  /* repartition (coord_repart.c): the replica moved at this boundary
+   * (-1: none: GO's moved=), moves in all */
+  int moved_r;
+  long repartitions;
+  /* a move asked for by resihp__coord_repart_force: 1 + replica, 0: none */
+  int force_r;
+  int force_counts[RESIHP__COORD_MAX_SHARDS];
   /* the step whose PERF lines are being counted, and how many came: once
    * every member rank's are in, the step is judged (coord_perf.c) */
   long perf_step;
@@ -352,6 +371,10 @@ struct resihp__coord {
    * (coord_layers.c: one that holds the joiner's partition of the
    * layers) */
   int *start_src;
+  /* joiner ji catches up by layer (start_lay[ji]: no member holds its
+   * partition, it and start_src's members hold their state by layer):
+   * coord_schedule.c names the pieces of each member rank in serve= */
+  int *start_lay;
   /* assignment by cost (coord_perf.c, costplan.c): the plan the last
    * START's owners were computed with (cplan_have: they were; a free run
    * then ships it, run=1 cby=...), and the owners the replicas reported
@@ -424,7 +447,7 @@ int resihp__coord_set_layers(resihp__coord_t *c, int r, const char *lay);
  * BEGIN: 0 (the first to hold a partition sets its shape), or
  * RESIHP_EINVAL with the expected one in *want. */
 int resihp__coord_check_shape(resihp__coord_t *c, int r, const char **want);
-/* A snapshot's "y" line after "y r lay=": "L[:cuts][ shape=D]", as
+/* A snapshot's "y" line after "y r lay=": "L[:cuts][ lst=1][ shape=D]", as
  * resihp__coord_put_layers wrote it. 0, RESIHP_EPROTO, RESIHP_ENOMEM... */
 int resihp__coord_restore_layers(resihp__coord_t *c, int r, const char *s);
 /* " lay=L:cuts" of replica r (WELCOME, snapshot): 1 if it has one. */
@@ -441,6 +464,13 @@ void resihp__coord_layers_free(resihp__coord_t *c);
  * (ji + k)-th of those that hold its partition (all of them when the
  * partitions are the same or not said). 0 or RESIHP_ENOMEM. */
 int resihp__coord_serve_sources(resihp__coord_t *c);
+/* START's serve= entries of member r for joiner ji's rank k by layer
+ * (start_lay): "q.k:A-B@ep" for each run of the joiner rank's layers that
+ * a rank of r holds, then "q.k:r@ep" (rank k's own state). *first: no
+ * entry written yet (" serve=" comes first). */
+void resihp__coord_put_layer_serve(const resihp__coord_t *c, int ji, int k,
+                                   const char *ep, int *first,
+                                   resihp__wire_buf_t *b);
 /* coord_pace.c: lines owed to members at a boundary. Forget what is
  * owed; owe member r line what (OWE_*); send a round's worth (1 if some
  * remain); send member r what it is owed now (before any other line). */
@@ -500,6 +530,43 @@ void resihp__coord_hold_for_swap(resihp__coord_t *c);
 /* Whether replica p's multiplier moved far enough from the one its
  * assignment used to need a step boundary. */
 int resihp__coord_slow_moved(const rep_t *p);
+
+/* The mean time of the last steps, up to 8 (s; 0 if unknown). */
+double resihp__coord_recent_step_s(const resihp__coord_t *c);
+
+/* coord_repart.c: repartition at a step boundary. choose: for a replica
+ * of L equal layers on K ranks at the given factors, holding cur and
+ * declared home (counts), m microbatches: 1 and the new counts in out
+ * when a move pays (predicted step ratio new/now into *ratio, the time
+ * saved over steps_left steps of step_s into *gain_s, more than cost_s),
+ * 0 when not, or an error. slowdown: the predicted step of counts at the
+ * factors over that of home at full speed (>= 1). */
+int resihp__repart_choose(int L, int K, const double *factor, const int *cur,
+                          const int *home, int mbs, double step_s,
+                          long steps_left, double cost_s, int *out,
+                          double *ratio, double *gain_s);
+double resihp__repart_slowdown(int L, int K, const double *factor,
+                               const int *counts, const int *home, int mbs);
+/* A new process of replica r (HELLO): nothing moved, nothing declared. */
+void resihp__coord_repart_reset(resihp__coord_t *c, int r);
+/* (snapshot) Replica r's layers were moved away from home (its declared
+ * cut points): 0, or RESIHP_EPROTO. */
+int resihp__coord_repart_restore(resihp__coord_t *c, int r, const char *home);
+/* Its BEGIN: lmove=, and its home partition once known. */
+void resihp__coord_repart_begin(resihp__coord_t *c, int r, const char *msg);
+/* Replica r's multiplier for its slowest rank's factor f. */
+double resihp__coord_repart_factor(const resihp__coord_t *c, int r, double f);
+/* Whether a free run should be held for a move of replica r's layers
+ * (once until its ranks' factors change). */
+int resihp__coord_repart_wanted(resihp__coord_t *c, int r);
+/* Before a step's GO: move one replica's layers if that pays (sets
+ * moved_r and changed). */
+void resihp__coord_repart_boundary(resihp__coord_t *c);
+/* GO: " moved=R" when the epoch moves replica R's layers. */
+void resihp__coord_put_moved(const resihp__coord_t *c, resihp__wire_buf_t *b);
+/* The scale of rank's detector samples: its declared share of the layers
+ * over its share now (1 unless its replica's layers moved). */
+double resihp__coord_repart_scale(const resihp__coord_t *c, int rank);
 
 /* coord_spares.c */
 void resihp__coord_on_spare(resihp__coord_t *c, int k, const char *msg);

@@ -154,6 +154,7 @@ void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   resihp__wire_buf_printf(b, " lay=%d", c->nlayers);
   if (c->K == 1 || !c->nlparts)
     return; /* one rank holds every layer: nothing to tell apart */
+  resihp__coord_put_moved(c, b); /* (coord_repart.c) */
   /* members by partition (counting sort: O(members + distinct)); those
    * that declared none are counted with the default */
   int D = c->nlparts, n = c->nmembers;
@@ -202,30 +203,64 @@ void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   free(by);
 }
 
-/* (snapshot) "y r lay=L:cuts[ shape=D]" lines: every replica's committed
- * partition, and the state shape of its holders once one began */
+/* (snapshot) "y r lay=L:cuts[ shape=D][ home=cuts]" lines: every
+ * replica's committed partition, the state shape of its holders once one
+ * began, and the partition its program declared when the coordinator
+ * moved its layers away from it (coord_repart.c) */
 void resihp__coord_put_layers(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   for (int r = 0; r < c->R && !b->err; r++) {
-    if (!c->reps[r].lpart)
+    const rep_t *p = &c->reps[r];
+    if (!p->lpart)
       continue;
-    const char *shape = c->lparts[c->reps[r].lpart - 1].shape;
+    const char *shape = c->lparts[p->lpart - 1].shape;
     resihp__wire_buf_printf(b, "y %d", r);
     resihp__coord_put_lay(c, r, b);
-    resihp__wire_buf_printf(b, "%s%s\n", shape[0] ? " shape=" : "", shape);
+    resihp__wire_buf_printf(b, "%s%s%s", p->lstate ? " lst=1" : "",
+                            shape[0] ? " shape=" : "", shape);
+    if (p->moved && p->home[0])
+      resihp__wire_buf_printf(b, " home=%s", p->home);
+    resihp__wire_buf_printf(b, "\n");
   }
 }
 
 int resihp__coord_restore_layers(resihp__coord_t *c, int r, const char *s) {
-  char lay[RESIHP__COORD_LAY_MAX];
-  const char *sp = strchr(s, ' '), *shape = "";
+  char lay[RESIHP__COORD_LAY_MAX], shape[sizeof(c->shape)] = "",
+      home[RESIHP__COORD_LAY_MAX] = "";
+  const char *sp = strchr(s, ' ');
   size_t n = sp ? (size_t)(sp - s) : strlen(s);
-  if (n >= sizeof(lay) ||
-      (sp && (strncmp(sp, " shape=", 7) ||
-              !resihp__wire_token_ok(shape = sp + 7, sizeof(c->shape)))))
+  if (n >= sizeof(lay))
+    return RESIHP_EPROTO;
+  /* then " lst=1", " shape=D" and " home=cuts", each at most once, in
+   * this order */
+  const char *at = sp;
+  int lst = at && !strncmp(at, " lst=1", 6) && (!at[6] || at[6] == ' ');
+  if (lst)
+    at = at[6] ? at + 6 : NULL;
+  if (at && !strncmp(at, " shape=", 7)) {
+    size_t m = strcspn(at + 7, " ");
+    if (m == 0 || m >= sizeof(shape))
+      return RESIHP_EPROTO;
+    memcpy(shape, at + 7, m);
+    shape[m] = '\0';
+    at += 7 + m;
+    at = *at ? at : NULL;
+  }
+  if (at && !strncmp(at, " home=", 6)) {
+    size_t m = strcspn(at + 6, " ");
+    if (m == 0 || m >= sizeof(home) || at[6 + m])
+      return RESIHP_EPROTO;
+    memcpy(home, at + 6, m);
+    home[m] = '\0';
+    at = NULL;
+  }
+  if (at || (shape[0] && !resihp__wire_token_ok(shape, sizeof(shape))))
     return RESIHP_EPROTO;
   memcpy(lay, s, n);
   lay[n] = '\0';
   int rc = resihp__coord_set_layers(c, r, lay);
+  c->reps[r].lstate = lst;
+  if (!rc && home[0])
+    rc = resihp__coord_repart_restore(c, r, home);
   if (rc || !shape[0])
     return rc;
   char *have = c->lparts[c->reps[r].lpart - 1].shape;
@@ -247,20 +282,30 @@ int resihp__coord_serve_sources(resihp__coord_t *c) {
   int nc = c->nstart_contrib, nj = c->nstart_joiners, K = c->K;
   free(c->start_src);
   c->start_src = NULL;
+  free(c->start_lay);
+  c->start_lay = NULL;
   if (!nj || nc < 1)
     return 0;
   if (!(c->start_src = malloc(sizeof(int) * (size_t)nj * (size_t)K)))
+    return RESIHP_ENOMEM;
+  if (c->nlayers && K > 1 && !(c->start_lay = calloc((size_t)nj, sizeof(int))))
     return RESIHP_ENOMEM;
   /* the contributors by partition (counting sort, O(nc + distinct)):
    * partition d's are by[at[d] .. at[d + 1]) */
   int D = c->nlayers ? c->nlparts : 0;
   int *at = calloc((size_t)D + 2, sizeof(int));
   int *by = malloc(sizeof(int) * (size_t)nc);
-  if (!at || !by) {
+  /* and those holding their state by layer (any partition) */
+  int *ls = malloc(sizeof(int) * (size_t)nc), nls = 0;
+  if (!at || !by || !ls) {
     free(at);
     free(by);
+    free(ls);
     return RESIHP_ENOMEM;
   }
+  for (int i = 0; D && i < nc; i++)
+    if (c->reps[c->start_contrib[i]].lstate && c->reps[c->start_contrib[i]].lpart)
+      ls[nls++] = c->start_contrib[i];
   for (int i = 0; i < nc; i++)
     at[(D ? c->reps[c->start_contrib[i]].lpart : 0) + 1]++;
   for (int d = 0; d <= D; d++)
@@ -273,6 +318,15 @@ int resihp__coord_serve_sources(resihp__coord_t *c) {
   for (int ji = 0; ji < nj; ji++) {
     int lp = D ? c->reps[c->start_joiners[ji]].lpart : 0;
     int n = at[lp + 1] - at[lp];
+    if (lp && !n && c->start_lay && nls &&
+        c->reps[c->start_joiners[ji]].lstate) {
+      /* by layer: rank k's layers from the ranks of the (ji + k)-th
+       * member holding its state by layer, whatever its partition */
+      c->start_lay[ji] = 1;
+      for (int k = 0; k < K; k++)
+        c->start_src[(size_t)ji * (size_t)K + (size_t)k] = ls[(ji + k) % nls];
+      continue;
+    }
     if (lp && !n) {
       logc(RESIHP_LOG_ERROR,
            "replica %d catches up, but no member holds its partition of the "
@@ -285,5 +339,41 @@ int resihp__coord_serve_sources(resihp__coord_t *c) {
   }
   free(at);
   free(by);
+  free(ls);
   return 0;
+}
+
+void resihp__coord_put_layer_serve(const resihp__coord_t *c, int ji, int k,
+                                   const char *ep, int *first,
+                                   resihp__wire_buf_t *b) {
+  int q = c->start_joiners[ji];
+  int r = c->start_src[(size_t)ji * (size_t)c->K + (size_t)k];
+  resihp__partition_t pj, pr;
+  if (resihp__partition_parse(c->lparts[c->reps[q].lpart - 1].text,
+                              c->nlayers, &pj)) {
+    b->err = RESIHP_ENOMEM; /* (both were parsed when said) */
+    return;
+  }
+  if (resihp__partition_parse(c->lparts[c->reps[r].lpart - 1].text,
+                              c->nlayers, &pr)) {
+    resihp__partition_free(&pj);
+    b->err = RESIHP_ENOMEM;
+    return;
+  }
+  /* the joiner rank's layers [lo, hi) cut by r's ranks: O(K) */
+  int lo = pj.bounds[k], hi = pj.bounds[k + 1];
+  for (int s = 0; s < pr.k; s++) {
+    int a = lo > pr.bounds[s] ? lo : pr.bounds[s];
+    int e = hi < pr.bounds[s + 1] ? hi : pr.bounds[s + 1];
+    if (a >= e)
+      continue;
+    resihp__wire_buf_printf(b, "%s%d.%d:%d-%d@%s", *first ? " serve=" : ",", q,
+                            k, a, e, ep);
+    *first = 0;
+  }
+  resihp__wire_buf_printf(b, "%s%d.%d:r@%s", *first ? " serve=" : ",", q, k,
+                          ep);
+  *first = 0;
+  resihp__partition_free(&pj);
+  resihp__partition_free(&pr);
 }

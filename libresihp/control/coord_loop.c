@@ -452,6 +452,7 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   if (!c)
     return RESIHP_ENOMEM;
   c->o = *o;
+  c->moved_r = -1;
   c->efd = epoll_create1(EPOLL_CLOEXEC);
   if (c->o.silence_ms <= 0)
     c->o.silence_ms = 3000;
@@ -552,6 +553,7 @@ void resihp__coord_destroy(resihp__coord_t *c) {
   free(c->start_off);
   free(c->start_joiners);
   free(c->start_src);
+  free(c->start_lay);
   free(c->start_ms);
   resihp__coord_perf_free(c);
   resihp__coord_layers_free(c);

@@ -65,12 +65,14 @@ static void on_event(int rank, resihp_health_state_t prev,
                            ? now->slow_factor
                            : 1.0;
   c->rank_state[rank] = (unsigned char)now->state;
+  c->reps[r].repart_asked = 0; /* a move may pay now (coord_repart.c) */
   if (now->state == RESIHP_HEALTH_SUSPECT)
     return; /* a suspicion being checked: nothing to act on */
   double f = 1.0;
   for (int i = 0; i < c->K; i++)
     if (c->rank_slow[r * c->K + i] > f)
       f = c->rank_slow[r * c->K + i];
+  f = resihp__coord_repart_factor(c, r, f); /* layers moved off it */
   rep_t *p = &c->reps[r];
   if (fabs(f - p->slow) < 0.05 * p->slow)
     return;
@@ -206,6 +208,8 @@ void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg) {
   }
   if (s + 2 < c->step)
     return; /* too late to matter */
+  /* a rank whose layers moved: timed as for its declared share of them */
+  double scale = resihp__coord_repart_scale(c, r * c->K + (int)sh);
   for (int i = 0; i < n; i++) {
     const long long *t = &c->tuples[(size_t)i * 5];
     resihp_workload_t w = {(double)t[2], (double)t[3], (double)t[4]};
@@ -213,7 +217,7 @@ void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg) {
       continue;
     /* a bad workload is refused by the detector (logged), nothing kept */
     resihp_detector_record(c->det, r * c->K + (int)sh, (uint64_t)s, &w,
-                           (double)t[1]);
+                           (double)t[1] * scale);
   }
   c->samples += n;
   /* Every member rank has sent its samples of step s: judge it now. Else
@@ -336,13 +340,16 @@ void resihp__coord_perf_commit(resihp__coord_t *c) {
     if (c->phase == P_FREE && p->slow_steps >= SWAP_AFTER_STEPS &&
         !p->swap_held)
       c->swap_due = 1;
+    /* nor to move layers: hold for one when it may pay */
+    if (c->phase == P_FREE && resihp__coord_repart_wanted(c, c->members[i]))
+      resihp__coord_hold(c, "layers may move");
   }
 }
 
 /* The mean time of the last steps, up to 8 (s; 0 if unknown). One step
  * alone may read 0 ms: a free run's steps are spread evenly over the time
  * between its reports, in whole ms. */
-static double recent_step_s(const resihp__coord_t *c) {
+double resihp__coord_recent_step_s(const resihp__coord_t *c) {
   long last = c->step - 1, first = last;
   while (first > c->base_step && last - first < 8 && c->start_ms[first - 1])
     first--;
@@ -367,7 +374,7 @@ static int swap_candidate(const resihp__coord_t *c, int for_hold,
         (c->reps[r].state == R_MEMBER && c->reps[r].catching))
       return -1; /* one change at a time */
   /* the last steps' time is the absorbed one: back to the healthy time */
-  double last_s = recent_step_s(c);
+  double last_s = resihp__coord_recent_step_s(c);
   for (int i = 0; i < c->nmembers; i++) {
     int r = c->members[i];
     const rep_t *p = &c->reps[r];

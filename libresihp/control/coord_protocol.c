@@ -379,6 +379,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   snprintf(p->lep, sizeof(p->lep), "%s", strcmp(lep, "-") ? lep : "");
   snprintf(p->shape, sizeof(p->shape), "%s", shape);
   p->shape_open = 1;
+  resihp__coord_repart_reset(c, (int)r); /* a new process: nothing moved */
   c->conns[k].replica = (int)r;
   p->last_life = resihp__now_ms();
   /* and the partition of the layers that replica r holds (its last
@@ -572,6 +573,9 @@ static int again_begin(resihp__coord_t *c, int r, const char *msg) {
 static int begin_layers(resihp__coord_t *c, int k, int r, const char *msg) {
   char lay[RESIHP__COORD_LAY_MAX];
   int rc = resihp__wire_get(msg, "lay", lay, sizeof(lay));
+  long lst = 0;
+  c->reps[r].lstate = !rc && !resihp__wire_get_long(msg, "lst", &lst) &&
+                      lst == 1; /* (anything else: an opaque state) */
   if (rc == RESIHP_ENOENT)
     return 0;
   if (!rc && (rc = resihp__coord_set_layers(c, r, lay)) == 0)
@@ -633,6 +637,7 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
   if (!strncmp(msg, "BEGIN ", 6)) {
     if (begin_layers(c, k, r, msg) || (p->shape_open && begin_shape(c, k, r, msg)))
       return;
+    resihp__coord_repart_begin(c, r, msg);
     if (again_begin(c, r, msg))
       return;
     int free_member = c->phase == P_FREE && resihp__coord_is_member(c, r);

@@ -186,6 +186,10 @@ static void build_start(resihp__coord_t *c, int r, resihp__wire_buf_t *b) {
       if (c->start_src[(size_t)ji * (size_t)c->K + (size_t)sh] != r ||
           resihp__wire_list_item(j->sep, sh, ep, sizeof(ep)))
         continue;
+      if (c->start_lay && c->start_lay[ji]) { /* by layer (coord_layers.c) */
+        resihp__coord_put_layer_serve(c, ji, sh, ep, &sfirst, b);
+        continue;
+      }
       resihp__wire_buf_printf(b, "%s%d.%d@%s", sfirst ? " serve=" : ",", q, sh,
                               ep);
       sfirst = 0;

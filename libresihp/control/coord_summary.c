@@ -54,10 +54,11 @@ static void fail_slow(const resihp__coord_t *c, FILE *f) {
                                     "counts by speed", "predicted cost"};
   fprintf(f,
           "  fail-slow:              %ld samples; microbatches by %s (%ld "
-          "steps with workloads); %ld swap(s) for a spare\n",
+          "steps with workloads); %ld swap(s) for a spare; %ld "
+          "repartition(s)\n",
           c->samples,
           how[c->o.assign >= 0 && c->o.assign <= 2 ? c->o.assign : 0],
-          c->costed, c->swaps);
+          c->costed, c->swaps, c->repartitions);
   for (int r = 0; r < c->R; r++) {
     const rep_t *p = &c->reps[r];
     if (p->worst_slow <= 1)
@@ -80,6 +81,18 @@ static void fail_slow(const resihp__coord_t *c, FILE *f) {
             "step(s) slow in %ld episode(s); %s\n",
             r, p->worst_slow, p->slow_since, p->slow_total, p->slow_episodes,
             act);
+  }
+  /* the replicas whose layers moved (coord_repart.c): the cut points
+   * now and as declared */
+  for (int r = 0; r < c->R; r++) {
+    const rep_t *p = &c->reps[r];
+    if (!p->nmoves || !p->lpart)
+      continue;
+    fprintf(f,
+            "  replica %d layers:       moved %ld time(s), last at step %ld; "
+            "cut at %s now, declared %s\n",
+            r, p->nmoves, p->moved_at, c->lparts[p->lpart - 1].text,
+            p->home[0] ? p->home : "?");
   }
 }
 

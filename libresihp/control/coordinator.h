@@ -228,6 +228,10 @@ typedef struct {
    * spare_free says whether the launcher has a spare now (NULL: never). */
   double swap_cost_s;
   int (*spare_free)(void *ud);
+  /* Move layers off a slow rank of a replica whose program can
+   * (coord_repart.c) when that saves more than repart_cost_s over the
+   * steps left (0: two recent steps; < 0: never). */
+  double repart_cost_s;
   /* A slowdown must also have lasted this long (ms of wall time) before a
    * replica is slow (resihp_detector_set_confirm_ms): ranks that share
    * CPUs are slowed in turn for a few steps each, which is no slow device.
@@ -417,6 +421,10 @@ int resihp__coord_summary(const resihp__coord_t *c, FILE *f,
 /* Protocol lines received and sent so far, heartbeats not counted; timed
  * (may be NULL) gets how many of those received were time-based reports
  * of free runs (PROG, PERF), whose number grows with time, not steps. */
+/* Move replica r's layers to counts (K of them) at the next step
+ * boundary, whatever the detector says, if its program can
+ * (coord_repart.c; tests: the protocol without a slow rank). */
+void resihp__coord_repart_force(resihp__coord_t *c, int r, const int *counts);
 void resihp__coord_lines(const resihp__coord_t *c, long *rx, long *tx,
                          long *timed);
 /* Saves (coord_save.c). The protocol: at a step boundary where a save is

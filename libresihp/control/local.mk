@@ -22,7 +22,8 @@ EXTRA_DIST += tests/fuzz/corpus-snapshot/setup tests/fuzz/corpus-snapshot/run \
 	tests/fuzz/corpus-snapshot/freerun tests/fuzz/corpus-snapshot/round \
 	tests/fuzz/corpus-snapshot/save tests/fuzz/corpus-snapshot/end \
 	tests/fuzz/corpus-snapshot/spares tests/fuzz/corpus-snapshot/cut \
-	tests/fuzz/corpus-snapshot/freerun-cost tests/fuzz/corpus-snapshot/layers
+	tests/fuzz/corpus-snapshot/freerun-cost tests/fuzz/corpus-snapshot/layers \
+	tests/fuzz/corpus-snapshot/repart
 
 # Fuzz target of the cost plan of a free run by cost (costplan.c).
 check_PROGRAMS += tests/fuzz/fuzz_costplan
@@ -125,6 +126,11 @@ tests_unit_test_coord_cost_SOURCES = tests/unit/test_coord_cost.c
 tests_unit_test_coord_cost_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_coord_cost_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_coord_cost
+check_PROGRAMS += tests/unit/test_repart
+tests_unit_test_repart_SOURCES = tests/unit/test_repart.c
+tests_unit_test_repart_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_repart_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_repart
 
 # The standby's early takeover on the replicas' word (vouch.h): its unit
 # test and the fuzz target of a vouch and of the record it is counted

@@ -54,6 +54,11 @@ void resihp__record_destroy(resihp__record_t *r);
  *              a recovery, counted with its duration)
  *   slow / healthy / swap   fail-slow: a replica's speed changed, or it
  *              was swapped for a spare
+ *   repartition   a replica's layers moved between its ranks at a step
+ *              boundary (kind: slow, back when its ranks are healthy
+ *              again, asked; reason: "from=3,3 to=4,2 predicted-step=xR
+ *              saved=Ss", the layer counts and the planner's prediction;
+ *              seconds: the time it predicts saved over the steps left)
  *   abort / stop / done / lost   how the run ended or was asked to end
  *   save / resume   a resumable state was written / read
  *   coordinator     a coordinator process started (kind: primary, or

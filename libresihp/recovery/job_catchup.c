@@ -34,6 +34,8 @@ void resihp__job_state_free(resihp_job_t *j) {
   j->state = NULL;
   j->nstate = 0;
   j->state_len = 0;
+  free(j->lstate_off);
+  j->lstate_off = NULL;
   free(j->snap);
   j->snap = NULL;
   free(j->serve_to);
@@ -77,6 +79,8 @@ int resihp__job_state_set(resihp_job_t *j, const resihp_job_buf_t *bufs,
   j->state = copy;
   j->nstate = n;
   j->state_len = total;
+  free(j->lstate_off); /* an opaque list again (job_layer_state.c) */
+  j->lstate_off = NULL;
   return 0;
 }
 
@@ -126,8 +130,11 @@ static int serve_publish(resihp_job_t *j, int fd) {
   return stopped;
 }
 
-/* Send the snapshot to one replacement's rank at ep. */
-static int send_one(resihp_job_t *j, const char *ep, const char *dg) {
+/* Send a piece of the snapshot (bytes [off, off + len): the whole state
+ * or a piece of it, job_layer_state.c) to rank k of a replacement at ep;
+ * what: "" (the whole state), " layers=A-B" or " rank=1". */
+static int send_one(resihp_job_t *j, const char *ep, const char *dg, int k,
+                    size_t off, size_t len, const char *what) {
   int64_t deadline = resihp__now_ms() + 30000;
   int fd = resihp__wire_dial_stoppable(ep, deadline, &j->serve_stop);
   if (fd < 0)
@@ -143,23 +150,25 @@ static int send_one(resihp_job_t *j, const char *ep, const char *dg) {
                                               "state", deadline,
                                               &j->serve_stop);
   if (!rc) {
-    snprintf(line, sizeof(line), "STATE step=%ld shard=%d bytes=%zu sha256=%s",
-             j->serve_step, j->lrank, j->state_len, dg);
+    snprintf(line, sizeof(line),
+             "STATE step=%ld shard=%d bytes=%zu sha256=%s%s", j->serve_step, k,
+             len, dg, what);
     rc = resihp__wire_send(&w, line, deadline);
   }
-  size_t half = j->state_len / 2;
+  const uint8_t *from = j->snap + off;
+  size_t half = len / 2;
   if (!rc)
-    rc = resihp__wire_write(&w, j->snap, half, deadline);
+    rc = resihp__wire_write(&w, from, half, deadline);
   int f = resihp__job_catchup_fault(j);
   if (!rc && f >= 0) {
     j->inj_fired[f] = 1;
     resihp__job_fire(j, j->inj[f].kind, RESIHP__INJECT_CATCHUP);
   }
   if (!rc)
-    rc = resihp__wire_write(&w, j->snap + half, j->state_len - half, deadline);
+    rc = resihp__wire_write(&w, from + half, len - half, deadline);
   /* the tag of the whole transfer: a tampered state is refused */
-  const void *parts[1] = {j->snap};
-  size_t lens[1] = {j->state_len};
+  const void *parts[1] = {from};
+  size_t lens[1] = {len};
   if (!rc)
     rc = resihp__wire_seal(&w, parts, lens, 1, deadline);
   serve_publish(j, -1);
@@ -167,32 +176,47 @@ static int send_one(resihp_job_t *j, const char *ep, const char *dg) {
   return rc;
 }
 
-/* Sender thread: every entry of serve_to gets the snapshot. */
+/* Sender thread: every entry of serve_to (my_entries) gets its piece of
+ * the snapshot. */
 static void *serve_main(void *arg) {
   resihp_job_t *j = arg;
-  char dg[65];
-  digest_hex(j->snap, j->state_len, dg);
+  char dg[65], pdg[65], what[48];
+  int whole_dg = 0;
   char *save = NULL;
   for (char *t = strtok_r(j->serve_to, ",", &save);
        t && !__atomic_load_n(&j->serve_stop, __ATOMIC_ACQUIRE);
        t = strtok_r(NULL, ",", &save)) {
-    char *at = strchr(t, '@');
-    if (!at)
-      continue;
-    *at = '\0';
+    int q, k, a, b;
+    const char *ep;
+    size_t off, len;
+    if (resihp__job_serve_entry_parse(t, &q, &k, &a, &b, &ep) ||
+        resihp__job_state_piece(j, a, b, &off, &len))
+      continue; /* (my_entries kept only this rank's) */
+    if (a == -1 && !whole_dg) {
+      digest_hex(j->snap, j->state_len, dg);
+      whole_dg = 1;
+    } else if (a != -1) {
+      digest_hex(j->snap + off, len, pdg);
+    }
+    if (a == -1)
+      what[0] = '\0';
+    else if (a == -2)
+      snprintf(what, sizeof(what), " rank=1");
+    else
+      snprintf(what, sizeof(what), " layers=%d-%d", a, b);
     int64_t t0 = resihp__now_ms();
-    int rc = send_one(j, at + 1, dg);
+    int rc = send_one(j, ep, a == -1 ? dg : pdg, k, off, len, what);
     int64_t ms = resihp__now_ms() - t0;
     if (rc)
       resihp_log(RESIHP_LOG_WARN, "job",
-                 "replica %d: catch-up of replica %s shard %d failed (%s)",
-                 j->replica, t, j->lrank, resihp_strerror(rc));
+                 "replica %d: catch-up of replica %d shard %d%s failed (%s)",
+                 j->replica, q, k, what, resihp_strerror(rc));
     else
       resihp_log(RESIHP_LOG_INFO, "job",
-                 "replica %d: sent shard %d (%zu bytes, step-%ld state) to "
-                 "replica %s in %lld ms (%.1f MB/s)",
-                 j->replica, j->lrank, j->state_len, j->serve_step, t,
-                 (long long)ms, mbps(j->state_len, ms));
+                 "replica %d: sent shard %d%s (%zu bytes, step-%ld state) to "
+                 "replica %d in %lld ms (%.1f MB/s)",
+                 j->replica, k, what, len, j->serve_step, q, (long long)ms,
+                 mbps(len, ms));
   }
   __atomic_store_n(&j->serve_done, 1, __ATOMIC_RELEASE);
   return NULL;
@@ -226,7 +250,9 @@ void resihp__job_serve_stop(resihp_job_t *j) {
   serve_join(j);
 }
 
-/* The entries "r.k@ep" of serve whose shard k is this rank's. */
+/* The entries of serve (resihp__job_serve_entry_parse) that this rank
+ * serves: "r.k@ep" and "r.k:r@ep" whose k is this rank's shard,
+ * "r.k:A-B@ep" whose layers are this rank's. */
 static char *my_entries(const resihp_job_t *j, const char *serve) {
   char *out = calloc(1, strlen(serve) + 1), *copy = strdup(serve);
   char *save = NULL;
@@ -238,10 +264,13 @@ static char *my_entries(const resihp_job_t *j, const char *serve) {
   size_t off = 0;
   for (char *t = strtok_r(copy, ",", &save); t;
        t = strtok_r(NULL, ",", &save)) {
-    int r = -1, k = -1, n = 0;
-    if (sscanf(t, "%d.%d@%n", &r, &k, &n) != 2 || n == 0 || k != j->lrank)
+    int r, k, a, b;
+    const char *ep;
+    size_t po, pl;
+    if (resihp__job_serve_entry_parse(t, &r, &k, &a, &b, &ep) ||
+        (a < 0 ? k != j->lrank : resihp__job_state_piece(j, a, b, &po, &pl)))
       continue;
-    off += (size_t)sprintf(out + off, "%s%d@%s", off ? "," : "", r, t + n);
+    off += (size_t)sprintf(out + off, "%s%s", off ? "," : "", t);
   }
   free(copy);
   if (!off) {
@@ -311,15 +340,76 @@ static int read_into(resihp__wire_t *w, resihp_job_t *j, size_t off, size_t len,
  * on. */
 #define STALE_OFFER 1
 
-/* One offer on an authenticated connection: 0 (received and checked),
- * STALE_OFFER, or an error. */
-/* An offer: "STATE step=... shard=... bytes=... sha256=...". */
+/* An offer: "STATE step=... shard=... bytes=... sha256=...[ layers=A-B|
+ * rank=1]". */
 #define OFFER_MAX 255
 
+/* What a catch-up has received: the whole state, or (by layer) which of
+ * this rank's layers and whether its own state. */
+typedef struct {
+  int whole;
+  char *layer; /* lstate_count flags; NULL: an opaque state */
+  int rank;
+} got_t;
+
+static int got_all(const resihp_job_t *j, const got_t *g) {
+  if (g->whole)
+    return 1;
+  if (!g->layer || !g->rank)
+    return 0;
+  for (int i = 0; i < j->lstate_count; i++)
+    if (!g->layer[i])
+      return 0;
+  return 1;
+}
+
+/* The piece an offer line names: a -1 (the whole state), -2 (the rank's
+ * own) or layers [a, b); RESIHP_EPROTO when malformed, RESIHP_EINVAL when
+ * not a piece of this rank's state or one received already. */
+static int offer_piece(const resihp_job_t *j, const char *line,
+                       const got_t *g, int *a, int *b, size_t *off,
+                       size_t *len) {
+  if (resihp__job_offer_piece_parse(line, a, b))
+    return RESIHP_EPROTO;
+  if (*a != -1 && !g->layer)
+    return RESIHP_EINVAL; /* a piece, but this rank's state is opaque */
+  if (resihp__job_state_piece(j, *a, *b, off, len))
+    return RESIHP_EINVAL;
+  if (*a == -2 && g->rank)
+    return RESIHP_EINVAL;
+  for (int l = *a; *a >= 0 && l < *b; l++)
+    if (g->layer[l - j->lstate_first])
+      return RESIHP_EINVAL;
+  return 0;
+}
+
+/* The state buffers' pieces that hold bytes [off, off + len) (all of them
+ * for the whole state, as before pieces existed): n, into parts/lens. */
+static int range_parts(const resihp_job_t *j, size_t off, size_t len,
+                       const void **parts, size_t *lens) {
+  int n = 0;
+  int whole = off == 0 && len == j->state_len;
+  size_t at = 0;
+  for (int i = 0; i < j->nstate; at += j->state[i].bytes, i++) {
+    size_t bb = j->state[i].bytes;
+    size_t lo = off > at ? off : at;
+    size_t hi = off + len < at + bb ? off + len : at + bb;
+    if (!whole && lo >= hi)
+      continue;
+    parts[n] = whole ? j->state[i].data : (uint8_t *)j->state[i].data + (lo - at);
+    lens[n++] = whole ? bb : hi - lo;
+  }
+  return n;
+}
+
+/* One offer on an authenticated connection: 0 (received and checked, *g
+ * updated), STALE_OFFER, or an error. */
 static int receive_offer(resihp_job_t *j, resihp__wire_t *w, const char *line,
-                         long want, int64_t deadline) {
+                         long want, int64_t deadline, got_t *g) {
   char dg[80], got[65];
   long bytes = -1, step = -1, shard = -1;
+  int a = -1, b = -1;
+  size_t off = 0, len = j->state_len;
   int rc = 0;
   if ((resihp__wire_get_long(line, "bytes", &bytes) ||
               resihp__wire_get_long(line, "step", &step) ||
@@ -333,36 +423,39 @@ static int receive_offer(resihp_job_t *j, resihp__wire_t *w, const char *line,
                j->replica, j->lrank, step, want);
     return STALE_OFFER;
   }
-  if (!rc &&
-      (shard != j->lrank || bytes < 0 || (size_t)bytes != j->state_len)) {
+  int prc = rc ? 0 : offer_piece(j, line, g, &a, &b, &off, &len);
+  if (!rc && (prc || shard != j->lrank || bytes < 0 || (size_t)bytes != len)) {
     resihp_log(RESIHP_LOG_ERROR, "job",
-               "replica %d rank %d: the state offered (shard %ld, %ld bytes) "
-               "is not this rank's (shard %d, %zu bytes): refused",
-               j->replica, j->lrank, shard, bytes, j->lrank, j->state_len);
+               "replica %d rank %d: the state offered (shard %ld, %ld bytes, "
+               "%s) is not this rank's (shard %d, %zu bytes): refused",
+               j->replica, j->lrank, shard, bytes,
+               prc == RESIHP_EPROTO ? "a malformed piece"
+               : prc                ? "a piece not of its layers or again"
+               : a == -1            ? "the whole state"
+                                    : "a piece",
+               j->lrank, len);
     rc = RESIHP_EPROTO;
   }
-  size_t half = j->state_len / 2;
+  size_t half = len / 2;
   if (!rc)
-    rc = read_into(w, j, 0, half, deadline);
+    rc = read_into(w, j, off, half, deadline);
   int f = resihp__job_catchup_fault(j);
   if (!rc && f >= 0) {
     j->inj_fired[f] = 1;
     resihp__job_fire(j, j->inj[f].kind, RESIHP__INJECT_CATCHUP);
   }
   if (!rc)
-    rc = read_into(w, j, half, j->state_len - half, deadline);
+    rc = read_into(w, j, off + half, len - half, deadline);
   const void **parts = malloc(sizeof(void *) * (size_t)(j->nstate + 1));
   size_t *lens = malloc(sizeof(size_t) * (size_t)(j->nstate + 1));
   if (!rc && (!parts || !lens))
     rc = RESIHP_ENOMEM;
+  int np = rc ? 0 : range_parts(j, off, len, parts, lens);
   resihp__sha256_t h;
   resihp__sha256_init(&h);
-  for (int i = 0; !rc && i < j->nstate; i++) {
-    parts[i] = j->state[i].data;
-    lens[i] = j->state[i].bytes;
-    resihp__sha256_update(&h, j->state[i].data, j->state[i].bytes);
-  }
-  if (!rc && (rc = resihp__wire_unseal(w, parts, lens, j->nstate, deadline)))
+  for (int i = 0; !rc && i < np; i++)
+    resihp__sha256_update(&h, parts[i], lens[i]);
+  if (!rc && (rc = resihp__wire_unseal(w, parts, lens, np, deadline)))
     resihp_log(RESIHP_LOG_ERROR, "job",
                "replica %d: the state received failed its integrity check "
                "(%s): refused",
@@ -376,6 +469,12 @@ static int receive_offer(resihp_job_t *j, resihp__wire_t *w, const char *line,
     if (strcmp(got, dg))
       rc = RESIHP_EPROTO;
   }
+  if (!rc && a == -1)
+    g->whole = 1;
+  else if (!rc && a == -2)
+    g->rank = 1;
+  else if (!rc)
+    memset(g->layer + (a - j->lstate_first), 1, (size_t)(b - a));
   return rc;
 }
 
@@ -388,28 +487,39 @@ int resihp__job_receive_state(resihp_job_t *j, long step) {
   if (!rc && !j->slobby)
     rc = resihp__lobby_create(RESIHP__JOB_LOBBY, RESIHP__JOB_FIRST_LINE_MS,
                               OFFER_MAX, &j->slobby);
-  for (;;) {
+  /* by layer: the pieces may come from several sources, in any order */
+  got_t g = {0};
+  if (!rc && j->lstate_off &&
+      !(g.layer = calloc((size_t)j->lstate_count + 1, 1)))
+    rc = RESIHP_ENOMEM;
+  int pieces = 0;
+  while (!rc && !got_all(j, &g)) {
     resihp__wire_t w;
     char line[OFFER_MAX + 1];
     /* a source gone before its offer was a source given up: the lobby
      * drops it, and the next one is waited for */
-    if (rc || (rc = resihp__job_accept_authed(j, j->shs, j->slobby, j->slfd,
-                                              deadline, source_may_be_gone,
-                                              &w, line, sizeof(line))))
-      return rc;
-    rc = receive_offer(j, &w, line, step, deadline);
-    resihp__wire_free(&w);
-    if (rc != STALE_OFFER)
+    if ((rc = resihp__job_accept_authed(j, j->shs, j->slobby, j->slfd,
+                                        deadline, source_may_be_gone, &w, line,
+                                        sizeof(line))))
       break;
-    rc = 0;
+    rc = receive_offer(j, &w, line, step, deadline, &g);
+    resihp__wire_free(&w);
+    if (rc == STALE_OFFER)
+      rc = 0;
+    else if (!rc)
+      pieces++;
   }
+  free(g.layer);
   if (!rc) {
     int64_t ms = resihp__now_ms() - t0;
     j->catchup_ms = ms;
+    char by[48] = "";
+    if (!g.whole)
+      snprintf(by, sizeof(by), " by layer, %d pieces", pieces);
     resihp_log(RESIHP_LOG_INFO, "job",
                "replica %d: caught up shard %d with the state of step %ld "
-               "(%zu bytes in %lld ms, %.1f MB/s, digest checked)",
-               j->replica, j->lrank, step, j->state_len, (long long)ms,
+               "(%zu bytes%s in %lld ms, %.1f MB/s, digest checked)",
+               j->replica, j->lrank, step, j->state_len, by, (long long)ms,
                mbps(j->state_len, ms));
   }
   return rc;

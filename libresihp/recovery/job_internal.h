@@ -191,12 +191,25 @@ struct resihp_job {
   int nlparts;
   int *lpart_of;
   char welcome_lay[RESIHP__JOB_EPS_MAX / 6];
+  /* repartition at a step boundary (issue 32, job_layers.c): movable,
+   * the program can move its layers (resihp_job_set_layers_movable: its
+   * BEGINs say lmove=1); moving, a GO of the coordinator gave this
+   * replica a new partition (part is the new one already, GO's moved=)
+   * whose state the program has yet to move and commit
+   * (resihp_job_commit_layers) */
+  int movable, moving;
 
   /* the state: this rank's shard, a list of buffers */
   resihp_job_buf_t *state;
   int nstate;
   size_t state_len; /* total bytes */
   int shape_fixed;  /* sizes announced at join: later lists must match */
+  /* the state by layer (resihp_job_set_layer_state, job_layer_state.c):
+   * layer first + i's bytes are [lstate_off[i], lstate_off[i + 1]) of the
+   * list's concatenation, the rank's own from lstate_off[count] to
+   * state_len; NULL: an opaque list */
+  size_t *lstate_off;
+  int lstate_first, lstate_count; /* the layers it was declared for */
   pthread_t serve_thread;
   int serving;
   /* the serve thread's connection (-1: none), shut down by
@@ -460,6 +473,23 @@ int resihp__job_receive_state(resihp_job_t *j, long step);
 /* After a catch-up failed: the connections of sources still dialling in
  * are closed, so that they give up now and not at their deadline. */
 void resihp__job_receive_reset(resihp_job_t *j);
+
+/* job_layer_state.c: one entry of START's serve= (coord_schedule.c):
+ * "Q.K@EP" (rank K of replica Q gets this rank's whole state), "Q.K:A-B@EP"
+ * (layers A..B-1 of this replica's) or "Q.K:r@EP" (its own non-layer state
+ * from this rank K). *a = -1 (whole), -2 (r) or A; *ep points into t. 0 or
+ * RESIHP_EPROTO. */
+int resihp__job_serve_entry_parse(const char *t, int *q, int *k, int *a,
+                                  int *b, const char **ep);
+/* The bytes of a catch-up piece of this rank's state: a -1 (whole), -2
+ * (the rank's own), or layers [a, b), which must be this rank's: 0 and
+ * [*off, *off + *len), or RESIHP_EINVAL. */
+int resihp__job_state_piece(const resihp_job_t *j, int a, int b, size_t *off,
+                            size_t *len);
+/* The piece a catch-up offer line names (job_catchup.c): " layers=A-B"
+ * (*a = A, *b = B), " rank=1" (*a = -2) or neither (*a = -1, the whole
+ * state). 0 or RESIHP_EPROTO (malformed, or both). */
+int resihp__job_offer_piece_parse(const char *line, int *a, int *b);
 void resihp__job_state_free(resihp_job_t *j);
 
 /* job_faults.c */

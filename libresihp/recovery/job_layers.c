@@ -116,9 +116,64 @@ int resihp_job_layers(const resihp_job_t *j, int *first, int *count) {
   return 0;
 }
 
+int resihp_job_partition(const resihp_job_t *j, int *counts, int nranks) {
+  if (!j || !counts || nranks != j->lsize)
+    return RESIHP_EINVAL;
+  if (!j->nlayers)
+    return RESIHP_ENOENT;
+  for (int k = 0; k < nranks; k++)
+    counts[k] = j->part.bounds[k + 1] - j->part.bounds[k];
+  return 0;
+}
+
+int resihp_job_set_layers_movable(resihp_job_t *j) {
+  if (!j)
+    return RESIHP_EINVAL;
+  if (!j->nlayers)
+    return RESIHP_ENOENT;
+  if (j->began)
+    return RESIHP_ESTATE;
+  j->movable = 1;
+  return 0;
+}
+
+int resihp_job_commit_layers(resihp_job_t *j, const resihp_job_buf_t *bufs,
+                             int n, int failed) {
+  if (!j || n < 0 || (n && !bufs))
+    return RESIHP_EINVAL;
+  if (!j->moving || !j->in_step)
+    return RESIHP_ESTATE;
+  /* the new list first (its sizes are the new layers'), then whether
+   * every rank of the replica got this far: all or nothing */
+  int fixed = j->shape_fixed;
+  j->shape_fixed = 0;
+  int rc = failed ? RESIHP_EINVAL : resihp__job_state_set(j, bufs, n);
+  j->shape_fixed = fixed;
+  int64_t bad = rc != 0;
+  int src = resihp__job_replica_sum(j, &bad, 1);
+  if (src)
+    return src;
+  if (bad) {
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "replica %d rank %d: %d rank(s) of this replica failed to move "
+               "their layers: the replica fails",
+               j->replica, j->lrank, (int)bad);
+    return rc ? rc : RESIHP_EPEER;
+  }
+  j->moving = 0;
+  return 0;
+}
+
 int resihp__job_layer_check(const resihp_job_t *j, size_t count) {
   if (!j->nlayers)
     return 0;
+  if (j->moving) {
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "replica %d rank %d: a gradient exchange before the moved "
+               "layers were committed (resihp_job_commit_layers)",
+               j->replica, j->lrank);
+    return RESIHP_ESTATE;
+  }
   const resihp__partition_t *p = &j->part;
   size_t mine = j->layer_off[p->bounds[j->lrank + 1]] -
                 j->layer_off[p->bounds[j->lrank]];
@@ -156,6 +211,34 @@ void resihp__job_put_lay(const resihp_job_t *j, resihp__wire_buf_t *b) {
   resihp__wire_buf_printf(b, " lay=%d", j->nlayers);
   for (int k = 1; k < j->part.k; k++)
     resihp__wire_buf_printf(b, ":%d", j->part.bounds[k]);
+  if (j->movable)
+    resihp__wire_buf_printf(b, " lmove=1");
+}
+
+/* GO's moved=: whether this replica is among the replicas whose
+ * partition the coordinator changed in this epoch (a list of ids:
+ * control/coord_repart.c). */
+static int moved_here(const resihp_job_t *j) {
+  char text[256];
+  return !resihp__wire_get(j->msg, "moved", text, sizeof(text)) &&
+         resihp__moved_has(text, j->replica) == 1;
+}
+
+/* The coordinator's new partition for this replica (GO's moved=): taken
+ * when the program can move its layers; the step's ranks move them
+ * (resihp_job_step_t.layers_moved) before any exchange. */
+static int adopt(resihp_job_t *j, const resihp__partition_t *p) {
+  if (!j->movable || !moved_here(j) || p->k != j->part.k)
+    return RESIHP_EPROTO;
+  for (int k = 0; k <= p->k; k++)
+    j->part.bounds[k] = p->bounds[k];
+  j->moving = 1;
+  resihp_log(RESIHP_LOG_INFO, "job",
+             "replica %d rank %d: the coordinator moved layers: this rank "
+             "holds layers %d-%d from this step",
+             j->replica, j->lrank, j->part.bounds[j->lrank],
+             j->part.bounds[j->lrank + 1] - 1);
+  return 0;
 }
 
 int resihp__job_layers_go(resihp_job_t *j) {
@@ -182,7 +265,9 @@ int resihp__job_layers_go(resihp_job_t *j) {
   for (int i = 0; !rc && j->nlparts && i < j->nmembers; i++)
     if (j->members[i] == j->replica &&
         !resihp__partition_equal(&j->lparts[j->lpart_of[i]], &j->part))
-      rc = RESIHP_EPROTO; /* not what this replica said: a bug */
+      /* not what this replica said: a bug, unless the coordinator moved
+       * its layers */
+      rc = adopt(j, &j->lparts[j->lpart_of[i]]);
   if (rc) {
     resihp_log(RESIHP_LOG_ERROR, "job",
                "replica %d rank %d: GO's partitions of the layers are not "

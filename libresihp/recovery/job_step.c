@@ -237,6 +237,7 @@ static int enter_step(resihp_job_t *j, resihp_job_step_t *st, long s, int cu) {
   st->mbs = j->mbs;
   st->epoch = j->epoch;
   st->nreplicas = resihp_comm_size(j->comm);
+  st->layers_moved = j->moving;
   if (cu) {
     st->catchup_bytes = j->state_len;
     st->catchup_seconds = (double)j->catchup_ms / 1000.0;
@@ -568,6 +569,8 @@ int resihp_job_begin_step(resihp_job_t *j, resihp_job_step_t *st) {
     resihp__wire_buf_init(&b);
     resihp__wire_buf_printf(&b, "BEGIN step=%ld", j->member ? j->step + 1 : -1);
     resihp__job_put_lay(j, &b);
+    if (j->lstate_off) /* its state by layer: catch-up by layer */
+      resihp__wire_buf_printf(&b, " lst=1");
     if (j->member)
       resihp__job_put_owners(j, &b, 0, j->step + 1);
     rc = b.err ? b.err : resihp__job_send(j, b.s);

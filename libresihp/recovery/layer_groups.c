@@ -369,3 +369,13 @@ int resihp__catchup_plan(const resihp__runmap_t *m,
   }
   return n;
 }
+
+int resihp__moved_has(const char *list, int replica) {
+  int *ids = NULL, n = 0, here = 0;
+  if (resihp__wire_parse_ints(list, 1 << 24, &ids, &n))
+    return RESIHP_EPROTO;
+  for (int i = 0; i < n; i++)
+    here |= ids[i] == replica;
+  free(ids);
+  return here;
+}

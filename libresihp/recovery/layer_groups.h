@@ -93,6 +93,11 @@ static inline int resihp__runmap_group(const resihp__runmap_t *m, int r) {
 int resihp__partitions_distinct(const char *const *texts, int n, int nlayers,
                                 resihp__partition_t **parts, int *nparts,
                                 int *of);
+/* Whether replica id is in a GO's moved= list (ids whose partition the
+ * coordinator changed in this epoch, ':'-separated, each in
+ * [0, 2^24): control/coord_repart.c): 1, 0, or RESIHP_EPROTO when the
+ * list is malformed. */
+int resihp__moved_has(const char *list, int replica);
 /* The partitions of an epoch's n members as GO lists them (coordinator:
  * control/coord_layers.c): "D0,D1@r:r:...,..." where each Di is cut
  * points of k ranks, D0 held by every member not listed, each other one

@@ -18,6 +18,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/coord_protocol.c \
 	libresihp/control/coord_summary.c \
 	libresihp/control/coord_perf.c \
+	libresihp/control/coord_repart.c \
 	libresihp/control/costplan.h \
 	libresihp/control/costplan.c \
 	libresihp/control/coord_loop.c \
@@ -37,6 +38,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/recovery/layer_groups.h \
 	libresihp/recovery/layer_groups.c \
 	libresihp/recovery/job_layers.c \
+	libresihp/recovery/job_layer_state.c \
 	libresihp/recovery/job_groups.c \
 	libresihp/recovery/job_exchange.c \
 	libresihp/recovery/job_catchup.c \
@@ -135,6 +137,23 @@ tests_fuzz_fuzz_lparts_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_lparts
 EXTRA_DIST += tests/fuzz/corpus-lparts/one tests/fuzz/corpus-lparts/three \
 	tests/fuzz/corpus-lparts/twice tests/fuzz/corpus-lparts/stranger
+# and of a catch-up's pieces (serve= entries, offers: job_layer_state.c).
+check_PROGRAMS += tests/fuzz/fuzz_serve_entry
+tests_fuzz_fuzz_serve_entry_SOURCES = tests/fuzz/fuzz_serve_entry.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_serve_entry_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_serve_entry
+EXTRA_DIST += tests/fuzz/corpus-serve-entry/layers \
+	tests/fuzz/corpus-serve-entry/rank tests/fuzz/corpus-serve-entry/whole \
+	tests/fuzz/corpus-serve-entry/offer
+# and of a GO's moved= list (repartition, job_layers.c).
+check_PROGRAMS += tests/fuzz/fuzz_moved
+tests_fuzz_fuzz_moved_SOURCES = tests/fuzz/fuzz_moved.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_moved_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_moved
+EXTRA_DIST += tests/fuzz/corpus-moved/one tests/fuzz/corpus-moved/three \
+	tests/fuzz/corpus-moved/empty-item tests/fuzz/corpus-moved/huge
 # and of RESIHP_FAILOVER_MS (job_link.c).
 check_PROGRAMS += tests/fuzz/fuzz_failover_ms
 tests_fuzz_fuzz_failover_ms_SOURCES = tests/fuzz/fuzz_failover_ms.c \
@@ -240,7 +259,7 @@ tests_fuzz_fuzz_coord_wire_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_coord tests/fuzz/fuzz_coord_wire
 EXTRA_DIST += tests/fuzz/corpus-coord/session tests/fuzz/corpus-coord/recover \
 	tests/fuzz/corpus-coord/rogue tests/fuzz/corpus-coord/bad-hello \
-	tests/fuzz/corpus-coord/sharded tests/fuzz/corpus-coord/layers tests/fuzz/corpus-coord/failslow \
+	tests/fuzz/corpus-coord/sharded tests/fuzz/corpus-coord/layers tests/fuzz/corpus-coord/repart tests/fuzz/corpus-coord/failslow \
 	tests/fuzz/corpus-coord/freerun tests/fuzz/corpus-coord/recover-gone \
 	tests/fuzz/corpus-coord/burnin tests/fuzz/corpus-coord/burnin-gpu \
 	tests/fuzz/corpus-coord-wire/plain tests/fuzz/corpus-coord-wire/sealed \

@@ -106,7 +106,11 @@ static size_t gen(uint8_t *buf, size_t cap) {
                                       "y 0 lay=9\n",
                                       "y 1 lay=10 shape=ab\n",
                                       " shape=",
-                                      " shape=-"};
+                                      " shape=-",
+                                      "y 0 lay=10:6 home=4\n",
+                                      "y 1 lay=10:6 shape=bb home=4:5\n",
+                                      " home=",
+                                      " home=0"};
   const char *s = seeds[resihp__fuzz_rng() % 2];
   size_t n = strlen(s);
   if (n > cap)

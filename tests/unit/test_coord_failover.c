@@ -710,6 +710,62 @@ START_TEST(test_layers) {
 }
 END_TEST
 
+/* Repartition (coord_repart.c): replicas that can move their layers say
+ * lmove=1 with every BEGIN; replica 0's are moved (4 | 6 -> 6 | 4) at the
+ * next boundary: its GO is a new epoch of the same members that says
+ * moved=0 and lists replica 0 with the partition it now shares with
+ * replica 1; the snapshot keeps the partition it declared (home=), which
+ * a standby restores as it was (the same record again), and the summary
+ * counts the move; the boundary after moves nothing. */
+START_TEST(test_layers_moved) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  char line[512], go[N][512];
+  join_layers(&a, &co, go);
+  int cnt[2] = {6, 4};
+  resihp__coord_repart_force(a.c, 0, cnt);
+  uint32_t ep = resihp__coord_epoch(a.c);
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=1 lay=%s lmove=1", LAY[i]);
+  for (int i = 0; i < N; i++) {
+    expect(&a, i, "GO ", line, sizeof(line));
+    ck_assert_msg(strstr(line, " new=1") && strstr(line, " moved=0") &&
+                      strstr(line, " lparts=6,4@2"),
+                  "%s", line);
+  }
+  ck_assert_uint_eq(resihp__coord_epoch(a.c), ep + 1);
+  resihp__coord_mirror(a.c);
+  ck_assert_msg(
+      strstr(snap, "\ny 0 lay=10:6 shape=00000000000000bb home=4\n"), "%s",
+      snap);
+  char *mine = strdup(snap);
+  ck_assert_int_eq(resihp__coord_restore(&co, mine, snap_len, -1, &b.c), 0);
+  resihp__wire_buf_t w;
+  resihp__wire_buf_init(&w);
+  ck_assert_int_eq(resihp__coord_snapshot(b.c, &w), 0);
+  ck_assert_str_eq(w.s, mine);
+  resihp__wire_buf_free(&w);
+  free(mine);
+  char *text = summary_of(a.c);
+  ck_assert_msg(strstr(text, "1 repartition(s)") &&
+                    strstr(text, "replica 0 layers:       moved 1 time(s)"),
+                "%s", text);
+  free(text);
+  /* the next boundary moves nothing: no new epoch */
+  ready_all(&a, NULL);
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=2 lay=%s lmove=1", i == 0 ? "10:6" : LAY[i]);
+  for (int i = 0; i < N; i++) {
+    expect(&a, i, "GO ", line, sizeof(line));
+    ck_assert_msg(strstr(line, " new=0") && !strstr(line, "moved="), "%s",
+                  line);
+  }
+  close_side(&a);
+  ck_assert_ptr_null(resihp__coord_check(b.c));
+  resihp__coord_destroy(b.c);
+}
+END_TEST
+
 /* A replacement catches up from the members that hold its partition of
  * the layers: replica 2 (4 | 6 layers, as replica 0; replica 1 holds
  * 6 | 4) comes back, and both of its shards are served by replica 0; by
@@ -738,6 +794,82 @@ START_TEST(test_layers_serve) {
   expect(&a, 2, "START ", line, sizeof(line));
   ck_assert_msg(strstr(line, "catchup=1"), "%s", line);
   close_side(&a);
+}
+END_TEST
+
+/* Catch-up by layer (issue 32): replica 1 (6 | 4 layers), whose
+ * partition no other replica holds, is replaced. When every process
+ * declared its state by layer (BEGIN lst=1) its rank 0 gets layers 0-5
+ * from replica 0 (0-3 from its rank 0, 4-5 from its rank 1) and its rank
+ * 1 layers 6-9 from replica 2's rank 1, each with its own state from the
+ * same rank (:r); the standby's snapshot keeps lst=1. Without lst= (an
+ * opaque state) the serve= is the old one: whole shards by the rule for
+ * one partition (with the error logged). Before, both got the latter. */
+START_TEST(test_layers_serve_by_layer) {
+  for (int lst = 1; lst >= 0; lst--) {
+    side_t a, b;
+    resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+    char line[512], go[N][512];
+    const char *ls = lst ? " lst=1" : "";
+    ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+    connect_all(&a);
+    for (int i = 0; i < N; i++) {
+      feed(&a, i,
+           "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
+           "lsize=2 jobid=7 stepid=%d shape=-",
+           i, i, i, i, i, i);
+      expect(&a, i, "WELCOME ", line, sizeof(line));
+      resihp__wire_get(line, "cred", creds[i], sizeof(creds[i]));
+    }
+    for (int i = 0; i < N; i++)
+      feed(&a, i, "BEGIN step=-1 lay=%s%s", LAY[i], ls);
+    for (int i = 0; i < N; i++)
+      expect(&a, i, "GO ", go[i], 512);
+    ready_all(&a, NULL);
+    if (lst) { /* the standby's state says it too */
+      resihp__coord_mirror(a.c);
+      ck_assert_msg(strstr(snap, "\ny 1 lay=10:6 lst=1"), "%s", snap);
+      char *mine = strdup(snap);
+      ck_assert_int_eq(resihp__coord_restore(&co, mine, snap_len, -1, &b.c),
+                       0);
+      resihp__wire_buf_t w;
+      resihp__wire_buf_init(&w);
+      ck_assert_int_eq(resihp__coord_snapshot(b.c, &w), 0);
+      ck_assert_str_eq(w.s, mine);
+      resihp__wire_buf_free(&w);
+      free(mine);
+      resihp__coord_destroy(b.c);
+    }
+    resihp__coord_fail_lost(a.c, 1, "its node h1 is DOWN");
+    resihp__wire_free(&a.peer[1]);
+    connect_one(&a, 1);
+    feed(&a, 1,
+         "HELLO replica=1 ep=h1:5/h1:7 sep=h1:6/h1:8 mbs=6 steps=8 lsize=2 "
+         "jobid=7 stepid=9 shape=-");
+    expect(&a, 1, "WELCOME replica=1 ", line, sizeof(line));
+    feed(&a, 1, "BEGIN step=-1 lay=10:6%s", ls);
+    feed(&a, 0, "BEGIN step=1 lay=10:4%s", ls);
+    feed(&a, 2, "BEGIN step=1 lay=10:4%s", ls);
+    for (int i = 0; i < N; i++)
+      expect(&a, i, "GO ", line, sizeof(line));
+    for (int i = 0; i < N; i++)
+      feed(&a, i, "READY epoch=%u", resihp__coord_epoch(a.c));
+    char serve[2][128] = {"", ""};
+    for (int i = 0; i < N; i += 2) {
+      expect(&a, i, "START ", line, sizeof(line));
+      resihp__wire_get(line, "serve", serve[i / 2], sizeof(serve[0]));
+    }
+    if (lst) {
+      ck_assert_str_eq(serve[0], "1.0:0-4@h1:6,1.0:4-6@h1:6,1.0:r@h1:6");
+      ck_assert_str_eq(serve[1], "1.1:6-10@h1:8,1.1:r@h1:8");
+    } else {
+      ck_assert_str_eq(serve[0], "1.0@h1:6");
+      ck_assert_str_eq(serve[1], "1.1@h1:8");
+    }
+    expect(&a, 1, "START ", line, sizeof(line));
+    ck_assert_msg(strstr(line, "catchup=1"), "%s", line);
+    close_side(&a);
+  }
 }
 END_TEST
 
@@ -1093,7 +1225,9 @@ int main(void) {
   tcase_add_test(tc, test_term_fence);
   tcase_add_test(tc, test_takeover_summary);
   tcase_add_test(tc, test_layers);
+  tcase_add_test(tc, test_layers_moved);
   tcase_add_test(tc, test_layers_serve);
+  tcase_add_test(tc, test_layers_serve_by_layer);
   tcase_add_test(tc, test_layers_shape);
   tcase_add_test(tc, test_retired_refused);
   tcase_add_test(tc, test_save);

@@ -63,8 +63,17 @@ typedef struct {
    * declares another partition: both ranks of replica 0 must be refused
    * (each tells the test by a pid of -1 on the hook pipe); 3: the last
    * replica holds the layers in another partition than the others (K=2),
-   * and each rank checks how many groups it is in */
+   * and each rank checks how many groups it is in; 4: as 3, and every
+   * rank declares its state by layer (resihp_job_set_layer_state: layers
+   * 0 and 2 the shard's NB uint64, layer 1 a counter of its own, the
+   * rank an RNG word: tm_layer_state); 5: every replica
+   * holds 4 layers of NB, 0, 0 and NB elements as 2,2 and can move them
+   * (resihp_job_set_layers_movable): the test moves replica hook_r's to
+   * 1,3 (its gradients keep their sizes), each rank checks it is told
+   * once, at the step after hook_step, and only on that replica; its
+   * rank die_in_move (-1: none) dies there, before the commit */
   int layers;
+  int die_in_move;
 } plan_t;
 
 static char g_secret[128], g_coord[64];
@@ -98,11 +107,25 @@ static void die_at_boundary(long step) {
     raise(SIGKILL);
 }
 
+/* plan_t layers 4: the state of layer 1 (held by rank 1 of partition
+ * 1,2, rank 0 of 2,1) and of the rank (its own RNG word) after step s,
+ * each a recurrence over the steps, so that a replacement holding a
+ * wrong one ends with another result. */
+static uint64_t layer1_next(uint64_t x, long s) {
+  return x * 31 + (uint64_t)s + 1;
+}
+static uint64_t rng_next(uint64_t g, int sh) {
+  return g * 6364136223846793005ULL + 1442695040888963407ULL + (uint64_t)sh;
+}
+
 static int rank_main(const plan_t *p, int replica) {
   resihp_job_opts_t o;
   uint64_t m[NB] = {0};
   resihp_job_buf_t sb;
   tm_job_opts(&o, p->steps, g_coord, replica, g_secret, m, &sb);
+  if (p->layers == 4) /* (the state by layer instead, below) */
+    o.state = NULL, o.nstate = 0;
+  uint64_t x = 1, rng = 100;
   resihp_job_t *job;
   if (resihp_job_join(&o, &job))
     return 10;
@@ -110,7 +133,8 @@ static int rank_main(const plan_t *p, int replica) {
   if (p->cost && resihp_job_set_workload_fn(job, flaky_workload, (void *)p))
     return 14;
   int sh = resihp_job_shard(job);
-  if (p->layers == 3) {
+  int first = -1, count = -1;
+  if (p->layers == 3 || p->layers == 4) {
     /* 3 layers of NB, 0 and NB elements: every rank exchanges NB of them
      * whether its replica holds them as 1,2 or (the last replica) 2,1 */
     size_t el[3] = {NB, 0, NB};
@@ -119,8 +143,26 @@ static int rank_main(const plan_t *p, int replica) {
       cnt[0] = 2, cnt[1] = 1;
     if (resihp_job_set_layers(job, 3, el, cnt, 2))
       return 16;
+    resihp_job_buf_t mb = {m, sizeof(m)}, xb = {&x, sizeof(x)},
+                     gb = {&rng, sizeof(rng)};
+    resihp_job_layer_state_t ls[2];
+    if (resihp_job_layers(job, &first, &count) || count > 2)
+      return 16;
+    for (int i = 0; i < count; i++) {
+      ls[i].bufs = first + i == 1 ? &xb : &mb;
+      ls[i].nbufs = 1;
+    }
+    if (p->layers == 4 &&
+        resihp_job_set_layer_state(job, ls, count, &gb, 1))
+      return 18;
+  } else if (p->layers == 5) {
+    size_t el[4] = {NB, 0, 0, NB};
+    int cnt[2] = {2, 2};
+    if (resihp_job_set_layers(job, 4, el, cnt, 2) ||
+        resihp_job_set_layers_movable(job))
+      return 16;
   } else if (p->layers) {
-    int K = resihp_job_shards(job), cnt[MAXK], first = -1, count = -1;
+    int K = resihp_job_shards(job), cnt[MAXK];
     size_t el[NB * MAXK];
     for (int i = 0; i < NB * K; i++)
       el[i] = 1;
@@ -144,10 +186,33 @@ static int rank_main(const plan_t *p, int replica) {
     resihp__job_boundary_hook = die_at_boundary;
   }
   resihp_job_step_t st;
-  int rc;
+  int rc, moves = 0;
   while ((rc = resihp_job_begin_step(job, &st)) == 0 && !st.done) {
     if (replica == p->hook_r && sh == 0 && st.step == p->hook_step)
       hook(p);
+    /* (layers 3) a rank holding two runs of layers is in two groups (not
+     * checked with 4: its replica 2 may be out for a while) */
+    if (st.layers_moved && sh == p->die_in_move)
+      raise(SIGKILL); /* in the middle of the move */
+    if (st.layers_moved && p->die_in_move >= 0) {
+      /* the other rank died in the move: the commit must fail here (all
+       * or nothing), said to the test by a pid of -2 */
+      pid_t failed = -2;
+      if (resihp_job_commit_layers(job, &sb, 1, 0) &&
+          write(g_hook_out[1], &failed, sizeof(failed)) == sizeof(failed))
+        return 20;
+      return 21;
+    }
+    if (st.layers_moved) {
+      /* (layers 5) 1,3 from the next step on: the state keeps its size */
+      int cnt[2] = {0, 0}, mfirst = -1, mcount = -1;
+      if (p->layers != 5 || replica != p->hook_r ||
+          st.step != p->hook_step + 1 || moves++ ||
+          resihp_job_partition(job, cnt, 2) || cnt[0] != 1 || cnt[1] != 3 ||
+          resihp_job_layers(job, &mfirst, &mcount) || mfirst != (sh ? 1 : 0) ||
+          mcount != (sh ? 3 : 1) || resihp_job_commit_layers(job, &sb, 1, 0))
+        return 18;
+    }
     /* (layers 3) a rank holding two runs of layers is in two groups */
     if (p->layers == 3 &&
         resihp__job_ngroups(job) !=
@@ -155,6 +220,9 @@ static int rank_main(const plan_t *p, int replica) {
       return 17;
     if (tm_step_wl(job, &st, sh, m, g_compute_us, p->cost))
       return 11;
+    if (first <= 1 && 1 < first + count)
+      x = layer1_next(x, st.step);
+    rng = rng_next(rng, sh);
     /* a trainer that does not check end_step's result goes on to
      * begin_step, which must then fail rather than wait */
     if (resihp_job_end_step(job) && replica != p->lost_r)
@@ -162,8 +230,17 @@ static int rank_main(const plan_t *p, int replica) {
   }
   if (rc)
     return 13;
+  if (p->layers == 5 && moves != (replica == p->hook_r))
+    return 19;
   char res[64];
   tm_result_text(m, res, sizeof(res));
+  if (p->layers == 4) { /* the other state as a failure-free run's */
+    uint64_t wx = 1, wg = 100;
+    for (long s = 0; s < p->steps; s++)
+      wx = layer1_next(wx, s), wg = rng_next(wg, sh);
+    if (wg != rng || (first <= 1 && 1 < first + count && wx != x))
+      snprintf(res, sizeof(res), "wrong-state");
+  }
   resihp_job_finish(job, res);
   resihp_job_destroy(job);
   return 0;
@@ -290,7 +367,8 @@ static plan_t plan(int R, int K, long steps, int hook_r, long hook_step) {
               .steps = steps,
               .hook_r = hook_r,
               .wl_fail_r = -1,
-              .lost_r = -1};
+              .lost_r = -1,
+              .die_in_move = -1};
   p.hook_step = hook_step;
   p.hook_wait = hook_r >= 0;
   return p;
@@ -374,6 +452,61 @@ START_TEST(layers_disagree) {
 }
 END_TEST
 
+/* Move the hooked replica's layers (1,3) at the next boundary. */
+static int g_commit_failed;
+static void move_it(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                    pid_t who) {
+  (void)h, (void)p;
+  if (who == -2) { /* a commit failed (layers_move_rank_dies) */
+    g_commit_failed++;
+    return;
+  }
+  int cnt[2] = {1, 3};
+  resihp__coord_repart_force(c, p->hook_r, cnt);
+  ck_assert_int_eq(write(g_hook_in[1], "x", 1), 1);
+}
+
+/* Repartition at a step boundary (issue 32): the coordinator gives replica
+ * 1 the partition 1,3 of its 4 layers (2,2 before, as the others); its
+ * ranks are told once, commit, and the groups of the next epochs are
+ * built from it (rank 1 of replica 1 then holds two runs of layers): every
+ * replica's result is that of a failure-free run, the ledger exact. */
+START_TEST(layers_moved) {
+  plan_t p = plan(3, 2, 20, 1, 6);
+  p.layers = 5;
+  p.lockstep = 1;
+  outcome_t o;
+  run(&p, move_it, &o);
+  expect_result(&o, p.K, 20, 3);
+  ck_assert_msg(strstr(o.summary, "repartition") != NULL, "%s", o.summary);
+}
+END_TEST
+
+/* A rank of the moved replica dies in the middle of the move (_i: which
+ * one): the other's commit fails (all or nothing: it never computes with
+ * half of the layers moved), the replica fails as a whole at that step
+ * and the two others finish with the result of a failure-free run,
+ * taking over its microbatches; the ledger is exact. */
+START_TEST(layers_move_rank_dies) {
+  plan_t p = plan(3, 2, 20, 1, 6);
+  p.layers = 5;
+  p.lockstep = 1;
+  p.die_in_move = _i;
+  g_commit_failed = 0;
+  outcome_t o;
+  run(&p, move_it, &o);
+  /* the leader's commit fails (rank 1 died); when the leader died, the
+   * coordinator fails the replica and its other rank is killed with it
+   * (on_failed, as resihp-run cancels the step), maybe before its commit */
+  if (_i)
+    ck_assert_int_eq(g_commit_failed, 1);
+  else
+    ck_assert_int_le(g_commit_failed, 1);
+  expect_result(&o, p.K, 20, 2);
+  ck_assert_msg(o.lost_at[1] == 7, "lost at %ld; %s", o.lost_at[1], o.summary);
+}
+END_TEST
+
 /* Kill every rank of the hooked replica, waiting at its step. */
 static void kill_it(resihp__coord_t *c, kids_t *h, const plan_t *p, pid_t who) {
   (void)c, (void)who;
@@ -397,6 +530,52 @@ START_TEST(layers_other_partition_trains) {
   expect_result(&o, p.K, 20, _i ? 2 : 3);
   if (_i)
     ck_assert_msg(o.lost_at[0] == 7, "lost at %ld", o.lost_at[0]);
+}
+END_TEST
+
+/* While replica 0 waits at the start of step 7, replica g_victim is
+ * SIGKILLed, and once the coordinator has failed it, started again; then
+ * replica 0 goes on. */
+static int g_victim;
+static void kill_and_replace(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                             pid_t who) {
+  (void)who;
+  int r = g_victim;
+  for (int k = 0; k < p->K; k++)
+    kill(h->pids[r][k], SIGKILL);
+  int64_t deadline = resihp__now_ms() + 30000; /* safety net */
+  while (!h->failed[r] && resihp__now_ms() < deadline)
+    resihp__coord_poll(c, 20);
+  ck_assert_int_eq(h->failed[r], 1);
+  spawn(p, r, h->pids[r]);
+  while (!resihp__coord_connected(c, r) && resihp__now_ms() < deadline)
+    resihp__coord_poll(c, 20);
+  ck_assert_int_eq(write(g_hook_in[1], "g", 1), 1);
+}
+
+/* Catch-up by layer (issue 32): the last replica holds the layers as 2,1,
+ * the others as 1,2 (plan_t layers 4: every rank declares its state by
+ * layer, and a counter of layer 1 and an RNG word of the rank besides the
+ * shards' parameters). It is SIGKILLed from outside in step 7 and its
+ * replacement, whose partition no member holds, receives layers 0-1 on
+ * rank 0 from both ranks of one member (layer 0 from its rank 0, layer 1
+ * from its rank 1) and layer 2 on rank 1, each rank its RNG word from the
+ * same rank of its source: every replica ends with the failure-free
+ * result, the replacement having computed most steps after. Before,
+ * rank 0 of the replacement was offered the 40 bytes of a 1,2 member's
+ * rank 0 for its 48 and refused them, again and again, until the
+ * run's safety net. With _i 1 replica 1 (1,2, as replica 0) is replaced
+ * instead: it receives its state by layer whole from replica 0, as an
+ * opaque state would be. */
+START_TEST(layers_caught_up_by_layer) {
+  plan_t p = plan(3, 2, 200, 0, 7);
+  p.layers = 4;
+  g_victim = _i ? 1 : 2;
+  outcome_t o;
+  run(&p, kill_and_replace, &o);
+  expect_result(&o, p.K, 200, 3);
+  ck_assert_msg(o.owned[g_victim] > 100, "replica %d computed in %ld steps; %s",
+                g_victim, o.owned[g_victim], o.summary);
 }
 END_TEST
 
@@ -646,6 +825,9 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, layers_declared, 0, 2);
   tcase_add_test(tc, layers_disagree);
   tcase_add_loop_test(tc, layers_other_partition_trains, 0, 2);
+  tcase_add_loop_test(tc, layers_caught_up_by_layer, 0, 2);
+  tcase_add_test(tc, layers_moved);
+  tcase_add_loop_test(tc, layers_move_rank_dies, 0, 2);
   tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);

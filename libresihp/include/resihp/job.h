@@ -86,17 +86,46 @@
  * tells the coordinator its own with every BEGIN, every new epoch's GO
  * lists the members' distinct ones, and a rank holding several runs joins
  * one group per run (several groups over its one listening socket); a
- * failure in any of them is recovered in all of them, as one step. (In
- * this release a replacement catches up from members that hold its
- * partition: catch-up from whichever healthy rank holds a layer is the
- * next step of issue 32.)
+ * failure in any of them is recovered in all of them, as one step.
+ *   Catch-up by layer. With an opaque state list (below) a replacement
+ * catches up from members that hold its partition: rank k's bytes mean
+ * nothing to a rank holding other layers. When the program says which
+ * state belongs to which layer (resihp_job_set_layer_state: each layer's
+ * parameters and optimizer moments, and the rank's own non-layer state
+ * such as RNG streams), a replacement whose partition no member holds
+ * catches up layer by layer: rank k receives each run of its layers from
+ * the member rank that holds it (of one healthy member, spread over the
+ * members as the shards are), and its non-layer state from rank k of that
+ * member, the transfers in parallel from their sources. A member holding
+ * its partition is still preferred (one transfer per rank, as before).
+ *
+ * Repartition. A program that can move layers between its ranks says so
+ * (resihp_job_set_layers_movable). When the fail-slow detector finds one
+ * rank of such a replica slow and moving layers off it pays over the
+ * steps left (planner: resihp_planner_partition with the ranks' measured
+ * speeds, each layer's cost taken as equal), the coordinator gives the
+ * replica a new partition at a step boundary: a new epoch (same members)
+ * whose groups are built from it, and begin_step returns st.layers_moved
+ * = 1 on the replica's ranks, resihp_job_layers saying the new layers.
+ * Before computing, the ranks send the parameters and optimizer state of
+ * the layers that change hands over the replica communicator and call
+ * resihp_job_commit_layers with their new state list. It is all or
+ * nothing: a rank failing during the move fails the replica as any
+ * failure does (its microbatches go to the others; it is relaunched with
+ * the partition its program declares), never a half-moved model. When
+ * the rank is healthy again the partition moves back the same way (only
+ * when that pays as well, and not within a few steps of the last move).
+ * The detector's samples of a moved rank are scaled by its old share of
+ * the layers over its new one, so it is compared with the same stage of
+ * the other replicas for the same work.
  *
  * State. The state a replacement copies is a list of buffers (parameters,
  * optimizer moments, RNG state...): resihp_job_opts_t.state at join (its
  * sizes are compared with the same shard of the replicas holding the
  * same partition of the layers, of every replica when none declared
  * layers: a mismatch is refused at the first step) or
- * resihp_job_set_state_list() before the first step.
+ * resihp_job_set_state_list() before the first step, or, with layers,
+ * resihp_job_set_layer_state() (the state by layer, see above).
  *
  * Fault injection (RESIHP_INJECT, see resihp-run(1)) is executed here:
  * begin_step fires the injection planned for this replica at this step
@@ -176,6 +205,12 @@ typedef struct {
    * the start of the wait for it to the checked end */
   size_t catchup_bytes;
   double catchup_seconds;
+  /* 1: the coordinator moved layers between this replica's ranks at this
+   * step boundary (resihp_job_set_layers_movable): resihp_job_layers and
+   * resihp_job_partition say the new partition; move the state of the
+   * layers that change hands over the replica communicator, then call
+   * resihp_job_commit_layers before computing (see "Repartition") */
+  int layers_moved;
 } resihp_job_step_t;
 
 void resihp_job_opts_init(resihp_job_opts_t *o);
@@ -270,6 +305,51 @@ int resihp_job_set_layers(resihp_job_t *job, int nlayers, const size_t *elems,
 /* The layers this rank holds now: [*first, *first + *count). RESIHP_ENOENT
  * when none were declared. */
 int resihp_job_layers(const resihp_job_t *job, int *first, int *count);
+/* This replica's partition now: counts[k] layers on rank k, nranks =
+ * resihp_job_shards(job) entries. RESIHP_ENOENT when no layers were
+ * declared. */
+int resihp_job_partition(const resihp_job_t *job, int *counts, int nranks);
+/* Say that this program can move layers between its ranks at a step
+ * boundary (see "Repartition"); call after resihp_job_set_layers, before
+ * the first step, on every rank. Without it the coordinator never moves
+ * this replica's layers. */
+int resihp_job_set_layers_movable(resihp_job_t *job);
+/* After a step whose st.layers_moved is 1: every rank of the replica has
+ * moved its layers' state and gives its new state list (as
+ * resihp_job_set_state_list; the sizes may differ from the old ones). The
+ * ranks agree over the replica communicator that all of them did: 0 on
+ * every rank, or an error on every rank (a rank that failed the move
+ * passes failed = 1; a rank gone fails the others with RESIHP_EPEER):
+ * then leave, the replica fails as a whole. */
+int resihp_job_commit_layers(resihp_job_t *job, const resihp_job_buf_t *bufs,
+                             int n, int failed);
+
+/* The state of one layer: its buffers (parameters, optimizer moments...),
+ * the same number and sizes in every replica that holds the layer. */
+typedef struct {
+  const resihp_job_buf_t *bufs;
+  int nbufs;
+} resihp_job_layer_state_t;
+/* Declare this rank's state by layer (catch-up by layer, see Layers
+ * above), instead of resihp_job_set_state_list: layers[i] is the state of
+ * layer first + i of resihp_job_layers (nlayers = its count), rank the
+ * rank's own state that belongs to no layer (nrank buffers; NULL/0: none;
+ * a replacement's rank k receives it from rank k of a member, so it must
+ * have the same sizes there). After resihp_job_set_layers and before the
+ * first begin_step; every rank of the replica calls it (they check with
+ * each other over the replica communicator). The lists are copied, the
+ * buffers stay the caller's (valid until resihp_job_destroy). The state a
+ * member serves, saves and checks is then the layers' buffers in layer
+ * order followed by the rank's, so a replacement of the same partition
+ * receives it as one transfer as before. At most 4096 buffers in all. 0;
+ * RESIHP_EINVAL (bad arguments, no layers declared, a rank of the replica
+ * did not declare its state by layer: all of them get it, or sizes other
+ * than those given at join); RESIHP_ESTATE after the first step;
+ * RESIHP_EPEER when a rank of the replica failed. */
+int resihp_job_set_layer_state(resihp_job_t *job,
+                               const resihp_job_layer_state_t *layers,
+                               int nlayers, const resihp_job_buf_t *rank,
+                               int nrank);
 
 int resihp_job_replica(const resihp_job_t *job);
 /* This rank's shard index k (0..K-1) and K, the ranks of its replica. */

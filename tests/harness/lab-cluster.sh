@@ -306,15 +306,15 @@ cmd_killnode() {
   pids="$pids $sp $(for p in $sp; do descendants "$p"; done) $(task_pids "$node")"
   pids=$(echo $pids | tr ' ' '\n' | sort -un | tr '\n' ' ')
   log "killnode $node: kill -9 $pids"
-  # a node dies in one instant: every process is stopped before any is
-  # killed, so that none of them acts on the death of the others (an srun
-  # or a launcher of the node seeing its peers go) as a dead node cannot;
-  # what died is logged in between, for a test that fails after it
+  # a node dies in one instant: every process is in the list before any is
+  # killed, and children go before their parents (descending pids; no
+  # SIGSTOP first: a stopped process group whose parent dies is sent
+  # SIGHUP and SIGCONT by the kernel, on which an srun cancels its step);
+  # what died is logged first, for a test that fails after it
   if [ -n "${pids// /}" ]; then
-    kill -STOP $pids 2>/dev/null
     { date +%T.%N; ps -o pid,ppid,pgid,args -p "$(echo $pids | tr ' ' ,)" | cut -c1-200; } \
       >> "$LAB/log/killnode-$node.log" 2>&1
-    kill -9 $pids 2>/dev/null
+    kill -9 $(echo $pids | tr ' ' '\n' | sort -rn) 2>/dev/null
   fi
   # and whatever the node started while the list was made
   ( pids=$(task_pids "$node"); echo "$(date +%T.%N) later: ${pids:-none}" >> "$LAB/log/killnode-$node.log"

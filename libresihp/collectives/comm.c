@@ -946,11 +946,13 @@ int resihp_comm_shrink(resihp_comm_t *c, const int *suspects, int nsuspects,
   if (c->gpu) {
     int grc = gone ? c->gpu->ops->shrink(c->gpu, gone, ngone, 10 * c->detect_ms)
                    : RESIHP_ENOMEM;
-    if (grc && gone && ngone == 0) {
-      /* Nobody left (a false alarm, a collective past its bound): NCCL
-       * cannot remake its communicator in place, and it may be revoked;
-       * every member is here (the view agreed that much), so attach a new
-       * one, which is collective over the view like this call. */
+    if (grc == RESIHP_ENOTSUP && gone) {
+      /* NCCL cannot shrink this one in place: nobody left (a false alarm,
+       * a collective past its bound; it may be revoked), or this NCCL has
+       * no ncclCommShrink, or it was aborted for want of ncclCommRevoke
+       * (transport/nccl.c). The new view is committed and every member of
+       * it is here, so attach a new one, which is collective over the view
+       * like this call. */
       c->gpu->ops->destroy(c->gpu);
       c->gpu = NULL;
       grc = resihp_comm_attach_device(c, c->gpu_device);

@@ -12,6 +12,15 @@
  * on the CPU, ncclCommShrink (NCCL_SHRINK_ABORT) drops the failed ranks
  * without a new bootstrap. Built only when configure finds NCCL; nothing
  * here is linked into the SPANK plugin.
+ *
+ * ncclCommRevoke and ncclCommShrink are newer than the NCCL that many
+ * hosts carry, so they are looked up at run time in the NCCL this process
+ * loaded, never linked: on the H200 machine the device check ran on
+ * (tests/gpu/device-check.sh), the loaded NCCL had no ncclCommRevoke, and
+ * the rank died of a symbol lookup error at its first failure. Without
+ * revoke the communicator is aborted instead (which also stops in-flight
+ * work), without shrink (or after an abort) the survivors attach a new one
+ * over the new view (comm.c, RESIHP_ENOTSUP from the shrink).
  */
 #include "config.h"
 
@@ -27,6 +36,8 @@
 #pragma GCC diagnostic ignored "-Wstrict-prototypes"
 #include <nccl.h>
 #pragma GCC diagnostic pop
+#include <dlfcn.h>
+#include <pthread.h>
 #include <string.h>
 #include <stdlib.h>
 #include <time.h>
@@ -41,6 +52,50 @@ struct nccl {
 
 _Static_assert(RESIHP__NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES,
                "NCCL unique id size");
+
+typedef ncclResult_t (*revoke_fn_t)(ncclComm_t, int);
+typedef ncclResult_t (*shrink_fn_t)(ncclComm_t, int *, int, ncclComm_t *,
+                                    ncclConfig_t *, int);
+static struct {
+  revoke_fn_t revoke;
+  shrink_fn_t shrink;
+} newer;
+static pthread_once_t newer_once = PTHREAD_ONCE_INIT;
+
+/* dlsym gives an object pointer; copying its bytes into a function
+ * pointer is the POSIX-sanctioned conversion. */
+static void *symbol(void *lib, const char *name, void *fn, size_t size) {
+  void *p = lib ? dlsym(lib, name) : NULL;
+  memcpy(fn, &p, size);
+  return p;
+}
+
+/* In the NCCL that defines ncclGetUniqueId in this process (found by
+ * address: libresihp may be loaded RTLD_LOCAL, as Python's ctypes does,
+ * where a global lookup would not see its NCCL). */
+static void find_newer(void) {
+  ncclResult_t (*anchor)(ncclUniqueId *) = ncclGetUniqueId;
+  void *a;
+  memcpy(&a, &anchor, sizeof(a));
+  Dl_info info;
+  void *lib = dladdr(a, &info) && info.dli_fname
+                  ? dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD)
+                  : NULL;
+  if (!lib)
+    lib = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_NOLOAD);
+  int v = 0;
+  ncclGetVersion(&v);
+  if (!symbol(lib, "ncclCommRevoke", &newer.revoke, sizeof(newer.revoke)))
+    resihp_log(RESIHP_LOG_INFO, "allreduce",
+               "NCCL %d has no ncclCommRevoke: a failed collective aborts "
+               "the communicator instead", v);
+  if (!symbol(lib, "ncclCommShrink", &newer.shrink, sizeof(newer.shrink)))
+    resihp_log(RESIHP_LOG_INFO, "allreduce",
+               "NCCL %d has no ncclCommShrink: survivors attach a new "
+               "communicator after a failure", v);
+  if (lib)
+    dlclose(lib); /* NOLOAD: only the reference taken here */
+}
 
 static int64_t ms_now(void) {
   struct timespec ts;
@@ -113,6 +168,8 @@ static int nccl_allreduce(resihp__transport_t *tt, const void *sendbuf,
   ncclDataType_t ty;
   if (nccl_dtype(dtype, &ty))
     return RESIHP_EINVAL;
+  if (!t->comm) /* aborted by a failure (no ncclCommRevoke): shrink first */
+    return RESIHP_EPEER;
   if (op == RESIHP_OP_AVG && dtype == RESIHP_FIXED64)
     return RESIHP_ENOTSUP;
   cudaSetDevice(t->device);
@@ -176,7 +233,13 @@ static int run(struct nccl *t, const void *sendbuf, void *recvbuf,
        * shrunk (or destroyed) next. */
       resihp_log(RESIHP_LOG_WARN, "allreduce",
                  "revoking the NCCL communicator (%s)", resihp_strerror(why));
-      ncclCommRevoke(t->comm, NCCL_REVOKE_DEFAULT);
+      pthread_once(&newer_once, find_newer);
+      if (newer.revoke) {
+        newer.revoke(t->comm, NCCL_REVOKE_DEFAULT);
+      } else {
+        ncclCommAbort(t->comm);
+        t->comm = NULL;
+      }
       return why;
     }
     nap();
@@ -193,11 +256,12 @@ static int nccl_shrink(resihp__transport_t *tt, int *excluded, int nexcluded,
    * shrinks by at least one rank (0 is an invalid argument), and neither
    * a revoked communicator nor ncclCommSplit of one gave a usable one on
    * NCCL 2.28.9 (H200, one rank), so the caller attaches a new one. */
-  if (nexcluded <= 0)
+  pthread_once(&newer_once, find_newer);
+  if (nexcluded <= 0 || !t->comm || !newer.shrink)
     return RESIHP_ENOTSUP;
   cudaSetDevice(t->device);
-  ncclResult_t r = ncclCommShrink(t->comm, excluded, nexcluded, &newcomm, &cfg,
-                                  NCCL_SHRINK_ABORT);
+  ncclResult_t r = newer.shrink(t->comm, excluded, nexcluded, &newcomm, &cfg,
+                                NCCL_SHRINK_ABORT);
   if (r != ncclSuccess && r != ncclInProgress) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce", "ncclCommShrink: %s",
                ncclGetErrorString(r));

@@ -33,6 +33,7 @@ EXTRA_DIST += contrib/torch-ddp/train_ddp.py
 EXTRA_DIST += tests/unit/suite_main.h
 EXTRA_DIST += tests/harness/lab-cluster.sh tests/harness/tap.sh tests/run-tests.sh
 include tests/harness/local.mk
+include tests/gpu/local.mk
 
 dist_check_SCRIPTS += tests/tools/licence.test
 TESTS += tests/tools/licence.test

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* resihp-bench-device: all-reduce of device buffers staged through pinned
- * host memory (ranks sharing one GPU, no NCCL), beside the same
+ * host memory (ranks sharing one GPU, no NCCL), or with --nccl through the
+ * NCCL communicator attached to the ranks' (resihp_comm_attach_device; NCCL
+ * takes one rank per GPU, so on one GPU one rank), beside the same
  * all-reduce of host buffers and the copy limits of the machine, measured
  * in the same run.
  *
@@ -14,8 +16,9 @@
  *
  *   BYTES  DEV_BUSBW  HOST_BUSBW  D2H  H2D  D2D   (GB/s)
  *
- * bus bandwidth = bytes / time * 2(n-1)/n, as nccl-tests define it. Exits
- * 77 without a CUDA device. */
+ * bus bandwidth = bytes / time * 2(n-1)/n, as nccl-tests define it; one
+ * rank moves no bytes between ranks, so its columns are bytes / time
+ * (nccl-tests' algorithm bandwidth). Exits 77 without a CUDA device. */
 #include <resihp.h>
 
 #include <arpa/inet.h>
@@ -42,7 +45,7 @@ static int lfd[MAXR];
 static char secret[33];
 
 struct cfg {
-  int ranks, reps;
+  int ranks, reps, nccl;
   long min, max;
 };
 
@@ -124,6 +127,8 @@ static int run_rank(int rank, const struct cfg *cf, const long *sizes, int nsz,
   o.secret_len = strlen(secret);
   resihp_comm_t *c;
   int rc = resihp_comm_create(&o, &c);
+  if (!rc && cf->nccl && (rc = resihp_comm_attach_device(c, 0)))
+    resihp_comm_destroy(c);
   if (rc) {
     fprintf(stderr, "rank %d: %s\n", rank, resihp_strerror(rc));
     return 1;
@@ -137,13 +142,15 @@ static int run_rank(int rank, const struct cfg *cf, const long *sizes, int nsz,
     hin[i] = (float)(i % 5);
   memset(hout, 0, max);
   cudaMemcpy(d, hin, max, cudaMemcpyHostToDevice);
-  double f = 2.0 * (cf->ranks - 1) / cf->ranks;
+  double f = cf->ranks > 1 ? 2.0 * (cf->ranks - 1) / cf->ranks : 1.0;
+  const char *bw = cf->ranks > 1 ? "busbw" : "algbw";
   if (rank == 0)
-    printf("# %d ranks share CUDA device 0; GB/s; all-reduce columns are bus "
-           "bandwidth, copies are bytes moved per second\n"
-           "%12s %10s %10s %8s %8s %8s %8s\n",
-           cf->ranks, "bytes", "dev_busbw", "host_busbw", "dev/host", "d2h",
-           "h2d", "d2d");
+    printf("# %d rank(s) on CUDA device 0, device buffers %s; GB/s; "
+           "all-reduce columns are %s, copies are bytes moved per second\n"
+           "%12s %7s_%s %8s_%s %8s %8s %8s %8s\n",
+           cf->ranks, cf->nccl ? "through NCCL" : "staged through pinned host",
+           cf->ranks > 1 ? "bus bandwidth" : "bytes / time", "bytes", "dev",
+           bw, "host", bw, "dev/host", "d2h", "h2d", "d2d");
   for (int s = 0; s < nsz && !rc; s++) {
     size_t count = (size_t)sizes[s] / 4;
     int it = iters_for(sizes[s]);
@@ -185,10 +192,11 @@ static long parse_size(const char *s) {
 }
 
 int main(int argc, char **argv) {
-  struct cfg cf = {2, 3, 1L << 20, 256L << 20};
-  static const struct option lo[] = {{"ranks", 1, 0, 'n'}, {"reps", 1, 0, 'r'},
-                                     {"min", 1, 0, 'a'},   {"max", 1, 0, 'b'},
-                                     {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
+  struct cfg cf = {2, 3, 0, 1L << 20, 256L << 20};
+  static const struct option lo[] = {
+      {"ranks", 1, 0, 'n'}, {"reps", 1, 0, 'r'}, {"min", 1, 0, 'a'},
+      {"max", 1, 0, 'b'},   {"nccl", 0, 0, 'N'}, {"help", 0, 0, 'h'},
+      {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "n:r:h", lo, NULL)) != -1) {
     switch (ch) {
@@ -204,19 +212,22 @@ int main(int argc, char **argv) {
     case 'b':
       cf.max = parse_size(optarg);
       break;
+    case 'N':
+      cf.nccl = 1;
+      break;
     default:
       fprintf(stderr,
-              "usage: resihp-bench-device [--ranks N (2..%d)] "
-              "[--reps R] [--min BYTES] [--max BYTES] (K/M/G)\n",
+              "usage: resihp-bench-device [--ranks N (2..%d; 1 with --nccl)] "
+              "[--nccl] [--reps R] [--min BYTES] [--max BYTES] (K/M/G)\n",
               MAXR);
       return ch == 'h' ? 0 : 2;
     }
   }
-  if (cf.ranks < 2 || cf.ranks > MAXR || cf.reps < 1 || cf.min < 4 ||
-      cf.max < cf.min || cf.max > (4L << 30)) {
+  if (cf.ranks < (cf.nccl ? 1 : 2) || cf.ranks > MAXR || cf.reps < 1 ||
+      cf.min < 4 || cf.max < cf.min || cf.max > (4L << 30)) {
     fprintf(stderr,
-            "resihp-bench-device: --ranks 2..%d, --reps >= 1, "
-            "4 <= --min <= --max <= 4G\n",
+            "resihp-bench-device: --ranks 2..%d (1.. with --nccl), "
+            "--reps >= 1, 4 <= --min <= --max <= 4G\n",
             MAXR);
     return 2;
   }

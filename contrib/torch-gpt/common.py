@@ -9,6 +9,7 @@ the same optimizer, so their losses and final states can be compared.
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from contextlib import nullcontext
@@ -60,7 +61,33 @@ def parser(description):
     a("--threads", type=positive, default=None,
       help="torch.set_num_threads (per process)")
     a("--json", default=None, help="write per-step losses/times and digest")
+    a("--device", default="cpu",
+      help="cpu, or cuda[:N]: the model and the data on that device, with "
+      "torch's deterministic algorithms (the same bits run after run, "
+      "which bitwise comparisons with --standalone need)")
     return p
+
+
+def device_of(args):
+    """torch.device of --device; exits 2 with the reason when unusable."""
+    try:
+        dev = torch.device(args.device)
+    except RuntimeError as e:
+        sys.exit(f"{sys.argv[0]}: --device {args.device}: {e}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit(f"{sys.argv[0]}: --device {args.device}: torch "
+                     f"{torch.__version__} sees no CUDA device")
+        # cuBLAS gives the same bits run after run only with a fixed
+        # workspace, read at its first call
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        # warn_only: an op with no deterministic CUDA kernel warns (and
+        # the bitwise comparison says whether it mattered) instead of
+        # stopping the run
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    elif dev.type != "cpu":
+        sys.exit(f"{sys.argv[0]}: --device {args.device}: give cpu or cuda")
+    return dev
 
 
 def setup(args):
@@ -68,17 +95,18 @@ def setup(args):
     reason on a bad corpus or configuration."""
     if args.threads:
         torch.set_num_threads(args.threads)
+    dev = device_of(args)
     try:
         cfg = GPTConfig(n_layer=args.layers, n_head=args.heads,
                         d_model=args.d_model, ctx=args.ctx,
                         dropout=args.dropout, tied=args.tie)
-        corpus = Corpus(args.corpus)
+        corpus = Corpus(args.corpus, dev)
         corpus.microbatch(0, 0, 1, args.ctx, args.seed)  # big enough?
         corpus.eval_batch(1, args.ctx)
     except (CorpusError, ValueError) as e:
         sys.exit(f"{sys.argv[0]}: {e}")
     torch.manual_seed(args.seed)
-    model = GPT(cfg)
+    model = GPT(cfg).to(dev)  # initialised on the CPU: the same everywhere
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.steps)
              if args.cosine else None)

@@ -60,7 +60,9 @@ def _files(path):
 
 
 class Corpus:
-    def __init__(self, path=None):
+    def __init__(self, path=None, device="cpu"):
+        """device: where the windows go (the model's device)."""
+        self.device = torch.device(device)
         path = path or DEFAULT_CORPUS
         files = _files(path)
         data = b"".join(open(f, "rb").read() for f in files)
@@ -80,11 +82,10 @@ class Corpus:
                 f"too few for windows of ctx {ctx} + 1: use more text or a "
                 f"smaller --ctx")
 
-    @staticmethod
-    def _windows(split, offsets, ctx):
+    def _windows(self, split, offsets, ctx):
         idx = torch.tensor(offsets, dtype=torch.long)[:, None] + \
             torch.arange(ctx + 1)
-        w = split[idx].long()
+        w = split[idx].long().to(self.device)
         return w[:, :-1].contiguous(), w[:, 1:].contiguous()
 
     def microbatch(self, step, mb, batch, ctx, seed):

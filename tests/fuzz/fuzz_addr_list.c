@@ -25,10 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   int n = data[0] % 70; /* past the 64 ranks a replica may have */
   data++, size--;
-  if (size > LIST_MAX)
-    size = LIST_MAX;
-  memcpy(in, data, size);
-  in[size] = '\0';
+  size = resihp__fuzz_cstr_in(in, sizeof(in), data, size);
   int ok = resihp__wire_list_ok(in, n, ITEM_CAP);
   for (int k = 0; k < (n ? n : 1) + 1; k++) {
     memset(item, 'Z', sizeof(item));

@@ -12,6 +12,8 @@
  * '%' gives, whatever the node holds (blanks, ';', '$(...)'). */
 #include "config.h"
 
+#include "fuzz_driver.h"
+
 #include "../../tools/run/cmd.h"
 
 #include <resihp/error.h>
@@ -21,8 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int is_blank(char ch) {
   return ch == ' ' || ch == '\t' || ch == '\n';
@@ -86,11 +86,9 @@ static void check_words(const char *tmpl, const resihp__cmd_t *c,
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *in = malloc(size + 1);
+  char *in = resihp__fuzz_cstr(data, size);
   if (!in)
     return 0;
-  memcpy(in, data, size);
-  in[size] = '\0';
   /* TEMPLATE [NUL NODE] */
   size_t tl = strlen(in);
   const char *node = tl < size ? in + tl + 1 : "n1";
@@ -120,7 +118,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
-#include "fuzz_driver.h"
 
 /* Inputs biased towards the grammar: words, blanks, escapes, shell
  * syntax, junk bytes; now and then a NUL and a node name after it, or a

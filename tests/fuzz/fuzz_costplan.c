@@ -34,10 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t sel = data[0];
   int K = 1 + sel % 3, cap = 1 + sel / 3 % 6, max_id = 1 + sel / 18 % 12;
   data++, size--;
-  if (size > LINE_MAX_)
-    size = LINE_MAX_;
-  memcpy(in, data, size);
-  in[size] = '\0';
+  size = resihp__fuzz_cstr_in(in, sizeof(in), data, size);
   resihp__costplan_t p, q;
   if (resihp__costplan_init(&p, cap, K) || resihp__costplan_init(&q, cap, K))
     abort();

@@ -42,6 +42,24 @@ size_t resihp__fuzz_near_miss(uint8_t *buf, int len, size_t cap) {
   return n;
 }
 
+char *resihp__fuzz_cstr(const uint8_t *data, size_t size) {
+  char *s = malloc(size + 1);
+  if (s) {
+    memcpy(s, data, size);
+    s[size] = '\0';
+  }
+  return s;
+}
+
+size_t resihp__fuzz_cstr_in(char *dst, size_t cap, const uint8_t *data,
+                            size_t size) {
+  if (size >= cap)
+    size = cap - 1;
+  memcpy(dst, data, size);
+  dst[size] = '\0';
+  return size;
+}
+
 size_t resihp__fuzz_atoms(uint8_t *buf, size_t n, size_t cap,
                           const char *const *atoms, size_t natoms, size_t parts,
                           unsigned junk_one_in) {

@@ -37,6 +37,16 @@ size_t resihp__fuzz_pad_long(uint8_t *buf, size_t n, size_t cap,
  * random one: names that are nearly right. Returns the length. */
 size_t resihp__fuzz_near_miss(uint8_t *buf, int len, size_t cap);
 
+/* The input as a C string: a malloc'ed copy with a NUL after its size
+ * bytes (NULL when out of memory; free it). Targets of parsers that read
+ * up to a NUL. */
+char *resihp__fuzz_cstr(const uint8_t *data, size_t size);
+
+/* The same into dst (cap bytes): at most cap - 1 bytes of the input, then
+ * a NUL. Returns how many were copied. For parsers with a bounded line. */
+size_t resihp__fuzz_cstr_in(char *dst, size_t cap, const uint8_t *data,
+                            size_t size);
+
 /* gen fills at most cap bytes and returns how many. */
 int resihp__fuzz_main(int argc, char **argv, const char *name,
                       const char *corpus, size_t max_len,

@@ -24,11 +24,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   resihp__fuzz_quiet();
-  char *in = malloc(size + 1);
+  char *in = resihp__fuzz_cstr(data, size);
   if (!in)
     return 0;
-  memcpy(in, data, size);
-  in[size] = '\0';
   /* what a strict reading takes: digits only, no overflow past the cap */
   long want = in[0] ? 0 : RESIHP__JOB_FAILOVER_MS;
   for (const char *p = in; *p && want >= 0; p++)

@@ -19,10 +19,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char in[LINE_MAX_FUZZ + 1], ep[24 + 8], node[12 + 8], step[10 + 8];
-  if (size > LINE_MAX_FUZZ)
-    size = LINE_MAX_FUZZ;
-  memcpy(in, data, size);
-  in[size] = '\0';
+  size = resihp__fuzz_cstr_in(in, sizeof(in), data, size);
   size_t n = 0;
   if (!resihp__feed_parse_rec(in, &n) && n > RESIHP__FEED_REC_MAX)
     abort();

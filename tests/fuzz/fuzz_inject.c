@@ -11,6 +11,8 @@
  * same items. */
 #include "config.h"
 
+#include "fuzz_driver.h"
+
 #include "../../libresihp/recovery/inject.h"
 
 #include <resihp/error.h>
@@ -20,14 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *in = malloc(size + 1);
+  char *in = resihp__fuzz_cstr(data, size);
   if (!in)
     return 0;
-  memcpy(in, data, size);
-  in[size] = '\0';
   resihp__inject_t v[RESIHP__INJECT_MAX], w[RESIHP__INJECT_MAX];
   int n = -1, m = -1;
   char err[400];
@@ -70,7 +68,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
-#include "fuzz_driver.h"
 
 /* Inputs biased towards the grammar: kinds, ':', '@', numbers, "catchup",
  * separators, junk bytes. */

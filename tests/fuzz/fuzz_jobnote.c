@@ -11,13 +11,13 @@
  * without quotes that hold "resihp: ". */
 #include "config.h"
 
+#include "fuzz_driver.h"
+
 #include "../../tools/run/jobnote.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void printable_or_abort(const char *s, size_t max) {
   size_t n = strlen(s);
@@ -30,11 +30,9 @@ static void printable_or_abort(const char *s, size_t max) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *in = malloc(size + 1);
+  char *in = resihp__fuzz_cstr(data, size);
   if (!in)
     return 0;
-  memcpy(in, data, size);
-  in[size] = '\0';
   char user[RESIHP__JOBNOTE_USER_MAX + 1];
   int failures = -1;
   resihp__jobnote_parse(in, user, sizeof(user), &failures);
@@ -58,7 +56,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
-#include "fuzz_driver.h"
 
 static size_t fuzz_generate(uint8_t *buf, size_t cap) {
   static const char *const atoms[] = {

@@ -11,6 +11,8 @@
  * 0..L, and each of its ranks holds a whole number of them. */
 #include "config.h"
 
+#include "fuzz_driver.h"
+
 #include "../../libresihp/recovery/layer_groups.h"
 
 #include <resihp/error.h>
@@ -20,14 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *in = malloc(size + 1);
+  char *in = resihp__fuzz_cstr(data, size);
   if (!in)
     return 0;
-  memcpy(in, data, size);
-  in[size] = '\0';
   int L = 1 + (int)(size % 97);
   resihp__partition_t p, q, two[2];
   if (resihp__partition_parse(in, L, &p)) {
@@ -73,7 +71,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
-#include "fuzz_driver.h"
 
 /* Cut point texts: numbers in and out of range, separators, junk. */
 static size_t fuzz_generate(uint8_t *buf, size_t cap) {

@@ -12,6 +12,8 @@
  * holding a whole number of runs; a refused one leaves nothing. */
 #include "config.h"
 
+#include "fuzz_driver.h"
+
 #include "../../libresihp/recovery/layer_groups.h"
 
 #include <resihp/error.h>
@@ -25,14 +27,10 @@
 #define L 20
 #define K 3
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *in = malloc(size + 1);
+  char *in = resihp__fuzz_cstr(data, size);
   if (!in)
     return 0;
-  memcpy(in, data, size);
-  in[size] = '\0';
   int ids[NM], of[NM];
   for (int i = 0; i < NM; i++)
     ids[i] = 2 * i;
@@ -104,7 +102,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
-#include "fuzz_driver.h"
 
 /* Lists of cut points, members and junk. */
 static size_t fuzz_generate(uint8_t *buf, size_t cap) {

@@ -10,6 +10,8 @@
  * held list keep their addresses. */
 #include "config.h"
 
+#include "fuzz_driver.h"
+
 #include "../../libresihp/control/wire.h"
 #include "../../libresihp/recovery/job_members.h"
 
@@ -19,8 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* The list a rank holds: epoch 7, replicas 0 2 3 5 8. */
 static const int held_ids[] = {0, 2, 3, 5, 8};
@@ -35,11 +35,9 @@ static void check_list(const int *ids, resihp__job_ep_t *eps, int n) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *in = malloc(size + 1);
+  char *in = resihp__fuzz_cstr(data, size);
   if (!in)
     return 0;
-  memcpy(in, data, size);
-  in[size] = '\0';
   resihp__job_ep_t held_eps[NHELD];
   for (int i = 0; i < NHELD; i++)
     snprintf(held_eps[i], sizeof(held_eps[i]), "10.0.0.%d:%d", held_ids[i],
@@ -80,7 +78,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
-#include "fuzz_driver.h"
 
 /* GO lines: keys, ids (held and not), addresses, separators, junk. */
 static size_t fuzz_generate(uint8_t *buf, size_t cap) {

@@ -10,6 +10,8 @@
  * exactly when 7 is one of its items. */
 #include "config.h"
 
+#include "fuzz_driver.h"
+
 #include "../../libresihp/recovery/layer_groups.h"
 
 #include <resihp/error.h>
@@ -17,8 +19,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Whether s is decimal id items separated by ':' ("" is none), each
  * below 2^24 (leading zeros allowed), and whether 7 is among them. */
@@ -43,11 +43,9 @@ static int well_formed(const char *s, int *has7) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *in = malloc(size + 1);
+  char *in = resihp__fuzz_cstr(data, size);
   if (!in)
     return 0;
-  memcpy(in, data, size);
-  in[size] = '\0';
   int rc = resihp__moved_has(in, 7), has7;
   if (rc != 0 && rc != 1 && rc != RESIHP_EPROTO)
     abort();
@@ -60,7 +58,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
-#include "fuzz_driver.h"
 
 /* Ids, separators and junk. */
 static size_t fuzz_generate(uint8_t *buf, size_t cap) {

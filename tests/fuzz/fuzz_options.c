@@ -22,10 +22,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char in[RESIHP_OPTS_MAX + 64];
-  if (size >= sizeof(in))
-    size = sizeof(in) - 1;
-  memcpy(in, data, size);
-  in[size] = '\0';
+  size = resihp__fuzz_cstr_in(in, sizeof(in), data, size);
 
   resihp_settings_t s, before;
   resihp_settings_init(&s);

@@ -46,10 +46,7 @@ static int expected(const char *s, int *out) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char in[IN_MAX + 1];
-  if (size > IN_MAX)
-    size = IN_MAX;
-  memcpy(in, data, size);
-  in[size] = '\0';
+  size = resihp__fuzz_cstr_in(in, sizeof(in), data, size);
   int got[MAX], want[MAX];
   int n = trainer_parse_counts(in, got, MAX, HI);
   int m = expected(in, want);

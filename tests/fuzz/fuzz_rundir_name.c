@@ -47,10 +47,7 @@ static int expected(const char *s, unsigned long *uid) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char in[NAME_MAX_FUZZ + 1];
-  if (size > NAME_MAX_FUZZ)
-    size = NAME_MAX_FUZZ;
-  memcpy(in, data, size);
-  in[size] = '\0';
+  size = resihp__fuzz_cstr_in(in, sizeof(in), data, size);
   uid_t uid = (uid_t)12345;
   unsigned long want = 0;
   int got = resihp__rundir_parse_name(in, &uid);

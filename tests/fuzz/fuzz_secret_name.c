@@ -41,10 +41,7 @@ static int expected(const char *s, char *job) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char in[NAME_MAX_FUZZ + 1];
-  if (size > NAME_MAX_FUZZ)
-    size = NAME_MAX_FUZZ;
-  memcpy(in, data, size);
-  in[size] = '\0';
+  size = resihp__fuzz_cstr_in(in, sizeof(in), data, size);
   char got[JOB_CAP + 8], want[JOB_CAP + 8];
   memset(got, 'x', sizeof(got));
   int g = resihp__secret_parse_name(in, got, JOB_CAP);

@@ -15,6 +15,8 @@
  * a state by layer, is inside its state or refused. */
 #include "config.h"
 
+#include "fuzz_driver.h"
+
 #include "../../libresihp/recovery/job_internal.h"
 
 #include <resihp/error.h>
@@ -23,8 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* A rank 1 of 3 holding layers [7, 13) of 20, each 10 + l bytes of
  * state, and 5 of its own. */
@@ -56,11 +56,9 @@ static void piece_in_bounds(int a, int b) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *in = malloc(size + 1);
+  char *in = resihp__fuzz_cstr(data, size);
   if (!in)
     return 0;
-  memcpy(in, data, size);
-  in[size] = '\0';
   int q = -5, k = -5, a = -5, b = -5;
   const char *ep = NULL;
   if (!resihp__job_serve_entry_parse(in, &q, &k, &a, &b, &ep)) {
@@ -89,7 +87,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
-#include "fuzz_driver.h"
 
 /* Entries and offer lines, nearly right and not. */
 static size_t fuzz_generate(uint8_t *buf, size_t cap) {

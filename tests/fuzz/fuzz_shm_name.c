@@ -54,10 +54,7 @@ static long long expected(const char *s) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char in[NAME_MAX_FUZZ + 1];
-  if (size > NAME_MAX_FUZZ)
-    size = NAME_MAX_FUZZ;
-  memcpy(in, data, size);
-  in[size] = '\0';
+  size = resihp__fuzz_cstr_in(in, sizeof(in), data, size);
   if ((long long)resihp__shm_ring_creator(in) != expected(in))
     abort();
   return 0;

@@ -28,10 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int arity = 1 + data[0] % 5, max_items = data[0] / 5 % (ITEMS + 1);
   long long max = data[0] & 1 ? 1000000000000000LL : 999;
   data++, size--;
-  if (size > LIST_MAX)
-    size = LIST_MAX;
-  memcpy(in, data, size);
-  in[size] = '\0';
+  size = resihp__fuzz_cstr_in(in, sizeof(in), data, size);
   v[(size_t)max_items * (size_t)arity] = -7; /* a guard past the room */
   int n = -1;
   int rc = resihp__wire_parse_tuples(in, arity, max, v, max_items, &n);

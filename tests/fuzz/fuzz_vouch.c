@@ -23,11 +23,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > IN_MAX)
     size = IN_MAX;
-  char *in = malloc(size + 1);
+  char *in = resihp__fuzz_cstr(data, size);
   if (!in)
     return 0;
-  memcpy(in, data, size);
-  in[size] = '\0';
   int r = -1;
   char cred[RESIHP__VOUCH_CRED_HEX + 1];
   uint32_t term = 0;

@@ -61,6 +61,7 @@ static struct {
   shrink_fn_t shrink;
 } newer;
 static pthread_once_t newer_once = PTHREAD_ONCE_INIT;
+static atomic_int newer_off; /* tests: resihp__nccl_use_newer(0) */
 
 /* dlsym gives an object pointer; copying its bytes into a function
  * pointer is the POSIX-sanctioned conversion. */
@@ -95,6 +96,26 @@ static void find_newer(void) {
                "communicator after a failure", v);
   if (lib)
     dlclose(lib); /* NOLOAD: only the reference taken here */
+}
+
+unsigned resihp__nccl_newer(int *version) {
+  pthread_once(&newer_once, find_newer);
+  if (version && ncclGetVersion(version) != ncclSuccess)
+    *version = 0;
+  return (newer.revoke ? RESIHP__NCCL_HAS_REVOKE : 0u) |
+         (newer.shrink ? RESIHP__NCCL_HAS_SHRINK : 0u);
+}
+
+void resihp__nccl_use_newer(int on) { atomic_store(&newer_off, !on); }
+
+static revoke_fn_t revoke_call(void) {
+  pthread_once(&newer_once, find_newer);
+  return atomic_load(&newer_off) ? NULL : newer.revoke;
+}
+
+static shrink_fn_t shrink_call(void) {
+  pthread_once(&newer_once, find_newer);
+  return atomic_load(&newer_off) ? NULL : newer.shrink;
 }
 
 static int64_t ms_now(void) {
@@ -233,9 +254,9 @@ static int run(struct nccl *t, const void *sendbuf, void *recvbuf,
        * shrunk (or destroyed) next. */
       resihp_log(RESIHP_LOG_WARN, "allreduce",
                  "revoking the NCCL communicator (%s)", resihp_strerror(why));
-      pthread_once(&newer_once, find_newer);
-      if (newer.revoke) {
-        newer.revoke(t->comm, NCCL_REVOKE_DEFAULT);
+      revoke_fn_t revoke = revoke_call();
+      if (revoke) {
+        revoke(t->comm, NCCL_REVOKE_DEFAULT);
       } else {
         ncclCommAbort(t->comm);
         t->comm = NULL;
@@ -256,12 +277,12 @@ static int nccl_shrink(resihp__transport_t *tt, int *excluded, int nexcluded,
    * shrinks by at least one rank (0 is an invalid argument), and neither
    * a revoked communicator nor ncclCommSplit of one gave a usable one on
    * NCCL 2.28.9 (H200, one rank), so the caller attaches a new one. */
-  pthread_once(&newer_once, find_newer);
-  if (nexcluded <= 0 || !t->comm || !newer.shrink)
+  shrink_fn_t shrink = shrink_call();
+  if (nexcluded <= 0 || !t->comm || !shrink)
     return RESIHP_ENOTSUP;
   cudaSetDevice(t->device);
-  ncclResult_t r = newer.shrink(t->comm, excluded, nexcluded, &newcomm, &cfg,
-                                NCCL_SHRINK_ABORT);
+  ncclResult_t r = shrink(t->comm, excluded, nexcluded, &newcomm, &cfg,
+                          NCCL_SHRINK_ABORT);
   if (r != ncclSuccess && r != ncclInProgress) {
     resihp_log(RESIHP_LOG_ERROR, "allreduce", "ncclCommShrink: %s",
                ncclGetErrorString(r));

@@ -253,5 +253,14 @@ int resihp__nccl_transport_create(const uint8_t id[RESIHP__NCCL_ID_BYTES],
                                   int rank, int nranks, int device,
                                   atomic_int *failed, int timeout_ms,
                                   resihp__transport_t **out);
+/* The newer calls the loaded NCCL has (transport/nccl.c looks them up at
+ * run time): bit 1 ncclCommRevoke, bit 2 ncclCommShrink; its version into
+ * *version. */
+#define RESIHP__NCCL_HAS_REVOKE 1
+#define RESIHP__NCCL_HAS_SHRINK 2
+unsigned resihp__nccl_newer(int *version);
+/* Tests: 0 makes this process behave as with an NCCL that has neither
+ * (the fallbacks run on any NCCL), 1 uses what it has. */
+void resihp__nccl_use_newer(int on);
 
 #endif

@@ -12,7 +12,9 @@
 #             (tests/gpu/test_allreduce_staged), and their bus bandwidth
 #             for 2 and 4 processes (resihp-bench-device)
 #   nccl      a one-rank NCCL communicator's life cycle (init, all-reduce,
-#             revoke, abort, re-init: tests/gpu/test_nccl_lifecycle);
+#             revoke, abort, re-init: tests/gpu/test_nccl_lifecycle), with
+#             the loaded NCCL's ncclCommRevoke/ncclCommShrink and again as
+#             without them (the fallbacks);
 #             two ranks need two GPUs (tests/gpu/test_allreduce_nccl skips
 #             on one); the NCCL path's all-reduce beside torch.distributed's
 #             NCCL all-reduce, one rank each (tests/gpu/torch_nccl_bench.py),

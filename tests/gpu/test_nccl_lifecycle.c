@@ -14,7 +14,9 @@
  *  - the public path: a one-rank resihp_comm with the device attached,
  *    in deterministic mode: exact small sums, and random data bit for bit
  *    the host path's (values with more than 32 fraction bits, so the
- *    fixed-point rounding shows).
+ *    fixed-point rounding shows);
+ *  - all of it again as with an NCCL without ncclCommRevoke and
+ *    ncclCommShrink (resihp__nccl_use_newer(0)): the fallbacks.
  * Exits 77 (skip) without a CUDA device. */
 #include "config.h"
 
@@ -63,7 +65,7 @@ static int check_floats(const float *d, float want) {
 }
 
 static void transport_paths(void) {
-  uint8_t id[RESIHP__NCCL_ID_BYTES];
+  uint8_t id[RESIHP__NCCL_ID_BYTES] = {0};
   atomic_int failed = 0;
   resihp__transport_t *t = NULL;
   EXPECT(resihp__nccl_transport_create(id, 0, 1, 99, &failed, 5000, &t) ==
@@ -230,6 +232,17 @@ int main(void) {
   alarm(300); /* a GPU that hangs fails the test instead of holding it */
   if (cudaSetDevice(0) != cudaSuccess)
     return 1;
+  int version = 0;
+  unsigned has = resihp__nccl_newer(&version);
+  printf("NCCL %d: ncclCommRevoke %s, ncclCommShrink %s\n", version,
+         has & RESIHP__NCCL_HAS_REVOKE ? "yes" : "no",
+         has & RESIHP__NCCL_HAS_SHRINK ? "yes" : "no");
+  transport_paths();
+  public_path();
+  /* Again as with an NCCL that has neither: a failure aborts the
+   * communicator, the shrink attaches a new one. */
+  printf("without ncclCommRevoke and ncclCommShrink:\n");
+  resihp__nccl_use_newer(0);
   transport_paths();
   public_path();
   return failures ? 1 : 0;

@@ -73,7 +73,8 @@ def device_of(args):
     try:
         dev = torch.device(args.device)
     except RuntimeError as e:
-        sys.exit(f"{sys.argv[0]}: --device {args.device}: {e}")
+        sys.exit(f"{sys.argv[0]}: --device {args.device}: {e}; give cpu or "
+                 f"cuda[:N]")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             sys.exit(f"{sys.argv[0]}: --device {args.device}: torch "
@@ -86,7 +87,8 @@ def device_of(args):
         # stopping the run
         torch.use_deterministic_algorithms(True, warn_only=True)
     elif dev.type != "cpu":
-        sys.exit(f"{sys.argv[0]}: --device {args.device}: give cpu or cuda")
+        sys.exit(f"{sys.argv[0]}: --device {args.device}: give cpu or "
+                 f"cuda[:N]")
     return dev
 
 

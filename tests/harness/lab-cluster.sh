@@ -299,12 +299,23 @@ cmd_stop() {
 # times the detection from it). Tasks that left the stepds' tree, found by
 # their environment (a walk over every process: seconds on a busy
 # machine), are swept after that, in the background.
+# ancestors PID: PID and its ancestors up to init, one per line
+ancestors() {
+  local p=$1
+  while [ -n "$p" ] && [ "$p" -gt 1 ] 2>/dev/null; do
+    echo "$p"
+    p=$(ps -o ppid= -p "$p" 2>/dev/null | tr -d ' ')
+  done
+}
+
 cmd_killnode() {
   local node=$1 pids="" sp
   pid_alive "$LAB/run/slurmd-$node.pid" && pids=$(cat "$LAB/run/slurmd-$node.pid")
   sp=$(stepd_pids "$node")
   pids="$pids $sp $(for p in $sp; do descendants "$p"; done) $(task_pids "$node")"
-  pids=$(echo $pids | tr ' ' '\n' | sort -un | tr '\n' ' ')
+  # never this script or what runs it (a launcher on the node being killed
+  # that asked for the kill): it would die before the list is killed
+  pids=$(echo $pids | tr ' ' '\n' | sort -un | grep -vxF -f <(ancestors $$) | tr '\n' ' ')
   log "killnode $node: kill -9 $pids"
   # a node dies in one instant: every process is in the list before any is
   # killed, and children go before their parents (descending pids; no

@@ -238,6 +238,9 @@ void resihp__coord_shift_times(resihp__coord_t *c, int64_t delta_ms) {
   for (long s = c->base_step; c->start_ms && s <= c->step; s++)
     shift(&c->start_ms[s], delta_ms);
   shift(&c->t_done, delta_ms);
+  shift(&c->rm_ms, delta_ms); /* switches being timed (coord_decide.c) */
+  shift(&c->sw_ms, delta_ms);
+  shift(&c->dg_ms, delta_ms);
   for (int r = 0; r < c->R; r++) {
     shift(&c->reps[r].fault_ms, delta_ms);
     shift(&c->reps[r].last_life, delta_ms);

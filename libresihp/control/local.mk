@@ -132,6 +132,12 @@ tests_unit_test_repart_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_repart_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_repart
 
+check_PROGRAMS += tests/unit/test_decide
+tests_unit_test_decide_SOURCES = tests/unit/test_decide.c
+tests_unit_test_decide_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_decide_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_decide
+
 # The standby's early takeover on the replicas' word (vouch.h): its unit
 # test and the fuzz target of a vouch and of the record it is counted
 # against.

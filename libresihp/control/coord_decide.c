@@ -193,30 +193,48 @@ int resihp__coord_decide(resihp__coord_t *c) {
   if (c->stop || !resihp__coord_quiet(c))
     return -1;
   int swap_open = resihp__coord_swap_open(c);
+  int ok[RESIHP__DECIDE__N], measured[RESIHP__DECIDE__N];
+  double net[RESIHP__DECIDE__N], cost[RESIHP__DECIDE__N];
+  /* the member whose answer saves most is the one changed now (one
+   * change a boundary: the others are decided again at the next) */
+  int best_r = -1;
+  double best = 0;
   for (int i = 0; i < c->nmembers; i++) {
     int r = c->members[i];
     rep_t *p = &c->reps[r];
     if (!(p->slow > 1) || p->decided > 1 + RESIHP__DECIDE_ABSORB)
       continue; /* healthy, or its slowness answered */
-    int ok[RESIHP__DECIDE__N], measured[RESIHP__DECIDE__N];
-    double net[RESIHP__DECIDE__N], cost[RESIHP__DECIDE__N];
     if (!options(c, r, swap_open, ok, net, cost, measured))
       continue;
     int pick = RESIHP__DECIDE_ABSORB; /* ties: the least disturbing */
     for (int k = 1; k < RESIHP__DECIDE__N; k++)
       if (ok[k] && net[k] > net[pick])
         pick = k;
+    if (pick != RESIHP__DECIDE_ABSORB) {
+      if (net[pick] > best) {
+        best = net[pick];
+        best_r = r;
+      }
+      continue;
+    }
     if (p->decided != 1 + pick)
       say(c, r, pick, ok, net, cost, measured);
     p->decided = 1 + pick;
-    if (pick == RESIHP__DECIDE_ABSORB)
-      continue;
-    measure_gain(c, r, pick, net[pick]);
-    if (pick == RESIHP__DECIDE_SWAP)
-      return r;
-    c->decide_r = r; /* resihp__coord_repart_boundary moves them */
-    return -1;
   }
+  if (best_r < 0)
+    return -1;
+  rep_t *p = &c->reps[best_r];
+  options(c, best_r, swap_open, ok, net, cost, measured); /* its move */
+  int pick = ok[RESIHP__DECIDE_SWAP] &&
+                     net[RESIHP__DECIDE_SWAP] > net[RESIHP__DECIDE_REPART]
+                 ? RESIHP__DECIDE_SWAP
+                 : RESIHP__DECIDE_REPART;
+  say(c, best_r, pick, ok, net, cost, measured);
+  p->decided = 1 + pick;
+  measure_gain(c, best_r, pick, net[pick]);
+  if (pick == RESIHP__DECIDE_SWAP)
+    return best_r;
+  c->decide_r = best_r; /* resihp__coord_repart_boundary moves them */
   return -1;
 }
 

@@ -16,6 +16,9 @@
  *       decision is absorb;
  *   never_both  a spare free from the start: the slowness is answered
  *       once, by a swap or a move, never by both over the steps after;
+ *   most_saving_first  two replicas slow, one 3x and one 2x: the 3x one
+ *       (the larger saving) is swapped first, the other waits for the
+ *       next boundary with nothing in flight;
  *   measured_cost_counts  a move that stalled the job far longer than
  *       the default (500 s): the next slow replica is not moved, and the
  *       decision says its cost was measured. */
@@ -269,6 +272,19 @@ START_TEST(never_both) {
 }
 END_TEST
 
+START_TEST(most_saving_first) {
+  resihp__record_t *rec;
+  resihp__coord_t *c = make(1, 100, &rec);
+  slow(c, 0, 1, 2.0, 3);
+  slow(c, 2, 1, 3.0, 3);
+  boundary(c);
+  ck_assert_int_eq(swapped, 2);
+  ck_assert_int_eq(c->repartitions, 0);
+  ck_assert_int_eq(count_events("decision", NULL), 1);
+  done(c, rec);
+}
+END_TEST
+
 START_TEST(measured_cost_counts) {
   resihp__record_t *rec;
   resihp__coord_t *c = make(1, 100, &rec);
@@ -301,6 +317,7 @@ int main(void) {
   tcase_add_test(t, repart_pays_more);
   tcase_add_test(t, neither_pays);
   tcase_add_test(t, never_both);
+  tcase_add_test(t, most_saving_first);
   tcase_add_test(t, measured_cost_counts);
   suite_add_tcase(s, t);
   return run_suite(s);

@@ -30,9 +30,10 @@
  * to the commit of the step in which its replacement caught up (how long
  * the replica was out, which is what the swap's formula prices). Each
  * kind's estimate is the mean of those measured, the configured default
- * (swap_cost_s, repart_cost_s or two recent steps) before the first. They
- * are not in the snapshot: a standby that takes over starts again from
- * the defaults.
+ * (swap_cost_s, repart_cost_s or two recent steps) before the first. The
+ * sums, counts and decisions are in the state record (coord_snapshot.c:
+ * "w"), so a standby that takes over goes on from them; a switch being
+ * timed at the takeover is not measured.
  *
  * After the fact, the chosen action's gain is measured once eight steps
  * ran after it settled (a move: its own step; a swap: the replacement's

@@ -21,7 +21,10 @@
  *       next boundary with nothing in flight;
  *   measured_cost_counts  a move that stalled the job far longer than
  *       the default (500 s): the next slow replica is not moved, and the
- *       decision says its cost was measured. */
+ *       decision says its cost was measured;
+ *   record_keeps_costs  a standby restored from the coordinator's state
+ *       record has the measured costs and the decisions, and records them
+ *       again. */
 #include "config.h"
 
 #include "../../libresihp/control/coord_internal.h"
@@ -32,6 +35,7 @@
 #include <resihp/planner.h>
 
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,6 +314,55 @@ START_TEST(measured_cost_counts) {
 }
 END_TEST
 
+/* A job of 3 replicas whose layers moved (tests/fuzz/corpus-snapshot/repart)
+ * after one move measured at 499 s and one decision to move. */
+static const char record_text[] =
+    "RESIHP-COORD 1 3 6 2 8 =00000000000000aa 0\n"
+    "c 1 1 0 2 2 0 0 -1 -1 -1 -1 -1 0 0 0 3 0 0 0 0 0 0 0 36358574 0 0 1 0\n"
+    "a \n"
+    "l \n"
+    "m 0:1:2\n"
+    "n 0:1:2\n"
+    "i 0:1:2\n"
+    "o 0:0:1:1:2:2\n"
+    "so 0:0:1:1:2:2\n"
+    "sc 0:1:2\n"
+    "r 0 2 7 0 1 0 0 0 0 0 0 2 2 0 0 -1 -1 0 0 0 0 0 0 0 36358574 =? = "
+    "=h0:1/h0:3 =h0:2/h0:4 = = =193ec90bf90b31ef1923343948486677\n"
+    "r 1 2 7 1 1 0 0 0 0 0 0 2 2 0 0 -1 -1 0 0 0 0 0 0 0 36358574 =? = "
+    "=h1:1/h1:3 =h1:2/h1:4 = = =d833b361a61b44440dd31f6c793bb529\n"
+    "r 2 2 7 2 1 0 0 0 0 0 0 2 2 0 0 -1 -1 0 0 0 0 0 0 0 36358574 =? = "
+    "=h2:1/h2:3 =h2:2/h2:4 = = =5fa89e4c4a2600a5677b6ec4fa6928bc\n"
+    "y 0 lay=10:6 shape=00000000000000bb home=4\n"
+    "y 1 lay=10:6 shape=00000000000000bb\n"
+    "y 2 lay=10:4 shape=00000000000000aa\n"
+    "w 0 0 0 499000 1 1 0 0 0\n"
+    "end\n";
+
+START_TEST(record_keeps_costs) {
+  resihp__coord_opts_t o = {.replicas = R,
+                            .bind_host = "127.0.0.1",
+                            .secret = (const uint8_t *)key,
+                            .secret_len = sizeof(key) - 1,
+                            .silence_ms = 60000};
+  resihp__coord_t *d;
+  ck_assert_int_eq(
+      resihp__coord_restore(&o, record_text, strlen(record_text), -1, &d), 0);
+  int m;
+  double got = resihp__coord_switch_cost(d, RESIHP__DECIDE_REPART, &m);
+  ck_assert(m);
+  ck_assert_msg(fabs(got - 499) < 1e-9, "%g", got);
+  ck_assert(resihp__coord_switch_cost(d, RESIHP__DECIDE_SWAP, &m) == 0 && !m);
+  ck_assert_int_eq(d->decisions[RESIHP__DECIDE_REPART], 1);
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  ck_assert_int_eq(resihp__coord_snapshot(d, &b), 0);
+  ck_assert_msg(strstr(b.s, "\nw 0 0 0 499000 1 1 0 0 0\n"), "%s", b.s);
+  resihp__wire_buf_free(&b);
+  resihp__coord_destroy(d);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("decide");
   TCase *t = tcase_create("decide");
@@ -319,6 +372,7 @@ int main(void) {
   tcase_add_test(t, never_both);
   tcase_add_test(t, most_saving_first);
   tcase_add_test(t, measured_cost_counts);
+  tcase_add_test(t, record_keeps_costs);
   suite_add_tcase(s, t);
   return run_suite(s);
 }

@@ -164,8 +164,10 @@ static int options(resihp__coord_t *c, int r, int swap_open, int *ok,
     cost[k] = resihp__coord_switch_cost(c, k, &measured[k]);
   }
   if (swap_open) {
-    if (!resihp__coord_swap_ready(p))
+    if (!resihp__coord_swap_ready(p)) {
+      p->repart_asked = 0; /* a free run: hold again (coord_perf.c) */
       return 0;
+    }
     net[RESIHP__DECIDE_SWAP] =
         resihp__coord_swap_gain(c, r, cost[RESIHP__DECIDE_SWAP]);
     ok[RESIHP__DECIDE_SWAP] = isfinite(net[RESIHP__DECIDE_SWAP]);

@@ -347,23 +347,29 @@ void resihp__coord_repart_boundary(resihp__coord_t *c) {
   int chosen = c->decide_r;
   c->decide_r = -1;
   c->moved_r = -1;
-  if (c->K < 2 || !c->nlayers || c->stop || !resihp__coord_quiet(c))
+  if (c->K < 2 || !c->nlayers || c->stop || !resihp__coord_quiet(c)) {
+    if (chosen >= 0) /* not done: decided again at the next boundary */
+      c->reps[chosen].decided = 0;
     return;
+  }
   int cur[RESIHP__COORD_MAX_SHARDS], home[RESIHP__COORD_MAX_SHARDS],
       out[RESIHP__COORD_MAX_SHARDS];
   double ratio, gain;
   if (c->force_r) { /* (tests: resihp__coord_repart_force) */
     int r = c->force_r - 1;
     c->force_r = 0;
+    if (chosen >= 0)
+      c->reps[chosen].decided = 0;
     if (resihp__coord_is_member(c, r) && c->reps[r].lmove &&
         !both_counts(c, r, cur, home))
       apply(c, r, cur, home, c->force_counts, 1, 0, "asked for");
     return;
   }
   if (chosen >= 0) { /* the decision's (coord_decide.c) */
-    if (resihp__coord_is_member(c, chosen))
-      apply(c, chosen, c->decide_cur, c->decide_home, c->decide_out,
-            c->decide_ratio, c->decide_gain, NULL);
+    if (!resihp__coord_is_member(c, chosen) ||
+        apply(c, chosen, c->decide_cur, c->decide_home, c->decide_out,
+              c->decide_ratio, c->decide_gain, NULL))
+      c->reps[chosen].decided = 0;
     return;
   }
   if (!c->rank_slow)

@@ -19,6 +19,11 @@
  *   most_saving_first  two replicas slow, one 3x and one 2x: the 3x one
  *       (the larger saving) is swapped first, the other waits for the
  *       next boundary with nothing in flight;
+ *   free_run_held_again  free-running, a slow member that may move holds
+ *       the run for a boundary; a boundary that waits for a swap to
+ *       become possible (the spare free, slow for too few steps) leaves
+ *       it to hold the run again at the next commit, so that the move
+ *       and the swap are compared at all;
  *   measured_cost_counts  a move that stalled the job far longer than
  *       the default (500 s): the next slow replica is not moved, and the
  *       decision says its cost was measured;
@@ -289,6 +294,26 @@ START_TEST(most_saving_first) {
 }
 END_TEST
 
+START_TEST(free_run_held_again) {
+  resihp__record_t *rec;
+  resihp__coord_t *c = make(30, 100, &rec);
+  slow(c, 0, 1, 2.0, 1);
+  c->phase = P_FREE;
+  resihp__coord_perf_commit(c);
+  ck_assert_int_eq(c->held, 1);
+  boundary(c); /* waits: slow for 2 steps */
+  ck_assert_int_eq(c->repartitions, 0);
+  ck_assert_int_eq(count_events("decision", NULL), 0);
+  c->phase = P_FREE;
+  c->held = 0;
+  resihp__coord_perf_commit(c);
+  ck_assert_int_eq(c->held, 1);
+  boundary(c);
+  ck_assert_int_eq(c->repartitions, 1);
+  done(c, rec);
+}
+END_TEST
+
 START_TEST(measured_cost_counts) {
   resihp__record_t *rec;
   resihp__coord_t *c = make(1, 100, &rec);
@@ -371,6 +396,7 @@ int main(void) {
   tcase_add_test(t, neither_pays);
   tcase_add_test(t, never_both);
   tcase_add_test(t, most_saving_first);
+  tcase_add_test(t, free_run_held_again);
   tcase_add_test(t, measured_cost_counts);
   tcase_add_test(t, record_keeps_costs);
   suite_add_tcase(s, t);

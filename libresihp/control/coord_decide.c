@@ -285,8 +285,8 @@ void resihp__coord_decide_commit(resihp__coord_t *c) {
   }
   if (c->sw_r >= 0) {
     const rep_t *p = &c->reps[c->sw_r];
-    /* caught up: the step it was admitted at committed */
-    if (p->state == R_MEMBER && c->step > p->begun) {
+    /* caught up: the step it was admitted at (catching) committed */
+    if (p->state == R_MEMBER && !p->catching) {
       note_cost(c, RESIHP__DECIDE_SWAP, c->sw_r,
                 (double)(now - c->sw_ms) / 1000.0);
       if (c->dg_r == c->sw_r)

@@ -24,6 +24,10 @@
  *       become possible (the spare free, slow for too few steps) leaves
  *       it to hold the run again at the next commit, so that the move
  *       and the swap are compared at all;
+ *   swap_cost_measured  a swap whose replacement caught up 60 s after it
+ *       (times moved back): the swap's cost is measured at 60 s, eight
+ *       steps later its gain is measured, and the next slow replica is
+ *       moved, not swapped (at 60 s a swap no longer pays);
  *   measured_cost_counts  a move that stalled the job far longer than
  *       the default (500 s): the next slow replica is not moved, and the
  *       decision says its cost was measured;
@@ -314,6 +318,42 @@ START_TEST(free_run_held_again) {
 }
 END_TEST
 
+START_TEST(swap_cost_measured) {
+  resihp__record_t *rec;
+  resihp__coord_t *c = make(1, 100, &rec);
+  slow(c, 0, 1, 2.0, 3);
+  boundary(c);
+  ck_assert_int_eq(swapped, 0);
+  /* its replacement says hello and waits for the next boundary */
+  c->reps[0].state = R_JOINING;
+  c->reps[0].waiting = 1;
+  next_step(c);
+  ck_assert(resihp__coord_is_member(c, 0) && c->reps[0].catching);
+  resihp__coord_shift_times(c, -60000);
+  next_step(c); /* caught up */
+  ck_assert_int_eq(
+      count_events2("switch-cost", "\"kind\":\"swap\"", "\"seconds\":60."), 1);
+  int m;
+  double s = resihp__coord_switch_cost(c, RESIHP__DECIDE_SWAP, &m);
+  ck_assert_msg(m && s >= 60 && s < 70, "%g", s);
+  for (int i = 0; i < 8; i++)
+    next_step(c);
+  ck_assert_int_eq(count_events("outcome", "\"kind\":\"swap\""), 1);
+  /* the next slow replica: the swap priced at what it took, 60 s, no
+   * longer pays (at 1 s it was chosen): its layers move */
+  spare = 1;
+  slow(c, 1, 1, 2.0, 3);
+  next_step(c);
+  ck_assert_int_eq(
+      count_events2("decision", "\"replica\":1", "swap=60s (measured)"), 1);
+  ck_assert_int_eq(
+      count_events2("decision", "\"replica\":1", "\"kind\":\"repartition\""),
+      1);
+  ck_assert_int_eq(c->reps[1].moved, 1);
+  done(c, rec);
+}
+END_TEST
+
 START_TEST(measured_cost_counts) {
   resihp__record_t *rec;
   resihp__coord_t *c = make(1, 100, &rec);
@@ -397,6 +437,7 @@ int main(void) {
   tcase_add_test(t, never_both);
   tcase_add_test(t, most_saving_first);
   tcase_add_test(t, free_run_held_again);
+  tcase_add_test(t, swap_cost_measured);
   tcase_add_test(t, measured_cost_counts);
   tcase_add_test(t, record_keeps_costs);
   suite_add_tcase(s, t);

@@ -365,6 +365,8 @@ START_TEST(measured_cost_counts) {
   resihp__coord_shift_times(c, -500000);
   next_step(c);
   ck_assert_int_eq(count_events("switch-cost", "\"kind\":\"repartition\""), 1);
+  ck_assert(
+      holds(metrics, "resihp_switch_cost_seconds{kind=\"repartition\"} 49"));
   /* another replica slow the same way: the move does not pay now */
   slow(c, 1, 1, 2.0, 3);
   next_step(c);

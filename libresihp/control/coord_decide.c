@@ -133,12 +133,13 @@ static void say(resihp__coord_t *c, int r, int pick, const int *ok,
   char opt[RESIHP__DECIDE__N][48], costs[160];
   for (int k = 0; k < RESIHP__DECIDE__N; k++)
     fmt_option(opt[k], sizeof(opt[k]), resihp__decide_name(k), ok[k], net[k]);
-  snprintf(costs, sizeof(costs),
-           "cost: repartition=%.3gs (%s), swap=%.3gs (%s)",
+  char sw[48] = "never"; /* swaps off */
+  if (c->o.swap_cost_s >= 0)
+    snprintf(sw, sizeof(sw), "%.3gs (%s)", cost[RESIHP__DECIDE_SWAP],
+             measured[RESIHP__DECIDE_SWAP] ? "measured" : "default");
+  snprintf(costs, sizeof(costs), "cost: repartition=%.3gs (%s), swap=%s",
            cost[RESIHP__DECIDE_REPART],
-           measured[RESIHP__DECIDE_REPART] ? "measured" : "default",
-           cost[RESIHP__DECIDE_SWAP] >= 0 ? cost[RESIHP__DECIDE_SWAP] : 0,
-           measured[RESIHP__DECIDE_SWAP] ? "measured" : "default");
+           measured[RESIHP__DECIDE_REPART] ? "measured" : "default", sw);
   logc(pick == RESIHP__DECIDE_ABSORB ? RESIHP_LOG_INFO : RESIHP_LOG_WARN,
        "replica %d slow x%.2f at step %ld: %s chosen; saved over the %ld "
        "steps left: %s %s %s; %s",

@@ -14,6 +14,8 @@
  *       swap): the layers move, nobody is swapped;
  *   neither_pays  two steps left: nothing moves, nobody is swapped, the
  *       decision is absorb;
+ *   swaps_off  with swaps off (--swap-cost never) the layers move at
+ *       once and the decision says swaps are off;
  *   never_both  a spare free from the start: the slowness is answered
  *       once, by a swap or a move, never by both over the steps after;
  *   most_saving_first  two replicas slow, one 3x and one 2x: the 3x one
@@ -266,6 +268,17 @@ START_TEST(neither_pays) {
 }
 END_TEST
 
+START_TEST(swaps_off) {
+  resihp__record_t *rec;
+  resihp__coord_t *c = make(-1, 100, &rec);
+  slow(c, 0, 1, 2.0, 1);
+  boundary(c);
+  ck_assert_int_eq(c->repartitions, 1);
+  ck_assert_int_eq(count_events2("decision", "swap=n/a", "swap=never"), 1);
+  done(c, rec);
+}
+END_TEST
+
 START_TEST(never_both) {
   /* the swap's cost either way of the move's gain */
   static const double costs[] = {1, 30};
@@ -436,6 +449,7 @@ int main(void) {
   tcase_add_test(t, swap_pays_more);
   tcase_add_test(t, repart_pays_more);
   tcase_add_test(t, neither_pays);
+  tcase_add_test(t, swaps_off);
   tcase_add_test(t, never_both);
   tcase_add_test(t, most_saving_first);
   tcase_add_test(t, free_run_held_again);

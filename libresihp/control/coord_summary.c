@@ -61,7 +61,9 @@ static void decisions(const resihp__coord_t *c, FILE *f) {
   for (int k = RESIHP__DECIDE_REPART; k < RESIHP__DECIDE__N; k++) {
     int measured;
     double s = resihp__coord_switch_cost(c, k, &measured);
-    if (measured)
+    if (k == RESIHP__DECIDE_SWAP && c->o.swap_cost_s < 0)
+      snprintf(cost[k], sizeof(cost[k]), "never (swaps off)");
+    else if (measured)
       snprintf(cost[k], sizeof(cost[k]), "%.3g s (mean of %ld measured)", s,
                c->cost_n[k]);
     else

@@ -275,6 +275,9 @@ START_TEST(swaps_off) {
   boundary(c);
   ck_assert_int_eq(c->repartitions, 1);
   ck_assert_int_eq(count_events2("decision", "swap=n/a", "swap=never"), 1);
+  char out[8192];
+  summary(c, out, sizeof(out));
+  ck_assert_msg(strstr(out, "swap never (swaps off)"), "%s", out);
   done(c, rec);
 }
 END_TEST

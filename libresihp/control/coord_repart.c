@@ -333,7 +333,8 @@ void resihp__coord_repart_force(resihp__coord_t *c, int r, const int *counts) {
   memcpy(c->force_counts, counts, sizeof(int) * (size_t)c->K);
 }
 
-int resihp__coord_quiet(const resihp__coord_t *c) {
+/* No replica expected, joining or catching up: one change at a time. */
+static int quiet(const resihp__coord_t *c) {
   for (int r = 0; r < c->R; r++) {
     const rep_t *p = &c->reps[r];
     if (p->expected || p->state == R_JOINING ||
@@ -347,7 +348,7 @@ void resihp__coord_repart_boundary(resihp__coord_t *c) {
   int chosen = c->decide_r;
   c->decide_r = -1;
   c->moved_r = -1;
-  if (c->K < 2 || !c->nlayers || c->stop || !resihp__coord_quiet(c)) {
+  if (c->K < 2 || !c->nlayers || c->stop || !quiet(c)) {
     if (chosen >= 0) /* not done: decided again at the next boundary */
       c->reps[chosen].decided = 0;
     return;
@@ -400,4 +401,8 @@ double resihp__coord_repart_scale(const resihp__coord_t *c, int rank) {
   if (!c->reps[r].moved || both_counts(c, r, cur, home))
     return 1.0;
   return (double)home[k] / (double)cur[k];
+}
+
+int resihp__coord_quiet(const resihp__coord_t *c) {
+  return quiet(c);
 }

@@ -14,6 +14,9 @@
  *   coord_spares.c    the spare registry (SPARE)
  *   coord_perf.c      fail-slow: the detector, microbatches by predicted
  *                     cost, the swap of a slow replica (PERF, WL)
+ *   coord_repart.c    moves of a replica's layers between its ranks
+ *   coord_decide.c    one decision for a slow replica: absorb, move its
+ *                     layers or swap it, by measured switch costs
  *   coord_protocol.c  the ranks' messages: HELLO, SUBHELLO/LEADER, BEGIN,
  *                     READY/RESYNC, FAULT, CATCHUP_FAILED, FINISH, ABORT
  *   coord_loop.c      the coordinator object, its connections and event
@@ -133,7 +136,19 @@ typedef struct {
   char home[RESIHP__COORD_LAY_MAX];
   int moved, repart_asked;
   long moved_at, nmoves;
+  /* one decision (coord_decide.c): what was chosen for its slowness now
+   * (1 + RESIHP__DECIDE_*, 0: nothing yet; a new slowness forgets it);
+   * the last swap or move chosen for it (1 + kind, 0: none), at which
+   * step, its gain predicted and, once its steps after can tell,
+   * measured (s; has_measured 0: not yet) */
+  int decided, acted, has_measured;
+  long acted_at;
+  double predicted, measured;
 } rep_t;
+
+/* The reactions to a slow member (coord_decide.c). */
+enum { RESIHP__DECIDE_ABSORB, RESIHP__DECIDE_REPART, RESIHP__DECIDE_SWAP,
+       RESIHP__DECIDE__N };
 
 /* One distinct partition of the layers: its cut points' text ("" for one
  * rank per replica; NULL: a free slot) and how many replicas hold it. */
@@ -306,6 +321,35 @@ struct resihp__coord {
    * (-1: none: GO's moved=), moves in all */
   int moved_r;
   long repartitions;
+  /* one decision (coord_decide.c): the replica whose layers this
+   * boundary moves because it was chosen (-1: none) and its counts now,
+   * home and to be, ratio and gain; each switch's measured costs (sum,
+   * count: their mean is the estimate, the configured default before the
+   * first); decisions taken by kind. Switches being timed, one at a time:
+   * a move (its replica, -1: none; its step, epoch, time in ms, and the
+   * job's step before it, s) and a swap (the replica, -1: none, and when
+   * it was swapped out); the chosen action whose gain is being measured
+   * (replica, -1: none; the step and time it was chosen at, the job's
+   * step time then, the step at which its steps after can be told) */
+  int decide_r;
+  int decide_cur[RESIHP__COORD_MAX_SHARDS],
+      decide_home[RESIHP__COORD_MAX_SHARDS],
+      decide_out[RESIHP__COORD_MAX_SHARDS];
+  double decide_ratio, decide_gain;
+  double cost_sum[RESIHP__DECIDE__N];
+  long cost_n[RESIHP__DECIDE__N];
+  long decisions[RESIHP__DECIDE__N];
+  int rm_r;
+  long rm_step;
+  uint32_t rm_epoch;
+  int64_t rm_ms;
+  double rm_step_s;
+  int sw_r;
+  int64_t sw_ms;
+  int dg_r;
+  long dg_step, dg_settle;
+  int64_t dg_ms;
+  double dg_before_s;
   /* a move asked for by resihp__coord_repart_force: 1 + replica, 0: none */
   int force_r;
   int force_counts[RESIHP__COORD_MAX_SHARDS];
@@ -521,9 +565,18 @@ void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg);
 void resihp__coord_on_wl(resihp__coord_t *c, int k, int r, const char *msg);
 int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc);
 void resihp__coord_perf_commit(resihp__coord_t *c);
-/* At a step boundary: a member slow long enough to swap, if a swap pays
- * back and a spare is there; -1 if none (logged when one is picked). */
-int resihp__coord_pick_swap(resihp__coord_t *c);
+/* Whether a swap may be chosen now (a spare is free, swaps are on, the
+ * job has another member, no change under way), and whether member p has
+ * been slow long enough for one. */
+int resihp__coord_swap_open(const resihp__coord_t *c);
+int resihp__coord_swap_ready(const rep_t *p);
+/* What a swap of member r saves over the steps left at that switch cost
+ * (s, resihp_planner_swap_gain_s; negative: it does not pay), and what
+ * running it at multiplier f_after instead of its own now saves (a move
+ * of its layers; the same formula at no cost). */
+double resihp__coord_swap_gain(const resihp__coord_t *c, int r, double cost_s);
+double resihp__coord_speedup_gain(const resihp__coord_t *c, int r,
+                                  double f_after);
 /* In a free run, after commits: HOLD when a member has become worth a
  * swap (once per member until its factor moves). */
 void resihp__coord_hold_for_swap(resihp__coord_t *c);
@@ -559,9 +612,39 @@ double resihp__coord_repart_factor(const resihp__coord_t *c, int r, double f);
 /* Whether a free run should be held for a move of replica r's layers
  * (once until its ranks' factors change). */
 int resihp__coord_repart_wanted(resihp__coord_t *c, int r);
-/* Before a step's GO: move one replica's layers if that pays (sets
- * moved_r and changed). */
+/* Before a step's GO: move the layers of the replica a decision chose
+ * (decide_r), or of one whose ranks are healthy again back home if that
+ * pays (sets moved_r and changed). */
 void resihp__coord_repart_boundary(resihp__coord_t *c);
+/* The move that would speed member r up now: 1 with its counts now, home
+ * and new ones and the predicted ratio of its step new/now (better by
+ * the least gain a move needs), 0 when none (not movable, too soon after
+ * its last move, no better partition). */
+int resihp__coord_repart_plan(resihp__coord_t *c, int r, int *cur, int *home,
+                              int *out, double *ratio);
+/* No replica expected, joining or catching up: one change at a time. */
+int resihp__coord_quiet(const resihp__coord_t *c);
+
+/* coord_decide.c: one decision for a slow member. At a step boundary
+ * (before the next GO): for the members that are slow and whose slowness
+ * no swap or move answered yet, absorb, a move of its layers and a swap
+ * for a spare are compared by the time each saves over the steps left,
+ * less its switch cost; the best is carried out (one change a boundary):
+ * the replica to swap is returned (-1: none), a move is left in decide_r
+ * for resihp__coord_repart_boundary. */
+int resihp__coord_decide(resihp__coord_t *c);
+/* A switch's cost (s): the mean of those measured in this job, else the
+ * configured default (*measured 0). */
+double resihp__coord_switch_cost(const resihp__coord_t *c, int kind,
+                                 int *measured);
+/* A move of replica r's layers or its swap starts now: time it. */
+void resihp__coord_time_move(resihp__coord_t *c, int r);
+void resihp__coord_time_swap(resihp__coord_t *c, int r);
+/* After steps committed: the switches' costs and the chosen action's
+ * gain, once they can be measured. */
+void resihp__coord_decide_commit(resihp__coord_t *c);
+/* "absorb", "repartition", "swap". */
+const char *resihp__decide_name(int kind);
 /* GO: " moved=R" when the epoch moves replica R's layers. */
 void resihp__coord_put_moved(const resihp__coord_t *c, resihp__wire_buf_t *b);
 /* The scale of rank's detector samples: its declared share of the layers

@@ -24,11 +24,13 @@
  * every following step themselves, the same way (costplan.c); the WL
  * asked for is then that of the step at which the run ends.
  *
- * Swap. A replica slow for swap_after steps in a row is swapped for a spare
- * at a step boundary when resihp_planner_swap_gain_s says it pays back over
- * the steps left and the launcher has a spare: it is failed with a reason
- * the summary shows, so the launcher relaunches it on a spare exactly as
- * after a crash; no microbatch is lost (the boundary is between steps).
+ * Swap. A replica slow for swap_after steps in a row may be swapped for a
+ * spare at a step boundary when resihp_planner_swap_gain_s says it pays
+ * back over the steps left and the launcher has a spare, and the one
+ * decision (coord_decide.c) finds it pays more than a move of its layers:
+ * it is failed with a reason the summary shows, so the launcher relaunches
+ * it on a spare exactly as after a crash; no microbatch is lost (the
+ * boundary is between steps).
  * Free-running there is no boundary to do it at: once a member has been
  * slow that long and a swap would be picked, the run is held for it, once
  * per member until its factor moves (resihp__coord_hold_for_swap).
@@ -84,8 +86,10 @@ static void on_event(int rank, resihp_health_state_t prev,
   /* a new episode, or its end, is news; a factor that moves is not */
   int news = (f > 1) != (p->slow > 1) || f > 1.25 * p->slow;
   p->slow = f;
-  if (news)
+  if (news) {
     p->swap_held = 0; /* worth asking about a swap again */
+    p->decided = 0;   /* a new slowness: decided anew (coord_decide.c) */
+  }
   /* free-running, its quota must change: HOLD once the samples are in
    * (coord_protocol.c); a factor that stays near the run's goes on */
   if (c->phase == P_FREE && resihp__coord_is_member(c, r) &&
@@ -177,6 +181,7 @@ void resihp__coord_perf_reset(resihp__coord_t *c, int r) {
     c->o.on_health(c->o.ud, r, 0, "replaced", 1.0, c->step);
   c->reps[r].slow = 1.0;
   c->reps[r].swap_held = 0;
+  c->reps[r].decided = 0;
 }
 
 /* Hysteresis: a slowdown that starts or ends, or a factor a quarter off
@@ -359,49 +364,70 @@ double resihp__coord_recent_step_s(const resihp__coord_t *c) {
          (double)(last - first);
 }
 
+int resihp__coord_swap_open(const resihp__coord_t *c) {
+  if (!(c->o.swap_cost_s >= 0) || !c->o.spare_free || c->step < 2 ||
+      c->nmembers < 2 || !c->o.spare_free(c->o.ud))
+    return 0;
+  for (int r = 0; r < c->R; r++)
+    if (c->reps[r].expected ||
+        (c->reps[r].state == R_MEMBER && c->reps[r].catching))
+      return 0; /* one change at a time */
+  return 1;
+}
+
+int resihp__coord_swap_ready(const rep_t *p) {
+  return p->slow_steps >= SWAP_AFTER_STEPS;
+}
+
+/* The healthy step of the job whose last steps ran with member r at
+ * factor f, by speeds that add up (the last steps' time is the absorbed
+ * one). */
+static double healthy_step_s(const resihp__coord_t *c, double f) {
+  int n = c->nmembers;
+  return resihp__coord_recent_step_s(c) * (n - 1 + 1 / f) / n;
+}
+
+double resihp__coord_swap_gain(const resihp__coord_t *c, int r, double cost_s) {
+  const rep_t *p = &c->reps[r];
+  return resihp_planner_swap_gain_s(c->nmembers, p->slow,
+                                    healthy_step_s(c, p->slow),
+                                    (double)(c->S - c->step), cost_s);
+}
+
+double resihp__coord_speedup_gain(const resihp__coord_t *c, int r,
+                                  double f_after) {
+  const rep_t *p = &c->reps[r];
+  double h = healthy_step_s(c, p->slow), left = (double)(c->S - c->step);
+  return resihp_planner_swap_gain_s(c->nmembers, p->slow, h, left, 0) -
+         resihp_planner_swap_gain_s(c->nmembers, f_after > 1 ? f_after : 1, h,
+                                    left, 0);
+}
+
 /* The member most worth swapping for a spare now, its gain into *gain_out; -1
  * if none. for_hold: in a free run, leave out members a boundary was
- * already asked for. */
+ * already asked for. A member whose slowness was already answered by a
+ * swap or a move of its layers is left out (one decision, coord_decide.c). */
 static int swap_candidate(const resihp__coord_t *c, int for_hold,
                           double *gain_out) {
   int pick = -1;
   double best = 0;
-  if (!(c->o.swap_cost_s >= 0) || !c->o.spare_free || c->step < 2 ||
-      c->nmembers < 2 || !c->o.spare_free(c->o.ud))
+  if (!resihp__coord_swap_open(c))
     return -1;
-  for (int r = 0; r < c->R; r++)
-    if (c->reps[r].expected ||
-        (c->reps[r].state == R_MEMBER && c->reps[r].catching))
-      return -1; /* one change at a time */
-  /* the last steps' time is the absorbed one: back to the healthy time */
-  double last_s = resihp__coord_recent_step_s(c);
+  int measured;
+  double cost = resihp__coord_switch_cost(c, RESIHP__DECIDE_SWAP, &measured);
   for (int i = 0; i < c->nmembers; i++) {
     int r = c->members[i];
     const rep_t *p = &c->reps[r];
-    if (p->slow_steps < SWAP_AFTER_STEPS || (for_hold && p->swap_held))
+    if (!resihp__coord_swap_ready(p) || (for_hold && p->swap_held) ||
+        p->decided > 1 + RESIHP__DECIDE_ABSORB)
       continue;
-    int n = c->nmembers;
-    double healthy = last_s * (n - 1 + 1 / p->slow) / n;
-    double gain = resihp_planner_swap_gain_s(
-        n, p->slow, healthy, (double)(c->S - c->step), c->o.swap_cost_s);
+    double gain = resihp__coord_swap_gain(c, r, cost);
     if (gain > best) {
       best = gain;
       pick = r;
     }
   }
   *gain_out = best;
-  return pick;
-}
-
-int resihp__coord_pick_swap(resihp__coord_t *c) {
-  double gain;
-  int pick = swap_candidate(c, 0, &gain);
-  if (pick >= 0)
-    logc(RESIHP_LOG_WARN,
-         "replica %d slow x%.2f for %ld steps: a spare saves %.3g s over the "
-         "%ld steps left",
-         pick, c->reps[pick].slow, c->reps[pick].slow_steps, gain,
-         c->S - c->step);
   return pick;
 }
 

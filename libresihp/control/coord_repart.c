@@ -10,15 +10,19 @@
  * (resihp_planner_partition, tp 1, one stage per rank, speed 1/factor,
  * every layer of equal cost: the coordinator knows the layers' number,
  * not their sizes), or the partition the program declared (home) once
- * every rank is healthy again. It is taken when the replica's predicted
- * step (fill + (m - 1) * slowest stage, m its microbatches) is at least
- * REPART_MIN_GAIN shorter and the time saved over the steps left pays the
- * move (the coordinator option repart_cost_s; 0: two recent steps, a
- * boundary's stall and a step's worth of transfers, nothing measured);
- * not within REPART_SPACING steps of the replica's last move (hysteresis:
- * no flapping between two partitions). One replica per boundary, none
- * while a replica is expected, joining or catching up (the sources of a
- * catch-up hold still).
+ * every rank is healthy again. A partition is proposed when the replica's
+ * predicted step (fill + (m - 1) * slowest stage, m its microbatches) is
+ * at least REPART_MIN_GAIN shorter; not within REPART_SPACING steps of the
+ * replica's last move (hysteresis: no flapping between two partitions).
+ * Away from a slow rank, it is taken only when the one decision
+ * (coord_decide.c) chose it over absorbing and a swap, by the time each
+ * saves over the steps left less its switch cost; back home, when the
+ * time saved pays the move. The move's cost is the mean of the moves
+ * measured in this job, before the first the coordinator option
+ * repart_cost_s (0: two recent steps, a boundary's stall and a step's
+ * worth of transfers). One replica per boundary, none while a replica is
+ * expected, joining or catching up (the sources of a catch-up hold
+ * still).
  *   The move becomes the replica's committed partition (coord_layers.c:
  * snapshot, WELCOME) and the epoch is renewed with the same members: its
  * GO lists the partitions with the new one and says moved=R, so that the
@@ -219,11 +223,14 @@ int resihp__coord_repart_wanted(resihp__coord_t *c, int r) {
   return 1;
 }
 
-/* Replica r's move if one pays now: 1 with the new counts in out. */
-static int plan_for(resihp__coord_t *c, int r, int *cur, int *home, int *out,
-                    double *ratio, double *gain) {
+/* Replica r's move if one pays now at that cost: 1 with the new counts
+ * in out (ratio and gain: resihp__repart_choose's). */
+static int plan_for(resihp__coord_t *c, int r, double cost, int *cur, int *home,
+                    int *out, double *ratio, double *gain) {
   rep_t *p = &c->reps[r];
   int K = c->K;
+  *ratio = 1;
+  *gain = 0;
   if (!p->lmove || !p->lpart || !p->home[0] || p->catching ||
       (p->moved_at > 0 && c->step < p->moved_at + REPART_SPACING))
     return 0;
@@ -236,12 +243,19 @@ static int plan_for(resihp__coord_t *c, int r, int *cur, int *home, int *out,
   if (both_counts(c, r, cur, home))
     return 0;
   double step_s = resihp__coord_recent_step_s(c);
-  double cost = c->o.repart_cost_s > 0 ? c->o.repart_cost_s : 2 * step_s;
   if (c->o.repart_cost_s < 0 || step_s <= 0)
     return 0;
   return resihp__repart_choose(c->nlayers, K, f, cur, home,
                                p->quota > 0 ? p->quota : 1, step_s,
                                c->S - c->step, cost, out, ratio, gain) == 1;
+}
+
+int resihp__coord_repart_plan(resihp__coord_t *c, int r, int *cur, int *home,
+                              int *out, double *ratio) {
+  double gain;
+  if (c->K < 2 || !c->nlayers || !c->rank_slow)
+    return 0;
+  return plan_for(c, r, 0, cur, home, out, ratio, &gain);
 }
 
 /* Give replica r the partition out (counts; cur its present one, home
@@ -273,6 +287,7 @@ static int apply(resihp__coord_t *c, int r, const int *cur, const int *home,
   int back = !memcmp(out, home, sizeof(int) * (size_t)K);
   p->moved = !back;
   p->moved_at = c->step;
+  resihp__coord_time_move(c, r);
   p->nmoves++;
   c->repartitions++;
   c->moved_r = r;
@@ -330,25 +345,46 @@ static int quiet(const resihp__coord_t *c) {
 }
 
 void resihp__coord_repart_boundary(resihp__coord_t *c) {
+  int chosen = c->decide_r;
+  c->decide_r = -1;
   c->moved_r = -1;
-  if (c->K < 2 || !c->nlayers || c->stop || !quiet(c))
+  if (c->K < 2 || !c->nlayers || c->stop || !quiet(c)) {
+    if (chosen >= 0) /* not done: decided again at the next boundary */
+      c->reps[chosen].decided = 0;
     return;
+  }
   int cur[RESIHP__COORD_MAX_SHARDS], home[RESIHP__COORD_MAX_SHARDS],
       out[RESIHP__COORD_MAX_SHARDS];
   double ratio, gain;
   if (c->force_r) { /* (tests: resihp__coord_repart_force) */
     int r = c->force_r - 1;
     c->force_r = 0;
+    if (chosen >= 0)
+      c->reps[chosen].decided = 0;
     if (resihp__coord_is_member(c, r) && c->reps[r].lmove &&
         !both_counts(c, r, cur, home))
       apply(c, r, cur, home, c->force_counts, 1, 0, "asked for");
     return;
   }
+  if (chosen >= 0) { /* the decision's (coord_decide.c) */
+    if (!resihp__coord_is_member(c, chosen) ||
+        apply(c, chosen, c->decide_cur, c->decide_home, c->decide_out,
+              c->decide_ratio, c->decide_gain, NULL))
+      c->reps[chosen].decided = 0;
+    return;
+  }
   if (!c->rank_slow)
     return;
+  /* a slow replica's layers move only when a decision chose it; one
+   * whose ranks are healthy again goes home when that pays */
+  int measured;
+  double cost = resihp__coord_switch_cost(c, RESIHP__DECIDE_REPART, &measured);
   for (int i = 0; i < c->nmembers; i++) {
     int r = c->members[i];
-    if (plan_for(c, r, cur, home, out, &ratio, &gain) &&
+    int slow = 0;
+    for (int k = 0; k < c->K; k++)
+      slow |= c->rank_slow[r * c->K + k] > 1;
+    if (!slow && plan_for(c, r, cost, cur, home, out, &ratio, &gain) &&
         !apply(c, r, cur, home, out, ratio, gain, NULL))
       return; /* one replica per boundary */
   }
@@ -365,4 +401,8 @@ double resihp__coord_repart_scale(const resihp__coord_t *c, int rank) {
   if (!c->reps[r].moved || both_counts(c, r, cur, home))
     return 1.0;
   return (double)home[k] / (double)cur[k];
+}
+
+int resihp__coord_quiet(const resihp__coord_t *c) {
+  return quiet(c);
 }

@@ -484,6 +484,7 @@ void resihp__coord_free_to(resihp__coord_t *c, long t) {
   }
   resihp__coord_write_ledger(c, from, c->step);
   drop_owners_before(c, c->step);
+  resihp__coord_decide_commit(c);
   resihp__coord_hold_for_swap(c);
 }
 
@@ -531,6 +532,7 @@ static void swap_for_spare(resihp__coord_t *c, int r) {
   p->fault_step = c->step;
   p->swapped_at = c->step;
   c->swaps++;
+  resihp__coord_time_swap(c, r);
   resihp__record_event(c->o.record, "swap", c->step, r, c->epoch, "slow", why,
                        -1);
   resihp__coord_swap_out(c, r, why);
@@ -577,6 +579,7 @@ void resihp__coord_advance(resihp__coord_t *c) {
       long s = c->step;
       commit_step(c);
       resihp__coord_write_ledger(c, s, c->step);
+      resihp__coord_decide_commit(c);
       continue;
     }
     if (c->phase == P_SETUP) {
@@ -615,7 +618,7 @@ void resihp__coord_advance(resihp__coord_t *c) {
     }
     if (replacement_on_its_way(c))
       return;
-    int slow = resihp__coord_pick_swap(c);
+    int slow = resihp__coord_decide(c); /* or a move (send_go) */
     if (slow >= 0)
       swap_for_spare(c, slow);
     int nwait = 0, pending = 0;

@@ -20,7 +20,9 @@
  * (a re-sent RECOVER gets the same REASSIGN), the save in progress, the
  * failure records of the summary and the spare registry, the cost plan of
  * the last START ("cp", parsed as a START's) and the owners a free run by
- * cost reported that are not in the ledger yet ("ow"). What is not, and
+ * cost reported that are not in the ledger yet ("ow"), the switch costs
+ * measured and the decisions taken for slow replicas ("w",
+ * coord_decide.c; a switch being timed then is not). What is not, and
  * is rebuilt: connections and handshakes (every member must reconnect,
  * HELLO ... again=1, within silence_ms of the restore or is failed like a
  * silent replica); the fail-slow detector's history (each rank's detector
@@ -50,6 +52,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,6 +210,20 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
   }
   /* the replicas' partitions of the layers (coord_layers.c) */
   resihp__coord_put_layers(c, b);
+  /* the switch costs measured (ms summed, how many) and the decisions
+   * taken by kind (coord_decide.c), so that a standby goes on from them */
+  long dn = 0;
+  for (int k = 0; k < RESIHP__DECIDE__N; k++)
+    dn += c->cost_n[k] + c->decisions[k];
+  if (dn) {
+    resihp__wire_buf_printf(b, "w");
+    for (int k = 0; k < RESIHP__DECIDE__N; k++)
+      resihp__wire_buf_printf(
+          b, " %lld %ld %ld",
+          c->cost_sum[k] > 0 ? (long long)llround(c->cost_sum[k] * 1000) : 0,
+          c->cost_n[k], c->decisions[k]);
+    resihp__wire_buf_printf(b, "\n");
+  }
   /* the coordinator's term (vouch.h): a standby's takeover is term+1 */
   if (c->term)
     resihp__wire_buf_printf(b, "t %" PRIu32 "\n", c->term);
@@ -238,6 +255,9 @@ void resihp__coord_shift_times(resihp__coord_t *c, int64_t delta_ms) {
   for (long s = c->base_step; c->start_ms && s <= c->step; s++)
     shift(&c->start_ms[s], delta_ms);
   shift(&c->t_done, delta_ms);
+  shift(&c->rm_ms, delta_ms); /* switches being timed (coord_decide.c) */
+  shift(&c->sw_ms, delta_ms);
+  shift(&c->dg_ms, delta_ms);
   for (int r = 0; r < c->R; r++) {
     shift(&c->reps[r].fault_ms, delta_ms);
     shift(&c->reps[r].last_life, delta_ms);
@@ -687,6 +707,16 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
         return RESIHP_EPROTO;
       if ((rc = restore_spare(c, &u)))
         return rc;
+    } else if (tag(line, "w", &u)) {
+      /* switch costs and decisions (coord_decide.c): at most a million
+       * switches of a week each, in ms */
+      for (int k = 0; k < RESIHP__DECIDE__N; k++) {
+        c->cost_sum[k] = (double)num(&u, 0, 604800000LL * 1000000) / 1000.0;
+        c->cost_n[k] = (long)num(&u, 0, 1000000);
+        c->decisions[k] = (long)num(&u, 0, LONG_MAX);
+      }
+      if (*u.p)
+        return RESIHP_EPROTO;
     } else if (tag(line, "t", &u)) {
       c->term = (uint32_t)num(&u, 1, UINT32_MAX - 1);
       if (*u.p)

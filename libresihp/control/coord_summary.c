@@ -47,6 +47,49 @@ static long fault_step(const resihp__coord_t *c, const fail_t *x, long steps) {
   return s;
 }
 
+/* The one decision for slow replicas (coord_decide.c): how often each
+ * answer was chosen, the switch costs used at the end (measured or the
+ * defaults), and per replica the last swap or move chosen, predicted
+ * against measured. */
+static void decisions(const resihp__coord_t *c, FILE *f) {
+  long n = 0;
+  for (int k = 0; k < RESIHP__DECIDE__N; k++)
+    n += c->decisions[k];
+  if (!n)
+    return;
+  char cost[RESIHP__DECIDE__N][64];
+  for (int k = RESIHP__DECIDE_REPART; k < RESIHP__DECIDE__N; k++) {
+    int measured;
+    double s = resihp__coord_switch_cost(c, k, &measured);
+    if (k == RESIHP__DECIDE_SWAP && c->o.swap_cost_s < 0)
+      snprintf(cost[k], sizeof(cost[k]), "never (swaps off)");
+    else if (measured)
+      snprintf(cost[k], sizeof(cost[k]), "%.3g s (mean of %ld measured)", s,
+               c->cost_n[k]);
+    else
+      snprintf(cost[k], sizeof(cost[k]), "%.3g s (default)", s > 0 ? s : 0);
+  }
+  fprintf(f,
+          "  decisions:              %ld absorb, %ld repartition, %ld swap; "
+          "switch costs: repartition %s, swap %s\n",
+          c->decisions[RESIHP__DECIDE_ABSORB],
+          c->decisions[RESIHP__DECIDE_REPART],
+          c->decisions[RESIHP__DECIDE_SWAP], cost[RESIHP__DECIDE_REPART],
+          cost[RESIHP__DECIDE_SWAP]);
+  for (int r = 0; r < c->R; r++) {
+    const rep_t *p = &c->reps[r];
+    if (!p->acted)
+      continue;
+    char m[48] = "not measured (too few steps after)";
+    if (p->has_measured)
+      snprintf(m, sizeof(m), "%.3g s measured", p->measured);
+    fprintf(f,
+            "  replica %d decided:      %s at step %ld: %.3g s predicted "
+            "saved, %s\n",
+            r, resihp__decide_name(p->acted - 1), p->acted_at, p->predicted, m);
+  }
+}
+
 /* What the fail-slow detector saw and what was done about it, per replica
  * that was ever slow. */
 static void fail_slow(const resihp__coord_t *c, FILE *f) {
@@ -94,6 +137,7 @@ static void fail_slow(const resihp__coord_t *c, FILE *f) {
             r, p->nmoves, p->moved_at, c->lparts[p->lpart - 1].text,
             p->home[0] ? p->home : "?");
   }
+  decisions(c, f);
 }
 
 /* A failure that went with a lost primary's node (fail_t.takeover): the

@@ -224,13 +224,16 @@ typedef struct {
   void (*on_health)(void *ud, int replica, int shard, const char *state,
                     double factor, long step);
   /* Swap a replica that stays slow for a spare when that saves time:
-   * swap_cost_s is how long a replica is out for it (< 0: never swap);
-   * spare_free says whether the launcher has a spare now (NULL: never). */
+   * swap_cost_s is how long a replica is out for it (< 0: never swap)
+   * until a swap of this job was measured (coord_decide.c); spare_free
+   * says whether the launcher has a spare now (NULL: never). */
   double swap_cost_s;
   int (*spare_free)(void *ud);
   /* Move layers off a slow rank of a replica whose program can
-   * (coord_repart.c) when that saves more than repart_cost_s over the
-   * steps left (0: two recent steps; < 0: never). */
+   * (coord_repart.c) when that saves more than its cost over the steps
+   * left: repart_cost_s until a move of this job was measured (0: two
+   * recent steps; < 0: never). Of absorbing, a move and a swap, only the
+   * one that saves most is done (coord_decide.c). */
   double repart_cost_s;
   /* A slowdown must also have lasted this long (ms of wall time) before a
    * replica is slow (resihp_detector_set_confirm_ms): ranks that share

@@ -23,7 +23,7 @@ EXTRA_DIST += tests/fuzz/corpus-snapshot/setup tests/fuzz/corpus-snapshot/run \
 	tests/fuzz/corpus-snapshot/save tests/fuzz/corpus-snapshot/end \
 	tests/fuzz/corpus-snapshot/spares tests/fuzz/corpus-snapshot/cut \
 	tests/fuzz/corpus-snapshot/freerun-cost tests/fuzz/corpus-snapshot/layers \
-	tests/fuzz/corpus-snapshot/repart
+	tests/fuzz/corpus-snapshot/repart tests/fuzz/corpus-snapshot/decide
 
 # Fuzz target of the cost plan of a free run by cost (costplan.c).
 check_PROGRAMS += tests/fuzz/fuzz_costplan
@@ -131,6 +131,12 @@ tests_unit_test_repart_SOURCES = tests/unit/test_repart.c
 tests_unit_test_repart_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_repart_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_repart
+
+check_PROGRAMS += tests/unit/test_decide
+tests_unit_test_decide_SOURCES = tests/unit/test_decide.c
+tests_unit_test_decide_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_decide_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_decide
 
 # The standby's early takeover on the replicas' word (vouch.h): its unit
 # test and the fuzz target of a vouch and of the record it is counted

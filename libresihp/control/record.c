@@ -90,6 +90,12 @@ static const struct {
      "Slow replicas swapped for a spare."},
     {"resihp_slow_episodes_total", RESIHP_METRIC_COUNTER,
      "Times a replica was found slow."},
+    {"resihp_decisions_total", RESIHP_METRIC_COUNTER,
+     "Answers chosen for a slow replica, by choice (absorb, repartition, "
+     "swap)."},
+    {"resihp_switch_cost_seconds", RESIHP_METRIC_GAUGE,
+     "The last measured cost of a switch, by kind (repartition: the stall "
+     "it added; swap: the replica out until its replacement caught up)."},
     {"resihp_stops_total", RESIHP_METRIC_COUNTER,
      "Ends of a run, by how it ended (done, stop, abort, lost)."},
     {"resihp_saves_total", RESIHP_METRIC_COUNTER, "Resumable states written."},
@@ -208,6 +214,20 @@ static void count(resihp__record_t *r, const char *event, const char *kind,
     }
   } else if (!strcmp(event, "swap")) {
     resihp__metrics_add(r->m, "resihp_swaps_total", NULL, 1);
+  } else if (!strcmp(event, "decision") || !strcmp(event, "switch-cost")) {
+    /* the choices are a fixed few: anything else is "other" */
+    const char *k =
+        kind && (!strcmp(kind, "absorb") || !strcmp(kind, "repartition") ||
+                 !strcmp(kind, "swap"))
+            ? kind
+            : "other";
+    if (event[0] == 'd') {
+      snprintf(label, sizeof(label), "choice=\"%s\"", k);
+      resihp__metrics_add(r->m, "resihp_decisions_total", label, 1);
+    } else if (seconds >= 0) {
+      snprintf(label, sizeof(label), "kind=\"%s\"", k);
+      resihp__metrics_set(r->m, "resihp_switch_cost_seconds", label, seconds);
+    }
   } else if (!strcmp(event, "slow")) {
     resihp__metrics_add(r->m, "resihp_slow_episodes_total", NULL, 1);
   } else if (!strcmp(event, "save")) {

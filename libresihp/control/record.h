@@ -59,6 +59,21 @@ void resihp__record_destroy(resihp__record_t *r);
  *              again, asked; reason: "from=3,3 to=4,2 predicted-step=xR
  *              saved=Ss", the layer counts and the planner's prediction;
  *              seconds: the time it predicts saved over the steps left)
+ *   decision   the one answer chosen for a slow replica (kind: absorb,
+ *              repartition or swap; reason: what each option saves over
+ *              the steps left less its switch cost, "n/a" when it is not
+ *              possible, and the costs used, measured or default, e.g.
+ *              "absorb=0s repartition=5.27s swap=3.33s cost:
+ *              repartition=2s (default), swap=30s (default)"; seconds:
+ *              the chosen one's predicted saving). Said again only when
+ *              the choice for the same slowness changes
+ *   switch-cost   a switch measured (kind: repartition, the stall it
+ *              added; swap, the replica out until its replacement caught
+ *              up; seconds: that; reason: the job's estimate now)
+ *   outcome    the chosen repartition or swap's saving measured after
+ *              the fact (kind: which; reason: the job's step time before
+ *              and after and the prediction; seconds: the measured
+ *              saving over the steps left, 0 if none)
  *   abort / stop / done / lost   how the run ended or was asked to end
  *   save / resume   a resumable state was written / read
  *   coordinator     a coordinator process started (kind: primary, or

@@ -19,6 +19,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/coord_summary.c \
 	libresihp/control/coord_perf.c \
 	libresihp/control/coord_repart.c \
+	libresihp/control/coord_decide.c \
 	libresihp/control/costplan.h \
 	libresihp/control/costplan.c \
 	libresihp/control/coord_loop.c \

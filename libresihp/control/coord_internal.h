@@ -547,6 +547,37 @@ int resihp__repart_choose(int L, int K, const double *factor, const int *cur,
                           double *ratio, double *gain_s);
 double resihp__repart_slowdown(int L, int K, const double *factor,
                                const int *counts, const int *home, int mbs);
+/* The planner's partition of L equal layers over K ranks at the given
+ * factors (NULL: all healthy), m microbatches, into out (counts): 0 or
+ * RESIHP_EINVAL / RESIHP_ENOMEM. ratio: the predicted step of counts over
+ * K ranks at the factors over that of home over K0 ranks at full speed
+ * (>= 1); slowdown is ratio with K0 = K. */
+int resihp__repart_plan(int L, int K, const double *factor, int mbs, int *out);
+double resihp__repart_ratio(int L, int K, const double *factor,
+                            const int *counts, int K0, const int *home,
+                            int mbs);
+
+/* coord_shrink.c: a replica that lost ranks with no spare left goes on
+ * with the survivors (issue 32, item 3). plan: the partition of L layers
+ * over the survivors of a K-rank replica whose dead ranks are the bits of
+ * dead (old numbering), at the old ranks' factors (NULL: healthy), into
+ * out[0..K'): K' (>= 1), or RESIHP_EINVAL (no survivor, none dead, a
+ * dead rank >= K, L < K'). slowdown: its multiplier, the predicted step
+ * of counts over the kn survivors at their factors (kn entries) over the
+ * healthy K-rank replica's at home. */
+int resihp__shrink_plan(int L, int K, uint64_t dead, const double *factor,
+                        int mbs, int *out);
+double resihp__shrink_slowdown(int L, int K, const int *home, int kn,
+                               const double *factor, const int *counts,
+                               int mbs);
+/* The rank that old rank k of a replica whose dead ranks are the bits of
+ * dead has after the shrink (the survivors in their old order, as
+ * resihp_comm_shrink numbers them), or -1 when k is dead. */
+static inline int resihp__shrink_rank(int k, uint64_t dead) {
+  if (k < 0 || k > 63 || (dead >> k & 1))
+    return -1;
+  return k - __builtin_popcountll(dead & ((1ULL << k) - 1));
+}
 /* A new process of replica r (HELLO): nothing moved, nothing declared. */
 void resihp__coord_repart_reset(resihp__coord_t *c, int r);
 /* (snapshot) Replica r's layers were moved away from home (its declared

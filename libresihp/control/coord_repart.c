@@ -124,19 +124,39 @@ done:
   return rc;
 }
 
-double resihp__repart_slowdown(int L, int K, const double *factor,
-                               const int *counts, const int *home, int mbs) {
+int resihp__repart_plan(int L, int K, const double *factor, int mbs,
+                        int *out) {
+  if (L < K || K < 1 || K > RESIHP__COORD_MAX_SHARDS)
+    return RESIHP_EINVAL;
+  model_t x;
+  if (model_init(&x, L, K, factor, mbs))
+    return RESIHP_ENOMEM;
+  double fill, step;
+  int rc = resihp_planner_partition(&x.cl, &x.m, 1, K, x.speed, x.cap,
+                                    x.m.microbatches, out, &fill, &step);
+  free(x.ms);
+  return rc ? RESIHP_EINVAL : 0;
+}
+
+double resihp__repart_ratio(int L, int K, const double *factor,
+                            const int *counts, int K0, const int *home,
+                            int mbs) {
   model_t slow, ok;
   if (model_init(&slow, L, K, factor, mbs))
     return 1;
-  if (model_init(&ok, L, K, NULL, mbs)) {
+  if (model_init(&ok, L, K0, NULL, mbs)) {
     free(slow.ms);
     return 1;
   }
-  double a = model_step(&slow, K, counts), b = model_step(&ok, K, home);
+  double a = model_step(&slow, K, counts), b = model_step(&ok, K0, home);
   free(slow.ms);
   free(ok.ms);
   return b > 0 && a > b ? a / b : 1;
+}
+
+double resihp__repart_slowdown(int L, int K, const double *factor,
+                               const int *counts, const int *home, int mbs) {
+  return resihp__repart_ratio(L, K, factor, counts, K, home, mbs);
 }
 
 /* The counts of the partition "cuts" (coord_layers.c's text) of L

@@ -131,6 +131,12 @@ tests_unit_test_repart_SOURCES = tests/unit/test_repart.c
 tests_unit_test_repart_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_repart_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_repart
+# and the shrink of a replica that lost ranks with no spare left.
+check_PROGRAMS += tests/unit/test_shrink
+tests_unit_test_shrink_SOURCES = tests/unit/test_shrink.c
+tests_unit_test_shrink_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_shrink_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_shrink
 
 # The standby's early takeover on the replicas' word (vouch.h): its unit
 # test and the fuzz target of a vouch and of the record it is counted

@@ -379,3 +379,25 @@ int resihp__moved_has(const char *list, int replica) {
   free(ids);
   return here;
 }
+
+int resihp__shrunk_get(const char *list, int replica,
+                       unsigned long long *dead) {
+  long long v[2 * RESIHP__SHRUNK_ITEMS];
+  int n = 0;
+  *dead = 0;
+  if (resihp__wire_parse_tuples(list, 2, (1 << 24) - 1, v,
+                                RESIHP__SHRUNK_ITEMS, &n))
+    return RESIHP_EPROTO;
+  unsigned long long mine = 0;
+  for (int i = 0; i < n; i++) {
+    if (v[2 * i + 1] >= RESIHP__SHRUNK_RANKS)
+      return RESIHP_EPROTO;
+    for (int j = 0; j < i; j++)
+      if (v[2 * j] == v[2 * i] && v[2 * j + 1] == v[2 * i + 1])
+        return RESIHP_EPROTO; /* said twice */
+    if (v[2 * i] == replica)
+      mine |= 1ULL << v[2 * i + 1];
+  }
+  *dead = mine;
+  return mine != 0;
+}

@@ -98,6 +98,16 @@ int resihp__partitions_distinct(const char *const *texts, int n, int nlayers,
  * [0, 2^24): control/coord_repart.c): 1, 0, or RESIHP_EPROTO when the
  * list is malformed. */
 int resihp__moved_has(const char *list, int replica);
+/* GO's shrunk= list: the ranks each shrunk replica lost in this epoch
+ * (control/coord_shrink.c), "R:k,R:k,..." (replica id R < 2^24, its lost
+ * rank k in its old numbering, k < RESIHP__SHRUNK_RANKS; several items
+ * for several ranks or replicas, none twice; at most
+ * RESIHP__SHRUNK_ITEMS). *dead gets replica's lost ranks as bits: 1 when
+ * it is listed, 0 when not (*dead 0), or RESIHP_EPROTO when the list is
+ * malformed (*dead 0). */
+#define RESIHP__SHRUNK_RANKS 64
+#define RESIHP__SHRUNK_ITEMS 64
+int resihp__shrunk_get(const char *list, int replica, unsigned long long *dead);
 /* The partitions of an epoch's n members as GO lists them (coordinator:
  * control/coord_layers.c): "D0,D1@r:r:...,..." where each Di is cut
  * points of k ranks, D0 held by every member not listed, each other one

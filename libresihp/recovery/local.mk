@@ -19,6 +19,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/coord_summary.c \
 	libresihp/control/coord_perf.c \
 	libresihp/control/coord_repart.c \
+	libresihp/control/coord_shrink.c \
 	libresihp/control/costplan.h \
 	libresihp/control/costplan.c \
 	libresihp/control/coord_loop.c \
@@ -154,6 +155,15 @@ tests_fuzz_fuzz_moved_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_moved
 EXTRA_DIST += tests/fuzz/corpus-moved/one tests/fuzz/corpus-moved/three \
 	tests/fuzz/corpus-moved/empty-item tests/fuzz/corpus-moved/huge
+# and of a GO's shrunk= list (a replica that lost ranks, coord_shrink.c).
+check_PROGRAMS += tests/fuzz/fuzz_shrunk
+tests_fuzz_fuzz_shrunk_SOURCES = tests/fuzz/fuzz_shrunk.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_shrunk_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_shrunk
+EXTRA_DIST += tests/fuzz/corpus-shrunk/one tests/fuzz/corpus-shrunk/several \
+	tests/fuzz/corpus-shrunk/twice tests/fuzz/corpus-shrunk/rank-past \
+	tests/fuzz/corpus-shrunk/empty-item
 # and of RESIHP_FAILOVER_MS (job_link.c).
 check_PROGRAMS += tests/fuzz/fuzz_failover_ms
 tests_fuzz_fuzz_failover_ms_SOURCES = tests/fuzz/fuzz_failover_ms.c \

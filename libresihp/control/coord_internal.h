@@ -133,6 +133,15 @@ typedef struct {
   char home[RESIHP__COORD_LAY_MAX];
   int moved, repart_asked;
   long moved_at, nmoves;
+  /* shrunk (coord_shrink.c): its ranks now (0: the job's K; fewer once
+   * it lost ranks with no spare left; its committed partition has as
+   * many), the ranks it lost (bits, its numbering before), at which step
+   * (1 + step; 0: never), and its multiplier then (its predicted step
+   * over the healthy K-rank one) */
+  int k;
+  unsigned long long lost;
+  long shrunk_at;
+  double shrink_slow;
 } rep_t;
 
 /* One distinct partition of the layers: its cut points' text ("" for one
@@ -306,6 +315,14 @@ struct resihp__coord {
    * (-1: none: GO's moved=), moves in all */
   int moved_r;
   long repartitions;
+  /* shrink (coord_shrink.c): one waiting for the next GO (1 + replica,
+   * 0: none) and its lost ranks; the one the last GO said (shrunk=: -1
+   * none); shrinks in all */
+  int shrink_next;
+  unsigned long long shrink_next_dead;
+  int shrunk_r;
+  unsigned long long shrunk_dead;
+  long shrinks;
   /* a move asked for by resihp__coord_repart_force: 1 + replica, 0: none */
   int force_r;
   int force_counts[RESIHP__COORD_MAX_SHARDS];
@@ -570,6 +587,14 @@ int resihp__shrink_plan(int L, int K, uint64_t dead, const double *factor,
 double resihp__shrink_slowdown(int L, int K, const int *home, int kn,
                                const double *factor, const int *counts,
                                int mbs);
+/* Replica r's ranks now (the job's K until it shrank). */
+static inline int resihp__coord_rep_k(const resihp__coord_t *c, int r) {
+  return c->reps[r].k > 0 ? c->reps[r].k : c->K;
+}
+/* At a GO: the shrink waiting, if any, is the epoch's (shrunk_r). */
+void resihp__coord_shrink_boundary(resihp__coord_t *c);
+/* GO: " shrunk=r:k,..." when this epoch shrinks a replica. */
+void resihp__coord_put_shrunk(const resihp__coord_t *c, resihp__wire_buf_t *b);
 /* The rank that old rank k of a replica whose dead ranks are the bits of
  * dead has after the shrink (the survivors in their old order, as
  * resihp_comm_shrink numbers them), or -1 when k is dead. */

@@ -73,8 +73,9 @@ int resihp__coord_set_layers(resihp__coord_t *c, int r, const char *lay) {
   char cuts[RESIHP__COORD_LAY_MAX];
   int L;
   rep_t *p = &c->reps[r];
+  /* of its ranks now: the job's K, fewer once it shrank */
   if (strlen(lay) >= sizeof(cuts) ||
-      lay_parse(lay, c->K, &L, cuts, sizeof(cuts)))
+      lay_parse(lay, resihp__coord_rep_k(c, r), &L, cuts, sizeof(cuts)))
     return RESIHP_EPROTO;
   if (c->nlayers && L != c->nlayers)
     return RESIHP_EINVAL;
@@ -154,7 +155,8 @@ void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   resihp__wire_buf_printf(b, " lay=%d", c->nlayers);
   if (c->K == 1 || !c->nlparts)
     return; /* one rank holds every layer: nothing to tell apart */
-  resihp__coord_put_moved(c, b); /* (coord_repart.c) */
+  resihp__coord_put_moved(c, b);  /* (coord_repart.c) */
+  resihp__coord_put_shrunk(c, b); /* (coord_shrink.c) */
   /* members by partition (counting sort: O(members + distinct)); those
    * that declared none are counted with the default */
   int D = c->nlparts, n = c->nmembers;
@@ -257,6 +259,15 @@ int resihp__coord_restore_layers(resihp__coord_t *c, int r, const char *s) {
     return RESIHP_EPROTO;
   memcpy(lay, s, n);
   lay[n] = '\0';
+  /* a replica that shrank (coord_shrink.c) holds fewer ranks than the
+   * job's K: as many as its partition's cut points say */
+  int k = 1;
+  const char *colon = strchr(lay, ':');
+  for (const char *q = colon; q && *q; q++)
+    k += *q == ':';
+  if (k > c->K)
+    return RESIHP_EPROTO;
+  c->reps[r].k = k < c->K ? k : 0;
   int rc = resihp__coord_set_layers(c, r, lay);
   c->reps[r].lstate = lst;
   if (!rc && home[0])

@@ -289,8 +289,10 @@ void resihp__coord_send_go(resihp__coord_t *c) {
     c->phase = P_BARRIER;
     return;
   }
-  if (c->phase == P_BARRIER)
+  if (c->phase == P_BARRIER) {
+    resihp__coord_shrink_boundary(c); /* (coord_shrink.c) */
     resihp__coord_repart_boundary(c); /* may renew the epoch */
+  }
   int same = c->nmembers == c->nlast && !c->changed;
   c->changed = 0;
   for (int i = 0; same && i < c->nmembers; i++)

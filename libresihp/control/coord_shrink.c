@@ -47,7 +47,7 @@
  *      and says HELLO for the same replica id with takeover=1 and the
  *      step's identity; the coordinator accepts it only while the
  *      replica's failure record is open and no relaunch started.
- * 2. When the coordinator shrinks (resihp__coord_shrink) [todo]: the
+ * 2. When the coordinator shrinks (resihp__coord_shrink) [done]: the
  *    replica's program can move layers and holds its state by layer;
  *    at least one rank survives; L >= K' (every rank keeps a layer); and
  *    every dead rank's layers are held by a healthy member (a member
@@ -57,7 +57,12 @@
  *    up). All-or-nothing: a second failure of a survivor before the
  *    shrunk replica's first committed step fails the replica as today
  *    (the launcher has no spare: it is dropped), never a half-regrouped
- *    model.
+ *    model. A shrink waits for the next boundary (shrink_next; a free
+ *    run is held for one) and is that epoch's GO's (shrunk_r, said again
+ *    by a set-up's retry, gone at the next boundary); a repartition waits
+ *    a boundary more. [todo: the waiting shrink is not in the snapshot:
+ *    a standby's GO lacks shrunk=, the survivors find their partition
+ *    changed unasked and the replica fails, as today.]
  * 3. The new partition (resihp__shrink_plan, below) [done]: the planner
  *    (planner/partition.c, through the repartition's model) partitions
  *    the L layers over the K' survivors at their measured speeds
@@ -67,7 +72,7 @@
  *    (resihp__shrink_rank): rank k becomes k minus the dead ranks below
  *    it, which is also the order in which resihp_comm_shrink renumbers
  *    the replica communicator, so both agree without talking.
- * 4. Per-replica K in the coordinator [todo]: rep_t gets k (0: the job's
+ * 4. Per-replica K in the coordinator [done]: rep_t gets k (0: the job's
  *    K). A replica's K is its committed partition's (cut points + 1), so
  *    the snapshot needs no new field: "y r lay=L:cuts" of a shrunk
  *    replica has K' - 1 cuts and a standby restores k from it;
@@ -77,14 +82,20 @@
  *    replica * K + rank (rank_slow, start_src) keep K slots per replica,
  *    a shrunk one using the first K'. home= becomes the shrunk partition
  *    (the declared K-rank one can never come back: a repartition moves
- *    within K' ranks); moved = 0.
+ *    within K' ranks); moved = 0. The replica's address lists keep K
+ *    items, the survivors' first in their new order, then the dead
+ *    ranks' (never dialled), so that every check of a K-item list holds
+ *    and item k is new rank k's. [todo: a HELLO again=1 of a shrunk
+ *    replica after a failover says lsize=K' and is refused (K != c->K);
+ *    a new process of K ranks (a later relaunch) resets k.]
  * 5. How the survivors learn it: the epoch is renewed with the same
  *    members (a shrunk replica is a member again from the next boundary,
- *    catching up) and its GO says shrunk=R.k[:R.k...] (replica R lost
+ *    catching up) and its GO says shrunk=R:k[,R:k...] (replica R lost
  *    its rank k, old numbering; several items for several ranks, several
  *    replicas; resihp__shrunk_get in recovery/layer_groups.c, bounded:
- *    ids < 2^24, ranks < RESIHP__COORD_MAX_SHARDS; fuzz_shrunk) and lists
- *    the new partition in lparts= [parser done; writer todo]. lparts
+ *    ids < 2^24, ranks < RESIHP__SHRUNK_RANKS, items at most
+ *    RESIHP__SHRUNK_ITEMS, none twice; fuzz_shrunk) and lists
+ *    the new partition in lparts= [parser and writer done]. lparts
  *    entries of different k: resihp__lparts_parse checks each partition
  *    against its own number of cut points, at most K ranks [todo]; the
  *    layer-run map (layer_groups.c) is built from the distinct
@@ -122,15 +133,20 @@
  * 8. Its share of the microbatches: the replica's multiplier is the
  *    planner's predicted step of the K'-rank partition at the survivors'
  *    factors over that of the healthy K-rank replica at home
- *    (resihp__shrink_slowdown, below) [done], so the assignment gives it
- *    fewer microbatches by its new speed, as for a slow replica; the
- *    detector's samples of a shrunk replica are scaled as a moved one's
- *    (its rank's share of the layers now over the K-rank home share).
- * 9. What is said [todo]: resihp-run "replica R lost rank k (node N): no
- *    healthy spare left: it goes on with K' ranks (layers a,b)", an
- *    event "shrink" (step, replica, epoch, reason from=3,3 to=6
- *    predicted-step=x...), the summary's count of shrunk replicas and
- *    each one's K', and the failure record of the rank (kind rank-lost),
+ *    (resihp__shrink_slowdown, below; rep_t.shrink_slow) [done], so the
+ *    assignment gives it fewer microbatches by its new speed, as for a
+ *    slow replica; the
+ *    detector's samples of a shrunk replica are scaled as for an even
+ *    K-rank share (L / K over its rank's layers now), its multiplier the
+ *    detector's factor times shrink_slow (coord_repart.c) [done].
+ * 9. What is said [coordinator's done: the log line, the event, the
+ *    summary; resihp-run's and the failure record todo]: resihp-run
+ *    "replica R lost rank k (node N): no healthy spare left: it goes on
+ *    with K' ranks (layers a,b)", an event "shrink" (step, replica, the
+ *    epoch, kind no-spare, reason lost=k ranks=K' to=a,b
+ *    predicted-step=x...), the summary's count of shrinks and each
+ *    shrunk replica's line (K' of K since step S, its cut points, its
+ *    predicted step), and the failure record of the rank (kind rank-lost),
  *    whose replacement is the shrink's first committed step.
  * 10. Growing back when a spare appears later: not in this item's first
  *    cut; the replica stays K' ranks (a later swap relaunches it as K
@@ -138,10 +154,13 @@
  *    declared partition). */
 #include "config.h"
 
+#include "../recovery/layer_groups.h"
 #include "coord_internal.h"
 
 #include <resihp/error.h>
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int resihp__shrink_plan(int L, int K, uint64_t dead, const double *factor,
@@ -167,4 +186,161 @@ double resihp__shrink_slowdown(int L, int K, const int *home, int kn,
                                const double *factor, const int *counts,
                                int mbs) {
   return resihp__repart_ratio(L, kn, factor, counts, K, home, mbs);
+}
+
+/* The items of a '/'-list (a replica's addresses) reordered: the
+ * survivors' first, in their order, then the dead ranks' (never dialled:
+ * no partition gives them a layer), so that item k is new rank k's and
+ * the list keeps K items wherever a K-rank list is checked. */
+static int reorder(const char *list, int K, unsigned long long dead,
+                   char **out) {
+  size_t n = strlen(list);
+  char *o = malloc(n + 1), item[RESIHP__COORD_EP_MAX];
+  if (!o)
+    return RESIHP_ENOMEM;
+  size_t at = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int k = 0; k < K; k++) {
+      if (((dead >> k) & 1) != (unsigned long long)pass)
+        continue;
+      if (resihp__wire_list_item(list, k, item, sizeof(item))) {
+        free(o);
+        return RESIHP_EPROTO;
+      }
+      at += (size_t)snprintf(o + at, n + 1 - at, "%s%s", at ? "/" : "", item);
+    }
+  *out = o;
+  return 0;
+}
+
+int resihp__coord_shrink(resihp__coord_t *c, int r, unsigned long long dead) {
+  if (r < 0 || r >= c->R)
+    return RESIHP_EINVAL;
+  rep_t *p = &c->reps[r];
+  int K = resihp__coord_rep_k(c, r);
+  if (p->state != R_MEMBER || !p->lpart || !c->nlayers || !p->ep || !p->sep)
+    return RESIHP_ESTATE;
+  /* its program must be able to take other layers and catch them up by
+   * layer from the healthy replicas */
+  if (!p->lmove || !p->lstate)
+    return RESIHP_ESTATE;
+  if (c->shrink_next || c->stop)
+    return RESIHP_EBUSY; /* one at a time, at a boundary */
+  int counts[RESIHP__COORD_MAX_SHARDS];
+  double f[RESIHP__COORD_MAX_SHARDS];
+  for (int k = 0; k < K; k++)
+    f[k] = c->rank_slow ? c->rank_slow[r * c->K + k] : 1;
+  int kn = resihp__shrink_plan(c->nlayers, K, dead, f, p->quota > 0 ? p->quota : 1,
+                               counts);
+  if (kn < 1)
+    return kn;
+  /* its multiplier: the new partition's step at the survivors' factors
+   * over a healthy K-rank replica's at its declared (or present) home */
+  int home[RESIHP__COORD_MAX_SHARDS];
+  resihp__partition_t hp;
+  if (resihp__partition_parse(p->home[0] ? p->home
+                                          : c->lparts[p->lpart - 1].text,
+                              c->nlayers, &hp))
+    return RESIHP_EPROTO;
+  for (int k = 0; k < hp.k; k++)
+    home[k] = hp.bounds[k + 1] - hp.bounds[k];
+  int hk = hp.k;
+  resihp__partition_free(&hp);
+  double fn[RESIHP__COORD_MAX_SHARDS];
+  for (int k = 0, i = 0; k < K; k++)
+    if (!(dead >> k & 1))
+      fn[i++] = f[k];
+  double slow = resihp__shrink_slowdown(c->nlayers, hk, home, kn, fn, counts,
+                                        p->quota > 0 ? p->quota : 1);
+  /* the partition's text, then everything or nothing */
+  resihp__partition_t np;
+  char cuts[RESIHP__COORD_LAY_MAX], lay[RESIHP__COORD_LAY_MAX + 16];
+  if (resihp__partition_from_counts(counts, kn, c->nlayers, &np))
+    return RESIHP_EINVAL;
+  int rc = resihp__partition_format(&np, cuts, sizeof(cuts));
+  resihp__partition_free(&np);
+  if (rc)
+    return rc;
+  snprintf(lay, sizeof(lay), "%d%s%s", c->nlayers, cuts[0] ? ":" : "", cuts);
+  char *ep = NULL, *sep = NULL;
+  if ((rc = reorder(p->ep, c->K, dead, &ep)) ||
+      (rc = reorder(p->sep, c->K, dead, &sep))) {
+    free(ep);
+    return rc;
+  }
+  char from[RESIHP__COORD_LAY_MAX];
+  snprintf(from, sizeof(from), "%s", c->lparts[p->lpart - 1].text);
+  int was_k = p->k;
+  p->k = kn;
+  int same = 1; /* every member held one partition so far */
+  for (int i = 0; i < c->nmembers && same; i++)
+    same = c->reps[c->members[i]].lpart == p->lpart;
+  if ((rc = resihp__coord_set_layers(c, r, lay))) {
+    p->k = was_k;
+    free(ep);
+    free(sep);
+    return rc;
+  }
+  free(p->ep);
+  free(p->sep);
+  p->ep = ep;
+  p->sep = sep;
+  /* as for a move: the first epoch in which the partitions differ sends
+   * every member the whole list (coord_repart.c) */
+  for (int i = 0; i < c->nmembers && same; i++)
+    c->reps[c->members[i]].list_epoch = 0;
+  p->list_epoch = 0; /* its addresses changed */
+  snprintf(p->home, sizeof(p->home), "%s", cuts);
+  p->moved = 0;
+  p->moved_at = c->step; /* (no repartition within REPART_SPACING) */
+  p->lost |= dead;
+  p->shrunk_at = c->step + 1;
+  p->shrink_slow = slow;
+  p->slow = slow;
+  c->shrinks++;
+  c->shrink_next = r + 1;
+  c->shrink_next_dead = dead;
+  c->changed = 1; /* a new epoch, the same members */
+  char lost[3 * RESIHP__COORD_MAX_SHARDS] = "", to[RESIHP__COORD_LAY_MAX] = "";
+  size_t a = 0, b = 0;
+  for (int k = 0; k < K && a < sizeof(lost); k++)
+    if (dead >> k & 1)
+      a += (size_t)snprintf(lost + a, sizeof(lost) - a, "%s%d", a ? "," : "", k);
+  for (int k = 0; k < kn && b < sizeof(to); k++)
+    b += (size_t)snprintf(to + b, sizeof(to) - b, "%s%d", k ? "," : "",
+                          counts[k]);
+  logc(RESIHP_LOG_WARN,
+       "replica %d lost rank(s) %s at step %ld and no spare is left: it goes "
+       "on with %d rank(s) holding %s layers (cut at %s before), predicted "
+       "step x%.2f",
+       r, lost, c->step, kn, to, from[0] ? from : "-", slow);
+  char why[2 * RESIHP__COORD_LAY_MAX + 64];
+  snprintf(why, sizeof(why), "lost=%s ranks=%d to=%s predicted-step=x%.2f",
+           lost, kn, to, slow);
+  resihp__record_event(c->o.record, "shrink", c->step, r, c->epoch + 1,
+                       "no-spare", why, slow);
+  resihp__coord_dirty(c);
+  resihp__coord_hold(c, "a replica shrank"); /* free run: a boundary */
+  return 0;
+}
+
+void resihp__coord_shrink_boundary(resihp__coord_t *c) {
+  c->shrunk_r = c->shrink_next - 1;
+  c->shrunk_dead = c->shrink_next_dead;
+  if (c->shrink_next)
+    c->changed = 1; /* its epoch (a set-up may have taken the change) */
+  c->shrink_next = 0;
+  c->shrink_next_dead = 0;
+}
+
+void resihp__coord_put_shrunk(const resihp__coord_t *c, resihp__wire_buf_t *b) {
+  if (c->shrunk_r < 0)
+    return;
+  int first = 1;
+  for (int k = 0; k < RESIHP__SHRUNK_RANKS; k++)
+    if (c->shrunk_dead >> k & 1) {
+      resihp__wire_buf_printf(b, "%s%d:%d", first ? " shrunk=" : ",",
+                              c->shrunk_r, k);
+      first = 0;
+    }
 }

@@ -110,7 +110,9 @@ static size_t gen(uint8_t *buf, size_t cap) {
                                       "y 0 lay=10:6 home=4\n",
                                       "y 1 lay=10:6 shape=bb home=4:5\n",
                                       " home=",
-                                      " home=0"};
+                                      " home=0",
+                                      "y 0 lay=10 lst=1\n",
+                                      "y 2 lay=10:3:6\n"};
   const char *s = seeds[resihp__fuzz_rng() % 2];
   size_t n = strlen(s);
   if (n > cap)

@@ -766,6 +766,90 @@ START_TEST(test_layers_moved) {
 }
 END_TEST
 
+/* A replica that lost a rank with no spare left shrinks (issue 32, item
+ * 3; coord_shrink.c): refused while its program cannot move layers or
+ * catch them up by layer (BEGIN lmove=1 lst=1), or for all its ranks;
+ * then replica 0, losing its rank 0, holds all 10 layers on its one
+ * survivor from the next boundary: a new epoch whose GO says
+ * shrunk=0:0 with its one-rank partition among the others (an empty cut
+ * list) and its addresses survivor first; a second shrink waits for the
+ * boundary (EBUSY). The snapshot's partition line of one rank restores
+ * to the same record (k from its cut points), the summary counts it, its
+ * next BEGIN of one rank takes no new epoch, and one of two ranks now
+ * fails it. */
+START_TEST(test_layers_shrunk) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  char line[1024], go[N][512];
+  join_layers(&a, &co, go);
+  ck_assert_int_eq(resihp__coord_shrink(a.c, 0, 1), RESIHP_ESTATE);
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=1 lay=%s lmove=1 lst=1", LAY[i]);
+  for (int i = 0; i < N; i++) {
+    expect(&a, i, "GO ", line, sizeof(line));
+    ck_assert_msg(strstr(line, " new=0") && !strstr(line, "shrunk="), "%s",
+                  line);
+  }
+  ready_all(&a, NULL);
+  uint32_t ep = resihp__coord_epoch(a.c);
+  ck_assert_int_eq(resihp__coord_shrink(a.c, 0, 3), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp__coord_shrink(a.c, 0, 1ULL << 2), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp__coord_shrink(a.c, 0, 1), 0);
+  ck_assert_int_eq(resihp__coord_shrink(a.c, 1, 1), RESIHP_EBUSY);
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=2 lay=%s lmove=1 lst=1", i ? LAY[i] : "10");
+  for (int i = 0; i < N; i++) {
+    expect(&a, i, "GO ", line, sizeof(line));
+    /* its addresses changed: the whole list to it, to the others the
+     * change (a new process's way) */
+    ck_assert_msg(strstr(line, " new=1") && strstr(line, " shrunk=0:0") &&
+                      strstr(line, i ? " gone=0 add=0@h0:3/h0:1 "
+                                     : " members=0@h0:3/h0:1,1@") &&
+                      strstr(line, " lparts=4,6@1,@0"),
+                  "%s", line);
+  }
+  ck_assert_uint_eq(resihp__coord_epoch(a.c), ep + 1);
+  resihp__coord_mirror(a.c);
+  ck_assert_msg(strstr(snap, "\ny 0 lay=10 lst=1\n"), "%s", snap);
+  char *mine = strdup(snap);
+  ck_assert_int_eq(resihp__coord_restore(&co, mine, snap_len, -1, &b.c), 0);
+  resihp__wire_buf_t w;
+  resihp__wire_buf_init(&w);
+  ck_assert_int_eq(resihp__coord_snapshot(b.c, &w), 0);
+  ck_assert_str_eq(w.s, mine);
+  resihp__wire_buf_free(&w);
+  free(mine);
+  char *text = summary_of(a.c);
+  ck_assert_msg(strstr(text, "1 shrink(s)") &&
+                    strstr(text, "replica 0 ranks:        1 of 2 since step "
+                                 "1 (no spare left), cut at - (one rank "
+                                 "holds all), predicted step x1.25"),
+                "%s", text);
+  free(text);
+  /* the next boundary: nothing new, and no shrunk= any more */
+  ready_all(&a, NULL);
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=3 lay=%s lmove=1 lst=1", i ? LAY[i] : "10");
+  for (int i = 0; i < N; i++) {
+    expect(&a, i, "GO ", line, sizeof(line));
+    ck_assert_msg(strstr(line, " new=0") && !strstr(line, "shrunk="), "%s",
+                  line);
+  }
+  /* two ranks said by a replica of one: refused, its replica fails */
+  ready_all(&a, NULL);
+  feed(&a, 0, "BEGIN step=4 lay=10:4 lmove=1 lst=1");
+  for (int i = 1; i < N; i++)
+    feed(&a, i, "BEGIN step=4 lay=%s lmove=1 lst=1", LAY[i]);
+  expect(&a, 1, "GO ", line, sizeof(line));
+  ck_assert_msg(strstr(line, " new=1") && strstr(line, " n=2 gone=0 ") &&
+                    !strstr(line, "shrunk="),
+                "%s", line);
+  close_side(&a);
+  ck_assert_ptr_null(resihp__coord_check(b.c));
+  resihp__coord_destroy(b.c);
+}
+END_TEST
+
 /* A replacement catches up from the members that hold its partition of
  * the layers: replica 2 (4 | 6 layers, as replica 0; replica 1 holds
  * 6 | 4) comes back, and both of its shards are served by replica 0; by
@@ -1226,6 +1310,7 @@ int main(void) {
   tcase_add_test(tc, test_takeover_summary);
   tcase_add_test(tc, test_layers);
   tcase_add_test(tc, test_layers_moved);
+  tcase_add_test(tc, test_layers_shrunk);
   tcase_add_test(tc, test_layers_serve);
   tcase_add_test(tc, test_layers_serve_by_layer);
   tcase_add_test(tc, test_layers_shape);

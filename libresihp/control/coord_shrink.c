@@ -97,7 +97,7 @@
  *    RESIHP__SHRUNK_ITEMS, none twice; fuzz_shrunk) and lists
  *    the new partition in lparts= [parser and writer done]. lparts
  *    entries of different k: resihp__lparts_parse checks each partition
- *    against its own number of cut points, at most K ranks [todo]; the
+ *    against its own number of cut points, at most K ranks [done]; the
  *    layer-run map (layer_groups.c) is built from the distinct
  *    partitions' cut points whatever their k, so a (3,3) replica and a
  *    (6) replica make runs 0-2 and 3-5, the shrunk replica's one rank in

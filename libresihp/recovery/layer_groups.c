@@ -275,7 +275,7 @@ static int lparts_entry(const char *s, const char *e, int d, int nlayers, int k,
   free(t);
   if (rc)
     return rc == RESIHP_ENOMEM ? rc : RESIHP_EPROTO;
-  if (p->k != k)
+  if (p->k > k) /* (fewer: a replica that shrank, control/coord_shrink.c) */
     return RESIHP_EPROTO;
   if (!at)
     return 0;

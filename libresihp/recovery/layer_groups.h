@@ -110,7 +110,8 @@ int resihp__moved_has(const char *list, int replica);
 int resihp__shrunk_get(const char *list, int replica, unsigned long long *dead);
 /* The partitions of an epoch's n members as GO lists them (coordinator:
  * control/coord_layers.c): "D0,D1@r:r:...,..." where each Di is cut
- * points of k ranks, D0 held by every member not listed, each other one
+ * points of at most k ranks (fewer: a replica that shrank,
+ * control/coord_shrink.c), D0 held by every member not listed, each other one
  * with the replica ids that hold it (each a member, said once). ids: the
  * members, strictly increasing. *parts gets D0.. (*nparts, as
  * resihp__partitions_distinct), of[i] the index of member i's. O(text +

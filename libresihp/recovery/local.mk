@@ -137,7 +137,8 @@ tests_fuzz_fuzz_lparts_SOURCES = tests/fuzz/fuzz_lparts.c \
 tests_fuzz_fuzz_lparts_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_lparts
 EXTRA_DIST += tests/fuzz/corpus-lparts/one tests/fuzz/corpus-lparts/three \
-	tests/fuzz/corpus-lparts/twice tests/fuzz/corpus-lparts/stranger
+	tests/fuzz/corpus-lparts/twice tests/fuzz/corpus-lparts/stranger \
+	tests/fuzz/corpus-lparts/shrunk
 # and of a catch-up's pieces (serve= entries, offers: job_layer_state.c).
 check_PROGRAMS += tests/fuzz/fuzz_serve_entry
 tests_fuzz_fuzz_serve_entry_SOURCES = tests/fuzz/fuzz_serve_entry.c \

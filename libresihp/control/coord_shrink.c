@@ -151,7 +151,25 @@
  * 10. Growing back when a spare appears later: not in this item's first
  *    cut; the replica stays K' ranks (a later swap relaunches it as K
  *    ranks through today's swap path, catch-up by layer giving them their
- *    declared partition). */
+ *    declared partition).
+ * 11. A simpler road for the library part, weighed for the next step:
+ *    the shrink as a relaunch in place. The replica fails as today (its
+ *    microbatches reassigned in the step, the ledger exact by the
+ *    existing path); the launcher, finding no spare, does not cancel the
+ *    step but allows a K'-rank process of the replica (the coordinator
+ *    then accepts a HELLO of lsize=K' for it, sets k, and refuses any
+ *    other). The survivors' program, whose step failed, agrees on the
+ *    survivors over the old replica communicator (resihp_comm_shrink:
+ *    its new rank and K'), destroys its job and joins again as that
+ *    K'-rank process (the other ranks find the new leader through the
+ *    coordinator, SUBHELLO/LEP), declares its layers for K' ranks and its
+ *    state by layer, and catches everything up by layer as any
+ *    replacement whose partition no member holds (what 7 does anyway,
+ *    the survivors' state being a step old). No GO shrunk=, no
+ *    renumbering inside a live job; the cost is a re-join (a second or
+ *    so) and an API to join with a given rank and size. The parts above
+ *    marked done (partition, multiplier, per-replica K, lparts of fewer
+ *    ranks, the summary and event) serve both roads. */
 #include "config.h"
 
 #include "../recovery/layer_groups.h"

@@ -609,6 +609,19 @@ START_TEST(test_retired_refused) {
 }
 END_TEST
 
+/* A standby's coordinator *out restored from the last snapshot (the
+ * primary's mirror), whose own snapshot is the same text. */
+static void restore_same(resihp__coord_opts_t *co, resihp__coord_t **out) {
+  char *mine = strdup(snap);
+  ck_assert_int_eq(resihp__coord_restore(co, mine, snap_len, -1, out), 0);
+  resihp__wire_buf_t w;
+  resihp__wire_buf_init(&w);
+  ck_assert_int_eq(resihp__coord_snapshot(*out, &w), 0);
+  ck_assert_str_eq(w.s, mine);
+  resihp__wire_buf_free(&w);
+  free(mine);
+}
+
 /* The partitions of replicas 0..2 in the layer tests: 10 layers over 2
  * ranks, replica 1's cut elsewhere. */
 static const char *const LAY[N] = {"10:4", "10:6", "10:4"};
@@ -672,14 +685,7 @@ START_TEST(test_layers) {
   resihp__coord_mirror(a.c);
   ck_assert_ptr_nonnull(
       strstr(snap, "\ny 1 lay=10:6 shape=00000000000000bb\n"));
-  char *mine = strdup(snap);
-  ck_assert_int_eq(resihp__coord_restore(&co, mine, snap_len, -1, &b.c), 0);
-  resihp__wire_buf_t w;
-  resihp__wire_buf_init(&w);
-  ck_assert_int_eq(resihp__coord_snapshot(b.c, &w), 0);
-  ck_assert_str_eq(w.s, mine);
-  resihp__wire_buf_free(&w);
-  free(mine);
+  restore_same(&co, &b.c);
   connect_all(&b);
   feed(&b, 1,
        "HELLO replica=1 ep=h1:1/h1:3 sep=h1:2/h1:4 mbs=6 steps=8 lsize=2 "
@@ -738,14 +744,7 @@ START_TEST(test_layers_moved) {
   ck_assert_msg(
       strstr(snap, "\ny 0 lay=10:6 shape=00000000000000bb home=4\n"), "%s",
       snap);
-  char *mine = strdup(snap);
-  ck_assert_int_eq(resihp__coord_restore(&co, mine, snap_len, -1, &b.c), 0);
-  resihp__wire_buf_t w;
-  resihp__wire_buf_init(&w);
-  ck_assert_int_eq(resihp__coord_snapshot(b.c, &w), 0);
-  ck_assert_str_eq(w.s, mine);
-  resihp__wire_buf_free(&w);
-  free(mine);
+  restore_same(&co, &b.c);
   char *text = summary_of(a.c);
   ck_assert_msg(strstr(text, "1 repartition(s)") &&
                     strstr(text, "replica 0 layers:       moved 1 time(s)"),
@@ -811,14 +810,7 @@ START_TEST(test_layers_shrunk) {
   ck_assert_uint_eq(resihp__coord_epoch(a.c), ep + 1);
   resihp__coord_mirror(a.c);
   ck_assert_msg(strstr(snap, "\ny 0 lay=10 lst=1\n"), "%s", snap);
-  char *mine = strdup(snap);
-  ck_assert_int_eq(resihp__coord_restore(&co, mine, snap_len, -1, &b.c), 0);
-  resihp__wire_buf_t w;
-  resihp__wire_buf_init(&w);
-  ck_assert_int_eq(resihp__coord_snapshot(b.c, &w), 0);
-  ck_assert_str_eq(w.s, mine);
-  resihp__wire_buf_free(&w);
-  free(mine);
+  restore_same(&co, &b.c);
   char *text = summary_of(a.c);
   ck_assert_msg(strstr(text, "1 shrink(s)") &&
                     strstr(text, "replica 0 ranks:        1 of 2 since step "
@@ -913,15 +905,7 @@ START_TEST(test_layers_serve_by_layer) {
     if (lst) { /* the standby's state says it too */
       resihp__coord_mirror(a.c);
       ck_assert_msg(strstr(snap, "\ny 1 lay=10:6 lst=1"), "%s", snap);
-      char *mine = strdup(snap);
-      ck_assert_int_eq(resihp__coord_restore(&co, mine, snap_len, -1, &b.c),
-                       0);
-      resihp__wire_buf_t w;
-      resihp__wire_buf_init(&w);
-      ck_assert_int_eq(resihp__coord_snapshot(b.c, &w), 0);
-      ck_assert_str_eq(w.s, mine);
-      resihp__wire_buf_free(&w);
-      free(mine);
+      restore_same(&co, &b.c);
       resihp__coord_destroy(b.c);
     }
     resihp__coord_fail_lost(a.c, 1, "its node h1 is DOWN");

@@ -223,13 +223,15 @@ static int both_counts(const resihp__coord_t *c, int r, int *cur, int *home) {
 double resihp__coord_repart_factor(const resihp__coord_t *c, int r, double f) {
   const rep_t *p = &c->reps[r];
   int cur[RESIHP__COORD_MAX_SHARDS], home[RESIHP__COORD_MAX_SHARDS];
-  if (p->shrunk_at) /* (coord_shrink.c: f is timed as for K ranks) */
-    f *= p->shrink_slow;
+  /* a shrunk replica (coord_shrink.c) is timed as for K ranks: its
+   * K'-rank home costs shrink_slow more */
+  double shrunk = p->shrunk_at ? p->shrink_slow : 1;
   if (!p->moved || !c->rank_slow || both_counts(c, r, cur, home))
-    return f;
-  return resihp__repart_slowdown(c->nlayers, resihp__coord_rep_k(c, r),
-                                 c->rank_slow + (size_t)r * (size_t)c->K, cur,
-                                 home, p->quota > 0 ? p->quota : 1);
+    return f * shrunk;
+  return shrunk * resihp__repart_slowdown(
+                      c->nlayers, resihp__coord_rep_k(c, r),
+                      c->rank_slow + (size_t)r * (size_t)c->K, cur, home,
+                      p->quota > 0 ? p->quota : 1);
 }
 
 int resihp__coord_repart_wanted(resihp__coord_t *c, int r) {

@@ -16,7 +16,10 @@
  *       the step (many microbatches), 4,4,4 to 6,6 about 1.5x, never
  *       below 1;
  *   shrunk_list  GO's shrunk= list: whose ranks, bounded, each item
- *       once, malformed lists refused. */
+ *       once, malformed lists refused;
+ *   moved_after_shrink  a replica of 3 ranks shrunk to 2 (6,6 of 12
+ *       layers) whose slow rank's layers then moved (8,4) is timed with
+ *       both: the move's predicted step times the shrink's. */
 #include "config.h"
 
 #include "../../libresihp/control/coord_internal.h"
@@ -27,6 +30,9 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 START_TEST(plan_even) {
   int out[4];
@@ -133,6 +139,35 @@ START_TEST(shrunk_list) {
 }
 END_TEST
 
+START_TEST(moved_after_shrink) {
+  resihp__coord_t *c = calloc(1, sizeof(*c));
+  ck_assert_ptr_nonnull(c);
+  rep_t rep[1];
+  memset(rep, 0, sizeof(rep));
+  double slow[3] = {1, 2, 1};
+  c->K = 3;
+  c->R = 1;
+  c->reps = rep;
+  c->rank_slow = slow;
+  rep[0].k = 2;
+  ck_assert_int_eq(resihp__coord_set_layers(c, 0, "12:8"), 0);
+  snprintf(rep[0].home, sizeof(rep[0].home), "6");
+  rep[0].moved = 1;
+  rep[0].shrunk_at = 5;
+  rep[0].shrink_slow = 1.5;
+  rep[0].quota = 8;
+  int cur[2] = {8, 4}, home[2] = {6, 6};
+  double moved = resihp__repart_slowdown(12, 2, slow, cur, home, 8);
+  ck_assert(moved > 1);
+  ck_assert(fabs(resihp__coord_repart_factor(c, 0, 2) - 1.5 * moved) < 1e-9);
+  /* not moved: the detector's factor times the shrink's */
+  rep[0].moved = 0;
+  ck_assert(fabs(resihp__coord_repart_factor(c, 0, 1.2) - 1.8) < 1e-9);
+  resihp__coord_layers_free(c);
+  free(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("shrink");
   TCase *t = tcase_create("plan");
@@ -142,6 +177,7 @@ int main(void) {
   tcase_add_test(t, renumbered);
   tcase_add_test(t, slowdown);
   tcase_add_test(t, shrunk_list);
+  tcase_add_test(t, moved_after_shrink);
   suite_add_tcase(s, t);
   return run_suite(s);
 }

@@ -593,6 +593,15 @@ static inline int resihp__coord_rep_k(const resihp__coord_t *c, int r) {
 }
 /* At a GO: the shrink waiting, if any, is the epoch's (shrunk_r). */
 void resihp__coord_shrink_boundary(resihp__coord_t *c);
+/* (snapshot) Replica r's shrink on its "y" line: " shrunk=AT:LOST:SLOW"
+ * (rep_t's shrunk_at, lost as decimal bits, shrink_slow) once it shrank,
+ * and " shrink=next:DEAD" or " shrink=now:DEAD" while its shrink waits
+ * for the next GO or is the epoch's (restored, a standby's GO says the
+ * same shrunk=). restore: from the text put wrote (s: " shrunk=..."
+ * and/or " shrink=...", nothing else): 0, or RESIHP_EPROTO. */
+void resihp__coord_put_shrink_state(const resihp__coord_t *c, int r,
+                                    resihp__wire_buf_t *b);
+int resihp__coord_shrink_restore(resihp__coord_t *c, int r, const char *s);
 /* GO: " shrunk=r:k,..." when this epoch shrinks a replica. */
 void resihp__coord_put_shrunk(const resihp__coord_t *c, resihp__wire_buf_t *b);
 /* The rank that old rank k of a replica whose dead ranks are the bits of

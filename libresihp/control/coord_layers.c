@@ -205,10 +205,11 @@ void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   free(by);
 }
 
-/* (snapshot) "y r lay=L:cuts[ shape=D][ home=cuts]" lines: every
- * replica's committed partition, the state shape of its holders once one
- * began, and the partition its program declared when the coordinator
- * moved its layers away from it (coord_repart.c) */
+/* (snapshot) "y r lay=L:cuts[ lst=1][ shape=D][ home=cuts][ shrunk=...]
+ * [ shrink=...]" lines: every replica's committed partition, the state
+ * shape of its holders once one began, the partition its program
+ * declared when the coordinator moved its layers away from it
+ * (coord_repart.c), and its shrink (coord_shrink.c) */
 void resihp__coord_put_layers(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   for (int r = 0; r < c->R && !b->err; r++) {
     const rep_t *p = &c->reps[r];
@@ -221,6 +222,7 @@ void resihp__coord_put_layers(const resihp__coord_t *c, resihp__wire_buf_t *b) {
                             shape[0] ? " shape=" : "", shape);
     if (p->moved && p->home[0])
       resihp__wire_buf_printf(b, " home=%s", p->home);
+    resihp__coord_put_shrink_state(c, r, b); /* (coord_shrink.c) */
     resihp__wire_buf_printf(b, "\n");
   }
 }
@@ -249,13 +251,17 @@ int resihp__coord_restore_layers(resihp__coord_t *c, int r, const char *s) {
   }
   if (at && !strncmp(at, " home=", 6)) {
     size_t m = strcspn(at + 6, " ");
-    if (m == 0 || m >= sizeof(home) || at[6 + m])
+    if (m == 0 || m >= sizeof(home))
       return RESIHP_EPROTO;
     memcpy(home, at + 6, m);
     home[m] = '\0';
-    at = NULL;
+    at += 6 + m;
+    at = *at ? at : NULL;
   }
-  if (at || (shape[0] && !resihp__wire_token_ok(shape, sizeof(shape))))
+  /* then the shrink's " shrunk=..." and " shrink=...", the rest of it */
+  if (at && strncmp(at, " shrunk=", 8) && strncmp(at, " shrink=", 8))
+    return RESIHP_EPROTO;
+  if (shape[0] && !resihp__wire_token_ok(shape, sizeof(shape)))
     return RESIHP_EPROTO;
   memcpy(lay, s, n);
   lay[n] = '\0';
@@ -272,6 +278,8 @@ int resihp__coord_restore_layers(resihp__coord_t *c, int r, const char *s) {
   c->reps[r].lstate = lst;
   if (!rc && home[0])
     rc = resihp__coord_repart_restore(c, r, home);
+  if (!rc && at)
+    rc = resihp__coord_shrink_restore(c, r, at);
   if (rc || !shape[0])
     return rc;
   char *have = c->lparts[c->reps[r].lpart - 1].shape;

@@ -60,9 +60,11 @@
  *    model. A shrink waits for the next boundary (shrink_next; a free
  *    run is held for one) and is that epoch's GO's (shrunk_r, said again
  *    by a set-up's retry, gone at the next boundary); a repartition waits
- *    a boundary more. [todo: the waiting shrink is not in the snapshot:
- *    a standby's GO lacks shrunk=, the survivors find their partition
- *    changed unasked and the replica fails, as today.]
+ *    a boundary more. The snapshot keeps the shrink (the replica's "y"
+ *    line: shrunk=AT:LOST:SLOW, and shrink=next:DEAD or shrink=now:DEAD
+ *    while it waits for its GO or is the epoch's), so that a standby's
+ *    GO says the same shrunk= and its summary and multiplier are the
+ *    primary's. [done]
  * 3. The new partition (resihp__shrink_plan, below) [done]: the planner
  *    (planner/partition.c, through the repartition's model) partitions
  *    the L layers over the K' survivors at their measured speeds
@@ -177,6 +179,8 @@
 
 #include <resihp/error.h>
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,12 +242,12 @@ int resihp__coord_shrink(resihp__coord_t *c, int r, unsigned long long dead) {
   int K = resihp__coord_rep_k(c, r);
   if (p->state != R_MEMBER || !p->lpart || !c->nlayers || !p->ep || !p->sep)
     return RESIHP_ESTATE;
+  if (c->shrink_next || c->stop)
+    return RESIHP_EBUSY; /* one at a time, at a boundary */
   /* its program must be able to take other layers and catch them up by
    * layer from the healthy replicas */
   if (!p->lmove || !p->lstate)
     return RESIHP_ESTATE;
-  if (c->shrink_next || c->stop)
-    return RESIHP_EBUSY; /* one at a time, at a boundary */
   int counts[RESIHP__COORD_MAX_SHARDS];
   double f[RESIHP__COORD_MAX_SHARDS];
   for (int k = 0; k < K; k++)
@@ -361,4 +365,84 @@ void resihp__coord_put_shrunk(const resihp__coord_t *c, resihp__wire_buf_t *b) {
                               c->shrunk_r, k);
       first = 0;
     }
+}
+
+void resihp__coord_put_shrink_state(const resihp__coord_t *c, int r,
+                                    resihp__wire_buf_t *b) {
+  const rep_t *p = &c->reps[r];
+  if (p->shrunk_at)
+    resihp__wire_buf_printf(b, " shrunk=%ld:%llu:%.17g", p->shrunk_at,
+                            p->lost, p->shrink_slow);
+  if (c->shrink_next == r + 1)
+    resihp__wire_buf_printf(b, " shrink=next:%llu", c->shrink_next_dead);
+  else if (c->shrunk_r == r)
+    resihp__wire_buf_printf(b, " shrink=now:%llu", c->shrunk_dead);
+}
+
+/* A decimal unsigned 64-bit number at *s, up to `end` (one of its bytes
+ * or '\0'): 0 and *s past it, or -1. */
+static int u64_at(const char **s, char end, unsigned long long *v) {
+  const char *q = *s;
+  if (*q < '0' || *q > '9')
+    return -1;
+  errno = 0;
+  char *e;
+  *v = strtoull(q, &e, 10);
+  if (errno || *e != end)
+    return -1;
+  *s = e;
+  return 0;
+}
+
+/* Bits of ranks a replica of the job's K may have had. */
+static int ranks_ok(const resihp__coord_t *c, unsigned long long bits) {
+  return bits && (c->K >= 64 || bits >> c->K == 0);
+}
+
+int resihp__coord_shrink_restore(resihp__coord_t *c, int r, const char *s) {
+  rep_t *p = &c->reps[r];
+  unsigned long long at, lost, dead;
+  if (!strncmp(s, " shrunk=", 8)) {
+    s += 8;
+    if (u64_at(&s, ':', &at) || at < 1 || at > (unsigned long long)MAX_STEPS + 1)
+      return RESIHP_EPROTO;
+    s++;
+    if (u64_at(&s, ':', &lost) || !ranks_ok(c, lost))
+      return RESIHP_EPROTO;
+    s++;
+    size_t n = strcspn(s, " ");
+    char num[32], *e;
+    if (n == 0 || n >= sizeof(num))
+      return RESIHP_EPROTO;
+    memcpy(num, s, n);
+    num[n] = '\0';
+    errno = 0;
+    double slow = strtod(num, &e);
+    if (errno || *e || !isfinite(slow) || slow < 1 || slow > 1e6)
+      return RESIHP_EPROTO;
+    s += n;
+    p->shrunk_at = (long)at;
+    p->lost = lost;
+    p->shrink_slow = slow;
+  }
+  if (!strncmp(s, " shrink=", 8)) {
+    s += 8;
+    int next = !strncmp(s, "next:", 5);
+    if (!next && strncmp(s, "now:", 4))
+      return RESIHP_EPROTO;
+    s += next ? 5 : 4;
+    /* (one shrink at a time, of a member: the snapshot lists the
+     * members before the partitions) */
+    if (u64_at(&s, '\0', &dead) || !ranks_ok(c, dead) || !p->shrunk_at ||
+        c->shrink_next || c->shrunk_r >= 0 || !resihp__coord_is_member(c, r))
+      return RESIHP_EPROTO;
+    if (next) {
+      c->shrink_next = r + 1;
+      c->shrink_next_dead = dead;
+    } else {
+      c->shrunk_r = r;
+      c->shrunk_dead = dead;
+    }
+  }
+  return *s ? RESIHP_EPROTO : 0;
 }

@@ -795,6 +795,18 @@ START_TEST(test_layers_shrunk) {
   ck_assert_int_eq(resihp__coord_shrink(a.c, 0, 1ULL << 2), RESIHP_EINVAL);
   ck_assert_int_eq(resihp__coord_shrink(a.c, 0, 1), 0);
   ck_assert_int_eq(resihp__coord_shrink(a.c, 1, 1), RESIHP_EBUSY);
+  /* a standby taking over now keeps the shrink for the next GO */
+  resihp__coord_mirror(a.c);
+  ck_assert_msg(strstr(snap, "\ny 0 lay=10 lst=1 shrunk=2:1:1.25 "
+                             "shrink=next:1\n"),
+                "%s", snap);
+  restore_same(&co, &b.c);
+  char *text = summary_of(b.c);
+  ck_assert_msg(strstr(text, "replica 0 ranks:        1 of 2 since step 1"),
+                "%s", text);
+  free(text);
+  ck_assert_int_eq(resihp__coord_shrink(b.c, 2, 1), RESIHP_EBUSY);
+  resihp__coord_destroy(b.c);
   for (int i = 0; i < N; i++)
     feed(&a, i, "BEGIN step=2 lay=%s lmove=1 lst=1", i ? LAY[i] : "10");
   for (int i = 0; i < N; i++) {
@@ -809,9 +821,11 @@ START_TEST(test_layers_shrunk) {
   }
   ck_assert_uint_eq(resihp__coord_epoch(a.c), ep + 1);
   resihp__coord_mirror(a.c);
-  ck_assert_msg(strstr(snap, "\ny 0 lay=10 lst=1\n"), "%s", snap);
+  ck_assert_msg(
+      strstr(snap, "\ny 0 lay=10 lst=1 shrunk=2:1:1.25 shrink=now:1\n"), "%s",
+      snap);
   restore_same(&co, &b.c);
-  char *text = summary_of(a.c);
+  text = summary_of(a.c);
   ck_assert_msg(strstr(text, "1 shrink(s)") &&
                     strstr(text, "replica 0 ranks:        1 of 2 since step "
                                  "1 (no spare left), cut at - (one rank "

@@ -57,8 +57,13 @@
  *    up). All-or-nothing: a second failure of a survivor before the
  *    shrunk replica's first committed step fails the replica as today
  *    (the launcher has no spare: it is dropped), never a half-regrouped
- *    model. A shrink waits for the next boundary (shrink_next; a free
- *    run is held for one) and is that epoch's GO's (shrunk_r, said again
+ *    model. A shrink asked for is checked at once and waits for the
+ *    next boundary (shrink_next; a free run is held for one): the
+ *    replica's BEGINs until its GO say its partition before, which the
+ *    coordinator takes. There, once every BEGIN is in, it is applied
+ *    (checked again: a replica that failed meanwhile is left alone, one
+ *    that cannot shrink any more fails) and is that epoch's GO's
+ *    (shrunk_r, said again
  *    by a set-up's retry, gone at the next boundary); a repartition waits
  *    a boundary more. The snapshot keeps the shrink (the replica's "y"
  *    line: shrunk=AT:LOST:SLOW, and shrink=next:DEAD or shrink=now:DEAD
@@ -116,7 +121,13 @@
  *    links of the dead ranks are closed and its results[] renumbered.
  *    The step's st gets layers_moved (as for a move: the program asks
  *    resihp_job_layers and resihp_job_partition again) and
- *    layers_shrunk = the new K'.
+ *    layers_shrunk = the new K'. Until then a replica whose GO gives it
+ *    a partition it cannot take (shrunk, or moved without
+ *    resihp_job_set_layers_movable) leaves at once (job_layers.c
+ *    go_refused) [done]: before, it failed set-up after set-up, the
+ *    others' set-ups with it, until the coordinator gave up on it, or on
+ *    a healthy replica first (test_freerun
+ *    layers_shrunk_replica_refuses: 2 of 6 runs, a 60 s stall).
  * 7. The state. The replica sat out the step in which its rank died, so
  *    every survivor's state is a step old: the survivors catch up every
  *    layer they now hold from the healthy members, by layer (the
@@ -235,25 +246,58 @@ static int reorder(const char *list, int K, unsigned long long dead,
   return 0;
 }
 
-int resihp__coord_shrink(resihp__coord_t *c, int r, unsigned long long dead) {
-  if (r < 0 || r >= c->R)
-    return RESIHP_EINVAL;
-  rep_t *p = &c->reps[r];
-  int K = resihp__coord_rep_k(c, r);
+/* Whether member r can shrink by dead now: 0, or why not (with nothing
+ * changed). */
+static int can_shrink(const resihp__coord_t *c, int r,
+                      unsigned long long dead) {
+  const rep_t *p = &c->reps[r];
   if (p->state != R_MEMBER || !p->lpart || !c->nlayers || !p->ep || !p->sep)
     return RESIHP_ESTATE;
-  if (c->shrink_next || c->stop)
-    return RESIHP_EBUSY; /* one at a time, at a boundary */
   /* its program must be able to take other layers and catch them up by
    * layer from the healthy replicas */
   if (!p->lmove || !p->lstate)
     return RESIHP_ESTATE;
   int counts[RESIHP__COORD_MAX_SHARDS];
+  int kn = resihp__shrink_plan(c->nlayers, resihp__coord_rep_k(c, r), dead,
+                               NULL, 1, counts);
+  return kn < 1 ? kn : 0;
+}
+
+int resihp__coord_shrink(resihp__coord_t *c, int r, unsigned long long dead) {
+  if (r < 0 || r >= c->R)
+    return RESIHP_EINVAL;
+  if (c->shrink_next || c->stop)
+    return RESIHP_EBUSY; /* one at a time, at a boundary */
+  int rc = can_shrink(c, r, dead);
+  if (rc)
+    return rc;
+  /* taken at the next boundary, once the members' BEGINs are in: its
+   * ranks say their partition before until its GO tells them */
+  c->shrink_next = r + 1;
+  c->shrink_next_dead = dead;
+  logc(RESIHP_LOG_WARN,
+       "replica %d lost ranks (bits %#llx) at step %ld and no spare is left: "
+       "it goes on with the others from the next step boundary",
+       r, dead, c->step);
+  resihp__coord_dirty(c);
+  resihp__coord_hold(c, "a replica shrinks"); /* free run: a boundary */
+  return 0;
+}
+
+/* Give member r the partition of the planner over its survivors (dead:
+ * the ranks it lost): 0, or an error with nothing changed. */
+static int apply(resihp__coord_t *c, int r, unsigned long long dead) {
+  rep_t *p = &c->reps[r];
+  int K = resihp__coord_rep_k(c, r);
+  int rc = can_shrink(c, r, dead);
+  if (rc)
+    return rc;
+  int counts[RESIHP__COORD_MAX_SHARDS];
   double f[RESIHP__COORD_MAX_SHARDS];
   for (int k = 0; k < K; k++)
     f[k] = c->rank_slow ? c->rank_slow[r * c->K + k] : 1;
-  int kn = resihp__shrink_plan(c->nlayers, K, dead, f, p->quota > 0 ? p->quota : 1,
-                               counts);
+  int mbs = p->quota > 0 ? p->quota : 1;
+  int kn = resihp__shrink_plan(c->nlayers, K, dead, f, mbs, counts);
   if (kn < 1)
     return kn;
   /* its multiplier: the new partition's step at the survivors' factors
@@ -272,14 +316,14 @@ int resihp__coord_shrink(resihp__coord_t *c, int r, unsigned long long dead) {
   for (int k = 0, i = 0; k < K; k++)
     if (!(dead >> k & 1))
       fn[i++] = f[k];
-  double slow = resihp__shrink_slowdown(c->nlayers, hk, home, kn, fn, counts,
-                                        p->quota > 0 ? p->quota : 1);
+  double slow =
+      resihp__shrink_slowdown(c->nlayers, hk, home, kn, fn, counts, mbs);
   /* the partition's text, then everything or nothing */
   resihp__partition_t np;
   char cuts[RESIHP__COORD_LAY_MAX], lay[RESIHP__COORD_LAY_MAX + 16];
   if (resihp__partition_from_counts(counts, kn, c->nlayers, &np))
     return RESIHP_EINVAL;
-  int rc = resihp__partition_format(&np, cuts, sizeof(cuts));
+  rc = resihp__partition_format(&np, cuts, sizeof(cuts));
   resihp__partition_free(&np);
   if (rc)
     return rc;
@@ -320,39 +364,50 @@ int resihp__coord_shrink(resihp__coord_t *c, int r, unsigned long long dead) {
   p->shrink_slow = slow;
   p->slow = slow;
   c->shrinks++;
-  c->shrink_next = r + 1;
-  c->shrink_next_dead = dead;
-  c->changed = 1; /* a new epoch, the same members */
   char lost[3 * RESIHP__COORD_MAX_SHARDS] = "", to[RESIHP__COORD_LAY_MAX] = "";
   size_t a = 0, b = 0;
   for (int k = 0; k < K && a < sizeof(lost); k++)
     if (dead >> k & 1)
-      a += (size_t)snprintf(lost + a, sizeof(lost) - a, "%s%d", a ? "," : "", k);
+      a += (size_t)snprintf(lost + a, sizeof(lost) - a, "%s%d", a ? "," : "",
+                            k);
   for (int k = 0; k < kn && b < sizeof(to); k++)
     b += (size_t)snprintf(to + b, sizeof(to) - b, "%s%d", k ? "," : "",
                           counts[k]);
   logc(RESIHP_LOG_WARN,
-       "replica %d lost rank(s) %s at step %ld and no spare is left: it goes "
-       "on with %d rank(s) holding %s layers (cut at %s before), predicted "
-       "step x%.2f",
+       "replica %d lost rank(s) %s and no spare is left: from step %ld it "
+       "goes on with %d rank(s) holding %s layers (cut at %s before), "
+       "predicted step x%.2f",
        r, lost, c->step, kn, to, from[0] ? from : "-", slow);
   char why[2 * RESIHP__COORD_LAY_MAX + 64];
   snprintf(why, sizeof(why), "lost=%s ranks=%d to=%s predicted-step=x%.2f",
            lost, kn, to, slow);
   resihp__record_event(c->o.record, "shrink", c->step, r, c->epoch + 1,
                        "no-spare", why, slow);
-  resihp__coord_dirty(c);
-  resihp__coord_hold(c, "a replica shrank"); /* free run: a boundary */
   return 0;
 }
 
 void resihp__coord_shrink_boundary(resihp__coord_t *c) {
-  c->shrunk_r = c->shrink_next - 1;
-  c->shrunk_dead = c->shrink_next_dead;
-  if (c->shrink_next)
-    c->changed = 1; /* its epoch (a set-up may have taken the change) */
+  c->shrunk_r = -1;
+  c->shrunk_dead = 0;
+  if (!c->shrink_next)
+    return;
+  int r = c->shrink_next - 1;
+  unsigned long long dead = c->shrink_next_dead;
   c->shrink_next = 0;
   c->shrink_next_dead = 0;
+  resihp__coord_dirty(c);
+  if (!resihp__coord_is_member(c, r))
+    return; /* it failed meanwhile: nothing to shrink */
+  int rc = apply(c, r, dead);
+  if (rc) { /* (its program changed its mind: a BEGIN without lmove=) */
+    logc(RESIHP_LOG_ERROR, "replica %d cannot shrink now (%s): it fails", r,
+         resihp_strerror(rc));
+    resihp__coord_fail_replica(c, r, "could not shrink");
+    return;
+  }
+  c->shrunk_r = r;
+  c->shrunk_dead = dead;
+  c->changed = 1; /* a new epoch, the same members */
 }
 
 void resihp__coord_put_shrunk(const resihp__coord_t *c, resihp__wire_buf_t *b) {
@@ -433,8 +488,9 @@ int resihp__coord_shrink_restore(resihp__coord_t *c, int r, const char *s) {
     s += next ? 5 : 4;
     /* (one shrink at a time, of a member: the snapshot lists the
      * members before the partitions) */
-    if (u64_at(&s, '\0', &dead) || !ranks_ok(c, dead) || !p->shrunk_at ||
-        c->shrink_next || c->shrunk_r >= 0 || !resihp__coord_is_member(c, r))
+    if (u64_at(&s, '\0', &dead) || !ranks_ok(c, dead) ||
+        (!next && !p->shrunk_at) || c->shrink_next || c->shrunk_r >= 0 ||
+        !resihp__coord_is_member(c, r))
       return RESIHP_EPROTO;
     if (next) {
       c->shrink_next = r + 1;

@@ -198,6 +198,9 @@ struct resihp_job {
    * whose state the program has yet to move and commit
    * (resihp_job_commit_layers) */
   int movable, moving;
+  /* a GO gave this replica a partition it cannot take (job_layers.c): it
+   * leaves */
+  int go_refused;
 
   /* the state: this rank's shard, a list of buffers */
   resihp_job_buf_t *state;

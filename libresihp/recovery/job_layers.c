@@ -264,10 +264,20 @@ int resihp__job_layers_go(resihp_job_t *j) {
   free(text);
   for (int i = 0; !rc && j->nlparts && i < j->nmembers; i++)
     if (j->members[i] == j->replica &&
-        !resihp__partition_equal(&j->lparts[j->lpart_of[i]], &j->part))
+        !resihp__partition_equal(&j->lparts[j->lpart_of[i]], &j->part) &&
+        (rc = adopt(j, &j->lparts[j->lpart_of[i]]))) {
       /* not what this replica said: a bug, unless the coordinator moved
-       * its layers */
-      rc = adopt(j, &j->lparts[j->lpart_of[i]]);
+       * its layers; or it shrank it (control/coord_shrink.c), which this
+       * library cannot take yet. No new epoch changes that: the replica
+       * leaves at once (j->go_refused) rather than fail every set-up
+       * until the coordinator gives up on it, and maybe on a healthy
+       * replica whose set-ups it failed meanwhile */
+      j->go_refused = 1;
+      resihp_log(RESIHP_LOG_ERROR, "job",
+                 "replica %d rank %d: the coordinator gave this replica "
+                 "a partition of %d rank(s) that it cannot take: it leaves",
+                 j->replica, j->lrank, j->lparts[j->lpart_of[i]].k);
+    }
   if (rc) {
     resihp_log(RESIHP_LOG_ERROR, "job",
                "replica %d rank %d: GO's partitions of the layers are not "

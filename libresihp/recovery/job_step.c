@@ -203,6 +203,8 @@ static int on_go(resihp_job_t *j) {
     return 0;
   }
   int rc, src = setup_group(j, (uint32_t)ep);
+  if (src && j->go_refused)
+    return RESIHP_EINVAL; /* no new epoch helps: it leaves (job_layers.c) */
   if (src)
     resihp_log(RESIHP_LOG_WARN, "job",
                "replica %d rank %d: group of epoch %ld not set up (%s)",

@@ -74,6 +74,9 @@ typedef struct {
    * rank die_in_move (-1: none) dies there, before the commit */
   int layers;
   int die_in_move;
+  /* (layers 3 and 4) the ranks can move their layers too
+   * (resihp_job_set_layers_movable) */
+  int movable;
 } plan_t;
 
 static char g_secret[128], g_coord[64];
@@ -141,7 +144,8 @@ static int rank_main(const plan_t *p, int replica) {
     int cnt[2] = {1, 2};
     if (replica == p->R - 1)
       cnt[0] = 2, cnt[1] = 1;
-    if (resihp_job_set_layers(job, 3, el, cnt, 2))
+    if (resihp_job_set_layers(job, 3, el, cnt, 2) ||
+        (p->movable && resihp_job_set_layers_movable(job)))
       return 16;
     resihp_job_buf_t mb = {m, sizeof(m)}, xb = {&x, sizeof(x)},
                      gb = {&rng, sizeof(rng)};
@@ -579,6 +583,39 @@ START_TEST(layers_caught_up_by_layer) {
 }
 END_TEST
 
+/* The coordinator shrinks the hooked replica to its rank 0 as if its
+ * rank 1 had died with no spare left (coord_shrink.c): its GO of the
+ * next boundary lists a partition of one rank for it among the others'
+ * two-rank ones, and says shrunk=. Its ranks, alive and of two ranks
+ * still, cannot take it (the library's part of a shrink is not built
+ * yet): the replica fails, as it did before there was a shrink, never
+ * half-regrouped; the other two replicas, whose GO lists a partition of
+ * fewer ranks than theirs, build their groups with it and go on, and
+ * finish with the failure-free result, the ledger exact. Before GO's
+ * partitions could have fewer ranks, every replica refused that GO and
+ * the job died. */
+static void shrink_it(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                      pid_t who) {
+  (void)h, (void)who;
+  ck_assert_int_eq(resihp__coord_shrink(c, p->hook_r, 1ULL << 1), 0);
+  ck_assert_int_eq(write(g_hook_in[1], "s", 1), 1);
+}
+
+START_TEST(layers_shrunk_replica_refuses) {
+  plan_t p = plan(3, 2, 20, 0, 6);
+  p.layers = 4;
+  p.movable = 1;
+  p.lockstep = 1;
+  outcome_t o;
+  run(&p, shrink_it, &o);
+  expect_result(&o, p.K, 20, 2);
+  ck_assert_msg(strstr(o.summary, "1 shrink(s)"), "%s", o.summary);
+  ck_assert_int_eq(o.owned[1], 20);
+  ck_assert_int_eq(o.owned[2], 20);
+  ck_assert_msg(o.owned[0] <= 8, "replica 0 owned %ld steps", o.owned[0]);
+}
+END_TEST
+
 /* Replica 1 is SIGKILLed in step 7 of a free run, before it computed
  * anything: the survivors take its microbatches within the step, the
  * ledger stays exact (replica 1 owns nothing from step 7 on), and the
@@ -828,6 +865,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, layers_caught_up_by_layer, 0, 2);
   tcase_add_test(tc, layers_moved);
   tcase_add_loop_test(tc, layers_move_rank_dies, 0, 2);
+  tcase_add_test(tc, layers_shrunk_replica_refuses);
   tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);

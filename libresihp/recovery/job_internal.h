@@ -348,6 +348,11 @@ int resihp__job_tell(resihp_job_t *j, const char *line);
  * ranks agree. Returns RESIHP_EPEER when a rank of the replica failed;
  * then this rank has left its shard group (resihp__job_replica_lost). */
 int resihp__job_replica_sum(resihp_job_t *j, int64_t *v, size_t n);
+/* After the ranks of the replica agreed to refuse what they were given: one
+ * more sum, so that every rank holds the refusal before any leaves (a rank
+ * told "no" usually exits at once; a partner still finishing the first sum
+ * would see it gone, RESIHP_EPEER, instead of the refusal). job_layers.c */
+void resihp__job_replica_settle(resihp_job_t *j);
 void resihp__job_replica_lost(resihp_job_t *j);
 /* Tests: called at a free-run boundary of step `step` between the shard
  * group's vote and the replica's (where a rank's death leaves its replica

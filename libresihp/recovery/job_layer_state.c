@@ -45,6 +45,7 @@ int resihp_job_set_layer_state(resihp_job_t *j,
   if (rc)
     return rc;
   if (v != j->lsize) {
+    resihp__job_replica_settle(j);
     resihp_log(RESIHP_LOG_ERROR, "job",
                "replica %d rank %d: %s (resihp_job_set_layer_state)",
                j->replica, j->lrank,

@@ -253,19 +253,15 @@ stepd_pids() {
     | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u
 }
 
-# tasks: processes whose environment names our SLURM_CONF and a node
+# tasks: processes whose environment names our SLURM_CONF and a node (or
+# any node). Two greps over every process's environment (NUL-separated):
+# no fork per process, so that a kill of a node on a busy host finds its
+# tasks at once, with the rest of the node, not seconds later.
 task_pids() {
-  local p self=$$
-  for p in /proc/[0-9]*; do
-    p=${p#/proc/}
-    [ "$p" = "$self" ] && continue
-    local e
-    e=$( { tr '\0' '\n' < "/proc/$p/environ"; } 2>/dev/null) || continue
-    grep -qx "SLURM_CONF=$CONF" <<<"$e" || continue
-    if [ -n "${1:-}" ]; then grep -qx "SLURMD_NODENAME=$1" <<<"$e" || continue
-    else grep -q '^SLURMD_NODENAME=' <<<"$e" || continue; fi
-    echo "$p"
-  done
+  local self=$$ want=${1:+SLURMD_NODENAME=$1}
+  grep -lzx -e "SLURM_CONF=$CONF" /proc/[0-9]*/environ 2>/dev/null |
+    xargs -r grep -lz ${1:+-x} -e "${want:-^SLURMD_NODENAME=}" 2>/dev/null |
+    cut -d/ -f3 | grep -vx -e "$self"
 }
 
 cmd_stop() {
@@ -307,11 +303,22 @@ cmd_killnode() {
   local node=$1 pids="" sp
   pid_alive "$LAB/run/slurmd-$node.pid" && pids=$(cat "$LAB/run/slurmd-$node.pid")
   sp=$(stepd_pids "$node")
-  pids="$pids $sp $(for p in $sp; do descendants "$p"; done)"
+  pids="$pids $sp $(for p in $sp; do descendants "$p"; done) $(task_pids "$node")"
   pids=$(echo $pids | tr ' ' '\n' | sort -un | tr '\n' ' ')
   log "killnode $node: kill -9 $pids"
-  [ -n "${pids// /}" ] && kill -9 $pids 2>/dev/null
-  ( pids=$(task_pids "$node"); [ -n "$pids" ] && kill -9 $pids ) </dev/null >/dev/null 2>&1 9>&- &
+  # a node dies in one instant: every process is in the list before any is
+  # killed, and children go before their parents (descending pids; no
+  # SIGSTOP first: a stopped process group whose parent dies is sent
+  # SIGHUP and SIGCONT by the kernel, on which an srun cancels its step);
+  # what died is logged first, for a test that fails after it
+  if [ -n "${pids// /}" ]; then
+    { date +%T.%N; ps -o pid,ppid,pgid,args -p "$(echo $pids | tr ' ' ,)" | cut -c1-200; } \
+      >> "$LAB/log/killnode-$node.log" 2>&1
+    kill -9 $(echo $pids | tr ' ' '\n' | sort -rn) 2>/dev/null
+  fi
+  # and whatever the node started while the list was made
+  ( pids=$(task_pids "$node"); echo "$(date +%T.%N) later: ${pids:-none}" >> "$LAB/log/killnode-$node.log"
+    [ -n "$pids" ] && kill -9 $pids ) </dev/null >/dev/null 2>&1 9>&- &
   echo $! > "$LAB/run/killnode-$node.scan"
   return 0
 }

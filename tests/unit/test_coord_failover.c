@@ -609,8 +609,8 @@ START_TEST(test_retired_refused) {
 }
 END_TEST
 
-/* A standby's coordinator *out restored from the last snapshot (the
- * primary's mirror), whose own snapshot is the same text. */
+/* A standby restored from the record snap: its own record is the same
+ * text. */
 static void restore_same(resihp__coord_opts_t *co, resihp__coord_t **out) {
   char *mine = strdup(snap);
   ck_assert_int_eq(resihp__coord_restore(co, mine, snap_len, -1, out), 0);

@@ -177,9 +177,15 @@ static int rank_main(const plan_t *p, int replica) {
       cnt[0]++, cnt[K - 1]--;
     int rc = resihp_job_set_layers(job, NB * K, el, cnt, K);
     if (odd) {
+      /* the leader leaves only once the test counted both refusals: its
+       * exit fails the replica, whose other rank is then killed (as
+       * resihp-run cancels a failed replica's step), maybe before it said
+       * its own refusal */
       pid_t refused = -1;
+      char ack;
       if (rc == RESIHP_EINVAL &&
-          write(g_hook_out[1], &refused, sizeof(refused)) == sizeof(refused))
+          write(g_hook_out[1], &refused, sizeof(refused)) == sizeof(refused) &&
+          (sh || read(g_hook_in[0], &ack, 1) == 1))
         return 15;
     } else if (rc || resihp_job_layers(job, &first, &count) ||
                first != sh * NB || count != NB)
@@ -442,6 +448,8 @@ static void count_refused(resihp__coord_t *c, kids_t *h, const plan_t *p,
                           pid_t who) {
   (void)c, (void)h, (void)p;
   g_refused += who == -1;
+  if (who == -1 && g_refused == 2) /* the leader may leave now */
+    ck_assert_int_eq(write(g_hook_in[1], "x", 1), 1);
 }
 
 START_TEST(layers_disagree) {

@@ -750,6 +750,9 @@ START_TEST(test_layers_moved) {
                     strstr(text, "replica 0 layers:       moved 1 time(s)"),
                 "%s", text);
   free(text);
+  text = summary_of(b.c); /* (the standby counts it too) */
+  ck_assert_msg(strstr(text, "1 repartition(s)"), "%s", text);
+  free(text);
   /* the next boundary moves nothing: no new epoch */
   ready_all(&a, NULL);
   for (int i = 0; i < N; i++)
@@ -827,10 +830,12 @@ START_TEST(test_layers_shrunk) {
   char *text = summary_of(a.c);
   ck_assert_msg(strstr(text, "1 shrink(s)"), "%s", text);
   free(text);
-  text = summary_of(b.c); /* (the standby's: the replica's line) */
+  text = summary_of(b.c); /* (the standby's: the replica's line, the
+                            * count) */
   ck_assert_msg(strstr(text, "replica 0 ranks:        1 of 2 since step "
                                  "2 (no spare left), cut at - (one rank "
-                                 "holds all), predicted step x1.25"),
+                                 "holds all), predicted step x1.25") &&
+                    strstr(text, "1 shrink(s)"),
                 "%s", text);
   free(text);
   /* the next boundary: nothing new, and no shrunk= any more */

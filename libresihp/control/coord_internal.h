@@ -602,6 +602,14 @@ void resihp__coord_shrink_boundary(resihp__coord_t *c);
 void resihp__coord_put_shrink_state(const resihp__coord_t *c, int r,
                                     resihp__wire_buf_t *b);
 int resihp__coord_shrink_restore(resihp__coord_t *c, int r, const char *s);
+/* A HELLO again=1 of n ranks from replica r, whose lists ep and sep (n
+ * items, cap bytes each) become those kept here: those of a replica that
+ * shrank to n ranks (its survivors' in their new order) followed by its
+ * dead ranks' (the job's K items, as after its shrink): 0, or
+ * RESIHP_EINVAL (not a replica of n ranks now, or the lists too long),
+ * nothing changed. */
+int resihp__coord_shrunk_hello(const resihp__coord_t *c, int r, int n,
+                               char *ep, char *sep, size_t cap);
 /* GO: " shrunk=r:k,..." when this epoch shrinks a replica. */
 void resihp__coord_put_shrunk(const resihp__coord_t *c, resihp__wire_buf_t *b);
 /* The rank that old rank k of a replica whose dead ranks are the bits of

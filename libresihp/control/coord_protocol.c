@@ -280,16 +280,6 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     refuse_program(c, k, r, "mismatch", msg);
     return;
   }
-  /* its state shape is compared at its first BEGIN, with the replicas
-   * of its partition of the layers (coord_layers.c), known only then */
-  if (c->S && K != c->K) {
-    logc(RESIHP_LOG_ERROR,
-         "replica %ld has %ld rank(s), the job %d: refused (every replica "
-         "must have the same ranks per replica)",
-         r, K, c->K);
-    refuse_program(c, k, r, "mismatch", msg);
-    return;
-  }
   long again = 0, e = 0, st = 0, pid = 0;
   /* its burn-in (the launcher asks first launches for one): the reference
    * of the spares' (coord_spares.c) */
@@ -304,6 +294,21 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
           RESIHP_EPROTO ||
       resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &st) == RESIHP_EPROTO) {
     resihp__coord_refuse(c, k, "bad-hello", 1, msg);
+    return;
+  }
+  /* its state shape is compared at its first BEGIN, with the replicas
+   * of its partition of the layers (coord_layers.c), known only then; a
+   * replica that shrank (coord_shrink.c) comes back with its ranks now,
+   * its lists as kept here */
+  int shrunk = c->S && K != c->K && again &&
+               resihp__coord_shrunk_hello(c, (int)r, (int)K, ep, sep,
+                                          sizeof(ep)) == 0;
+  if (c->S && K != c->K && !shrunk) {
+    logc(RESIHP_LOG_ERROR,
+         "replica %ld has %ld rank(s), the job %d: refused (every replica "
+         "must have the same ranks per replica)",
+         r, K, c->K);
+    refuse_program(c, k, r, "mismatch", msg);
     return;
   }
   if (again && c->reps[r].retired &&
@@ -326,6 +331,14 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     return;
   if (ra < 0) {
     resihp__coord_refuse(c, k, "bad-credential", 1, msg);
+    return;
+  }
+  if (shrunk) { /* (a new process of fewer ranks: not yet) */
+    logc(RESIHP_LOG_ERROR,
+         "replica %ld: a new process of %ld rank(s), the job %d: refused "
+         "(only a shrunk replica's own process comes back with fewer)",
+         r, K, c->K);
+    refuse_program(c, k, r, "mismatch", msg);
     return;
   }
   rep_t *p = &c->reps[r];

@@ -92,9 +92,13 @@
  *    within K' ranks); moved = 0. The replica's address lists keep K
  *    items, the survivors' first in their new order, then the dead
  *    ranks' (never dialled), so that every check of a K-item list holds
- *    and item k is new rank k's. [todo: a HELLO again=1 of a shrunk
- *    replica after a failover says lsize=K' and is refused (K != c->K);
- *    a new process of K ranks (a later relaunch) resets k.]
+ *    and item k is new rank k's. A HELLO again=1 of a shrunk replica
+ *    (after a failover) says lsize=K' and its survivors' K' addresses;
+ *    the coordinator appends the dead ranks' it kept and compares as for
+ *    any replica (resihp__coord_shrunk_hello) [done]; a new process of
+ *    K' ranks is refused [todo for relaunch in place, 11]; a new
+ *    process of K ranks (a later relaunch) resets k [done:
+ *    resihp__coord_repart_reset].
  * 5. How the survivors learn it: the epoch is renewed with the same
  *    members (a shrunk replica is a member again from the next boundary,
  *    catching up) and its GO says shrunk=R:k[,R:k...] (replica R lost
@@ -243,6 +247,37 @@ static int reorder(const char *list, int K, unsigned long long dead,
       at += (size_t)snprintf(o + at, n + 1 - at, "%s%s", at ? "/" : "", item);
     }
   *out = o;
+  return 0;
+}
+
+/* The items n.. of the kept list `kept` after `list` (n items, cap
+ * bytes): 0, or RESIHP_EINVAL (a kept list of fewer, or too long). */
+static int pad(char *list, const char *kept, int n, int K, size_t cap) {
+  size_t at = strlen(list);
+  char item[RESIHP__COORD_EP_MAX];
+  for (int k = n; k < K; k++) {
+    if (!kept || resihp__wire_list_item(kept, k, item, sizeof(item)) ||
+        at + 1 + strlen(item) >= cap)
+      return RESIHP_EINVAL;
+    at += (size_t)snprintf(list + at, cap - at, "/%s", item);
+  }
+  return 0;
+}
+
+int resihp__coord_shrunk_hello(const resihp__coord_t *c, int r, int n,
+                               char *ep, char *sep, size_t cap) {
+  const rep_t *p = &c->reps[r];
+  if (!p->k || n != p->k || n >= c->K)
+    return RESIHP_EINVAL;
+  char e[RESIHP__COORD_EPS_MAX], s[RESIHP__COORD_EPS_MAX];
+  if (cap > sizeof(e))
+    cap = sizeof(e);
+  snprintf(e, sizeof(e), "%s", ep);
+  snprintf(s, sizeof(s), "%s", sep);
+  if (pad(e, p->ep, n, c->K, cap) || pad(s, p->sep, n, c->K, cap))
+    return RESIHP_EINVAL;
+  memcpy(ep, e, strlen(e) + 1);
+  memcpy(sep, s, strlen(s) + 1);
   return 0;
 }
 

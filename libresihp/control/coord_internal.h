@@ -602,7 +602,7 @@ void resihp__coord_shrink_boundary(resihp__coord_t *c);
 void resihp__coord_put_shrink_state(const resihp__coord_t *c, int r,
                                     resihp__wire_buf_t *b);
 int resihp__coord_shrink_restore(resihp__coord_t *c, int r, const char *s);
-/* A HELLO again=1 of n ranks from replica r, whose lists ep and sep (n
+/* A HELLO of n ranks from replica r, whose lists ep and sep (n
  * items, cap bytes each) become those kept here: those of a replica that
  * shrank to n ranks (its survivors' in their new order) followed by its
  * dead ranks' (the job's K items, as after its shrink): 0, or
@@ -620,8 +620,10 @@ static inline int resihp__shrink_rank(int k, uint64_t dead) {
     return -1;
   return k - __builtin_popcountll(dead & ((1ULL << k) - 1));
 }
-/* A new process of replica r (HELLO): nothing moved, nothing declared. */
-void resihp__coord_repart_reset(resihp__coord_t *c, int r);
+/* A new process of replica r (HELLO): nothing moved, nothing declared;
+ * of the job's K ranks (shrunk 0) not shrunk either, of its shrunk
+ * replica's K' (shrunk 1) still shrunk. */
+void resihp__coord_repart_reset(resihp__coord_t *c, int r, int shrunk);
 /* (snapshot) Replica r's layers were moved away from home (its declared
  * cut points): 0, or RESIHP_EPROTO. */
 int resihp__coord_repart_restore(resihp__coord_t *c, int r, const char *home);

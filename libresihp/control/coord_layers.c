@@ -337,12 +337,17 @@ int resihp__coord_serve_sources(resihp__coord_t *c) {
   for (int ji = 0; ji < nj; ji++) {
     int lp = D ? c->reps[c->start_joiners[ji]].lpart : 0;
     int n = at[lp + 1] - at[lp];
+    /* of the joiner's ranks now (fewer once it shrank): its other slots
+     * serve nobody */
+    int kj = resihp__coord_rep_k(c, c->start_joiners[ji]);
+    for (int k = kj; k < K; k++)
+      c->start_src[(size_t)ji * (size_t)K + (size_t)k] = -1;
     if (lp && !n && c->start_lay && nls &&
         c->reps[c->start_joiners[ji]].lstate) {
       /* by layer: rank k's layers from the ranks of the (ji + k)-th
        * member holding its state by layer, whatever its partition */
       c->start_lay[ji] = 1;
-      for (int k = 0; k < K; k++)
+      for (int k = 0; k < kj; k++)
         c->start_src[(size_t)ji * (size_t)K + (size_t)k] = ls[(ji + k) % nls];
       continue;
     }
@@ -352,7 +357,7 @@ int resihp__coord_serve_sources(resihp__coord_t *c) {
            "layers (%s): it gets shards of another one",
            c->start_joiners[ji], c->lparts[lp - 1].text);
     }
-    for (int k = 0; k < K; k++)
+    for (int k = 0; k < kj; k++)
       c->start_src[(size_t)ji * (size_t)K + (size_t)k] =
           n ? by[at[lp] + (ji + k) % n] : c->start_contrib[(ji + k) % nc];
   }

@@ -300,7 +300,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
    * of its partition of the layers (coord_layers.c), known only then; a
    * replica that shrank (coord_shrink.c) comes back with its ranks now,
    * its lists as kept here */
-  int shrunk = c->S && K != c->K && again &&
+  int shrunk = c->S && K != c->K &&
                resihp__coord_shrunk_hello(c, (int)r, (int)K, ep, sep,
                                           sizeof(ep)) == 0;
   if (c->S && K != c->K && !shrunk) {
@@ -331,14 +331,6 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     return;
   if (ra < 0) {
     resihp__coord_refuse(c, k, "bad-credential", 1, msg);
-    return;
-  }
-  if (shrunk) { /* (a new process of fewer ranks: not yet) */
-    logc(RESIHP_LOG_ERROR,
-         "replica %ld: a new process of %ld rank(s), the job %d: refused "
-         "(only a shrunk replica's own process comes back with fewer)",
-         r, K, c->K);
-    refuse_program(c, k, r, "mismatch", msg);
     return;
   }
   rep_t *p = &c->reps[r];
@@ -392,7 +384,9 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   snprintf(p->lep, sizeof(p->lep), "%s", strcmp(lep, "-") ? lep : "");
   snprintf(p->shape, sizeof(p->shape), "%s", shape);
   p->shape_open = 1;
-  resihp__coord_repart_reset(c, (int)r); /* a new process: nothing moved */
+  /* a new process: nothing moved; one of the job's K ranks is no longer
+   * shrunk, one of the replica's fewer is (a relaunch in place) */
+  resihp__coord_repart_reset(c, (int)r, shrunk);
   c->conns[k].replica = (int)r;
   p->last_life = resihp__now_ms();
   /* and the partition of the layers that replica r holds (its last

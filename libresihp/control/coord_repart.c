@@ -174,13 +174,15 @@ static int counts_of(const char *cuts, int L, int K, int *counts) {
   return rc;
 }
 
-void resihp__coord_repart_reset(resihp__coord_t *c, int r) {
+void resihp__coord_repart_reset(resihp__coord_t *c, int r, int shrunk) {
   rep_t *p = &c->reps[r];
   p->lmove = 0;
-  p->home[0] = '\0';
   p->moved = 0;
   p->moved_at = 0;
   p->repart_asked = 0;
+  if (shrunk)
+    return; /* (its home is the shrunk partition, coord_shrink.c) */
+  p->home[0] = '\0';
   p->k = 0; /* (HELLO checked: the job's K ranks) */
   p->lost = 0;
   p->shrunk_at = 0;

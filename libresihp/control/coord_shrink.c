@@ -95,10 +95,13 @@
  *    and item k is new rank k's. A HELLO again=1 of a shrunk replica
  *    (after a failover) says lsize=K' and its survivors' K' addresses;
  *    the coordinator appends the dead ranks' it kept and compares as for
- *    any replica (resihp__coord_shrunk_hello) [done]; a new process of
- *    K' ranks is refused [todo for relaunch in place, 11]; a new
- *    process of K ranks (a later relaunch) resets k [done:
- *    resihp__coord_repart_reset].
+ *    any replica (resihp__coord_shrunk_hello) [done]; so does a new
+ *    process of K' ranks of a shrunk replica (relaunch in place, 11)
+ *    [done], which stays shrunk; a new process of K ranks (a later
+ *    relaunch) resets k (resihp__coord_repart_reset; not tested end to
+ *    end: its BEGIN of K ranks must then be taken as a new partition).
+ *    A catch-up gives a joiner as many sources as it has ranks now
+ *    (resihp__coord_serve_sources: the replica's K, not the job's) [done].
  * 5. How the survivors learn it: the epoch is renewed with the same
  *    members (a shrunk replica is a member again from the next boundary,
  *    catching up) and its GO says shrunk=R:k[,R:k...] (replica R lost
@@ -175,7 +178,13 @@
  *    existing path); the launcher, finding no spare, does not cancel the
  *    step but allows a K'-rank process of the replica (the coordinator
  *    then accepts a HELLO of lsize=K' for it, sets k, and refuses any
- *    other). The survivors' program, whose step failed, agrees on the
+ *    other: resihp__coord_shrink_in_place, the coordinator's part [done]:
+ *    the failed replica gets the planner's partition over its survivors
+ *    at once, its addresses survivors first, its multiplier, the event,
+ *    the count; its next process of K' ranks catches up by layer;
+ *    test_coord_failover test_layers_shrunk_in_place). [todo: the
+ *    launcher's call; the library's re-join below.] The survivors'
+ *    program, whose step failed, agrees on the
  *    survivors over the old replica communicator (resihp_comm_shrink:
  *    its new rank and K'), destroys its job and joins again as that
  *    K'-rank process (the other ranks find the new leader through the
@@ -281,12 +290,14 @@ int resihp__coord_shrunk_hello(const resihp__coord_t *c, int r, int n,
   return 0;
 }
 
-/* Whether member r can shrink by dead now: 0, or why not (with nothing
+/* Whether replica r can shrink by dead now (a member, or with gone one
+ * that failed, for a relaunch in place): 0, or why not (with nothing
  * changed). */
-static int can_shrink(const resihp__coord_t *c, int r,
-                      unsigned long long dead) {
+static int can_shrink(const resihp__coord_t *c, int r, unsigned long long dead,
+                      int gone) {
   const rep_t *p = &c->reps[r];
-  if (p->state != R_MEMBER || !p->lpart || !c->nlayers || !p->ep || !p->sep)
+  if (p->state != (gone ? R_GONE : R_MEMBER) || !p->lpart || !c->nlayers ||
+      !p->ep || !p->sep)
     return RESIHP_ESTATE;
   /* its program must be able to take other layers and catch them up by
    * layer from the healthy replicas */
@@ -303,7 +314,7 @@ int resihp__coord_shrink(resihp__coord_t *c, int r, unsigned long long dead) {
     return RESIHP_EINVAL;
   if (c->shrink_next || c->stop)
     return RESIHP_EBUSY; /* one at a time, at a boundary */
-  int rc = can_shrink(c, r, dead);
+  int rc = can_shrink(c, r, dead, 0);
   if (rc)
     return rc;
   /* taken at the next boundary, once the members' BEGINs are in: its
@@ -319,12 +330,14 @@ int resihp__coord_shrink(resihp__coord_t *c, int r, unsigned long long dead) {
   return 0;
 }
 
-/* Give member r the partition of the planner over its survivors (dead:
- * the ranks it lost): 0, or an error with nothing changed. */
-static int apply(resihp__coord_t *c, int r, unsigned long long dead) {
+/* Give member r (or with gone, replica r that failed) the partition of
+ * the planner over its survivors (dead: the ranks it lost): 0, or an
+ * error with nothing changed. */
+static int apply(resihp__coord_t *c, int r, unsigned long long dead,
+                 int gone) {
   rep_t *p = &c->reps[r];
   int K = resihp__coord_rep_k(c, r);
-  int rc = can_shrink(c, r, dead);
+  int rc = can_shrink(c, r, dead, gone);
   if (rc)
     return rc;
   int counts[RESIHP__COORD_MAX_SHARDS];
@@ -421,6 +434,17 @@ static int apply(resihp__coord_t *c, int r, unsigned long long dead) {
   return 0;
 }
 
+int resihp__coord_shrink_in_place(resihp__coord_t *c, int r,
+                                  unsigned long long dead) {
+  if (r < 0 || r >= c->R)
+    return RESIHP_EINVAL;
+  if (c->stop || c->state != RESIHP__COORD_RUNNING)
+    return RESIHP_ESTATE;
+  /* (no boundary to wait for: it is no member; its new process catches
+   * up its new partition by layer as any replacement) */
+  return apply(c, r, dead, 1);
+}
+
 void resihp__coord_shrink_boundary(resihp__coord_t *c) {
   c->shrunk_r = -1;
   c->shrunk_dead = 0;
@@ -433,7 +457,7 @@ void resihp__coord_shrink_boundary(resihp__coord_t *c) {
   resihp__coord_dirty(c);
   if (!resihp__coord_is_member(c, r))
     return; /* it failed meanwhile: nothing to shrink */
-  int rc = apply(c, r, dead);
+  int rc = apply(c, r, dead, 0);
   if (rc) { /* (its program changed its mind: a BEGIN without lmove=) */
     logc(RESIHP_LOG_ERROR, "replica %d cannot shrink now (%s): it fails", r,
          resihp_strerror(rc));

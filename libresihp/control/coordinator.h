@@ -356,6 +356,17 @@ void resihp__coord_mark_failed(resihp__coord_t *c, int replica,
  * for the boundary): then fail it as before. */
 int resihp__coord_shrink(resihp__coord_t *c, int replica,
                          unsigned long long dead);
+/* Shrink replica, which failed (it left, or resihp__coord_fail_*) having
+ * lost the ranks whose bits dead holds, for a relaunch in place (the
+ * shrink's other road, coord_shrink.c 11): it now holds the planner's
+ * partition of the layers over its survivors, and its next process is
+ * one of as many ranks (HELLO lsize=K'; the survivors in their order),
+ * which catches its layers up by layer from the members. 0; or, with
+ * nothing changed, RESIHP_EINVAL (as resihp__coord_shrink) or
+ * RESIHP_ESTATE (not failed, no layers, its program cannot move layers
+ * and catch them up by layer, or the run ends): then give it up. */
+int resihp__coord_shrink_in_place(resihp__coord_t *c, int replica,
+                                  unsigned long long dead);
 /* Spare states (names: resihp__spare_state_name). */
 enum {
   RESIHP__SPARE_CHECKING = 0, /* added, never registered */

@@ -978,6 +978,75 @@ START_TEST(test_layers_serve_by_layer) {
 }
 END_TEST
 
+/* The shrink as a relaunch in place (coord_shrink.c 11): replica 0 (4 |
+ * 6 layers) fails having lost its rank 1 and no spare is left; the
+ * launcher shrinks it in place (refused for a member, for no survivor or
+ * a rank it does not have): all 10 layers on its survivor, whose new
+ * process of one rank is taken (HELLO lsize=1, WELCOME lay=10) and
+ * catches every layer up by layer from one member (replica 1: 0-6 from
+ * its rank 0, 6-10 from its rank 1, its own state from rank 0) and
+ * nothing from another: the catch-up has as many ranks as the replica
+ * now, not the job's K (before, replica 2 served a rank 1 the replica no
+ * longer has, out of its partition's bounds). A standby restores it (the
+ * same text), the summary counts the shrink. */
+START_TEST(test_layers_shrunk_in_place) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  char line[512], go[N][512];
+  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
+  connect_all(&a);
+  for (int i = 0; i < N; i++) {
+    feed(&a, i,
+         "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
+         "lsize=2 jobid=7 stepid=%d shape=-",
+         i, i, i, i, i, i);
+    expect(&a, i, "WELCOME ", line, sizeof(line));
+  }
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=-1 lay=%s lmove=1 lst=1", LAY[i]);
+  for (int i = 0; i < N; i++)
+    expect(&a, i, "GO ", go[i], 512);
+  ready_all(&a, NULL);
+  ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 2), RESIHP_ESTATE);
+  resihp__coord_fail_lost(a.c, 0, "its rank 1's node h0 is DOWN");
+  ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 3), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 4), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 2), 0);
+  resihp__coord_mirror(a.c);
+  ck_assert_msg(strstr(snap, "\ny 0 lay=10 lst=1 shrunk=1:2:1.25\n"), "%s",
+                snap);
+  restore_same(&co, &b.c);
+  resihp__coord_destroy(b.c);
+  /* its survivor's new process of one rank */
+  resihp__wire_free(&a.peer[0]);
+  connect_one(&a, 0);
+  feed(&a, 0,
+       "HELLO replica=0 ep=h0:5 sep=h0:6 mbs=6 steps=8 lsize=1 jobid=7 "
+       "stepid=9 shape=-");
+  expect(&a, 0, "WELCOME replica=0 ", line, sizeof(line));
+  ck_assert_msg(strstr(line, " lay=10"), "%s", line);
+  feed(&a, 0, "BEGIN step=-1 lay=10 lmove=1 lst=1");
+  for (int i = 1; i < N; i++)
+    feed(&a, i, "BEGIN step=1 lay=%s lmove=1 lst=1", LAY[i]);
+  for (int i = 0; i < N; i++)
+    expect(&a, i, "GO ", line, sizeof(line));
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "READY epoch=%u", resihp__coord_epoch(a.c));
+  char serve[128] = "";
+  expect(&a, 1, "START ", line, sizeof(line));
+  resihp__wire_get(line, "serve", serve, sizeof(serve));
+  ck_assert_str_eq(serve, "0.0:0-6@h0:6,0.0:6-10@h0:6,0.0:r@h0:6");
+  expect(&a, 2, "START ", line, sizeof(line));
+  ck_assert_msg(!strstr(line, "serve="), "%s", line);
+  expect(&a, 0, "START ", line, sizeof(line));
+  ck_assert_msg(strstr(line, "catchup=1"), "%s", line);
+  char *text = summary_of(a.c);
+  ck_assert_msg(strstr(text, "1 shrink(s)"), "%s", text);
+  free(text);
+  close_side(&a);
+}
+END_TEST
+
 /* Replicas of different partitions hold different state sizes (SHAPE:
  * join_layers, where replica 1's differs, and all join): the shape is
  * compared at a process's first BEGIN with those of the replicas holding
@@ -1332,6 +1401,7 @@ int main(void) {
   tcase_add_test(tc, test_layers);
   tcase_add_test(tc, test_layers_moved);
   tcase_add_test(tc, test_layers_shrunk);
+  tcase_add_test(tc, test_layers_shrunk_in_place);
   tcase_add_test(tc, test_layers_serve);
   tcase_add_test(tc, test_layers_serve_by_layer);
   tcase_add_test(tc, test_layers_shape);

@@ -632,9 +632,12 @@ static const char *const SHAPE[N] = {"00000000000000aa", "00000000000000bb",
                                      "00000000000000aa"};
 
 /* A coordinator a of replicas of 2 ranks, each of partition LAY[i] and
- * state shape SHAPE[i]: joined (no lay= in a first WELCOME), their GO in
- * go[], every one in its first step. */
-static void join_layers(side_t *a, resihp__coord_opts_t *co, char go[N][512]) {
+ * state shape shape[i] (NULL: none, shape=-), their first BEGIN ending
+ * with extra: joined (no lay= in a first WELCOME), their GO in go[],
+ * every one in its first step. join_layers: with SHAPE, nothing more. */
+static void join_shaped(side_t *a, resihp__coord_opts_t *co,
+                        const char *const *shape, const char *extra,
+                        char go[N][512]) {
   char line[512];
   ck_assert_int_eq(resihp__coord_create(co, &a->c), 0);
   connect_all(a);
@@ -642,16 +645,20 @@ static void join_layers(side_t *a, resihp__coord_opts_t *co, char go[N][512]) {
     feed(a, i,
          "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
          "lsize=2 jobid=7 stepid=%d shape=%s",
-         i, i, i, i, i, i, SHAPE[i]);
+         i, i, i, i, i, i, shape ? shape[i] : "-");
     expect(a, i, "WELCOME ", line, sizeof(line));
     ck_assert_ptr_null(strstr(line, "lay="));
     resihp__wire_get(line, "cred", creds[i], sizeof(creds[i]));
   }
   for (int i = 0; i < N; i++)
-    feed(a, i, "BEGIN step=-1 lay=%s", LAY[i]);
+    feed(a, i, "BEGIN step=-1 lay=%s%s", LAY[i], extra);
   for (int i = 0; i < N; i++)
     expect(a, i, "GO ", go[i], 512);
   ready_all(a, NULL);
+}
+
+static void join_layers(side_t *a, resihp__coord_opts_t *co, char go[N][512]) {
+  join_shaped(a, co, SHAPE, "", go);
 }
 
 /* A new process of replica 2 (Slurm step stepid, state shape shape, its
@@ -924,21 +931,7 @@ START_TEST(test_layers_serve_by_layer) {
     resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
     char line[512], go[N][512];
     const char *ls = lst ? " lst=1" : "";
-    ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
-    connect_all(&a);
-    for (int i = 0; i < N; i++) {
-      feed(&a, i,
-           "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
-           "lsize=2 jobid=7 stepid=%d shape=-",
-           i, i, i, i, i, i);
-      expect(&a, i, "WELCOME ", line, sizeof(line));
-      resihp__wire_get(line, "cred", creds[i], sizeof(creds[i]));
-    }
-    for (int i = 0; i < N; i++)
-      feed(&a, i, "BEGIN step=-1 lay=%s%s", LAY[i], ls);
-    for (int i = 0; i < N; i++)
-      expect(&a, i, "GO ", go[i], 512);
-    ready_all(&a, NULL);
+    join_shaped(&a, &co, NULL, ls, go);
     if (lst) { /* the standby's state says it too */
       resihp__coord_mirror(a.c);
       ck_assert_msg(strstr(snap, "\ny 1 lay=10:6 lst=1"), "%s", snap);
@@ -993,20 +986,7 @@ START_TEST(test_layers_shrunk_in_place) {
   side_t a, b;
   resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
   char line[512], go[N][512];
-  ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
-  connect_all(&a);
-  for (int i = 0; i < N; i++) {
-    feed(&a, i,
-         "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
-         "lsize=2 jobid=7 stepid=%d shape=-",
-         i, i, i, i, i, i);
-    expect(&a, i, "WELCOME ", line, sizeof(line));
-  }
-  for (int i = 0; i < N; i++)
-    feed(&a, i, "BEGIN step=-1 lay=%s lmove=1 lst=1", LAY[i]);
-  for (int i = 0; i < N; i++)
-    expect(&a, i, "GO ", go[i], 512);
-  ready_all(&a, NULL);
+  join_shaped(&a, &co, NULL, " lmove=1 lst=1", go);
   ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 2), RESIHP_ESTATE);
   resihp__coord_fail_lost(a.c, 0, "its rank 1's node h0 is DOWN");
   ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 3), RESIHP_EINVAL);

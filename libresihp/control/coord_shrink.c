@@ -182,9 +182,23 @@
  *    the failed replica gets the planner's partition over its survivors
  *    at once, its addresses survivors first, its multiplier, the event,
  *    the count; its next process of K' ranks catches up by layer;
- *    test_coord_failover test_layers_shrunk_in_place). [todo: the
- *    launcher's call; the library's re-join below.] The survivors'
- *    program, whose step failed, agrees on the
+ *    test_coord_failover test_layers_shrunk_in_place). The library takes
+ *    a K'-rank process of a job of K (GO's partitions of up to the
+ *    bound, not of its own lsize; the other ranks' columns of the
+ *    members' lists up to the most ranks of any partition, job_step.c)
+ *    [done]: a new process of K' ranks on the survivors' nodes catches
+ *    everything up by layer and trains on (test_freerun
+ *    layers_shrunk_in_place: 2 ranks to 1, SIGKILL from outside, the
+ *    failure-free result, ledger exact). That first cut is a relaunch
+ *    on the survivors' nodes, not in the survivors' processes: the
+ *    replica fails and its step is cancelled as today, so nothing new
+ *    is needed in the survivors (no LOST line, no renumbering, no
+ *    re-join API), at the cost of a process start; every layer comes
+ *    from the healthy replicas anyway (7). [todo: resihp-run's call
+ *    (tools/run/launch.c, where no spare is left: the dead rank from
+ *    the node that died, a K'-task step on the survivors' nodes).] The
+ *    in-process variant: the survivors' program, whose step failed,
+ *    agrees on the
  *    survivors over the old replica communicator (resihp_comm_shrink:
  *    its new rank and K'), destroys its job and joins again as that
  *    K'-rank process (the other ranks find the new leader through the

@@ -161,8 +161,10 @@ struct resihp_job {
   size_t *gslice;
   /* while the partitions differ: every other rank's address of each of
    * members[] (col_eps[k], k != lrank, the base of the next GO's delta
-   * like member_eps; NULL: not held) */
+   * like member_eps; NULL: not held), ncols columns: the most ranks of
+   * any partition (more than lsize when this replica shrank) */
   char (**col_eps)[RESIHP__JOB_EP_MAX];
+  int ncols;
   uint32_t epoch;
   int *members, nmembers; /* replica ids, in the group's world-rank order */
   uint32_t vgen;          /* REASSIGNs applied since the group was made */

@@ -264,10 +264,11 @@ int resihp__job_layers_go(resihp_job_t *j) {
     rc = 0; /* one rank holds everything: nothing to tell apart */
   else if (!rc && !(j->lpart_of = malloc(sizeof(int) * (size_t)j->nmembers)))
     rc = RESIHP_ENOMEM;
-  else if (!rc)
-    rc =
-        resihp__lparts_parse(text, j->nlayers, j->lsize, j->members,
-                             j->nmembers, &j->lparts, &j->nlparts, j->lpart_of);
+  else if (!rc) /* (of any ranks up to the bound: the job's K is more
+                  * than this replica's when it shrank, coord_shrink.c) */
+    rc = resihp__lparts_parse(text, j->nlayers, RESIHP__JOB_MAX_SHARDS,
+                              j->members, j->nmembers, &j->lparts,
+                              &j->nlparts, j->lpart_of);
   free(text);
   for (int i = 0; !rc && j->nlparts && i < j->nmembers; i++)
     if (j->members[i] == j->replica &&

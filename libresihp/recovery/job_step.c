@@ -70,6 +70,22 @@
  * last epoch (old ids, nold of them); a change without them is refused,
  * and the rank's RESYNC gets the whole list. 0, or RESIHP_EPROTO /
  * RESIHP_ENOMEM (nothing held then). */
+/* The most ranks of a partition in an lparts= text: of each entry
+ * "D[@ids]", D's cut points + 1 (resihp__lparts_parse checks them). */
+static int lparts_max_ranks(const char *lp) {
+  int most = 1;
+  for (const char *q = lp; *q;) {
+    size_t n = strcspn(q, "@,");
+    int k = n ? 2 : 1;
+    for (size_t i = 0; i < n; i++)
+      k += q[i] == ':';
+    most = k > most ? k : most;
+    q += strcspn(q, ",");
+    q += *q == ',';
+  }
+  return most < RESIHP__JOB_MAX_SHARDS ? most : RESIHP__JOB_MAX_SHARDS;
+}
+
 static int other_columns(resihp_job_t *j, const char *list, const int *old,
                          int nold, const int *ids, int n) {
   char *lp = malloc(RESIHP__JOB_MSG_MAX);
@@ -77,22 +93,27 @@ static int other_columns(resihp_job_t *j, const char *list, const int *old,
     return RESIHP_ENOMEM;
   int differ = !resihp__wire_get(j->msg, "lparts", lp, RESIHP__JOB_MSG_MAX) &&
                strchr(lp, ',');
+  /* a replica that shrank (control/coord_shrink.c) has fewer ranks than
+   * the others' partitions: the columns of all of theirs */
+  int nc = differ ? lparts_max_ranks(lp) : 1;
   free(lp);
-  int held = j->col_eps != NULL, rc = 0;
-  if (!differ || j->lsize == 1) {
+  if (nc < j->lsize)
+    nc = j->lsize;
+  int held = j->col_eps != NULL, rc = 0, nheld = j->ncols;
+  if (!differ || nc == 1) {
     resihp__job_cols_free(j);
     return 0;
   }
-  resihp__job_ep_t **cols = calloc((size_t)j->lsize, sizeof(*cols));
+  resihp__job_ep_t **cols = calloc((size_t)nc, sizeof(*cols));
   if (!cols)
     return RESIHP_ENOMEM;
-  for (int k = 0; k < j->lsize && !rc; k++) {
+  for (int k = 0; k < nc && !rc; k++) {
     if (k == j->lrank)
       continue;
     int *kids = NULL, kn = 0;
     if (list)
       rc = resihp__job_members_parse(list, k, &kids, &cols[k], &kn);
-    else if (!held)
+    else if (!held || k >= nheld) /* (no base: the whole list, RESYNC) */
       rc = RESIHP_EPROTO;
     else
       rc = resihp__job_members_delta(
@@ -105,16 +126,18 @@ static int other_columns(resihp_job_t *j, const char *list, const int *old,
   }
   resihp__job_cols_free(j);
   j->col_eps = cols;
+  j->ncols = nc;
   if (rc)
     resihp__job_cols_free(j);
   return rc;
 }
 
 void resihp__job_cols_free(resihp_job_t *j) {
-  for (int k = 0; j->col_eps && k < j->lsize; k++)
+  for (int k = 0; j->col_eps && k < j->ncols; k++)
     free(j->col_eps[k]);
   free(j->col_eps);
   j->col_eps = NULL;
+  j->ncols = 0;
 }
 
 /* The groups of an epoch: this rank's shard k of every member, from GO's

@@ -123,7 +123,9 @@ static uint64_t rng_next(uint64_t g, int sh) {
 
 static int rank_main(const plan_t *p, int replica) {
   resihp_job_opts_t o;
-  uint64_t m[NB] = {0};
+  /* (a replica shrunk to one rank, plan_t layers 4, holds both shards:
+   * layer 0's, then layer 2's) */
+  uint64_t m[2 * NB] = {0};
   resihp_job_buf_t sb;
   tm_job_opts(&o, p->steps, g_coord, replica, g_secret, m, &sb);
   if (p->layers == 4) /* (the state by layer instead, below) */
@@ -137,23 +139,30 @@ static int rank_main(const plan_t *p, int replica) {
     return 14;
   int sh = resihp_job_shard(job);
   int first = -1, count = -1;
+  /* a replica of 2 ranks shrunk to one (a relaunch on its survivor, the
+   * coordinator's resihp__coord_shrink_in_place) */
+  int one = p->layers == 4 && p->K == 2 && resihp_job_shards(job) == 1;
   if (p->layers == 3 || p->layers == 4) {
     /* 3 layers of NB, 0 and NB elements: every rank exchanges NB of them
-     * whether its replica holds them as 1,2 or (the last replica) 2,1 */
+     * whether its replica holds them as 1,2 or (the last replica) 2,1;
+     * one rank holds all three */
     size_t el[3] = {NB, 0, NB};
     int cnt[2] = {1, 2};
     if (replica == p->R - 1)
       cnt[0] = 2, cnt[1] = 1;
-    if (resihp_job_set_layers(job, 3, el, cnt, 2) ||
+    if (one)
+      cnt[0] = 3;
+    if (resihp_job_set_layers(job, 3, el, cnt, one ? 1 : 2) ||
         (p->movable && resihp_job_set_layers_movable(job)))
       return 16;
-    resihp_job_buf_t mb = {m, sizeof(m)}, xb = {&x, sizeof(x)},
-                     gb = {&rng, sizeof(rng)};
-    resihp_job_layer_state_t ls[2];
-    if (resihp_job_layers(job, &first, &count) || count > 2)
+    resihp_job_buf_t mb = {m, sizeof(uint64_t) * NB},
+                     m2b = {m + NB, sizeof(uint64_t) * NB},
+                     xb = {&x, sizeof(x)}, gb = {&rng, sizeof(rng)};
+    resihp_job_layer_state_t ls[3];
+    if (resihp_job_layers(job, &first, &count) || count > 2 + one)
       return 16;
     for (int i = 0; i < count; i++) {
-      ls[i].bufs = first + i == 1 ? &xb : &mb;
+      ls[i].bufs = first + i == 1 ? &xb : one && first + i == 2 ? &m2b : &mb;
       ls[i].nbufs = 1;
     }
     if (p->layers == 4 &&
@@ -228,7 +237,7 @@ static int rank_main(const plan_t *p, int replica) {
         resihp__job_ngroups(job) !=
             1 + (sh == (replica == p->R - 1 ? 0 : 1)))
       return 17;
-    if (tm_step_wl(job, &st, sh, m, g_compute_us, p->cost))
+    if (tm_step_shards(job, &st, sh, 1 + one, m, g_compute_us, p->cost))
       return 11;
     if (first <= 1 && 1 < first + count)
       x = layer1_next(x, st.step);
@@ -242,8 +251,13 @@ static int rank_main(const plan_t *p, int replica) {
     return 13;
   if (p->layers == 5 && moves != (replica == p->hook_r))
     return 19;
-  char res[64];
+  char res[128];
   tm_result_text(m, res, sizeof(res));
+  if (one) { /* both shards' results, as a replica of two says them */
+    size_t n = strlen(res);
+    res[n++] = '/';
+    tm_result_text(m + NB, res + n, sizeof(res) - n);
+  }
   if (p->layers == 4) { /* the other state as a failure-free run's */
     uint64_t wx = 1, wg = 100;
     for (long s = 0; s < p->steps; s++)
@@ -276,7 +290,8 @@ static void on_failed(void *ud, int r, const char *node, long j, long s,
   kids_t *h = ud;
   h->failed[r]++;
   for (int k = 0; k < h->K; k++)
-    kill(h->pids[r][k], SIGKILL); /* never alive twice; no replacement */
+    if (h->pids[r][k] > 0)
+      kill(h->pids[r][k], SIGKILL); /* never alive twice; no replacement */
 }
 
 /* What a run left: the summary, counts, and the ledger checked. */
@@ -591,6 +606,50 @@ START_TEST(layers_caught_up_by_layer) {
 }
 END_TEST
 
+/* A rank lost with no spare left (issue 32 item 3, coord_shrink.c 11):
+ * the last replica (layers 0-1 | 2) loses its rank 1, SIGKILLed from
+ * outside in step 7; the replica fails as before (its leader leaves, its
+ * other rank is killed as resihp-run cancels the step), then the
+ * launcher, with no spare, shrinks it in place and starts it again as one
+ * rank on its survivor's node: that process holds all three layers,
+ * catches them up by layer from a member and trains on. Every replica
+ * ends with the failure-free result (the shrunk one's rank says both
+ * shards'), the ledger exact, the shrunk replica computing most steps
+ * after; the summary counts the shrink and says the replica's one rank
+ * of two. */
+static void lose_rank_no_spare(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                               pid_t who) {
+  (void)who;
+  int r = g_victim;
+  kill(h->pids[r][1], SIGKILL);
+  /* the hooked replica goes on: the victim's leader learns it in the
+   * step's exchange */
+  ck_assert_int_eq(write(g_hook_in[1], "g", 1), 1);
+  int64_t deadline = resihp__now_ms() + 30000; /* safety net */
+  while (!h->failed[r] && resihp__now_ms() < deadline)
+    resihp__coord_poll(c, 20);
+  ck_assert_int_eq(h->failed[r], 1);
+  ck_assert_int_eq(resihp__coord_shrink_in_place(c, r, 1ULL << 1), 0);
+  tm_spawn(1, r, h->pids[r], rank_entry, (void *)p);
+  h->pids[r][1] = -1;
+}
+
+START_TEST(layers_shrunk_in_place) {
+  plan_t p = plan(3, 2, 200, 0, 7);
+  p.layers = 4;
+  p.movable = 1;
+  g_victim = 2;
+  outcome_t o;
+  run(&p, lose_rank_no_spare, &o);
+  expect_result(&o, p.K, 200, 3);
+  ck_assert_msg(o.owned[g_victim] > 100, "replica %d computed in %ld steps; %s",
+                g_victim, o.owned[g_victim], o.summary);
+  ck_assert_msg(strstr(o.summary, "1 shrink(s)") &&
+                    strstr(o.summary, "replica 2 ranks:        1 of 2"),
+                "%s", o.summary);
+}
+END_TEST
+
 /* The coordinator shrinks the hooked replica to its rank 0 as if its
  * rank 1 had died with no spare left (coord_shrink.c): its GO of the
  * next boundary lists a partition of one rank for it among the others'
@@ -874,6 +933,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, layers_moved);
   tcase_add_loop_test(tc, layers_move_rank_dies, 0, 2);
   tcase_add_test(tc, layers_shrunk_replica_refuses);
+  tcase_add_test(tc, layers_shrunk_in_place);
   tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);

@@ -70,22 +70,6 @@
  * last epoch (old ids, nold of them); a change without them is refused,
  * and the rank's RESYNC gets the whole list. 0, or RESIHP_EPROTO /
  * RESIHP_ENOMEM (nothing held then). */
-/* The most ranks of a partition in an lparts= text: of each entry
- * "D[@ids]", D's cut points + 1 (resihp__lparts_parse checks them). */
-static int lparts_max_ranks(const char *lp) {
-  int most = 1;
-  for (const char *q = lp; *q;) {
-    size_t n = strcspn(q, "@,");
-    int k = n ? 2 : 1;
-    for (size_t i = 0; i < n; i++)
-      k += q[i] == ':';
-    most = k > most ? k : most;
-    q += strcspn(q, ",");
-    q += *q == ',';
-  }
-  return most < RESIHP__JOB_MAX_SHARDS ? most : RESIHP__JOB_MAX_SHARDS;
-}
-
 static int other_columns(resihp_job_t *j, const char *list, const int *old,
                          int nold, const int *ids, int n) {
   char *lp = malloc(RESIHP__JOB_MSG_MAX);
@@ -95,7 +79,7 @@ static int other_columns(resihp_job_t *j, const char *list, const int *old,
                strchr(lp, ',');
   /* a replica that shrank (control/coord_shrink.c) has fewer ranks than
    * the others' partitions: the columns of all of theirs */
-  int nc = differ ? lparts_max_ranks(lp) : 1;
+  int nc = differ ? resihp__lparts_max_ranks(lp, RESIHP__JOB_MAX_SHARDS) : 1;
   free(lp);
   if (nc < j->lsize)
     nc = j->lsize;

@@ -338,6 +338,20 @@ int resihp__lparts_parse(const char *text, int nlayers, int k, const int *ids,
   return 0;
 }
 
+int resihp__lparts_max_ranks(const char *text, int bound) {
+  int most = 1;
+  for (const char *q = text; *q;) {
+    size_t n = strcspn(q, "@,");
+    int k = n ? 2 : 1;
+    for (size_t i = 0; i < n && k <= bound; i++)
+      k += q[i] == ':';
+    most = k > most ? k : most;
+    q += strcspn(q, ",");
+    q += *q == ',';
+  }
+  return most < bound ? most : bound;
+}
+
 void resihp__runmap_holders(const resihp__runmap_t *m, int r,
                             const resihp__partition_t *parts, const int *of,
                             int n, int *holder) {

@@ -119,6 +119,10 @@ int resihp__shrunk_get(const char *list, int replica, unsigned long long *dead);
 int resihp__lparts_parse(const char *text, int nlayers, int k, const int *ids,
                          int n, resihp__partition_t **parts, int *nparts,
                          int *of);
+/* The most ranks of a partition in such a text (each entry's cut points
+ * + 1), at most bound, without parsing it: as resihp__lparts_parse's
+ * partitions say when it accepts the text. O(text). */
+int resihp__lparts_max_ranks(const char *text, int bound);
 /* The group of run r: for each of n members (of[i] its partition among
  * parts), the rank that holds the run, into holder[i]. */
 void resihp__runmap_holders(const resihp__runmap_t *m, int r,

@@ -10,7 +10,8 @@
  * shrank) from 0 to 20, each member one
  * of them, every listed member the partition it was listed with, the
  * others the first; the runs of them tile 0..20, every rank of each
- * holding a whole number of runs; a refused one leaves nothing. */
+ * holding a whole number of runs; a refused one leaves nothing; the
+ * most ranks of them is what resihp__lparts_max_ranks scans. */
 #include "config.h"
 
 #include "../../libresihp/recovery/layer_groups.h"
@@ -47,14 +48,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (np < 1 || np > NM)
     abort();
+  int most = 0;
   for (int d = 0; d < np; d++) {
     const resihp__partition_t *p = &parts[d];
     if (p->k < 1 || p->k > K || p->bounds[0] != 0 || p->bounds[p->k] != L)
       abort();
+    most = p->k > most ? p->k : most;
     for (int k = 0; k < p->k; k++)
       if (p->bounds[k] >= p->bounds[k + 1])
         abort();
   }
+  /* the scan without parsing (a shrunk replica's columns, job_step.c)
+   * says the same */
+  if (resihp__lparts_max_ranks(in, K) != most)
+    abort();
   /* the entry each member was listed in: count the '@' lists' ids */
   for (int i = 0; i < NM; i++) {
     if (of[i] < 0 || of[i] >= np)

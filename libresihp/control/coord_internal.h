@@ -323,6 +323,10 @@ struct resihp__coord {
   int shrunk_r;
   unsigned long long shrunk_dead;
   long shrinks;
+  /* whether the members of the last renewed epoch held different
+   * partitions of the layers (coord_members.c: whole lists when they
+   * first do; not in the snapshot: a standby sends them whole once) */
+  int go_differ;
   /* a move asked for by resihp__coord_repart_force: 1 + replica, 0: none */
   int force_r;
   int force_counts[RESIHP__COORD_MAX_SHARDS];

@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #define MAXR 4 /* replicas */
-#define MAXK 2 /* ranks per replica */
+#define MAXK 3 /* ranks per replica */
 #define KEY "freerun-test-secret-0123456789"
 
 typedef struct {
@@ -71,7 +71,10 @@ typedef struct {
    * (resihp_job_set_layers_movable): the test moves replica hook_r's to
    * 1,3 (its gradients keep their sizes), each rank checks it is told
    * once, at the step after hook_step, and only on that replica; its
-   * rank die_in_move (-1: none) dies there, before the commit */
+   * rank die_in_move (-1: none) dies there, before the commit; 6: K
+   * layers of NB elements, one per rank, movable and its state by layer
+   * (each layer its shard), as many over fewer ranks for a replica that
+   * shrank (its first ranks one more) */
   int layers;
   int die_in_move;
   /* (layers 3 and 4) the ranks can move their layers too
@@ -123,12 +126,12 @@ static uint64_t rng_next(uint64_t g, int sh) {
 
 static int rank_main(const plan_t *p, int replica) {
   resihp_job_opts_t o;
-  /* (a replica shrunk to one rank, plan_t layers 4, holds both shards:
-   * layer 0's, then layer 2's) */
-  uint64_t m[2 * NB] = {0};
+  /* (a replica shrunk to fewer ranks, plan_t layers 4 and 6, holds more
+   * shards: those of its layers in order) */
+  uint64_t m[MAXK * NB] = {0};
   resihp_job_buf_t sb;
   tm_job_opts(&o, p->steps, g_coord, replica, g_secret, m, &sb);
-  if (p->layers == 4) /* (the state by layer instead, below) */
+  if (p->layers == 4 || p->layers == 6) /* (its state by layer, below) */
     o.state = NULL, o.nstate = 0;
   uint64_t x = 1, rng = 100;
   resihp_job_t *job;
@@ -167,6 +170,26 @@ static int rank_main(const plan_t *p, int replica) {
     }
     if (p->layers == 4 &&
         resihp_job_set_layer_state(job, ls, count, &gb, 1))
+      return 18;
+  } else if (p->layers == 6) {
+    int n = resihp_job_shards(job), cnt[MAXK];
+    size_t el[MAXK];
+    resihp_job_buf_t lb[MAXK], gb = {&rng, sizeof(rng)};
+    resihp_job_layer_state_t ls[MAXK];
+    for (int k = 0; k < p->K; k++)
+      el[k] = NB;
+    for (int k = 0; k < n; k++)
+      cnt[k] = 1 + (k < p->K - n);
+    if (resihp_job_set_layers(job, p->K, el, cnt, n) ||
+        resihp_job_set_layers_movable(job) ||
+        resihp_job_layers(job, &first, &count))
+      return 16;
+    for (int i = 0; i < count; i++) {
+      lb[i] = (resihp_job_buf_t){m + i * NB, sizeof(uint64_t) * NB};
+      ls[i].bufs = &lb[i];
+      ls[i].nbufs = 1;
+    }
+    if (resihp_job_set_layer_state(job, ls, count, &gb, 1))
       return 18;
   } else if (p->layers == 5) {
     size_t el[4] = {NB, 0, 0, NB};
@@ -237,7 +260,10 @@ static int rank_main(const plan_t *p, int replica) {
         resihp__job_ngroups(job) !=
             1 + (sh == (replica == p->R - 1 ? 0 : 1)))
       return 17;
-    if (tm_step_shards(job, &st, sh, 1 + one, m, g_compute_us, p->cost))
+    if (p->layers == 6 ? tm_step_shards(job, &st, first, count, m,
+                                        g_compute_us, p->cost)
+                       : tm_step_shards(job, &st, sh, 1 + one, m, g_compute_us,
+                                        p->cost))
       return 11;
     if (first <= 1 && 1 < first + count)
       x = layer1_next(x, st.step);
@@ -253,10 +279,11 @@ static int rank_main(const plan_t *p, int replica) {
     return 19;
   char res[128];
   tm_result_text(m, res, sizeof(res));
-  if (one) { /* both shards' results, as a replica of two says them */
+  /* the shards' results, as a replica of one rank per shard says them */
+  for (int i = 1; i < (p->layers == 6 ? count : 1 + one); i++) {
     size_t n = strlen(res);
     res[n++] = '/';
-    tm_result_text(m + NB, res + n, sizeof(res) - n);
+    tm_result_text(m + i * NB, res + n, sizeof(res) - n);
   }
   if (p->layers == 4) { /* the other state as a failure-free run's */
     uint64_t wx = 1, wg = 100;
@@ -607,16 +634,18 @@ START_TEST(layers_caught_up_by_layer) {
 END_TEST
 
 /* A rank lost with no spare left (issue 32 item 3, coord_shrink.c 11):
- * the last replica (layers 0-1 | 2) loses its rank 1, SIGKILLed from
- * outside in step 7; the replica fails as before (its leader leaves, its
- * other rank is killed as resihp-run cancels the step), then the
- * launcher, with no spare, shrinks it in place and starts it again as one
- * rank on its survivor's node: that process holds all three layers,
- * catches them up by layer from a member and trains on. Every replica
- * ends with the failure-free result (the shrunk one's rank says both
- * shards'), the ledger exact, the shrunk replica computing most steps
- * after; the summary counts the shrink and says the replica's one rank
- * of two. */
+ * the last replica loses its rank 1, SIGKILLed from outside in step 7;
+ * the replica fails as before (its leader leaves, its other ranks are
+ * killed as resihp-run cancels the step), then the launcher, with no
+ * spare, shrinks it in place and starts it again as K - 1 ranks on its
+ * survivors' nodes, which take the dead rank's layers, catch all theirs
+ * up by layer from the members and train on. _i 0: 2 ranks to one (plan_t
+ * layers 4: the replica held layers 0-1 | 2, the others 0 | 1-2; its one
+ * rank holds all three); _i 1: 3 ranks to 2 (layers 6: 0 | 1 | 2, then
+ * 0-1 | 2). Every replica ends with the failure-free result (a rank of
+ * several shards says each), the ledger exact, the shrunk one computing
+ * in most steps after; the summary counts the shrink and says the
+ * replica's K - 1 ranks of K. */
 static void lose_rank_no_spare(resihp__coord_t *c, kids_t *h, const plan_t *p,
                                pid_t who) {
   (void)who;
@@ -630,13 +659,13 @@ static void lose_rank_no_spare(resihp__coord_t *c, kids_t *h, const plan_t *p,
     resihp__coord_poll(c, 20);
   ck_assert_int_eq(h->failed[r], 1);
   ck_assert_int_eq(resihp__coord_shrink_in_place(c, r, 1ULL << 1), 0);
-  tm_spawn(1, r, h->pids[r], rank_entry, (void *)p);
-  h->pids[r][1] = -1;
+  tm_spawn(p->K - 1, r, h->pids[r], rank_entry, (void *)p);
+  h->pids[r][p->K - 1] = -1;
 }
 
 START_TEST(layers_shrunk_in_place) {
-  plan_t p = plan(3, 2, 200, 0, 7);
-  p.layers = 4;
+  plan_t p = plan(3, 2 + _i, 200, 0, 7);
+  p.layers = _i ? 6 : 4;
   p.movable = 1;
   g_victim = 2;
   outcome_t o;
@@ -644,8 +673,10 @@ START_TEST(layers_shrunk_in_place) {
   expect_result(&o, p.K, 200, 3);
   ck_assert_msg(o.owned[g_victim] > 100, "replica %d computed in %ld steps; %s",
                 g_victim, o.owned[g_victim], o.summary);
-  ck_assert_msg(strstr(o.summary, "1 shrink(s)") &&
-                    strstr(o.summary, "replica 2 ranks:        1 of 2"),
+  char want[64];
+  snprintf(want, sizeof(want), "replica 2 ranks:        %d of %d", p.K - 1,
+           p.K);
+  ck_assert_msg(strstr(o.summary, "1 shrink(s)") && strstr(o.summary, want),
                 "%s", o.summary);
 }
 END_TEST
@@ -933,7 +964,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, layers_moved);
   tcase_add_loop_test(tc, layers_move_rank_dies, 0, 2);
   tcase_add_test(tc, layers_shrunk_replica_refuses);
-  tcase_add_test(tc, layers_shrunk_in_place);
+  tcase_add_loop_test(tc, layers_shrunk_in_place, 0, 2);
   tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);

@@ -194,9 +194,14 @@
  *    replica fails and its step is cancelled as today, so nothing new
  *    is needed in the survivors (no LOST line, no renumbering, no
  *    re-join API), at the cost of a process start; every layer comes
- *    from the healthy replicas anyway (7). [todo: resihp-run's call
- *    (tools/run/launch.c, where no spare is left: the dead rank from
- *    the node that died, a K'-task step on the survivors' nodes).] The
+ *    from the healthy replicas anyway (7); 2 ranks to 1 and 3 to 2 are
+ *    tested. [todo: resihp-run's call (tools/run/launch.c launch, where
+ *    no spare is left): today a failure marks all K nodes of the replica
+ *    bad (events.c replace), so it must first tell the dead node from the
+ *    survivors' (the failure's node, Slurm's node state), then call
+ *    resihp__coord_shrink_in_place with the dead node's rank and launch a
+ *    K'-task step on the survivors' nodes; contrib/pipeline-trainer must
+ *    declare its layers for the step's K' ranks.] The
  *    in-process variant: the survivors' program, whose step failed,
  *    agrees on the
  *    survivors over the old replica communicator (resihp_comm_shrink:

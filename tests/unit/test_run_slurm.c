@@ -2,10 +2,12 @@
 /* What resihp-run reads from scontrol (tools/run/slurm.h): a node's
  * State= (DOWN in any form is down; a field that only ends in "State=",
  * or none, is not a verdict), SlurmdTimeout from the configuration, and
- * whether squeue's state of a job says that it may still run. */
+ * whether squeue's state of a job says that it may still run; and which
+ * ranks of a replica died with which of its nodes (shrink_pick.h). */
 #include "config.h"
 
 #include "../../tools/run/jobnote.h"
+#include "../../tools/run/shrink_pick.h"
 #include "../../tools/run/slurm.h"
 #include "suite_main.h"
 
@@ -136,6 +138,33 @@ START_TEST(jobnote) {
 }
 END_TEST
 
+/* A replica's ranks lie on its nodes in Slurm's block order: the dead
+ * node's ranks are the dead ones; nothing to shrink when no node or
+ * every node died, with one node, or past 64 ranks. */
+START_TEST(shrink_pick) {
+  unsigned long long dead = 7;
+  int d3[3] = {0, 1, 0}, none[3] = {0, 0, 0}, all[3] = {1, 1, 1};
+  ck_assert_int_eq(resihp__run_shrink_pick(3, 1, d3, &dead), 2);
+  ck_assert_uint_eq(dead, 2);
+  ck_assert_int_eq(resihp__run_shrink_pick(3, 2, d3, &dead), 2);
+  ck_assert_uint_eq(dead, 0xc); /* ranks 2 and 3 on node 1 */
+  int d0[2] = {1, 0};
+  ck_assert_int_eq(resihp__run_shrink_pick(2, 1, d0, &dead), 1);
+  ck_assert_uint_eq(dead, 1);
+  dead = 5;
+  ck_assert_int_eq(resihp__run_shrink_pick(3, 1, none, &dead), -1);
+  ck_assert_int_eq(resihp__run_shrink_pick(3, 1, all, &dead), -1);
+  ck_assert_int_eq(resihp__run_shrink_pick(1, 1, d0, &dead), -1);
+  ck_assert_int_eq(resihp__run_shrink_pick(3, 0, d3, &dead), -1);
+  ck_assert_int_eq(resihp__run_shrink_pick(3, 22, d3, &dead), -1);
+  ck_assert_uint_eq(dead, 5); /* untouched when refused */
+  int d64[64] = {0};
+  d64[63] = 1;
+  ck_assert_int_eq(resihp__run_shrink_pick(64, 1, d64, &dead), 63);
+  ck_assert_uint_eq(dead, 1ULL << 63);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("run_slurm");
   TCase *tc = tcase_create("scontrol");
@@ -144,6 +173,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, job_state);
   tcase_add_test(tc, step_named);
   tcase_add_test(tc, jobnote);
+  tcase_add_test(tc, shrink_pick);
   suite_add_tcase(s, tc);
   return s;
 }

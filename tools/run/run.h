@@ -63,6 +63,11 @@ typedef struct {
 typedef struct {
   pid_t pid; /* srun, 0 when none */
   int nodes[64], nnodes;
+  /* the nodes of its last step once released (a shrink in place picks
+   * its survivors among them: launch.c), and the node + 1 an injected
+   * kill-node of that step ran its command for (0: none) */
+  int was[64], nwas;
+  int killed;
   int64_t t_launch, kill_at;
   int connected; /* its rank has reached the coordinator */
   int relaunch;  /* a replacement is wanted */

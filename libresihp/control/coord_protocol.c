@@ -397,6 +397,11 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
       &b, "WELCOME replica=%ld step=%ld hb=%d cred=%s term=%" PRIu32, r,
       c->step, c->hb_leader_ms, p->cred, c->term);
   resihp__coord_put_lay(c, (int)r, &b);
+  /* a relaunch in place of fewer ranks: they hold the partition above, the
+   * planner's over the survivors, not the one their program declares
+   * (resihp_job_shrunk_partition) */
+  if (shrunk)
+    resihp__wire_buf_printf(&b, " shrunk=1");
   resihp__coord_again(c, resihp__coord_send_buf_to(c, (int)r, &b));
   resihp__wire_buf_free(&b);
   resihp__coord_send_coords(c, (int)r);

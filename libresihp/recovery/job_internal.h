@@ -188,11 +188,13 @@ struct resihp_job {
    * ones of its members and each member's (index, members[] order);
    * nlparts 0: GO said none (no layers, one rank per replica). And the
    * partition the coordinator holds for this replica id (WELCOME's lay=,
-   * its last process's: "" when none) */
+   * its last process's: "" when none), and whether it said this process
+   * is a shrunk replica's (shrunk=1: it must hold that partition) */
   resihp__partition_t *lparts;
   int nlparts;
   int *lpart_of;
   char welcome_lay[RESIHP__JOB_EPS_MAX / 6];
+  int welcome_shrunk;
   /* repartition at a step boundary (issue 32, job_layers.c): movable,
    * the program can move its layers (resihp_job_set_layers_movable: its
    * BEGINs say lmove=1); moving, a GO of the coordinator gave this
@@ -431,7 +433,9 @@ void resihp__job_put_lay(const resihp_job_t *j, resihp__wire_buf_t *b);
  * 0), or RESIHP_EPROTO when they are no partitions of this model, or this
  * replica's is not the one it declared. */
 int resihp__job_layers_go(resihp_job_t *j);
-/* WELCOME's lay= into j->welcome_lay ("" when absent or malformed). */
+/* WELCOME's lay= into j->welcome_lay ("" when absent or malformed) and
+ * its shrunk=1 into j->welcome_shrunk; also the leader's RANKS line,
+ * which passes both on to the replica's other ranks. */
 void resihp__job_layers_welcome(resihp_job_t *j, const char *line);
 
 /* job_step.c: free the other ranks' columns of the member list. */

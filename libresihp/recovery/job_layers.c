@@ -301,4 +301,31 @@ void resihp__job_layers_welcome(resihp_job_t *j, const char *line) {
   if (resihp__wire_get(line, "lay", j->welcome_lay, sizeof(j->welcome_lay)) ||
       !resihp__wire_token_ok(j->welcome_lay, sizeof(j->welcome_lay)))
     j->welcome_lay[0] = '\0';
+  char v[4];
+  j->welcome_shrunk = !resihp__wire_get(line, "shrunk", v, sizeof(v)) &&
+                      !strcmp(v, "1");
+}
+
+int resihp_job_shrunk_partition(const resihp_job_t *j, int *counts,
+                                int nranks) {
+  if (!j || !counts || nranks != j->lsize)
+    return RESIHP_EINVAL;
+  if (!j->welcome_shrunk || !j->welcome_lay[0])
+    return RESIHP_ENOENT;
+  /* "L" or "L:c1,c2...": the cut points of L layers (as GO's lparts=) */
+  char *end;
+  const char *s = j->welcome_lay;
+  long L = s[0] >= '1' && s[0] <= '9' ? strtol(s, &end, 10) : 0;
+  if (L < 1 || L > RESIHP__LAYERS_MAX || (*end && *end != ':'))
+    return RESIHP_EPROTO;
+  resihp__partition_t p;
+  int rc = resihp__partition_parse(*end ? end + 1 : "", (int)L, &p);
+  if (rc)
+    return rc == RESIHP_ENOMEM ? rc : RESIHP_EPROTO;
+  if (p.k != nranks)
+    rc = RESIHP_EPROTO;
+  for (int k = 0; !rc && k < nranks; k++)
+    counts[k] = p.bounds[k + 1] - p.bounds[k];
+  resihp__partition_free(&p);
+  return rc;
 }

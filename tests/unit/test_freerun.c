@@ -106,6 +106,9 @@ static int flaky_workload(long s, int mb, double *tokens, double *sum_l2,
   return tm_workload(s, mb, tokens, sum_l2, nseq, NULL);
 }
 
+/* The ranks of the process of a replica shrunk in place (0: none). */
+static int g_shrunk_k;
+
 /* At the boundary of step g_lost_step: this rank dies (see plan_t). */
 static long g_lost_step = -1;
 static void die_at_boundary(long step) {
@@ -122,6 +125,18 @@ static uint64_t layer1_next(uint64_t x, long s) {
 }
 static uint64_t rng_next(uint64_t g, int sh) {
   return g * 6364136223846793005ULL + 1442695040888963407ULL + (uint64_t)sh;
+}
+
+/* A process of a replica shrunk in place is told its partition on every
+ * rank (resihp_job_shrunk_partition): the planner's over its ranks, the
+ * counts the test expects (cnt); any other process is told none. 0 when
+ * so. */
+static int shrunk_counts(const resihp_job_t *job, const int *cnt) {
+  int n = resihp_job_shards(job), got[MAXK];
+  int rc = resihp_job_shrunk_partition(job, got, n);
+  if (!g_shrunk_k || n != g_shrunk_k)
+    return rc != RESIHP_ENOENT;
+  return rc || memcmp(got, cnt, sizeof(int) * (size_t)n);
 }
 
 static int rank_main(const plan_t *p, int replica) {
@@ -155,6 +170,8 @@ static int rank_main(const plan_t *p, int replica) {
       cnt[0] = 2, cnt[1] = 1;
     if (one)
       cnt[0] = 3;
+    if (shrunk_counts(job, cnt))
+      return 19;
     if (resihp_job_set_layers(job, 3, el, cnt, one ? 1 : 2) ||
         (p->movable && resihp_job_set_layers_movable(job)))
       return 16;
@@ -180,6 +197,8 @@ static int rank_main(const plan_t *p, int replica) {
       el[k] = NB;
     for (int k = 0; k < n; k++)
       cnt[k] = 1 + (k < p->K - n);
+    if (shrunk_counts(job, cnt))
+      return 19;
     if (resihp_job_set_layers(job, p->K, el, cnt, n) ||
         resihp_job_set_layers_movable(job) ||
         resihp_job_layers(job, &first, &count))
@@ -659,6 +678,7 @@ static void lose_rank_no_spare(resihp__coord_t *c, kids_t *h, const plan_t *p,
     resihp__coord_poll(c, 20);
   ck_assert_int_eq(h->failed[r], 1);
   ck_assert_int_eq(resihp__coord_shrink_in_place(c, r, 1ULL << 1), 0);
+  g_shrunk_k = p->K - 1; /* (inherited by the relaunch's ranks) */
   tm_spawn(p->K - 1, r, h->pids[r], rank_entry, (void *)p);
   h->pids[r][p->K - 1] = -1;
 }

@@ -229,7 +229,8 @@ int launch(int r) {
 }
 
 /* Replica r's step on the nn nodes idx (spares it is promoted to when
- * promote), as many ranks on each as on every replica's node. */
+ * promote; a shrink in place onto its own when neither that nor
+ * initial), as many ranks on each as on every replica's node. */
 static int start_step(int r, const int *idx, int nn, int initial,
                       int promote) {
   replica_t *p = &g.reps[r];
@@ -273,6 +274,11 @@ static int start_step(int r, const int *idx, int nn, int initial,
                            jn,
                            mpi};
   int na = 15, np = 0;
+  /* a shrink in place (neither a first launch nor a spare): Slurm holds
+   * the survivors' nodes for the failed step until the dead node is DOWN
+   * (about SlurmdTimeout): the new step shares them meanwhile */
+  if (!initial && !promote)
+    argv0[na++] = "--overlap";
   while (g.prog[np])
     np++;
   char **argv = calloc((size_t)(na + np + 1), sizeof(char *));

@@ -195,13 +195,21 @@
  *    is needed in the survivors (no LOST line, no renumbering, no
  *    re-join API), at the cost of a process start; every layer comes
  *    from the healthy replicas anyway (7); 2 ranks to 1 and 3 to 2 are
- *    tested. [todo: resihp-run's call (tools/run/launch.c launch, where
- *    no spare is left): today a failure marks all K nodes of the replica
- *    bad (events.c replace), so it must first tell the dead node from the
- *    survivors' (the failure's node, Slurm's node state), then call
- *    resihp__coord_shrink_in_place with the dead node's rank and launch a
- *    K'-task step on the survivors' nodes; contrib/pipeline-trainer must
- *    declare its layers for the step's K' ranks.] The
+ *    tested. resihp-run's call [done]: where launch finds no spare
+ *    (tools/run/launch.c shrink_in_place) it tells the dead nodes of the
+ *    failed step from the survivors' (the node an injected kill-node ran
+ *    its command for, or one scontrol says is DOWN), their ranks
+ *    (shrink_pick.c: Slurm's block order), calls
+ *    resihp__coord_shrink_in_place and starts a K'-task step on the
+ *    survivors' nodes, whose nodes a failure had marked bad. Not told
+ *    apart yet [todo]: a rank killed on a node that lives on, and a node
+ *    Slurm has not marked DOWN by then (both: given up as before); the
+ *    leader knows which rank it lost (job_replica.c) but does not say it.
+ *    The relaunched process learns its partition (WELCOME lay= with
+ *    shrunk=1, passed to every rank in the leader's RANKS line:
+ *    resihp_job_shrunk_partition) [done], and
+ *    contrib/pipeline-trainer --move-layers declares it and its state by
+ *    unit (tests/integration/shrink.test). The
  *    in-process variant: the survivors' program, whose step failed,
  *    agrees on the
  *    survivors over the old replica communicator (resihp_comm_shrink:

@@ -201,10 +201,13 @@
  *    its command for, or one scontrol says is DOWN), their ranks
  *    (shrink_pick.c: Slurm's block order), calls
  *    resihp__coord_shrink_in_place and starts a K'-task step on the
- *    survivors' nodes, whose nodes a failure had marked bad. Not told
- *    apart yet [todo]: a rank killed on a node that lives on, and a node
- *    Slurm has not marked DOWN by then (both: given up as before); the
- *    leader knows which rank it lost (job_replica.c) but does not say it.
+ *    survivors' nodes, whose nodes a failure had marked bad; with none
+ *    of them known dead yet and the replica able to shrink
+ *    (resihp__coord_shrink_able), it waits for Slurm's verdict up to
+ *    twice SlurmdTimeout (a node killed from outside). Not told apart
+ *    yet [todo]: a rank killed on a node that lives on (given up as
+ *    before, after that wait); the leader knows which rank it lost
+ *    (job_replica.c) but does not say it.
  *    The relaunched process learns its partition (WELCOME lay= with
  *    shrunk=1, passed to every rank in the leader's RANKS line:
  *    resihp_job_shrunk_partition) [done], and
@@ -459,6 +462,15 @@ static int apply(resihp__coord_t *c, int r, unsigned long long dead,
   resihp__record_event(c->o.record, "shrink", c->step, r, c->epoch + 1,
                        "no-spare", why, slow);
   return 0;
+}
+
+int resihp__coord_shrink_able(const resihp__coord_t *c, int r) {
+  if (r < 0 || r >= c->R)
+    return RESIHP_EINVAL;
+  if (c->stop || c->state != RESIHP__COORD_RUNNING)
+    return RESIHP_ESTATE;
+  int K = resihp__coord_rep_k(c, r);
+  return K < 2 ? RESIHP_EINVAL : can_shrink(c, r, 1ULL << (K - 1), 1);
 }
 
 int resihp__coord_shrink_in_place(resihp__coord_t *c, int r,

@@ -367,6 +367,10 @@ int resihp__coord_shrink(resihp__coord_t *c, int replica,
  * and catch them up by layer, or the run ends): then give it up. */
 int resihp__coord_shrink_in_place(resihp__coord_t *c, int replica,
                                   unsigned long long dead);
+/* Whether replica, which failed, could shrink in place once the launcher
+ * knows which of its ranks died (its last rank taken for one): 0, or why
+ * not (as resihp__coord_shrink_in_place). Nothing changes. */
+int resihp__coord_shrink_able(const resihp__coord_t *c, int replica);
 /* Spare states (names: resihp__spare_state_name). */
 enum {
   RESIHP__SPARE_CHECKING = 0, /* added, never registered */

@@ -988,7 +988,11 @@ START_TEST(test_layers_shrunk_in_place) {
   char line[512], go[N][512];
   join_shaped(&a, &co, NULL, " lmove=1 lst=1", go);
   ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 2), RESIHP_ESTATE);
+  /* (the launcher asks first, to wait for Slurm's verdict on its nodes) */
+  ck_assert_int_eq(resihp__coord_shrink_able(a.c, 0), RESIHP_ESTATE);
+  ck_assert_int_eq(resihp__coord_shrink_able(a.c, N), RESIHP_EINVAL);
   resihp__coord_fail_lost(a.c, 0, "its rank 1's node h0 is DOWN");
+  ck_assert_int_eq(resihp__coord_shrink_able(a.c, 0), 0);
   ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 3), RESIHP_EINVAL);
   ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 4), RESIHP_EINVAL);
   ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 2), 0);

@@ -159,9 +159,13 @@ static int start_step(int r, const int *idx, int nn, int initial,
  * resihp__coord_shrink_in_place gives it the planner's partition over its
  * survivors), the survivors' nodes run a step of their ranks alone, which
  * catches its layers up by layer from the other replicas
- * (coord_shrink.c 11). A rank killed on a node that lives on is not told
- * from its neighbours: the replica is given up as before. 0 when
- * launched so. */
+ * (coord_shrink.c 11). A node killed from outside is DOWN for Slurm only
+ * after about SlurmdTimeout (twice, for the ping that notices it): while
+ * none of them is known dead yet and the replica could shrink, resihp-run
+ * asks again every second for that long (the others train on
+ * meanwhile). A rank killed on a node that lives on is not told from its
+ * neighbours: once that wait is over, the replica is given up as before.
+ * 0 when launched so, 1 while waiting, -1 when it does not shrink. */
 static int shrink_in_place(int r) {
   replica_t *p = &g.reps[r];
   int rpn = g.ranks / g.K, down[64] = {0}, idx[64], n = 0, nn = p->nwas;
@@ -174,6 +178,21 @@ static int shrink_in_place(int r) {
     if (!down[i])
       idx[n++] = p->was[i];
   }
+  int64_t now = resihp__now_ms();
+  if (n == nn && !resihp__coord_shrink_able(g.coord, r)) {
+    if (!p->shrink_wait) {
+      int s = 2 * g.slurmd_timeout_s + 10;
+      p->shrink_wait = now + 1000LL * s;
+      say("replica %d: no healthy spare; waiting up to %d s for Slurm to "
+          "say which of its nodes died (it could shrink onto the others)",
+          r, s);
+    }
+    if (now < p->shrink_wait) {
+      p->shrink_poll = now + 1000;
+      return 1;
+    }
+  }
+  p->shrink_wait = 0;
   if (resihp__run_shrink_pick(nn, rpn, down, &dead) < 0)
     return -1;
   for (int i = 0; i < n; i++)
@@ -206,12 +225,14 @@ static int shrink_in_place(int r) {
 }
 
 int launch(int r) {
-  g.ldirty = 1;
   replica_t *p = &g.reps[r];
+  if (p->shrink_wait && resihp__now_ms() < p->shrink_poll)
+    return 0; /* (waiting for Slurm's verdict: asked again soon) */
+  g.ldirty = 1;
   int idx[64];
   int initial = p->launches == 0 && !p->tries;
   if (pick_nodes(idx, g.K, initial)) {
-    if (!initial && !shrink_in_place(r))
+    if (!initial && shrink_in_place(r) >= 0)
       return 0;
     say("no healthy spare left for replica %d: the job goes on with the "
         "other replicas (same microbatches per step)",
@@ -247,6 +268,7 @@ static int start_step(int r, const int *idx, int nn, int initial,
   }
   p->nnodes = nn;
   p->killed = 0;
+  p->shrink_wait = 0;
   char inj[2048], opt_res[4200], opt_rep[64], opt_co[640], nk[16], nr[16],
       jn[64], mpi[80];
   inject_for(r, inj, sizeof(inj));

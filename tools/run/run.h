@@ -68,6 +68,10 @@ typedef struct {
    * kill-node of that step ran its command for (0: none) */
   int was[64], nwas;
   int killed;
+  /* no spare, none of those nodes known dead yet, the replica able to
+   * shrink: until when resihp-run waits for Slurm's verdict on them, and
+   * when it asks next (0: not waiting) */
+  int64_t shrink_wait, shrink_poll;
   int64_t t_launch, kill_at;
   int connected; /* its rank has reached the coordinator */
   int relaunch;  /* a replacement is wanted */

@@ -95,6 +95,33 @@ START_TEST(step_named) {
 }
 END_TEST
 
+/* A node's state as slurmctld says it (a fake scontrol in PATH: n1 DOWN,
+ * n2 up, n3 never answers): a silent slurmctld is no verdict, and is not
+ * waited for past the bound. */
+START_TEST(node_down) {
+  char dir[] = "/tmp/resihp-scontrol-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[128], env[4200];
+  snprintf(path, sizeof(path), "%s/scontrol", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("#!/bin/sh\ncase $3 in\nn1) echo 'NodeName=n1 State=DOWN* x=1';;\n"
+        "n2) echo 'NodeName=n2 State=IDLE x=1';;\n*) exec sleep 1000;;\n"
+        "esac\n",
+        f);
+  fclose(f);
+  chmod(path, 0755);
+  const char *was = getenv("PATH");
+  snprintf(env, sizeof(env), "%s:%s", dir, was);
+  setenv("PATH", env, 1);
+  ck_assert_int_eq(resihp__slurm_node_down("n1"), 1);
+  ck_assert_int_eq(resihp__slurm_node_down("n2"), 0);
+  ck_assert_int_eq(resihp__slurm_node_down("n3"), 0);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
 /* The job's Comment: the user's own text kept in front, ours after it,
  * rewritten (not appended) each time, bounded and printable. */
 START_TEST(jobnote) {
@@ -174,6 +201,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, step_named);
   tcase_add_test(tc, jobnote);
   tcase_add_test(tc, shrink_pick);
+  tcase_add_test(tc, node_down);
+  tcase_set_timeout(tc, 30); /* (node_down waits out the 5 s bound once) */
   suite_add_tcase(s, tc);
   return s;
 }

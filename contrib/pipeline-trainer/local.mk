@@ -39,3 +39,6 @@ TESTS += tests/integration/layers.test
 # Layers moved off a stage slowed from outside, and back (issue 32).
 dist_check_SCRIPTS += tests/integration/repartition.test
 TESTS += tests/integration/repartition.test
+# A replica that lost a stage with no spare left shrinks in place (issue 32).
+dist_check_SCRIPTS += tests/integration/shrink.test
+TESTS += tests/integration/shrink.test

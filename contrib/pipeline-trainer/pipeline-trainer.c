@@ -23,7 +23,11 @@
  * --move-layers lets the coordinator move units between the stages of a
  * replica at a step boundary, off a slow stage and back
  * (resihp_job_set_layers_movable): the stages then send the units that
- * change hands to their new stage (move_units) and train on.
+ * change hands to their new stage (move_units) and train on. Its state is
+ * then declared unit by unit too, so that a replica that lost a stage
+ * with no spare left can shrink: resihp-run relaunches it as fewer
+ * stages on its survivors' nodes, which hold the coordinator's partition
+ * (resihp_job_shrunk_partition) and catch every unit up from the others.
  *
  * Schedule. GPipe: a stage runs the forward pass of all its microbatches
  * (receiving each input from stage k-1 and sending its output to k+1 over
@@ -732,7 +736,10 @@ static int run_job(const cfg_t *c) {
   resihp_job_opts_init(&o);
   o.microbatches = c->M;
   o.steps = c->steps;
-  o.ranks_per_replica = c->K ? c->K : c->npart;
+  /* (with --move-layers a replica may come back as fewer stages: checked
+   * below instead) */
+  int want = c->K ? c->K : c->npart;
+  o.ranks_per_replica = c->move_layers ? 0 : want;
   resihp_job_t *job = NULL;
   int rc = resihp_job_join(&o, &job);
   if (rc) {
@@ -746,7 +753,21 @@ static int run_job(const cfg_t *c) {
   snprintf(who, sizeof(who), "[replica %d stage %d] ", me, k);
   const char *from;
   resihp_comm_t *pp = resihp_job_replica_comm(job);
-  if (partition(c, K, me, layers, &from)) {
+  /* a replica shrunk in place holds the coordinator's partition over its
+   * stages; any other, the program's */
+  rc = c->move_layers ? resihp_job_shrunk_partition(job, layers, K)
+                      : RESIHP_ENOENT;
+  if (!rc) {
+    from = "the coordinator (shrunk: no spare was left)";
+  } else if (rc != RESIHP_ENOENT) {
+    fprintf(stderr, "%sthe coordinator's partition: %s\n", who,
+            resihp_strerror(rc));
+    resihp_job_destroy(job);
+    return 1;
+  } else if ((want && K != want && !c->npart) ||
+             partition(c, K, me, layers, &from)) {
+    if (want && K != want && !c->npart)
+      fprintf(stderr, "%s--stages %d, the job has %d\n", who, want, K);
     resihp_job_destroy(job);
     return 2;
   }
@@ -783,15 +804,17 @@ static int run_job(const cfg_t *c) {
   }
   resihp_job_buf_t bufs[2 * MAX_UNITS];
   int nb = stage_state(&st, bufs);
-  /* with --partition-of, the state by unit: a replacement of a replica
-   * whose partition no other holds catches up unit by unit from the ranks
-   * of other partitions (resihp_job(3)); the same buffers in the same
-   * order either way */
+  /* with --partition-of or --move-layers, the state by unit: a
+   * replacement of a replica whose partition no other holds (its own, or
+   * the coordinator's over a shrunk replica's stages) catches up unit by
+   * unit from the ranks of other partitions (resihp_job(3)); the same
+   * buffers in the same order either way */
   resihp_job_layer_state_t ls[MAX_UNITS];
   for (int j = 0; j < lcount; j++)
     ls[j] = (resihp_job_layer_state_t){bufs + 2 * j, 2};
-  if ((rc = c->npof ? resihp_job_set_layer_state(job, ls, lcount, NULL, 0)
-                    : resihp_job_set_state_list(job, bufs, nb))) {
+  if ((rc = c->npof || c->move_layers
+                  ? resihp_job_set_layer_state(job, ls, lcount, NULL, 0)
+                  : resihp_job_set_state_list(job, bufs, nb))) {
     fprintf(stderr, "%scannot register the state: %s\n", who,
             resihp_strerror(rc));
     goto out;
@@ -1076,7 +1099,8 @@ static void usage(FILE *f) {
       "resihp-run (the others --partition's or the planner's).\n"
       "--move-layers lets the coordinator move units between the stages of\n"
       "a replica whose stage is slow, and back (results: each unit's\n"
-      "checksum, as with --partition-of).\n");
+      "checksum, as with --partition-of); a replica that lost a stage with\n"
+      "no spare left then goes on as fewer stages (resihp-run(1)).\n");
 }
 
 int main(int argc, char **argv) {

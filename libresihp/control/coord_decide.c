@@ -177,7 +177,8 @@ static int options(resihp__coord_t *c, int r, int swap_open, int *ok,
   if (resihp__coord_repart_plan(c, r, c->decide_cur, c->decide_home,
                                 c->decide_out, &ratio)) {
     double after = resihp__repart_slowdown(
-        c->nlayers, c->K, c->rank_slow + (size_t)r * (size_t)c->K,
+        c->nlayers, resihp__coord_rep_k(c, r),
+        c->rank_slow + (size_t)r * (size_t)c->K,
         c->decide_out, c->decide_home, p->quota > 0 ? p->quota : 1);
     double gain = c->nmembers > 1
                       ? resihp__coord_speedup_gain(c, r, after)

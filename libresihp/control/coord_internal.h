@@ -144,6 +144,15 @@ typedef struct {
   int decided, acted, has_measured;
   long acted_at;
   double predicted, measured;
+  /* shrunk (coord_shrink.c): its ranks now (0: the job's K; fewer once
+   * it lost ranks with no spare left; its committed partition has as
+   * many), the ranks it lost (bits, its numbering before), at which step
+   * (1 + step; 0: never), and its multiplier then (its predicted step
+   * over the healthy K-rank one) */
+  int k;
+  unsigned long long lost;
+  long shrunk_at;
+  double shrink_slow;
 } rep_t;
 
 /* The reactions to a slow member (coord_decide.c). */
@@ -350,6 +359,18 @@ struct resihp__coord {
   long dg_step, dg_settle;
   int64_t dg_ms;
   double dg_before_s;
+  /* shrink (coord_shrink.c): one waiting for the next GO (1 + replica,
+   * 0: none) and its lost ranks; the one the last GO said (shrunk=: -1
+   * none); shrinks in all */
+  int shrink_next;
+  unsigned long long shrink_next_dead;
+  int shrunk_r;
+  unsigned long long shrunk_dead;
+  long shrinks;
+  /* whether the members of the last renewed epoch held different
+   * partitions of the layers (coord_members.c: whole lists when they
+   * first do; not in the snapshot: a standby sends them whole once) */
+  int go_differ;
   /* a move asked for by resihp__coord_repart_force: 1 + replica, 0: none */
   int force_r;
   int force_counts[RESIHP__COORD_MAX_SHARDS];
@@ -600,8 +621,66 @@ int resihp__repart_choose(int L, int K, const double *factor, const int *cur,
                           double *ratio, double *gain_s);
 double resihp__repart_slowdown(int L, int K, const double *factor,
                                const int *counts, const int *home, int mbs);
-/* A new process of replica r (HELLO): nothing moved, nothing declared. */
-void resihp__coord_repart_reset(resihp__coord_t *c, int r);
+/* The planner's partition of L equal layers over K ranks at the given
+ * factors (NULL: all healthy), m microbatches, into out (counts): 0 or
+ * RESIHP_EINVAL / RESIHP_ENOMEM. ratio: the predicted step of counts over
+ * K ranks at the factors over that of home over K0 ranks at full speed
+ * (>= 1); slowdown is ratio with K0 = K. */
+int resihp__repart_plan(int L, int K, const double *factor, int mbs, int *out);
+double resihp__repart_ratio(int L, int K, const double *factor,
+                            const int *counts, int K0, const int *home,
+                            int mbs);
+
+/* coord_shrink.c: a replica that lost ranks with no spare left goes on
+ * with the survivors (issue 32, item 3). plan: the partition of L layers
+ * over the survivors of a K-rank replica whose dead ranks are the bits of
+ * dead (old numbering), at the old ranks' factors (NULL: healthy), into
+ * out[0..K'): K' (>= 1), or RESIHP_EINVAL (no survivor, none dead, a
+ * dead rank >= K, L < K'). slowdown: its multiplier, the predicted step
+ * of counts over the kn survivors at their factors (kn entries) over the
+ * healthy K-rank replica's at home. */
+int resihp__shrink_plan(int L, int K, uint64_t dead, const double *factor,
+                        int mbs, int *out);
+double resihp__shrink_slowdown(int L, int K, const int *home, int kn,
+                               const double *factor, const int *counts,
+                               int mbs);
+/* Replica r's ranks now (the job's K until it shrank). */
+static inline int resihp__coord_rep_k(const resihp__coord_t *c, int r) {
+  return c->reps[r].k > 0 ? c->reps[r].k : c->K;
+}
+/* At a GO: the shrink waiting, if any, is the epoch's (shrunk_r). */
+void resihp__coord_shrink_boundary(resihp__coord_t *c);
+/* (snapshot) Replica r's shrink on its "y" line: " shrunk=AT:LOST:SLOW"
+ * (rep_t's shrunk_at, lost as decimal bits, shrink_slow) once it shrank,
+ * and " shrink=next:DEAD" or " shrink=now:DEAD" while its shrink waits
+ * for the next GO or is the epoch's (restored, a standby's GO says the
+ * same shrunk=). restore: from the text put wrote (s: " shrunk=..."
+ * and/or " shrink=...", nothing else): 0, or RESIHP_EPROTO. */
+void resihp__coord_put_shrink_state(const resihp__coord_t *c, int r,
+                                    resihp__wire_buf_t *b);
+int resihp__coord_shrink_restore(resihp__coord_t *c, int r, const char *s);
+/* A HELLO of n ranks from replica r, whose lists ep and sep (n
+ * items, cap bytes each) become those kept here: those of a replica that
+ * shrank to n ranks (its survivors' in their new order) followed by its
+ * dead ranks' (the job's K items, as after its shrink): 0, or
+ * RESIHP_EINVAL (not a replica of n ranks now, or the lists too long),
+ * nothing changed. */
+int resihp__coord_shrunk_hello(const resihp__coord_t *c, int r, int n,
+                               char *ep, char *sep, size_t cap);
+/* GO: " shrunk=r:k,..." when this epoch shrinks a replica. */
+void resihp__coord_put_shrunk(const resihp__coord_t *c, resihp__wire_buf_t *b);
+/* The rank that old rank k of a replica whose dead ranks are the bits of
+ * dead has after the shrink (the survivors in their old order, as
+ * resihp_comm_shrink numbers them), or -1 when k is dead. */
+static inline int resihp__shrink_rank(int k, uint64_t dead) {
+  if (k < 0 || k > 63 || (dead >> k & 1))
+    return -1;
+  return k - __builtin_popcountll(dead & ((1ULL << k) - 1));
+}
+/* A new process of replica r (HELLO): nothing moved, nothing declared;
+ * of the job's K ranks (shrunk 0) not shrunk either, of its shrunk
+ * replica's K' (shrunk 1) still shrunk. */
+void resihp__coord_repart_reset(resihp__coord_t *c, int r, int shrunk);
 /* (snapshot) Replica r's layers were moved away from home (its declared
  * cut points): 0, or RESIHP_EPROTO. */
 int resihp__coord_repart_restore(resihp__coord_t *c, int r, const char *home);

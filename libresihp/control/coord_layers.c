@@ -73,8 +73,9 @@ int resihp__coord_set_layers(resihp__coord_t *c, int r, const char *lay) {
   char cuts[RESIHP__COORD_LAY_MAX];
   int L;
   rep_t *p = &c->reps[r];
+  /* of its ranks now: the job's K, fewer once it shrank */
   if (strlen(lay) >= sizeof(cuts) ||
-      lay_parse(lay, c->K, &L, cuts, sizeof(cuts)))
+      lay_parse(lay, resihp__coord_rep_k(c, r), &L, cuts, sizeof(cuts)))
     return RESIHP_EPROTO;
   if (c->nlayers && L != c->nlayers)
     return RESIHP_EINVAL;
@@ -154,7 +155,8 @@ void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   resihp__wire_buf_printf(b, " lay=%d", c->nlayers);
   if (c->K == 1 || !c->nlparts)
     return; /* one rank holds every layer: nothing to tell apart */
-  resihp__coord_put_moved(c, b); /* (coord_repart.c) */
+  resihp__coord_put_moved(c, b);  /* (coord_repart.c) */
+  resihp__coord_put_shrunk(c, b); /* (coord_shrink.c) */
   /* members by partition (counting sort: O(members + distinct)); those
    * that declared none are counted with the default */
   int D = c->nlparts, n = c->nmembers;
@@ -203,10 +205,11 @@ void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   free(by);
 }
 
-/* (snapshot) "y r lay=L:cuts[ shape=D][ home=cuts]" lines: every
- * replica's committed partition, the state shape of its holders once one
- * began, and the partition its program declared when the coordinator
- * moved its layers away from it (coord_repart.c) */
+/* (snapshot) "y r lay=L:cuts[ lst=1][ shape=D][ home=cuts][ shrunk=...]
+ * [ shrink=...]" lines: every replica's committed partition, the state
+ * shape of its holders once one began, the partition its program
+ * declared when the coordinator moved its layers away from it
+ * (coord_repart.c), and its shrink (coord_shrink.c) */
 void resihp__coord_put_layers(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   for (int r = 0; r < c->R && !b->err; r++) {
     const rep_t *p = &c->reps[r];
@@ -219,6 +222,7 @@ void resihp__coord_put_layers(const resihp__coord_t *c, resihp__wire_buf_t *b) {
                             shape[0] ? " shape=" : "", shape);
     if (p->moved && p->home[0])
       resihp__wire_buf_printf(b, " home=%s", p->home);
+    resihp__coord_put_shrink_state(c, r, b); /* (coord_shrink.c) */
     resihp__wire_buf_printf(b, "\n");
   }
 }
@@ -247,20 +251,35 @@ int resihp__coord_restore_layers(resihp__coord_t *c, int r, const char *s) {
   }
   if (at && !strncmp(at, " home=", 6)) {
     size_t m = strcspn(at + 6, " ");
-    if (m == 0 || m >= sizeof(home) || at[6 + m])
+    if (m == 0 || m >= sizeof(home))
       return RESIHP_EPROTO;
     memcpy(home, at + 6, m);
     home[m] = '\0';
-    at = NULL;
+    at += 6 + m;
+    at = *at ? at : NULL;
   }
-  if (at || (shape[0] && !resihp__wire_token_ok(shape, sizeof(shape))))
+  /* then the shrink's " shrunk=..." and " shrink=...", the rest of it */
+  if (at && strncmp(at, " shrunk=", 8) && strncmp(at, " shrink=", 8))
+    return RESIHP_EPROTO;
+  if (shape[0] && !resihp__wire_token_ok(shape, sizeof(shape)))
     return RESIHP_EPROTO;
   memcpy(lay, s, n);
   lay[n] = '\0';
+  /* a replica that shrank (coord_shrink.c) holds fewer ranks than the
+   * job's K: as many as its partition's cut points say */
+  int k = 1;
+  const char *colon = strchr(lay, ':');
+  for (const char *q = colon; q && *q; q++)
+    k += *q == ':';
+  if (k > c->K)
+    return RESIHP_EPROTO;
+  c->reps[r].k = k < c->K ? k : 0;
   int rc = resihp__coord_set_layers(c, r, lay);
   c->reps[r].lstate = lst;
   if (!rc && home[0])
     rc = resihp__coord_repart_restore(c, r, home);
+  if (!rc && at)
+    rc = resihp__coord_shrink_restore(c, r, at);
   if (rc || !shape[0])
     return rc;
   char *have = c->lparts[c->reps[r].lpart - 1].shape;
@@ -318,12 +337,17 @@ int resihp__coord_serve_sources(resihp__coord_t *c) {
   for (int ji = 0; ji < nj; ji++) {
     int lp = D ? c->reps[c->start_joiners[ji]].lpart : 0;
     int n = at[lp + 1] - at[lp];
+    /* of the joiner's ranks now (fewer once it shrank): its other slots
+     * serve nobody */
+    int kj = resihp__coord_rep_k(c, c->start_joiners[ji]);
+    for (int k = kj; k < K; k++)
+      c->start_src[(size_t)ji * (size_t)K + (size_t)k] = -1;
     if (lp && !n && c->start_lay && nls &&
         c->reps[c->start_joiners[ji]].lstate) {
       /* by layer: rank k's layers from the ranks of the (ji + k)-th
        * member holding its state by layer, whatever its partition */
       c->start_lay[ji] = 1;
-      for (int k = 0; k < K; k++)
+      for (int k = 0; k < kj; k++)
         c->start_src[(size_t)ji * (size_t)K + (size_t)k] = ls[(ji + k) % nls];
       continue;
     }
@@ -333,7 +357,7 @@ int resihp__coord_serve_sources(resihp__coord_t *c) {
            "layers (%s): it gets shards of another one",
            c->start_joiners[ji], c->lparts[lp - 1].text);
     }
-    for (int k = 0; k < K; k++)
+    for (int k = 0; k < kj; k++)
       c->start_src[(size_t)ji * (size_t)K + (size_t)k] =
           n ? by[at[lp] + (ji + k) % n] : c->start_contrib[(ji + k) % nc];
   }

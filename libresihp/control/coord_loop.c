@@ -454,6 +454,7 @@ int resihp__coord_create(const resihp__coord_opts_t *o, resihp__coord_t **out) {
   c->o = *o;
   c->moved_r = -1;
   c->decide_r = c->rm_r = c->sw_r = c->dg_r = -1;
+  c->shrunk_r = -1;
   c->efd = epoll_create1(EPOLL_CLOEXEC);
   if (c->o.silence_ms <= 0)
     c->o.silence_ms = 3000;

@@ -289,8 +289,10 @@ void resihp__coord_send_go(resihp__coord_t *c) {
     c->phase = P_BARRIER;
     return;
   }
-  if (c->phase == P_BARRIER)
+  if (c->phase == P_BARRIER) {
+    resihp__coord_shrink_boundary(c); /* (coord_shrink.c) */
     resihp__coord_repart_boundary(c); /* may renew the epoch */
+  }
   int same = c->nmembers == c->nlast && !c->changed;
   c->changed = 0;
   for (int i = 0; same && i < c->nmembers; i++)
@@ -301,8 +303,20 @@ void resihp__coord_send_go(resihp__coord_t *c) {
   c->phase = P_SETUP;
   uint32_t base = c->go_epoch;
   int nwhole = 0;
+  /* while the members' partitions differ, each rank keeps the other
+   * ranks' columns of the member list, which a change of the list alone
+   * does not carry (recovery/job_step.c): the first epoch in which they
+   * differ (a move, a shrink, a joiner of a partition nobody holds) sends
+   * every member the whole list (a standby, which does not know the
+   * last one's, does so once too) */
+  int differ = 0;
+  for (int i = 1; renew && i < c->nmembers && !differ; i++)
+    differ = c->reps[c->members[i]].lpart != c->reps[c->members[0]].lpart;
+  int all = renew && differ && !c->go_differ;
+  if (renew)
+    c->go_differ = differ;
   for (int i = 0; renew && i < c->nmembers; i++)
-    nwhole += !holds_list(c, c->members[i], base);
+    nwhole += all || !holds_list(c, c->members[i], base);
   /* whole: the line for members without the base list (and the only
    * line when nothing changed); delta: for the others */
   resihp__wire_buf_t whole, delta;
@@ -327,7 +341,7 @@ void resihp__coord_send_go(resihp__coord_t *c) {
    * first GO goes out), then the lines */
   char *delta_for = malloc((size_t)(unsigned)c->nmembers);
   for (int i = 0; delta_for && i < c->nmembers; i++)
-    delta_for[i] = renew && holds_list(c, c->members[i], base);
+    delta_for[i] = renew && !all && holds_list(c, c->members[i], base);
   resihp__coord_pace_reset(c); /* what a last boundary still owed is moot */
   for (int i = 0; i < c->nmembers; i++) {
     rep_t *p = &c->reps[c->members[i]];

@@ -280,16 +280,6 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
     refuse_program(c, k, r, "mismatch", msg);
     return;
   }
-  /* its state shape is compared at its first BEGIN, with the replicas
-   * of its partition of the layers (coord_layers.c), known only then */
-  if (c->S && K != c->K) {
-    logc(RESIHP_LOG_ERROR,
-         "replica %ld has %ld rank(s), the job %d: refused (every replica "
-         "must have the same ranks per replica)",
-         r, K, c->K);
-    refuse_program(c, k, r, "mismatch", msg);
-    return;
-  }
   long again = 0, e = 0, st = 0, pid = 0;
   /* its burn-in (the launcher asks first launches for one): the reference
    * of the spares' (coord_spares.c) */
@@ -304,6 +294,21 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
           RESIHP_EPROTO ||
       resihp__wire_get_range(msg, "step", 0, MAX_STEPS, &st) == RESIHP_EPROTO) {
     resihp__coord_refuse(c, k, "bad-hello", 1, msg);
+    return;
+  }
+  /* its state shape is compared at its first BEGIN, with the replicas
+   * of its partition of the layers (coord_layers.c), known only then; a
+   * replica that shrank (coord_shrink.c) comes back with its ranks now,
+   * its lists as kept here */
+  int shrunk = c->S && K != c->K &&
+               resihp__coord_shrunk_hello(c, (int)r, (int)K, ep, sep,
+                                          sizeof(ep)) == 0;
+  if (c->S && K != c->K && !shrunk) {
+    logc(RESIHP_LOG_ERROR,
+         "replica %ld has %ld rank(s), the job %d: refused (every replica "
+         "must have the same ranks per replica)",
+         r, K, c->K);
+    refuse_program(c, k, r, "mismatch", msg);
     return;
   }
   if (again && c->reps[r].retired &&
@@ -379,7 +384,9 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   snprintf(p->lep, sizeof(p->lep), "%s", strcmp(lep, "-") ? lep : "");
   snprintf(p->shape, sizeof(p->shape), "%s", shape);
   p->shape_open = 1;
-  resihp__coord_repart_reset(c, (int)r); /* a new process: nothing moved */
+  /* a new process: nothing moved; one of the job's K ranks is no longer
+   * shrunk, one of the replica's fewer is (a relaunch in place) */
+  resihp__coord_repart_reset(c, (int)r, shrunk);
   c->conns[k].replica = (int)r;
   p->last_life = resihp__now_ms();
   /* and the partition of the layers that replica r holds (its last
@@ -390,6 +397,11 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
       &b, "WELCOME replica=%ld step=%ld hb=%d cred=%s term=%" PRIu32, r,
       c->step, c->hb_leader_ms, p->cred, c->term);
   resihp__coord_put_lay(c, (int)r, &b);
+  /* a relaunch in place of fewer ranks: they hold the partition above, the
+   * planner's over the survivors, not the one their program declares
+   * (resihp_job_shrunk_partition) */
+  if (shrunk)
+    resihp__wire_buf_printf(&b, " shrunk=1");
   resihp__coord_again(c, resihp__coord_send_buf_to(c, (int)r, &b));
   resihp__wire_buf_free(&b);
   resihp__coord_send_coords(c, (int)r);

@@ -128,19 +128,39 @@ done:
   return rc;
 }
 
-double resihp__repart_slowdown(int L, int K, const double *factor,
-                               const int *counts, const int *home, int mbs) {
+int resihp__repart_plan(int L, int K, const double *factor, int mbs,
+                        int *out) {
+  if (L < K || K < 1 || K > RESIHP__COORD_MAX_SHARDS)
+    return RESIHP_EINVAL;
+  model_t x;
+  if (model_init(&x, L, K, factor, mbs))
+    return RESIHP_ENOMEM;
+  double fill, step;
+  int rc = resihp_planner_partition(&x.cl, &x.m, 1, K, x.speed, x.cap,
+                                    x.m.microbatches, out, &fill, &step);
+  free(x.ms);
+  return rc ? RESIHP_EINVAL : 0;
+}
+
+double resihp__repart_ratio(int L, int K, const double *factor,
+                            const int *counts, int K0, const int *home,
+                            int mbs) {
   model_t slow, ok;
   if (model_init(&slow, L, K, factor, mbs))
     return 1;
-  if (model_init(&ok, L, K, NULL, mbs)) {
+  if (model_init(&ok, L, K0, NULL, mbs)) {
     free(slow.ms);
     return 1;
   }
-  double a = model_step(&slow, K, counts), b = model_step(&ok, K, home);
+  double a = model_step(&slow, K, counts), b = model_step(&ok, K0, home);
   free(slow.ms);
   free(ok.ms);
   return b > 0 && a > b ? a / b : 1;
+}
+
+double resihp__repart_slowdown(int L, int K, const double *factor,
+                               const int *counts, const int *home, int mbs) {
+  return resihp__repart_ratio(L, K, factor, counts, K, home, mbs);
 }
 
 /* The counts of the partition "cuts" (coord_layers.c's text) of L
@@ -158,13 +178,19 @@ static int counts_of(const char *cuts, int L, int K, int *counts) {
   return rc;
 }
 
-void resihp__coord_repart_reset(resihp__coord_t *c, int r) {
+void resihp__coord_repart_reset(resihp__coord_t *c, int r, int shrunk) {
   rep_t *p = &c->reps[r];
   p->lmove = 0;
-  p->home[0] = '\0';
   p->moved = 0;
   p->moved_at = 0;
   p->repart_asked = 0;
+  if (shrunk)
+    return; /* (its home is the shrunk partition, coord_shrink.c) */
+  p->home[0] = '\0';
+  p->k = 0; /* (HELLO checked: the job's K ranks) */
+  p->lost = 0;
+  p->shrunk_at = 0;
+  p->shrink_slow = 1;
 }
 
 int resihp__coord_repart_restore(resihp__coord_t *c, int r,
@@ -172,7 +198,7 @@ int resihp__coord_repart_restore(resihp__coord_t *c, int r,
   rep_t *p = &c->reps[r];
   int counts[RESIHP__COORD_MAX_SHARDS];
   if (c->K > RESIHP__COORD_MAX_SHARDS || strlen(home) >= sizeof(p->home) ||
-      counts_of(home, c->nlayers, c->K, counts))
+      counts_of(home, c->nlayers, resihp__coord_rep_k(c, r), counts))
     return RESIHP_EPROTO;
   snprintf(p->home, sizeof(p->home), "%s", home);
   p->moved = 1;
@@ -192,9 +218,10 @@ void resihp__coord_repart_begin(resihp__coord_t *c, int r, const char *msg) {
 /* The counts of replica r's partition now and of its home: 0, or -1. */
 static int both_counts(const resihp__coord_t *c, int r, int *cur, int *home) {
   const rep_t *p = &c->reps[r];
+  int K = resihp__coord_rep_k(c, r);
   if (!p->lpart || !p->home[0] ||
-      counts_of(c->lparts[p->lpart - 1].text, c->nlayers, c->K, cur) ||
-      counts_of(p->home, c->nlayers, c->K, home))
+      counts_of(c->lparts[p->lpart - 1].text, c->nlayers, K, cur) ||
+      counts_of(p->home, c->nlayers, K, home))
     return -1;
   return 0;
 }
@@ -202,20 +229,25 @@ static int both_counts(const resihp__coord_t *c, int r, int *cur, int *home) {
 double resihp__coord_repart_factor(const resihp__coord_t *c, int r, double f) {
   const rep_t *p = &c->reps[r];
   int cur[RESIHP__COORD_MAX_SHARDS], home[RESIHP__COORD_MAX_SHARDS];
+  /* a shrunk replica (coord_shrink.c) is timed as for K ranks: its
+   * K'-rank home costs shrink_slow more */
+  double shrunk = p->shrunk_at ? p->shrink_slow : 1;
   if (!p->moved || !c->rank_slow || both_counts(c, r, cur, home))
-    return f;
-  return resihp__repart_slowdown(c->nlayers, c->K,
-                                 c->rank_slow + (size_t)r * (size_t)c->K, cur,
-                                 home, p->quota > 0 ? p->quota : 1);
+    return f * shrunk;
+  return shrunk * resihp__repart_slowdown(
+                      c->nlayers, resihp__coord_rep_k(c, r),
+                      c->rank_slow + (size_t)r * (size_t)c->K, cur, home,
+                      p->quota > 0 ? p->quota : 1);
 }
 
 int resihp__coord_repart_wanted(resihp__coord_t *c, int r) {
   rep_t *p = &c->reps[r];
-  if (!p->lmove || p->repart_asked || c->K < 2 || !c->rank_slow ||
+  int K = resihp__coord_rep_k(c, r);
+  if (!p->lmove || p->repart_asked || K < 2 || !c->rank_slow ||
       (p->moved_at > 0 && c->step < p->moved_at + REPART_SPACING))
     return 0;
   int slow = 0;
-  for (int k = 0; k < c->K; k++)
+  for (int k = 0; k < K; k++)
     slow |= c->rank_slow[r * c->K + k] > 1;
   if (slow == p->moved)
     return 0; /* slow and moved, or healthy at home */
@@ -228,13 +260,13 @@ int resihp__coord_repart_wanted(resihp__coord_t *c, int r) {
 static int plan_for(resihp__coord_t *c, int r, double cost, int *cur, int *home,
                     int *out, double *ratio, double *gain) {
   rep_t *p = &c->reps[r];
-  int K = c->K;
+  int K = resihp__coord_rep_k(c, r);
   *ratio = 1;
   *gain = 0;
   if (!p->lmove || !p->lpart || !p->home[0] || p->catching ||
       (p->moved_at > 0 && c->step < p->moved_at + REPART_SPACING))
     return 0;
-  const double *f = c->rank_slow + (size_t)r * (size_t)K;
+  const double *f = c->rank_slow + (size_t)r * (size_t)c->K;
   int slow = 0;
   for (int k = 0; k < K; k++)
     slow |= f[k] > 1;
@@ -264,7 +296,7 @@ int resihp__coord_repart_plan(resihp__coord_t *c, int r, int *cur, int *home,
 static int apply(resihp__coord_t *c, int r, const int *cur, const int *home,
                  const int *out, double ratio, double gain,
                  const char *why_text) {
-  int K = c->K;
+  int K = resihp__coord_rep_k(c, r);
   resihp__partition_t np;
   char lay[RESIHP__COORD_LAY_MAX + 16], cuts[RESIHP__COORD_LAY_MAX];
   if (resihp__partition_from_counts(out, K, c->nlayers, &np))
@@ -296,8 +328,8 @@ static int apply(resihp__coord_t *c, int r, const int *cur, const int *home,
    * healthy one at home (back home: its slowest rank's factor) */
   double fmax = 1;
   for (int k = 0; k < K; k++)
-    if (c->rank_slow && c->rank_slow[r * K + k] > fmax)
-      fmax = c->rank_slow[r * K + k];
+    if (c->rank_slow && c->rank_slow[r * c->K + k] > fmax)
+      fmax = c->rank_slow[r * c->K + k];
   p->slow = resihp__coord_repart_factor(c, r, fmax);
   char from[RESIHP__COORD_LAY_MAX], to[RESIHP__COORD_LAY_MAX];
   size_t a = 0, b = 0;
@@ -348,7 +380,8 @@ void resihp__coord_repart_boundary(resihp__coord_t *c) {
   int chosen = c->decide_r;
   c->decide_r = -1;
   c->moved_r = -1;
-  if (c->K < 2 || !c->nlayers || c->stop || !quiet(c)) {
+  if (c->K < 2 || !c->nlayers || c->stop || !quiet(c) ||
+      c->shrunk_r >= 0) { /* (a shrink has this boundary: coord_shrink.c) */
     if (chosen >= 0) /* not done: decided again at the next boundary */
       c->reps[chosen].decided = 0;
     return;
@@ -398,8 +431,13 @@ void resihp__coord_put_moved(const resihp__coord_t *c, resihp__wire_buf_t *b) {
 double resihp__coord_repart_scale(const resihp__coord_t *c, int rank) {
   int r = rank / c->K, k = rank % c->K;
   int cur[RESIHP__COORD_MAX_SHARDS], home[RESIHP__COORD_MAX_SHARDS];
-  if (!c->reps[r].moved || both_counts(c, r, cur, home))
+  if ((!c->reps[r].moved && !c->reps[r].shrunk_at) ||
+      k >= resihp__coord_rep_k(c, r) || both_counts(c, r, cur, home))
     return 1.0;
+  /* a shrunk replica's rank: as for an even share of K ranks (its
+   * multiplier says the rest, shrink_slow) */
+  if (c->reps[r].shrunk_at)
+    return (double)c->nlayers / c->K / (double)cur[k];
   return (double)home[k] / (double)cur[k];
 }
 

@@ -123,14 +123,14 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
       b,
       "c %ld %d %d %" PRIu32 " %" PRIu32 " %d %d %d %d %ld %d %d %ld %d %d "
       "%d %ld %ld %ld %ld %d %d %d %" PRId64 " %" PRId64 " %" PRId64
-      " %ld %" PRId64 "\n",
+      " %ld %" PRId64 " %ld %ld\n",
       c->step, c->phase, c->state, c->epoch, c->go_epoch, c->changed, c->stop,
       c->abort_replica, c->wl_asked, c->save_step, c->save_asked, c->save_last,
       c->reassigned, c->save_over, c->start_run, c->nstart_contrib, c->start_at,
       c->samples, c->costed, c->swaps, c->nfails, c->nrounds, c->nspares,
       c->start_ms ? c->start_ms[c->base_step] : 0,
       c->start_ms ? c->start_ms[c->step] : 0, c->t_done, c->starts,
-      c->step_ms);
+      c->step_ms, c->repartitions, c->shrinks);
   resihp__wire_buf_printf(b, "a");
   put_text(b, c->abort_why);
   resihp__wire_buf_printf(b, "\nl");
@@ -621,6 +621,10 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
   c->starts = (long)num(&u, 0, LONG_MAX);
   /* (absent in an older record: unknown) */
   c->step_ms = *u.p ? (int64_t)num(&u, 0, STEP_MS_MAX) : 0;
+  /* (absent in an older record: none counted; a standby's summary counts
+   * what the primary did) */
+  c->repartitions = *u.p ? (long)num(&u, 0, LONG_MAX) : 0;
+  c->shrinks = *u.p ? (long)num(&u, 0, LONG_MAX) : 0;
   if (u.err || *u.p || (!c->S && c->phase != P_BARRIER) ||
       (!c->M && c->nstart_contrib))
     return RESIHP_EPROTO;

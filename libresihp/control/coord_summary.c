@@ -98,10 +98,10 @@ static void fail_slow(const resihp__coord_t *c, FILE *f) {
   fprintf(f,
           "  fail-slow:              %ld samples; microbatches by %s (%ld "
           "steps with workloads); %ld swap(s) for a spare; %ld "
-          "repartition(s)\n",
+          "repartition(s); %ld shrink(s)\n",
           c->samples,
           how[c->o.assign >= 0 && c->o.assign <= 2 ? c->o.assign : 0],
-          c->costed, c->swaps, c->repartitions);
+          c->costed, c->swaps, c->repartitions, c->shrinks);
   for (int r = 0; r < c->R; r++) {
     const rep_t *p = &c->reps[r];
     if (p->worst_slow <= 1)
@@ -138,6 +138,19 @@ static void fail_slow(const resihp__coord_t *c, FILE *f) {
             p->home[0] ? p->home : "?");
   }
   decisions(c, f);
+  /* the replicas that lost ranks with no spare left (coord_shrink.c) */
+  for (int r = 0; r < c->R; r++) {
+    const rep_t *p = &c->reps[r];
+    if (!p->shrunk_at || !p->lpart)
+      continue;
+    fprintf(f,
+            "  replica %d ranks:        %d of %d since step %ld (no spare "
+            "left), cut at %s, predicted step x%.2f\n",
+            r, resihp__coord_rep_k(c, r), c->K, p->shrunk_at - 1,
+            c->lparts[p->lpart - 1].text[0] ? c->lparts[p->lpart - 1].text
+                                            : "- (one rank holds all)",
+            p->shrink_slow);
+  }
 }
 
 /* A failure that went with a lost primary's node (fail_t.takeover): the

@@ -348,6 +348,32 @@ void resihp__coord_set_loss(resihp__coord_t *c, int64_t lo_ms, int64_t hi_ms);
 /* Forget a replica that never joined or was given up (no replacement). */
 void resihp__coord_mark_failed(resihp__coord_t *c, int replica,
                                const char *why);
+/* Shrink member replica, which lost the ranks whose bits dead holds (its
+ * numbering now) and has no spare left (coord_shrink.c, issue 32): from
+ * the next step boundary its survivors hold the planner's partition of
+ * the layers over them, renumbered in their order (GO shrunk=r:k,...).
+ * 0; or, with nothing changed, RESIHP_EINVAL (no survivor, nobody dead, a
+ * rank it does not have, fewer layers than survivors), RESIHP_ESTATE (not
+ * a member, no layers, or its program cannot move layers and catch them
+ * up by layer: BEGIN lmove=1 lst=1) or RESIHP_EBUSY (another shrink waits
+ * for the boundary): then fail it as before. */
+int resihp__coord_shrink(resihp__coord_t *c, int replica,
+                         unsigned long long dead);
+/* Shrink replica, which failed (it left, or resihp__coord_fail_*) having
+ * lost the ranks whose bits dead holds, for a relaunch in place (the
+ * shrink's other road, coord_shrink.c 11): it now holds the planner's
+ * partition of the layers over its survivors, and its next process is
+ * one of as many ranks (HELLO lsize=K'; the survivors in their order),
+ * which catches its layers up by layer from the members. 0; or, with
+ * nothing changed, RESIHP_EINVAL (as resihp__coord_shrink) or
+ * RESIHP_ESTATE (not failed, no layers, its program cannot move layers
+ * and catch them up by layer, or the run ends): then give it up. */
+int resihp__coord_shrink_in_place(resihp__coord_t *c, int replica,
+                                  unsigned long long dead);
+/* Whether replica, which failed, could shrink in place once the launcher
+ * knows which of its ranks died (its last rank taken for one): 0, or why
+ * not (as resihp__coord_shrink_in_place). Nothing changes. */
+int resihp__coord_shrink_able(const resihp__coord_t *c, int replica);
 /* Spare states (names: resihp__spare_state_name). */
 enum {
   RESIHP__SPARE_CHECKING = 0, /* added, never registered */

@@ -23,7 +23,8 @@ EXTRA_DIST += tests/fuzz/corpus-snapshot/setup tests/fuzz/corpus-snapshot/run \
 	tests/fuzz/corpus-snapshot/save tests/fuzz/corpus-snapshot/end \
 	tests/fuzz/corpus-snapshot/spares tests/fuzz/corpus-snapshot/cut \
 	tests/fuzz/corpus-snapshot/freerun-cost tests/fuzz/corpus-snapshot/layers \
-	tests/fuzz/corpus-snapshot/repart tests/fuzz/corpus-snapshot/decide
+	tests/fuzz/corpus-snapshot/repart tests/fuzz/corpus-snapshot/decide \
+	tests/fuzz/corpus-snapshot/shrunk
 
 # Fuzz target of the cost plan of a free run by cost (costplan.c).
 check_PROGRAMS += tests/fuzz/fuzz_costplan
@@ -131,6 +132,12 @@ tests_unit_test_repart_SOURCES = tests/unit/test_repart.c
 tests_unit_test_repart_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_repart_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_repart
+# and the shrink of a replica that lost ranks with no spare left.
+check_PROGRAMS += tests/unit/test_shrink
+tests_unit_test_shrink_SOURCES = tests/unit/test_shrink.c
+tests_unit_test_shrink_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_shrink_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_shrink
 
 check_PROGRAMS += tests/unit/test_decide
 tests_unit_test_decide_SOURCES = tests/unit/test_decide.c

@@ -91,7 +91,7 @@ static int run_groups(resihp_job_t *j, int me, int n,
     for (int i = 0; i < n && !rc; i++) {
       if (holder[i] == j->lrank)
         ep[i] = mine[i];
-      else if (holder[i] < 0 || holder[i] >= j->lsize || !cols[holder[i]])
+      else if (holder[i] < 0 || holder[i] >= j->ncols || !cols[holder[i]])
         rc = RESIHP_EPROTO;
       else
         ep[i] = cols[holder[i]][i];

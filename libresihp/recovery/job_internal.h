@@ -161,8 +161,10 @@ struct resihp_job {
   size_t *gslice;
   /* while the partitions differ: every other rank's address of each of
    * members[] (col_eps[k], k != lrank, the base of the next GO's delta
-   * like member_eps; NULL: not held) */
+   * like member_eps; NULL: not held), ncols columns: the most ranks of
+   * any partition (more than lsize when this replica shrank) */
   char (**col_eps)[RESIHP__JOB_EP_MAX];
+  int ncols;
   uint32_t epoch;
   int *members, nmembers; /* replica ids, in the group's world-rank order */
   uint32_t vgen;          /* REASSIGNs applied since the group was made */
@@ -186,11 +188,13 @@ struct resihp_job {
    * ones of its members and each member's (index, members[] order);
    * nlparts 0: GO said none (no layers, one rank per replica). And the
    * partition the coordinator holds for this replica id (WELCOME's lay=,
-   * its last process's: "" when none) */
+   * its last process's: "" when none), and whether it said this process
+   * is a shrunk replica's (shrunk=1: it must hold that partition) */
   resihp__partition_t *lparts;
   int nlparts;
   int *lpart_of;
   char welcome_lay[RESIHP__JOB_EPS_MAX / 6];
+  int welcome_shrunk;
   /* repartition at a step boundary (issue 32, job_layers.c): movable,
    * the program can move its layers (resihp_job_set_layers_movable: its
    * BEGINs say lmove=1); moving, a GO of the coordinator gave this
@@ -198,6 +202,9 @@ struct resihp_job {
    * whose state the program has yet to move and commit
    * (resihp_job_commit_layers) */
   int movable, moving;
+  /* a GO gave this replica a partition it cannot take (job_layers.c): it
+   * leaves */
+  int go_refused;
 
   /* the state: this rank's shard, a list of buffers */
   resihp_job_buf_t *state;
@@ -426,7 +433,9 @@ void resihp__job_put_lay(const resihp_job_t *j, resihp__wire_buf_t *b);
  * 0), or RESIHP_EPROTO when they are no partitions of this model, or this
  * replica's is not the one it declared. */
 int resihp__job_layers_go(resihp_job_t *j);
-/* WELCOME's lay= into j->welcome_lay ("" when absent or malformed). */
+/* WELCOME's lay= into j->welcome_lay ("" when absent or malformed) and
+ * its shrunk=1 into j->welcome_shrunk; also the leader's RANKS line,
+ * which passes both on to the replica's other ranks. */
 void resihp__job_layers_welcome(resihp_job_t *j, const char *line);
 
 /* job_step.c: free the other ranks' columns of the member list. */

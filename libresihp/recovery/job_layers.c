@@ -264,17 +264,28 @@ int resihp__job_layers_go(resihp_job_t *j) {
     rc = 0; /* one rank holds everything: nothing to tell apart */
   else if (!rc && !(j->lpart_of = malloc(sizeof(int) * (size_t)j->nmembers)))
     rc = RESIHP_ENOMEM;
-  else if (!rc)
-    rc =
-        resihp__lparts_parse(text, j->nlayers, j->lsize, j->members,
-                             j->nmembers, &j->lparts, &j->nlparts, j->lpart_of);
+  else if (!rc) /* (of any ranks up to the bound: the job's K is more
+                  * than this replica's when it shrank, coord_shrink.c) */
+    rc = resihp__lparts_parse(text, j->nlayers, RESIHP__JOB_MAX_SHARDS,
+                              j->members, j->nmembers, &j->lparts,
+                              &j->nlparts, j->lpart_of);
   free(text);
   for (int i = 0; !rc && j->nlparts && i < j->nmembers; i++)
     if (j->members[i] == j->replica &&
-        !resihp__partition_equal(&j->lparts[j->lpart_of[i]], &j->part))
+        !resihp__partition_equal(&j->lparts[j->lpart_of[i]], &j->part) &&
+        (rc = adopt(j, &j->lparts[j->lpart_of[i]]))) {
       /* not what this replica said: a bug, unless the coordinator moved
-       * its layers */
-      rc = adopt(j, &j->lparts[j->lpart_of[i]]);
+       * its layers; or it shrank it (control/coord_shrink.c), which this
+       * library cannot take yet. No new epoch changes that: the replica
+       * leaves at once (j->go_refused) rather than fail every set-up
+       * until the coordinator gives up on it, and maybe on a healthy
+       * replica whose set-ups it failed meanwhile */
+      j->go_refused = 1;
+      resihp_log(RESIHP_LOG_ERROR, "job",
+                 "replica %d rank %d: the coordinator gave this replica "
+                 "a partition of %d rank(s) that it cannot take: it leaves",
+                 j->replica, j->lrank, j->lparts[j->lpart_of[i]].k);
+    }
   if (rc) {
     resihp_log(RESIHP_LOG_ERROR, "job",
                "replica %d rank %d: GO's partitions of the layers are not "
@@ -290,4 +301,31 @@ void resihp__job_layers_welcome(resihp_job_t *j, const char *line) {
   if (resihp__wire_get(line, "lay", j->welcome_lay, sizeof(j->welcome_lay)) ||
       !resihp__wire_token_ok(j->welcome_lay, sizeof(j->welcome_lay)))
     j->welcome_lay[0] = '\0';
+  char v[4];
+  j->welcome_shrunk = !resihp__wire_get(line, "shrunk", v, sizeof(v)) &&
+                      !strcmp(v, "1");
+}
+
+int resihp_job_shrunk_partition(const resihp_job_t *j, int *counts,
+                                int nranks) {
+  if (!j || !counts || nranks != j->lsize)
+    return RESIHP_EINVAL;
+  if (!j->welcome_shrunk || !j->welcome_lay[0])
+    return RESIHP_ENOENT;
+  /* "L" or "L:c1,c2...": the cut points of L layers (as GO's lparts=) */
+  char *end;
+  const char *s = j->welcome_lay;
+  long L = s[0] >= '1' && s[0] <= '9' ? strtol(s, &end, 10) : 0;
+  if (L < 1 || L > RESIHP__LAYERS_MAX || (*end && *end != ':'))
+    return RESIHP_EPROTO;
+  resihp__partition_t p;
+  int rc = resihp__partition_parse(*end ? end + 1 : "", (int)L, &p);
+  if (rc)
+    return rc == RESIHP_ENOMEM ? rc : RESIHP_EPROTO;
+  if (p.k != nranks)
+    rc = RESIHP_EPROTO;
+  for (int k = 0; !rc && k < nranks; k++)
+    counts[k] = p.bounds[k + 1] - p.bounds[k];
+  resihp__partition_free(&p);
+  return rc;
 }

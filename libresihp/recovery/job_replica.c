@@ -261,7 +261,11 @@ int resihp__job_replica_comm_create(resihp_job_t *j) {
     if (!line)
       return RESIHP_ENOMEM;
     if (j->lrank == 0) {
-      snprintf(line, RESIHP__JOB_MSG_MAX, "RANKS reps=%s", j->reps);
+      /* and what WELCOME said of the replica's partition: every rank
+       * answers resihp_job_shrunk_partition */
+      snprintf(line, RESIHP__JOB_MSG_MAX, "RANKS reps=%s%s%s%s", j->reps,
+               j->welcome_lay[0] ? " lay=" : "", j->welcome_lay,
+               j->welcome_shrunk ? " shrunk=1" : "");
       rc = resihp__job_send_down(j, line);
     } else if (!(rc = resihp__job_recv_up(j))) {
       if (!strncmp(j->msg, "NO ", 3)) {
@@ -272,6 +276,8 @@ int resihp__job_replica_comm_create(resihp_job_t *j) {
       } else if (strncmp(j->msg, "RANKS ", 6) ||
                  resihp__wire_get(j->msg, "reps", j->reps, sizeof(j->reps))) {
         rc = RESIHP_EPROTO;
+      } else {
+        resihp__job_layers_welcome(j, j->msg);
       }
     }
     free(line);

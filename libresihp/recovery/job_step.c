@@ -77,22 +77,27 @@ static int other_columns(resihp_job_t *j, const char *list, const int *old,
     return RESIHP_ENOMEM;
   int differ = !resihp__wire_get(j->msg, "lparts", lp, RESIHP__JOB_MSG_MAX) &&
                strchr(lp, ',');
+  /* a replica that shrank (control/coord_shrink.c) has fewer ranks than
+   * the others' partitions: the columns of all of theirs */
+  int nc = differ ? resihp__lparts_max_ranks(lp, RESIHP__JOB_MAX_SHARDS) : 1;
   free(lp);
-  int held = j->col_eps != NULL, rc = 0;
-  if (!differ || j->lsize == 1) {
+  if (nc < j->lsize)
+    nc = j->lsize;
+  int held = j->col_eps != NULL, rc = 0, nheld = j->ncols;
+  if (!differ || nc == 1) {
     resihp__job_cols_free(j);
     return 0;
   }
-  resihp__job_ep_t **cols = calloc((size_t)j->lsize, sizeof(*cols));
+  resihp__job_ep_t **cols = calloc((size_t)nc, sizeof(*cols));
   if (!cols)
     return RESIHP_ENOMEM;
-  for (int k = 0; k < j->lsize && !rc; k++) {
+  for (int k = 0; k < nc && !rc; k++) {
     if (k == j->lrank)
       continue;
     int *kids = NULL, kn = 0;
     if (list)
       rc = resihp__job_members_parse(list, k, &kids, &cols[k], &kn);
-    else if (!held)
+    else if (!held || k >= nheld) /* (no base: the whole list, RESYNC) */
       rc = RESIHP_EPROTO;
     else
       rc = resihp__job_members_delta(
@@ -105,16 +110,18 @@ static int other_columns(resihp_job_t *j, const char *list, const int *old,
   }
   resihp__job_cols_free(j);
   j->col_eps = cols;
+  j->ncols = nc;
   if (rc)
     resihp__job_cols_free(j);
   return rc;
 }
 
 void resihp__job_cols_free(resihp_job_t *j) {
-  for (int k = 0; j->col_eps && k < j->lsize; k++)
+  for (int k = 0; j->col_eps && k < j->ncols; k++)
     free(j->col_eps[k]);
   free(j->col_eps);
   j->col_eps = NULL;
+  j->ncols = 0;
 }
 
 /* The groups of an epoch: this rank's shard k of every member, from GO's
@@ -203,6 +210,8 @@ static int on_go(resihp_job_t *j) {
     return 0;
   }
   int rc, src = setup_group(j, (uint32_t)ep);
+  if (src && j->go_refused)
+    return RESIHP_EINVAL; /* no new epoch helps: it leaves (job_layers.c) */
   if (src)
     resihp_log(RESIHP_LOG_WARN, "job",
                "replica %d rank %d: group of epoch %ld not set up (%s)",

@@ -275,7 +275,7 @@ static int lparts_entry(const char *s, const char *e, int d, int nlayers, int k,
   free(t);
   if (rc)
     return rc == RESIHP_ENOMEM ? rc : RESIHP_EPROTO;
-  if (p->k != k)
+  if (p->k > k) /* (fewer: a replica that shrank, control/coord_shrink.c) */
     return RESIHP_EPROTO;
   if (!at)
     return 0;
@@ -338,6 +338,20 @@ int resihp__lparts_parse(const char *text, int nlayers, int k, const int *ids,
   return 0;
 }
 
+int resihp__lparts_max_ranks(const char *text, int bound) {
+  int most = 1;
+  for (const char *q = text; *q;) {
+    size_t n = strcspn(q, "@,");
+    int k = n ? 2 : 1;
+    for (size_t i = 0; i < n && k <= bound; i++)
+      k += q[i] == ':';
+    most = k > most ? k : most;
+    q += strcspn(q, ",");
+    q += *q == ',';
+  }
+  return most < bound ? most : bound;
+}
+
 void resihp__runmap_holders(const resihp__runmap_t *m, int r,
                             const resihp__partition_t *parts, const int *of,
                             int n, int *holder) {
@@ -378,4 +392,26 @@ int resihp__moved_has(const char *list, int replica) {
     here |= ids[i] == replica;
   free(ids);
   return here;
+}
+
+int resihp__shrunk_get(const char *list, int replica,
+                       unsigned long long *dead) {
+  long long v[2 * RESIHP__SHRUNK_ITEMS];
+  int n = 0;
+  *dead = 0;
+  if (resihp__wire_parse_tuples(list, 2, (1 << 24) - 1, v,
+                                RESIHP__SHRUNK_ITEMS, &n))
+    return RESIHP_EPROTO;
+  unsigned long long mine = 0;
+  for (int i = 0; i < n; i++) {
+    if (v[2 * i + 1] >= RESIHP__SHRUNK_RANKS)
+      return RESIHP_EPROTO;
+    for (int j = 0; j < i; j++)
+      if (v[2 * j] == v[2 * i] && v[2 * j + 1] == v[2 * i + 1])
+        return RESIHP_EPROTO; /* said twice */
+    if (v[2 * i] == replica)
+      mine |= 1ULL << v[2 * i + 1];
+  }
+  *dead = mine;
+  return mine != 0;
 }

@@ -98,9 +98,20 @@ int resihp__partitions_distinct(const char *const *texts, int n, int nlayers,
  * [0, 2^24): control/coord_repart.c): 1, 0, or RESIHP_EPROTO when the
  * list is malformed. */
 int resihp__moved_has(const char *list, int replica);
+/* GO's shrunk= list: the ranks each shrunk replica lost in this epoch
+ * (control/coord_shrink.c), "R:k,R:k,..." (replica id R < 2^24, its lost
+ * rank k in its old numbering, k < RESIHP__SHRUNK_RANKS; several items
+ * for several ranks or replicas, none twice; at most
+ * RESIHP__SHRUNK_ITEMS). *dead gets replica's lost ranks as bits: 1 when
+ * it is listed, 0 when not (*dead 0), or RESIHP_EPROTO when the list is
+ * malformed (*dead 0). */
+#define RESIHP__SHRUNK_RANKS 64
+#define RESIHP__SHRUNK_ITEMS 64
+int resihp__shrunk_get(const char *list, int replica, unsigned long long *dead);
 /* The partitions of an epoch's n members as GO lists them (coordinator:
  * control/coord_layers.c): "D0,D1@r:r:...,..." where each Di is cut
- * points of k ranks, D0 held by every member not listed, each other one
+ * points of at most k ranks (fewer: a replica that shrank,
+ * control/coord_shrink.c), D0 held by every member not listed, each other one
  * with the replica ids that hold it (each a member, said once). ids: the
  * members, strictly increasing. *parts gets D0.. (*nparts, as
  * resihp__partitions_distinct), of[i] the index of member i's. O(text +
@@ -108,6 +119,10 @@ int resihp__moved_has(const char *list, int replica);
 int resihp__lparts_parse(const char *text, int nlayers, int k, const int *ids,
                          int n, resihp__partition_t **parts, int *nparts,
                          int *of);
+/* The most ranks of a partition in such a text (each entry's cut points
+ * + 1), at most bound, without parsing it: as resihp__lparts_parse's
+ * partitions say when it accepts the text. O(text). */
+int resihp__lparts_max_ranks(const char *text, int bound);
 /* The group of run r: for each of n members (of[i] its partition among
  * parts), the rank that holds the run, into holder[i]. */
 void resihp__runmap_holders(const resihp__runmap_t *m, int r,

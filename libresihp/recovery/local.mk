@@ -20,6 +20,7 @@ libresihp_libresihp_internal_la_SOURCES += \
 	libresihp/control/coord_perf.c \
 	libresihp/control/coord_repart.c \
 	libresihp/control/coord_decide.c \
+	libresihp/control/coord_shrink.c \
 	libresihp/control/costplan.h \
 	libresihp/control/costplan.c \
 	libresihp/control/coord_loop.c \
@@ -66,13 +67,14 @@ tools_resihp_run_SOURCES = tools/run/run.h tools/run/main.c \
 	tools/run/primary.c tools/run/cmd.c tools/run/cmd.h tools/run/slurm.c \
 	tools/run/slurm.h tools/run/secret.c tools/run/secret.h \
 	tools/run/report.c tools/run/jobnote.c tools/run/jobnote.h \
-	tools/run/comment.c
+	tools/run/comment.c tools/run/shrink_pick.c tools/run/shrink_pick.h
 tools_resihp_run_LDADD = libresihp/libresihp-internal.la
 # What it reads from scontrol (a standby's takeover rests on it).
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_run_slurm
 tests_unit_test_run_slurm_SOURCES = tests/unit/test_run_slurm.c \
-	tools/run/slurm.c tools/run/slurm.h tools/run/jobnote.c tools/run/jobnote.h
+	tools/run/slurm.c tools/run/slurm.h tools/run/jobnote.c tools/run/jobnote.h \
+	tools/run/shrink_pick.c tools/run/shrink_pick.h
 tests_unit_test_run_slurm_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_run_slurm_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_run_slurm
@@ -137,7 +139,8 @@ tests_fuzz_fuzz_lparts_SOURCES = tests/fuzz/fuzz_lparts.c \
 tests_fuzz_fuzz_lparts_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_lparts
 EXTRA_DIST += tests/fuzz/corpus-lparts/one tests/fuzz/corpus-lparts/three \
-	tests/fuzz/corpus-lparts/twice tests/fuzz/corpus-lparts/stranger
+	tests/fuzz/corpus-lparts/twice tests/fuzz/corpus-lparts/stranger \
+	tests/fuzz/corpus-lparts/shrunk
 # and of a catch-up's pieces (serve= entries, offers: job_layer_state.c).
 check_PROGRAMS += tests/fuzz/fuzz_serve_entry
 tests_fuzz_fuzz_serve_entry_SOURCES = tests/fuzz/fuzz_serve_entry.c \
@@ -155,6 +158,15 @@ tests_fuzz_fuzz_moved_LDADD = libresihp/libresihp-internal.la
 TESTS += tests/fuzz/fuzz_moved
 EXTRA_DIST += tests/fuzz/corpus-moved/one tests/fuzz/corpus-moved/three \
 	tests/fuzz/corpus-moved/empty-item tests/fuzz/corpus-moved/huge
+# and of a GO's shrunk= list (a replica that lost ranks, coord_shrink.c).
+check_PROGRAMS += tests/fuzz/fuzz_shrunk
+tests_fuzz_fuzz_shrunk_SOURCES = tests/fuzz/fuzz_shrunk.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h
+tests_fuzz_fuzz_shrunk_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_shrunk
+EXTRA_DIST += tests/fuzz/corpus-shrunk/one tests/fuzz/corpus-shrunk/several \
+	tests/fuzz/corpus-shrunk/twice tests/fuzz/corpus-shrunk/rank-past \
+	tests/fuzz/corpus-shrunk/empty-item
 # and of RESIHP_FAILOVER_MS (job_link.c).
 check_PROGRAMS += tests/fuzz/fuzz_failover_ms
 tests_fuzz_fuzz_failover_ms_SOURCES = tests/fuzz/fuzz_failover_ms.c \

@@ -6,10 +6,12 @@
  *
  * The input is the list; the members are the ids 0, 2, 4, ..., 18, the
  * model 20 layers over 3 ranks. Invariants beyond "does not crash": an
- * accepted list gives partitions of 3 ranks from 0 to 20, each member one
+ * accepted list gives partitions of 1 to 3 ranks (fewer: a replica that
+ * shrank) from 0 to 20, each member one
  * of them, every listed member the partition it was listed with, the
  * others the first; the runs of them tile 0..20, every rank of each
- * holding a whole number of runs; a refused one leaves nothing. */
+ * holding a whole number of runs; a refused one leaves nothing; the
+ * most ranks of them is what resihp__lparts_max_ranks scans. */
 #include "config.h"
 
 #include "fuzz_driver.h"
@@ -44,14 +46,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (np < 1 || np > NM)
     abort();
+  int most = 0;
   for (int d = 0; d < np; d++) {
     const resihp__partition_t *p = &parts[d];
-    if (p->k != K || p->bounds[0] != 0 || p->bounds[K] != L)
+    if (p->k < 1 || p->k > K || p->bounds[0] != 0 || p->bounds[p->k] != L)
       abort();
-    for (int k = 0; k < K; k++)
+    most = p->k > most ? p->k : most;
+    for (int k = 0; k < p->k; k++)
       if (p->bounds[k] >= p->bounds[k + 1])
         abort();
   }
+  /* the scan without parsing (a shrunk replica's columns, job_step.c)
+   * says the same */
+  if (resihp__lparts_max_ranks(in, K) != most)
+    abort();
   /* the entry each member was listed in: count the '@' lists' ids */
   for (int i = 0; i < NM; i++) {
     if (of[i] < 0 || of[i] >= np)
@@ -67,7 +75,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       for (const char *q = at; q && q < e + len;) {
         q++;
         size_t n = strcspn(q, ":,");
-        if (n == strlen(want) && !strncmp(q, want, n)) {
+        /* (by value: the parser takes "06" for 6) */
+        size_t z = strspn(q, "0");
+        z = z < n ? z : n ? n - 1 : 0;
+        if (n - z == strlen(want) && !strncmp(q + z, want, n - z)) {
           if (of[i] != d)
             abort();
           listed = 1;
@@ -86,7 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       m.first[m.nruns] != L)
     abort();
   for (int d = 0; d < np; d++)
-    for (int k = 0; k < K; k++) {
+    for (int k = 0; k < parts[d].k; k++) {
       int r0, r1;
       if (resihp__runmap_rank_runs(&m, &parts[d], k, &r0, &r1) || r0 >= r1 ||
           m.first[r0] != parts[d].bounds[k] ||
@@ -108,7 +119,8 @@ static size_t fuzz_generate(uint8_t *buf, size_t cap) {
   static const char *const atoms[] = {
       "4:9", "7:13", "1:19", "4:9@2", "7:13@4:6", ",",          ",",  "@",
       "@0",  "@18",  "@3",   ":",     "0",        "20",         "19", "6",
-      "2:2", "@4:4", "-1",   " ",     "\xff",     "99999999999"};
+      "2:2", "@4:4", "-1",   " ",     "\xff",     "99999999999",
+      ",@2", "11@4", "4:9:12"};
   size_t n =
       resihp__fuzz_atoms(buf, 0, cap, atoms, sizeof(atoms) / sizeof(atoms[0]),
                          resihp__fuzz_rng() % 10, 9);

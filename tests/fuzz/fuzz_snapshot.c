@@ -110,7 +110,15 @@ static size_t gen(uint8_t *buf, size_t cap) {
                                       "y 0 lay=10:6 home=4\n",
                                       "y 1 lay=10:6 shape=bb home=4:5\n",
                                       " home=",
-                                      " home=0"};
+                                      " home=0",
+                                      "y 0 lay=10 lst=1\n",
+                                      "y 2 lay=10:3:6\n",
+                                      " shrunk=2:1:1.25",
+                                      " shrunk=0:1:1",
+                                      " shrunk=2:4:0.5",
+                                      " shrink=next:1",
+                                      " shrink=now:3",
+                                      " shrink=later:1"};
   const char *s = seeds[resihp__fuzz_rng() % 2];
   size_t n = strlen(s);
   if (n > cap)

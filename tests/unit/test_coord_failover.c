@@ -632,9 +632,12 @@ static const char *const SHAPE[N] = {"00000000000000aa", "00000000000000bb",
                                      "00000000000000aa"};
 
 /* A coordinator a of replicas of 2 ranks, each of partition LAY[i] and
- * state shape SHAPE[i]: joined (no lay= in a first WELCOME), their GO in
- * go[], every one in its first step. */
-static void join_layers(side_t *a, resihp__coord_opts_t *co, char go[N][512]) {
+ * state shape shape[i] (NULL: none, shape=-), their first BEGIN ending
+ * with extra: joined (no lay= in a first WELCOME), their GO in go[],
+ * every one in its first step. join_layers: with SHAPE, nothing more. */
+static void join_shaped(side_t *a, resihp__coord_opts_t *co,
+                        const char *const *shape, const char *extra,
+                        char go[N][512]) {
   char line[512];
   ck_assert_int_eq(resihp__coord_create(co, &a->c), 0);
   connect_all(a);
@@ -642,16 +645,20 @@ static void join_layers(side_t *a, resihp__coord_opts_t *co, char go[N][512]) {
     feed(a, i,
          "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
          "lsize=2 jobid=7 stepid=%d shape=%s",
-         i, i, i, i, i, i, SHAPE[i]);
+         i, i, i, i, i, i, shape ? shape[i] : "-");
     expect(a, i, "WELCOME ", line, sizeof(line));
     ck_assert_ptr_null(strstr(line, "lay="));
     resihp__wire_get(line, "cred", creds[i], sizeof(creds[i]));
   }
   for (int i = 0; i < N; i++)
-    feed(a, i, "BEGIN step=-1 lay=%s", LAY[i]);
+    feed(a, i, "BEGIN step=-1 lay=%s%s", LAY[i], extra);
   for (int i = 0; i < N; i++)
     expect(a, i, "GO ", go[i], 512);
   ready_all(a, NULL);
+}
+
+static void join_layers(side_t *a, resihp__coord_opts_t *co, char go[N][512]) {
+  join_shaped(a, co, SHAPE, "", go);
 }
 
 /* A new process of replica 2 (Slurm step stepid, state shape shape, its
@@ -750,6 +757,9 @@ START_TEST(test_layers_moved) {
                     strstr(text, "replica 0 layers:       moved 1 time(s)"),
                 "%s", text);
   free(text);
+  text = summary_of(b.c); /* (the standby counts it too) */
+  ck_assert_msg(strstr(text, "1 repartition(s)"), "%s", text);
+  free(text);
   /* the next boundary moves nothing: no new epoch */
   ready_all(&a, NULL);
   for (int i = 0; i < N; i++)
@@ -762,6 +772,117 @@ START_TEST(test_layers_moved) {
   close_side(&a);
   ck_assert_ptr_null(resihp__coord_check(b.c));
   resihp__coord_destroy(b.c);
+}
+END_TEST
+
+/* A replica that lost a rank with no spare left shrinks (issue 32, item
+ * 3; coord_shrink.c): refused while its program cannot move layers or
+ * catch them up by layer (BEGIN lmove=1 lst=1), or for all its ranks;
+ * then replica 0, losing its rank 0, holds all 10 layers on its one
+ * survivor from the next boundary (its BEGIN there still says its two
+ * ranks' partition, taken): a new epoch whose GO says shrunk=0:0 with
+ * its one-rank partition among the others (an empty cut list) and its
+ * addresses survivor first; a second shrink waits for the boundary
+ * (EBUSY). A standby restored while the shrink waits, or after its GO,
+ * keeps it (the snapshot the same text; shrink=next:, shrunk= and
+ * shrink=now:); its partition line of one rank restores k from its cut
+ * points, the summary counts it, its next BEGIN of one rank takes no new
+ * epoch, and one of two ranks now fails it. */
+START_TEST(test_layers_shrunk) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  char line[1024], go[N][512];
+  join_layers(&a, &co, go);
+  ck_assert_int_eq(resihp__coord_shrink(a.c, 0, 1), RESIHP_ESTATE);
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=1 lay=%s lmove=1 lst=1", LAY[i]);
+  for (int i = 0; i < N; i++) {
+    expect(&a, i, "GO ", line, sizeof(line));
+    ck_assert_msg(strstr(line, " new=0") && !strstr(line, "shrunk="), "%s",
+                  line);
+  }
+  ready_all(&a, NULL);
+  uint32_t ep = resihp__coord_epoch(a.c);
+  ck_assert_int_eq(resihp__coord_shrink(a.c, 0, 3), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp__coord_shrink(a.c, 0, 1ULL << 2), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp__coord_shrink(a.c, 0, 1), 0);
+  ck_assert_int_eq(resihp__coord_shrink(a.c, 1, 1), RESIHP_EBUSY);
+  /* a standby taking over now keeps the shrink for the next GO */
+  resihp__coord_mirror(a.c);
+  ck_assert_msg(strstr(snap, "\ny 0 lay=10:4 lst=1 shape=00000000000000aa "
+                             "shrink=next:1\n"),
+                "%s", snap);
+  restore_same(&co, &b.c);
+  ck_assert_int_eq(resihp__coord_shrink(b.c, 2, 1), RESIHP_EBUSY);
+  resihp__coord_destroy(b.c);
+  /* its ranks say their partition before until its GO tells them */
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=2 lay=%s lmove=1 lst=1", LAY[i]);
+  for (int i = 0; i < N; i++) {
+    expect(&a, i, "GO ", line, sizeof(line));
+    /* its addresses changed: the whole list to it, to the others the
+     * change (a new process's way) */
+    ck_assert_msg(strstr(line, " new=1") && strstr(line, " shrunk=0:0") &&
+                      strstr(line, i ? " gone=0 add=0@h0:3/h0:1 "
+                                     : " members=0@h0:3/h0:1,1@") &&
+                      strstr(line, " lparts=4,6@1,@0"),
+                  "%s", line);
+  }
+  ck_assert_uint_eq(resihp__coord_epoch(a.c), ep + 1);
+  resihp__coord_mirror(a.c);
+  ck_assert_msg(
+      strstr(snap, "\ny 0 lay=10 lst=1 shrunk=3:1:1.25 shrink=now:1\n"), "%s",
+      snap);
+  restore_same(&co, &b.c);
+  /* its survivor, now its one rank, comes back to the standby with its
+   * one address (HELLO lsize=1): taken (its list keeps the dead rank's
+   * address after its own, as the primary's); one rank said by a replica
+   * that did not shrink is refused */
+  connect_all(&b);
+  feed(&b, 0,
+       "HELLO replica=0 ep=h0:3 sep=h0:4 mbs=6 steps=8 lsize=1 jobid=7 "
+       "stepid=0 again=1 epoch=%u step=%ld cred=%s",
+       resihp__coord_epoch(b.c), resihp__coord_step(b.c), creds[0]);
+  expect(&b, 0, "WELCOME ", line, sizeof(line));
+  ck_assert_msg(strstr(line, " again=1") && strstr(line, " lay=10"), "%s",
+                line);
+  ck_assert(resihp__coord_connected(b.c, 0));
+  feed(&b, 1,
+       "HELLO replica=1 ep=h1:3 sep=h1:4 mbs=6 steps=8 lsize=1 jobid=7 "
+       "stepid=1 again=1 epoch=%u step=%ld cred=%s",
+       resihp__coord_epoch(b.c), resihp__coord_step(b.c), creds[1]);
+  expect(&b, 1, "NO reason=mismatch", line, sizeof(line));
+  char *text = summary_of(a.c);
+  ck_assert_msg(strstr(text, "1 shrink(s)"), "%s", text);
+  free(text);
+  text = summary_of(b.c); /* (the standby's: the replica's line, the
+                            * count) */
+  ck_assert_msg(strstr(text, "replica 0 ranks:        1 of 2 since step "
+                                 "2 (no spare left), cut at - (one rank "
+                                 "holds all), predicted step x1.25") &&
+                    strstr(text, "1 shrink(s)"),
+                "%s", text);
+  free(text);
+  /* the next boundary: nothing new, and no shrunk= any more */
+  ready_all(&a, NULL);
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "BEGIN step=3 lay=%s lmove=1 lst=1", i ? LAY[i] : "10");
+  for (int i = 0; i < N; i++) {
+    expect(&a, i, "GO ", line, sizeof(line));
+    ck_assert_msg(strstr(line, " new=0") && !strstr(line, "shrunk="), "%s",
+                  line);
+  }
+  /* two ranks said by a replica of one: refused, its replica fails */
+  ready_all(&a, NULL);
+  feed(&a, 0, "BEGIN step=4 lay=10:4 lmove=1 lst=1");
+  for (int i = 1; i < N; i++)
+    feed(&a, i, "BEGIN step=4 lay=%s lmove=1 lst=1", LAY[i]);
+  expect(&a, 1, "GO ", line, sizeof(line));
+  ck_assert_msg(strstr(line, " new=1") && strstr(line, " n=2 gone=0 ") &&
+                    !strstr(line, "shrunk="),
+                "%s", line);
+  close_side(&a);
+  close_side(&b);
 }
 END_TEST
 
@@ -810,21 +931,7 @@ START_TEST(test_layers_serve_by_layer) {
     resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
     char line[512], go[N][512];
     const char *ls = lst ? " lst=1" : "";
-    ck_assert_int_eq(resihp__coord_create(&co, &a.c), 0);
-    connect_all(&a);
-    for (int i = 0; i < N; i++) {
-      feed(&a, i,
-           "HELLO replica=%d ep=h%d:1/h%d:3 sep=h%d:2/h%d:4 mbs=6 steps=8 "
-           "lsize=2 jobid=7 stepid=%d shape=-",
-           i, i, i, i, i, i);
-      expect(&a, i, "WELCOME ", line, sizeof(line));
-      resihp__wire_get(line, "cred", creds[i], sizeof(creds[i]));
-    }
-    for (int i = 0; i < N; i++)
-      feed(&a, i, "BEGIN step=-1 lay=%s%s", LAY[i], ls);
-    for (int i = 0; i < N; i++)
-      expect(&a, i, "GO ", go[i], 512);
-    ready_all(&a, NULL);
+    join_shaped(&a, &co, NULL, ls, go);
     if (lst) { /* the standby's state says it too */
       resihp__coord_mirror(a.c);
       ck_assert_msg(strstr(snap, "\ny 1 lay=10:6 lst=1"), "%s", snap);
@@ -861,6 +968,66 @@ START_TEST(test_layers_serve_by_layer) {
     ck_assert_msg(strstr(line, "catchup=1"), "%s", line);
     close_side(&a);
   }
+}
+END_TEST
+
+/* The shrink as a relaunch in place (coord_shrink.c 11): replica 0 (4 |
+ * 6 layers) fails having lost its rank 1 and no spare is left; the
+ * launcher shrinks it in place (refused for a member, for no survivor or
+ * a rank it does not have): all 10 layers on its survivor, whose new
+ * process of one rank is taken (HELLO lsize=1, WELCOME lay=10) and
+ * catches every layer up by layer from one member (replica 1: 0-6 from
+ * its rank 0, 6-10 from its rank 1, its own state from rank 0) and
+ * nothing from another: the catch-up has as many ranks as the replica
+ * now, not the job's K (before, replica 2 served a rank 1 the replica no
+ * longer has, out of its partition's bounds). A standby restores it (the
+ * same text), the summary counts the shrink. */
+START_TEST(test_layers_shrunk_in_place) {
+  side_t a, b;
+  resihp__coord_opts_t co = opts(1, 0, NULL, 600000);
+  char line[512], go[N][512];
+  join_shaped(&a, &co, NULL, " lmove=1 lst=1", go);
+  ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 2), RESIHP_ESTATE);
+  /* (the launcher asks first, to wait for Slurm's verdict on its nodes) */
+  ck_assert_int_eq(resihp__coord_shrink_able(a.c, 0), RESIHP_ESTATE);
+  ck_assert_int_eq(resihp__coord_shrink_able(a.c, N), RESIHP_EINVAL);
+  resihp__coord_fail_lost(a.c, 0, "its rank 1's node h0 is DOWN");
+  ck_assert_int_eq(resihp__coord_shrink_able(a.c, 0), 0);
+  ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 3), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 4), RESIHP_EINVAL);
+  ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 2), 0);
+  resihp__coord_mirror(a.c);
+  ck_assert_msg(strstr(snap, "\ny 0 lay=10 lst=1 shrunk=1:2:1.25\n"), "%s",
+                snap);
+  restore_same(&co, &b.c);
+  resihp__coord_destroy(b.c);
+  /* its survivor's new process of one rank */
+  resihp__wire_free(&a.peer[0]);
+  connect_one(&a, 0);
+  feed(&a, 0,
+       "HELLO replica=0 ep=h0:5 sep=h0:6 mbs=6 steps=8 lsize=1 jobid=7 "
+       "stepid=9 shape=-");
+  expect(&a, 0, "WELCOME replica=0 ", line, sizeof(line));
+  ck_assert_msg(strstr(line, " lay=10"), "%s", line);
+  feed(&a, 0, "BEGIN step=-1 lay=10 lmove=1 lst=1");
+  for (int i = 1; i < N; i++)
+    feed(&a, i, "BEGIN step=1 lay=%s lmove=1 lst=1", LAY[i]);
+  for (int i = 0; i < N; i++)
+    expect(&a, i, "GO ", line, sizeof(line));
+  for (int i = 0; i < N; i++)
+    feed(&a, i, "READY epoch=%u", resihp__coord_epoch(a.c));
+  char serve[128] = "";
+  expect(&a, 1, "START ", line, sizeof(line));
+  resihp__wire_get(line, "serve", serve, sizeof(serve));
+  ck_assert_str_eq(serve, "0.0:0-6@h0:6,0.0:6-10@h0:6,0.0:r@h0:6");
+  expect(&a, 2, "START ", line, sizeof(line));
+  ck_assert_msg(!strstr(line, "serve="), "%s", line);
+  expect(&a, 0, "START ", line, sizeof(line));
+  ck_assert_msg(strstr(line, "catchup=1"), "%s", line);
+  char *text = summary_of(a.c);
+  ck_assert_msg(strstr(text, "1 shrink(s)"), "%s", text);
+  free(text);
+  close_side(&a);
 }
 END_TEST
 
@@ -1217,6 +1384,8 @@ int main(void) {
   tcase_add_test(tc, test_takeover_summary);
   tcase_add_test(tc, test_layers);
   tcase_add_test(tc, test_layers_moved);
+  tcase_add_test(tc, test_layers_shrunk);
+  tcase_add_test(tc, test_layers_shrunk_in_place);
   tcase_add_test(tc, test_layers_serve);
   tcase_add_test(tc, test_layers_serve_by_layer);
   tcase_add_test(tc, test_layers_shape);

@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #define MAXR 4 /* replicas */
-#define MAXK 2 /* ranks per replica */
+#define MAXK 3 /* ranks per replica */
 #define KEY "freerun-test-secret-0123456789"
 
 typedef struct {
@@ -71,9 +71,15 @@ typedef struct {
    * (resihp_job_set_layers_movable): the test moves replica hook_r's to
    * 1,3 (its gradients keep their sizes), each rank checks it is told
    * once, at the step after hook_step, and only on that replica; its
-   * rank die_in_move (-1: none) dies there, before the commit */
+   * rank die_in_move (-1: none) dies there, before the commit; 6: K
+   * layers of NB elements, one per rank, movable and its state by layer
+   * (each layer its shard), as many over fewer ranks for a replica that
+   * shrank (its first ranks one more) */
   int layers;
   int die_in_move;
+  /* (layers 3 and 4) the ranks can move their layers too
+   * (resihp_job_set_layers_movable) */
+  int movable;
 } plan_t;
 
 static char g_secret[128], g_coord[64];
@@ -100,6 +106,9 @@ static int flaky_workload(long s, int mb, double *tokens, double *sum_l2,
   return tm_workload(s, mb, tokens, sum_l2, nseq, NULL);
 }
 
+/* The ranks of the process of a replica shrunk in place (0: none). */
+static int g_shrunk_k;
+
 /* At the boundary of step g_lost_step: this rank dies (see plan_t). */
 static long g_lost_step = -1;
 static void die_at_boundary(long step) {
@@ -118,12 +127,26 @@ static uint64_t rng_next(uint64_t g, int sh) {
   return g * 6364136223846793005ULL + 1442695040888963407ULL + (uint64_t)sh;
 }
 
+/* A process of a replica shrunk in place is told its partition on every
+ * rank (resihp_job_shrunk_partition): the planner's over its ranks, the
+ * counts the test expects (cnt); any other process is told none. 0 when
+ * so. */
+static int shrunk_counts(const resihp_job_t *job, const int *cnt) {
+  int n = resihp_job_shards(job), got[MAXK];
+  int rc = resihp_job_shrunk_partition(job, got, n);
+  if (!g_shrunk_k || n != g_shrunk_k)
+    return rc != RESIHP_ENOENT;
+  return rc || memcmp(got, cnt, sizeof(int) * (size_t)n);
+}
+
 static int rank_main(const plan_t *p, int replica) {
   resihp_job_opts_t o;
-  uint64_t m[NB] = {0};
+  /* (a replica shrunk to fewer ranks, plan_t layers 4 and 6, holds more
+   * shards: those of its layers in order) */
+  uint64_t m[MAXK * NB] = {0};
   resihp_job_buf_t sb;
   tm_job_opts(&o, p->steps, g_coord, replica, g_secret, m, &sb);
-  if (p->layers == 4) /* (the state by layer instead, below) */
+  if (p->layers == 4 || p->layers == 6) /* (its state by layer, below) */
     o.state = NULL, o.nstate = 0;
   uint64_t x = 1, rng = 100;
   resihp_job_t *job;
@@ -134,26 +157,58 @@ static int rank_main(const plan_t *p, int replica) {
     return 14;
   int sh = resihp_job_shard(job);
   int first = -1, count = -1;
+  /* a replica of 2 ranks shrunk to one (a relaunch on its survivor, the
+   * coordinator's resihp__coord_shrink_in_place) */
+  int one = p->layers == 4 && p->K == 2 && resihp_job_shards(job) == 1;
   if (p->layers == 3 || p->layers == 4) {
     /* 3 layers of NB, 0 and NB elements: every rank exchanges NB of them
-     * whether its replica holds them as 1,2 or (the last replica) 2,1 */
+     * whether its replica holds them as 1,2 or (the last replica) 2,1;
+     * one rank holds all three */
     size_t el[3] = {NB, 0, NB};
     int cnt[2] = {1, 2};
     if (replica == p->R - 1)
       cnt[0] = 2, cnt[1] = 1;
-    if (resihp_job_set_layers(job, 3, el, cnt, 2))
+    if (one)
+      cnt[0] = 3;
+    if (shrunk_counts(job, cnt))
+      return 19;
+    if (resihp_job_set_layers(job, 3, el, cnt, one ? 1 : 2) ||
+        (p->movable && resihp_job_set_layers_movable(job)))
       return 16;
-    resihp_job_buf_t mb = {m, sizeof(m)}, xb = {&x, sizeof(x)},
-                     gb = {&rng, sizeof(rng)};
-    resihp_job_layer_state_t ls[2];
-    if (resihp_job_layers(job, &first, &count) || count > 2)
+    resihp_job_buf_t mb = {m, sizeof(uint64_t) * NB},
+                     m2b = {m + NB, sizeof(uint64_t) * NB},
+                     xb = {&x, sizeof(x)}, gb = {&rng, sizeof(rng)};
+    resihp_job_layer_state_t ls[3];
+    if (resihp_job_layers(job, &first, &count) || count > 2 + one)
       return 16;
     for (int i = 0; i < count; i++) {
-      ls[i].bufs = first + i == 1 ? &xb : &mb;
+      ls[i].bufs = first + i == 1 ? &xb : one && first + i == 2 ? &m2b : &mb;
       ls[i].nbufs = 1;
     }
     if (p->layers == 4 &&
         resihp_job_set_layer_state(job, ls, count, &gb, 1))
+      return 18;
+  } else if (p->layers == 6) {
+    int n = resihp_job_shards(job), cnt[MAXK];
+    size_t el[MAXK];
+    resihp_job_buf_t lb[MAXK], gb = {&rng, sizeof(rng)};
+    resihp_job_layer_state_t ls[MAXK];
+    for (int k = 0; k < p->K; k++)
+      el[k] = NB;
+    for (int k = 0; k < n; k++)
+      cnt[k] = 1 + (k < p->K - n);
+    if (shrunk_counts(job, cnt))
+      return 19;
+    if (resihp_job_set_layers(job, p->K, el, cnt, n) ||
+        resihp_job_set_layers_movable(job) ||
+        resihp_job_layers(job, &first, &count))
+      return 16;
+    for (int i = 0; i < count; i++) {
+      lb[i] = (resihp_job_buf_t){m + i * NB, sizeof(uint64_t) * NB};
+      ls[i].bufs = &lb[i];
+      ls[i].nbufs = 1;
+    }
+    if (resihp_job_set_layer_state(job, ls, count, &gb, 1))
       return 18;
   } else if (p->layers == 5) {
     size_t el[4] = {NB, 0, 0, NB};
@@ -224,7 +279,10 @@ static int rank_main(const plan_t *p, int replica) {
         resihp__job_ngroups(job) !=
             1 + (sh == (replica == p->R - 1 ? 0 : 1)))
       return 17;
-    if (tm_step_wl(job, &st, sh, m, g_compute_us, p->cost))
+    if (p->layers == 6 ? tm_step_shards(job, &st, first, count, m,
+                                        g_compute_us, p->cost)
+                       : tm_step_shards(job, &st, sh, 1 + one, m, g_compute_us,
+                                        p->cost))
       return 11;
     if (first <= 1 && 1 < first + count)
       x = layer1_next(x, st.step);
@@ -238,8 +296,14 @@ static int rank_main(const plan_t *p, int replica) {
     return 13;
   if (p->layers == 5 && moves != (replica == p->hook_r))
     return 19;
-  char res[64];
+  char res[128];
   tm_result_text(m, res, sizeof(res));
+  /* the shards' results, as a replica of one rank per shard says them */
+  for (int i = 1; i < (p->layers == 6 ? count : 1 + one); i++) {
+    size_t n = strlen(res);
+    res[n++] = '/';
+    tm_result_text(m + i * NB, res + n, sizeof(res) - n);
+  }
   if (p->layers == 4) { /* the other state as a failure-free run's */
     uint64_t wx = 1, wg = 100;
     for (long s = 0; s < p->steps; s++)
@@ -272,7 +336,8 @@ static void on_failed(void *ud, int r, const char *node, long j, long s,
   kids_t *h = ud;
   h->failed[r]++;
   for (int k = 0; k < h->K; k++)
-    kill(h->pids[r][k], SIGKILL); /* never alive twice; no replacement */
+    if (h->pids[r][k] > 0)
+      kill(h->pids[r][k], SIGKILL); /* never alive twice; no replacement */
 }
 
 /* What a run left: the summary, counts, and the ledger checked. */
@@ -587,6 +652,88 @@ START_TEST(layers_caught_up_by_layer) {
 }
 END_TEST
 
+/* A rank lost with no spare left (issue 32 item 3, coord_shrink.c 11):
+ * the last replica loses its rank 1, SIGKILLed from outside in step 7;
+ * the replica fails as before (its leader leaves, its other ranks are
+ * killed as resihp-run cancels the step), then the launcher, with no
+ * spare, shrinks it in place and starts it again as K - 1 ranks on its
+ * survivors' nodes, which take the dead rank's layers, catch all theirs
+ * up by layer from the members and train on. _i 0: 2 ranks to one (plan_t
+ * layers 4: the replica held layers 0-1 | 2, the others 0 | 1-2; its one
+ * rank holds all three); _i 1: 3 ranks to 2 (layers 6: 0 | 1 | 2, then
+ * 0-1 | 2). Every replica ends with the failure-free result (a rank of
+ * several shards says each), the ledger exact, the shrunk one computing
+ * in most steps after; the summary counts the shrink and says the
+ * replica's K - 1 ranks of K. */
+static void lose_rank_no_spare(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                               pid_t who) {
+  (void)who;
+  int r = g_victim;
+  kill(h->pids[r][1], SIGKILL);
+  /* the hooked replica goes on: the victim's leader learns it in the
+   * step's exchange */
+  ck_assert_int_eq(write(g_hook_in[1], "g", 1), 1);
+  int64_t deadline = resihp__now_ms() + 30000; /* safety net */
+  while (!h->failed[r] && resihp__now_ms() < deadline)
+    resihp__coord_poll(c, 20);
+  ck_assert_int_eq(h->failed[r], 1);
+  ck_assert_int_eq(resihp__coord_shrink_in_place(c, r, 1ULL << 1), 0);
+  g_shrunk_k = p->K - 1; /* (inherited by the relaunch's ranks) */
+  tm_spawn(p->K - 1, r, h->pids[r], rank_entry, (void *)p);
+  h->pids[r][p->K - 1] = -1;
+}
+
+START_TEST(layers_shrunk_in_place) {
+  plan_t p = plan(3, 2 + _i, 200, 0, 7);
+  p.layers = _i ? 6 : 4;
+  p.movable = 1;
+  g_victim = 2;
+  outcome_t o;
+  run(&p, lose_rank_no_spare, &o);
+  expect_result(&o, p.K, 200, 3);
+  ck_assert_msg(o.owned[g_victim] > 100, "replica %d computed in %ld steps; %s",
+                g_victim, o.owned[g_victim], o.summary);
+  char want[64];
+  snprintf(want, sizeof(want), "replica 2 ranks:        %d of %d", p.K - 1,
+           p.K);
+  ck_assert_msg(strstr(o.summary, "1 shrink(s)") && strstr(o.summary, want),
+                "%s", o.summary);
+}
+END_TEST
+
+/* The coordinator shrinks the hooked replica to its rank 0 as if its
+ * rank 1 had died with no spare left (coord_shrink.c): its GO of the
+ * next boundary lists a partition of one rank for it among the others'
+ * two-rank ones, and says shrunk=. Its ranks, alive and of two ranks
+ * still, cannot take it (the library's part of a shrink is not built
+ * yet): the replica fails, as it did before there was a shrink, never
+ * half-regrouped; the other two replicas, whose GO lists a partition of
+ * fewer ranks than theirs, build their groups with it and go on, and
+ * finish with the failure-free result, the ledger exact. Before GO's
+ * partitions could have fewer ranks, every replica refused that GO and
+ * the job died. */
+static void shrink_it(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                      pid_t who) {
+  (void)h, (void)who;
+  ck_assert_int_eq(resihp__coord_shrink(c, p->hook_r, 1ULL << 1), 0);
+  ck_assert_int_eq(write(g_hook_in[1], "s", 1), 1);
+}
+
+START_TEST(layers_shrunk_replica_refuses) {
+  plan_t p = plan(3, 2, 20, 0, 6);
+  p.layers = 4;
+  p.movable = 1;
+  p.lockstep = 1;
+  outcome_t o;
+  run(&p, shrink_it, &o);
+  expect_result(&o, p.K, 20, 2);
+  ck_assert_msg(strstr(o.summary, "1 shrink(s)"), "%s", o.summary);
+  ck_assert_int_eq(o.owned[1], 20);
+  ck_assert_int_eq(o.owned[2], 20);
+  ck_assert_msg(o.owned[0] <= 8, "replica 0 owned %ld steps", o.owned[0]);
+}
+END_TEST
+
 /* Replica 1 is SIGKILLed in step 7 of a free run, before it computed
  * anything: the survivors take its microbatches within the step, the
  * ledger stays exact (replica 1 owns nothing from step 7 on), and the
@@ -836,6 +983,8 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, layers_caught_up_by_layer, 0, 2);
   tcase_add_test(tc, layers_moved);
   tcase_add_loop_test(tc, layers_move_rank_dies, 0, 2);
+  tcase_add_test(tc, layers_shrunk_replica_refuses);
+  tcase_add_loop_test(tc, layers_shrunk_in_place, 0, 2);
   tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);

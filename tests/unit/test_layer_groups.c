@@ -292,8 +292,9 @@ END_TEST
 
 /* GO's lparts= (the coordinator's coord_layers.c writes it): the first
  * partition is every unlisted member's, the others their listed ones';
- * a stranger, a member listed twice, a partition of another K, a first
- * entry with members or a later one without are refused. */
+ * a stranger, a member listed twice, a partition of more than K ranks, a
+ * first entry with members or a later one without are refused; one of
+ * fewer ranks (a replica that shrank) is taken, even as the first. */
 START_TEST(lparts_list) {
   static const int ids[] = {1, 4, 7, 9, 12};
   int of[5];
@@ -311,15 +312,32 @@ START_TEST(lparts_list) {
   for (int d = 0; d < np; d++)
     resihp__partition_free(&parts[d]);
   free(parts);
+  /* replica 4 shrank to one rank, replica 9 to two; then most did */
+  ck_assert_int_eq(resihp__lparts_parse("4:9,@4,11@9", 20, 3, ids, 5, &parts,
+                                        &np, of),
+                   0);
+  ck_assert_int_eq(np, 3);
+  ck_assert_int_eq(parts[1].k, 1);
+  ck_assert_int_eq(parts[2].k, 2);
+  ck_assert_int_eq(parts[2].bounds[1], 11);
+  ck_assert_int_eq(of[1], 1);
+  ck_assert_int_eq(of[3], 2);
+  for (int d = 0; d < np; d++)
+    resihp__partition_free(&parts[d]);
+  free(parts);
+  ck_assert_int_eq(
+      resihp__lparts_parse("4", 20, 3, ids, 5, &parts, &np, of), 0);
+  ck_assert_int_eq(parts[0].k, 2);
+  resihp__partition_free(&parts[0]);
+  free(parts);
   static const char *const bad[] = {"4:9,7:13@5",
                                     "4:9,7:13@4:4",
                                     "4:9,7:13@4,1:19@4",
                                     "4:9,7",
                                     "4:9@1",
-                                    "4",
                                     "4:9:12",
+                                    "4:9,4:9:12@4",
                                     "4:9,7:13@",
-                                    "",
                                     "4:9,",
                                     "4:9,,7:13@4",
                                     "4:9,7:13@-1",

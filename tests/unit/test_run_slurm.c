@@ -2,10 +2,12 @@
 /* What resihp-run reads from scontrol (tools/run/slurm.h): a node's
  * State= (DOWN in any form is down; a field that only ends in "State=",
  * or none, is not a verdict), SlurmdTimeout from the configuration, and
- * whether squeue's state of a job says that it may still run. */
+ * whether squeue's state of a job says that it may still run; and which
+ * ranks of a replica died with which of its nodes (shrink_pick.h). */
 #include "config.h"
 
 #include "../../tools/run/jobnote.h"
+#include "../../tools/run/shrink_pick.h"
 #include "../../tools/run/slurm.h"
 #include "suite_main.h"
 
@@ -93,6 +95,33 @@ START_TEST(step_named) {
 }
 END_TEST
 
+/* A node's state as slurmctld says it (a fake scontrol in PATH: n1 DOWN,
+ * n2 up, n3 never answers): a silent slurmctld is no verdict, and is not
+ * waited for past the bound. */
+START_TEST(node_down) {
+  char dir[] = "/tmp/resihp-scontrol-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[128], env[4200];
+  snprintf(path, sizeof(path), "%s/scontrol", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("#!/bin/sh\ncase $3 in\nn1) echo 'NodeName=n1 State=DOWN* x=1';;\n"
+        "n2) echo 'NodeName=n2 State=IDLE x=1';;\n*) exec sleep 1000;;\n"
+        "esac\n",
+        f);
+  fclose(f);
+  chmod(path, 0755);
+  const char *was = getenv("PATH");
+  snprintf(env, sizeof(env), "%s:%s", dir, was);
+  setenv("PATH", env, 1);
+  ck_assert_int_eq(resihp__slurm_node_down("n1"), 1);
+  ck_assert_int_eq(resihp__slurm_node_down("n2"), 0);
+  ck_assert_int_eq(resihp__slurm_node_down("n3"), 0);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
 /* The job's Comment: the user's own text kept in front, ours after it,
  * rewritten (not appended) each time, bounded and printable. */
 START_TEST(jobnote) {
@@ -136,6 +165,33 @@ START_TEST(jobnote) {
 }
 END_TEST
 
+/* A replica's ranks lie on its nodes in Slurm's block order: the dead
+ * node's ranks are the dead ones; nothing to shrink when no node or
+ * every node died, with one node, or past 64 ranks. */
+START_TEST(shrink_pick) {
+  unsigned long long dead = 7;
+  int d3[3] = {0, 1, 0}, none[3] = {0, 0, 0}, all[3] = {1, 1, 1};
+  ck_assert_int_eq(resihp__run_shrink_pick(3, 1, d3, &dead), 2);
+  ck_assert_uint_eq(dead, 2);
+  ck_assert_int_eq(resihp__run_shrink_pick(3, 2, d3, &dead), 2);
+  ck_assert_uint_eq(dead, 0xc); /* ranks 2 and 3 on node 1 */
+  int d0[2] = {1, 0};
+  ck_assert_int_eq(resihp__run_shrink_pick(2, 1, d0, &dead), 1);
+  ck_assert_uint_eq(dead, 1);
+  dead = 5;
+  ck_assert_int_eq(resihp__run_shrink_pick(3, 1, none, &dead), -1);
+  ck_assert_int_eq(resihp__run_shrink_pick(3, 1, all, &dead), -1);
+  ck_assert_int_eq(resihp__run_shrink_pick(1, 1, d0, &dead), -1);
+  ck_assert_int_eq(resihp__run_shrink_pick(3, 0, d3, &dead), -1);
+  ck_assert_int_eq(resihp__run_shrink_pick(3, 22, d3, &dead), -1);
+  ck_assert_uint_eq(dead, 5); /* untouched when refused */
+  int d64[64] = {0};
+  d64[63] = 1;
+  ck_assert_int_eq(resihp__run_shrink_pick(64, 1, d64, &dead), 63);
+  ck_assert_uint_eq(dead, 1ULL << 63);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("run_slurm");
   TCase *tc = tcase_create("scontrol");
@@ -144,6 +200,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, job_state);
   tcase_add_test(tc, step_named);
   tcase_add_test(tc, jobnote);
+  tcase_add_test(tc, shrink_pick);
+  tcase_add_test(tc, node_down);
+  tcase_set_timeout(tc, 30); /* (node_down waits out the 5 s bound once) */
   suite_add_tcase(s, tc);
   return s;
 }

@@ -91,13 +91,16 @@ int tm_workload(long s, int mb, double *tokens, double *sum_l2, double *nseq,
   return 0;
 }
 
-int tm_step_wl(resihp_job_t *job, const resihp_job_step_t *st, int sh,
-               uint64_t *m, int compute_us, int by_workload) {
-  int64_t acc[NB] = {0};
+int tm_step_shards(resihp_job_t *job, const resihp_job_step_t *st, int sh,
+                   int nsh, uint64_t *m, int compute_us, int by_workload) {
+  int64_t acc[NB * TM_MAX_SHARDS] = {0};
+  int n = NB * nsh;
+  if (nsh < 1 || nsh > TM_MAX_SHARDS)
+    return RESIHP_EINVAL;
   usleep((useconds_t)compute_us);
   for (int k = 0; k < st->nmbs; k++) {
-    for (int i = 0; i < NB; i++)
-      acc[i] += tm_contribution(st->step, st->mbs[k], i, sh);
+    for (int i = 0; i < n; i++)
+      acc[i] += tm_contribution(st->step, st->mbs[k], i % NB, sh + i / NB);
     double t, l2, ns;
     if (by_workload && !tm_workload(st->step, st->mbs[k], &t, &l2, &ns, NULL))
       resihp_job_report_microbatch(job, st->mbs[k], t, l2, ns, t * 1e-6);
@@ -105,15 +108,20 @@ int tm_step_wl(resihp_job_t *job, const resihp_job_step_t *st, int sh,
       resihp_job_report_microbatch(job, st->mbs[k], 100, 5200, 2, 0.001);
   }
   int rc;
-  while ((rc = resihp_job_allreduce(job, acc, NB)) == RESIHP_EREASSIGNED)
+  while ((rc = resihp_job_allreduce(job, acc, (size_t)n)) == RESIHP_EREASSIGNED)
     for (int k = 0; k < st->nextra; k++)
-      for (int i = 0; i < NB; i++)
-        acc[i] += tm_contribution(st->step, st->extra[k], i, sh);
+      for (int i = 0; i < n; i++)
+        acc[i] += tm_contribution(st->step, st->extra[k], i % NB, sh + i / NB);
   if (rc)
     return rc;
-  for (int i = 0; i < NB; i++)
+  for (int i = 0; i < n; i++)
     m[i] = apply(m[i], acc[i]);
   return 0;
+}
+
+int tm_step_wl(resihp_job_t *job, const resihp_job_step_t *st, int sh,
+               uint64_t *m, int compute_us, int by_workload) {
+  return tm_step_shards(job, st, sh, 1, m, compute_us, by_workload);
 }
 
 int tm_step(resihp_job_t *job, const resihp_job_step_t *st, int sh, uint64_t *m,

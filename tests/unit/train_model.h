@@ -50,6 +50,12 @@ int tm_workload(long s, int mb, double *tokens, double *sum_l2, double *nseq,
  * when by_workload (else a fixed sample). */
 int tm_step_wl(resihp_job_t *job, const resihp_job_step_t *st, int sh,
                uint64_t *m, int compute_us, int by_workload);
+/* tm_step_wl for the nsh shards sh.. that one rank holds (a replica of
+ * fewer ranks than the model's shards: m their nsh * NB uint64 in order,
+ * nsh at most TM_MAX_SHARDS), all-reduced as one buffer. */
+#define TM_MAX_SHARDS 4
+int tm_step_shards(resihp_job_t *job, const resihp_job_step_t *st, int sh,
+                   int nsh, uint64_t *m, int compute_us, int by_workload);
 /* The owners (replica index 0..R-1) that assignment by cost over R equal
  * replicas gives step s's microbatches with tm_workload's costs. */
 void tm_expect_cost_owners(long s, int R, int *owner);

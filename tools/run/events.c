@@ -140,6 +140,7 @@ int on_fault(void *ud, int r, const char *kind, const char *node, long step) {
     return -1;
   }
   g.fired[hit] = 1;
+  p->killed = ni + 1;
   if (!g.kill_cmd.n) {
     say("kill-node on %s: no --kill-node-cmd given, the rank kills itself",
         g.nodes[ni].name);

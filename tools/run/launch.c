@@ -5,7 +5,10 @@
 #include "config.h"
 
 #include "run.h"
+#include "shrink_pick.h"
 #include "slurm.h"
+
+#include <resihp/error.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -146,12 +149,91 @@ static void inject_for(int r, char *buf, size_t len) {
   resihp__inject_format(v, n, buf, len);
 }
 
-int launch(int r) {
-  g.ldirty = 1;
+static int start_step(int r, const int *idx, int nn, int initial,
+                      int promote);
+
+/* No healthy spare is left for replica r, whose step failed: when some of
+ * the nodes that step ran on died (the node an injected kill-node ran its
+ * command for, or one Slurm says is DOWN) and the others did not, and its
+ * program can shrink (the coordinator decides:
+ * resihp__coord_shrink_in_place gives it the planner's partition over its
+ * survivors), the survivors' nodes run a step of their ranks alone, which
+ * catches its layers up by layer from the other replicas
+ * (coord_shrink.c 11). A node killed from outside is DOWN for Slurm only
+ * after about SlurmdTimeout (twice, for the ping that notices it): while
+ * none of them is known dead yet and the replica could shrink, resihp-run
+ * asks again every second for that long (the others train on
+ * meanwhile). A rank killed on a node that lives on is not told from its
+ * neighbours: once that wait is over, the replica is given up as before.
+ * 0 when launched so, 1 while waiting, -1 when it does not shrink. */
+static int shrink_in_place(int r) {
   replica_t *p = &g.reps[r];
+  int rpn = g.ranks / g.K, down[64] = {0}, idx[64], n = 0, nn = p->nwas;
+  unsigned long long dead = 0;
+  if (g.K < 2 || nn != g.K || nn > 64)
+    return -1;
+  for (int i = 0; i < nn; i++) {
+    down[i] = p->killed == p->was[i] + 1 ||
+              resihp__slurm_node_down(g.nodes[p->was[i]].name);
+    if (!down[i])
+      idx[n++] = p->was[i];
+  }
+  int64_t now = resihp__now_ms();
+  if (n == nn && !resihp__coord_shrink_able(g.coord, r)) {
+    if (!p->shrink_wait) {
+      int s = 2 * g.slurmd_timeout_s + 10;
+      p->shrink_wait = now + 1000LL * s;
+      say("replica %d: no healthy spare; waiting up to %d s for Slurm to "
+          "say which of its nodes died (it could shrink onto the others)",
+          r, s);
+    }
+    if (now < p->shrink_wait) {
+      p->shrink_poll = now + 1000;
+      return 1;
+    }
+  }
+  p->shrink_wait = 0;
+  if (resihp__run_shrink_pick(nn, rpn, down, &dead) < 0)
+    return -1;
+  for (int i = 0; i < n; i++)
+    if (g.nodes[idx[i]].owner >= 0)
+      return -1; /* (taken meanwhile: never, they were its own) */
+  int rc = resihp__coord_shrink_in_place(g.coord, r, dead);
+  if (rc) {
+    say("replica %d cannot shrink onto its %d surviving node(s) (%s)", r, n,
+        resihp_strerror(rc));
+    return -1;
+  }
+  /* the survivors' nodes did not fail: a failure marked them all bad */
+  char nodelist[4096] = "";
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    node_t *x = &g.nodes[idx[i]];
+    g.nbad -= x->bad == NODE_BAD;
+    x->bad = NODE_OK;
+    off += (size_t)snprintf(nodelist + off, sizeof(nodelist) - off, "%s%s",
+                            i ? "," : "", x->name);
+  }
+  say("no healthy spare left for replica %d: it shrinks to %d rank(s) on "
+      "nodes %s (its dead node(s)' ranks' layers go to them)",
+      r, n * rpn, nodelist);
+  char why[4200];
+  snprintf(why, sizeof(why), "shrinks to %d ranks on %s", n * rpn, nodelist);
+  resihp__record_event(g.record, "spare", resihp__coord_step(g.coord), r,
+                       RESIHP__RECORD_NONE, "none-left", why, -1);
+  return start_step(r, idx, n, 0, 0);
+}
+
+int launch(int r) {
+  replica_t *p = &g.reps[r];
+  if (p->shrink_wait && resihp__now_ms() < p->shrink_poll)
+    return 0; /* (waiting for Slurm's verdict: asked again soon) */
+  g.ldirty = 1;
   int idx[64];
   int initial = p->launches == 0 && !p->tries;
   if (pick_nodes(idx, g.K, initial)) {
+    if (!initial && shrink_in_place(r) >= 0)
+      return 0;
     say("no healthy spare left for replica %d: the job goes on with the "
         "other replicas (same microbatches per step)",
         r);
@@ -164,18 +246,29 @@ int launch(int r) {
     resihp__coord_mark_failed(g.coord, r, "no spare");
     return -1;
   }
+  return start_step(r, idx, g.K, initial, !initial);
+}
+
+/* Replica r's step on the nn nodes idx (spares it is promoted to when
+ * promote; a shrink in place onto its own when neither that nor
+ * initial), as many ranks on each as on every replica's node. */
+static int start_step(int r, const int *idx, int nn, int initial,
+                      int promote) {
+  replica_t *p = &g.reps[r];
   char nodelist[4096] = "";
   size_t off = 0;
-  for (int i = 0; i < g.K; i++) {
+  for (int i = 0; i < nn; i++) {
     g.nodes[idx[i]].owner = r;
-    if (!initial)
+    if (promote)
       resihp__coord_spare_mark(g.coord, g.nodes[idx[i]].name,
                                RESIHP__SPARE_PROMOTED, r, NULL);
     p->nodes[i] = idx[i];
     off += (size_t)snprintf(nodelist + off, sizeof(nodelist) - off, "%s%s",
                             i ? "," : "", g.nodes[idx[i]].name);
   }
-  p->nnodes = g.K;
+  p->nnodes = nn;
+  p->killed = 0;
+  p->shrink_wait = 0;
   char inj[2048], opt_res[4200], opt_rep[64], opt_co[640], nk[16], nr[16],
       jn[64], mpi[80];
   inject_for(r, inj, sizeof(inj));
@@ -183,8 +276,8 @@ int launch(int r) {
            g.secret_file);
   snprintf(opt_rep, sizeof(opt_rep), "--resilient-replica=%d", r);
   snprintf(opt_co, sizeof(opt_co), "--resilient-coordinator=%s", g.coords);
-  snprintf(nk, sizeof(nk), "%d", g.K);
-  snprintf(nr, sizeof(nr), "%d", g.ranks);
+  snprintf(nk, sizeof(nk), "%d", nn);
+  snprintf(nr, sizeof(nr), "%d", g.ranks / g.K * nn);
   snprintf(jn, sizeof(jn), "--job-name=%s", step_name(r));
   snprintf(mpi, sizeof(mpi), "--mpi=%s", g.mpi ? g.mpi : "none");
   const char *argv0[32] = {"srun",
@@ -203,6 +296,11 @@ int launch(int r) {
                            jn,
                            mpi};
   int na = 15, np = 0;
+  /* a shrink in place (neither a first launch nor a spare): Slurm holds
+   * the survivors' nodes for the failed step until the dead node is DOWN
+   * (about SlurmdTimeout): the new step shares them meanwhile */
+  if (!initial && !promote)
+    argv0[na++] = "--overlap";
   while (g.prog[np])
     np++;
   char **argv = calloc((size_t)(na + np + 1), sizeof(char *));
@@ -261,8 +359,9 @@ int launch(int r) {
   if (p->launches > 1) {
     g.nreplacements++;
     resihp__coord_expect(g.coord, r, 1);
-    resihp__record_event(g.record, "spare", resihp__coord_step(g.coord), r,
-                         RESIHP__RECORD_NONE, "taken", nodelist, -1);
+    if (promote)
+      resihp__record_event(g.record, "spare", resihp__coord_step(g.coord), r,
+                           RESIHP__RECORD_NONE, "taken", nodelist, -1);
   }
   say("replica %d: step launched on %s%s%s", r, nodelist,
       inj[0] ? ", injecting " : "", inj);
@@ -300,6 +399,7 @@ void release_nodes(int r, int how) {
   replica_t *p = &g.reps[r];
   for (int i = 0; i < p->nnodes; i++) {
     node_t *n = &g.nodes[p->nodes[i]];
+    p->was[i] = p->nodes[i];
     if (n->owner == r)
       n->owner = -1;
     if (how != NODE_OK && n->bad != NODE_BAD) {
@@ -307,6 +407,7 @@ void release_nodes(int r, int how) {
       n->bad = how;
     }
   }
+  p->nwas = p->nnodes;
   p->nnodes = 0;
 }
 

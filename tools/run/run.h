@@ -63,6 +63,15 @@ typedef struct {
 typedef struct {
   pid_t pid; /* srun, 0 when none */
   int nodes[64], nnodes;
+  /* the nodes of its last step once released (a shrink in place picks
+   * its survivors among them: launch.c), and the node + 1 an injected
+   * kill-node of that step ran its command for (0: none) */
+  int was[64], nwas;
+  int killed;
+  /* no spare, none of those nodes known dead yet, the replica able to
+   * shrink: until when resihp-run waits for Slurm's verdict on them, and
+   * when it asks next (0: not waiting) */
+  int64_t shrink_wait, shrink_poll;
   int64_t t_launch, kill_at;
   int connected; /* its rank has reached the coordinator */
   int relaunch;  /* a replacement is wanted */

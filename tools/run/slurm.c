@@ -74,7 +74,10 @@ static void on_node_line(const char *line, void *ud) {
 }
 
 int resihp__slurm_node_down(const char *node) {
-  char *argv[] = {"scontrol", "show", "node", (char *)node, "-o", NULL};
+  /* bounded: a slurmctld that does not answer is no verdict (a shrink in
+   * place asks every second from resihp-run's loop) */
+  char *argv[] = {"timeout", "-k", "1",  "5",  "scontrol",
+                  "show",    "node", (char *)node, "-o", NULL};
   int down = 0;
   return !resihp__slurm_run(argv, 1, on_node_line, &down) && down;
 }

@@ -323,6 +323,17 @@ int resihp_job_set_layers_movable(resihp_job_t *job);
  * then leave, the replica fails as a whole. */
 int resihp_job_commit_layers(resihp_job_t *job, const resihp_job_buf_t *bufs,
                              int n, int failed);
+/* A replica that lost ranks with no spare left is relaunched on its
+ * survivors as fewer ranks (resihp-run(1)) when its program moves layers
+ * and holds its state by layer; that process holds the partition the
+ * coordinator planned over its ranks: counts[k] layers on rank k, nranks =
+ * resihp_job_shards(job), on every rank, to declare with
+ * resihp_job_set_layers instead of the program's own. RESIHP_ENOENT in
+ * any other process (declare the program's partition); RESIHP_EPROTO when
+ * the coordinator's is not one of nranks ranks. Such a program joins with
+ * ranks_per_replica 0. */
+int resihp_job_shrunk_partition(const resihp_job_t *job, int *counts,
+                                int nranks);
 
 /* The state of one layer: its buffers (parameters, optimizer moments...),
  * the same number and sizes in every replica that holds the layer. */

@@ -186,6 +186,10 @@ static int shrink_in_place(int r) {
       say("replica %d: no healthy spare; waiting up to %d s for Slurm to "
           "say which of its nodes died (it could shrink onto the others)",
           r, s);
+      /* --wait-for-replacements: the others wait for it at the next
+       * boundary, as for a replacement (a give-up clears it) */
+      if (g.hold)
+        resihp__coord_expect(g.coord, r, 1);
     }
     if (now < p->shrink_wait) {
       p->shrink_poll = now + 1000;

@@ -11,6 +11,8 @@
  * no bits. */
 #include "config.h"
 
+#include "fuzz_driver.h"
+
 #include "../../libresihp/recovery/layer_groups.h"
 
 #include <resihp/error.h>
@@ -18,8 +20,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* One decimal number of s (leading zeros allowed) below lim, or -1. */
 static long number(const char **s, long lim) {
@@ -61,11 +61,9 @@ static int well_formed(const char *s, unsigned long long *bits7) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *in = malloc(size + 1);
+  char *in = resihp__fuzz_cstr(data, size);
   if (!in)
     return 0;
-  memcpy(in, data, size);
-  in[size] = '\0';
   unsigned long long dead = 12345, want;
   int rc = resihp__shrunk_get(in, 7, &dead);
   if (rc != 0 && rc != 1 && rc != RESIHP_EPROTO)
@@ -82,7 +80,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifndef RESIHP_FUZZ_LIBFUZZER
-#include "fuzz_driver.h"
 
 /* Ids, ranks, separators and junk. */
 static size_t fuzz_generate(uint8_t *buf, size_t cap) {

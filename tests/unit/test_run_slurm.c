@@ -69,23 +69,32 @@ START_TEST(job_state) {
 }
 END_TEST
 
+/* A fake Slurm command NAME (script text) in a new directory made from
+ * the template dir, first on PATH; its path into path (unlink it and
+ * rmdir dir after). */
+static void fake_command(char *dir, const char *name, const char *script,
+                         char *path, size_t len) {
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, len, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(script, f);
+  fclose(f);
+  chmod(path, 0755);
+  char env[4200];
+  snprintf(env, sizeof(env), "%s:%s", dir, getenv("PATH"));
+  setenv("PATH", env, 1);
+}
+
 /* A step's name as slurmctld says it (a fake squeue in PATH that knows
  * step 7.1 as resihp-replica-1 and nothing else): a claimed id is taken
  * only with the launcher's own name for it. */
 START_TEST(step_named) {
-  char dir[] = "/tmp/resihp-squeue-XXXXXX";
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  char path[128], env[4200];
-  snprintf(path, sizeof(path), "%s/squeue", dir);
-  FILE *f = fopen(path, "w");
-  ck_assert_ptr_nonnull(f);
-  fputs("#!/bin/sh\n[ \"$2\" = --steps=7.1 ] && echo resihp-replica-1\n"
-        "exit 0\n",
-        f);
-  fclose(f);
-  chmod(path, 0755);
-  snprintf(env, sizeof(env), "%s:%s", dir, getenv("PATH"));
-  setenv("PATH", env, 1);
+  char dir[] = "/tmp/resihp-squeue-XXXXXX", path[128];
+  fake_command(dir, "squeue",
+               "#!/bin/sh\n[ \"$2\" = --steps=7.1 ] && echo resihp-replica-1\n"
+               "exit 0\n",
+               path, sizeof(path));
   ck_assert_int_eq(resihp__slurm_step_named("7.1", "resihp-replica-1"), 1);
   ck_assert_int_eq(resihp__slurm_step_named("7.1", "resihp-replica-0"), 0);
   ck_assert_int_eq(resihp__slurm_step_named("7.2", "resihp-replica-1"), 0);
@@ -99,21 +108,12 @@ END_TEST
  * n2 up, n3 never answers): a silent slurmctld is no verdict, and is not
  * waited for past the bound. */
 START_TEST(node_down) {
-  char dir[] = "/tmp/resihp-scontrol-XXXXXX";
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  char path[128], env[4200];
-  snprintf(path, sizeof(path), "%s/scontrol", dir);
-  FILE *f = fopen(path, "w");
-  ck_assert_ptr_nonnull(f);
-  fputs("#!/bin/sh\ncase $3 in\nn1) echo 'NodeName=n1 State=DOWN* x=1';;\n"
-        "n2) echo 'NodeName=n2 State=IDLE x=1';;\n*) exec sleep 1000;;\n"
-        "esac\n",
-        f);
-  fclose(f);
-  chmod(path, 0755);
-  const char *was = getenv("PATH");
-  snprintf(env, sizeof(env), "%s:%s", dir, was);
-  setenv("PATH", env, 1);
+  char dir[] = "/tmp/resihp-scontrol-XXXXXX", path[128];
+  fake_command(dir, "scontrol",
+               "#!/bin/sh\ncase $3 in\nn1) echo 'NodeName=n1 State=DOWN* x=1';;\n"
+               "n2) echo 'NodeName=n2 State=IDLE x=1';;\n*) exec sleep 1000;;\n"
+               "esac\n",
+               path, sizeof(path));
   ck_assert_int_eq(resihp__slurm_node_down("n1"), 1);
   ck_assert_int_eq(resihp__slurm_node_down("n2"), 0);
   ck_assert_int_eq(resihp__slurm_node_down("n3"), 0);

@@ -6,7 +6,8 @@
 
 # A job of R replicas as local processes, the coordinator embedded.
 check_PROGRAMS += tests/gpu/resihp-local-job
-tests_gpu_resihp_local_job_SOURCES = tests/gpu/local_job.c
+tests_gpu_resihp_local_job_SOURCES = tests/gpu/local_job.c tools/run/secret.c \
+	tools/run/secret.h
 tests_gpu_resihp_local_job_LDADD = libresihp/libresihp-internal.la
 
 dist_check_SCRIPTS += tests/gpu/device-check.sh tests/gpu/device-check-cpu.test

@@ -28,6 +28,7 @@
 #include "../../libresihp/control/coordinator.h"
 #include "../../libresihp/control/wire.h"
 #include "../../libresihp/transport/mesh.h"
+#include "../../tools/run/secret.h"
 
 #include <resihp.h>
 
@@ -37,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,7 +47,7 @@
 struct host {
   int R, replace;
   char **argv;
-  char coord_ep[64], secret_path[64];
+  char coord_ep[64], secret_path[4096];
   pid_t pid[MAX_REPLICAS];
   int replaced[MAX_REPLICAS], failed;
   resihp__coord_t *c;
@@ -89,24 +89,6 @@ static void on_failed(void *ud, int r, const char *node, long jobid,
   }
 }
 
-static int write_secret(struct host *h) {
-  unsigned char raw[32];
-  char hex[65];
-  if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
-    return -1;
-  for (size_t i = 0; i < sizeof(raw); i++)
-    snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-  const char *tmp = getenv("TMPDIR");
-  snprintf(h->secret_path, sizeof(h->secret_path), "%s/resihp-secret.XXXXXX",
-           tmp && *tmp && strlen(tmp) < 32 ? tmp : "/tmp");
-  int fd = mkstemp(h->secret_path); /* mode 0600 */
-  if (fd < 0)
-    return -1;
-  int ok = write(fd, hex, 64) == 64;
-  close(fd);
-  return ok ? 0 : -1;
-}
-
 static int usage(FILE *f, int rc) {
   fprintf(f, "usage: resihp-local-job [--replicas R] [--replace] [--timeout S] -- COMMAND [ARG...]\n");
   return rc;
@@ -144,7 +126,14 @@ int main(int argc, char **argv) {
     return usage(stderr, 2);
   }
   h.argv = argv + optind;
-  if (write_secret(&h)) {
+  /* the job secret as resihp-run makes it (32 random bytes, 0600, held
+   * by a lock while the job runs) */
+  const char *tmp = getenv("TMPDIR");
+  char job[32];
+  int lock_fd = -1;
+  snprintf(job, sizeof(job), "%d", (int)getpid());
+  if (resihp__secret_create(tmp && *tmp ? tmp : "/tmp", job, h.secret_path,
+                            sizeof(h.secret_path), &lock_fd)) {
     perror("resihp-local-job: secret file");
     return 1;
   }
@@ -199,6 +188,7 @@ int main(int argc, char **argv) {
   int agree = resihp__coord_summary(h.c, stdout, NULL);
   resihp__coord_destroy(h.c);
   unlink(h.secret_path);
+  close(lock_fd);
   free(secret);
   if (state == RESIHP__COORD_RUNNING)
     return 3;

@@ -403,12 +403,11 @@ double resihp__coord_speedup_gain(const resihp__coord_t *c, int r,
                                     left, 0);
 }
 
-/* The member most worth swapping for a spare now, its gain into *gain_out; -1
- * if none. for_hold: in a free run, leave out members a boundary was
- * already asked for. A member whose slowness was already answered by a
- * swap or a move of its layers is left out (one decision, coord_decide.c). */
-static int swap_candidate(const resihp__coord_t *c, int for_hold,
-                          double *gain_out) {
+/* In a free run, the member most worth swapping for a spare now that no
+ * boundary was asked for yet (-1 if none). A member whose slowness was
+ * already answered by a swap or a move of its layers is left out (one
+ * decision, coord_decide.c, which decides at the boundary). */
+static int swap_candidate(const resihp__coord_t *c) {
   int pick = -1;
   double best = 0;
   if (!resihp__coord_swap_open(c))
@@ -418,7 +417,7 @@ static int swap_candidate(const resihp__coord_t *c, int for_hold,
   for (int i = 0; i < c->nmembers; i++) {
     int r = c->members[i];
     const rep_t *p = &c->reps[r];
-    if (!resihp__coord_swap_ready(p) || (for_hold && p->swap_held) ||
+    if (!resihp__coord_swap_ready(p) || p->swap_held ||
         p->decided > 1 + RESIHP__DECIDE_ABSORB)
       continue;
     double gain = resihp__coord_swap_gain(c, r, cost);
@@ -427,7 +426,6 @@ static int swap_candidate(const resihp__coord_t *c, int for_hold,
       pick = r;
     }
   }
-  *gain_out = best;
   return pick;
 }
 
@@ -435,8 +433,7 @@ void resihp__coord_hold_for_swap(resihp__coord_t *c) {
   if (!c->swap_due || c->phase != P_FREE)
     return;
   c->swap_due = 0;
-  double gain;
-  int r = swap_candidate(c, 1, &gain);
+  int r = swap_candidate(c);
   if (r < 0)
     return; /* asked again after the next commit (a spare may come) */
   c->reps[r].swap_held = 1;

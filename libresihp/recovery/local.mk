@@ -275,6 +275,7 @@ EXTRA_DIST += tests/fuzz/corpus-coord/session tests/fuzz/corpus-coord/recover \
 	tests/fuzz/corpus-coord/sharded tests/fuzz/corpus-coord/layers tests/fuzz/corpus-coord/repart tests/fuzz/corpus-coord/failslow \
 	tests/fuzz/corpus-coord/freerun tests/fuzz/corpus-coord/recover-gone \
 	tests/fuzz/corpus-coord/burnin tests/fuzz/corpus-coord/burnin-gpu \
+	tests/fuzz/corpus-coord/lost \
 	tests/fuzz/corpus-coord-wire/plain tests/fuzz/corpus-coord-wire/sealed \
 	tests/fuzz/corpus-coord-wire/sealed-intact \
 	tests/fuzz/corpus-coord-wire/ints

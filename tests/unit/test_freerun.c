@@ -654,6 +654,8 @@ END_TEST
 
 /* A rank lost with no spare left (issue 32 item 3, coord_shrink.c 11):
  * the last replica loses its rank 1, SIGKILLed from outside in step 7;
+ * its leader tells the coordinator which rank it lost (FAULT kind=lost
+ * rank=1: what the launcher shrinks by, resihp__coord_lost_ranks);
  * the replica fails as before (its leader leaves, its other ranks are
  * killed as resihp-run cancels the step), then the launcher, with no
  * spare, shrinks it in place and starts it again as K - 1 ranks on its
@@ -677,7 +679,11 @@ static void lose_rank_no_spare(resihp__coord_t *c, kids_t *h, const plan_t *p,
   while (!h->failed[r] && resihp__now_ms() < deadline)
     resihp__coord_poll(c, 20);
   ck_assert_int_eq(h->failed[r], 1);
-  ck_assert_int_eq(resihp__coord_shrink_in_place(c, r, 1ULL << 1), 0);
+  /* which rank died, as the launcher learns it: from the replica's
+   * leader (its link to rank 1 closed without a BYE), not from a node */
+  unsigned long long lost = resihp__coord_lost_ranks(c, r);
+  ck_assert_msg(lost == 1ULL << 1, "lost ranks %#llx, not rank 1", lost);
+  ck_assert_int_eq(resihp__coord_shrink_in_place(c, r, lost), 0);
   g_shrunk_k = p->K - 1; /* (inherited by the relaunch's ranks) */
   tm_spawn(p->K - 1, r, h->pids[r], rank_entry, (void *)p);
   h->pids[r][p->K - 1] = -1;

@@ -33,6 +33,7 @@ void on_failed(void *ud, int r, const char *node, long jobid, long stepid,
       r, why, node, jobid, stepid);
   jobnote_failure(r, node, why, 0);
   replace(r, jobid, stepid, NODE_BAD);
+  g.reps[r].lost = resihp__coord_lost_ranks(g.coord, r);
 }
 
 /* The coordinator swapped a slow replica out for a spare: its process is

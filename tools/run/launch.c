@@ -163,17 +163,21 @@ static int start_step(int r, const int *idx, int nn, int initial,
  * after about SlurmdTimeout (twice, for the ping that notices it): while
  * none of them is known dead yet and the replica could shrink, resihp-run
  * asks again every second for that long (the others train on
- * meanwhile). A rank killed on a node that lives on is not told from its
- * neighbours: once that wait is over, the replica is given up as before.
- * 0 when launched so, 1 while waiting, -1 when it does not shrink. */
+ * meanwhile). A rank killed on a node that lives on is known from its
+ * leader (FAULT kind=lost: p->lost): its node is taken for dead at once,
+ * nothing is waited for. 0 when launched so, 1 while waiting, -1 when it
+ * does not shrink. */
 static int shrink_in_place(int r) {
   replica_t *p = &g.reps[r];
   int rpn = g.ranks / g.K, down[64] = {0}, idx[64], n = 0, nn = p->nwas;
   unsigned long long dead = 0;
   if (g.K < 2 || nn != g.K || nn > 64)
     return -1;
+  /* (a node whose ranks' bits are beyond 64: none, nn * rpn <= 64) */
+  unsigned long long mine = rpn < 64 ? (1ULL << rpn) - 1 : ~0ULL;
   for (int i = 0; i < nn; i++) {
     down[i] = p->killed == p->was[i] + 1 ||
+              (rpn * i < 64 && (p->lost >> (rpn * i) & mine)) ||
               resihp__slurm_node_down(g.nodes[p->was[i]].name);
     if (!down[i])
       idx[n++] = p->was[i];
@@ -218,6 +222,10 @@ static int shrink_in_place(int r) {
     off += (size_t)snprintf(nodelist + off, sizeof(nodelist) - off, "%s%s",
                             i ? "," : "", x->name);
   }
+  if (p->lost)
+    say("replica %d: its leader lost rank(s) (bits %#llx) whose node(s) may "
+        "live on: not used by its shrunk step",
+        r, p->lost);
   say("no healthy spare left for replica %d: it shrinks to %d rank(s) on "
       "nodes %s (its dead node(s)' ranks' layers go to them)",
       r, n * rpn, nodelist);
@@ -272,6 +280,7 @@ static int start_step(int r, const int *idx, int nn, int initial,
   }
   p->nnodes = nn;
   p->killed = 0;
+  p->lost = 0;
   p->shrink_wait = 0;
   char inj[2048], opt_res[4200], opt_rep[64], opt_co[640], nk[16], nr[16],
       jn[64], mpi[80];

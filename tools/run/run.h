@@ -68,6 +68,9 @@ typedef struct {
    * kill-node of that step ran its command for (0: none) */
   int was[64], nwas;
   int killed;
+  /* the ranks of that step its leader said it lost while their nodes may
+   * live on (resihp__coord_lost_ranks at its failure; bits, 0: none) */
+  unsigned long long lost;
   /* no spare, none of those nodes known dead yet, the replica able to
    * shrink: until when resihp-run waits for Slurm's verdict on them, and
    * when it asks next (0: not waiting) */

@@ -364,6 +364,12 @@ int resihp__job_replica_sum(resihp_job_t *j, int64_t *v, size_t n);
  * would see it gone, RESIHP_EPEER, instead of the refusal). job_layers.c */
 void resihp__job_replica_settle(resihp_job_t *j);
 void resihp__job_replica_lost(resihp_job_t *j);
+/* A layer move's commit (resihp_job_commit_layers and _layer_state):
+ * rc is this rank's own outcome (0: its new state is taken); the ranks of
+ * the replica agree over the replica communicator that all of them got
+ * this far. 0 on every rank (the move is over), or an error on every
+ * rank. */
+int resihp__job_commit_agree(resihp_job_t *j, int rc);
 /* Tests: called at a free-run boundary of step `step` between the shard
  * group's vote and the replica's (where a rank's death leaves its replica
  * out of step with the others). */

@@ -429,9 +429,13 @@ static void on_fault_report(resihp__coord_t *c, int k, int r,
     v = c->step;
   if (!strcmp(kind, "lost")) {
     /* The leader lost rank k of its replica (its link closed without a
-     * word): kept for the launcher (resihp__coord_lost_ranks), which with
-     * no spare left shrinks the replica onto its other ranks' nodes. The
-     * failure itself comes as for any replica that loses a rank. */
+     * word, before the rank's result): kept for the launcher
+     * (resihp__coord_lost_ranks), which with no spare left shrinks the
+     * replica onto its other ranks' nodes. A member fails as any replica
+     * that loses a rank (its exchange, its set-up); one that is not a
+     * member yet (a replacement or a shrink in place catching up: a
+     * second failure during a regroup) fails now: it waited for a
+     * set-up or a catch-up to time out. */
     long lk;
     if (resihp__wire_get_range(msg, "rank", 1,
                                resihp__coord_rep_k(c, r) - 1, &lk)) {
@@ -440,6 +444,11 @@ static void on_fault_report(resihp__coord_t *c, int k, int r,
     }
     p->lost_now |= 1ULL << lk;
     logc(RESIHP_LOG_WARN, "replica %d: its leader lost rank %ld", r, lk);
+    if (!p->finished && c->phase != P_END && p->state == R_JOINING) {
+      char why[48];
+      snprintf(why, sizeof(why), "its rank %ld was lost", lk);
+      resihp__coord_fail_replica(c, r, why);
+    }
     return;
   }
   if (!strcmp(kind, "probe")) {

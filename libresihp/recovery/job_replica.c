@@ -517,6 +517,7 @@ static void relay_line(resihp_job_t *j, int k, const char *line) {
   }
   if (!strncmp(line, "RESULT ", 7)) {
     pthread_mutex_lock(&j->relay_mu);
+    j->down_open[k] = 2; /* its work is done: it may leave without a BYE */
     if (resihp__wire_get(line, "result", j->results[k + 1],
                          sizeof(j->results[k + 1])))
       snprintf(j->results[k + 1], sizeof(j->results[k + 1]), "-");

@@ -781,6 +781,48 @@ static void lose_rank_no_spare(resihp__coord_t *c, kids_t *h, const plan_t *p,
   h->pids[r][p->K - 1] = -1;
 }
 
+/* lose_rank_no_spare, then a second failure during the regroup: once the
+ * shrunk process of K - 1 ranks has reached the coordinator (it catches
+ * its layers up, before it trains), its rank 1 is SIGKILLed from outside
+ * too. Its leader says that rank lost (the new numbering), the replica
+ * fails as a whole, and the launcher, with no spare and a replica that
+ * already shrank, gives it up (resihp__coord_mark_failed): never half
+ * regrouped, nothing waited for. */
+static void lose_two_ranks(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                           pid_t who) {
+  lose_rank_no_spare(c, h, p, who);
+  int r = g_victim;
+  int64_t deadline = resihp__now_ms() + 30000; /* safety net */
+  while (!resihp__coord_connected(c, r) && resihp__now_ms() < deadline)
+    resihp__coord_poll(c, 20);
+  ck_assert(resihp__coord_connected(c, r));
+  kill(h->pids[r][1], SIGKILL);
+  while (h->failed[r] < 2 && resihp__now_ms() < deadline + 30000)
+    resihp__coord_poll(c, 20);
+  ck_assert_int_eq(h->failed[r], 2);
+  unsigned long long lost = resihp__coord_lost_ranks(c, r);
+  ck_assert_msg(lost == 1ULL << 1, "lost ranks %#llx, not rank 1", lost);
+  resihp__coord_mark_failed(c, r, "no spare");
+}
+
+/* A second failure during a regroup (issue 32's tests): a replica of 3
+ * ranks shrunk to 2 loses one of those in its catch-up: it fails cleanly
+ * and is given up; the other two replicas finish with the failure-free
+ * result, the ledger exact, the summary's one shrink. */
+START_TEST(layers_shrunk_second_failure) {
+  plan_t p = plan(3, 3, 60, 0, 7);
+  p.layers = 6;
+  p.movable = 1;
+  g_victim = 2;
+  outcome_t o;
+  run(&p, lose_two_ranks, &o);
+  expect_result(&o, p.K, 60, 2);
+  ck_assert_msg(o.owned[g_victim] <= 8, "replica %d computed in %ld steps; %s",
+                g_victim, o.owned[g_victim], o.summary);
+  ck_assert_msg(strstr(o.summary, "1 shrink(s)"), "%s", o.summary);
+}
+END_TEST
+
 START_TEST(layers_shrunk_in_place) {
   plan_t p = plan(3, 2 + _i, 200, 0, 7);
   p.layers = _i ? 6 : 4;
@@ -1084,6 +1126,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, layers_move_rank_dies, 0, 2);
   tcase_add_test(tc, layers_shrunk_replica_refuses);
   tcase_add_loop_test(tc, layers_shrunk_in_place, 0, 2);
+  tcase_add_test(tc, layers_shrunk_second_failure);
   tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);

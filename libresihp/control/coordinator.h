@@ -126,9 +126,11 @@
  * SAVED and FINISH again are harmless.
  *
  * A leader whose link to another rank k of its replica closes without
- * that rank's BYE (what a rank leaving on its own says first) says FAULT
- * kind=lost rank=k (1 <= k < its ranks): the coordinator keeps it for the
- * launcher (resihp__coord_lost_ranks); a rank out of range is refused.
+ * that rank's BYE (what a rank leaving on its own says first) or RESULT
+ * says FAULT kind=lost rank=k (1 <= k < its ranks): the coordinator keeps
+ * it for the launcher (resihp__coord_lost_ranks) and fails a replica that
+ * is not a member yet (catching up) at once; a rank out of range is
+ * refused.
  *
  * A rank whose node failed a periodic health probe (a kind=periodic block
  * with healthy=0 in its RESIHP_PROBE_RESULTS file) says, at its next step

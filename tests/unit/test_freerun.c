@@ -595,6 +595,26 @@ END_TEST
  * SIGKILLed from outside with no spare left, and the launcher shrinks it
  * in place (as lose_rank_no_spare): the rank its leader said it lost,
  * then a process of one rank holding all 4 layers. */
+/* Replica r's rank 1 was SIGKILLed with no spare left: once the replica
+ * failed, the launcher's part of a shrink in place: the rank
+ * its leader said it lost (its link to rank 1 closed without a BYE: the
+ * launcher learns it so, not from a node), the coordinator's shrink, and
+ * the new process of K - 1 ranks on the survivors. */
+static void shrink_after_loss(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                              int r) {
+  int64_t deadline = resihp__now_ms() + 30000; /* safety net */
+  while (!h->failed[r] && resihp__now_ms() < deadline)
+    resihp__coord_poll(c, 20);
+  ck_assert_int_eq(h->failed[r], 1);
+  unsigned long long lost = resihp__coord_lost_ranks(c, r);
+  ck_assert_msg(lost == 1ULL << 1, "lost ranks %#llx, not rank 1", lost);
+  ck_assert_int_eq(resihp__coord_shrink_able(c, r), 0);
+  ck_assert_int_eq(resihp__coord_shrink_in_place(c, r, lost), 0);
+  g_shrunk_k = p->K - 1; /* (inherited by the relaunch's ranks) */
+  tm_spawn(p->K - 1, r, h->pids[r], rank_entry, (void *)p);
+  h->pids[r][p->K - 1] = -1;
+}
+
 static void move_then_lose(resihp__coord_t *c, kids_t *h, const plan_t *p,
                            pid_t who) {
   (void)who;
@@ -606,16 +626,7 @@ static void move_then_lose(resihp__coord_t *c, kids_t *h, const plan_t *p,
          resihp__now_ms() < deadline)
     resihp__coord_poll(c, 20);
   kill(h->pids[r][1], SIGKILL);
-  while (!h->failed[r] && resihp__now_ms() < deadline + 30000)
-    resihp__coord_poll(c, 20);
-  ck_assert_int_eq(h->failed[r], 1);
-  unsigned long long lost = resihp__coord_lost_ranks(c, r);
-  ck_assert_msg(lost == 1ULL << 1, "lost ranks %#llx, not rank 1", lost);
-  ck_assert_int_eq(resihp__coord_shrink_able(c, r), 0);
-  ck_assert_int_eq(resihp__coord_shrink_in_place(c, r, lost), 0);
-  g_shrunk_k = 1; /* (inherited by the relaunch's rank) */
-  tm_spawn(1, r, h->pids[r], rank_entry, (void *)p);
-  h->pids[r][1] = -1;
+  shrink_after_loss(c, h, p, r);
 }
 
 /* Issue 32 item 3: a replica that moved its layers can still shrink.
@@ -767,18 +778,7 @@ static void lose_rank_no_spare(resihp__coord_t *c, kids_t *h, const plan_t *p,
   /* the hooked replica goes on: the victim's leader learns it in the
    * step's exchange */
   ck_assert_int_eq(write(g_hook_in[1], "g", 1), 1);
-  int64_t deadline = resihp__now_ms() + 30000; /* safety net */
-  while (!h->failed[r] && resihp__now_ms() < deadline)
-    resihp__coord_poll(c, 20);
-  ck_assert_int_eq(h->failed[r], 1);
-  /* which rank died, as the launcher learns it: from the replica's
-   * leader (its link to rank 1 closed without a BYE), not from a node */
-  unsigned long long lost = resihp__coord_lost_ranks(c, r);
-  ck_assert_msg(lost == 1ULL << 1, "lost ranks %#llx, not rank 1", lost);
-  ck_assert_int_eq(resihp__coord_shrink_in_place(c, r, lost), 0);
-  g_shrunk_k = p->K - 1; /* (inherited by the relaunch's ranks) */
-  tm_spawn(p->K - 1, r, h->pids[r], rank_entry, (void *)p);
-  h->pids[r][p->K - 1] = -1;
+  shrink_after_loss(c, h, p, r);
 }
 
 /* lose_rank_no_spare, then a second failure during the regroup: once the

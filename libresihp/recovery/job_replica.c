@@ -403,6 +403,8 @@ static int star_send(resihp_job_t *j, resihp__wire_t *w, const char *line) {
   return rc;
 }
 
+static void report_lost(resihp_job_t *j, int k, int stop);
+
 int resihp__job_send_down(resihp_job_t *j, const char *line) {
   for (int k = 0; j->down && k < j->lsize - 1; k++) {
     if (j->down[k].fd < 0)
@@ -410,6 +412,15 @@ int resihp__job_send_down(resihp_job_t *j, const char *line) {
     if (star_send(j, &j->down[k], line)) {
       resihp_log(RESIHP_LOG_ERROR, "job",
                  "replica %d: lost rank %d of this replica", j->replica, k + 1);
+      /* (its link may be closed for the relay thread's poll now: the
+       * coordinator hears it from here) */
+      pthread_mutex_lock(&j->relay_mu);
+      int lost = j->down_open && j->down_open[k] == 1;
+      if (j->down_open)
+        j->down_open[k] = 0;
+      pthread_mutex_unlock(&j->relay_mu);
+      if (lost)
+        report_lost(j, k + 1, 0);
       return RESIHP_EPEER;
     }
   }
@@ -471,6 +482,10 @@ int resihp__job_replica_sum(resihp_job_t *j, int64_t *v, size_t n) {
  * in the next exchange for it, alive and heartbeating: the job stood
  * still. The replica communicator stays (the caller may hold it). */
 void resihp__job_replica_lost(resihp_job_t *j) {
+  /* it leaves on its own, perhaps without resihp_job_destroy (a program
+   * that exits on the error): its leader must not take it for lost */
+  if (j->lrank > 0 && !j->replica_lost && j->up.fd >= 0)
+    resihp__job_send_up(j, "BYE");
   j->replica_lost = RESIHP_EPEER;
   j->run = 0;
   resihp__job_groups_destroy(j);

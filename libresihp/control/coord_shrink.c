@@ -168,6 +168,16 @@
  *    shrunk replica's line (K' of K since step S, its cut points, its
  *    predicted step), and the failure record of the rank (kind rank-lost),
  *    whose replacement is the shrink's first committed step.
+ *    A replica that moved its layers (a repartition) can still shrink
+ *    when its program commits the move by layer
+ *    (resihp_job_commit_layer_state: its BEGINs still say lst=1;
+ *    resihp_job_commit_layers makes its state opaque) [done]. A second
+ *    failure during the regroup (a rank of the relaunch in place lost
+ *    while it catches up) fails it at once on its leader's FAULT
+ *    kind=lost, and resihp-run gives it up: it already shrank
+ *    (test_freerun layers_shrunk_second_failure) [done]. Its process of
+ *    K' ranks takes the coordinator's cost plan of K models
+ *    (resihp__costplan_models) [done].
  * 10. Growing back when a spare appears later: not in this item's first
  *    cut; the replica stays K' ranks (a later swap relaunches it as K
  *    ranks through today's swap path, catch-up by layer giving them their

@@ -439,6 +439,16 @@ static int stage_state(const stage_t *st, resihp_job_buf_t *bufs) {
   return n;
 }
 
+/* The stage's state by unit (its two buffers each) into ls, over bufs:
+ * the number of units. */
+static int stage_layer_state(const stage_t *st, resihp_job_buf_t *bufs,
+                             resihp_job_layer_state_t *ls) {
+  int n = stage_state(st, bufs) / 2;
+  for (int j = 0; j < n; j++)
+    ls[j] = (resihp_job_layer_state_t){bufs + 2 * j, 2};
+  return n;
+}
+
 static uint64_t units_fnv(uint64_t h, const unit_t *units, int u0, int u1) {
   for (int j = u0; j < u1; j++)
     h = trainer_fnv1a_more(h, units[j].p, 2 * units[j].n * sizeof(float));
@@ -679,8 +689,8 @@ static int run_reference(const cfg_t *c) {
  * parameters and momentum (the units in order on every stage: each
  * transfer is one send matched by one receive, so no cycle of waits),
  * then the stage holds its new units and the job commits the new state
- * list on every stage, or on none (resihp_job_commit_layers). The units'
- * arithmetic does not depend on which stage holds them: bitwise the same
+ * by unit on every stage, or on none (resihp_job_commit_layer_state).
+ * The units' arithmetic does not depend on which stage holds them: bitwise the same
  * run. 0, or the error: leave (the replica fails as a whole). */
 static int move_units(stage_t *st, unit_t *units, int *layers, int K,
                       const char *who) {
@@ -716,8 +726,13 @@ static int move_units(stage_t *st, unit_t *units, int *layers, int K,
   stage_free(st);
   stage_init(st, c, units, k, K, u0, u1, st->job);
   memcpy(layers, now, sizeof(int) * (size_t)K);
+  /* still by unit (as declared: --move-layers), so that the replica
+   * can still shrink onto its surviving stages */
   resihp_job_buf_t bufs[2 * MAX_UNITS];
-  rc = resihp_job_commit_layers(st->job, bufs, stage_state(st, bufs), 0);
+  resihp_job_layer_state_t ls[MAX_UNITS];
+  rc = resihp_job_commit_layer_state(st->job, ls,
+                                     stage_layer_state(st, bufs, ls), NULL, 0,
+                                     0);
   if (!rc && !c->quiet)
     print_partition(c, who, K, layers, "the coordinator (units moved)");
   return rc;
@@ -803,18 +818,16 @@ static int run_job(const cfg_t *c) {
     goto out;
   }
   resihp_job_buf_t bufs[2 * MAX_UNITS];
-  int nb = stage_state(&st, bufs);
   /* with --partition-of or --move-layers, the state by unit: a
    * replacement of a replica whose partition no other holds (its own, or
    * the coordinator's over a shrunk replica's stages) catches up unit by
    * unit from the ranks of other partitions (resihp_job(3)); the same
    * buffers in the same order either way */
   resihp_job_layer_state_t ls[MAX_UNITS];
-  for (int j = 0; j < lcount; j++)
-    ls[j] = (resihp_job_layer_state_t){bufs + 2 * j, 2};
+  int nl = stage_layer_state(&st, bufs, ls);
   if ((rc = c->npof || c->move_layers
-                  ? resihp_job_set_layer_state(job, ls, lcount, NULL, 0)
-                  : resihp_job_set_state_list(job, bufs, nb))) {
+                  ? resihp_job_set_layer_state(job, ls, nl, NULL, 0)
+                  : resihp_job_set_state_list(job, bufs, 2 * nl))) {
     fprintf(stderr, "%scannot register the state: %s\n", who,
             resihp_strerror(rc));
     goto out;

@@ -151,6 +151,9 @@ typedef struct {
    * over the healthy K-rank one) */
   int k;
   unsigned long long lost;
+  /* the ranks its present process lost, as its leader said (FAULT
+   * kind=lost; bits, its present numbering): cleared by a new process */
+  unsigned long long lost_now;
   long shrunk_at;
   double shrink_slow;
 } rep_t;

@@ -377,6 +377,7 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
   p->catchup_failed = 0;
   p->catching = 0;
   p->finished = 0;
+  p->lost_now = 0;
   snprintf(p->node, sizeof(p->node), "%s", node);
   p->jobid = jobid;
   p->stepid = stepid;
@@ -417,7 +418,8 @@ static void on_hello(resihp__coord_t *c, int k, const char *msg) {
  * failure that follows is attributed to it) only if on_fault accepts it;
  * otherwise it is logged and ignored, and whatever happens to the replica
  * next is an outside fault like any other. */
-static void on_fault_report(resihp__coord_t *c, int r, const char *msg) {
+static void on_fault_report(resihp__coord_t *c, int k, int r,
+                            const char *msg) {
   rep_t *p = &c->reps[r];
   char kind[16] = "", node[64] = "";
   long v;
@@ -425,6 +427,30 @@ static void on_fault_report(resihp__coord_t *c, int r, const char *msg) {
   resihp__wire_get(msg, "node", node, sizeof(node));
   if (resihp__wire_get_long(msg, "step", &v))
     v = c->step;
+  if (!strcmp(kind, "lost")) {
+    /* The leader lost rank k of its replica (its link closed without a
+     * word, before the rank's result): kept for the launcher
+     * (resihp__coord_lost_ranks), which with no spare left shrinks the
+     * replica onto its other ranks' nodes. A member fails as any replica
+     * that loses a rank (its exchange, its set-up); one that is not a
+     * member yet (a replacement or a shrink in place catching up: a
+     * second failure during a regroup) fails now: it waited for a
+     * set-up or a catch-up to time out. */
+    long lk;
+    if (resihp__wire_get_range(msg, "rank", 1,
+                               resihp__coord_rep_k(c, r) - 1, &lk)) {
+      resihp__coord_refuse(c, k, "bad-fault", 0, msg);
+      return;
+    }
+    p->lost_now |= 1ULL << lk;
+    logc(RESIHP_LOG_WARN, "replica %d: its leader lost rank %ld", r, lk);
+    if (!p->finished && c->phase != P_END && p->state == R_JOINING) {
+      char why[48];
+      snprintf(why, sizeof(why), "its rank %ld was lost", lk);
+      resihp__coord_fail_replica(c, r, why);
+    }
+    return;
+  }
   if (!strcmp(kind, "probe")) {
     /* Not an injection: the replica's node failed a periodic probe and
      * the replica is leaving; fail it now rather than wait for the
@@ -722,7 +748,7 @@ void resihp__coord_on_line(resihp__coord_t *c, int k, const char *msg) {
     resihp__coord_on_wl(c, k, r, msg);
   } else if (!strncmp(msg, "FAULT ", 6)) {
     free_progress(c, r, msg, 0);
-    on_fault_report(c, r, msg);
+    on_fault_report(c, k, r, msg);
   } else if (!strncmp(msg, "CATCHUP_FAILED", 14)) {
     logc(RESIHP_LOG_WARN,
          "replica %d lost its catch-up source; it will be admitted again", r);

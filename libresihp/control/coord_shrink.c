@@ -168,6 +168,16 @@
  *    shrunk replica's line (K' of K since step S, its cut points, its
  *    predicted step), and the failure record of the rank (kind rank-lost),
  *    whose replacement is the shrink's first committed step.
+ *    A replica that moved its layers (a repartition) can still shrink
+ *    when its program commits the move by layer
+ *    (resihp_job_commit_layer_state: its BEGINs still say lst=1;
+ *    resihp_job_commit_layers makes its state opaque) [done]. A second
+ *    failure during the regroup (a rank of the relaunch in place lost
+ *    while it catches up) fails it at once on its leader's FAULT
+ *    kind=lost, and resihp-run gives it up: it already shrank
+ *    (test_freerun layers_shrunk_second_failure) [done]. Its process of
+ *    K' ranks takes the coordinator's cost plan of K models
+ *    (resihp__costplan_models) [done].
  * 10. Growing back when a spare appears later: not in this item's first
  *    cut; the replica stays K' ranks (a later swap relaunches it as K
  *    ranks through today's swap path, catch-up by layer giving them their
@@ -204,10 +214,15 @@
  *    survivors' nodes, whose nodes a failure had marked bad; with none
  *    of them known dead yet and the replica able to shrink
  *    (resihp__coord_shrink_able), it waits for Slurm's verdict up to
- *    twice SlurmdTimeout (a node killed from outside). Not told apart
- *    yet [todo]: a rank killed on a node that lives on (given up as
- *    before, after that wait); the leader knows which rank it lost
- *    (job_replica.c) but does not say it.
+ *    twice SlurmdTimeout (a node killed from outside). A rank killed on
+ *    a node that lives on [done]: its leader sees that rank's star link
+ *    close without the BYE a rank leaving on its own says first
+ *    (resihp_job_destroy) and says FAULT kind=lost rank=k at once
+ *    (job_replica.c report_lost); the coordinator keeps it
+ *    (rep_t.lost_now, resihp__coord_lost_ranks) and resihp-run takes
+ *    that rank's node for dead at the failure, without a wait. (When a
+ *    survivor's report fails the replica before that line is read, it
+ *    is not known: the wait for Slurm's verdict, as for a node.)
  *    The relaunched process learns its partition (WELCOME lay= with
  *    shrunk=1, passed to every rank in the leader's RANKS line:
  *    resihp_job_shrunk_partition) [done], and
@@ -471,6 +486,10 @@ int resihp__coord_shrink_able(const resihp__coord_t *c, int r) {
     return RESIHP_ESTATE;
   int K = resihp__coord_rep_k(c, r);
   return K < 2 ? RESIHP_EINVAL : can_shrink(c, r, 1ULL << (K - 1), 1);
+}
+
+unsigned long long resihp__coord_lost_ranks(const resihp__coord_t *c, int r) {
+  return r >= 0 && r < c->R ? c->reps[r].lost_now : 0;
 }
 
 int resihp__coord_shrink_in_place(resihp__coord_t *c, int r,

@@ -125,6 +125,13 @@
  * the end -> DONE; RECOVER of a decided round -> the same REASSIGN;
  * SAVED and FINISH again are harmless.
  *
+ * A leader whose link to another rank k of its replica closes without
+ * that rank's BYE (what a rank leaving on its own says first) or RESULT
+ * says FAULT kind=lost rank=k (1 <= k < its ranks): the coordinator keeps
+ * it for the launcher (resihp__coord_lost_ranks) and fails a replica that
+ * is not a member yet (catching up) at once; a rank out of range is
+ * refused.
+ *
  * A rank whose node failed a periodic health probe (a kind=periodic block
  * with healthy=0 in its RESIHP_PROBE_RESULTS file) says, at its next step
  * boundary instead of BEGIN, FAULT kind=probe step=s node=N summary=TEXT
@@ -374,6 +381,12 @@ int resihp__coord_shrink_in_place(resihp__coord_t *c, int replica,
  * knows which of its ranks died (its last rank taken for one): 0, or why
  * not (as resihp__coord_shrink_in_place). Nothing changes. */
 int resihp__coord_shrink_able(const resihp__coord_t *c, int replica);
+/* The ranks of replica's present process that its leader said it lost
+ * (FAULT kind=lost rank=k: the rank's link closed without a word, its
+ * node perhaps alive), as bits of its present numbering; 0 when none was
+ * said (or replica is out of range). */
+unsigned long long resihp__coord_lost_ranks(const resihp__coord_t *c,
+                                            int replica);
 /* Spare states (names: resihp__spare_state_name). */
 enum {
   RESIHP__SPARE_CHECKING = 0, /* added, never registered */

@@ -174,6 +174,20 @@ static int parse_slow(const char *s, double *out, int n) {
   return 0;
 }
 
+int resihp__costplan_models(const char *msg) {
+  size_t per = (size_t)(FIG + 1) * MODEL_FIGS,
+         cap = per * RESIHP__COSTPLAN_MAX_MODELS + 1;
+  char *v = malloc(cap);
+  if (!v)
+    return RESIHP_ENOMEM;
+  int rc = resihp__wire_get(msg, "cmod", v, cap);
+  size_t n = rc ? 0 : strlen(v) + 1;
+  free(v);
+  if (rc)
+    return rc == RESIHP_ENOENT ? rc : RESIHP_EPROTO;
+  return n % per ? RESIHP_EPROTO : (int)(n / per);
+}
+
 int resihp__costplan_parse(const char *msg, int max_id, resihp__costplan_t *p,
                            const int *list, int nlist) {
   size_t cap =

@@ -28,6 +28,17 @@ typedef struct {
   resihp_model_t *model; /* K: shard k's reference rank's model */
 } resihp__costplan_t;
 
+/* The most models a plan carries (the coordinator's shards). */
+#define RESIHP__COSTPLAN_MAX_MODELS 64
+
+/* How many models the plan on a line carries (its cmod= figures over 7),
+ * 1..RESIHP__COSTPLAN_MAX_MODELS: a process of fewer ranks than the job's
+ * K (a replica shrunk in place) reads and uses the coordinator's K models
+ * as every other process does, so that all of them assign the same
+ * owners; RESIHP_ENOENT without cmod=; RESIHP_EPROTO for a count that is
+ * not a whole number of models or above the bound. */
+int resihp__costplan_models(const char *msg);
+
 /* Room for up to cap contributors and K models; _free(NULL-like) is fine. */
 int resihp__costplan_init(resihp__costplan_t *p, int cap, int K);
 void resihp__costplan_free(resihp__costplan_t *p);

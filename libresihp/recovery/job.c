@@ -125,6 +125,10 @@ static void stop_hb(resihp_job_t *j) {
 void resihp_job_destroy(resihp_job_t *j) {
   if (!j)
     return;
+  /* a rank that leaves on its own says so first: its leader tells a
+   * rank lost (its link closes without a word) from one that left */
+  if (j->lrank > 0 && j->up.fd >= 0)
+    resihp__job_send_up(j, "BYE");
   resihp__job_serve_stop(j);
   stop_hb(j);
   /* a relay waiting for a new coordinator link (job_link.c) waits no more */

@@ -143,6 +143,8 @@ struct resihp_job {
   int relay_pipe[2];
   pthread_mutex_t relay_mu; /* down_open, results */
   pthread_cond_t relay_cv;
+  /* by rank - 1: 0 closed, 1 open, 2 open and its rank said BYE (it
+   * leaves on its own: a link that closes without it is a rank lost) */
   int *down_open;
   char (*results)[224]; /* finish results, by rank ("" until said) */
   /* each rank's last group set-up (SETUP line): its epoch + 1 (0: none
@@ -282,6 +284,10 @@ struct resihp_job {
  * deadline is about the coordinator's silence. Both reconnect when the
  * link fails (resihp__job_reconnect); recv then re-sends j->pending. */
 int resihp__job_send(resihp_job_t *j, const char *line);
+/* A last word on the coordinator link as it is, even once
+ * resihp_job_destroy has marked it closed (RESIHP_ECLOSED) but not yet
+ * closed it: no reconnect, one second at most. 0 or the error. */
+int resihp__job_send_last(resihp_job_t *j, const char *line);
 int resihp__job_recv(resihp_job_t *j);
 /* Failover: the link failed with why; connect again (HELLO again=1)
  * within the failover window. Only the main thread reconnects; another
@@ -358,6 +364,12 @@ int resihp__job_replica_sum(resihp_job_t *j, int64_t *v, size_t n);
  * would see it gone, RESIHP_EPEER, instead of the refusal). job_layers.c */
 void resihp__job_replica_settle(resihp_job_t *j);
 void resihp__job_replica_lost(resihp_job_t *j);
+/* A layer move's commit (resihp_job_commit_layers and _layer_state):
+ * rc is this rank's own outcome (0: its new state is taken); the ranks of
+ * the replica agree over the replica communicator that all of them got
+ * this far. 0 on every rank (the move is over), or an error on every
+ * rank. */
+int resihp__job_commit_agree(resihp_job_t *j, int rc);
 /* Tests: called at a free-run boundary of step `step` between the shard
  * group's vote and the replica's (where a rank's death leaves its replica
  * out of step with the others). */

@@ -21,40 +21,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-int resihp_job_set_layer_state(resihp_job_t *j,
-                               const resihp_job_layer_state_t *layers,
-                               int nlayers, const resihp_job_buf_t *rank,
-                               int nrank) {
-  int first, count;
-  if (!j || nlayers < 0 || nrank < 0 || (nlayers && !layers) ||
-      (nrank && !rank))
-    return RESIHP_EINVAL;
-  if (j->began)
-    return RESIHP_ESTATE;
-  int ok = !resihp_job_layers(j, &first, &count) && nlayers == count;
-  long total = nrank;
+/* Whether layers (nlayers) and nrank buffers of the rank's own are a
+ * state by layer of this rank's layers now: 1 with *first, *count (its
+ * layers) and *total (buffers in all) set, else 0. */
+static int layer_state_ok(const resihp_job_t *j,
+                          const resihp_job_layer_state_t *layers, int nlayers,
+                          int nrank, int *first, int *count, long *total) {
+  int ok = !resihp_job_layers(j, first, count) && nlayers == *count;
+  *total = nrank;
   for (int i = 0; ok && i < nlayers; i++) {
     ok = layers[i].nbufs >= 0 && (!layers[i].nbufs || layers[i].bufs);
-    total += ok ? layers[i].nbufs : 0;
+    *total += ok ? layers[i].nbufs : 0;
   }
-  ok = ok && total <= RESIHP__JOB_MAX_BUFS;
-  /* every rank of the replica declares its state by layer, or none does:
-   * the coordinator is told so for the whole replica (lst=1) */
-  int64_t v = ok;
-  int rc = resihp__job_replica_sum(j, &v, 1);
-  if (rc)
-    return rc;
-  if (v != j->lsize) {
-    resihp__job_replica_settle(j);
-    resihp_log(RESIHP_LOG_ERROR, "job",
-               "replica %d rank %d: %s (resihp_job_set_layer_state)",
-               j->replica, j->lrank,
-               ok ? "another rank of this replica declared no state by layer "
-                    "or a bad one"
-                  : "a state by layer that is not this rank's layers' (or no "
-                    "layers declared, or too many buffers)");
-    return RESIHP_EINVAL;
-  }
+  return ok && *total <= RESIHP__JOB_MAX_BUFS;
+}
+
+/* The state list of a state by layer that layer_state_ok took (the
+ * layers' buffers in layer order, then the rank's) and its layers' byte
+ * offsets: 0, or an error with the state as it was. */
+static int layer_state_take(resihp_job_t *j,
+                            const resihp_job_layer_state_t *layers,
+                            int nlayers, const resihp_job_buf_t *rank,
+                            int nrank, int first, int count, long total) {
   resihp_job_buf_t *all = malloc(sizeof(*all) * (size_t)(total ? total : 1));
   size_t *off = malloc(sizeof(size_t) * (size_t)(count + 1));
   if (!all || !off) {
@@ -74,7 +62,7 @@ int resihp_job_set_layer_state(resihp_job_t *j,
   off[count] = at;
   for (int b = 0; b < nrank; b++)
     all[n++] = rank[b];
-  rc = resihp__job_state_set(j, all, n);
+  int rc = resihp__job_state_set(j, all, n);
   free(all);
   if (rc) {
     free(off);
@@ -84,6 +72,75 @@ int resihp_job_set_layer_state(resihp_job_t *j,
   j->lstate_first = first;
   j->lstate_count = count;
   return 0;
+}
+
+static int layer_state_args(const resihp_job_t *j,
+                            const resihp_job_layer_state_t *layers,
+                            int nlayers, const resihp_job_buf_t *rank,
+                            int nrank) {
+  return !j || nlayers < 0 || nrank < 0 || (nlayers && !layers) ||
+         (nrank && !rank);
+}
+
+int resihp_job_set_layer_state(resihp_job_t *j,
+                               const resihp_job_layer_state_t *layers,
+                               int nlayers, const resihp_job_buf_t *rank,
+                               int nrank) {
+  if (layer_state_args(j, layers, nlayers, rank, nrank))
+    return RESIHP_EINVAL;
+  if (j->began)
+    return RESIHP_ESTATE;
+  int first, count;
+  long total;
+  int ok = layer_state_ok(j, layers, nlayers, nrank, &first, &count, &total);
+  /* every rank of the replica declares its state by layer, or none does:
+   * the coordinator is told so for the whole replica (lst=1) */
+  int64_t v = ok;
+  int rc = resihp__job_replica_sum(j, &v, 1);
+  if (rc)
+    return rc;
+  if (v != j->lsize) {
+    resihp__job_replica_settle(j);
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "replica %d rank %d: %s (resihp_job_set_layer_state)",
+               j->replica, j->lrank,
+               ok ? "another rank of this replica declared no state by layer "
+                    "or a bad one"
+                  : "a state by layer that is not this rank's layers' (or no "
+                    "layers declared, or too many buffers)");
+    return RESIHP_EINVAL;
+  }
+  return layer_state_take(j, layers, nlayers, rank, nrank, first, count,
+                          total);
+}
+
+int resihp_job_commit_layer_state(resihp_job_t *j,
+                                  const resihp_job_layer_state_t *layers,
+                                  int nlayers, const resihp_job_buf_t *rank,
+                                  int nrank, int failed) {
+  if (layer_state_args(j, layers, nlayers, rank, nrank))
+    return RESIHP_EINVAL;
+  if (!j->moving || !j->in_step)
+    return RESIHP_ESTATE;
+  int first, count, rc = RESIHP_EINVAL;
+  long total;
+  if (failed) {
+    /* (said by the agreement below) */
+  } else if (!layer_state_ok(j, layers, nlayers, nrank, &first, &count,
+                             &total)) {
+    resihp_log(RESIHP_LOG_ERROR, "job",
+               "replica %d rank %d: a state by layer that is not this rank's "
+               "layers' after the move (resihp_job_commit_layer_state)",
+               j->replica, j->lrank);
+  } else {
+    /* (its sizes are the new layers') */
+    int fixed = j->shape_fixed;
+    j->shape_fixed = 0;
+    rc = layer_state_take(j, layers, nlayers, rank, nrank, first, count,
+                          total);
+    j->shape_fixed = fixed;
+  }
+  return resihp__job_commit_agree(j, rc);
 }
 
 int resihp__job_state_piece(const resihp_job_t *j, int a, int b, size_t *off,

@@ -156,6 +156,10 @@ int resihp_job_commit_layers(resihp_job_t *j, const resihp_job_buf_t *bufs,
   j->shape_fixed = 0;
   int rc = failed ? RESIHP_EINVAL : resihp__job_state_set(j, bufs, n);
   j->shape_fixed = fixed;
+  return resihp__job_commit_agree(j, rc);
+}
+
+int resihp__job_commit_agree(resihp_job_t *j, int rc) {
   int64_t bad = rc != 0;
   int src = resihp__job_replica_sum(j, &bad, 1);
   if (src)

@@ -318,6 +318,16 @@ int resihp__job_send(resihp_job_t *j, const char *line) {
   return rc;
 }
 
+int resihp__job_send_last(resihp_job_t *j, const char *line) {
+  pthread_mutex_lock(&j->send_mu);
+  int rc = j->lost && j->lost != RESIHP_ECLOSED ? j->lost
+           : j->cw.fd < 0                       ? RESIHP_ECLOSED
+                                                : resihp__wire_send(&j->cw, line,
+                                                    resihp__now_ms() + 1000);
+  pthread_mutex_unlock(&j->send_mu);
+  return rc;
+}
+
 /* After a reconnect: the request the old coordinator may not have
  * answered goes to the new one (a HELLO was said again by the reconnect
  * itself). */

@@ -403,6 +403,8 @@ static int star_send(resihp_job_t *j, resihp__wire_t *w, const char *line) {
   return rc;
 }
 
+static void report_lost(resihp_job_t *j, int k, int stop);
+
 int resihp__job_send_down(resihp_job_t *j, const char *line) {
   for (int k = 0; j->down && k < j->lsize - 1; k++) {
     if (j->down[k].fd < 0)
@@ -410,6 +412,15 @@ int resihp__job_send_down(resihp_job_t *j, const char *line) {
     if (star_send(j, &j->down[k], line)) {
       resihp_log(RESIHP_LOG_ERROR, "job",
                  "replica %d: lost rank %d of this replica", j->replica, k + 1);
+      /* (its link may be closed for the relay thread's poll now: the
+       * coordinator hears it from here) */
+      pthread_mutex_lock(&j->relay_mu);
+      int lost = j->down_open && j->down_open[k] == 1;
+      if (j->down_open)
+        j->down_open[k] = 0;
+      pthread_mutex_unlock(&j->relay_mu);
+      if (lost)
+        report_lost(j, k + 1, 0);
       return RESIHP_EPEER;
     }
   }
@@ -471,6 +482,10 @@ int resihp__job_replica_sum(resihp_job_t *j, int64_t *v, size_t n) {
  * in the next exchange for it, alive and heartbeating: the job stood
  * still. The replica communicator stays (the caller may hold it). */
 void resihp__job_replica_lost(resihp_job_t *j) {
+  /* it leaves on its own, perhaps without resihp_job_destroy (a program
+   * that exits on the error): its leader must not take it for lost */
+  if (j->lrank > 0 && !j->replica_lost && j->up.fd >= 0)
+    resihp__job_send_up(j, "BYE");
   j->replica_lost = RESIHP_EPEER;
   j->run = 0;
   resihp__job_groups_destroy(j);
@@ -484,6 +499,12 @@ void resihp__job_replica_lost(resihp_job_t *j) {
  * finish, HB only proves life. A link that fails is closed here; the
  * replica communicator reports the rank's death to whoever needs it. */
 static void relay_line(resihp_job_t *j, int k, const char *line) {
+  if (!strcmp(line, "BYE")) { /* it leaves on its own (resihp_job_destroy) */
+    pthread_mutex_lock(&j->relay_mu);
+    j->down_open[k] = 2;
+    pthread_mutex_unlock(&j->relay_mu);
+    return;
+  }
   if (!strncmp(line, "FAULT ", 6) || !strncmp(line, "ABORT ", 6)) {
     resihp__job_send(j, line); /* waits out a failover (job_link.c) */
     return;
@@ -511,12 +532,34 @@ static void relay_line(resihp_job_t *j, int k, const char *line) {
   }
   if (!strncmp(line, "RESULT ", 7)) {
     pthread_mutex_lock(&j->relay_mu);
+    j->down_open[k] = 2; /* its work is done: it may leave without a BYE */
     if (resihp__wire_get(line, "result", j->results[k + 1],
                          sizeof(j->results[k + 1])))
       snprintf(j->results[k + 1], sizeof(j->results[k + 1]), "-");
     pthread_cond_broadcast(&j->relay_cv);
     pthread_mutex_unlock(&j->relay_mu);
   }
+}
+
+/* Rank k's link closed without its BYE: the rank is gone (killed, or
+ * its program died) while its node may live on. The coordinator is told
+ * which (FAULT kind=lost rank=k, authenticated as every line of this
+ * link) at once, before anyone fails the replica: with no spare left, the
+ * launcher shrinks the replica onto its other ranks' nodes
+ * (coord_shrink.c 11) instead of waiting for a verdict on a node that
+ * never comes. After the stop (resihp_job_destroy has marked the link
+ * closed) it is the link's last word. */
+static void report_lost(resihp_job_t *j, int k, int stop) {
+  char line[64];
+  snprintf(line, sizeof(line), "FAULT kind=lost rank=%d", k);
+  resihp_log(RESIHP_LOG_ERROR, "job",
+             "replica %d: rank %d of this replica is lost (its link closed "
+             "without a word): telling the coordinator",
+             j->replica, k);
+  if (stop)
+    resihp__job_send_last(j, line);
+  else
+    resihp__job_send(j, line); /* waits out a failover (job_link.c) */
 }
 
 static void *relay_main(void *arg) {
@@ -555,9 +598,12 @@ static void *relay_main(void *arg) {
         relay_line(j, k, line);
       if (rc || t < 0) {
         pthread_mutex_lock(&j->relay_mu);
+        int lost = j->down_open[k] == 1;
         j->down_open[k] = 0;
         pthread_cond_broadcast(&j->relay_cv);
         pthread_mutex_unlock(&j->relay_mu);
+        if (lost)
+          report_lost(j, k + 1, stop);
       }
     }
   }

@@ -313,10 +313,16 @@ static void take_plan(resihp_job_t *j, long s) {
     j->mbs = mbs;
   if (!mbs || !j->olog || !j->cwl || !j->ccost || !j->cpick)
     rc = RESIHP_ENOMEM;
-  else if (!(rc = resihp__costplan_init(
-                 &j->cplan, j->nmembers ? j->nmembers : 1, j->lsize)))
-    rc = resihp__costplan_parse(j->msg, maxid, &j->cplan, j->members,
-                                j->nmembers);
+  else {
+    /* the coordinator's models, one per shard of the job: a replica shrunk
+     * in place has fewer ranks, and assigns with them all the same (with
+     * its own count it refused every plan: no step of it ran free) */
+    int K = resihp__costplan_models(j->msg);
+    if (!(rc = resihp__costplan_init(&j->cplan, j->nmembers ? j->nmembers : 1,
+                                     K > 0 ? K : j->lsize)))
+      rc = resihp__costplan_parse(j->msg, maxid, &j->cplan, j->members,
+                                  j->nmembers);
+  }
   if (rc == RESIHP_ENOENT)
     return; /* no plan: the same microbatches every step */
   j->cost_on = !rc;

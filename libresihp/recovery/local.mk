@@ -67,17 +67,26 @@ tools_resihp_run_SOURCES = tools/run/run.h tools/run/main.c \
 	tools/run/primary.c tools/run/cmd.c tools/run/cmd.h tools/run/slurm.c \
 	tools/run/slurm.h tools/run/secret.c tools/run/secret.h \
 	tools/run/report.c tools/run/jobnote.c tools/run/jobnote.h \
-	tools/run/comment.c tools/run/shrink_pick.c tools/run/shrink_pick.h
+	tools/run/comment.c tools/run/shrink_pick.c tools/run/shrink_pick.h \
+	tools/run/shrink_rec.c tools/run/shrink_rec.h
 tools_resihp_run_LDADD = libresihp/libresihp-internal.la
 # What it reads from scontrol (a standby's takeover rests on it).
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/test_run_slurm
 tests_unit_test_run_slurm_SOURCES = tests/unit/test_run_slurm.c \
 	tools/run/slurm.c tools/run/slurm.h tools/run/jobnote.c tools/run/jobnote.h \
-	tools/run/shrink_pick.c tools/run/shrink_pick.h
+	tools/run/shrink_pick.c tools/run/shrink_pick.h \
+	tools/run/shrink_rec.c tools/run/shrink_rec.h
 tests_unit_test_run_slurm_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_run_slurm_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_run_slurm
+# What a launcher that takes over reads of its predecessor's own state.
+check_PROGRAMS += tests/unit/test_run_record
+tests_unit_test_run_record_SOURCES = tests/unit/test_run_record.c \
+	tools/run/record.c tools/run/run.h tools/run/shrink_rec.c tools/run/shrink_rec.h
+tests_unit_test_run_record_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_run_record_LDADD = $(UNIT_LDADD)
+TESTS += tests/unit/test_run_record
 # The job secret's file and its clean-up after a killed keeper.
 check_PROGRAMS += tests/unit/test_run_secret
 tests_unit_test_run_secret_SOURCES = tests/unit/test_run_secret.c \
@@ -167,6 +176,16 @@ TESTS += tests/fuzz/fuzz_shrunk
 EXTRA_DIST += tests/fuzz/corpus-shrunk/one tests/fuzz/corpus-shrunk/several \
 	tests/fuzz/corpus-shrunk/twice tests/fuzz/corpus-shrunk/rank-past \
 	tests/fuzz/corpus-shrunk/empty-item
+# and of resihp-run's record of a replica that may shrink in place
+# (tools/run/shrink_rec.c: what a launcher taking over goes on with).
+check_PROGRAMS += tests/fuzz/fuzz_shrink_rec
+tests_fuzz_fuzz_shrink_rec_SOURCES = tests/fuzz/fuzz_shrink_rec.c \
+	tests/fuzz/fuzz_driver.c tests/fuzz/fuzz_driver.h \
+	tools/run/shrink_rec.c tools/run/shrink_rec.h
+tests_fuzz_fuzz_shrink_rec_LDADD = libresihp/libresihp-internal.la
+TESTS += tests/fuzz/fuzz_shrink_rec
+EXTRA_DIST += tests/fuzz/corpus-shrink-rec/waiting tests/fuzz/corpus-shrink-rec/lost \
+	tests/fuzz/corpus-shrink-rec/node-past tests/fuzz/corpus-shrink-rec/trailing
 # and of RESIHP_FAILOVER_MS (job_link.c).
 check_PROGRAMS += tests/fuzz/fuzz_failover_ms
 tests_fuzz_fuzz_failover_ms_SOURCES = tests/fuzz/fuzz_failover_ms.c \
@@ -275,6 +294,7 @@ EXTRA_DIST += tests/fuzz/corpus-coord/session tests/fuzz/corpus-coord/recover \
 	tests/fuzz/corpus-coord/sharded tests/fuzz/corpus-coord/layers tests/fuzz/corpus-coord/repart tests/fuzz/corpus-coord/failslow \
 	tests/fuzz/corpus-coord/freerun tests/fuzz/corpus-coord/recover-gone \
 	tests/fuzz/corpus-coord/burnin tests/fuzz/corpus-coord/burnin-gpu \
+	tests/fuzz/corpus-coord/lost \
 	tests/fuzz/corpus-coord-wire/plain tests/fuzz/corpus-coord-wire/sealed \
 	tests/fuzz/corpus-coord-wire/sealed-intact \
 	tests/fuzz/corpus-coord-wire/ints

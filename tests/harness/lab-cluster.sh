@@ -308,14 +308,34 @@ ancestors() {
   done
 }
 
-cmd_killnode() {
+# node_pids NODE: every process of the node (its slurmd, slurmstepds and
+# their descendants, its tasks), never this script or what runs it (a
+# launcher on the node being killed that asked for the kill: it would die
+# before the list is killed)
+node_pids() {
   local node=$1 pids="" sp
   pid_alive "$LAB/run/slurmd-$node.pid" && pids=$(cat "$LAB/run/slurmd-$node.pid")
   sp=$(stepd_pids "$node")
   pids="$pids $sp $(for p in $sp; do descendants "$p"; done) $(task_pids "$node")"
-  # never this script or what runs it (a launcher on the node being killed
-  # that asked for the kill): it would die before the list is killed
-  pids=$(echo $pids | tr ' ' '\n' | sort -un | grep -vxF -f <(ancestors $$) | tr '\n' ' ')
+  echo $pids | tr ' ' '\n' | sort -un | grep -vxF -f <(ancestors $$) | tr '\n' ' '
+}
+
+# freezenode NODE: every process of the node stopped (SIGSTOP), none
+# killed: a node that vanished without a word, as one that loses its power
+# or network, whose connections stay open (killnode's processes die on
+# this one host, so the kernel closes their connections at once, which
+# tells the node's peers). killnode ends a frozen node.
+cmd_freezenode() {
+  local pids
+  pids=$(node_pids "$1")
+  log "freezenode $1: kill -STOP $pids"
+  [ -n "${pids// /}" ] && kill -STOP $pids 2>/dev/null
+  return 0
+}
+
+cmd_killnode() {
+  local node=$1 pids
+  pids=$(node_pids "$node")
   log "killnode $node: kill -9 $pids"
   # a node dies in one instant: every process is in the list before any is
   # killed, and children go before their parents (descending pids; no
@@ -369,6 +389,7 @@ case "${1:-}" in
   conf) write_conf; cat "$CONF" ;;
   accounting-tools) accounting_tools ;;
   killnode) cmd_killnode "$2" ;;
+  freezenode) cmd_freezenode "$2" ;;
   startnode) wait_killnode_scans; slurmd -f "$CONF" -N "$2" ;;
-  *) echo "usage: $0 start|stop|restart|status|env|conf|killnode NODE|startnode NODE" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|restart|status|env|conf|killnode NODE|freezenode NODE|startnode NODE" >&2; exit 2 ;;
 esac

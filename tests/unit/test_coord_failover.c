@@ -973,7 +973,8 @@ END_TEST
 
 /* The shrink as a relaunch in place (coord_shrink.c 11): replica 0 (4 |
  * 6 layers) fails having lost its rank 1 and no spare is left; the
- * launcher shrinks it in place (refused for a member, for no survivor or
+ * launcher shrinks it in place by the rank its leader said it lost
+ * (refused for a member, for no survivor or
  * a rank it does not have): all 10 layers on its survivor, whose new
  * process of one rank is taken (HELLO lsize=1, WELCOME lay=10) and
  * catches every layer up by layer from one member (replica 1: 0-6 from
@@ -991,8 +992,22 @@ START_TEST(test_layers_shrunk_in_place) {
   /* (the launcher asks first, to wait for Slurm's verdict on its nodes) */
   ck_assert_int_eq(resihp__coord_shrink_able(a.c, 0), RESIHP_ESTATE);
   ck_assert_int_eq(resihp__coord_shrink_able(a.c, N), RESIHP_EINVAL);
+  /* its leader says which rank it lost (FAULT kind=lost): rank 1 of its
+   * 2, kept for the launcher; its own rank 0 and a rank it does not have
+   * are refused (and kept nowhere) */
+  ck_assert_int_eq(resihp__coord_lost_ranks(a.c, 0), 0);
+  feed(&a, 0, "FAULT kind=lost rank=0");
+  expect(&a, 0, "NO reason=bad-fault", line, sizeof(line));
+  feed(&a, 0, "FAULT kind=lost rank=2");
+  expect(&a, 0, "NO reason=bad-fault", line, sizeof(line));
+  ck_assert_int_eq(resihp__coord_lost_ranks(a.c, 0), 0);
+  feed(&a, 0, "FAULT kind=lost rank=1");
+  ck_assert_int_eq(resihp__coord_lost_ranks(a.c, 0), 2);
+  ck_assert_int_eq(resihp__coord_lost_ranks(a.c, 1), 0);
+  ck_assert_int_eq(resihp__coord_lost_ranks(a.c, N), 0);
   resihp__coord_fail_lost(a.c, 0, "its rank 1's node h0 is DOWN");
   ck_assert_int_eq(resihp__coord_shrink_able(a.c, 0), 0);
+  ck_assert_int_eq(resihp__coord_lost_ranks(a.c, 0), 2);
   ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 3), RESIHP_EINVAL);
   ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 4), RESIHP_EINVAL);
   ck_assert_int_eq(resihp__coord_shrink_in_place(a.c, 0, 2), 0);
@@ -1009,6 +1024,7 @@ START_TEST(test_layers_shrunk_in_place) {
        "stepid=9 shape=-");
   expect(&a, 0, "WELCOME replica=0 ", line, sizeof(line));
   ck_assert_msg(strstr(line, " lay=10"), "%s", line);
+  ck_assert_int_eq(resihp__coord_lost_ranks(a.c, 0), 0); /* a new process */
   feed(&a, 0, "BEGIN step=-1 lay=10 lmove=1 lst=1");
   for (int i = 1; i < N; i++)
     feed(&a, i, "BEGIN step=1 lay=%s lmove=1 lst=1", LAY[i]);

@@ -119,12 +119,39 @@ START_TEST(bad_sparse_refused) {
 }
 END_TEST
 
+/* How many models a plan carries, read before the plan: a replica shrunk
+ * in place (2 ranks) reads the coordinator's 3 (one per shard of the
+ * job), as every process must assign the same owners; before, it read as
+ * many as its own ranks and refused every plan (seen in shrink.test: each
+ * of its steps through the coordinator). */
+START_TEST(models_counted) {
+  static const char m1[] = CMOD;
+  char line[1024];
+  snprintf(line, sizeof(line), "START cby=0 cslow=1%s:%s:%s", m1,
+           m1 + 6, m1 + 6); /* (three models: the figures again, twice) */
+  ck_assert_int_eq(resihp__costplan_models(line), 3);
+  resihp__costplan_t p;
+  ck_assert_int_eq(resihp__costplan_init(&p, 1, 3), 0);
+  ck_assert_int_eq(resihp__costplan_parse(line, 1, &p, NULL, 0), 0);
+  resihp__costplan_free(&p);
+  ck_assert_int_eq(resihp__costplan_models("START cby=0 cslow=1" CMOD), 1);
+  ck_assert_int_eq(resihp__costplan_models("START cby=0 cslow=1"),
+                   RESIHP_ENOENT);
+  /* not a whole number of models */
+  ck_assert_int_eq(
+      resihp__costplan_models("START cmod=3ff0000000000000:0000000000000000"),
+      RESIHP_EPROTO);
+  ck_assert_int_eq(resihp__costplan_models("START cmod="), RESIHP_EPROTO);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("costplan");
   TCase *tc = tcase_create("slow");
   tcase_add_test(tc, one_slow_of_many_is_short);
   tcase_add_test(tc, all_ones_and_all_slow);
   tcase_add_test(tc, bad_sparse_refused);
+  tcase_add_test(tc, models_counted);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -80,6 +80,11 @@ typedef struct {
   /* (layers 3 and 4) the ranks can move their layers too
    * (resihp_job_set_layers_movable) */
   int movable;
+  /* (layers 5) every rank declares its state by layer (layer 0 its shard
+   * 0, layer 3 its shard 1, layers 1 and 2 none: layer5_state) and
+   * commits a move so (resihp_job_commit_layer_state); a process of one
+   * rank (the replica shrunk in place) holds all four */
+  int lstate;
 } plan_t;
 
 static char g_secret[128], g_coord[64];
@@ -139,6 +144,20 @@ static int shrunk_counts(const resihp_job_t *job, const int *cnt) {
   return rc || memcmp(got, cnt, sizeof(int) * (size_t)n);
 }
 
+/* plan_t layers 5 with lstate: the state of layers first.. (count) of
+ * a rank whose m holds its shards (one: both, 0 and 1; else shard sh's)
+ * into ls, over lb. */
+static void layer5_state(int first, int count, int one, uint64_t *m,
+                         resihp_job_buf_t *lb, resihp_job_layer_state_t *ls) {
+  lb[0] = (resihp_job_buf_t){m, sizeof(uint64_t) * NB};
+  lb[1] = (resihp_job_buf_t){m + (one ? NB : 0), sizeof(uint64_t) * NB};
+  for (int i = 0; i < count; i++) {
+    int l = first + i;
+    ls[i].bufs = l == 0 ? &lb[0] : l == 3 ? &lb[1] : NULL;
+    ls[i].nbufs = l == 0 || l == 3;
+  }
+}
+
 static int rank_main(const plan_t *p, int replica) {
   resihp_job_opts_t o;
   /* (a replica shrunk to fewer ranks, plan_t layers 4 and 6, holds more
@@ -146,7 +165,7 @@ static int rank_main(const plan_t *p, int replica) {
   uint64_t m[MAXK * NB] = {0};
   resihp_job_buf_t sb;
   tm_job_opts(&o, p->steps, g_coord, replica, g_secret, m, &sb);
-  if (p->layers == 4 || p->layers == 6) /* (its state by layer, below) */
+  if (p->layers == 4 || p->layers == 6 || p->lstate) /* (by layer, below) */
     o.state = NULL, o.nstate = 0;
   uint64_t x = 1, rng = 100;
   resihp_job_t *job;
@@ -159,7 +178,10 @@ static int rank_main(const plan_t *p, int replica) {
   int first = -1, count = -1;
   /* a replica of 2 ranks shrunk to one (a relaunch on its survivor, the
    * coordinator's resihp__coord_shrink_in_place) */
-  int one = p->layers == 4 && p->K == 2 && resihp_job_shards(job) == 1;
+  int one = (p->layers == 4 || p->layers == 5) && p->K == 2 &&
+            resihp_job_shards(job) == 1;
+  resihp_job_buf_t lb5[2];
+  resihp_job_layer_state_t ls5[4];
   if (p->layers == 3 || p->layers == 4) {
     /* 3 layers of NB, 0 and NB elements: every rank exchanges NB of them
      * whether its replica holds them as 1,2 or (the last replica) 2,1;
@@ -213,9 +235,17 @@ static int rank_main(const plan_t *p, int replica) {
   } else if (p->layers == 5) {
     size_t el[4] = {NB, 0, 0, NB};
     int cnt[2] = {2, 2};
-    if (resihp_job_set_layers(job, 4, el, cnt, 2) ||
-        resihp_job_set_layers_movable(job))
+    if (one)
+      cnt[0] = 4;
+    if (shrunk_counts(job, cnt))
+      return 19;
+    if (resihp_job_set_layers(job, 4, el, cnt, one ? 1 : 2) ||
+        resihp_job_set_layers_movable(job) ||
+        resihp_job_layers(job, &first, &count))
       return 16;
+    layer5_state(first, count, one, m, lb5, ls5);
+    if (p->lstate && resihp_job_set_layer_state(job, ls5, count, NULL, 0))
+      return 18;
   } else if (p->layers) {
     int K = resihp_job_shards(job), cnt[MAXK];
     size_t el[NB * MAXK];
@@ -271,7 +301,12 @@ static int rank_main(const plan_t *p, int replica) {
           st.step != p->hook_step + 1 || moves++ ||
           resihp_job_partition(job, cnt, 2) || cnt[0] != 1 || cnt[1] != 3 ||
           resihp_job_layers(job, &mfirst, &mcount) || mfirst != (sh ? 1 : 0) ||
-          mcount != (sh ? 3 : 1) || resihp_job_commit_layers(job, &sb, 1, 0))
+          mcount != (sh ? 3 : 1))
+        return 18;
+      layer5_state(mfirst, mcount, 0, m, lb5, ls5);
+      if (p->lstate
+              ? resihp_job_commit_layer_state(job, ls5, mcount, NULL, 0, 0)
+              : resihp_job_commit_layers(job, &sb, 1, 0))
         return 18;
     }
     /* (layers 3) a rank holding two runs of layers is in two groups */
@@ -294,7 +329,7 @@ static int rank_main(const plan_t *p, int replica) {
   }
   if (rc)
     return 13;
-  if (p->layers == 5 && moves != (replica == p->hook_r))
+  if (p->layers == 5 && moves != (replica == p->hook_r && !one))
     return 19;
   char res[128];
   tm_result_text(m, res, sizeof(res));
@@ -555,6 +590,74 @@ START_TEST(layers_moved) {
 }
 END_TEST
 
+/* The hooked replica's layers move (1,3) at the next boundary, as in
+ * layers_moved; once it has trained on past the move, its rank 1 is
+ * SIGKILLed from outside with no spare left, and the launcher shrinks it
+ * in place (as lose_rank_no_spare): the rank its leader said it lost,
+ * then a process of one rank holding all 4 layers. */
+/* Replica r's rank 1 was SIGKILLed with no spare left: once the replica
+ * failed, the launcher's part of a shrink in place: the rank
+ * its leader said it lost (its link to rank 1 closed without a BYE: the
+ * launcher learns it so, not from a node), the coordinator's shrink, and
+ * the new process of K - 1 ranks on the survivors. */
+static void shrink_after_loss(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                              int r) {
+  int64_t deadline = resihp__now_ms() + 30000; /* safety net */
+  while (!h->failed[r] && resihp__now_ms() < deadline)
+    resihp__coord_poll(c, 20);
+  ck_assert_int_eq(h->failed[r], 1);
+  unsigned long long lost = resihp__coord_lost_ranks(c, r);
+  ck_assert_msg(lost == 1ULL << 1, "lost ranks %#llx, not rank 1", lost);
+  ck_assert_int_eq(resihp__coord_shrink_able(c, r), 0);
+  ck_assert_int_eq(resihp__coord_shrink_in_place(c, r, lost), 0);
+  g_shrunk_k = p->K - 1; /* (inherited by the relaunch's ranks) */
+  tm_spawn(p->K - 1, r, h->pids[r], rank_entry, (void *)p);
+  h->pids[r][p->K - 1] = -1;
+}
+
+static void move_then_lose(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                           pid_t who) {
+  (void)who;
+  int r = p->hook_r, cnt[2] = {1, 3};
+  resihp__coord_repart_force(c, r, cnt);
+  ck_assert_int_eq(write(g_hook_in[1], "x", 1), 1);
+  int64_t deadline = resihp__now_ms() + 30000; /* safety net */
+  while (resihp__coord_step(c) < p->hook_step + 4 &&
+         resihp__now_ms() < deadline)
+    resihp__coord_poll(c, 20);
+  kill(h->pids[r][1], SIGKILL);
+  shrink_after_loss(c, h, p, r);
+}
+
+/* Issue 32 item 3: a replica that moved its layers can still shrink.
+ * Every rank declares its state by layer; replica 1's layers move 2,2 ->
+ * 1,3 at step 7 and its ranks commit the move by layer
+ * (resihp_job_commit_layer_state); at step 10 or so its rank 1 is
+ * SIGKILLed with no spare left: the coordinator can still shrink it
+ * (its BEGINs after the move still say lst=1; with the opaque
+ * resihp_job_commit_layers they did not, and the shrink was refused:
+ * RESIHP_ESTATE) onto one rank holding all 4 layers, which catches them up
+ * by layer from the others and trains on: every replica ends with the
+ * failure-free result, the ledger exact; the summary counts the move and
+ * the shrink. */
+START_TEST(layers_moved_then_shrunk) {
+  plan_t p = plan(3, 2, 60, 1, 6);
+  p.layers = 5;
+  p.lstate = 1;
+  p.lockstep = 1;
+  outcome_t o;
+  run(&p, move_then_lose, &o);
+  g_shrunk_k = 0;
+  expect_result(&o, p.K, 60, 3);
+  ck_assert_msg(strstr(o.summary, "repartition") &&
+                    strstr(o.summary, "1 shrink(s)") &&
+                    strstr(o.summary, "replica 1 ranks:        1 of 2"),
+                "%s", o.summary);
+  ck_assert_msg(o.owned[1] > 20, "replica 1 computed in %ld steps; %s",
+                o.owned[1], o.summary);
+}
+END_TEST
+
 /* A rank of the moved replica dies in the middle of the move (_i: which
  * one): the other's commit fails (all or nothing: it never computes with
  * half of the layers moved), the replica fails as a whole at that step
@@ -654,6 +757,8 @@ END_TEST
 
 /* A rank lost with no spare left (issue 32 item 3, coord_shrink.c 11):
  * the last replica loses its rank 1, SIGKILLed from outside in step 7;
+ * its leader tells the coordinator which rank it lost (FAULT kind=lost
+ * rank=1: what the launcher shrinks by, resihp__coord_lost_ranks);
  * the replica fails as before (its leader leaves, its other ranks are
  * killed as resihp-run cancels the step), then the launcher, with no
  * spare, shrinks it in place and starts it again as K - 1 ranks on its
@@ -673,15 +778,50 @@ static void lose_rank_no_spare(resihp__coord_t *c, kids_t *h, const plan_t *p,
   /* the hooked replica goes on: the victim's leader learns it in the
    * step's exchange */
   ck_assert_int_eq(write(g_hook_in[1], "g", 1), 1);
-  int64_t deadline = resihp__now_ms() + 30000; /* safety net */
-  while (!h->failed[r] && resihp__now_ms() < deadline)
-    resihp__coord_poll(c, 20);
-  ck_assert_int_eq(h->failed[r], 1);
-  ck_assert_int_eq(resihp__coord_shrink_in_place(c, r, 1ULL << 1), 0);
-  g_shrunk_k = p->K - 1; /* (inherited by the relaunch's ranks) */
-  tm_spawn(p->K - 1, r, h->pids[r], rank_entry, (void *)p);
-  h->pids[r][p->K - 1] = -1;
+  shrink_after_loss(c, h, p, r);
 }
+
+/* lose_rank_no_spare, then a second failure during the regroup: once the
+ * shrunk process of K - 1 ranks has reached the coordinator (it catches
+ * its layers up, before it trains), its rank 1 is SIGKILLed from outside
+ * too. Its leader says that rank lost (the new numbering), the replica
+ * fails as a whole, and the launcher, with no spare and a replica that
+ * already shrank, gives it up (resihp__coord_mark_failed): never half
+ * regrouped, nothing waited for. */
+static void lose_two_ranks(resihp__coord_t *c, kids_t *h, const plan_t *p,
+                           pid_t who) {
+  lose_rank_no_spare(c, h, p, who);
+  int r = g_victim;
+  int64_t deadline = resihp__now_ms() + 30000; /* safety net */
+  while (!resihp__coord_connected(c, r) && resihp__now_ms() < deadline)
+    resihp__coord_poll(c, 20);
+  ck_assert(resihp__coord_connected(c, r));
+  kill(h->pids[r][1], SIGKILL);
+  while (h->failed[r] < 2 && resihp__now_ms() < deadline + 30000)
+    resihp__coord_poll(c, 20);
+  ck_assert_int_eq(h->failed[r], 2);
+  unsigned long long lost = resihp__coord_lost_ranks(c, r);
+  ck_assert_msg(lost == 1ULL << 1, "lost ranks %#llx, not rank 1", lost);
+  resihp__coord_mark_failed(c, r, "no spare");
+}
+
+/* A second failure during a regroup (issue 32's tests): a replica of 3
+ * ranks shrunk to 2 loses one of those in its catch-up: it fails cleanly
+ * and is given up; the other two replicas finish with the failure-free
+ * result, the ledger exact, the summary's one shrink. */
+START_TEST(layers_shrunk_second_failure) {
+  plan_t p = plan(3, 3, 60, 0, 7);
+  p.layers = 6;
+  p.movable = 1;
+  g_victim = 2;
+  outcome_t o;
+  run(&p, lose_two_ranks, &o);
+  expect_result(&o, p.K, 60, 2);
+  ck_assert_msg(o.owned[g_victim] <= 8, "replica %d computed in %ld steps; %s",
+                g_victim, o.owned[g_victim], o.summary);
+  ck_assert_msg(strstr(o.summary, "1 shrink(s)"), "%s", o.summary);
+}
+END_TEST
 
 START_TEST(layers_shrunk_in_place) {
   plan_t p = plan(3, 2 + _i, 200, 0, 7);
@@ -982,9 +1122,11 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, layers_other_partition_trains, 0, 2);
   tcase_add_loop_test(tc, layers_caught_up_by_layer, 0, 2);
   tcase_add_test(tc, layers_moved);
+  tcase_add_test(tc, layers_moved_then_shrunk);
   tcase_add_loop_test(tc, layers_move_rank_dies, 0, 2);
   tcase_add_test(tc, layers_shrunk_replica_refuses);
   tcase_add_loop_test(tc, layers_shrunk_in_place, 0, 2);
+  tcase_add_test(tc, layers_shrunk_second_failure);
   tcase_add_test(tc, rank_lost_at_boundary);
   tcase_add_test(tc, stop_in_free_run);
   tcase_add_test(tc, joiner_in_free_run);

@@ -33,6 +33,7 @@ void on_failed(void *ud, int r, const char *node, long jobid, long stepid,
       r, why, node, jobid, stepid);
   jobnote_failure(r, node, why, 0);
   replace(r, jobid, stepid, NODE_BAD);
+  g.reps[r].sh.lost = resihp__coord_lost_ranks(g.coord, r);
 }
 
 /* The coordinator swapped a slow replica out for a spare: its process is
@@ -140,7 +141,7 @@ int on_fault(void *ud, int r, const char *kind, const char *node, long step) {
     return -1;
   }
   g.fired[hit] = 1;
-  p->killed = ni + 1;
+  p->sh.killed = ni + 1;
   if (!g.kill_cmd.n) {
     say("kill-node on %s: no --kill-node-cmd given, the rank kills itself",
         g.nodes[ni].name);

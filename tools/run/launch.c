@@ -163,26 +163,30 @@ static int start_step(int r, const int *idx, int nn, int initial,
  * after about SlurmdTimeout (twice, for the ping that notices it): while
  * none of them is known dead yet and the replica could shrink, resihp-run
  * asks again every second for that long (the others train on
- * meanwhile). A rank killed on a node that lives on is not told from its
- * neighbours: once that wait is over, the replica is given up as before.
- * 0 when launched so, 1 while waiting, -1 when it does not shrink. */
+ * meanwhile). A rank killed on a node that lives on is known from its
+ * leader (FAULT kind=lost: p->sh.lost): its node is taken for dead at once,
+ * nothing is waited for. 0 when launched so, 1 while waiting, -1 when it
+ * does not shrink. */
 static int shrink_in_place(int r) {
   replica_t *p = &g.reps[r];
-  int rpn = g.ranks / g.K, down[64] = {0}, idx[64], n = 0, nn = p->nwas;
+  int rpn = g.ranks / g.K, down[64] = {0}, idx[64], n = 0, nn = p->sh.nwas;
   unsigned long long dead = 0;
   if (g.K < 2 || nn != g.K || nn > 64)
     return -1;
+  /* (a node whose ranks' bits are beyond 64: none, nn * rpn <= 64) */
+  unsigned long long mine = rpn < 64 ? (1ULL << rpn) - 1 : ~0ULL;
   for (int i = 0; i < nn; i++) {
-    down[i] = p->killed == p->was[i] + 1 ||
-              resihp__slurm_node_down(g.nodes[p->was[i]].name);
+    down[i] = p->sh.killed == p->sh.was[i] + 1 ||
+              (rpn * i < 64 && (p->sh.lost >> (rpn * i) & mine)) ||
+              resihp__slurm_node_down(g.nodes[p->sh.was[i]].name);
     if (!down[i])
-      idx[n++] = p->was[i];
+      idx[n++] = p->sh.was[i];
   }
   int64_t now = resihp__now_ms();
   if (n == nn && !resihp__coord_shrink_able(g.coord, r)) {
-    if (!p->shrink_wait) {
+    if (!p->sh.wait) {
       int s = 2 * g.slurmd_timeout_s + 10;
-      p->shrink_wait = now + 1000LL * s;
+      p->sh.wait = now + 1000LL * s;
       say("replica %d: no healthy spare; waiting up to %d s for Slurm to "
           "say which of its nodes died (it could shrink onto the others)",
           r, s);
@@ -191,12 +195,12 @@ static int shrink_in_place(int r) {
       if (g.hold)
         resihp__coord_expect(g.coord, r, 1);
     }
-    if (now < p->shrink_wait) {
-      p->shrink_poll = now + 1000;
+    if (now < p->sh.wait) {
+      p->sh.poll = now + 1000;
       return 1;
     }
   }
-  p->shrink_wait = 0;
+  p->sh.wait = 0;
   if (resihp__run_shrink_pick(nn, rpn, down, &dead) < 0)
     return -1;
   for (int i = 0; i < n; i++)
@@ -218,6 +222,10 @@ static int shrink_in_place(int r) {
     off += (size_t)snprintf(nodelist + off, sizeof(nodelist) - off, "%s%s",
                             i ? "," : "", x->name);
   }
+  if (p->sh.lost)
+    say("replica %d: its leader lost rank(s) (bits %#llx) whose node(s) may "
+        "live on: not used by its shrunk step",
+        r, p->sh.lost);
   say("no healthy spare left for replica %d: it shrinks to %d rank(s) on "
       "nodes %s (its dead node(s)' ranks' layers go to them)",
       r, n * rpn, nodelist);
@@ -230,7 +238,7 @@ static int shrink_in_place(int r) {
 
 int launch(int r) {
   replica_t *p = &g.reps[r];
-  if (p->shrink_wait && resihp__now_ms() < p->shrink_poll)
+  if (p->sh.wait && resihp__now_ms() < p->sh.poll)
     return 0; /* (waiting for Slurm's verdict: asked again soon) */
   g.ldirty = 1;
   int idx[64];
@@ -271,8 +279,9 @@ static int start_step(int r, const int *idx, int nn, int initial,
                             i ? "," : "", g.nodes[idx[i]].name);
   }
   p->nnodes = nn;
-  p->killed = 0;
-  p->shrink_wait = 0;
+  p->sh.killed = 0;
+  p->sh.lost = 0;
+  p->sh.wait = 0;
   char inj[2048], opt_res[4200], opt_rep[64], opt_co[640], nk[16], nr[16],
       jn[64], mpi[80];
   inject_for(r, inj, sizeof(inj));
@@ -403,7 +412,7 @@ void release_nodes(int r, int how) {
   replica_t *p = &g.reps[r];
   for (int i = 0; i < p->nnodes; i++) {
     node_t *n = &g.nodes[p->nodes[i]];
-    p->was[i] = p->nodes[i];
+    p->sh.was[i] = p->nodes[i];
     if (n->owner == r)
       n->owner = -1;
     if (how != NODE_OK && n->bad != NODE_BAD) {
@@ -411,7 +420,7 @@ void release_nodes(int r, int how) {
       n->bad = how;
     }
   }
-  p->nwas = p->nnodes;
+  p->sh.nwas = p->nnodes;
   p->nnodes = 0;
 }
 

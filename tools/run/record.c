@@ -20,7 +20,7 @@ static int64_t realtime_ms(void) {
 /* Every field a primary that takes over needs to go on launching,
  * replacing and summing up: the nodes not in their first state, every
  * replica. */
-static void launcher_state(resihp__wire_buf_t *b) {
+void launcher_state(resihp__wire_buf_t *b) {
   resihp__wire_buf_printf(
       b, "L %d %d %d %d %d %ld %ld %ld %d %ld %d %d %d %d %" PRId64 " %ld %d",
       g.nbad, g.nreplacements, g.stopping, g.program_failed, g.aborted,
@@ -53,6 +53,15 @@ static void launcher_state(resihp__wire_buf_t *b) {
     for (int i = 0; i < p->nnodes; i++)
       resihp__wire_buf_printf(b, " %d", p->nodes[i]);
     resihp__wire_buf_printf(b, "\n");
+    /* a failed step's nodes, lost ranks and shrink wait: a launcher that
+     * takes over before the relaunch goes on with the shrink */
+    char sl[64 * 12 + 96];
+    if (p->sh.nwas || p->sh.wait || p->sh.lost || p->sh.killed) {
+      if (resihp__run_shrink_format(r, &p->sh, sl, sizeof(sl)) < 0)
+        b->err = RESIHP_EINVAL; /* (never: the line fits) */
+      else
+        resihp__wire_buf_printf(b, "%s", sl);
+    }
   }
 }
 
@@ -110,6 +119,8 @@ int restore_launcher(const char *rec, size_t len, const char **coord,
     g.nodes[i].owner = -1;
     g.nodes[i].check = 0;
   }
+  for (int r = 0; r < g.R; r++)
+    memset(&g.reps[r].sh, 0, sizeof(g.reps[r].sh));
   int rc = 0;
   char *save = NULL;
   for (char *l = strtok_r(t, "\n", &save); l && !rc;
@@ -170,6 +181,13 @@ int restore_launcher(const char *rec, size_t len, const char **coord,
       nd->owner = a[2];
       nd->check = (pid_t)v[0];
       nd->check_regs = v[1];
+    } else if (l[0] == 'S') {
+      resihp__run_shrink_t sh;
+      if (resihp__run_shrink_parse(l, g.R, g.nnodes, &a[0], &sh)) {
+        rc = RESIHP_EPROTO;
+        break;
+      }
+      g.reps[a[0]].sh = sh;
     } else if (l[0] == 'P') {
       if (sscanf(l,
                  "P %d %ld %" SCNd64 " %" SCNd64 " %d %d %d %d %d %d %d %d%n",
@@ -206,6 +224,8 @@ int restore_launcher(const char *rec, size_t len, const char **coord,
     for (int r = 0; r < g.R; r++) {
       if (g.reps[r].t_launch)
         g.reps[r].t_launch += g.clock_delta;
+      if (g.reps[r].sh.wait) /* (asked again at once: poll 0) */
+        g.reps[r].sh.wait += g.clock_delta;
       g.reps[r].pid = 0;
       g.reps[r].gate = -1;
       g.reps[r].kill_at = 0;

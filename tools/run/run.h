@@ -14,6 +14,7 @@
 #include "../../libresihp/recovery/job_save.h"
 #include "../../libresihp/transport/mesh.h"
 #include "cmd.h"
+#include "shrink_rec.h"
 
 #include <signal.h>
 #include <stdint.h>
@@ -63,15 +64,9 @@ typedef struct {
 typedef struct {
   pid_t pid; /* srun, 0 when none */
   int nodes[64], nnodes;
-  /* the nodes of its last step once released (a shrink in place picks
-   * its survivors among them: launch.c), and the node + 1 an injected
-   * kill-node of that step ran its command for (0: none) */
-  int was[64], nwas;
-  int killed;
-  /* no spare, none of those nodes known dead yet, the replica able to
-   * shrink: until when resihp-run waits for Slurm's verdict on them, and
-   * when it asks next (0: not waiting) */
-  int64_t shrink_wait, shrink_poll;
+  /* the failed step's nodes, its lost ranks and the wait for Slurm's
+   * verdict: what a shrink in place goes on with (shrink_rec.h) */
+  resihp__run_shrink_t sh;
   int64_t t_launch, kill_at;
   int connected; /* its rank has reached the coordinator */
   int relaunch;  /* a replacement is wanted */
@@ -299,6 +294,8 @@ void check_resumed_shape(void);
 
 /* record.c */
 void on_mirror(void *ud, const char *snap, size_t len);
+/* The launcher's part of the record (its lines, without the header). */
+void launcher_state(resihp__wire_buf_t *b);
 int restore_launcher(const char *rec, size_t len, const char **coord,
                      size_t *clen);
 long ledger_cut(FILE *f);

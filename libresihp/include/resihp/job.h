@@ -320,7 +320,10 @@ int resihp_job_set_layers_movable(resihp_job_t *job);
  * ranks agree over the replica communicator that all of them did: 0 on
  * every rank, or an error on every rank (a rank that failed the move
  * passes failed = 1; a rank gone fails the others with RESIHP_EPEER):
- * then leave, the replica fails as a whole. */
+ * then leave, the replica fails as a whole. The list is opaque from then
+ * on: a program that declared its state by layer commits with
+ * resihp_job_commit_layer_state instead (below), or its replica can no
+ * longer catch up by layer nor shrink. */
 int resihp_job_commit_layers(resihp_job_t *job, const resihp_job_buf_t *bufs,
                              int n, int failed);
 /* A replica that lost ranks with no spare left is relaunched on its
@@ -361,6 +364,19 @@ int resihp_job_set_layer_state(resihp_job_t *job,
                                const resihp_job_layer_state_t *layers,
                                int nlayers, const resihp_job_buf_t *rank,
                                int nrank);
+/* resihp_job_commit_layers for a program that declared its state by
+ * layer: after a step whose st.layers_moved is 1, every rank gives its
+ * state by layer for the layers it holds now (resihp_job_layers: layers[i]
+ * is layer first + i's; rank, nrank: its own, as at
+ * resihp_job_set_layer_state). The state stays by layer, so the moved
+ * replica's replacements still catch up by layer and it can still shrink
+ * onto its survivors when it loses a rank with no spare left. The same
+ * agreement and errors as resihp_job_commit_layers (RESIHP_EINVAL on every
+ * rank when one gave a state that is not its new layers'). */
+int resihp_job_commit_layer_state(resihp_job_t *job,
+                                  const resihp_job_layer_state_t *layers,
+                                  int nlayers, const resihp_job_buf_t *rank,
+                                  int nrank, int failed);
 
 int resihp_job_replica(const resihp_job_t *job);
 /* This rank's shard index k (0..K-1) and K, the ranks of its replica. */

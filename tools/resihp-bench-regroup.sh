@@ -6,8 +6,8 @@
 # Trains the pipeline example (contrib/pipeline-trainer) as R replicas of
 # K stages, one rank per node, under resihp-run with its default bounds
 # (silence and hang), inside the current allocation (salloc --no-kill -N
-# R*K+K+1: R*K nodes for the replicas, K for a spare replica, one more to
-# stand in for the node that section C kills first):
+# R*K+K: R*K nodes for the replicas, K for a spare replica; C's second
+# run takes the spare's place of the replica C's first run lost):
 #  A. failure-free steps/s without and with --move-layers (the layer-keyed
 #     groups), interleaved --repeat times: their cost when nothing fails.
 #  B. stage 1 of replica 1 slowed by F (each of --factors) from outside,
@@ -30,7 +30,9 @@
 #     waits for Slurm's verdict on a node killed from outside; the bench
 #     sets the node DOWN (scontrol) once resihp-run says it waits, as
 #     SlurmdTimeout would later (--slurm-verdict: leave it to Slurm). A run
-#     uses the allocation's nodes that live (SLURM_JOB_NODELIST narrowed).
+#     uses the first R*K nodes of the allocation that it may
+#     (SLURM_JOB_NODELIST narrowed for resihp-run): after a kill, none of
+#     the lost replica's, which Slurm holds for its step.
 # Throughput is steps/s over the steps from the onset to the last, timed
 # by replica 0's last stage's own step lines as they come (never the
 # whole run: start-up is not in it); C also from the shrunk replica's
@@ -45,13 +47,17 @@
 #          [--factors "1.5 2"] [--repeat N] [--kill-node-cmd CMD]
 #          [--slurm-verdict] [--only A|B|C] [--lockstep] [--bindir DIR]
 #          [--trainer PATH] [--throttle PATH] [--keep]
+# Defaults: 3 replicas x 3 stages, 200 steps, onset N/4, 36 microbatches
+# (12 a replica), --mb-ms 10 (steps of ~0.2 s, so that the per-step work of
+# the coordinator and the lab's shared CPUs does not dominate), 9 hidden
+# layers (11 units to move), factors 1.5 and 2, --repeat 3.
 # (--kill-node-cmd: run without a shell, %n the node, as resihp-run's;
 # without it C is skipped. --lockstep: every step through the
 # coordinator (the default is the product's: free runs). --only: one
 # section (A is always run: B and C are measured against it). --keep:
 # leave the runs' outputs, ledgers and events, and say where.)
 set -u
-R=3 K=3 N=200 ONSET="" M=36 MBMS=10 L=9 FACTORS="1.5 2" REPEAT=2
+R=3 K=3 N=200 ONSET="" M=36 MBMS=10 L=9 FACTORS="1.5 2" REPEAT=3
 KILLCMD="" VERDICT=bench ONLY="" LOCKSTEP="" KEEP=0
 BINDIR=$(cd "$(dirname "$0")" && pwd)
 TRAINER="" THROTTLE=""
@@ -92,7 +98,7 @@ case $ONLY in ""|A|B|C) ;; *) echo "$me: --only wants A, B or C" >&2; exit 1 ;; 
 [ "$K" -ge 2 ] && [ "$R" -ge 2 ] || { echo "$me: at least 2 replicas of 2 stages" >&2; exit 1; }
 [ "$ONSET" -ge 10 ] && [ "$ONSET" -lt $((N - 20)) ] || { echo "$me: --onset must be 10 steps in and 20 before the end" >&2; exit 1; }
 NN=$((R * K))
-[ -n "${SLURM_JOB_ID:-}" ] || { echo "$me: run it inside an allocation: salloc --no-kill -N$((NN + K + 1)) $0" >&2; exit 1; }
+[ -n "${SLURM_JOB_ID:-}" ] || { echo "$me: run it inside an allocation: salloc --no-kill -N$((NN + K)) $0" >&2; exit 1; }
 mapfile -t all < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 [ "${#all[@]}" -ge "$NN" ] || { echo "$me: $R replicas x $K stages need $NN nodes (and $K more for a spare)" >&2; exit 1; }
 dead=" "  # nodes killed by section C (never used again)
@@ -177,22 +183,29 @@ watch() {
   esac
 }
 
-# settle: the last run's steps all ended (a step that had a node killed
-# under it holds its other nodes until Slurm sets that node DOWN), at most
-# 120 s
+# settle NODES: no step of an earlier run is left on NODES (a step that
+# had a node killed under it holds its other nodes until Slurm knows it
+# ended there, which the nodes C sets aside), at most 120 s
 settle() {
-  local i
+  local i id nl busy
   for ((i = 0; i < 600; i++)); do
-    [ -z "$(squeue -h -s -j "$SLURM_JOB_ID" -o %i 2>/dev/null | grep -v 'extern\|interactive\|batch')" ] && return 0
+    busy=""
+    while read -r id nl; do
+      case $id in *extern*|*interactive*|*batch*|"") continue ;; esac
+      for n in $(scontrol show hostnames "$nl" 2>/dev/null); do
+        case ",$1," in *",$n,"*) busy=1 ;; esac
+      done
+    done < <(squeue -h -s -j "$SLURM_JOB_ID" -o '%i %N' 2>/dev/null)
+    [ -z "$busy" ] && return 0
     sleep 0.2
   done
-  echo "  ($me: steps of an earlier run still hold nodes after 120 s)"
+  echo "  ($me: steps of an earlier run still hold nodes of $1 after 120 s)"
 }
 
 # run NAME WHAT NODES RESIHP-RUN-ARGS... [-- TRAINER-ARGS...]
 run() {
   local name=$1 what=$2 nodes=$3 w a=() t=(); shift 3
-  settle
+  settle "$nodes"
   while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done
   [ $# -gt 0 ] && { shift; t=("$@"); }
   rm -f "$work/$name.rc"
@@ -260,6 +273,7 @@ n0=$(live "$NN") || { echo "$me: fewer than $NN nodes" >&2; exit 1; }
 ns=$(live $((NN + K))) || ns=""
 echo "$me: $R replicas x $K stages (one rank per node), $M microbatches x $N steps, $((L + 2)) units, ${MBMS} ms of simulated compute per microbatch and stage${LOCKSTEP:+, --lockstep}; resihp-run's default silence and hang bounds"
 echo "  throughput: steps/s over steps $ONSET..$((N - 1)) (the onset to the last), timed by replica 0's step lines"
+echo "  settings: --microbatches $M --mb-ms $MBMS --layers $L --steps $N; slowdown: throttle -f F -p 4 (SIGSTOP/SIGCONT duty cycle, 4 ms period)${RT:+ at real-time priority ($RT)}"
 echo "  the load of this machine at the start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 
 # A: failure-free, interleaved
@@ -278,6 +292,9 @@ ffm=$(echo "$ffms" | awk '{s = 0; for (i = 1; i <= NF; i++) s += $i; if (NF) pri
 cost=$(awk -v a="$ff" -v b="$ffm" 'BEGIN {if (a > 0) printf "%.1f", 100 * (a - b) / a}')
 printf '  mean: without %s steps/s, with %s steps/s: the layer-keyed groups cost %s %% (goal <= 2 %%: %s)\n' \
   "${ff:-?}" "${ffm:-?}" "${cost:-?}" "$(awk -v c="${cost:-99}" 'BEGIN {print (c <= 2) ? "met" : "NOT met"}')"
+# the noise every comparison below is subject to
+echo "$ffs $ffms" | awk '{lo = hi = $1; for (i = 2; i <= NF; i++) {if ($i < lo) lo = $i; if ($i > hi) hi = $i}
+  if (NF > 1) printf "  run-to-run spread of these %d failure-free runs (the noise of every comparison here): %.3f..%.3f steps/s, %.1f %% of the lowest\n", NF, lo, hi, 100 * (hi - lo) / lo}'
 
 if [ "$ONLY" = "" ] || [ "$ONLY" = B ]; then
   echo
@@ -312,7 +329,6 @@ fi
 if [ "$ONLY" = "" ] || [ "$ONLY" = C ]; then
   echo
   echo "C. the node of replica 1's stage 1 killed from outside at step $ONSET, no spare: drop the replica vs regroup (shrink in place)"
-  kd=$(( (R - 1) * K + 1 ))
   echo "  goal: regroup keeps >= (R - 1/K)/R = $(awk -v r="$R" -v k="$K" 'BEGIN {printf "%.1f", 100 * (r - 1 / k) / r}') % of failure-free (drop: (R-1)/R = $(awk -v r="$R" 'BEGIN {printf "%.1f", 100 * (r - 1) / r}') %)"
   if [ -z "$KILLCMD" ]; then
     echo "  skipped: no --kill-node-cmd"
@@ -323,14 +339,18 @@ if [ "$ONLY" = "" ] || [ "$ONLY" = C ]; then
       node=$(victim_node "$nodes")
       if [ $p = drop ]; then run "$p" kill "$nodes" --spares 0; rf=$ref
       else run "$p" kill "$nodes" --spares 0 -- --move-layers; rf=$refm; fi
-      dead="$dead$node "
       # Slurm's verdict, if it has not come (drop: nobody waited for it)
       scontrol update nodename="$node" state=down reason=resihp-bench-regroup 2>/dev/null
+      # never used again: the killed node, and the other nodes of its
+      # replica's first step, which Slurm holds for that step as long as
+      # the step is not known to have ended on the dead node (seen here:
+      # minutes after the node was DOWN)
+      dead="$dead$(echo "$nodes" | cut -d, -f$((K + 1))-$((2 * K)) | tr , ' ') "
       r=$(rate "$p")
       printf '    %-7s %7s steps/s after the loss = %5s %% of failure-free  %s\n' "$p" "${r:-?}" "$(pct "$r" "$ff")" "$(check "$p" "$rf")"
       t_kill=$(awk '/killing node/ {print $1; exit}' "$work/$p.bench" 2>/dev/null)
       t_down=$(awk '/set DOWN/ {print $1; exit}' "$work/$p.bench" 2>/dev/null)
-      grep -hE "no healthy spare|shrinks to|caught up at step" "$work/$p" | head -n 4 |
+      grep -hE "resihp-run: no healthy spare|shrinks to|caught up at step" "$work/$p" | head -n 4 |
         awk -v t0="${t_kill:-0}" '{t = $1; $1 = ""; printf "      +%.2f s:%s\n", t - t0, $0}'
       [ -n "$t_down" ] && awk -v a="$t_kill" -v b="$t_down" 'BEGIN {printf "      +%.2f s: the node set DOWN by the bench\n", b - a}'
       events "$p"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Regroup benchmark on a lab cluster (issue 32): builds resihp, starts a
-# real Slurm cluster of R*K+K+1 nodes on this machine
+# real Slurm cluster of R*K+K nodes on this machine
 # (tests/harness/lab-cluster.sh, the plugin in its plugstack) and runs
 # tools/resihp-bench-regroup.sh inside an allocation of all of them:
 # failure-free with and without layer-keyed groups, one stage slowed from
@@ -18,7 +18,7 @@ demo=run-regroup-bench
 . "$src/contrib/dev/demo-lab.sh"
 B=$src/build
 R=${R:-3} K=${K:-3} STEPS=${STEPS:-200} MB_MS=${MB_MS:-10}
-export NNODES=$((R * K + K + 1))
+export NNODES=$((R * K + K))
 # throttle (tests/harness) is built for `make check`, not by default
 make -C "$B" tests/harness/throttle >/dev/null || exit 1
 PLUGSTACK_LINE="required $B/spank/.libs/resihp.so" cluster start || exit 1

@@ -300,6 +300,8 @@ if [ "$ONLY" = "" ] || [ "$ONLY" = B ]; then
   echo
   echo "B. stage 1 of replica 1 slowed xF from outside (SIGSTOP/SIGCONT duty cycle on that one process) from step $ONSET"
   echo "  ideal = failure-free (A, without) x (R*K - 1 + 1/F)/(R*K); goal: chosen >= 90 % of ideal and >= the best single policy - 5 %"
+  echo "  policies: absorb = no --move-layers, --spares 0, --swap-cost never; swap = no --move-layers, --spares 1, --swap-cost 0 (a swap always pays);"
+  echo "            repart = --move-layers, --spares 0, --swap-cost never; chosen = --move-layers, --spares 1, the default swap cost (the planner decides)"
   if [ -z "$ns" ]; then
     echo "  skipped: no spare replica's $K nodes in the allocation"
   else
@@ -350,9 +352,9 @@ if [ "$ONLY" = "" ] || [ "$ONLY" = C ]; then
       printf '    %-7s %7s steps/s after the loss = %5s %% of failure-free  %s\n' "$p" "${r:-?}" "$(pct "$r" "$ff")" "$(check "$p" "$rf")"
       t_kill=$(awk '/killing node/ {print $1; exit}' "$work/$p.bench" 2>/dev/null)
       t_down=$(awk '/set DOWN/ {print $1; exit}' "$work/$p.bench" 2>/dev/null)
-      grep -hE "resihp-run: no healthy spare|shrinks to|caught up at step" "$work/$p" | head -n 4 |
+      { grep -hE "resihp-run: (replica [0-9]*: )?no healthy spare|caught up at step" "$work/$p" | head -n 5
+        [ -n "$t_down" ] && echo "$t_down the node set DOWN by the bench"; } | sort -n |
         awk -v t0="${t_kill:-0}" '{t = $1; $1 = ""; printf "      +%.2f s:%s\n", t - t0, $0}'
-      [ -n "$t_down" ] && awk -v a="$t_kill" -v b="$t_down" 'BEGIN {printf "      +%.2f s: the node set DOWN by the bench\n", b - a}'
       events "$p"
       if [ $p = regroup ]; then
         c=$(sed -n 's/^[0-9.]* \[replica 1 stage 0\] caught up at step \([0-9]*\).*/\1/p' "$work/$p" | tail -n 1)

@@ -20,6 +20,11 @@ TESTS += tests/tools/pipeline-trainer.test
 # Its benchmark against plain communicators (needs a Slurm allocation), and
 # the demo that runs it on a lab cluster: shipped, not installed.
 EXTRA_DIST += tools/resihp-bench-pipeline.sh contrib/demo/run-pipeline-bench.sh
+# Regrouping's benchmark (issue 32: layer-keyed groups, a slow stage's
+# policies, a node lost with no spare) and its demo on a lab cluster.
+EXTRA_DIST += tools/resihp-bench-regroup.sh contrib/demo/run-regroup-bench.sh
+dist_check_SCRIPTS += tests/tools/bench-regroup.test
+TESTS += tests/tools/bench-regroup.test
 # The fuzz target of its --partition parser (tests/fuzz/README).
 check_PROGRAMS += tests/fuzz/fuzz_partition
 tests_fuzz_fuzz_partition_SOURCES = tests/fuzz/fuzz_partition.c \

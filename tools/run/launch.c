@@ -185,6 +185,10 @@ static int shrink_in_place(int r) {
   int64_t now = resihp__now_ms();
   if (n == nn && !resihp__coord_shrink_able(g.coord, r)) {
     if (!p->sh.wait) {
+      /* read once, when first needed: without a standby it was never
+       * read, and the wait was 10 s whatever the cluster's timeout */
+      if (!g.slurmd_timeout_s)
+        g.slurmd_timeout_s = resihp__slurm_slurmd_timeout_s();
       int s = 2 * g.slurmd_timeout_s + 10;
       p->sh.wait = now + 1000LL * s;
       say("replica %d: no healthy spare; waiting up to %d s for Slurm to "

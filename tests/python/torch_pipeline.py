@@ -5,8 +5,9 @@ memory), is bitwise the Trainer without stages for K = 1, 2, 4 (model,
 optimizer state, losses), with dropout in several stages (the RNG state
 travels with the activation); the wire form of a message round-trips and
 a peer's header is parsed safely (fuzz); bad stages are refused.
-tests/integration/torch-pipeline.test runs the stages as ranks of
-replicas under resihp-run, through faults."""
+The layer calls of resihp.Job refuse bad input before reaching the
+library. tests/integration/torch-pipeline.test runs the stages as ranks
+of replicas under resihp-run, through faults."""
 import ctypes
 import collections
 import random
@@ -181,4 +182,52 @@ tr = rt.Trainer(m, adamw, stages=[3], microbatches=2, steps=1,
                 standalone=True)
 raises(resihp.ProgramError, lambda: [list(s) for s in tr],
        "iterating a pipeline step says to call step.run", "step.run")
+
+# -- move_layers: the layer calls of resihp.Job refuse bad input ----------
+from resihp import _lib
+from resihp.job import Job, Step, check_layers
+
+nojob = Job.__new__(Job)  # never joined: a refusal must come first
+nojob._h = ctypes.c_void_p()
+buf = torch.zeros(4)
+good_buf = (buf.data_ptr(), 16)
+for what, fn, needle in (
+        ("no layers", lambda: check_layers([], [1]), "1 to"),
+        ("a negative layer size", lambda: check_layers([3, -1], [1, 1]),
+         ">= 0"),
+        ("a rank with no layer", lambda: check_layers([3, 4], [2, 0]),
+         "at least one"),
+        ("counts that do not sum to the layers",
+         lambda: check_layers([3, 4, 5], [1, 1]), "sum to the 3"),
+        ("a partition of the wrong number of ranks",
+         lambda: check_layers([3, 4], [1, 1], shards=3), "3 ranks"),
+        ("a float count", lambda: check_layers([3, 4], [1.5, 0.5]),
+         "not an integer"),
+        ("set_layers with bad counts",
+         lambda: nojob.set_layers([3, 4], [3]), "sum to the 2"),
+        ("a state that is not a list", lambda: nojob.set_state(5),
+         "(address, bytes)"),
+        ("a buffer that is not a pair",
+         lambda: nojob.commit_layers([(1, 2, 3)]), "pair"),
+        ("a negative size", lambda: nojob.commit_layers([(1, -4)]),
+         "size >= 0"),
+        ("a buffer without an address",
+         lambda: nojob.commit_layers([(0, 8)]), "an address"),
+        ("too many buffers",
+         lambda: nojob.commit_layers([good_buf] * 4097), "at most 4096"),
+        ("layer state that is not a list",
+         lambda: nojob.set_layer_state(7), "buffer lists"),
+        ("a layer's bad buffer",
+         lambda: nojob.set_layer_state([[good_buf], [(0, 1)]]),
+         "layers[1]"),
+        ("a rank buffer of another kind",
+         lambda: nojob.set_layer_state([[good_buf]], rank=["x"]),
+         "rank[0]")):
+    raises(ValueError, fn, "resihp.Job refuses %s" % what, needle)
+c = _lib.JobStep()
+c.layers_moved = 1
+ok(Step(c).layers_moved and not Step(_lib.JobStep()).layers_moved,
+   "Step.layers_moved says what begin_step's layers_moved says")
+
+
 report()

@@ -5,9 +5,15 @@ memory), is bitwise the Trainer without stages for K = 1, 2, 4 (model,
 optimizer state, losses), with dropout in several stages (the RNG state
 travels with the activation); the wire form of a message round-trips and
 a peer's header is parsed safely (fuzz); bad stages are refused.
-The layer calls of resihp.Job refuse bad input before reaching the
-library. tests/integration/torch-pipeline.test runs the stages as ranks
-of replicas under resihp-run, through faults."""
+move_layers: layers moved between the standalone stages at step
+boundaries (and back, before the optimizer has any state, with Adam and
+with SGD's momentum) keep the bits of the Trainer without stages, every
+layer's digest included; a stage loaded from other stages' layers (as a
+catch-up by layer copies them) trains on to the same bits; the layer
+calls of resihp.Job refuse bad input before reaching the library.
+tests/integration/torch-pipeline.test runs the stages as ranks of
+replicas under resihp-run, through faults; torch-repartition.test moves
+layers off a stage slowed from outside."""
 import ctypes
 import collections
 import random
@@ -186,6 +192,7 @@ raises(resihp.ProgramError, lambda: [list(s) for s in tr],
 # -- move_layers: the layer calls of resihp.Job refuse bad input ----------
 from resihp import _lib
 from resihp.job import Job, Step, check_layers
+from resihp.torch import layers as lay
 
 nojob = Job.__new__(Job)  # never joined: a refusal must come first
 nojob._h = ctypes.c_void_p()
@@ -230,4 +237,105 @@ ok(Step(c).layers_moved and not Step(_lib.JobStep()).layers_moved,
    "Step.layers_moved says what begin_step's layers_moved says")
 
 
+# -- move_layers: moves between the standalone stages keep the bits ------
+def layer_digests(model, optimizer):
+    """Every layer's digest as the stages report them, '/'-joined."""
+    return "/".join(lay.layer_digest(mods, optimizer)
+                    for mods in lay.units(model)[0])
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9, dampening=0.1)
+
+
+STEPS = 7
+PLAN = {-1: [1, 3], 0: [3, 1], 1: [2, 2], 3: [1, 3], 4: [2, 2]}
+for mode, opt_fn in (("deterministic", adamw), ("float32", adamw),
+                     ("deterministic", sgd)):
+    ref = build()
+    ropt = opt_fn(ref.parameters())
+    rlosses = train_with(batch, rt.Trainer(
+        ref, ropt, scheduler=sched(ropt), microbatches=M, steps=STEPS,
+        mode=mode, standalone=True), ref)
+    model = build()  # 4 layers: [Linear ReLU Dropout] [Linear Tanh Dropout]
+    tr = rt.Trainer(model, opt_fn, stages=[3], scheduler=sched,  # ...
+                    microbatches=M, steps=STEPS, mode=mode, standalone=True,
+                    move_layers=True)
+    tr.move_layers_to(PLAN[-1])  # before Adam has created its state
+    losses, seen = [], []
+    for step in tr:
+        losses.append(step.run(batch, nn.functional.cross_entropy))
+        seen.append(step.partition)
+        if step.index in PLAN:
+            tr.move_layers_to(PLAN[step.index])
+    name = "%s, %s" % (mode, type(ropt).__name__)
+    ok(seen == [[1, 3], [3, 1], [2, 2], [2, 2], [1, 3], [2, 2], [2, 2]],
+       "%s: the stages held the partitions moved to (%s)" % (name, seen))
+    ok(rt.state_digest(model) == rt.state_digest(ref) and losses == rlosses
+       and tr.finish() == layer_digests(ref, ropt),
+       "%s: layers moved 5 times (and back) between the 2 stages: "
+       "parameters, every layer's optimizer state and the losses bitwise "
+       "those of the Trainer without stages" % name)
+    ok(all(s.optimizer.param_groups[0]["lr"] == ropt.param_groups[0]["lr"]
+           for s in tr.stages),
+       "%s: the rebuilt optimizers keep the scheduler's learning rate" % name)
+
+# a stage loaded from the layers of other stages (what a catch-up by layer
+# copies: each layer from the stage that holds it, the rank's own state
+# from the same stage index) trains on to the same bits
+ref = build()
+ropt = adamw(ref.parameters())
+rlosses = train_with(batch, rt.Trainer(
+    ref, ropt, scheduler=sched(ropt), microbatches=M, steps=STEPS,
+    standalone=True), ref)
+src = rt.Trainer(build(), adamw, stages=[8], scheduler=sched, microbatches=M,
+                 steps=STEPS, standalone=True, move_layers=True)
+for step in src:
+    step.run(batch, nn.functional.cross_entropy)
+    if step.index == 2:
+        break
+src._open = None
+model = build(seed=7)  # other parameters: all of them must come in
+dst = rt.Trainer(model, adamw, stages=[3], scheduler=sched, microbatches=M,
+                 steps=STEPS, standalone=True, move_layers=True)
+for k, s in enumerate(dst.stages):
+    for u in s.layers:
+        holder = [t for t in src.stages if u in t.layers][0]
+        lay.copy_layer(s.state.buffers_of(u), holder.state.buffers_of(u))
+    lay.copy_layer(s.state.rank_buffers(), src.stages[k].state.rank_buffers())
+    s.state.catch_up(None)
+dst._next = 3
+losses = [step.run(batch, nn.functional.cross_entropy) for step in dst]
+ok(rt.state_digest(model) == rt.state_digest(ref) and
+   losses == rlosses[3:] and dst.finish() == layer_digests(ref, ropt),
+   "stages of the partition 1,3 loaded layer by layer from stages of 3,1 "
+   "after step 2 train on to the same bits")
+
+# -- move_layers: refused, saying what to do --------------------------------
+m = build()
+kids = list(m.children())
+for what, kw, needle in (
+        ("module lists", dict(stages=[kids[:3], kids[3:]]), "split points"),
+        ("a split point inside a layer", dict(stages=[2]), "not the start"),
+        ("tied weights across layers",
+         dict(stages=[1], model=tm), "tied weights")):
+    raises(resihp.ProgramError, lambda kw=kw: rt.Trainer(
+        kw.pop("model", m), adamw, microbatches=2, steps=1,
+        standalone=True, move_layers=True, **kw),
+        "move_layers: %s are refused" % what, needle)
+two = torch.optim.AdamW([{"params": list(kids[0].parameters())},
+                         {"params": list(kids[3].parameters()), "lr": 0.1}])
+raises(resihp.ProgramError, lambda: rt.Trainer(
+    m, two, stages=[3], microbatches=2, steps=1, standalone=True,
+    move_layers=True), "move_layers: an optimizer of several param_groups "
+    "is refused", "function of the parameters")
+tr = rt.Trainer(m, adamw, stages=[3], microbatches=2, steps=1,
+                standalone=True, move_layers=True)
+for bad in ([4, 0], [1, 1, 2], [3, 3], "ab"):
+    raises(resihp.ProgramError, lambda bad=bad: tr.move_layers_to(bad),
+           "move_layers_to(%r) is refused" % (bad,), "partition")
+raises(resihp.ProgramError, lambda: rt.Trainer(
+    m, adamw, stages=[3], microbatches=2, steps=1,
+    standalone=True).move_layers_to([2, 2]),
+    "move_layers_to without move_layers is refused", "move_layers=True")
 report()

@@ -164,6 +164,56 @@ for i in range(5000):  # a peer's header: ProgramError or a sane shape
 ok(not bad, "header fuzz: 5000 random headers give a sane shape or a "
    "ProgramError (%s)" % (bad[:2] or "nothing else"))
 
+
+# the seconds a stage reports for a microbatch are its compute, not its
+# waits for the neighbour stages (a slow stage 0 must not make stage 1 look
+# slow to the detector): a clock that moves only while the link waits
+class Clock:
+    now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+class WaitingJob(FakeJob):
+    def __init__(self, clock):
+        super().__init__()
+        self.clock, self.reported = clock, []
+
+    def replica_send(self, dst, addr, n):
+        self.clock.now += 100.0
+        super().replica_send(dst, addr, n)
+
+    def replica_recv(self, src, addr, n):
+        self.clock.now += 100.0
+        super().replica_recv(src, addr, n)
+
+    def report_microbatch(self, mb, seconds):
+        self.reported.append(seconds)
+
+
+clock = Clock()
+tr = rt.Trainer(build(), adamw, stages=[3], microbatches=2, steps=1,
+                standalone=True)
+wj = WaitingJob(clock)
+feed = pipeline._Link(wj)
+feed.send(0, 1, torch.randn(4, 16))                   # the activation
+feed.send(0, 1, pipeline._rng_state(torch.device("cpu")))
+feed.send(2, 1, torch.randn(4, 3))                    # its gradient
+feed.send(2, 1, torch.tensor([0.5], dtype=torch.float64))
+# stage 1 of 3 (its output goes on to a stage 2, fed here)
+tr.K, tr.job, tr.link, real = 3, wj, pipeline._Link(wj), pipeline.time
+pipeline.time = clock
+try:
+    st = pipeline.PipelineStep(tr, 0, [0])
+    item = tr._forward(tr.stages[1], st, 0, batch, nn.functional.cross_entropy)
+    tr._backward(tr.stages[1], *item)
+finally:
+    pipeline.time = real
+ok(wj.reported == [0.0], "a stage's microbatch time leaves out its waits for "
+   "the other stages (reported %s, the clock moving only in its sends and "
+   "receives)" % wj.reported)
+
 # -- refused, saying what to do ---------------------------------------------
 m = build()
 raises(resihp.ProgramError, lambda: rt.Trainer(

@@ -216,12 +216,22 @@ class _Link:
     def __init__(self, job):
         self.job = job
         self.queues = collections.defaultdict(collections.deque)
+        # seconds spent in the replica communicator's sends and receives:
+        # waits for the other stages, not this stage's compute
+        self.waited = 0.0
 
     def send(self, src, dst, t):
         t = t.detach()
         if self.job is None:
             self.queues[(src, dst)].append(t.clone())
             return
+        t0 = time.perf_counter()
+        try:
+            self._send(dst, t)
+        finally:
+            self.waited += time.perf_counter() - t0
+
+    def _send(self, dst, t):
         t = t.cpu().contiguous()
         if t.dim() > _MAXDIM or t.dtype not in _DTYPES:
             raise ProgramError("a stage's output of %s and %d dimensions: "
@@ -238,12 +248,20 @@ class _Link:
     def recv(self, src, dst, device):
         if self.job is None:
             return self.queues[(src, dst)].popleft().to(device)
+        t0 = time.perf_counter()
+        try:
+            t = self._recv(src)
+        finally:
+            self.waited += time.perf_counter() - t0
+        return t.to(device)
+
+    def _recv(self, src):
         h = torch.zeros(_HEADER, dtype=torch.int64)
         self.job.replica_recv(src, h.data_ptr(), h.numel() * 8)
         dtype, shape = parse_header(h.tolist())
         t = torch.empty(shape, dtype=dtype)
         self.job.replica_recv(src, t.data_ptr(), t.numel() * t.element_size())
-        return t.to(device)
+        return t
 
 
 def _rng_state(device):
@@ -625,7 +643,7 @@ class PipelineTrainer(Trainer):
         """Microbatch mb's forward pass on stage s: (mb, input, output or
         loss / M on the last stage, seconds)."""
         last = self.K - 1
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), self.link.waited
         target = None
         if s.k == 0 or s.k == last:
             torch.manual_seed(microbatch_seed(self.seed, step.index, mb))
@@ -647,12 +665,16 @@ class PipelineTrainer(Trainer):
             self.link.send(s.k, s.k + 1, _rng_state(s.device))
         else:
             out = loss_fn(out, target) / self.microbatches
-        return mb, inp, out, time.perf_counter() - t0
+        # this stage's compute: the detector compares it with the same
+        # stage of the other replicas (waits for a slow neighbour are not
+        # this rank's slowness)
+        return mb, inp, out, (time.perf_counter() - t0 -
+                              (self.link.waited - w0))
 
     def _backward(self, s, mb, inp, out, secs):
         """Microbatch mb's backward pass on stage s; its gradients join
         the stage's sum, the loss travels back with the input's gradient."""
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), self.link.waited
         if s.k == self.K - 1:
             out.backward()
             loss = float(out.detach())
@@ -668,7 +690,8 @@ class PipelineTrainer(Trainer):
             self.link.send(s.k, s.k - 1,
                            torch.tensor([loss], dtype=torch.float64))
         if self.job is not None:
-            self.job.report_microbatch(mb, secs + time.perf_counter() - t0)
+            self.job.report_microbatch(mb, secs + time.perf_counter() - t0 -
+                                       (self.link.waited - w0))
 
     def _commit(self, step):
         if self._watch is not None:  # this process's first step

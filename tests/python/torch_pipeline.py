@@ -361,6 +361,55 @@ ok(rt.state_digest(model) == rt.state_digest(ref) and
    "stages of the partition 1,3 loaded layer by layer from stages of 3,1 "
    "after step 2 train on to the same bits")
 
+
+# all or nothing: a peer failing in the middle of a move (its send or
+# receive raises, as the replica communicator does when a rank died)
+# leaves this rank's stage as it was, tells the others (commit_layers
+# failed=True) and raises: the replica fails, never half-moved
+class FailingJob:
+    def __init__(self, fail_at):
+        self.calls, self.fail_at, self.committed = 0, fail_at, []
+
+    def _op(self):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise resihp.ResihpError(-7, "resihp_recv")  # RESIHP_EPEER
+
+    def replica_send(self, dst, addr, n):
+        self._op()
+
+    def replica_recv(self, src, addr, n):
+        self._op()
+
+    def commit_layers(self, state, failed=False):
+        self.committed.append(failed)
+
+
+for at, who in ((1, "its first transfer"), (4, "a later transfer")):
+    model = build()
+    tr = rt.Trainer(model, adamw, stages=[3], scheduler=sched,
+                    microbatches=M, steps=STEPS, standalone=True,
+                    move_layers=True)
+    for step in tr:
+        step.run(batch, nn.functional.cross_entropy)
+        break
+    tr._open = None
+    before = (rt.state_digest(model), tr.finish())
+    # this process as rank 1 of 2 (layers 1-3): 3,1 takes layers 1 and 2
+    # off it (sent), 1,3 would bring nothing; the peer fails mid-move
+    fj = FailingJob(at)
+    tr.stages, tr.job, stage = tr.stages[1:], fj, tr.stages[1]
+    raises(resihp.ResihpError, lambda: tr._move([3, 1], 1),
+           "a peer failing at %s of a move raises" % who, "EPEER")
+    ok(tr.stages == [stage] and tr.counts == [1, 3] and
+       fj.committed == [True] and
+       (rt.state_digest(model), "/".join(s.digest() for s in
+                                         [tr.stages[0]])) ==
+       (before[0], before[1].split("/", 1)[1]),
+       "a move failed at %s: the stage is untouched (parameters, optimizer "
+       "state, partition) and the others were told (commit failed=True)" %
+       who)
+
 # -- move_layers: refused, saying what to do --------------------------------
 m = build()
 kids = list(m.children())

@@ -434,6 +434,9 @@ for bad in ([4, 0], [1, 1, 2], [3, 3], "ab"):
     raises(resihp.ProgramError, lambda bad=bad: tr.move_layers_to(bad),
            "move_layers_to(%r) is refused" % (bad,), "partition")
 raises(resihp.ProgramError, lambda: rt.Trainer(
+    m, adamw(m.parameters()), microbatches=2, steps=1, standalone=True,
+    move_layers=True), "move_layers without stages= is refused", "stages=")
+raises(resihp.ProgramError, lambda: rt.Trainer(
     m, adamw, stages=[3], microbatches=2, steps=1,
     standalone=True).move_layers_to([2, 2]),
     "move_layers_to without move_layers is refused", "move_layers=True")

@@ -15,7 +15,7 @@ dist_resihptorch_DATA = \
 	python/resihp/torch/buffers.py \
 	python/resihp/torch/shard.py \
 	python/resihp/torch/digest.py python/resihp/torch/fixed.py \
-	python/resihp/torch/grads.py \
+	python/resihp/torch/grads.py python/resihp/torch/layers.py \
 	python/resihp/torch/overlap.py \
 	python/resihp/torch/pipeline.py \
 	python/resihp/torch/state.py python/resihp/torch/trainer.py

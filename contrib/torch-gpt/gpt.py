@@ -152,13 +152,19 @@ class Head(nn.Module):
         return self.head(self.ln_f(h))
 
 
+def pipeline_units(model):
+    """The model's pipeline units: Embed, the blocks, Head (the same
+    arithmetic as model.forward, run one after the other)."""
+    return [Embed(model)] + list(model.blocks) + [Head(model)]
+
+
 def pipeline_stages(model, k):
     """The model as k pipeline stages (module lists for resihp.torch's
     Trainer(stages=...)): its units Embed, the blocks, Head, in k
     contiguous runs as even as can be; the same arithmetic as
     model.forward. A tied head (--tie) cannot be split from the embedding:
     the Trainer refuses it."""
-    units = [Embed(model)] + list(model.blocks) + [Head(model)]
+    units = pipeline_units(model)
     if not 1 <= k <= len(units):
         raise ValueError(f"{k} stages for {len(units)} units (the embedding, "
                          f"{len(units) - 2} blocks, the head): choose 1.."

@@ -16,7 +16,7 @@ import torch
 import resihp.torch as rt
 
 import common
-from gpt import pipeline_stages
+from gpt import pipeline_stages, pipeline_units
 from textdata import fixed_workload
 
 
@@ -27,6 +27,19 @@ def test_fault(args, model):
                 int(os.environ.get("RESIHP_REPLICA", "0")) * 1e-3)
     elif args.test_fault == "meta-device":
         model.to("meta")
+
+
+def slow_unit(module, ms):
+    """module's forward also sleeps ms in 0.5 ms slices (--test-unit-ms):
+    a slice stopped from outside ends late, so the sleep slows as compute
+    would; none of it touches the arithmetic."""
+    slices = max(1, round(ms / 0.5))
+
+    def pre(_module, _inputs):
+        for _ in range(slices):
+            time.sleep(0.0005)
+
+    module.register_forward_pre_hook(pre)
 
 
 def hold(spec, index, replica, rank=0):
@@ -68,6 +81,11 @@ def main():
                    "backward passes (gpipe), or one forward and one backward "
                    "in turn once the pipeline is full (1f1b: fewer "
                    "activations kept); the same result")
+    p.add_argument("--move-layers", action="store_true",
+                   help="with --stages: the coordinator may move units "
+                   "(embedding, blocks, head) between the stages of a "
+                   "replica when one is slow, and back (Trainer(stages=, "
+                   "move_layers=True)); the digest is then one per unit")
     p.add_argument("--shard", action="store_true",
                    help="a sharded replica (resihp-run --ranks-per-replica "
                    "K): each rank keeps 1/K of the parameters and optimizer "
@@ -84,6 +102,12 @@ def main():
                    help="rehearse a program error (tests): replicas "
                    "initialised differently, a replacement whose received "
                    "state is corrupt, a model on the meta device")
+    p.add_argument("--test-unit-ms", type=float, default=0.0, metavar="MS",
+                   help="tests, with --stages: each unit's forward pass also "
+                   "takes about MS ms (sleeping in 0.5 ms slices, which a "
+                   "SIGSTOP duty cycle from outside slows as it slows "
+                   "compute), so that a stage's time follows the units it "
+                   "holds and not the CPU time a busy test machine gives it")
     p.add_argument("--test-hold", metavar="STEP:REPLICA[.RANK]:FILE",
                    help="tests: replica REPLICA (its rank RANK, default 0: "
                    "the stage with --stages, the shard with --shard) "
@@ -104,6 +128,8 @@ def main():
     if args.stages and args.shard:
         sys.exit(f"{sys.argv[0]}: --stages and --shard together are not "
                  f"supported yet: give one of them")
+    if args.move_layers and not args.stages:
+        sys.exit(f"{sys.argv[0]}: --move-layers needs --stages")
     if args.stages:
         return pipeline(args, model, opt, corpus, work, clip)
     tr = rt.Trainer(model, opt, microbatches=args.microbatches,
@@ -165,11 +191,23 @@ def pipeline(args, model, opt, corpus, work, clip):
         def sched(o):
             return torch.optim.lr_scheduler.CosineAnnealingLR(
                 o, T_max=args.steps)
-    tr = rt.Trainer(model, opt, stages=stages, microbatches=args.microbatches,
+    whole = model
+    if args.move_layers:
+        # the units as the children of one model, the stages as split
+        # points into them: the Trainer's layers
+        whole = torch.nn.Sequential(*pipeline_units(model))
+        stages = [sum(len(s) for s in stages[:i])
+                  for i in range(1, len(stages))]
+    if args.test_unit_ms > 0:
+        for u in (list(whole.children()) if args.move_layers else
+                  [m for s in stages for m in s]):
+            slow_unit(u, args.test_unit_ms)
+    tr = rt.Trainer(whole, opt, stages=stages,
+                    microbatches=args.microbatches,
                     steps=args.steps, scheduler=sched, mode=args.mode,
                     seed=args.seed, workload=work,
                     standalone=args.standalone, bucket_mb=args.bucket_mb,
-                    schedule=args.schedule)
+                    schedule=args.schedule, move_layers=args.move_layers)
 
     def batch(step, mb):
         return corpus.microbatch(step, mb, args.batch, args.ctx, args.seed)
@@ -182,6 +220,10 @@ def pipeline(args, model, opt, corpus, work, clip):
     speaker = tr.replica == 0 and tr.stage == 0
     for step in tr:
         hold(args.test_hold, step.index, tr.replica, tr.stage)
+        if step.layers_moved:
+            print(f"[replica {tr.replica} stage {tr.stage}] partition "
+                  f"{','.join(map(str, step.partition))} (units moved at "
+                  f"step {step.index})", flush=True)
         t0 = time.perf_counter()
         step.run(batch, loss_fn)
         times.append(time.perf_counter() - t0)

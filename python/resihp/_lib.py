@@ -57,7 +57,12 @@ class JobStep(ctypes.Structure):
                 ("nmbs", c_int), ("mbs", ctypes.POINTER(c_int)),
                 ("nextra", c_int), ("extra", ctypes.POINTER(c_int)),
                 ("epoch", ctypes.c_uint32), ("nreplicas", c_int),
-                ("catchup_bytes", c_size_t), ("catchup_seconds", c_double)]
+                ("catchup_bytes", c_size_t), ("catchup_seconds", c_double),
+                ("layers_moved", c_int)]
+
+
+class JobLayerState(ctypes.Structure):  # resihp_job_layer_state_t
+    _fields_ = [("bufs", ctypes.POINTER(JobBuf)), ("nbufs", c_int)]
 
 
 WORKLOAD_FN = ctypes.CFUNCTYPE(c_int, c_long, c_int,
@@ -95,6 +100,14 @@ _proto("resihp_job_set_layers", c_int, _JOB, c_int,
        ctypes.POINTER(c_size_t), ctypes.POINTER(c_int), c_int)
 _proto("resihp_job_layers", c_int, _JOB, ctypes.POINTER(c_int),
        ctypes.POINTER(c_int))
+_proto("resihp_job_partition", c_int, _JOB, ctypes.POINTER(c_int), c_int)
+_proto("resihp_job_set_layers_movable", c_int, _JOB)
+_proto("resihp_job_commit_layers", c_int, _JOB, ctypes.POINTER(JobBuf), c_int,
+       c_int)
+_proto("resihp_job_shrunk_partition", c_int, _JOB, ctypes.POINTER(c_int),
+       c_int)
+_proto("resihp_job_set_layer_state", c_int, _JOB,
+       ctypes.POINTER(JobLayerState), c_int, ctypes.POINTER(JobBuf), c_int)
 _proto("resihp_job_finish", c_int, _JOB, c_char_p)
 _proto("resihp_job_destroy", None, _JOB)
 _proto("resihp_fixed_frac_bits", c_int)

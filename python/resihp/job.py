@@ -14,6 +14,7 @@
 Buffers are passed as addresses (a torch tensor's data_ptr(), a ctypes
 array's address) with their lengths: the caller keeps them alive."""
 import ctypes
+import operator
 
 from . import _lib
 from ._lib import lib
@@ -37,6 +38,47 @@ class Step:
         self.nreplicas = c.nreplicas
         self.catchup_bytes = c.catchup_bytes
         self.catchup_seconds = c.catchup_seconds
+        # the coordinator moved layers between this replica's ranks: move
+        # their state, then Job.commit_layers (resihp_job(3) Repartition)
+        self.layers_moved = bool(c.layers_moved)
+
+
+_MAX_BUFS = 4096       # RESIHP__JOB_MAX_BUFS: a state list's buffers
+_MAX_LAYERS = 100000   # RESIHP__LAYERS_MAX
+
+
+def _int(v, what):
+    """v as an int (a bool or a float is refused: a slip, not a count)."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            return operator.index(v)  # numpy / torch integers
+        except TypeError:
+            raise ValueError("%s: %r is not an integer" % (what, v)) from None
+    return v
+
+
+def _buf_list(state, what):
+    """[(address, bytes)] checked: a list of pairs of integers, bytes >= 0,
+    an address for every non-empty buffer, at most 4096 of them."""
+    if isinstance(state, (str, bytes)) or not hasattr(state, "__iter__"):
+        raise ValueError("%s: a list of (address, bytes) pairs, not a %s" %
+                         (what, type(state).__name__))
+    out = []
+    for i, b in enumerate(state):
+        if not isinstance(b, (tuple, list)) or len(b) != 2:
+            raise ValueError("%s[%d]: an (address, bytes) pair, not %r" %
+                             (what, i, b))
+        addr = _int(b[0], "%s[%d]'s address" % (what, i))
+        nbytes = _int(b[1], "%s[%d]'s size" % (what, i))
+        if nbytes < 0 or addr < 0 or (nbytes and not addr):
+            raise ValueError("%s[%d]: (%d, %d): a buffer needs a size >= 0 "
+                             "and, unless empty, an address" %
+                             (what, i, addr, nbytes))
+        out.append((addr, nbytes))
+    if len(out) > _MAX_BUFS:
+        raise ValueError("%s: %d buffers, at most %d" % (what, len(out),
+                                                         _MAX_BUFS))
+    return out
 
 
 def _bufs(state):
@@ -45,6 +87,29 @@ def _bufs(state):
         arr[i].data = addr
         arr[i].bytes = nbytes
     return arr
+
+
+def check_layers(elems, counts, shards=None):
+    """(elems, counts) as lists of ints, or a ValueError that says what is
+    wrong: elems[l] >= 0 gradient elements of layer l (1 to 100000 layers),
+    counts[k] >= 1 layers of rank k summing to the layers (shards entries
+    when given)."""
+    elems = [_int(e, "elems[%d]" % i) for i, e in enumerate(elems)]
+    counts = [_int(c, "counts[%d]" % i) for i, c in enumerate(counts)]
+    if not 1 <= len(elems) <= _MAX_LAYERS:
+        raise ValueError("%d layers: declare 1 to %d" % (len(elems),
+                                                         _MAX_LAYERS))
+    if any(e < 0 for e in elems):
+        raise ValueError("elems %s: a layer's gradient elements are >= 0" %
+                         elems[:8])
+    if not counts or any(c < 1 for c in counts) or sum(counts) != len(elems):
+        raise ValueError("partition %s: every rank holds at least one layer "
+                         "and the counts sum to the %d layers" %
+                         (counts, len(elems)))
+    if shards is not None and len(counts) != shards:
+        raise ValueError("partition %s: %d entries, the replica has %d ranks"
+                         % (counts, len(counts), shards))
+    return elems, counts
 
 
 class Job:
@@ -107,7 +172,8 @@ class Job:
         the order of this rank's gradient) and this replica's partition
         (counts[k]: layers of rank k; len(counts) == shards), the same on
         every rank of the replica, before the first step (resihp_job(3))."""
-        elems, counts = [int(e) for e in elems], [int(c) for c in counts]
+        elems, counts = check_layers(elems, counts)
+        check_layers(elems, counts, self.shards)
         e = (ctypes.c_size_t * max(1, len(elems)))(*elems)
         c = (ctypes.c_int * max(1, len(counts)))(*counts)
         check(lib.resihp_job_set_layers(self._job(), len(elems), e, c,
@@ -125,8 +191,83 @@ class Job:
         check(rc, "resihp_job_layers")
         return range(first.value, first.value + count.value)
 
+    def _counts(self, fn, what):
+        """A partition call's counts, or None on RESIHP_ENOENT."""
+        n = self.shards
+        arr = (ctypes.c_int * max(1, n))()
+        rc = fn(self._job(), arr, n)
+        if rc == -4:  # RESIHP_ENOENT
+            return None
+        check(rc, what)
+        return list(arr[:n])
+
+    @property
+    def partition(self):
+        """This replica's partition now (counts[k]: layers of rank k), or
+        None when no layers were declared."""
+        return self._counts(lib.resihp_job_partition, "resihp_job_partition")
+
+    @property
+    def shrunk_partition(self):
+        """In a replica relaunched shrunk on its survivors: the partition
+        the coordinator planned over its ranks (declare it with set_layers
+        instead of the program's own); None in any other process."""
+        return self._counts(lib.resihp_job_shrunk_partition,
+                            "resihp_job_shrunk_partition")
+
+    def set_layers_movable(self):
+        """This program can move layers between its ranks at a step
+        boundary (after set_layers, before the first step, on every rank):
+        a step may then say layers_moved."""
+        check(lib.resihp_job_set_layers_movable(self._job()),
+              "resihp_job_set_layers_movable")
+
+    def set_layer_state(self, layers, rank=()):
+        """This rank's state by layer: layers[i] the (address, bytes)
+        buffers of layer layers.start + i of this rank, rank its own state
+        that belongs to no layer; after set_layers, before the first step,
+        on every rank of the replica (catch-up by layer, resihp_job(3))."""
+        if isinstance(layers, (str, bytes)) or not hasattr(layers,
+                                                           "__iter__"):
+            raise ValueError("layers: a list of buffer lists, one per layer "
+                             "of this rank, not a %s" % type(layers).__name__)
+        per = [_buf_list(b, "layers[%d]" % i) for i, b in enumerate(layers)]
+        rank = _buf_list(rank, "rank")
+        if sum(len(b) for b in per) + len(rank) > _MAX_BUFS:
+            raise ValueError("a state of %d buffers, at most %d" %
+                             (sum(len(b) for b in per) + len(rank),
+                              _MAX_BUFS))
+        mine = self.layers
+        if mine is None or len(per) != len(mine):
+            raise ValueError("layers: %d buffer lists, this rank holds %s: "
+                             "one per layer (set_layers first)" %
+                             (len(per), "no layers" if mine is None else
+                              "%d layers" % len(mine)))
+        arrs = [_bufs(b) for b in per]
+        ls = (_lib.JobLayerState * max(1, len(per)))()
+        for i, (a, b) in enumerate(zip(arrs, per)):
+            ls[i].bufs, ls[i].nbufs = a, len(b)
+        rb = _bufs(rank)
+        check(lib.resihp_job_set_layer_state(self._job(), ls, len(per), rb,
+                                             len(rank)),
+              "resihp_job_set_layer_state")
+        self._state = (arrs, ls, rb)
+
+    def commit_layers(self, state, failed=False):
+        """After a step whose layers_moved is true: this rank moved its
+        layers' state, state its new (address, bytes) list (the layers'
+        buffers in layer order, then the rank's). The ranks of the replica
+        agree that all of them did (failed=True: this one did not); a
+        ResihpError on every rank otherwise: leave, the replica fails."""
+        state = _buf_list(state, "state") if not failed else []
+        bufs = _bufs(state)
+        check(lib.resihp_job_commit_layers(self._job(), bufs, len(state),
+                                           1 if failed else 0),
+              "resihp_job_commit_layers")
+        self._state = bufs
+
     def set_state(self, state):
-        state = list(state)
+        state = _buf_list(state, "state")
         bufs = _bufs(state)
         check(lib.resihp_job_set_state_list(self._job(), bufs, len(state)),
               "resihp_job_set_state_list")

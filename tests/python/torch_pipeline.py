@@ -5,8 +5,15 @@ memory), is bitwise the Trainer without stages for K = 1, 2, 4 (model,
 optimizer state, losses), with dropout in several stages (the RNG state
 travels with the activation); the wire form of a message round-trips and
 a peer's header is parsed safely (fuzz); bad stages are refused.
+move_layers: layers moved between the standalone stages at step
+boundaries (and back, before the optimizer has any state, with Adam and
+with SGD's momentum) keep the bits of the Trainer without stages, every
+layer's digest included; a stage loaded from other stages' layers (as a
+catch-up by layer copies them) trains on to the same bits; the layer
+calls of resihp.Job refuse bad input before reaching the library.
 tests/integration/torch-pipeline.test runs the stages as ranks of
-replicas under resihp-run, through faults."""
+replicas under resihp-run, through faults; torch-repartition.test moves
+layers off a stage slowed from outside."""
 import ctypes
 import collections
 import random
@@ -157,6 +164,56 @@ for i in range(5000):  # a peer's header: ProgramError or a sane shape
 ok(not bad, "header fuzz: 5000 random headers give a sane shape or a "
    "ProgramError (%s)" % (bad[:2] or "nothing else"))
 
+
+# the seconds a stage reports for a microbatch are its compute, not its
+# waits for the neighbour stages (a slow stage 0 must not make stage 1 look
+# slow to the detector): a clock that moves only while the link waits
+class Clock:
+    now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+class WaitingJob(FakeJob):
+    def __init__(self, clock):
+        super().__init__()
+        self.clock, self.reported = clock, []
+
+    def replica_send(self, dst, addr, n):
+        self.clock.now += 100.0
+        super().replica_send(dst, addr, n)
+
+    def replica_recv(self, src, addr, n):
+        self.clock.now += 100.0
+        super().replica_recv(src, addr, n)
+
+    def report_microbatch(self, mb, seconds):
+        self.reported.append(seconds)
+
+
+clock = Clock()
+tr = rt.Trainer(build(), adamw, stages=[3], microbatches=2, steps=1,
+                standalone=True)
+wj = WaitingJob(clock)
+feed = pipeline._Link(wj)
+feed.send(0, 1, torch.randn(4, 16))                   # the activation
+feed.send(0, 1, pipeline._rng_state(torch.device("cpu")))
+feed.send(2, 1, torch.randn(4, 3))                    # its gradient
+feed.send(2, 1, torch.tensor([0.5], dtype=torch.float64))
+# stage 1 of 3 (its output goes on to a stage 2, fed here)
+tr.K, tr.job, tr.link, real = 3, wj, pipeline._Link(wj), pipeline.time
+pipeline.time = clock
+try:
+    st = pipeline.PipelineStep(tr, 0, [0])
+    item = tr._forward(tr.stages[1], st, 0, batch, nn.functional.cross_entropy)
+    tr._backward(tr.stages[1], *item)
+finally:
+    pipeline.time = real
+ok(wj.reported == [0.0], "a stage's microbatch time leaves out its waits for "
+   "the other stages (reported %s, the clock moving only in its sends and "
+   "receives)" % wj.reported)
+
 # -- refused, saying what to do ---------------------------------------------
 m = build()
 raises(resihp.ProgramError, lambda: rt.Trainer(
@@ -181,4 +238,206 @@ tr = rt.Trainer(m, adamw, stages=[3], microbatches=2, steps=1,
                 standalone=True)
 raises(resihp.ProgramError, lambda: [list(s) for s in tr],
        "iterating a pipeline step says to call step.run", "step.run")
+
+# -- move_layers: the layer calls of resihp.Job refuse bad input ----------
+from resihp import _lib
+from resihp.job import Job, Step, check_layers
+from resihp.torch import layers as lay
+
+nojob = Job.__new__(Job)  # never joined: a refusal must come first
+nojob._h = ctypes.c_void_p()
+buf = torch.zeros(4)
+good_buf = (buf.data_ptr(), 16)
+for what, fn, needle in (
+        ("no layers", lambda: check_layers([], [1]), "1 to"),
+        ("a negative layer size", lambda: check_layers([3, -1], [1, 1]),
+         ">= 0"),
+        ("a rank with no layer", lambda: check_layers([3, 4], [2, 0]),
+         "at least one"),
+        ("counts that do not sum to the layers",
+         lambda: check_layers([3, 4, 5], [1, 1]), "sum to the 3"),
+        ("a partition of the wrong number of ranks",
+         lambda: check_layers([3, 4], [1, 1], shards=3), "3 ranks"),
+        ("a float count", lambda: check_layers([3, 4], [1.5, 0.5]),
+         "not an integer"),
+        ("set_layers with bad counts",
+         lambda: nojob.set_layers([3, 4], [3]), "sum to the 2"),
+        ("a state that is not a list", lambda: nojob.set_state(5),
+         "(address, bytes)"),
+        ("a buffer that is not a pair",
+         lambda: nojob.commit_layers([(1, 2, 3)]), "pair"),
+        ("a negative size", lambda: nojob.commit_layers([(1, -4)]),
+         "size >= 0"),
+        ("a buffer without an address",
+         lambda: nojob.commit_layers([(0, 8)]), "an address"),
+        ("too many buffers",
+         lambda: nojob.commit_layers([good_buf] * 4097), "at most 4096"),
+        ("layer state that is not a list",
+         lambda: nojob.set_layer_state(7), "buffer lists"),
+        ("a layer's bad buffer",
+         lambda: nojob.set_layer_state([[good_buf], [(0, 1)]]),
+         "layers[1]"),
+        ("a rank buffer of another kind",
+         lambda: nojob.set_layer_state([[good_buf]], rank=["x"]),
+         "rank[0]")):
+    raises(ValueError, fn, "resihp.Job refuses %s" % what, needle)
+c = _lib.JobStep()
+c.layers_moved = 1
+ok(Step(c).layers_moved and not Step(_lib.JobStep()).layers_moved,
+   "Step.layers_moved says what begin_step's layers_moved says")
+
+
+# -- move_layers: moves between the standalone stages keep the bits ------
+def layer_digests(model, optimizer):
+    """Every layer's digest as the stages report them, '/'-joined."""
+    return "/".join(lay.layer_digest(mods, optimizer)
+                    for mods in lay.units(model)[0])
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9, dampening=0.1)
+
+
+STEPS = 7
+PLAN = {-1: [1, 3], 0: [3, 1], 1: [2, 2], 3: [1, 3], 4: [2, 2]}
+for mode, opt_fn in (("deterministic", adamw), ("float32", adamw),
+                     ("deterministic", sgd)):
+    ref = build()
+    ropt = opt_fn(ref.parameters())
+    rlosses = train_with(batch, rt.Trainer(
+        ref, ropt, scheduler=sched(ropt), microbatches=M, steps=STEPS,
+        mode=mode, standalone=True), ref)
+    model = build()  # 4 layers: [Linear ReLU Dropout] [Linear Tanh Dropout]
+    tr = rt.Trainer(model, opt_fn, stages=[3], scheduler=sched,  # ...
+                    microbatches=M, steps=STEPS, mode=mode, standalone=True,
+                    move_layers=True)
+    tr.move_layers_to(PLAN[-1])  # before Adam has created its state
+    losses, seen = [], []
+    for step in tr:
+        losses.append(step.run(batch, nn.functional.cross_entropy))
+        seen.append(step.partition)
+        if step.index in PLAN:
+            tr.move_layers_to(PLAN[step.index])
+    name = "%s, %s" % (mode, type(ropt).__name__)
+    ok(seen == [[1, 3], [3, 1], [2, 2], [2, 2], [1, 3], [2, 2], [2, 2]],
+       "%s: the stages held the partitions moved to (%s)" % (name, seen))
+    ok(rt.state_digest(model) == rt.state_digest(ref) and losses == rlosses
+       and tr.finish() == layer_digests(ref, ropt),
+       "%s: layers moved 5 times (and back) between the 2 stages: "
+       "parameters, every layer's optimizer state and the losses bitwise "
+       "those of the Trainer without stages" % name)
+    ok(all(s.optimizer.param_groups[0]["lr"] == ropt.param_groups[0]["lr"]
+           for s in tr.stages),
+       "%s: the rebuilt optimizers keep the scheduler's learning rate" % name)
+
+# a stage loaded from the layers of other stages (what a catch-up by layer
+# copies: each layer from the stage that holds it, the rank's own state
+# from the same stage index) trains on to the same bits
+ref = build()
+ropt = adamw(ref.parameters())
+rlosses = train_with(batch, rt.Trainer(
+    ref, ropt, scheduler=sched(ropt), microbatches=M, steps=STEPS,
+    standalone=True), ref)
+src = rt.Trainer(build(), adamw, stages=[8], scheduler=sched, microbatches=M,
+                 steps=STEPS, standalone=True, move_layers=True)
+for step in src:
+    step.run(batch, nn.functional.cross_entropy)
+    if step.index == 2:
+        break
+src._open = None
+model = build(seed=7)  # other parameters: all of them must come in
+dst = rt.Trainer(model, adamw, stages=[3], scheduler=sched, microbatches=M,
+                 steps=STEPS, standalone=True, move_layers=True)
+for k, s in enumerate(dst.stages):
+    for u in s.layers:
+        holder = [t for t in src.stages if u in t.layers][0]
+        lay.copy_layer(s.state.buffers_of(u), holder.state.buffers_of(u))
+    lay.copy_layer(s.state.rank_buffers(), src.stages[k].state.rank_buffers())
+    s.state.catch_up(None)
+dst._next = 3
+losses = [step.run(batch, nn.functional.cross_entropy) for step in dst]
+ok(rt.state_digest(model) == rt.state_digest(ref) and
+   losses == rlosses[3:] and dst.finish() == layer_digests(ref, ropt),
+   "stages of the partition 1,3 loaded layer by layer from stages of 3,1 "
+   "after step 2 train on to the same bits")
+
+
+# all or nothing: a peer failing in the middle of a move (its send or
+# receive raises, as the replica communicator does when a rank died)
+# leaves this rank's stage as it was, tells the others (commit_layers
+# failed=True) and raises: the replica fails, never half-moved
+class FailingJob:
+    def __init__(self, fail_at):
+        self.calls, self.fail_at, self.committed = 0, fail_at, []
+
+    def _op(self):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise resihp.ResihpError(-7, "resihp_recv")  # RESIHP_EPEER
+
+    def replica_send(self, dst, addr, n):
+        self._op()
+
+    def replica_recv(self, src, addr, n):
+        self._op()
+
+    def commit_layers(self, state, failed=False):
+        self.committed.append(failed)
+
+
+for at, who in ((1, "its first transfer"), (4, "a later transfer")):
+    model = build()
+    tr = rt.Trainer(model, adamw, stages=[3], scheduler=sched,
+                    microbatches=M, steps=STEPS, standalone=True,
+                    move_layers=True)
+    for step in tr:
+        step.run(batch, nn.functional.cross_entropy)
+        break
+    tr._open = None
+    before = (rt.state_digest(model), tr.finish())
+    # this process as rank 1 of 2 (layers 1-3): 3,1 takes layers 1 and 2
+    # off it (sent), 1,3 would bring nothing; the peer fails mid-move
+    fj = FailingJob(at)
+    tr.stages, tr.job, stage = tr.stages[1:], fj, tr.stages[1]
+    raises(resihp.ResihpError, lambda: tr._move([3, 1], 1),
+           "a peer failing at %s of a move raises" % who, "EPEER")
+    ok(tr.stages == [stage] and tr.counts == [1, 3] and
+       fj.committed == [True] and
+       (rt.state_digest(model), "/".join(s.digest() for s in
+                                         [tr.stages[0]])) ==
+       (before[0], before[1].split("/", 1)[1]),
+       "a move failed at %s: the stage is untouched (parameters, optimizer "
+       "state, partition) and the others were told (commit failed=True)" %
+       who)
+
+# -- move_layers: refused, saying what to do --------------------------------
+m = build()
+kids = list(m.children())
+for what, kw, needle in (
+        ("module lists", dict(stages=[kids[:3], kids[3:]]), "split points"),
+        ("a split point inside a layer", dict(stages=[2]), "not the start"),
+        ("tied weights across layers",
+         dict(stages=[1], model=tm), "tied weights")):
+    raises(resihp.ProgramError, lambda kw=kw: rt.Trainer(
+        kw.pop("model", m), adamw, microbatches=2, steps=1,
+        standalone=True, move_layers=True, **kw),
+        "move_layers: %s are refused" % what, needle)
+two = torch.optim.AdamW([{"params": list(kids[0].parameters())},
+                         {"params": list(kids[3].parameters()), "lr": 0.1}])
+raises(resihp.ProgramError, lambda: rt.Trainer(
+    m, two, stages=[3], microbatches=2, steps=1, standalone=True,
+    move_layers=True), "move_layers: an optimizer of several param_groups "
+    "is refused", "function of the parameters")
+tr = rt.Trainer(m, adamw, stages=[3], microbatches=2, steps=1,
+                standalone=True, move_layers=True)
+for bad in ([4, 0], [1, 1, 2], [3, 3], "ab"):
+    raises(resihp.ProgramError, lambda bad=bad: tr.move_layers_to(bad),
+           "move_layers_to(%r) is refused" % (bad,), "partition")
+raises(resihp.ProgramError, lambda: rt.Trainer(
+    m, adamw(m.parameters()), microbatches=2, steps=1, standalone=True,
+    move_layers=True), "move_layers without stages= is refused", "stages=")
+raises(resihp.ProgramError, lambda: rt.Trainer(
+    m, adamw, stages=[3], microbatches=2, steps=1,
+    standalone=True).move_layers_to([2, 2]),
+    "move_layers_to without move_layers is refused", "move_layers=True")
 report()

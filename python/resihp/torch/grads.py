@@ -23,6 +23,14 @@ whose gradients are all done is exchanged at once from a thread
 (overlap.py), while backward goes on with the others. Every replica
 exchanges the buckets in the same order, the slots last.
 
+Layers (the pipeline's move_layers). The library checks each exchange
+against the rank's layers (resihp_job_set_layers: the layers' elements,
+the slots counted with the last layer): the parameters are then in the
+layers' order (order=), and one exchange carries them all, with the slots
+only on the rank that holds the last layer (exchange_slots); the others
+get the slots' sums from it (pipeline.py). No overlap: the layer-keyed
+groups take the whole gradient in one call.
+
 Devices. The parameters live on the CPU or on one CUDA device; the float
 buffer and the accumulator live there too (on a CUDA device the fixed-point
 arithmetic is torch ops giving the C reference's bits: fixed.py). The wire
@@ -67,13 +75,28 @@ def trained(optimizer):
     return params, device
 
 
+class _NoOverlap:
+    armed = False
+
+
 class Gradients:
-    def __init__(self, optimizer, mode, bucket_bytes=25 << 20):
+    def __init__(self, optimizer, mode, bucket_bytes=25 << 20, order=None,
+                 exchange_slots=True):
         if mode not in MODES:
             raise ProgramError("mode '%s': use one of %s" % (mode,
                                                              ", ".join(MODES)))
         self.mode = mode
         self.params, self.device = trained(optimizer)
+        if order is not None:  # the layers' order (see Layers above)
+            order = list(order)
+            if len(order) != len(self.params) or \
+                    {id(p) for p in order} != {id(p) for p in self.params}:
+                raise ProgramError(
+                    "the layers' parameters are not the optimizer's trained "
+                    "parameters: the optimizer function must take every "
+                    "parameter it is given (and the layers' parameters "
+                    "require gradients)")
+            self.params = order
         self.n = sum(p.numel() for p in self.params)
         self.flat = torch.zeros(self.n + _SLOTS, dtype=torch.float32,
                                 device=self.device)
@@ -91,8 +114,14 @@ class Gradients:
         if mode == "deterministic":
             self.acc = torch.zeros(self.n + _SLOTS, dtype=torch.int64,
                                    device=self.device)
-        self.buckets = self._make_buckets(max(1, int(bucket_bytes)))
-        self.overlap = Overlap(self)
+        # the elements exchanged: all of them, or the parameters' alone
+        self.exchanged = self.n + (_SLOTS if exchange_slots else 0)
+        if order is not None:
+            self.buckets = [(0, self.n + _SLOTS, list(range(len(self.params))))]
+            self.overlap = _NoOverlap()
+        else:
+            self.buckets = self._make_buckets(max(1, int(bucket_bytes)))
+            self.overlap = Overlap(self)
 
     def _make_buckets(self, bucket_bytes):
         """[(lo, hi, parameter indices)] in exchange order; the slots last."""
@@ -167,7 +196,8 @@ class Gradients:
         if job is None:
             return None
         w = self.wire[lo:]
-        return job.allreduce(w.data_ptr(), hi - lo, self.dtype)
+        return job.allreduce(w.data_ptr(), min(hi, self.exchanged) - lo,
+                             self.dtype)
 
     def exchange(self, job):
         """Sum over the replicas (job None: this process is all of them).

@@ -46,6 +46,32 @@ whole model's one).
 standalone=True with stages runs the K stages one after the other in this
 process (the same messages, kept in memory): the per-stage reference.
 
+Moving layers (move_layers=True, resihp_job(3) "Repartition"). The
+model's top-level children, each with the parameter-free children after
+it (activations, dropout), are its layers; stages= split points (each at
+a layer's first child) give the starting partition. The stages declare
+them to the job with their gradient elements (resihp_job_set_layers; the
+gradient is the layers' parameters in model order, exchanged in the job's
+layer-keyed groups) and their state by layer (a replacement catches up
+each layer from whichever healthy rank holds it). When the fail-slow
+detector finds a stage slow, the coordinator moves layers off it at a
+step boundary (and back once it is healthy): before that step the ranks
+of the replica send the parameters and the optimizer state (moments,
+momentum buffers, step counts, as far as the optimizer created them) of
+the layers that change hands over the replica communicator, rebuild
+their optimizer (optimizer must then be a function of the parameters
+making the same param_groups for any layers, or an optimizer of one
+param_group), scheduler and gradients
+over their new layers, keeping the param_groups' settings and the
+scheduler's state, and commit on every rank or on none (layers.py). The
+step says layers_moved and partition. The bits do not depend on which
+stage holds a layer: a run with moves is bitwise the standalone run
+(standalone=True has move_layers_to(counts) to move them by hand).
+finish() reports 16 hex digits per layer, '/'-joined, the same for any
+partition (a rank's over 200 characters: a digest of them). Every rank
+keeps the whole model's modules; on a CPU only (refused on CUDA yet); a
+layer with tied weights in another layer is refused.
+
 Not supported (yet): a parameter shared by two stages (tied weights:
 refused), a stage whose forward takes or returns more than one tensor,
 before_step hooks that need the whole model's gradient (clipping by the
@@ -56,17 +82,19 @@ pipeline is full (PipelineTrainer), with the same result. CUDA stages
 (activations staged through host memory, the device's RNG state handed on)
 are written but were not run on a GPU yet."""
 import collections
+import hashlib
 import inspect
 import time
 
 import torch
 import torch.nn as nn
 
-from ..errors import ProgramError
+from ..errors import ProgramError, ResihpError
 from ..job import Job
+from . import layers as lay
 from .buffers import BufferWatch, refuse_running_stats
 from .digest import state_digest
-from .grads import Gradients
+from .grads import _SLOTS, Gradients
 from .state import ReplicaState, check_optimizer
 from .trainer import Trainer, microbatch_seed, run_hook
 
@@ -188,12 +216,22 @@ class _Link:
     def __init__(self, job):
         self.job = job
         self.queues = collections.defaultdict(collections.deque)
+        # seconds spent in the replica communicator's sends and receives:
+        # waits for the other stages, not this stage's compute
+        self.waited = 0.0
 
     def send(self, src, dst, t):
         t = t.detach()
         if self.job is None:
             self.queues[(src, dst)].append(t.clone())
             return
+        t0 = time.perf_counter()
+        try:
+            self._send(dst, t)
+        finally:
+            self.waited += time.perf_counter() - t0
+
+    def _send(self, dst, t):
         t = t.cpu().contiguous()
         if t.dim() > _MAXDIM or t.dtype not in _DTYPES:
             raise ProgramError("a stage's output of %s and %d dimensions: "
@@ -210,12 +248,20 @@ class _Link:
     def recv(self, src, dst, device):
         if self.job is None:
             return self.queues[(src, dst)].popleft().to(device)
+        t0 = time.perf_counter()
+        try:
+            t = self._recv(src)
+        finally:
+            self.waited += time.perf_counter() - t0
+        return t.to(device)
+
+    def _recv(self, src):
         h = torch.zeros(_HEADER, dtype=torch.int64)
         self.job.replica_recv(src, h.data_ptr(), h.numel() * 8)
         dtype, shape = parse_header(h.tolist())
         t = torch.empty(shape, dtype=dtype)
         self.job.replica_recv(src, t.data_ptr(), t.numel() * t.element_size())
-        return t.to(device)
+        return t
 
 
 def _rng_state(device):
@@ -241,10 +287,13 @@ def _set_rng_state(state, device):
 
 class _Stage:
     """Stage k as this process holds it: modules, optimizer, scheduler,
-    gradients and replica state."""
+    gradients and replica state. With layers (move_layers): the model's
+    layers it holds (units: every layer's children), its state by layer,
+    its gradients in the layers' order, the slots exchanged only by the
+    stage holding the last layer (last)."""
 
     def __init__(self, k, module, optimizer, scheduler, mode, bucket_bytes,
-                 meta_bytes, extra):
+                 meta_bytes, extra, layers=None, units=None, last=False):
         self.k, self.module = k, module
         if not any(p.requires_grad for p in module.parameters()):
             raise ProgramError("pipeline stage %d has no trained parameter: "
@@ -257,15 +306,34 @@ class _Stage:
                 "optimizer (e.g. lambda opt: torch.optim.lr_scheduler."
                 "LambdaLR(opt, f)): each stage has its own optimizer")
         self.scheduler = scheduler(self.optimizer) if scheduler else None
-        self.state = ReplicaState(module, self.optimizer, self.scheduler,
-                                  meta_bytes, extra)
-        self.grads = Gradients(self.optimizer, mode, bucket_bytes)
+        self.layers, self.units = layers, units
+        if layers is None:
+            self.state = ReplicaState(module, self.optimizer, self.scheduler,
+                                      meta_bytes, extra)
+            self.grads = Gradients(self.optimizer, mode, bucket_bytes)
+        else:
+            self.state = lay.LayerState(layers, units, module, self.optimizer,
+                                        self.scheduler, meta_bytes, extra)
+            order, seen = [], set()
+            for u in layers:
+                for m in units[u]:
+                    for p in m.parameters():
+                        if p.requires_grad and id(p) not in seen:
+                            seen.add(id(p))
+                            order.append(p)
+            self.grads = Gradients(self.optimizer, mode, bucket_bytes,
+                                   order=order, exchange_slots=last)
         self.device = self.grads.device
         self.kept = []  # (mb, input, output, seconds) awaiting backward
 
     def digest(self):
         """This stage's result: 32 hex digits of its state digest (K of
-        them, '/'-joined, fit resihp-run's 200-character result)."""
+        them, '/'-joined, fit resihp-run's 200-character result); with
+        layers, each layer's 16 ('/'-joined: the same whichever stage
+        holds which layer)."""
+        if self.layers is not None:
+            return "/".join(lay.layer_digest(self.units[u], self.optimizer)
+                            for u in self.layers)
         return state_digest(self.module, self.optimizer)[:32]
 
 
@@ -274,10 +342,17 @@ class PipelineStep:
     run(batch, loss_fn) computes it. Attributes as resihp.torch.Step:
     index, catching_up, nreplicas, mbs, reassigned, loss (after run: the
     step's mean loss, the same on every stage), applied; and in the hooks
-    stage (this stage's index), module and optimizer (this stage's)."""
+    stage (this stage's index), module and optimizer (this stage's).
+    With move_layers: layers_moved (the coordinator moved layers at this
+    step's boundary: done before the step was yielded) and partition (the
+    layers of each stage now)."""
 
-    def __init__(self, trainer, index, mbs, catching_up=False, nreplicas=1):
+    def __init__(self, trainer, index, mbs, catching_up=False, nreplicas=1,
+                 layers_moved=False):
         self.trainer = trainer
+        self.layers_moved = bool(layers_moved)
+        self.partition = (list(trainer.counts) if trainer.counts is not None
+                          else None)
         self.index, self.mbs = index, list(mbs)
         self.catching_up, self.nreplicas = bool(catching_up), nreplicas
         self.reassigned, self.loss, self.applied = [], None, None
@@ -303,6 +378,7 @@ class PipelineStep:
             tr._pipeline(self, todo, batch, loss_fn)
             extra = [s.grads.exchange(tr.job) for s in tr.stages][0]
             if extra is None:
+                tr._share_slots()
                 break
             todo = list(extra)
             self.reassigned.extend(todo)
@@ -321,13 +397,17 @@ class PipelineTrainer(Trainer):
     Under resihp-run, K must be --ranks-per-replica. extra_state objects
     are each rank's own (standalone: stage 0's). schedule: "gpipe"
     (default) or "1f1b" (fewer activations kept; the same result; the
-    standalone reference always runs GPipe)."""
+    standalone reference always runs GPipe). move_layers: the stages'
+    layers may move between the ranks (see the module's docstring; under
+    resihp-run the replica may then also come back shrunk on fewer
+    ranks, holding the coordinator's partition)."""
 
     def __init__(self, model, optimizer, *, stages, microbatches, steps,
                  scheduler=None, mode="deterministic", seed=0, workload=None,
                  standalone=False, bucket_mb=25.0, overlap=True,
                  before_step=None, after_step=None, extra_state=None,
-                 meta_bytes=1 << 20, job_options=None, schedule="gpipe"):
+                 meta_bytes=1 << 20, job_options=None, schedule="gpipe",
+                 move_layers=False):
         del overlap  # the exchange follows the pipeline's backward
         if schedule not in SCHEDULES:
             raise ProgramError("schedule '%s': use one of %s" %
@@ -339,31 +419,158 @@ class PipelineTrainer(Trainer):
             raise ProgramError("microbatches and steps must be >= 1")
         self.seed, self.mode = int(seed), mode
         self.before_step, self.after_step = before_step, after_step
-        modules = split(model, stages)
-        self.K = len(modules)
+        self.counts = self.units = None
+        if move_layers:
+            if isinstance(optimizer, torch.optim.Optimizer) and \
+                    len(optimizer.param_groups) > 1:
+                raise ProgramError(
+                    "move_layers: an optimizer of %d param_groups is rebuilt "
+                    "per stage with the groups that have its layers, which "
+                    "changes when layers move: pass a function of the "
+                    "parameters that makes the same groups for any layers" %
+                    len(optimizer.param_groups))
+            self.units, starts = lay.units(model)
+            self.counts = lay.counts_of(stages, starts,
+                                        len(list(model.children())))
+            self.K = len(self.counts)
+        else:
+            modules = split(model, stages)
+            self.K = len(modules)
         if not standalone:
             refuse_running_stats(model)
         self.job = None
         mine = range(self.K)
         if not standalone:
             # the stage is known after join (the rank's shard): its state
-            # is registered then, before the first step
+            # is registered then, before the first step. A replica that
+            # moves layers may come back shrunk on fewer ranks (resihp-run):
+            # it joins with any number and holds the coordinator's
+            # partition then
             self.job = Job(self.microbatches, self.steps,
-                           ranks_per_replica=self.K, **(job_options or {}))
+                           ranks_per_replica=0 if move_layers else self.K,
+                           **(job_options or {}))
             mine = [self.job.shard]
+            if move_layers:
+                shrunk = self.job.shrunk_partition
+                if shrunk is not None:
+                    self.counts, self.K = shrunk, len(shrunk)
+                elif self.job.shards != self.K:
+                    raise ProgramError(
+                        "stages= makes %d stages, the job has %d ranks per "
+                        "replica (resihp-run --ranks-per-replica)" %
+                        (self.K, self.job.shards))
         self.link = _Link(self.job)
-        bucket = int(bucket_mb * (1 << 20))
-        self.stages = [_Stage(k, modules[k], optimizer, scheduler, mode,
-                              bucket, meta_bytes,
-                              extra_state if k == mine[0] else None)
-                       for k in mine]
+        self._args = (optimizer, scheduler, mode, int(bucket_mb * (1 << 20)),
+                      meta_bytes, extra_state)
+        if move_layers:
+            self.stages = [self._layer_stage(k, self.counts,
+                                             extra_state if k == mine[0]
+                                             else None) for k in mine]
+        else:
+            self.stages = [_Stage(k, modules[k], optimizer, scheduler, mode,
+                                  self._args[3], meta_bytes,
+                                  extra_state if k == mine[0] else None)
+                           for k in mine]
         if self.job is not None:
-            self.job.set_state(self.stages[0].state.buffers())
+            if move_layers:
+                st = self.stages[0].state
+                self.job.set_layers(lay.elems(self.units, _SLOTS),
+                                    self.counts)
+                self.job.set_layers_movable()
+                self.job.set_layer_state(st.layer_buffers(),
+                                         st.rank_buffers())
+            else:
+                self.job.set_state(self.stages[0].state.buffers())
             if workload is not None:
                 self.job.set_workload_fn(workload)
         self._replica = self.job.replica if self.job is not None else 0
         self._next, self._open = 0, None
         self._watch, self._watched = None, standalone
+
+    def _layer_stage(self, k, counts, extra):
+        """Stage k holding its layers of the partition counts."""
+        optimizer, scheduler, mode, bucket, meta_bytes, _ = self._args
+        held = list(lay.holds(counts, k))
+        module = nn.Sequential(*[m for u in held for m in self.units[u]])
+        return _Stage(k, module, optimizer, scheduler, mode, bucket,
+                      meta_bytes, extra, layers=held, units=self.units,
+                      last=held[-1] == len(self.units) - 1)
+
+    def _share_slots(self):
+        """With layers under a job, only the stage holding the last layer
+        exchanged the slots (loss, start check): it gives their sums to
+        the replica's other stages."""
+        if self.counts is None or self.job is None or self.K == 1:
+            return
+        g = self.stages[0].grads
+        t = torch.tensor(g.tail, dtype=torch.float64)
+        self.job.replica_comm.bcast(self.K - 1, t.data_ptr(), t.numel() * 8)
+        g.tail = [float(t[0]), int(t[1]), int(t[2])]
+
+    def move_layers_to(self, counts):
+        """Standalone with move_layers: move the layers to the partition
+        counts (layers per stage) at this step boundary, as the coordinator
+        does under a job (to check that a move keeps the bits)."""
+        if self.job is not None or self.counts is None:
+            raise ProgramError("move_layers_to: a standalone PipelineTrainer "
+                               "with move_layers=True (under a job the "
+                               "coordinator moves the layers)")
+        if self._open is not None:
+            raise ProgramError("move_layers_to: between steps, not inside "
+                               "step %d" % self._open)
+        self._move(counts, self._next)
+
+    def _move(self, now, index):
+        """The layers to the partition now at the boundary of step index
+        (see layers.py): all of this process's stages rebuilt, the layers
+        that change hands sent, received or copied, the job's commit on
+        every rank of the replica or on none."""
+        try:
+            now = [int(c) for c in now]
+        except (TypeError, ValueError):
+            raise ProgramError("a partition is a list of layer counts, not "
+                               "%r" % (now,)) from None
+        if len(now) != self.K or min(now) < 1 or \
+                sum(now) != len(self.units):
+            raise ProgramError(
+                "partition %s: %d stages holding at least one of the %d "
+                "layers each" % (now, self.K, len(self.units)))
+        old = {s.k: s for s in self.stages}
+        try:
+            new = {k: self._layer_stage(k, now, old[k].state.extra or None)
+                   for k in old}
+            was_at, now_at = lay.owners(self.counts), lay.owners(now)
+            for u, (src, dst) in enumerate(zip(was_at, now_at)):
+                if src in old and dst in new:  # kept, or both stages here
+                    lay.copy_layer(new[dst].state.buffers_of(u),
+                                   old[src].state.buffers_of(u))
+                elif src in old:
+                    for a, n in old[src].state.buffers_of(u):
+                        self.job.replica_send(dst, a, n)
+                elif dst in new:
+                    for a, n in new[dst].state.buffers_of(u):
+                        self.job.replica_recv(src, a, n)
+            for k, s in new.items():
+                o = old[k]
+                s.state.bind()
+                if s.scheduler is not None:
+                    s.scheduler.load_state_dict(o.scheduler.state_dict())
+                # after the scheduler's: it set the learning rates anew
+                s.state.set_groups([{k2: v for k2, v in g.items()
+                                     if k2 != "params"}
+                                    for g in o.optimizer.param_groups])
+                s.state.commit(index - 1)
+        except (ProgramError, ResihpError):
+            if self.job is not None:
+                try:  # the others learn it at their commit: all or none
+                    self.job.commit_layers([], failed=True)
+                except ResihpError:
+                    pass
+            raise
+        if self.job is not None:
+            self.job.commit_layers(new[self.stages[0].k].state.buffers())
+        self.stages = [new[k] for k in sorted(new)]
+        self.counts = now
 
     @property
     def stage(self):
@@ -386,8 +593,11 @@ class PipelineTrainer(Trainer):
                 if info.catching_up or (self._next == 0 and info.index > 0):
                     for s in self.stages:
                         s.state.catch_up(self.job)
+                if info.layers_moved:
+                    self._move(self.job.partition, info.index)
                 step = PipelineStep(self, info.index, info.mbs,
-                                    info.catching_up, info.nreplicas)
+                                    info.catching_up, info.nreplicas,
+                                    info.layers_moved)
             self._open = step.index
             if not self._watched:
                 self._watch = [BufferWatch(s.module) for s in self.stages]
@@ -395,7 +605,10 @@ class PipelineTrainer(Trainer):
             for s in self.stages:
                 check = None
                 if step.index == 0 and self.mode != "bfloat16":
-                    check = s.state.start_word()
+                    # with layers, one stage checks for all: the whole
+                    # model's word (every rank builds all of it)
+                    check = s.state.start_word(
+                        self.model if self.counts is not None else None)
                 s.grads.start(check)
             yield step
 
@@ -430,7 +643,7 @@ class PipelineTrainer(Trainer):
         """Microbatch mb's forward pass on stage s: (mb, input, output or
         loss / M on the last stage, seconds)."""
         last = self.K - 1
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), self.link.waited
         target = None
         if s.k == 0 or s.k == last:
             torch.manual_seed(microbatch_seed(self.seed, step.index, mb))
@@ -452,12 +665,16 @@ class PipelineTrainer(Trainer):
             self.link.send(s.k, s.k + 1, _rng_state(s.device))
         else:
             out = loss_fn(out, target) / self.microbatches
-        return mb, inp, out, time.perf_counter() - t0
+        # this stage's compute: the detector compares it with the same
+        # stage of the other replicas (waits for a slow neighbour are not
+        # this rank's slowness)
+        return mb, inp, out, (time.perf_counter() - t0 -
+                              (self.link.waited - w0))
 
     def _backward(self, s, mb, inp, out, secs):
         """Microbatch mb's backward pass on stage s; its gradients join
         the stage's sum, the loss travels back with the input's gradient."""
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), self.link.waited
         if s.k == self.K - 1:
             out.backward()
             loss = float(out.detach())
@@ -473,7 +690,8 @@ class PipelineTrainer(Trainer):
             self.link.send(s.k, s.k - 1,
                            torch.tensor([loss], dtype=torch.float64))
         if self.job is not None:
-            self.job.report_microbatch(mb, secs + time.perf_counter() - t0)
+            self.job.report_microbatch(mb, secs + time.perf_counter() - t0 -
+                                       (self.link.waited - w0))
 
     def _commit(self, step):
         if self._watch is not None:  # this process's first step
@@ -502,4 +720,6 @@ class PipelineTrainer(Trainer):
         replica of K ranks); returns it."""
         if result is None:
             result = "/".join(s.digest() for s in self.stages)
+            if len(result) > 200:  # resihp_job_finish's bound
+                result = hashlib.sha256(result.encode()).hexdigest()[:32]
         return super().finish(result)

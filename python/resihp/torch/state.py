@@ -213,11 +213,13 @@ class ReplicaState:
                 t.copy_(h, non_blocking=True)
         torch.cuda.current_stream(self.cuda).synchronize()
 
-    def start_word(self):
-        """A word of the model's digest. Summed over the replicas at step 0
-        with a count, it tells whether they all start from the same
-        parameters (check_start)."""
-        return int(state_digest(self.model)[:3], 16)
+    def start_word(self, model=None):
+        """A word of the model's digest (model: another, e.g. the whole
+        model of a stage). Summed over the replicas at step 0 with a count,
+        it tells whether they all start from the same parameters
+        (check_start)."""
+        return int(state_digest(self.model if model is None else model)[:3],
+                   16)
 
     def check_start(self, job, mine, word, count):
         """After step 0's exchange of (word, count): stop the run (every
@@ -261,6 +263,14 @@ class ReplicaState:
     def commit(self, step):
         """Make the buffers hold the state after step (its optimizer step
         done). Called before the commit, so a catch-up never sees a mix."""
+        meta = self._meta(step, self._bind_slots())
+        self._to_host()
+        self._write_meta(meta)
+
+    def _bind_slots(self):
+        """The optimizer's state tensors into their buffers (copied once
+        and rebound if the optimizer replaced them); {id(buffer): slot} of
+        the slots the optimizer has."""
         marks = {}
         for i, (gi, pi, k, buf) in enumerate(self.slots):
             cur = self.optimizer.state.get(self._param(gi, pi), {}).get(k)
@@ -275,6 +285,10 @@ class ReplicaState:
                 buf.copy_(cur)
                 self.optimizer.state[self._param(gi, pi)][k] = buf
             marks[id(buf)] = i
+        return marks
+
+    def _meta(self, step, marks):
+        """The byte buffer's content: everything but the tensors."""
         sd = self.optimizer.state_dict()
         # its per-parameter dicts are the optimizer's own: copy before marking
         sd["state"] = {i: dict(st) for i, st in sd["state"].items()}
@@ -291,7 +305,9 @@ class ReplicaState:
         if self.cuda is not None:
             meta["version"] = _VERSION_CUDA
             meta["cuda_rng"] = torch.cuda.get_rng_state(self.cuda)
-        self._to_host()
+        return meta
+
+    def _write_meta(self, meta):
         blob = codec.encode(meta)
         if len(blob) + 8 > self.meta.numel():
             raise ProgramError(
@@ -410,6 +426,10 @@ class ReplicaState:
             st = self.optimizer.state.get(self._param(gi, pi))
             if st is not None and k in st:
                 st[k] = buf
+        return self._load_rest(meta)
+
+    def _load_rest(self, meta):
+        """The scheduler, the extra state and the RNG of meta; its step."""
         if self.scheduler is not None and meta["scheduler"] is not None:
             self.scheduler.load_state_dict(
                 self._scheduler_state(meta["scheduler"]))

@@ -244,7 +244,10 @@ class Trainer:
         per stage), scheduler a function of a stage's optimizer, and each
         step runs with step.run(batch, loss_fn) instead of the loop over
         microbatches; schedule="1f1b" (default "gpipe") keeps fewer
-        activations, with the same result (resihp.torch.pipeline).
+        activations, with the same result (resihp.torch.pipeline);
+        move_layers=True lets the coordinator move the layers (the model's
+        top-level children) between the stages when one is slow, with the
+        same result (split points only; pipeline.py, layers.py).
     shard: True: this process is one of the K ranks of a sharded replica
         (resihp-run --ranks-per-replica K; FSDP/ZeRO-3 inside a replica,
         data parallel across replicas, shard.py): it keeps 1/K of the
@@ -292,6 +295,9 @@ class Trainer:
                                    or kwargs.get("shard_units") is not None):
             raise ProgramError("stages= with shard= or shard_units= is not "
                                "supported yet: give one of them")
+        if kwargs.get("move_layers") and stages is None:
+            raise ProgramError("move_layers=True moves layers between the "
+                               "stages of a pipeline replica: give stages=")
         if stages is not None and cls is Trainer:
             from .pipeline import PipelineTrainer
             cls = PipelineTrainer

@@ -32,6 +32,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* How long a leader that leaves waits for its relay to learn how every
+ * rank's link ended (resihp__job_relay_settle): only a rank that hangs
+ * with its links open makes it wait this long. */
+#define RELAY_SETTLE_MS 1000
+
 void resihp_job_opts_init(resihp_job_opts_t *o) {
   memset(o, 0, sizeof(*o));
   o->replica = -1;
@@ -131,6 +136,14 @@ void resihp_job_destroy(resihp_job_t *j) {
     resihp__job_send_up(j, "BYE");
   resihp__job_serve_stop(j);
   stop_hb(j);
+  if (j->lrank == 0 && j->relay_started) {
+    /* the leader: its links closed first (the ranks blocked on them see
+     * it and leave, saying BYE), then how each rank ended is told */
+    resihp__job_groups_destroy(j);
+    resihp_comm_destroy(j->rcomm);
+    j->rcomm = NULL;
+    resihp__job_relay_settle(j, RELAY_SETTLE_MS);
+  }
   /* a relay waiting for a new coordinator link (job_link.c) waits no more */
   pthread_mutex_lock(&j->send_mu);
   if (!j->lost)

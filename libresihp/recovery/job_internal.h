@@ -140,6 +140,7 @@ struct resihp_job {
   /* leader: the relay thread reading the star links */
   pthread_t relay_thread;
   int relay_started;
+  int relay_reporting; /* lost ranks being told to the coordinator */
   int relay_pipe[2];
   pthread_mutex_t relay_mu; /* down_open, results */
   pthread_cond_t relay_cv;
@@ -375,6 +376,9 @@ int resihp__job_commit_agree(resihp_job_t *j, int rc);
  * out of step with the others). */
 extern void (*resihp__job_boundary_hook)(long step);
 void resihp__job_relay_stop(resihp_job_t *j);
+/* Leader, leaving: wait up to ms for the relay to learn how every rank's
+ * link ended (its BYE or RESULT, or closed: reported lost). */
+void resihp__job_relay_settle(resihp_job_t *j, int ms);
 /* Leader: mine, then every other rank's finish result, "/"-separated. */
 /* Leader: whether any rank of the replica failed to set up its group of
  * epoch (*failed), waiting for their SETUP lines and meanwhile watching

@@ -502,6 +502,7 @@ static void relay_line(resihp_job_t *j, int k, const char *line) {
   if (!strcmp(line, "BYE")) { /* it leaves on its own (resihp_job_destroy) */
     pthread_mutex_lock(&j->relay_mu);
     j->down_open[k] = 2;
+    pthread_cond_broadcast(&j->relay_cv);
     pthread_mutex_unlock(&j->relay_mu);
     return;
   }
@@ -600,10 +601,16 @@ static void *relay_main(void *arg) {
         pthread_mutex_lock(&j->relay_mu);
         int lost = j->down_open[k] == 1;
         j->down_open[k] = 0;
+        j->relay_reporting += lost;
         pthread_cond_broadcast(&j->relay_cv);
         pthread_mutex_unlock(&j->relay_mu);
-        if (lost)
+        if (lost) {
           report_lost(j, k + 1, stop);
+          pthread_mutex_lock(&j->relay_mu);
+          j->relay_reporting--;
+          pthread_cond_broadcast(&j->relay_cv);
+          pthread_mutex_unlock(&j->relay_mu);
+        }
       }
     }
   }
@@ -611,6 +618,31 @@ out:
   free(p);
   free(line);
   return NULL;
+}
+
+/* A rank SIGKILLed closes its data links and its star link as it exits,
+ * one after the other: the leader can see the data link fail, give up
+ * and leave before the star link's end reaches its relay, and the rank
+ * was then never reported lost (the launcher waited for a verdict on a
+ * node that lives). A leader leaving first lets the relay read how every
+ * link ended: the others say BYE as they leave, a finished one said its
+ * RESULT; the bound only covers a rank that hangs. */
+void resihp__job_relay_settle(resihp_job_t *j, int ms) {
+  if (!j->relay_started)
+    return;
+  int64_t dl = resihp__now_ms() + ms;
+  pthread_mutex_lock(&j->relay_mu);
+  for (;;) {
+    int open = j->relay_reporting;
+    for (int k = 0; k < j->lsize - 1; k++)
+      open += j->down_open[k] == 1;
+    int64_t left = dl - resihp__now_ms();
+    if (!open || left <= 0)
+      break;
+    struct timespec ts = resihp__realtime_in(left);
+    pthread_cond_timedwait(&j->relay_cv, &j->relay_mu, &ts);
+  }
+  pthread_mutex_unlock(&j->relay_mu);
 }
 
 void resihp__job_relay_stop(resihp_job_t *j) {

@@ -30,10 +30,15 @@
  * to the commit of the step in which its replacement caught up (how long
  * the replica was out, which is what the swap's formula prices). Each
  * kind's estimate is the mean of those measured, the configured default
- * (swap_cost_s, repart_cost_s or two recent steps) before the first. The
- * sums, counts and decisions are in the state record (coord_snapshot.c:
+ * (swap_cost_s, repart_cost_s or two recent steps) before the first. A
+ * swap before the first is priced at the job's own launches when the
+ * launcher times them (resihp__coord_note_launch: resihp-run does when no
+ * --swap-cost is given): the fixed default (180 s) stood for a slow
+ * cluster's launch and kept a swap that takes 1 s here from being chosen.
+ * The sums, counts and decisions are in the state record (coord_snapshot.c:
  * "w"), so a standby that takes over goes on from them; a switch being
- * timed at the takeover is not measured.
+ * timed at the takeover is not measured, and the launches are not kept
+ * (a standby prices a swap at the default until one is measured).
  *
  * After the fact, the chosen action's gain is measured once eight steps
  * ran after it settled (a move: its own step; a swap: the replacement's
@@ -66,12 +71,27 @@ double resihp__coord_switch_cost(const resihp__coord_t *c, int kind,
   *measured = c->cost_n[kind] > 0;
   if (*measured)
     return c->cost_sum[kind] / (double)c->cost_n[kind];
+  if (kind == RESIHP__DECIDE_SWAP && c->launch_n > 0 && c->o.swap_cost_s >= 0) {
+    *measured = 2;
+    return c->launch_sum / (double)c->launch_n;
+  }
   if (kind == RESIHP__DECIDE_SWAP)
     return c->o.swap_cost_s;
   if (kind == RESIHP__DECIDE_REPART)
     return c->o.repart_cost_s > 0 ? c->o.repart_cost_s
                                   : 2 * resihp__coord_recent_step_s(c);
   return 0;
+}
+
+const char *resihp__coord_cost_source(int measured) {
+  return measured == 1 ? "measured" : measured == 2 ? "launches" : "default";
+}
+
+void resihp__coord_note_launch(resihp__coord_t *c, double s) {
+  if (s >= 0 && isfinite(s)) {
+    c->launch_sum += s;
+    c->launch_n++;
+  }
 }
 
 static void note_cost(resihp__coord_t *c, int kind, int r, double s) {
@@ -136,10 +156,10 @@ static void say(resihp__coord_t *c, int r, int pick, const int *ok,
   char sw[48] = "never"; /* swaps off */
   if (c->o.swap_cost_s >= 0)
     snprintf(sw, sizeof(sw), "%.3gs (%s)", cost[RESIHP__DECIDE_SWAP],
-             measured[RESIHP__DECIDE_SWAP] ? "measured" : "default");
+             resihp__coord_cost_source(measured[RESIHP__DECIDE_SWAP]));
   snprintf(costs, sizeof(costs), "cost: repartition=%.3gs (%s), swap=%s",
            cost[RESIHP__DECIDE_REPART],
-           measured[RESIHP__DECIDE_REPART] ? "measured" : "default", sw);
+           resihp__coord_cost_source(measured[RESIHP__DECIDE_REPART]), sw);
   logc(pick == RESIHP__DECIDE_ABSORB ? RESIHP_LOG_INFO : RESIHP_LOG_WARN,
        "replica %d slow x%.2f at step %ld: %s chosen; saved over the %ld "
        "steps left: %s %s %s; %s",

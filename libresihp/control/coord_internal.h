@@ -350,6 +350,10 @@ struct resihp__coord {
   double decide_ratio, decide_gain;
   double cost_sum[RESIHP__DECIDE__N];
   long cost_n[RESIHP__DECIDE__N];
+  /* replicas' steps from launch to join (resihp__coord_note_launch): a
+   * swap's price before one is measured, when not configured */
+  double launch_sum;
+  long launch_n;
   long decisions[RESIHP__DECIDE__N];
   int rm_r;
   long rm_step;
@@ -715,10 +719,14 @@ int resihp__coord_quiet(const resihp__coord_t *c);
  * the replica to swap is returned (-1: none), a move is left in decide_r
  * for resihp__coord_repart_boundary. */
 int resihp__coord_decide(resihp__coord_t *c);
-/* A switch's cost (s): the mean of those measured in this job, else the
- * configured default (*measured 0). */
+/* A switch's cost (s): the mean of those measured in this job (*measured
+ * 1); for a swap none is yet, the mean launch of the job's steps when the
+ * launcher gave them (*measured 2); else the configured default (0). */
 double resihp__coord_switch_cost(const resihp__coord_t *c, int kind,
                                  int *measured);
+/* What *measured of resihp__coord_switch_cost says: "measured",
+ * "launches" or "default". */
+const char *resihp__coord_cost_source(int measured);
 /* A move of replica r's layers or its swap starts now: time it. */
 void resihp__coord_time_move(resihp__coord_t *c, int r);
 void resihp__coord_time_swap(resihp__coord_t *c, int r);

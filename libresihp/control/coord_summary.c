@@ -63,9 +63,12 @@ static void decisions(const resihp__coord_t *c, FILE *f) {
     double s = resihp__coord_switch_cost(c, k, &measured);
     if (k == RESIHP__DECIDE_SWAP && c->o.swap_cost_s < 0)
       snprintf(cost[k], sizeof(cost[k]), "never (swaps off)");
-    else if (measured)
+    else if (measured == 1)
       snprintf(cost[k], sizeof(cost[k]), "%.3g s (mean of %ld measured)", s,
                c->cost_n[k]);
+    else if (measured == 2)
+      snprintf(cost[k], sizeof(cost[k]), "%.3g s (mean launch of %ld steps)",
+               s, c->launch_n);
     else
       snprintf(cost[k], sizeof(cost[k]), "%.3g s (default)", s > 0 ? s : 0);
   }

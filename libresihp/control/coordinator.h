@@ -334,6 +334,12 @@ int resihp__coord_finished(const resihp__coord_t *c, int replica);
  * its node's. The reason is copied into why (n bytes; why may be NULL). */
 int resihp__coord_refused(const resihp__coord_t *c, int replica, char *why,
                           size_t n);
+/* A step of the job took s seconds from its launch to its leader's join.
+ * A launcher whose swap cost was not configured says so for every step
+ * it starts: until a swap is measured, a swap is priced at the mean of
+ * these (the replacement's launch, which is most of a swap: its catch-up
+ * is not in it) instead of the swap_cost_s default. */
+void resihp__coord_note_launch(resihp__coord_t *c, double s);
 /* The launcher has started (on=1) a replacement of replica, or no longer
  * waits for one (on=0); see hold_for_replacements. */
 void resihp__coord_expect(resihp__coord_t *c, int replica, int on);

@@ -30,6 +30,11 @@
  *       (times moved back): the swap's cost is measured at 60 s, eight
  *       steps later its gain is measured, and the next slow replica is
  *       moved, not swapped (at 60 s a swap no longer pays);
+ *   swap_priced_from_launches  the swap's default cost (180 s) makes a
+ *       move the answer; with the job's steps timed from launch to join
+ *       (0.5 s and 1.5 s: resihp-run's resihp__coord_note_launch) the
+ *       same slowness is answered by a swap priced at their mean, 1 s,
+ *       and the decision says where the price came from;
  *   measured_cost_counts  a move that stalled the job far longer than
  *       the default (500 s): the next slow replica is not moved, and the
  *       decision says its cost was measured;
@@ -370,6 +375,26 @@ START_TEST(swap_cost_measured) {
 }
 END_TEST
 
+START_TEST(swap_priced_from_launches) {
+  for (int timed = 0; timed < 2; timed++) {
+    resihp__record_t *rec;
+    resihp__coord_t *c = make(180, 100, &rec);
+    if (timed) {
+      resihp__coord_note_launch(c, 0.5);
+      resihp__coord_note_launch(c, 1.5);
+    }
+    slow(c, 0, 1, 2.0, 3);
+    boundary(c);
+    ck_assert_int_eq(swapped, timed ? 0 : -1);
+    ck_assert_int_eq(c->repartitions, timed ? 0 : 1);
+    ck_assert_int_eq(count_events("decision", timed ? "swap=1s (launches)"
+                                                    : "swap=180s (default)"),
+                     1);
+    done(c, rec);
+  }
+}
+END_TEST
+
 START_TEST(measured_cost_counts) {
   resihp__record_t *rec;
   resihp__coord_t *c = make(1, 100, &rec);
@@ -457,6 +482,7 @@ int main(void) {
   tcase_add_test(t, most_saving_first);
   tcase_add_test(t, free_run_held_again);
   tcase_add_test(t, swap_cost_measured);
+  tcase_add_test(t, swap_priced_from_launches);
   tcase_add_test(t, measured_cost_counts);
   tcase_add_test(t, record_keeps_costs);
   suite_add_tcase(s, t);

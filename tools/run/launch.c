@@ -559,6 +559,10 @@ void tick(void) {
       g.joined = 1;
       g.ldirty = 1;
       say_joined(r);
+      /* a swap's replacement is a launch like this one: priced so until
+       * a swap is measured, unless --swap-cost said what it costs */
+      if (g.swap_cost_s == -2 && p->t_launch)
+        resihp__coord_note_launch(g.coord, (double)(now - p->t_launch) / 1e3);
     }
     if (p->pid > 0 && !p->connected && !p->kill_at &&
         now - p->t_launch > (int64_t)g.launch_timeout_s * 1000) {

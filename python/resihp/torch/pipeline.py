@@ -563,12 +563,16 @@ class PipelineTrainer(Trainer):
         except (ProgramError, ResihpError):
             if self.job is not None:
                 try:  # the others learn it at their commit: all or none
-                    self.job.commit_layers([], failed=True)
+                    self.job.commit_layer_state([], failed=True)
                 except ResihpError:
                     pass
             raise
         if self.job is not None:
-            self.job.commit_layers(new[self.stages[0].k].state.buffers())
+            # by layer, as declared: the moved replica still serves a
+            # catch-up by layer and can still shrink onto its survivors
+            st = new[self.stages[0].k].state
+            self.job.commit_layer_state(st.layer_buffers(),
+                                        st.rank_buffers())
         self.stages = [new[k] for k in sorted(new)]
         self.counts = now
 

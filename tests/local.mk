@@ -59,6 +59,8 @@ dist_check_SCRIPTS += tests/integration/torch-pipeline.test
 TESTS += tests/integration/torch-pipeline.test
 dist_check_SCRIPTS += tests/integration/torch-repartition.test
 TESTS += tests/integration/torch-repartition.test
+dist_check_SCRIPTS += tests/integration/torch-shrink.test
+TESTS += tests/integration/torch-shrink.test
 dist_check_SCRIPTS += tests/integration/torch-shard.test
 TESTS += tests/integration/torch-shard.test
 

@@ -218,12 +218,19 @@ def pipeline(args, model, opt, corpus, work, clip):
 
     losses, times = [], []
     speaker = tr.replica == 0 and tr.stage == 0
+    who = f"[replica {tr.replica} stage {tr.stage}]"
+    if tr.shrunk:  # relaunched on its surviving ranks (resihp-run)
+        print(f"{who} partition {','.join(map(str, tr.counts))} from the "
+              f"coordinator (shrunk to {tr.K} ranks)", flush=True)
     for step in tr:
+        if not args.standalone and not times and step.index > 0:
+            # a replacement's first step: its state came from a healthy
+            # replica
+            print(f"{who} caught up at step {step.index}", flush=True)
         hold(args.test_hold, step.index, tr.replica, tr.stage)
         if step.layers_moved:
-            print(f"[replica {tr.replica} stage {tr.stage}] partition "
-                  f"{','.join(map(str, step.partition))} (units moved at "
-                  f"step {step.index})", flush=True)
+            print(f"{who} partition {','.join(map(str, step.partition))} "
+                  f"(units moved at step {step.index})", flush=True)
         t0 = time.perf_counter()
         step.run(batch, loss_fn)
         times.append(time.perf_counter() - t0)

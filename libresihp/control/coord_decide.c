@@ -116,8 +116,10 @@ void resihp__coord_time_move(resihp__coord_t *c, int r) {
   c->rm_epoch = c->epoch + 1; /* the GO that moves them */
   c->rm_ms = resihp__now_ms();
   c->rm_step_s = resihp__coord_recent_step_s(c);
-  if (c->dg_r == r)
+  if (c->dg_r == r) {
     c->dg_settle = c->step + 1 + GAIN_AFTER_STEPS;
+    c->dg_epoch = c->rm_epoch;
+  }
 }
 
 void resihp__coord_time_swap(resihp__coord_t *c, int r) {
@@ -275,11 +277,22 @@ static void gain_after(resihp__coord_t *c, int64_t now) {
   c->dg_r = -1;
   if (!(after > 0) || !(before > 0))
     return;
+  int kind = p->acted - 1;
+  if (c->epoch != c->dg_epoch) {
+    /* a failure, a shrink or another move in its steps after (a new
+     * epoch) stalled them too: what they took is not the action's (a
+     * move killed 4 steps after, then shrunk, read -163 s) */
+    p->has_measured = -1;
+    logc(RESIHP_LOG_INFO,
+         "replica %d: the %s at step %ld: its gain is not measured (the "
+         "members changed in the %d steps after it)",
+         r, resihp__decide_name(kind), p->acted_at, GAIN_AFTER_STEPS);
+    return;
+  }
   double so_far = (double)(c->step - c->dg_step) * before -
                   (double)(now - c->dg_ms) / 1000.0;
   p->measured = so_far + (double)(c->S - c->step) * (before - after);
   p->has_measured = 1;
-  int kind = p->acted - 1;
   logc(RESIHP_LOG_INFO,
        "replica %d: the %s at step %ld: the job's step %.3g s before, %.3g s "
        "after: %.3g s saved over the steps left (predicted %.3g s)",
@@ -311,8 +324,10 @@ void resihp__coord_decide_commit(resihp__coord_t *c) {
     if (p->state == R_MEMBER && !p->catching) {
       note_cost(c, RESIHP__DECIDE_SWAP, c->sw_r,
                 (double)(now - c->sw_ms) / 1000.0);
-      if (c->dg_r == c->sw_r)
+      if (c->dg_r == c->sw_r) {
         c->dg_settle = c->step + GAIN_AFTER_STEPS;
+        c->dg_epoch = c->epoch;
+      }
       c->sw_r = -1;
     }
   }

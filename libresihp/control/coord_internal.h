@@ -140,7 +140,8 @@ typedef struct {
    * (1 + RESIHP__DECIDE_*, 0: nothing yet; a new slowness forgets it);
    * the last swap or move chosen for it (1 + kind, 0: none), at which
    * step, its gain predicted and, once its steps after can tell,
-   * measured (s; has_measured 0: not yet) */
+   * measured (s; has_measured 0: not yet, -1: never, the members
+   * changed in its steps after) */
   int decided, acted, has_measured;
   long acted_at;
   double predicted, measured;
@@ -342,7 +343,8 @@ struct resihp__coord {
    * job's step before it, s) and a swap (the replica, -1: none, and when
    * it was swapped out); the chosen action whose gain is being measured
    * (replica, -1: none; the step and time it was chosen at, the job's
-   * step time then, the step at which its steps after can be told) */
+   * step time then, the step at which its steps after can be told and
+   * the epoch they run in) */
   int decide_r;
   int decide_cur[RESIHP__COORD_MAX_SHARDS],
       decide_home[RESIHP__COORD_MAX_SHARDS],
@@ -364,6 +366,7 @@ struct resihp__coord {
   int64_t sw_ms;
   int dg_r;
   long dg_step, dg_settle;
+  uint32_t dg_epoch;
   int64_t dg_ms;
   double dg_before_s;
   /* shrink (coord_shrink.c): one waiting for the next GO (1 + replica,

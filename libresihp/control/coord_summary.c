@@ -83,9 +83,11 @@ static void decisions(const resihp__coord_t *c, FILE *f) {
     const rep_t *p = &c->reps[r];
     if (!p->acted)
       continue;
-    char m[48] = "not measured (too few steps after)";
-    if (p->has_measured)
+    char m[64] = "not measured (too few steps after)";
+    if (p->has_measured > 0)
       snprintf(m, sizeof(m), "%.3g s measured", p->measured);
+    else if (p->has_measured < 0)
+      snprintf(m, sizeof(m), "not measured (the members changed after)");
     fprintf(f,
             "  replica %d decided:      %s at step %ld: %.3g s predicted "
             "saved, %s\n",

@@ -108,6 +108,9 @@ _proto("resihp_job_shrunk_partition", c_int, _JOB, ctypes.POINTER(c_int),
        c_int)
 _proto("resihp_job_set_layer_state", c_int, _JOB,
        ctypes.POINTER(JobLayerState), c_int, ctypes.POINTER(JobBuf), c_int)
+_proto("resihp_job_commit_layer_state", c_int, _JOB,
+       ctypes.POINTER(JobLayerState), c_int, ctypes.POINTER(JobBuf), c_int,
+       c_int)
 _proto("resihp_job_finish", c_int, _JOB, c_char_p)
 _proto("resihp_job_destroy", None, _JOB)
 _proto("resihp_fixed_frac_bits", c_int)

@@ -222,11 +222,12 @@ class Job:
         check(lib.resihp_job_set_layers_movable(self._job()),
               "resihp_job_set_layers_movable")
 
-    def set_layer_state(self, layers, rank=()):
-        """This rank's state by layer: layers[i] the (address, bytes)
-        buffers of layer layers.start + i of this rank, rank its own state
-        that belongs to no layer; after set_layers, before the first step,
-        on every rank of the replica (catch-up by layer, resihp_job(3))."""
+    def _layer_state(self, layers, rank, call):
+        """A state by layer as resihp_job_layer_state_t: (the per-layer
+        arrays, which the caller keeps, the layer list, its length, the
+        rank's array, its length), or a ValueError that says what is
+        wrong: one list of (address, bytes) buffers per layer this rank
+        holds now, at most 4096 buffers in all."""
         if isinstance(layers, (str, bytes)) or not hasattr(layers,
                                                            "__iter__"):
             raise ValueError("layers: a list of buffer lists, one per layer "
@@ -240,16 +241,23 @@ class Job:
         mine = self.layers
         if mine is None or len(per) != len(mine):
             raise ValueError("layers: %d buffer lists, this rank holds %s: "
-                             "one per layer (set_layers first)" %
+                             "one per layer (%s)" %
                              (len(per), "no layers" if mine is None else
-                              "%d layers" % len(mine)))
+                              "%d layers" % len(mine), call))
         arrs = [_bufs(b) for b in per]
         ls = (_lib.JobLayerState * max(1, len(per)))()
         for i, (a, b) in enumerate(zip(arrs, per)):
             ls[i].bufs, ls[i].nbufs = a, len(b)
-        rb = _bufs(rank)
-        check(lib.resihp_job_set_layer_state(self._job(), ls, len(per), rb,
-                                             len(rank)),
+        return arrs, ls, len(per), _bufs(rank), len(rank)
+
+    def set_layer_state(self, layers, rank=()):
+        """This rank's state by layer: layers[i] the (address, bytes)
+        buffers of layer layers.start + i of this rank, rank its own state
+        that belongs to no layer; after set_layers, before the first step,
+        on every rank of the replica (catch-up by layer, resihp_job(3))."""
+        arrs, ls, n, rb, nr = self._layer_state(layers, rank,
+                                                "set_layers first")
+        check(lib.resihp_job_set_layer_state(self._job(), ls, n, rb, nr),
               "resihp_job_set_layer_state")
         self._state = (arrs, ls, rb)
 
@@ -258,13 +266,35 @@ class Job:
         layers' state, state its new (address, bytes) list (the layers'
         buffers in layer order, then the rank's). The ranks of the replica
         agree that all of them did (failed=True: this one did not); a
-        ResihpError on every rank otherwise: leave, the replica fails."""
+        ResihpError on every rank otherwise: leave, the replica fails.
+        The list is opaque from then on: a rank that declared its state
+        by layer commits with commit_layer_state instead."""
         state = _buf_list(state, "state") if not failed else []
         bufs = _bufs(state)
         check(lib.resihp_job_commit_layers(self._job(), bufs, len(state),
                                            1 if failed else 0),
               "resihp_job_commit_layers")
         self._state = bufs
+
+    def commit_layer_state(self, layers, rank=(), failed=False):
+        """commit_layers for a rank that declared its state by layer
+        (set_layer_state): after a step whose layers_moved is true, its
+        state by layer for the layers it holds now (self.layers; as at
+        set_layer_state), so that the replica's replacements still catch
+        up by layer and it can still shrink onto its survivors
+        (resihp_job_commit_layer_state). The same agreement and errors
+        as commit_layers; failed=True: this rank's move failed (layers
+        and rank are then not looked at)."""
+        if failed:
+            arrs, ls, n, rb, nr = [], None, 0, None, 0
+        else:
+            arrs, ls, n, rb, nr = self._layer_state(
+                layers, rank, "the layers it holds after the move")
+        check(lib.resihp_job_commit_layer_state(self._job(), ls, n, rb, nr,
+                                                1 if failed else 0),
+              "resihp_job_commit_layer_state")
+        if not failed:
+            self._state = (arrs, ls, rb)
 
     def set_state(self, state):
         state = _buf_list(state, "state")

@@ -279,7 +279,19 @@ for what, fn, needle in (
          "layers[1]"),
         ("a rank buffer of another kind",
          lambda: nojob.set_layer_state([[good_buf]], rank=["x"]),
-         "rank[0]")):
+         "rank[0]"),
+        ("a committed layer state that is not a list",
+         lambda: nojob.commit_layer_state(7), "buffer lists"),
+        ("a committed layer's bad buffer",
+         lambda: nojob.commit_layer_state([[good_buf], [(0, 1)]]),
+         "layers[1]"),
+        ("a committed rank buffer of another kind",
+         lambda: nojob.commit_layer_state([[good_buf]], rank=["x"]),
+         "rank[0]"),
+        ("a committed layer state of too many buffers",
+         lambda: nojob.commit_layer_state([[good_buf] * 4000],
+                                          rank=[good_buf] * 97),
+         "at most 4096")):
     raises(ValueError, fn, "resihp.Job refuses %s" % what, needle)
 c = _lib.JobStep()
 c.layers_moved = 1
@@ -364,8 +376,11 @@ ok(rt.state_digest(model) == rt.state_digest(ref) and
 
 # all or nothing: a peer failing in the middle of a move (its send or
 # receive raises, as the replica communicator does when a rank died)
-# leaves this rank's stage as it was, tells the others (commit_layers
-# failed=True) and raises: the replica fails, never half-moved
+# leaves this rank's stage as it was, tells the others (commit_layer_state
+# failed=True) and raises: the replica fails, never half-moved. A move
+# that succeeds commits the new stage's state by layer (commit_layer_state,
+# not the opaque commit_layers), so that the moved replica still serves a
+# catch-up by layer and can still shrink
 class FailingJob:
     def __init__(self, fail_at):
         self.calls, self.fail_at, self.committed = 0, fail_at, []
@@ -382,10 +397,16 @@ class FailingJob:
         self._op()
 
     def commit_layers(self, state, failed=False):
-        self.committed.append(failed)
+        self.committed.append(("opaque", failed))
+
+    def commit_layer_state(self, layers, rank=(), failed=False):
+        self.committed.append(("by layer", failed) if failed else
+                              ("by layer", layers, rank))
 
 
-for at, who in ((1, "its first transfer"), (4, "a later transfer")):
+def as_rank1(fj):
+    """A standalone trainer of 2 stages after step 0, then as rank 1
+    (layers 1-3) of a replica under the job fj; (trainer, model)."""
     model = build()
     tr = rt.Trainer(model, adamw, stages=[3], scheduler=sched,
                     microbatches=M, steps=STEPS, standalone=True,
@@ -394,18 +415,32 @@ for at, who in ((1, "its first transfer"), (4, "a later transfer")):
         step.run(batch, nn.functional.cross_entropy)
         break
     tr._open = None
-    before = (rt.state_digest(model), tr.finish())
+    tr.stages, tr.job = tr.stages[1:], fj
+    return tr, model
+
+
+# 3,1 takes layers 1 and 2 off rank 1 (sent), which keeps layer 3
+fj = FailingJob(0)
+tr, model = as_rank1(fj)
+tr._move([3, 1], 1)
+st = tr.stages[0].state
+ok(tr.counts == [3, 1] and st.layers == [3] and fj.calls > 0 and
+   fj.committed == [("by layer", st.layer_buffers(), st.rank_buffers())],
+   "a move commits the new stage's state by layer (commit_layer_state: "
+   "layer 3's buffers, then the rank's), not an opaque list")
+
+for at, who in ((1, "its first transfer"), (4, "a later transfer")):
     # this process as rank 1 of 2 (layers 1-3): 3,1 takes layers 1 and 2
     # off it (sent), 1,3 would bring nothing; the peer fails mid-move
     fj = FailingJob(at)
-    tr.stages, tr.job, stage = tr.stages[1:], fj, tr.stages[1]
+    tr, model = as_rank1(fj)
+    stage = tr.stages[0]
+    before = (rt.state_digest(model), stage.digest())
     raises(resihp.ResihpError, lambda: tr._move([3, 1], 1),
            "a peer failing at %s of a move raises" % who, "EPEER")
     ok(tr.stages == [stage] and tr.counts == [1, 3] and
-       fj.committed == [True] and
-       (rt.state_digest(model), "/".join(s.digest() for s in
-                                         [tr.stages[0]])) ==
-       (before[0], before[1].split("/", 1)[1]),
+       fj.committed == [("by layer", True)] and
+       (rt.state_digest(model), stage.digest()) == before,
        "a move failed at %s: the stage is untouched (parameters, optimizer "
        "state, partition) and the others were told (commit failed=True)" %
        who)

@@ -34,8 +34,9 @@ by the same receives: no cycle of waits), and the layers a rank keeps are
 copied from its old buffers. The new optimizer gets its per-parameter
 state from the buffers, the old one's param_groups settings (the
 scheduler may have changed the learning rate) and the scheduler its old
-state; the job commits the new state list on every rank or on none
-(resihp_job_commit_layers). Nothing of the old stage is written before
+state; the job commits the new state, by layer as declared, on every
+rank or on none (resihp_job_commit_layer_state: the moved replica still
+serves a catch-up by layer and can still shrink). Nothing of the old stage is written before
 that, and every rank holds the whole model's modules, so a peer failing
 mid-move leaves a stage that is whole (the replica fails as one anyway:
 the error ends the process). Every rank keeps the whole model (as it is

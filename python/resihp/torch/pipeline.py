@@ -400,7 +400,8 @@ class PipelineTrainer(Trainer):
     standalone reference always runs GPipe). move_layers: the stages'
     layers may move between the ranks (see the module's docstring; under
     resihp-run the replica may then also come back shrunk on fewer
-    ranks, holding the coordinator's partition)."""
+    ranks, holding the coordinator's partition: shrunk is then True,
+    K and counts say its ranks and partition)."""
 
     def __init__(self, model, optimizer, *, stages, microbatches, steps,
                  scheduler=None, mode="deterministic", seed=0, workload=None,
@@ -420,6 +421,9 @@ class PipelineTrainer(Trainer):
         self.seed, self.mode = int(seed), mode
         self.before_step, self.after_step = before_step, after_step
         self.counts = self.units = None
+        # this process is a replica shrunk onto its surviving ranks: it
+        # holds the coordinator's partition (resihp.Job.shrunk_partition)
+        self.shrunk = False
         if move_layers:
             if isinstance(optimizer, torch.optim.Optimizer) and \
                     len(optimizer.param_groups) > 1:
@@ -454,6 +458,7 @@ class PipelineTrainer(Trainer):
                 shrunk = self.job.shrunk_partition
                 if shrunk is not None:
                     self.counts, self.K = shrunk, len(shrunk)
+                    self.shrunk = True
                 elif self.job.shards != self.K:
                     raise ProgramError(
                         "stages= makes %d stages, the job has %d ranks per "
@@ -563,12 +568,16 @@ class PipelineTrainer(Trainer):
         except (ProgramError, ResihpError):
             if self.job is not None:
                 try:  # the others learn it at their commit: all or none
-                    self.job.commit_layers([], failed=True)
+                    self.job.commit_layer_state([], failed=True)
                 except ResihpError:
                     pass
             raise
         if self.job is not None:
-            self.job.commit_layers(new[self.stages[0].k].state.buffers())
+            # by layer, as declared: the moved replica still serves a
+            # catch-up by layer and can still shrink onto its survivors
+            st = new[self.stages[0].k].state
+            self.job.commit_layer_state(st.layer_buffers(),
+                                        st.rank_buffers())
         self.stages = [new[k] for k in sorted(new)]
         self.counts = now
 

@@ -585,6 +585,10 @@ void resihp__coord_perf_free(resihp__coord_t *c);
  * 0 or RESIHP_ENOMEM (coord_loop.c). */
 int resihp__coord_room(char **buf, size_t *cap, size_t need);
 void resihp__coord_perf_reset(resihp__coord_t *c, int r);
+/* Replica r's ranks' stages in the detector: rank k is the peer of the
+ * other replicas' rank k, but a shrunk replica's ranks hold other layers
+ * and are each a stage of their own (coord_shrink.c). */
+void resihp__coord_perf_stages(resihp__coord_t *c, int r);
 void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg);
 void resihp__coord_on_wl(resihp__coord_t *c, int k, int r, const char *msg);
 int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc);

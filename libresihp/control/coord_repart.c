@@ -434,8 +434,10 @@ double resihp__coord_repart_scale(const resihp__coord_t *c, int rank) {
   if ((!c->reps[r].moved && !c->reps[r].shrunk_at) ||
       k >= resihp__coord_rep_k(c, r) || both_counts(c, r, cur, home))
     return 1.0;
-  /* a shrunk replica's rank: as for an even share of K ranks (its
-   * multiplier says the rest, shrink_slow) */
+  /* a shrunk replica's rank, a detector stage of its own (coord_perf.c):
+   * by the layers it holds, as for an even share of K ranks, so that its
+   * own baseline holds across a later move of its layers (its multiplier
+   * says the rest, shrink_slow) */
   if (c->reps[r].shrunk_at)
     return (double)c->nlayers / c->K / (double)cur[k];
   return (double)home[k] / (double)cur[k];

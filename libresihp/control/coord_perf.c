@@ -60,7 +60,6 @@
 
 static void on_event(int rank, resihp_health_state_t prev,
                      const resihp_rank_health_t *now, uint64_t iter, void *ud) {
-  (void)prev;
   resihp__coord_t *c = ud;
   int r = rank / c->K, k = rank % c->K;
   c->rank_slow[rank] = now->state == RESIHP_HEALTH_SLOW && now->slow_factor > 1
@@ -68,6 +67,14 @@ static void on_event(int rank, resihp_health_state_t prev,
                            : 1.0;
   c->rank_state[rank] = (unsigned char)now->state;
   c->reps[r].repart_asked = 0; /* a move may pay now (coord_repart.c) */
+  if (prev == RESIHP_HEALTH_SLOW && now->state != RESIHP_HEALTH_SLOW) {
+    int none = 1; /* its last slow rank cleared: a move home waits from
+                     here (coord_repart.c) */
+    for (int i = 0; i < c->K; i++)
+      none &= c->rank_state[r * c->K + i] != RESIHP_HEALTH_SLOW;
+    if (none)
+      c->reps[r].healthy_from = c->step;
+  }
   if (now->state == RESIHP_HEALTH_SUSPECT)
     return; /* a suspicion being checked: nothing to act on */
   double f = 1.0;
@@ -202,6 +209,7 @@ void resihp__coord_perf_reset(resihp__coord_t *c, int r) {
   c->reps[r].slow = 1.0;
   c->reps[r].swap_held = 0;
   c->reps[r].decided = 0;
+  c->reps[r].healthy_from = c->step;
 }
 
 /* Hysteresis: a slowdown that starts or ends, or a factor a quarter off

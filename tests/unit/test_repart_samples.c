@@ -17,7 +17,18 @@
  *       slow and repartitioned 4,3,4 -> 3,4,4 (the regroup bench), its
  *       own rank 1 slow against 3-unit peers. Now nobody is found slow,
  *       nothing moves; and a shrunk rank slowed 2x later is still caught,
- *       against its own baseline. */
+ *       against its own baseline;
+ *   moved_stays_while_throttled  3 replicas x 2 ranks, 6 units 3,3:
+ *       replica 1's rank 1 throttled from outside from step 40 to 190,
+ *       twice as slow while it holds its 3 units but at its peers' pace
+ *       once a move left it fewer (the lab's samples: the duty cycle
+ *       landed in its waits for its neighbour). Its layers move off it;
+ *       found healthy while moved, it went home at the first boundary
+ *       allowed, slow again at once, and the partition flapped (a move
+ *       every ~5 steps, before). Now it goes home only after 50 steps
+ *       not found slow, and each try that finds it slow again doubles the
+ *       wait: at most 3 moves while throttled; once the throttle ends it
+ *       goes home and stays. */
 #include "config.h"
 
 #include "../../libresihp/control/coord_internal.h"
@@ -186,10 +197,54 @@ START_TEST(shrunk_not_peers) {
 }
 END_TEST
 
+/* moved_stays_while_throttled: replica 1's rank 1 at half speed while
+ * throttled (steps 40..189) and holding its 3 units, at its peers' pace
+ * with fewer */
+static resihp__coord_t *cur_c;
+static double throttled_by_load(int r, int k, long s) {
+  return r == 1 && k == 1 && s >= 40 && s < 190 && work(cur_c, r, k, NULL) >= 3
+             ? 2
+             : 1;
+}
+
+START_TEST(moved_stays_while_throttled) {
+  resihp__coord_t *c = cur_c = make(2, "6:3", 400);
+  rep_t *p = &c->reps[1];
+  long moves = 0, backs = 0, moved_at = -1, first_back = -1;
+  int was = 0;
+  while (c->step < 190) {
+    run(c, 1, NULL, throttled_by_load);
+    if (p->moved != was) {
+      moves++;
+      if (p->moved && moved_at < 0)
+        moved_at = c->step;
+      if (!p->moved && first_back < 0)
+        first_back = c->step;
+      backs += !p->moved;
+      was = p->moved;
+    }
+  }
+  ck_assert_msg(moved_at > 40 && moved_at < 60, "moved at %ld", moved_at);
+  ck_assert_msg(first_back < 0 || first_back >= moved_at + 50,
+                "moved at %ld, back at %ld", moved_at, first_back);
+  ck_assert_msg(moves <= 3 && backs <= 1,
+                "%ld moves (%ld back home) while throttled", moves, backs);
+  /* the throttle ended: home, and it stays */
+  run(c, 150, NULL, throttled_by_load);
+  ck_assert_int_eq(p->moved, 0);
+  long n = p->nmoves;
+  run(c, 40, NULL, throttled_by_load);
+  ck_assert_int_eq(p->nmoves, n);
+  ck_assert_int_eq(c->reps[0].nmoves + c->reps[2].nmoves, 0);
+  resihp__coord_destroy(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("repart_samples");
   TCase *t = tcase_create("samples");
   tcase_add_test(t, shrunk_not_peers);
+  tcase_add_test(t, moved_stays_while_throttled);
   suite_add_tcase(s, t);
   return run_suite(s);
 }

@@ -59,9 +59,9 @@
 #define REPART_MIN_GAIN 0.10
 /* Steps between two moves of one replica. */
 #define REPART_SPACING 5
-/* Steps a moved replica's ranks must all stay healthy before it goes
- * home, doubled each time it is found slow again within that many steps
- * of going home, up to REPART_BACK_HOLD_MAX. */
+/* Steps in which no rank of a moved replica may be found slow before it
+ * goes home, doubled each time it is found slow again within that many
+ * steps of going home, up to REPART_BACK_HOLD_MAX. */
 #define REPART_BACK_HOLD 50
 #define REPART_BACK_HOLD_MAX (1L << 20)
 
@@ -252,8 +252,8 @@ double resihp__coord_repart_factor(const resihp__coord_t *c, int r, double f) {
                       p->quota > 0 ? p->quota : 1);
 }
 
-/* The steps moved replica p's ranks must stay healthy before it goes
- * home now. */
+/* The steps in which no rank of moved replica p may be found slow before
+ * it goes home now. */
 static long back_hold(const rep_t *p) {
   return p->back_hold > 0 ? p->back_hold : REPART_BACK_HOLD;
 }

@@ -131,11 +131,15 @@ typedef struct {
    * lmove=1); the partition it declared (cut points; "": not yet); moved
    * away from it by the coordinator, at which step, how often;
    * repart_asked: a free run was held for a move since its ranks' factors
-   * last changed */
+   * last changed; healthy_from: the step at which its last slow rank
+   * was cleared; back_at: when it last went
+   * home, back_hold: the steps its ranks must stay unslowed, moved, before
+   * it goes home (hysteresis, doubled each time it is slow again soon
+   * after going home) */
   int lmove;
   char home[RESIHP__COORD_LAY_MAX];
   int moved, repart_asked;
-  long moved_at, nmoves;
+  long moved_at, nmoves, healthy_from, back_at, back_hold;
   /* one decision (coord_decide.c): what was chosen for its slowness now
    * (1 + RESIHP__DECIDE_*, 0: nothing yet; a new slowness forgets it);
    * the last swap or move chosen for it (1 + kind, 0: none), at which
@@ -592,6 +596,10 @@ void resihp__coord_perf_free(resihp__coord_t *c);
  * 0 or RESIHP_ENOMEM (coord_loop.c). */
 int resihp__coord_room(char **buf, size_t *cap, size_t need);
 void resihp__coord_perf_reset(resihp__coord_t *c, int r);
+/* Replica r's ranks' stages in the detector: rank k is the peer of the
+ * other replicas' rank k, but a shrunk replica's ranks hold other layers
+ * and are each a stage of their own (coord_shrink.c). */
+void resihp__coord_perf_stages(resihp__coord_t *c, int r);
 void resihp__coord_on_perf(resihp__coord_t *c, int k, int r, const char *msg);
 void resihp__coord_on_wl(resihp__coord_t *c, int k, int r, const char *msg);
 int resihp__coord_assign(resihp__coord_t *c, const int *contrib, int nc);

@@ -60,7 +60,6 @@
 
 static void on_event(int rank, resihp_health_state_t prev,
                      const resihp_rank_health_t *now, uint64_t iter, void *ud) {
-  (void)prev;
   resihp__coord_t *c = ud;
   int r = rank / c->K, k = rank % c->K;
   c->rank_slow[rank] = now->state == RESIHP_HEALTH_SLOW && now->slow_factor > 1
@@ -68,6 +67,14 @@ static void on_event(int rank, resihp_health_state_t prev,
                            : 1.0;
   c->rank_state[rank] = (unsigned char)now->state;
   c->reps[r].repart_asked = 0; /* a move may pay now (coord_repart.c) */
+  if (prev == RESIHP_HEALTH_SLOW && now->state != RESIHP_HEALTH_SLOW) {
+    int none = 1; /* its last slow rank cleared: a move home waits from
+                     here (coord_repart.c) */
+    for (int i = 0; i < c->K; i++)
+      none &= c->rank_state[r * c->K + i] != RESIHP_HEALTH_SLOW;
+    if (none)
+      c->reps[r].healthy_from = c->step;
+  }
   if (now->state == RESIHP_HEALTH_SUSPECT)
     return; /* a suspicion being checked: nothing to act on */
   double f = 1.0;
@@ -131,12 +138,12 @@ int resihp__coord_perf_init(resihp__coord_t *c) {
       resihp_detector_set_confirm_ms(
           c->det, c->o.confirm_slow_ms < 60000 ? c->o.confirm_slow_ms : 60000))
     return RESIHP_ENOMEM;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n; i++)
     c->rank_slow[i] = 1.0;
-    resihp_detector_set_stage(c->det, i, i % c->K);
-  }
-  for (int r = 0; r < c->R; r++)
+  for (int r = 0; r < c->R; r++) {
     c->reps[r].slow = c->reps[r].run_slow = 1.0;
+    resihp__coord_perf_stages(c, r);
+  }
   c->wl_step = -1;
   c->perf_step = -1;
   return 0;
@@ -168,10 +175,30 @@ void resihp__coord_perf_free(resihp__coord_t *c) {
   c->valcap = 0;
 }
 
+void resihp__coord_perf_stages(resihp__coord_t *c, int r) {
+  if (!c->det)
+    return;
+  /* A shrunk replica's rank k holds none of the layers that the other
+   * replicas' rank k holds (6,5 of 11 units where they hold 4,3,4), and
+   * units differ in cost (an embedding, a classifier): its samples,
+   * however scaled, are no measure of theirs. As their peer it was the
+   * faster half that their baseline followed, and their healthy ranks
+   * then looked slow against it (x1.19 in the regroup bench, a
+   * repartition of two healthy replicas for no gain). Alone in a stage
+   * (ids past the job's K, one per rank), it is judged against its own
+   * baseline and the job's pace; changing its stage restarts its
+   * predictor, as a new process's would be. */
+  int own = c->reps[r].shrunk_at > 0;
+  for (int k = 0; k < c->K; k++)
+    resihp_detector_set_stage(c->det, r * c->K + k,
+                              own ? c->K + r * c->K + k : k);
+}
+
 /* A new process for replica r (a replacement): forget the old one. */
 void resihp__coord_perf_reset(resihp__coord_t *c, int r) {
   if (!c->det)
     return;
+  resihp__coord_perf_stages(c, r); /* (shrunk, or back to K ranks) */
   for (int k = 0; k < c->K; k++) {
     resihp_detector_reset_rank(c->det, r * c->K + k, (uint64_t)c->step);
     c->rank_slow[r * c->K + k] = 1.0;
@@ -182,6 +209,7 @@ void resihp__coord_perf_reset(resihp__coord_t *c, int r) {
   c->reps[r].slow = 1.0;
   c->reps[r].swap_held = 0;
   c->reps[r].decided = 0;
+  c->reps[r].healthy_from = c->step;
 }
 
 /* Hysteresis: a slowdown that starts or ends, or a factor a quarter off

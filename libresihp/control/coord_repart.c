@@ -14,6 +14,11 @@
  * predicted step (fill + (m - 1) * slowest stage, m its microbatches) is
  * at least REPART_MIN_GAIN shorter; not within REPART_SPACING steps of the
  * replica's last move (hysteresis: no flapping between two partitions).
+ * Home only once no rank has been found slow for REPART_BACK_HOLD steps,
+ * doubled each time the replica is found slow again soon after going
+ * home (home_held: health measured at a lighter load may not hold at
+ * home; without it a stage throttled from outside went home at the first
+ * boundary allowed, slow again at once, and the partition flapped).
  * Away from a slow rank, it is taken only when the one decision
  * (coord_decide.c) chose it over absorbing and a swap, by the time each
  * saves over the steps left less its switch cost; back home, when the
@@ -54,6 +59,11 @@
 #define REPART_MIN_GAIN 0.10
 /* Steps between two moves of one replica. */
 #define REPART_SPACING 5
+/* Steps in which no rank of a moved replica may be found slow before it
+ * goes home, doubled each time it is found slow again within that many
+ * steps of going home, up to REPART_BACK_HOLD_MAX. */
+#define REPART_BACK_HOLD 50
+#define REPART_BACK_HOLD_MAX (1L << 20)
 
 /* The planner's view of a replica of L equal layers over K ranks at
  * the given factors (speed 1/f), m microbatches; free with model_free. */
@@ -184,6 +194,8 @@ void resihp__coord_repart_reset(resihp__coord_t *c, int r, int shrunk) {
   p->moved = 0;
   p->moved_at = 0;
   p->repart_asked = 0;
+  p->back_at = 0;
+  p->back_hold = 0;
   if (shrunk)
     return; /* (its home is the shrunk partition, coord_shrink.c) */
   p->home[0] = '\0';
@@ -240,6 +252,33 @@ double resihp__coord_repart_factor(const resihp__coord_t *c, int r, double f) {
                       p->quota > 0 ? p->quota : 1);
 }
 
+/* The steps in which no rank of moved replica p may be found slow before
+ * it goes home now. */
+static long back_hold(const rep_t *p) {
+  return p->back_hold > 0 ? p->back_hold : REPART_BACK_HOLD;
+}
+
+/* Whether moved replica r may go home now: no rank of it found slow for
+ * back_hold steps (a suspicion, which the detector raises often on a
+ * busy machine, does not count either way). A rank found healthy while
+ * moved was measured at its lighter load, and a slowdown from outside may
+ * cost it less there than at home: in the lab (torch-repartition.test,
+ * stage 1 of replica 1 duty-cycled from outside, its samples dumped) the
+ * throttle showed as a ~100 ms stall of one of its microbatches every
+ * other step (its step x3.5-4.9 its peers') while it held its 3 units,
+ * none while it held 2 (x0.87-1.40, scaled): the detector, right by its
+ * samples, cleared it 4 steps after the move, and it went home at the
+ * first boundary allowed, where the stalls came back at once. So health
+ * at home is tried after a while, not taken for granted, and a try that
+ * finds it slow again is not repeated soon. */
+static int home_held(const resihp__coord_t *c, int r) {
+  const rep_t *p = &c->reps[r];
+  for (int k = 0; k < resihp__coord_rep_k(c, r); k++)
+    if (c->rank_state[r * c->K + k] == RESIHP_HEALTH_SLOW)
+      return 0;
+  return c->step >= p->healthy_from + back_hold(p);
+}
+
 int resihp__coord_repart_wanted(resihp__coord_t *c, int r) {
   rep_t *p = &c->reps[r];
   int K = resihp__coord_rep_k(c, r);
@@ -251,6 +290,8 @@ int resihp__coord_repart_wanted(resihp__coord_t *c, int r) {
     slow |= c->rank_slow[r * c->K + k] > 1;
   if (slow == p->moved)
     return 0; /* slow and moved, or healthy at home */
+  if (p->moved && !home_held(c, r))
+    return 0; /* (asked again at a later commit) */
   p->repart_asked = 1;
   return 1;
 }
@@ -270,7 +311,7 @@ static int plan_for(resihp__coord_t *c, int r, double cost, int *cur, int *home,
   int slow = 0;
   for (int k = 0; k < K; k++)
     slow |= f[k] > 1;
-  if (!slow && !p->moved)
+  if (!slow && (!p->moved || !home_held(c, r)))
     return 0;
   if (both_counts(c, r, cur, home))
     return 0;
@@ -317,6 +358,14 @@ static int apply(resihp__coord_t *c, int r, const int *cur, const int *home,
     c->reps[c->members[i]].list_epoch = 0;
   rep_t *p = &c->reps[r];
   int back = !memcmp(out, home, sizeof(int) * (size_t)K);
+  if (back) {
+    p->back_at = c->step;
+  } else if (p->back_at > 0 && c->step < p->back_at + back_hold(p)) {
+    /* slow again soon after going home: its health, measured while its
+     * layers were moved, did not hold at home; wait longer next time */
+    long h = 2 * back_hold(p);
+    p->back_hold = h < REPART_BACK_HOLD_MAX ? h : REPART_BACK_HOLD_MAX;
+  }
   p->moved = !back;
   p->moved_at = c->step;
   resihp__coord_time_move(c, r);
@@ -434,8 +483,10 @@ double resihp__coord_repart_scale(const resihp__coord_t *c, int rank) {
   if ((!c->reps[r].moved && !c->reps[r].shrunk_at) ||
       k >= resihp__coord_rep_k(c, r) || both_counts(c, r, cur, home))
     return 1.0;
-  /* a shrunk replica's rank: as for an even share of K ranks (its
-   * multiplier says the rest, shrink_slow) */
+  /* a shrunk replica's rank, a detector stage of its own (coord_perf.c):
+   * by the layers it holds, as for an even share of K ranks, so that its
+   * own baseline holds across a later move of its layers (its multiplier
+   * says the rest, shrink_slow) */
   if (c->reps[r].shrunk_at)
     return (double)c->nlayers / c->K / (double)cur[k];
   return (double)home[k] / (double)cur[k];

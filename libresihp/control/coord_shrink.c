@@ -158,7 +158,10 @@
  *    slow replica; the
  *    detector's samples of a shrunk replica are scaled as for an even
  *    K-rank share (L / K over its rank's layers now), its multiplier the
- *    detector's factor times shrink_slow (coord_repart.c) [done].
+ *    detector's factor times shrink_slow (coord_repart.c) [done]; each
+ *    of its ranks is a detector stage of its own (its rank k holds none
+ *    of the layers the others' rank k holds: it is nobody's peer), judged
+ *    against its own baseline (resihp__coord_perf_stages) [done].
  * 9. What is said [coordinator's done: the log line, the event, the
  *    summary; resihp-run's and the failure record todo]: resihp-run
  *    "replica R lost rank k (node N): no healthy spare left: it goes on
@@ -456,6 +459,7 @@ static int apply(resihp__coord_t *c, int r, unsigned long long dead,
   p->shrunk_at = c->step + 1;
   p->shrink_slow = slow;
   p->slow = slow;
+  resihp__coord_perf_stages(c, r); /* its ranks: peers of nobody now */
   c->shrinks++;
   char lost[3 * RESIHP__COORD_MAX_SHARDS] = "", to[RESIHP__COORD_LAY_MAX] = "";
   size_t a = 0, b = 0;

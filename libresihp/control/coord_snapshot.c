@@ -880,8 +880,11 @@ int resihp__coord_restore(const resihp__coord_opts_t *o, const char *snap,
       (rc = restore_body(c, at, end, tmp)))
     goto out;
   /* rebuilt, not mirrored (see above) */
-  for (int r = 0; r < c->R; r++)
+  for (int r = 0; r < c->R; r++) {
     c->reps[r].slow = c->reps[r].run_slow = 1.0;
+    resihp__coord_perf_stages(c, r); /* (a shrunk one's: its own) */
+    c->reps[r].healthy_from = c->step; /* (its detector starts anew) */
+  }
   /* a free run that must end: every member is told HOLD when it comes
    * back (coord_protocol.c reattach) */
   c->held = c->phase == P_FREE && resihp__coord_hold_needed(c);

@@ -144,6 +144,12 @@ tests_unit_test_decide_SOURCES = tests/unit/test_decide.c
 tests_unit_test_decide_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_decide_LDADD = $(UNIT_LDADD) -lm
 TESTS += tests/unit/test_decide
+# the detector and the moves of layers fed sample sequences
+check_PROGRAMS += tests/unit/test_repart_samples
+tests_unit_test_repart_samples_SOURCES = tests/unit/test_repart_samples.c
+tests_unit_test_repart_samples_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_repart_samples_LDADD = $(UNIT_LDADD) -lm
+TESTS += tests/unit/test_repart_samples
 
 # The standby's early takeover on the replicas' word (vouch.h): its unit
 # test and the fuzz target of a vouch and of the record it is counted

@@ -403,7 +403,7 @@ static int star_send(resihp_job_t *j, resihp__wire_t *w, const char *line) {
   return rc;
 }
 
-static void report_lost(resihp_job_t *j, int k, int stop);
+static void link_ended(resihp_job_t *j, int k, int stop);
 
 int resihp__job_send_down(resihp_job_t *j, const char *line) {
   for (int k = 0; j->down && k < j->lsize - 1; k++) {
@@ -414,13 +414,7 @@ int resihp__job_send_down(resihp_job_t *j, const char *line) {
                  "replica %d: lost rank %d of this replica", j->replica, k + 1);
       /* (its link may be closed for the relay thread's poll now: the
        * coordinator hears it from here) */
-      pthread_mutex_lock(&j->relay_mu);
-      int lost = j->down_open && j->down_open[k] == 1;
-      if (j->down_open)
-        j->down_open[k] = 0;
-      pthread_mutex_unlock(&j->relay_mu);
-      if (lost)
-        report_lost(j, k + 1, 0);
+      link_ended(j, k, 0);
       return RESIHP_EPEER;
     }
   }
@@ -563,6 +557,27 @@ static void report_lost(resihp_job_t *j, int k, int stop) {
     resihp__job_send(j, line); /* waits out a failover (job_link.c) */
 }
 
+/* Rank k+1's link ended (closed, or a send down it failed): unless it
+ * said BYE or its RESULT first (down_open 2), it is lost and the
+ * coordinator is told, once, whichever thread sees it first; a leader
+ * leaving waits for that telling (resihp__job_relay_settle). */
+static void link_ended(resihp_job_t *j, int k, int stop) {
+  pthread_mutex_lock(&j->relay_mu);
+  int lost = j->down_open && j->down_open[k] == 1;
+  if (j->down_open)
+    j->down_open[k] = 0;
+  j->relay_reporting += lost;
+  pthread_cond_broadcast(&j->relay_cv);
+  pthread_mutex_unlock(&j->relay_mu);
+  if (!lost)
+    return;
+  report_lost(j, k + 1, stop);
+  pthread_mutex_lock(&j->relay_mu);
+  j->relay_reporting--;
+  pthread_cond_broadcast(&j->relay_cv);
+  pthread_mutex_unlock(&j->relay_mu);
+}
+
 static void *relay_main(void *arg) {
   resihp_job_t *j = arg;
   int n = j->lsize - 1;
@@ -597,21 +612,8 @@ static void *relay_main(void *arg) {
       while ((t = resihp__wire_take(&j->down[k], line, RESIHP__JOB_MSG_MAX)) ==
              1)
         relay_line(j, k, line);
-      if (rc || t < 0) {
-        pthread_mutex_lock(&j->relay_mu);
-        int lost = j->down_open[k] == 1;
-        j->down_open[k] = 0;
-        j->relay_reporting += lost;
-        pthread_cond_broadcast(&j->relay_cv);
-        pthread_mutex_unlock(&j->relay_mu);
-        if (lost) {
-          report_lost(j, k + 1, stop);
-          pthread_mutex_lock(&j->relay_mu);
-          j->relay_reporting--;
-          pthread_cond_broadcast(&j->relay_cv);
-          pthread_mutex_unlock(&j->relay_mu);
-        }
-      }
+      if (rc || t < 0)
+        link_ended(j, k, stop);
     }
   }
 out:

@@ -17,7 +17,7 @@ export BUILD_DIR=${ASAN_BUILD_DIR:-$src/build-asan}
 build_tree "$src" --enable-sanitizers >/dev/null || { echo "sanitizers: build failed" >&2; exit 1; }
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-SAN_TESTS=${SAN_TESTS:-test_core test_allreduce test_allreduce_kill test_shrink_race test_allreduce_small test_allreduce_cma test_fixed_fast test_recovery test_freerun test_job_failover test_coord_save test_coord_failover test_coord_slow_reader test_coord_fault_order test_coord_slow_run test_standby test_preauth test_coord_cost test_failslow test_run_secret test_keeper test_catchup_serve test_repart test_repart_samples test_decide test_shrink test_layer_groups test_layer_comms test_job_save test_coord_scale test_record test_detector test_planner test_probe}
+SAN_TESTS=${SAN_TESTS:-test_core test_allreduce test_allreduce_kill test_shrink_race test_allreduce_small test_allreduce_cma test_fixed_fast test_recovery test_freerun test_job_failover test_coord_save test_coord_failover test_coord_slow_reader test_coord_fault_order test_coord_slow_run test_standby test_preauth test_coord_cost test_failslow test_run_secret test_run_slurm test_keeper test_catchup_serve test_repart test_repart_samples test_decide test_shrink test_layer_groups test_layer_comms test_job_save test_coord_scale test_record test_detector test_planner test_probe}
 failed=0
 for t in $SAN_TESTS; do
   make -C "$BUILD_DIR" -j"$(nproc)" "tests/unit/$t" >/dev/null 2>&1 ||

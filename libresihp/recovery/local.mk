@@ -68,7 +68,8 @@ tools_resihp_run_SOURCES = tools/run/run.h tools/run/main.c \
 	tools/run/slurm.h tools/run/secret.c tools/run/secret.h \
 	tools/run/report.c tools/run/jobnote.c tools/run/jobnote.h \
 	tools/run/comment.c tools/run/shrink_pick.c tools/run/shrink_pick.h \
-	tools/run/shrink_rec.c tools/run/shrink_rec.h
+	tools/run/shrink_rec.c tools/run/shrink_rec.h \
+	tools/run/verdict.c tools/run/verdict.h
 tools_resihp_run_LDADD = libresihp/libresihp-internal.la
 # What it reads from scontrol (a standby's takeover rests on it).
 if HAVE_CHECK
@@ -76,7 +77,8 @@ check_PROGRAMS += tests/unit/test_run_slurm
 tests_unit_test_run_slurm_SOURCES = tests/unit/test_run_slurm.c \
 	tools/run/slurm.c tools/run/slurm.h tools/run/jobnote.c tools/run/jobnote.h \
 	tools/run/shrink_pick.c tools/run/shrink_pick.h \
-	tools/run/shrink_rec.c tools/run/shrink_rec.h
+	tools/run/shrink_rec.c tools/run/shrink_rec.h \
+	tools/run/verdict.c tools/run/verdict.h
 tests_unit_test_run_slurm_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_run_slurm_LDADD = $(UNIT_LDADD)
 TESTS += tests/unit/test_run_slurm

@@ -9,6 +9,7 @@
 #include "../../tools/run/jobnote.h"
 #include "../../tools/run/shrink_pick.h"
 #include "../../tools/run/slurm.h"
+#include "../../tools/run/verdict.h"
 #include "suite_main.h"
 
 #include <check.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 START_TEST(node_state) {
@@ -192,6 +194,127 @@ START_TEST(shrink_pick) {
 }
 END_TEST
 
+/* What a verdict query answered: "name=down," per node, in order. */
+static void note_node(const char *name, int down, void *ud) {
+  char *got = ud;
+  size_t l = strlen(got);
+  snprintf(got + l, 4096 - l, "%s=%d,", name, down);
+}
+
+/* Reads until the query in flight has ended (an event the fake scontrol
+ * makes; the bound only keeps a broken test from hanging). */
+static int read_until_ended(resihp__verdict_t *v, char *got) {
+  for (int i = 0; i < 60000; i++) {
+    int rc = resihp__verdict_read(v, note_node, got);
+    if (rc)
+      return rc;
+    usleep(1000);
+  }
+  return 0;
+}
+
+/* Slurm's verdict asked in the background (resihp-run's loop is the
+ * coordinator's): the query does not wait for slurmctld, which here does
+ * not answer until the test lets it (a file appears); then one answer for
+ * every node asked, in one query, down or not, and none for a node
+ * slurmctld does not list. One query at a time. */
+START_TEST(verdict_background) {
+  char dir[] = "/tmp/resihp-scontrol-XXXXXX", path[128], gate[160], args[160];
+  fake_command(dir, "scontrol",
+               "#!/bin/sh\necho \"$*\" > \"${0%/*}/args\"\n"
+               "while [ ! -e \"${0%/*}/gate\" ]; do sleep 0.01; done\n"
+               "echo 'NodeName=n1 Arch=x86_64 State=DOWN* x=1'\n"
+               "echo 'garbage State=DOWN'\n"
+               "echo 'NodeName=n2 State=IDLE x=1'\n"
+               "echo 'NodeName=n4 NextState=DOWN'\n",
+               path, sizeof(path));
+  snprintf(gate, sizeof(gate), "%s/gate", dir);
+  snprintf(args, sizeof(args), "%s/args", dir);
+  resihp__verdict_t v;
+  resihp__verdict_init(&v);
+  char got[4096] = "";
+  const char *names[] = {"n1", "n2", "n3", "n4"};
+  ck_assert_int_eq(resihp__verdict_ask(&v, names, 4), 0);
+  ck_assert_int_eq(resihp__verdict_ask(&v, names, 4), 1); /* in flight */
+  /* slurmctld has not answered: nothing blocks, nothing is said */
+  ck_assert_int_eq(resihp__verdict_read(&v, note_node, got), 0);
+  ck_assert_str_eq(got, "");
+  FILE *f = fopen(gate, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  ck_assert_int_eq(read_until_ended(&v, got), 1);
+  ck_assert_str_eq(got, "n1=1,n2=0,");
+  f = fopen(args, "r");
+  char line[256] = "";
+  ck_assert_ptr_nonnull(f);
+  ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+  fclose(f);
+  ck_assert_str_eq(line, "show node n1,n2,n3,n4 -o\n");
+  /* ended: the next one may start (the caller reaps the last) */
+  pid_t pid = v.pid;
+  ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+  resihp__verdict_reaped(&v, pid);
+  ck_assert_int_eq(v.pid, 0);
+  ck_assert_int_eq(resihp__verdict_ask(&v, names, 1), 0);
+  got[0] = '\0';
+  ck_assert_int_eq(read_until_ended(&v, got), 1);
+  ck_assert_str_eq(got, "n1=1,n2=0,"); /* (the fake says the same) */
+  resihp__verdict_finish(&v);          /* reaps it */
+  ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+  unlink(gate);
+  unlink(args);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
+/* A slurmctld that never answers: the query ends at its bound with no
+ * verdict; one that is stopped at the end goes at once. A
+ * list longer than one query carries is cut at a whole name. */
+START_TEST(verdict_bounded) {
+  char dir[] = "/tmp/resihp-scontrol-XXXXXX", path[128], args[160];
+  fake_command(dir, "scontrol",
+               "#!/bin/sh\necho \"$3\" > \"${0%/*}/args\"\n"
+               "exec sleep 1000\n",
+               path, sizeof(path));
+  snprintf(args, sizeof(args), "%s/args", dir);
+  resihp__verdict_t v;
+  resihp__verdict_init(&v);
+  char got[4096] = "";
+  enum { N = 2000 }; /* 56 KB of names */
+  static char name[N][64];
+  const char *names[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(name[i], sizeof(name[i]), "node-with-a-long-name-%05d", i);
+    names[i] = name[i];
+  }
+  ck_assert_int_eq(resihp__verdict_ask(&v, names, N), 0);
+  ck_assert_int_eq(read_until_ended(&v, got), 1); /* timeout's 5 s */
+  ck_assert_str_eq(got, "");
+  FILE *f = fopen(args, "r");
+  ck_assert_ptr_nonnull(f);
+  static char list[RESIHP__VERDICT_LIST_MAX + 2];
+  ck_assert_ptr_nonnull(fgets(list, sizeof(list), f));
+  fclose(f);
+  list[strcspn(list, "\n")] = '\0';
+  ck_assert_uint_lt(strlen(list), RESIHP__VERDICT_LIST_MAX);
+  ck_assert_uint_gt(strlen(list), RESIHP__VERDICT_LIST_MAX - 64);
+  ck_assert(!strncmp(list, "node-with-a-long-name-00000,", 28));
+  const char *last = strrchr(list, ',') + 1;
+  ck_assert_uint_eq(strlen(last), strlen(name[0])); /* a whole name */
+  resihp__verdict_finish(&v);
+  /* a query stopped while it waits */
+  ck_assert_int_eq(resihp__verdict_ask(&v, names, 1), 0);
+  ck_assert_int_eq(resihp__verdict_read(&v, note_node, got), 0);
+  resihp__verdict_finish(&v);
+  ck_assert_int_eq(v.fd, -1);
+  ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1); /* nothing left */
+  unlink(args);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("run_slurm");
   TCase *tc = tcase_create("scontrol");
@@ -202,7 +325,10 @@ static Suite *suite(void) {
   tcase_add_test(tc, jobnote);
   tcase_add_test(tc, shrink_pick);
   tcase_add_test(tc, node_down);
-  tcase_set_timeout(tc, 30); /* (node_down waits out the 5 s bound once) */
+  tcase_add_test(tc, verdict_background);
+  tcase_add_test(tc, verdict_bounded);
+  /* (node_down and verdict_bounded wait out the 5 s bound once each) */
+  tcase_set_timeout(tc, 30);
   suite_add_tcase(s, tc);
   return s;
 }

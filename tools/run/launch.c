@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -162,11 +163,11 @@ static int start_step(int r, const int *idx, int nn, int initial,
  * (coord_shrink.c 11). A node killed from outside is DOWN for Slurm only
  * after about SlurmdTimeout (twice, for the ping that notices it): while
  * none of them is known dead yet and the replica could shrink, resihp-run
- * asks again every second for that long (the others train on
- * meanwhile). A rank killed on a node that lives on is known from its
- * leader (FAULT kind=lost: p->sh.lost): its node is taken for dead at once,
- * nothing is waited for. 0 when launched so, 1 while waiting, -1 when it
- * does not shrink. */
+ * waits that long, asking every second in the background (verdict_tick;
+ * the others train on meanwhile). A rank killed on a node that lives on is
+ * known from its leader (FAULT kind=lost: p->sh.lost): its node is taken for
+ * dead at once, nothing is waited for. 0 when launched so, 1 while waiting, -1
+ * when it does not shrink. */
 static int shrink_in_place(int r) {
   replica_t *p = &g.reps[r];
   int rpn = g.ranks / g.K, down[64] = {0}, idx[64], n = 0, nn = p->sh.nwas;
@@ -178,19 +179,16 @@ static int shrink_in_place(int r) {
   for (int i = 0; i < nn; i++) {
     down[i] = p->sh.killed == p->sh.was[i] + 1 ||
               (rpn * i < 64 && (p->sh.lost >> (rpn * i) & mine)) ||
-              resihp__slurm_node_down(g.nodes[p->sh.was[i]].name);
+              g.nodes[p->sh.was[i]].slurm_down;
     if (!down[i])
       idx[n++] = p->sh.was[i];
   }
   int64_t now = resihp__now_ms();
   if (n == nn && !resihp__coord_shrink_able(g.coord, r)) {
     if (!p->sh.wait) {
-      /* read once, when first needed: without a standby it was never
-       * read, and the wait was 10 s whatever the cluster's timeout */
-      if (!g.slurmd_timeout_s)
-        g.slurmd_timeout_s = resihp__slurm_slurmd_timeout_s();
       int s = 2 * g.slurmd_timeout_s + 10;
       p->sh.wait = now + 1000LL * s;
+      g.verdict_next = 0; /* asked at once */
       say("replica %d: no healthy spare; waiting up to %d s for Slurm to "
           "say which of its nodes died (it could shrink onto the others)",
           r, s);
@@ -521,10 +519,66 @@ static void ended(pid_t pid, int st) {
 void reap(void) {
   int st;
   pid_t pid;
-  while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+  while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+    resihp__verdict_reaped(&g.verdict, pid);
     ended(pid, st);
+  }
   while (g.keeper && resihp__keeper_orphan(g.keeper, &pid, &st))
     ended(pid, st);
+}
+
+/* slurmctld's answer about node name: kept for the shrinks that wait for
+ * it (shrink_in_place), which act on a DOWN at once. */
+static void on_verdict(const char *name, int down, void *ud) {
+  (void)ud;
+  for (int r = 0; r < g.R; r++) {
+    replica_t *p = &g.reps[r];
+    for (int i = 0; p->sh.wait && i < p->sh.nwas; i++) {
+      node_t *x = &g.nodes[p->sh.was[i]];
+      if (strcmp(x->name, name))
+        continue;
+      x->slurm_down = down;
+      if (down)
+        p->sh.poll = 0;
+    }
+  }
+}
+
+/* The replicas waiting for Slurm's verdict on their nodes: the last
+ * query's answer, and the next query once a second, about all their nodes
+ * not known DOWN yet, in the background (verdict.h). */
+void verdict_tick(void) {
+  resihp__verdict_read(&g.verdict, on_verdict, NULL);
+  int64_t now = resihp__now_ms();
+  if (g.verdict.fd >= 0 || now < g.verdict_next)
+    return;
+  const char **names = NULL;
+  size_t n = 0, cap = 0;
+  for (int k = 0; k < g.R; k++) {
+    replica_t *p = &g.reps[(g.verdict_from + k) % g.R];
+    for (int i = 0; p->sh.wait && i < p->sh.nwas; i++) {
+      node_t *x = &g.nodes[p->sh.was[i]];
+      if (x->slurm_down)
+        continue;
+      if (n == cap) {
+        size_t c2 = cap ? 2 * cap : 64;
+        const char **m = realloc(names, c2 * sizeof(*names));
+        if (!m)
+          break; /* (asked about those it has) */
+        names = m;
+        cap = c2;
+      }
+      names[n++] = x->name;
+    }
+  }
+  if (n) {
+    g.verdict_from = (g.verdict_from + 1) % g.R;
+    g.verdict_next = now + 1000;
+    if (resihp__verdict_ask(&g.verdict, names, (int)n) < 0)
+      say("cannot ask slurmctld about nodes (%s): asking again in a second",
+          strerror(errno));
+  }
+  free(names);
 }
 
 /* Replica r's rank joined: where its process is, so that an operator can

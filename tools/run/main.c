@@ -672,10 +672,12 @@ int main(int argc, char **argv) {
         strerror(errno));
     g.standby_on = 0;
   }
-  if (g.standby_on) {
+  if (g.standby_on)
     snprintf(g.feed_ep, sizeof(g.feed_ep), "%s:%d", host, g.feed_lis.port);
-    g.slurmd_timeout_s = resihp__slurm_slurmd_timeout_s();
-  }
+  /* It bounds a standby's wait and a shrink's wait for Slurm's verdict:
+   * asked now, not in the loop, which is the coordinator's too */
+  g.slurmd_timeout_s = resihp__slurm_slurmd_timeout_s();
+  resihp__verdict_init(&g.verdict);
   static char sout[4200];
   char cwd[4096];
   if (!g.standby_out) /* the same in the primary and in its standby */

@@ -172,6 +172,7 @@ static void end_helpers(resihp__keeper_t *kp) {
   for (size_t k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
     if (helpers[k])
       kill(helpers[k], SIGKILL);
+  resihp__verdict_finish(&g.verdict); /* (a question nobody waits for) */
   /* SIGTERM: timeout(1) passes it on to its srun, SIGKILL would orphan it */
   for (int i = 0; i < g.nnodes; i++)
     if (g.nodes[i].check > 0)
@@ -407,6 +408,7 @@ int primary_main(void *ud, const char *snap, size_t snaplen,
       resihp__coord_stop(g.coord);
     }
     reap();
+    verdict_tick();
     tick();
     open_gates();
     update_coords();

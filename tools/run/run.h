@@ -15,6 +15,7 @@
 #include "../../libresihp/transport/mesh.h"
 #include "cmd.h"
 #include "shrink_rec.h"
+#include "verdict.h"
 
 #include <signal.h>
 #include <stdint.h>
@@ -56,6 +57,7 @@ typedef struct {
   int gate; /* the check's gate until recorded (gate.h), else -1 */
   int suspect; /* said so: its burn-in was slow or failed (events.c) */
   long suspect_regs; /* its registrations when last said suspect */
+  int slurm_down; /* slurmctld's last answer about it said DOWN (verdict.h) */
 } node_t;
 
 /* replica_t.why of a replica that failed when no healthy spare was left */
@@ -222,6 +224,12 @@ struct run {
   int argc0;
   char **argv0;
   int slurmd_timeout_s;
+  /* Slurm's verdict on the nodes of replicas waiting to shrink: the query
+   * in flight, the next one not before verdict_next, and the replica its
+   * node list starts from (a list that does not fit in one query) */
+  resihp__verdict_t verdict;
+  int64_t verdict_next;
+  int verdict_from;
   int64_t clock_delta; /* the old primary's host's clock to ours (ms) */
 };
 extern struct run g;
@@ -249,6 +257,7 @@ void release_nodes(int r, int how);
 const char *step_name(int r);
 void cancel_step(long jobid, long stepid, const char *name);
 void reap(void);
+void verdict_tick(void);
 void tick(void);
 
 /* spares.c */

@@ -120,7 +120,8 @@ static void on_config_line(const char *line, void *ud) {
 }
 
 int resihp__slurm_slurmd_timeout_s(void) {
-  char *argv[] = {"scontrol", "show", "config", NULL};
+  char *argv[] = {"timeout",  "-k",   "1",      "10",
+                  "scontrol", "show", "config", NULL};
   int v = -1;
   resihp__slurm_run(argv, 1, on_config_line, &v);
   return v >= 0 ? v : 300;

@@ -38,7 +38,8 @@ int resihp__slurm_parse_timeout(const char *line);
  * slurmctld's view: 1 yes, 0 no or no answer (within 30 s). The step ids
  * a rank or a standby claims are their word; the name is the launcher's. */
 int resihp__slurm_step_named(const char *id, const char *name);
-/* SlurmdTimeout in seconds (300, Slurm's default, when unknown). */
+/* SlurmdTimeout in seconds (300, Slurm's default, when unknown or not
+ * answered within 10 s). */
 int resihp__slurm_slurmd_timeout_s(void);
 
 #endif

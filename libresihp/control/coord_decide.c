@@ -36,9 +36,8 @@
  * --swap-cost is given): the fixed default (180 s) stood for a slow
  * cluster's launch and kept a swap that takes 1 s here from being chosen.
  * The sums, counts and decisions are in the state record (coord_snapshot.c:
- * "w"), so a standby that takes over goes on from them; a switch being
- * timed at the takeover is not measured, and the launches are not kept
- * (a standby prices a swap at the default until one is measured).
+ * "w"), and so are the launches ("wl"), so a standby that takes over goes
+ * on from them; a switch being timed at the takeover is not measured.
  *
  * After the fact, the chosen action's gain is measured once eight steps
  * ran after it settled (a move: its own step; a swap: the replacement's

@@ -22,7 +22,8 @@
  * the last START ("cp", parsed as a START's) and the owners a free run by
  * cost reported that are not in the ledger yet ("ow"), the switch costs
  * measured and the decisions taken for slow replicas ("w",
- * coord_decide.c; a switch being timed then is not). What is not, and
+ * coord_decide.c; a switch being timed then is not) and the launches timed
+ * that price a swap until one is measured ("wl"). What is not, and
  * is rebuilt: connections and handshakes (every member must reconnect,
  * HELLO ... again=1, within silence_ms of the restore or is failed like a
  * silent replica); the fail-slow detector's history (each rank's detector
@@ -224,6 +225,12 @@ int resihp__coord_snapshot(resihp__coord_t *c, resihp__wire_buf_t *b) {
           c->cost_n[k], c->decisions[k]);
     resihp__wire_buf_printf(b, "\n");
   }
+  /* the launches timed (ms summed, how many) that price a swap until one
+   * is measured: a standby that takes over prices it so too */
+  if (c->launch_n > 0)
+    resihp__wire_buf_printf(b, "wl %lld %ld\n",
+                            (long long)llround(c->launch_sum * 1000),
+                            c->launch_n);
   /* the coordinator's term (vouch.h): a standby's takeover is term+1 */
   if (c->term)
     resihp__wire_buf_printf(b, "t %" PRIu32 "\n", c->term);
@@ -720,6 +727,12 @@ static int restore_body(resihp__coord_t *c, char *at, char *end, int *tmp) {
         c->decisions[k] = (long)num(&u, 0, LONG_MAX);
       }
       if (*u.p)
+        return RESIHP_EPROTO;
+    } else if (tag(line, "wl", &u)) {
+      /* (as "w": a million launches of a week each, in ms) */
+      c->launch_sum = (double)num(&u, 0, 604800000LL * 1000000) / 1000.0;
+      c->launch_n = (long)num(&u, 1, 1000000);
+      if (*u.p || u.err)
         return RESIHP_EPROTO;
     } else if (tag(line, "t", &u)) {
       c->term = (uint32_t)num(&u, 1, UINT32_MAX - 1);

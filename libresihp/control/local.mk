@@ -24,7 +24,7 @@ EXTRA_DIST += tests/fuzz/corpus-snapshot/setup tests/fuzz/corpus-snapshot/run \
 	tests/fuzz/corpus-snapshot/spares tests/fuzz/corpus-snapshot/cut \
 	tests/fuzz/corpus-snapshot/freerun-cost tests/fuzz/corpus-snapshot/layers \
 	tests/fuzz/corpus-snapshot/repart tests/fuzz/corpus-snapshot/decide \
-	tests/fuzz/corpus-snapshot/shrunk
+	tests/fuzz/corpus-snapshot/shrunk tests/fuzz/corpus-snapshot/launches
 
 # Fuzz target of the cost plan of a free run by cost (costplan.c).
 check_PROGRAMS += tests/fuzz/fuzz_costplan

@@ -206,10 +206,11 @@ void resihp__coord_put_lparts(const resihp__coord_t *c, resihp__wire_buf_t *b) {
 }
 
 /* (snapshot) "y r lay=L:cuts[ lst=1][ shape=D][ home=cuts][ shrunk=...]
- * [ shrink=...]" lines: every replica's committed partition, the state
- * shape of its holders once one began, the partition its program
- * declared when the coordinator moved its layers away from it
- * (coord_repart.c), and its shrink (coord_shrink.c) */
+ * [ shrink=...][ lostnow=bits]" lines: every replica's committed
+ * partition, the state shape of its holders once one began, the partition
+ * its program declared when the coordinator moved its layers away from it
+ * (coord_repart.c), and its shrink and the ranks its leader said it lost
+ * (coord_shrink.c) */
 void resihp__coord_put_layers(const resihp__coord_t *c, resihp__wire_buf_t *b) {
   for (int r = 0; r < c->R && !b->err; r++) {
     const rep_t *p = &c->reps[r];
@@ -258,8 +259,10 @@ int resihp__coord_restore_layers(resihp__coord_t *c, int r, const char *s) {
     at += 6 + m;
     at = *at ? at : NULL;
   }
-  /* then the shrink's " shrunk=..." and " shrink=...", the rest of it */
-  if (at && strncmp(at, " shrunk=", 8) && strncmp(at, " shrink=", 8))
+  /* then the shrink's " shrunk=...", " shrink=..." and " lostnow=...", the
+   * rest of it */
+  if (at && strncmp(at, " shrunk=", 8) && strncmp(at, " shrink=", 8) &&
+      strncmp(at, " lostnow=", 9))
     return RESIHP_EPROTO;
   if (shape[0] && !resihp__wire_token_ok(shape, sizeof(shape)))
     return RESIHP_EPROTO;

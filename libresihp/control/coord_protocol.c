@@ -443,6 +443,7 @@ static void on_fault_report(resihp__coord_t *c, int k, int r,
       return;
     }
     p->lost_now |= 1ULL << lk;
+    resihp__coord_dirty(c); /* (in the state record: coord_shrink.c) */
     logc(RESIHP_LOG_WARN, "replica %d: its leader lost rank %ld", r, lk);
     if (!p->finished && c->phase != P_END && p->state == R_JOINING) {
       char why[48];

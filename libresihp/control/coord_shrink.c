@@ -553,10 +553,15 @@ void resihp__coord_put_shrink_state(const resihp__coord_t *c, int r,
     resihp__wire_buf_printf(b, " shrink=next:%llu", c->shrink_next_dead);
   else if (c->shrunk_r == r)
     resihp__wire_buf_printf(b, " shrink=now:%llu", c->shrunk_dead);
+  /* the ranks its leader said it lost, for the launcher's shrink: a
+   * standby that takes over before the replica's failure is seen keeps
+   * them, or it would wait for Slurm's verdict on a node that lives */
+  if (p->lost_now)
+    resihp__wire_buf_printf(b, " lostnow=%llu", p->lost_now);
 }
 
-/* A decimal unsigned 64-bit number at *s, up to `end` (one of its bytes
- * or '\0'): 0 and *s past it, or -1. */
+/* A decimal unsigned 64-bit number at *s, up to `end` (one of its bytes,
+ * or ' ' and '\0' both when end is ' '): 0 and *s past it, or -1. */
 static int u64_at(const char **s, char end, unsigned long long *v) {
   const char *q = *s;
   if (*q < '0' || *q > '9')
@@ -564,7 +569,7 @@ static int u64_at(const char **s, char end, unsigned long long *v) {
   errno = 0;
   char *e;
   *v = strtoull(q, &e, 10);
-  if (errno || *e != end)
+  if (errno || (*e != end && !(end == ' ' && !*e)))
     return -1;
   *s = e;
   return 0;
@@ -609,7 +614,7 @@ int resihp__coord_shrink_restore(resihp__coord_t *c, int r, const char *s) {
     s += next ? 5 : 4;
     /* (one shrink at a time, of a member: the snapshot lists the
      * members before the partitions) */
-    if (u64_at(&s, '\0', &dead) || !ranks_ok(c, dead) ||
+    if (u64_at(&s, ' ', &dead) || !ranks_ok(c, dead) ||
         (!next && !p->shrunk_at) || c->shrink_next || c->shrunk_r >= 0 ||
         !resihp__coord_is_member(c, r))
       return RESIHP_EPROTO;
@@ -620,6 +625,13 @@ int resihp__coord_shrink_restore(resihp__coord_t *c, int r, const char *s) {
       c->shrunk_r = r;
       c->shrunk_dead = dead;
     }
+  }
+  if (!strncmp(s, " lostnow=", 9)) {
+    s += 9;
+    unsigned long long bits;
+    if (u64_at(&s, ' ', &bits) || !ranks_ok(c, bits) || (bits & 1))
+      return RESIHP_EPROTO; /* (ranks 1..k-1: a leader cannot lose itself) */
+    p->lost_now = bits;
   }
   return *s ? RESIHP_EPROTO : 0;
 }

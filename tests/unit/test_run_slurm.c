@@ -2,8 +2,9 @@
 /* What resihp-run reads from scontrol (tools/run/slurm.h): a node's
  * State= (DOWN in any form is down; a field that only ends in "State=",
  * or none, is not a verdict), SlurmdTimeout from the configuration, and
- * whether squeue's state of a job says that it may still run; and which
- * ranks of a replica died with which of its nodes (shrink_pick.h). */
+ * whether squeue's state of a job says that it may still run; nodes'
+ * states asked in the background (verdict.h); and which ranks of a
+ * replica died with which of its nodes (shrink_pick.h). */
 #include "config.h"
 
 #include "../../tools/run/jobnote.h"
@@ -101,24 +102,6 @@ START_TEST(step_named) {
   ck_assert_int_eq(resihp__slurm_step_named("7.1", "resihp-replica-0"), 0);
   ck_assert_int_eq(resihp__slurm_step_named("7.2", "resihp-replica-1"), 0);
   ck_assert_int_eq(resihp__slurm_step_named("7.1", "resihp-replica-"), 0);
-  unlink(path);
-  rmdir(dir);
-}
-END_TEST
-
-/* A node's state as slurmctld says it (a fake scontrol in PATH: n1 DOWN,
- * n2 up, n3 never answers): a silent slurmctld is no verdict, and is not
- * waited for past the bound. */
-START_TEST(node_down) {
-  char dir[] = "/tmp/resihp-scontrol-XXXXXX", path[128];
-  fake_command(dir, "scontrol",
-               "#!/bin/sh\ncase $3 in\nn1) echo 'NodeName=n1 State=DOWN* x=1';;\n"
-               "n2) echo 'NodeName=n2 State=IDLE x=1';;\n*) exec sleep 1000;;\n"
-               "esac\n",
-               path, sizeof(path));
-  ck_assert_int_eq(resihp__slurm_node_down("n1"), 1);
-  ck_assert_int_eq(resihp__slurm_node_down("n2"), 0);
-  ck_assert_int_eq(resihp__slurm_node_down("n3"), 0);
   unlink(path);
   rmdir(dir);
 }
@@ -324,10 +307,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, step_named);
   tcase_add_test(tc, jobnote);
   tcase_add_test(tc, shrink_pick);
-  tcase_add_test(tc, node_down);
   tcase_add_test(tc, verdict_background);
   tcase_add_test(tc, verdict_bounded);
-  /* (node_down and verdict_bounded wait out the 5 s bound once each) */
+  /* (verdict_bounded waits out the 5 s bound once) */
   tcase_set_timeout(tc, 30);
   suite_add_tcase(s, tc);
   return s;

@@ -68,20 +68,6 @@ int resihp__slurm_state_down(const char *line) {
   return n >= 4 && !strncmp(s, "DOWN", 4) ? 1 : 0;
 }
 
-static void on_node_line(const char *line, void *ud) {
-  if (resihp__slurm_state_down(line) == 1)
-    *(int *)ud = 1;
-}
-
-int resihp__slurm_node_down(const char *node) {
-  /* bounded: a slurmctld that does not answer is no verdict (a shrink in
-   * place asks every second from resihp-run's loop) */
-  char *argv[] = {"timeout", "-k", "1",  "5",  "scontrol",
-                  "show",    "node", (char *)node, "-o", NULL};
-  int down = 0;
-  return !resihp__slurm_run(argv, 1, on_node_line, &down) && down;
-}
-
 int resihp__slurm_state_active(const char *line) {
   static const char *const over[] = {
       "COMPLETED", "CANCELLED",     "FAILED",   "TIMEOUT",   "NODE_FAIL",

@@ -21,9 +21,6 @@ int resihp__slurm_run(char *const argv[], int quiet,
  * (DOWN, DOWN*, DOWN+DRAIN...), 0 when it says anything else, -1 when it
  * has no State= field. */
 int resihp__slurm_state_down(const char *line);
-/* Ask slurmctld about node: 1 when it is DOWN, else 0 (up, or no answer
- * within 5 s: not a verdict). */
-int resihp__slurm_node_down(const char *node);
 /* One `squeue -h -j JOB -o %T` line: 1 for the state of a job that may
  * still run (PENDING, RUNNING, SUSPENDED, COMPLETING...), 0 for a state
  * that ends it (COMPLETED, CANCELLED, FAILED, TIMEOUT, NODE_FAIL, ...). */

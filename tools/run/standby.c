@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/wait.h>
 
 /* The coordinator's addresses the ranks get (at launch, and COORDS to
  * those running): ours, then the standby's once it follows the feed. */
@@ -187,6 +188,35 @@ void fail_lost_replicas(void) {
   }
 }
 
+/* slurmctld's answer about the primary's node (primary_down) */
+static void on_primary_verdict(const char *name, int down, void *ud) {
+  if (!strcmp(name, g.primary_node))
+    *(int *)ud = down;
+}
+
+/* Whether Slurm said the primary's node is DOWN: asked in the background
+ * at most once a second (verdict.h), so that a slurmctld slow to answer
+ * does not hold the replicas' vouches (a takeover by them is not Slurm's
+ * to wait for). The standby reaps its query itself: no launcher loop runs
+ * yet. */
+static int primary_down(void) {
+  static int down;
+  if (resihp__verdict_read(&g.verdict, on_primary_verdict, &down) &&
+      g.verdict.pid > 0) {
+    pid_t p = g.verdict.pid; /* (its output ended: it has exited) */
+    while (waitpid(p, NULL, 0) < 0 && errno == EINTR)
+      ;
+    resihp__verdict_reaped(&g.verdict, p);
+  }
+  int64_t now = resihp__now_ms();
+  if (g.verdict.fd < 0 && now >= g.verdict_next) {
+    const char *name = g.primary_node;
+    g.verdict_next = now + 1000;
+    resihp__verdict_ask(&g.verdict, &name, 1);
+  }
+  return down;
+}
+
 struct follow_ud {
   char **rec;
   size_t *len;
@@ -254,7 +284,7 @@ int standby_follow(const uint8_t *secret, size_t slen, char **rec,
     }
     if (u.heard || !lost)
       lost = now; /* the feed is lost from now (it spoke in this call) */
-    if (resihp__slurm_node_down(g.primary_node)) {
+    if (primary_down()) {
       if (*rec) {
         ret = 1;
         break;
@@ -270,12 +300,20 @@ int standby_follow(const uint8_t *secret, size_t slen, char **rec,
       say("the primary's feed at %s: %s; its node %s is up: following again",
           g.standby_of, resihp_strerror(rc), g.primary_node);
     }
-    /* half a second for the replicas' word before the next try */
+    /* half a second for the replicas' word (and Slurm's) before the next
+     * try */
     int64_t until = resihp__now_ms() + 500;
-    while (!got_signal && *rec && resihp__now_ms() < until &&
-           !(g.vouched = vouching_ready(lost, &g.vouch_count,
-                                        &g.vouch_members)))
-      vouching_step((int)(until - resihp__now_ms()), *rec, *len);
+    while (
+        !got_signal && *rec && resihp__now_ms() < until &&
+        !(g.vouched = vouching_ready(lost, &g.vouch_count, &g.vouch_members)) &&
+        !primary_down())
+      vouching_step(
+          (int)(until - resihp__now_ms() < 50 ? until - resihp__now_ms() : 50),
+          *rec, *len);
+    if (!g.vouched && *rec && primary_down()) {
+      ret = 1; /* (said by the caller, as at the top) */
+      break;
+    }
     if (g.vouched) {
       say("%d of the %d members lost the primary on %s and vouched for a "
           "takeover, and its lease ran out (%lld ms since the feed's loss): "
@@ -288,6 +326,8 @@ int standby_follow(const uint8_t *secret, size_t slen, char **rec,
     if (!*rec)
       usleep(500000);
   }
+  /* (a query in flight is not the primary's to reap: the keeper's child) */
+  resihp__verdict_finish(&g.verdict);
   vouching_end();
   return ret;
 }

@@ -476,26 +476,38 @@ static const char record_text[] =
     "w 0 0 0 499000 1 1 0 0 0\n"
     "end\n";
 
-START_TEST(record_keeps_costs) {
+/* A coordinator restored from a record of this job (swap_cost_s: its
+ * --swap-cost): resihp__coord_restore's answer, *d set when 0. */
+static int restore_text(const char *text, double swap_cost_s,
+                        resihp__coord_t **d) {
   resihp__coord_opts_t o = {.replicas = R,
                             .bind_host = "127.0.0.1",
                             .secret = (const uint8_t *)key,
                             .secret_len = sizeof(key) - 1,
-                            .silence_ms = 60000};
+                            .silence_ms = 60000,
+                            .swap_cost_s = swap_cost_s};
+  return resihp__coord_restore(&o, text, strlen(text), -1, d);
+}
+
+/* d's own record has the line want (with its newlines). */
+static void record_has(resihp__coord_t *d, const char *want) {
+  resihp__wire_buf_t b;
+  resihp__wire_buf_init(&b);
+  ck_assert_int_eq(resihp__coord_snapshot(d, &b), 0);
+  ck_assert_msg(strstr(b.s, want), "%s", b.s);
+  resihp__wire_buf_free(&b);
+}
+
+START_TEST(record_keeps_costs) {
   resihp__coord_t *d;
-  ck_assert_int_eq(
-      resihp__coord_restore(&o, record_text, strlen(record_text), -1, &d), 0);
+  ck_assert_int_eq(restore_text(record_text, 0, &d), 0);
   int m;
   double got = resihp__coord_switch_cost(d, RESIHP__DECIDE_REPART, &m);
   ck_assert(m);
   ck_assert_msg(fabs(got - 499) < 1e-9, "%g", got);
   ck_assert(resihp__coord_switch_cost(d, RESIHP__DECIDE_SWAP, &m) == 0 && !m);
   ck_assert_int_eq(d->decisions[RESIHP__DECIDE_REPART], 1);
-  resihp__wire_buf_t b;
-  resihp__wire_buf_init(&b);
-  ck_assert_int_eq(resihp__coord_snapshot(d, &b), 0);
-  ck_assert_msg(strstr(b.s, "\nw 0 0 0 499000 1 1 0 0 0\n"), "%s", b.s);
-  resihp__wire_buf_free(&b);
+  record_has(d, "\nw 0 0 0 499000 1 1 0 0 0\n");
   resihp__coord_destroy(d);
 }
 END_TEST
@@ -504,38 +516,26 @@ END_TEST
  * too ("wl": 2 launches, 1.5 s in all): a standby that takes over prices
  * a swap at 0.75 s, not at the default, and records them again. */
 START_TEST(record_keeps_launches) {
-  resihp__coord_opts_t o = {.replicas = R,
-                            .bind_host = "127.0.0.1",
-                            .secret = (const uint8_t *)key,
-                            .secret_len = sizeof(key) - 1,
-                            .silence_ms = 60000,
-                            .swap_cost_s = 180};
   size_t n = strlen(record_text) - strlen("end\n");
   char text[sizeof(record_text) + 64];
   snprintf(text, sizeof(text), "%.*swl 1500 2\nend\n", (int)n, record_text);
   resihp__coord_t *d;
-  ck_assert_int_eq(resihp__coord_restore(&o, text, strlen(text), -1, &d), 0);
+  ck_assert_int_eq(restore_text(text, 180, &d), 0);
   int m;
   double got = resihp__coord_switch_cost(d, RESIHP__DECIDE_SWAP, &m);
   ck_assert_int_eq(m, 2); /* (launches) */
   ck_assert_msg(fabs(got - 0.75) < 1e-9, "%g", got);
-  resihp__wire_buf_t b;
-  resihp__wire_buf_init(&b);
-  ck_assert_int_eq(resihp__coord_snapshot(d, &b), 0);
-  ck_assert_msg(strstr(b.s, "\nwl 1500 2\n"), "%s", b.s);
-  resihp__wire_buf_free(&b);
+  record_has(d, "\nwl 1500 2\n");
   resihp__coord_destroy(d);
   /* a count of none, or one that is not a number, is no record */
   const char *bad[] = {"wl 1500 0\n", "wl 1500\n", "wl x 2\n", "wl 1500 2 3\n",
                        "wl -1 2\n"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     snprintf(text, sizeof(text), "%.*s%send\n", (int)n, record_text, bad[i]);
-    ck_assert_msg(resihp__coord_restore(&o, text, strlen(text), -1, &d) != 0,
-                  "'%s' taken", bad[i]);
+    ck_assert_msg(restore_text(text, 180, &d) != 0, "'%s' taken", bad[i]);
   }
   /* without it (an older record), the default again */
-  ck_assert_int_eq(
-      resihp__coord_restore(&o, record_text, strlen(record_text), -1, &d), 0);
+  ck_assert_int_eq(restore_text(record_text, 180, &d), 0);
   got = resihp__coord_switch_cost(d, RESIHP__DECIDE_SWAP, &m);
   ck_assert_int_eq(m, 0);
   ck_assert_msg(fabs(got - 180) < 1e-9, "%g", got);

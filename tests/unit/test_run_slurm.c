@@ -7,6 +7,7 @@
  * replica died with which of its nodes (shrink_pick.h). */
 #include "config.h"
 
+#include "../../libresihp/transport/mesh.h"
 #include "../../tools/run/jobnote.h"
 #include "../../tools/run/shrink_pick.h"
 #include "../../tools/run/slurm.h"
@@ -200,7 +201,8 @@ static int read_until_ended(resihp__verdict_t *v, char *got) {
  * coordinator's): the query does not wait for slurmctld, which here does
  * not answer until the test lets it (a file appears); then one answer for
  * every node asked, in one query, down or not, and none for a node
- * slurmctld does not list. One query at a time. */
+ * slurmctld does not list. One query at a time, and at most one a second
+ * unless asked to ask soon. */
 START_TEST(verdict_background) {
   char dir[] = "/tmp/resihp-scontrol-XXXXXX", path[128], gate[160], args[160];
   fake_command(dir, "scontrol",
@@ -217,6 +219,7 @@ START_TEST(verdict_background) {
   resihp__verdict_init(&v);
   char got[4096] = "";
   const char *names[] = {"n1", "n2", "n3", "n4"};
+  int64_t t0 = resihp__now_ms();
   ck_assert_int_eq(resihp__verdict_ask(&v, names, 4), 0);
   ck_assert_int_eq(resihp__verdict_ask(&v, names, 4), 1); /* in flight */
   /* slurmctld has not answered: nothing blocks, nothing is said */
@@ -238,6 +241,11 @@ START_TEST(verdict_background) {
   ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
   resihp__verdict_reaped(&v, pid);
   ck_assert_int_eq(v.pid, 0);
+  /* the next not before a second after the last began, unless a new
+   * wait asks at once */
+  ck_assert_int_ge(v.next_ms, t0 + RESIHP__VERDICT_PERIOD_MS);
+  resihp__verdict_soon(&v);
+  ck_assert(resihp__verdict_due(&v));
   ck_assert_int_eq(resihp__verdict_ask(&v, names, 1), 0);
   got[0] = '\0';
   ck_assert_int_eq(read_until_ended(&v, got), 1);

@@ -188,7 +188,7 @@ static int shrink_in_place(int r) {
     if (!p->sh.wait) {
       int s = 2 * g.slurmd_timeout_s + 10;
       p->sh.wait = now + 1000LL * s;
-      g.verdict_next = 0; /* asked at once */
+      resihp__verdict_soon(&g.verdict); /* asked at once */
       say("replica %d: no healthy spare; waiting up to %d s for Slurm to "
           "say which of its nodes died (it could shrink onto the others)",
           r, s);
@@ -549,8 +549,7 @@ static void on_verdict(const char *name, int down, void *ud) {
  * not known DOWN yet, in the background (verdict.h). */
 void verdict_tick(void) {
   resihp__verdict_read(&g.verdict, on_verdict, NULL);
-  int64_t now = resihp__now_ms();
-  if (g.verdict.fd >= 0 || now < g.verdict_next)
+  if (!resihp__verdict_due(&g.verdict))
     return;
   const char **names = NULL;
   size_t n = 0, cap = 0;
@@ -573,7 +572,6 @@ void verdict_tick(void) {
   }
   if (n) {
     g.verdict_from = (g.verdict_from + 1) % g.R;
-    g.verdict_next = now + 1000;
     if (resihp__verdict_ask(&g.verdict, names, (int)n) < 0)
       say("cannot ask slurmctld about nodes (%s): asking again in a second",
           strerror(errno));

@@ -224,11 +224,10 @@ struct run {
   int argc0;
   char **argv0;
   int slurmd_timeout_s;
-  /* Slurm's verdict on the nodes of replicas waiting to shrink: the query
-   * in flight, the next one not before verdict_next, and the replica its
-   * node list starts from (a list that does not fit in one query) */
+  /* Slurm's verdict on the nodes of replicas waiting to shrink (or, in a
+   * standby, on the primary's node), and the replica the node list starts
+   * from (a list that does not fit in one query) */
   resihp__verdict_t verdict;
-  int64_t verdict_next;
   int verdict_from;
   int64_t clock_delta; /* the old primary's host's clock to ours (ms) */
 };

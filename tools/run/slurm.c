@@ -6,36 +6,57 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-int resihp__slurm_run(char *const argv[], int quiet,
-                      void (*on_line)(const char *line, void *ud), void *ud) {
+pid_t resihp__slurm_spawn(char *const argv[], int quiet, int *out) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC))
     return -1;
   fflush(NULL);
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &old);
   pid_t p = fork();
   if (p == 0) {
+    for (int sig = 1; sig < NSIG; sig++)
+      if (sig != SIGKILL && sig != SIGSTOP)
+        signal(sig, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &old, NULL);
     dup2(fds[1], 1);
-    int null = quiet ? open("/dev/null", O_WRONLY) : -1;
-    if (null >= 0)
-      dup2(null, 2);
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      dup2(null, 0);
+      if (quiet)
+        dup2(null, 2);
+    }
     execvp(argv[0], argv);
     if (!quiet)
       fprintf(stderr, "resihp-run: cannot run %s: %s\n", argv[0],
               strerror(errno));
     _exit(127);
   }
+  sigprocmask(SIG_SETMASK, &old, NULL);
   close(fds[1]);
   if (p < 0) {
     close(fds[0]);
     return -1;
   }
-  FILE *f = fdopen(fds[0], "r");
+  *out = fds[0];
+  return p;
+}
+
+int resihp__slurm_run(char *const argv[], int quiet,
+                      void (*on_line)(const char *line, void *ud), void *ud) {
+  int fd;
+  pid_t p = resihp__slurm_spawn(argv, quiet, &fd);
+  if (p < 0)
+    return -1;
+  FILE *f = fdopen(fd, "r");
   char *line = NULL;
   size_t cap = 0;
   ssize_t n;
@@ -48,7 +69,7 @@ int resihp__slurm_run(char *const argv[], int quiet,
   if (f)
     fclose(f);
   else
-    close(fds[0]);
+    close(fd);
   int st = 0;
   while (waitpid(p, &st, 0) < 0 && errno == EINTR)
     ;

@@ -10,6 +10,15 @@
 #ifndef RESIHP_TOOLS_RUN_SLURM_H
 #define RESIHP_TOOLS_RUN_SLURM_H
 
+#include <sys/types.h>
+
+/* Start argv (found in PATH) with its standard output on a pipe whose
+ * read end (close-on-exec) goes to *out, its standard input on /dev/null
+ * and, quiet, its standard error too (else it is ours, with a line if it
+ * cannot start). Every signal is at its default in the child before its
+ * exec: a signal sent to it then does not run the caller's handlers there.
+ * Its pid (the caller's to reap), or -1 with nothing started. */
+pid_t resihp__slurm_spawn(char *const argv[], int quiet, int *out);
 /* Run argv (scontrol, scancel, ... found in PATH) and wait for it; each
  * non-empty line of its standard output to on_line (may be NULL), without
  * its end. quiet: its standard error goes to /dev/null (a poll repeated

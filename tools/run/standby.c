@@ -208,12 +208,8 @@ static int primary_down(void) {
       ;
     resihp__verdict_reaped(&g.verdict, p);
   }
-  int64_t now = resihp__now_ms();
-  if (g.verdict.fd < 0 && now >= g.verdict_next) {
-    const char *name = g.primary_node;
-    g.verdict_next = now + 1000;
-    resihp__verdict_ask(&g.verdict, &name, 1);
-  }
+  const char *name = g.primary_node;
+  resihp__verdict_ask(&g.verdict, &name, 1); /* (when due) */
   return down;
 }
 

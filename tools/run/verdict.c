@@ -2,13 +2,13 @@
 /* See verdict.h. */
 #include "config.h"
 
+#include "../../libresihp/transport/mesh.h"
 #include "slurm.h"
 #include "verdict.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -19,9 +19,18 @@ void resihp__verdict_init(resihp__verdict_t *v) {
   v->fd = -1;
 }
 
+int resihp__verdict_due(const resihp__verdict_t *v) {
+  return v->fd < 0 && resihp__now_ms() >= v->next_ms;
+}
+
+void resihp__verdict_soon(resihp__verdict_t *v) {
+  v->next_ms = 0;
+}
+
 int resihp__verdict_ask(resihp__verdict_t *v, const char *const *names, int n) {
-  if (v->fd >= 0)
+  if (!resihp__verdict_due(v))
     return 1;
+  v->next_ms = resihp__now_ms() + RESIHP__VERDICT_PERIOD_MS;
   char *list = malloc(RESIHP__VERDICT_LIST_MAX);
   if (!list)
     return -1;
@@ -36,44 +45,16 @@ int resihp__verdict_ask(resihp__verdict_t *v, const char *const *names, int n) {
     off += l;
   }
   list[off] = '\0';
-  int fds[2];
-  if (!off || pipe2(fds, O_CLOEXEC)) {
-    free(list);
-    return -1;
-  }
-  fflush(NULL);
-  /* a signal to the child before its exec must not run our handlers
-   * there (resihp-run's stop; a test's) */
-  sigset_t all, old;
-  sigfillset(&all);
-  sigprocmask(SIG_SETMASK, &all, &old);
-  pid_t p = fork();
-  if (p == 0) {
-    for (int sig = 1; sig < NSIG; sig++)
-      if (sig != SIGKILL && sig != SIGSTOP)
-        signal(sig, SIG_DFL);
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    dup2(fds[1], 1);
-    int null = open("/dev/null", O_RDWR);
-    if (null >= 0) {
-      dup2(null, 0);
-      dup2(null, 2);
-    }
-    char *argv[] = {"timeout", "-k",   "1",  "5",  "scontrol",
-                    "show",    "node", list, "-o", NULL};
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  sigprocmask(SIG_SETMASK, &old, NULL);
+  char *argv[] = {"timeout", "-k",   "1",  "5",  "scontrol",
+                  "show",    "node", list, "-o", NULL};
+  int fd;
+  pid_t p = off ? resihp__slurm_spawn(argv, 1, &fd) : -1;
   free(list);
-  close(fds[1]);
-  if (p < 0) {
-    close(fds[0]);
+  if (p < 0)
     return -1;
-  }
-  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   v->pid = p;
-  v->fd = fds[0];
+  v->fd = fd;
   v->len = 0;
   return 0;
 }

@@ -12,25 +12,35 @@
 #define RESIHP_TOOLS_RUN_VERDICT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* The most of the node list one query carries (the rest waits for the
  * next query), and of its answer that is read (the rest is dropped). */
 #define RESIHP__VERDICT_LIST_MAX (32 << 10)
 #define RESIHP__VERDICT_ANSWER_MAX (4 << 20)
+/* At most one query started per this many ms. */
+#define RESIHP__VERDICT_PERIOD_MS 1000
 
 typedef struct {
   pid_t pid; /* the last query's process until it is reaped, else 0 */
   int fd;    /* its standard output while it is in flight, else -1 */
   char *buf; /* what it said so far */
   size_t len, cap;
+  int64_t next_ms; /* no query starts before (resihp__now_ms) */
 } resihp__verdict_t;
 
 void resihp__verdict_init(resihp__verdict_t *v);
 
+/* Whether a query may start: none is in flight, and the last one started
+ * (or failed to) RESIHP__VERDICT_PERIOD_MS ago, or _soon was said since. */
+int resihp__verdict_due(const resihp__verdict_t *v);
+/* The next query may start at once (a new wait began). */
+void resihp__verdict_soon(resihp__verdict_t *v);
+
 /* Start asking about the n nodes names (in that order, as many as fit in
- * RESIHP__VERDICT_LIST_MAX). 0: started; 1: a query is in flight already,
- * nothing started; -1: it could not start (no name, no pipe, no fork).
+ * RESIHP__VERDICT_LIST_MAX). 0: started; 1: it is not due, nothing
+ * started; -1: it could not start (no name, no pipe, no fork).
  * The child is the caller's to reap (resihp-run's reap: waitpid(-1)), who
  * then says so (_reaped); _finish reaps it if nobody did. */
 int resihp__verdict_ask(resihp__verdict_t *v, const char *const *names, int n);
